@@ -2,3 +2,5 @@
 
 Each loader lives in its own module and is re-exported here.
 """
+
+from .infection import infection
