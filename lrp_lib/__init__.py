@@ -1,1 +1,2 @@
 __version__ = '0.1.0'
+from .mode import relevance, is_relevance_mode

@@ -1,0 +1,527 @@
+r"""Graph Network layers (Battaglia et al., 2018) on PyTorch Geometric data, with relevance.
+
+A graph is a PyG :class:`~torch_geometric.data.Data` or :class:`~torch_geometric.data.Batch`
+with MetaLayer's names: node features ``x`` (N x F_x), edge features ``edge_attr`` (E x F_e),
+global features ``u`` (one row per graph, G x F_u), ``edge_index`` (2 x E, row 0 the sender,
+row 1 the receiver) and ``batch`` (the graph of each node; absent for a single graph).
+
+Each layer updates one of the three feature sets with a sum of linear maps of the inputs
+it is configured to read, plus a bias:
+
+.. math::
+    e'_k &= W_e e_k + W_s x_{s(k)} + W_r x_{r(k)} + W_u u_{g(k)} + b
+        &&\text{(EdgeLinear)}\\
+    x'_i &= W_x x_i + W_{in} \mathop{\mathrm{agg}}_{k: r(k)=i} e_k
+          + W_{out} \mathop{\mathrm{agg}}_{k: s(k)=i} e_k + W_u u_{g(i)} + b
+        &&\text{(NodeLinear)}\\
+    u'_g &= W_x \mathop{\mathrm{agg}}_{i \in g} x_i + W_e \mathop{\mathrm{agg}}_{k \in g} e_k
+          + W_u u_g + b &&\text{(GlobalLinear)}
+
+with ``agg`` a sum, mean or max.  A layer returns a shallow copy of its input graph with
+its one attribute replaced.
+
+Every layer reads :func:`lrp_lib.mode.is_relevance_mode` in its forward.  Outside
+``with lrp_lib.relevance():`` it is built from ordinary torch operations (true gradients);
+inside, from :mod:`lrp_lib.ops`, so that backward propagates relevance: each linear map by
+the epsilon rule, each sum of terms (bias included) in proportion to the terms, copies of a
+node or global feature (``x_{s(k)}``, ``u_{g(k)}``) by summing the relevance of the copies,
+aggregations by the scatter rules.  The forward values are the same in both modes.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import ops
+from . import scatter as plain_scatter
+from .mode import is_relevance_mode
+
+__all__ = [
+    "EdgeLinear",
+    "NodeLinear",
+    "GlobalLinear",
+    "ElementWise",
+    "EdgeReLU",
+    "NodeReLU",
+    "GlobalReLU",
+    "GraphRelevance",
+    "relevance_inputs",
+    "read_relevance",
+    "num_graphs",
+]
+
+AGGREGATIONS = ("sum", "mean", "max")
+ATTRIBUTES = {"x": "node", "edge_attr": "edge", "u": "global"}
+
+
+# ------------------------------------------------------------ the two flavours
+class _GradientOps:
+    """Ordinary differentiable operations: backward gives the true gradient."""
+
+    @staticmethod
+    def linear(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        return F.linear(x, weight)
+
+    @staticmethod
+    def add(a: Tensor, b: Tensor) -> Tensor:
+        return a + b
+
+    @staticmethod
+    def select(src: Tensor, index: Tensor) -> Tensor:
+        return src.index_select(0, index)
+
+    @staticmethod
+    def aggregate(src: Tensor, index: Tensor, dim_size: int, aggregation: str) -> Tensor:
+        if aggregation == "sum":
+            return plain_scatter.scatter_add(src, index, 0, dim_size)
+        if aggregation == "mean":
+            return plain_scatter.scatter_mean(src, index, 0, dim_size)
+        return plain_scatter.scatter_max(src, index, 0, dim_size)[0]
+
+
+class _RelevanceOps:
+    """The same operations from :mod:`lrp_lib.ops`: backward propagates relevance."""
+
+    @staticmethod
+    def linear(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        return ops.linear_eps(x, weight, None, eps)
+
+    @staticmethod
+    def add(a: Tensor, b: Tensor) -> Tensor:
+        return ops.add(a, b)
+
+    @staticmethod
+    def select(src: Tensor, index: Tensor) -> Tensor:
+        return ops.index_select(src, 0, index)
+
+    @staticmethod
+    def aggregate(src: Tensor, index: Tensor, dim_size: int, aggregation: str) -> Tensor:
+        if aggregation == "sum":
+            return ops.scatter_add(src, index, 0, dim_size)
+        if aggregation == "mean":
+            return ops.scatter_mean(src, index, 0, dim_size)
+        return ops.scatter_max(src, index, 0, dim_size)[0]
+
+
+def _current_ops():
+    return _RelevanceOps if is_relevance_mode() else _GradientOps
+
+
+# ------------------------------------------------------------- reading a graph
+def _check_graph(data, layer: str) -> None:
+    if not (hasattr(data, "get") and hasattr(data, "num_nodes") and hasattr(data, "__copy__")):
+        raise TypeError(f"{layer} expects a torch_geometric Data or Batch, got {type(data).__name__}")
+
+
+def _features(data, name: str, size: int, layer: str) -> Tensor:
+    """``data.<name>`` checked to be a 2-D float tensor with ``size`` columns."""
+    t = data.get(name)
+    if t is None:
+        raise ValueError(
+            f"{layer} is configured to read {name} ({ATTRIBUTES[name]} features of size {size}) "
+            f"but the graph has no {name}"
+        )
+    if not isinstance(t, Tensor) or not t.is_floating_point():
+        got = t.dtype if isinstance(t, Tensor) else type(t).__name__
+        raise TypeError(f"{layer}: {name} must be a floating point tensor, got {got}")
+    if t.dim() != 2:
+        raise ValueError(f"{layer}: {name} must be 2-D (rows x features), got shape {tuple(t.shape)}")
+    if t.shape[1] != size:
+        raise ValueError(
+            f"{layer} expects {name} with {size} features, but {name} has {t.shape[1]} "
+            f"(shape {tuple(t.shape)})"
+        )
+    return t
+
+
+def _edge_index(data, layer: str, num_nodes: int) -> Tensor:
+    edge_index = data.get("edge_index")
+    if edge_index is None:
+        raise ValueError(f"{layer} needs edge_index (2 x E, senders then receivers) but the graph has none")
+    if not isinstance(edge_index, Tensor) or edge_index.dtype != torch.long:
+        got = edge_index.dtype if isinstance(edge_index, Tensor) else type(edge_index).__name__
+        raise TypeError(f"{layer}: edge_index must be a torch.long tensor, got {got}")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"{layer}: edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
+        raise IndexError(
+            f"{layer}: edge_index refers to nodes {int(edge_index.min())}..{int(edge_index.max())} "
+            f"but the graph has {num_nodes} nodes"
+        )
+    return edge_index
+
+
+def _node_count(data) -> int:
+    x = data.get("x")
+    if isinstance(x, Tensor) and x.dim() >= 1:
+        return x.shape[0]
+    n = data.num_nodes
+    return 0 if n is None else int(n)
+
+
+def _batch(data, layer: str, num_nodes: int, device) -> Tensor:
+    """``data.batch``, or all zeros (one graph) when the graph has no ``batch``."""
+    batch = data.get("batch")
+    if batch is None:
+        return torch.zeros(num_nodes, dtype=torch.long, device=device)
+    if not isinstance(batch, Tensor) or batch.dtype != torch.long or batch.dim() != 1:
+        raise TypeError(f"{layer}: batch must be a 1-D torch.long tensor")
+    if batch.numel() != num_nodes:
+        raise ValueError(f"{layer}: batch has {batch.numel()} entries but the graph has {num_nodes} nodes")
+    return batch
+
+
+def num_graphs(data) -> int:
+    """Number of graphs in ``data``: the rows of ``u`` if it has one, else ``data.num_graphs``
+    (a Batch), else ``batch.max() + 1``, else 1."""
+    u = data.get("u")
+    if isinstance(u, Tensor) and u.dim() >= 1:
+        return u.shape[0]
+    if hasattr(type(data), "num_graphs"):  # Batch
+        return int(data.num_graphs)
+    batch = data.get("batch")
+    if isinstance(batch, Tensor):
+        return int(batch.max()) + 1 if batch.numel() else 0
+    return 1
+
+
+def _check_batch_vs_graphs(batch: Tensor, graphs: int, layer: str) -> None:
+    if batch.numel() and int(batch.max()) >= graphs:
+        raise ValueError(
+            f"{layer}: batch refers to graph {int(batch.max())} but u has {graphs} rows (one per graph)"
+        )
+
+
+def _check_rows(t: Tensor, name: str, rows: int, what: str, layer: str) -> None:
+    if t.shape[0] != rows:
+        raise ValueError(f"{layer}: {name} has {t.shape[0]} rows but the graph has {rows} {what}")
+
+
+def _replace(data, name: str, value: Tensor):
+    out = copy.copy(data)  # shallow: the other attributes are the same tensors
+    setattr(out, name, value)
+    return out
+
+
+# --------------------------------------------------------------------- layers
+def _check_size(value, name: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return int(value)
+
+
+class _GraphLinear(nn.Module):
+    """Shared machinery: one weight per configured input, one optional bias."""
+
+    def __init__(self, out_features, inputs: dict, bias: bool, eps: float, aggregation: str | None = None):
+        super().__init__()
+        name = type(self).__name__
+        out_features = _check_size(out_features, "out_features")
+        if out_features is None:
+            raise ValueError("out_features must be a positive int, got None")
+        sizes = {k: _check_size(v, k) for k, v in inputs.items()}
+        if all(v is None for v in sizes.values()):
+            raise ValueError(f"{name} needs at least one input: set one of {', '.join(sizes)}")
+        if aggregation is not None and aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        if not isinstance(eps, numbers.Real) or eps < 0:
+            raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+        self.out_features, self.sizes, self.aggregation, self.eps = out_features, sizes, aggregation, float(eps)
+        fan_in = sum(v for v in sizes.values() if v is not None)
+        bound = 1 / math.sqrt(fan_in)  # as nn.Linear, over all inputs together
+        for key, size in sizes.items():
+            weight = None
+            if size is not None:
+                weight = nn.Parameter(torch.empty(out_features, size).uniform_(-bound, bound))
+            self.register_parameter("W_" + key.replace("_features", ""), weight)
+        self.bias = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound)) if bias else None
+
+    def _sum(self, o, terms: list[Tensor]) -> Tensor:
+        """``terms[0] + terms[1] + ... + bias``, left to right (the same order in both modes)."""
+        out = terms[0]
+        for t in terms[1:]:
+            out = o.add(out, t)
+        if self.bias is not None:
+            out = o.add(out, self.bias)
+        return out
+
+    def extra_repr(self) -> str:
+        parts = [f"out_features={self.out_features}"]
+        parts += [f"{k}={v}" for k, v in self.sizes.items() if v is not None]
+        if self.aggregation is not None:
+            parts.append(f"aggregation={self.aggregation!r}")
+        parts.append(f"bias={self.bias is not None}")
+        return ", ".join(parts)
+
+
+class EdgeLinear(_GraphLinear):
+    r"""New edge features from the edge, its sender, its receiver and its graph's globals.
+
+    :math:`e'_k = W_e e_k + W_s x_{s(k)} + W_r x_{r(k)} + W_u u_{g(k)} + b`, with
+    :math:`s(k), r(k)` = ``edge_index[0, k], edge_index[1, k]`` and :math:`g(k)` the graph of the
+    sender.  Each argument is the feature size of that input, or ``None`` to leave it out.
+    Relevance: the sum splits in proportion to its terms; each :math:`W` by the epsilon rule
+    (``eps``); a node (global) receives the relevance of all its copies on edges.
+    """
+
+    def __init__(self, out_features, edge_features=None, sender_features=None, receiver_features=None,
+                 global_features=None, bias=True, eps=1e-6):
+        super().__init__(out_features, dict(edge_features=edge_features, sender_features=sender_features,
+                                            receiver_features=receiver_features, global_features=global_features),
+                         bias, eps)
+
+    def forward(self, data):
+        name = type(self).__name__
+        _check_graph(data, name)
+        o, s, terms = _current_ops(), self.sizes, []
+        n = _node_count(data)
+        needs_edges = s["sender_features"] or s["receiver_features"] or s["global_features"] or not s["edge_features"]
+        edge_index = _edge_index(data, name, n) if needs_edges or data.get("edge_index") is not None else None
+        if s["edge_features"]:
+            e = _features(data, "edge_attr", s["edge_features"], name)
+            if edge_index is not None:
+                _check_rows(e, "edge_attr", edge_index.shape[1], "edges (edge_index columns)", name)
+            terms.append(o.linear(e, self.W_edge, self.eps))
+        if s["sender_features"]:
+            x = _features(data, "x", s["sender_features"], name)
+            terms.append(o.select(o.linear(x, self.W_sender, self.eps), edge_index[0]))
+        if s["receiver_features"]:
+            x = _features(data, "x", s["receiver_features"], name)
+            terms.append(o.select(o.linear(x, self.W_receiver, self.eps), edge_index[1]))
+        if s["global_features"]:
+            u = _features(data, "u", s["global_features"], name)
+            batch = _batch(data, name, n, u.device)
+            _check_batch_vs_graphs(batch, u.shape[0], name)
+            terms.append(o.select(o.linear(u, self.W_global, self.eps), batch[edge_index[0]]))
+        return _replace(data, "edge_attr", self._sum(o, terms))
+
+
+class NodeLinear(_GraphLinear):
+    r"""New node features from the node, its incoming and outgoing edges and its graph's globals.
+
+    :math:`x'_i = W_x x_i + W_{in} \mathrm{agg}_{k: r(k)=i}\, e_k + W_{out} \mathrm{agg}_{k: s(k)=i}\, e_k
+    + W_u u_{g(i)} + b`, ``aggregation`` 'sum', 'mean' or 'max' (a node without such edges gets 0).
+    Relevance: proportional split of the sum, epsilon rule for each :math:`W`, the scatter rule of
+    the aggregation (proportional for sum and mean, winner takes all for max).
+    """
+
+    def __init__(self, out_features, node_features=None, incoming_features=None, outgoing_features=None,
+                 global_features=None, aggregation="sum", bias=True, eps=1e-6):
+        super().__init__(out_features, dict(node_features=node_features, incoming_features=incoming_features,
+                                            outgoing_features=outgoing_features, global_features=global_features),
+                         bias, eps, aggregation)
+
+    def forward(self, data):
+        name = type(self).__name__
+        _check_graph(data, name)
+        o, s, terms = _current_ops(), self.sizes, []
+        n = _node_count(data)
+        if s["node_features"]:
+            terms.append(o.linear(_features(data, "x", s["node_features"], name), self.W_node, self.eps))
+        for key, row, weight in (("incoming_features", 1, self.W_incoming), ("outgoing_features", 0, self.W_outgoing)):
+            if s[key]:
+                e = _features(data, "edge_attr", s[key], name)
+                edge_index = _edge_index(data, name, n)
+                _check_rows(e, "edge_attr", edge_index.shape[1], "edges (edge_index columns)", name)
+                aggregated = o.aggregate(e, edge_index[row], n, self.aggregation)
+                terms.append(o.linear(aggregated, weight, self.eps))
+        if s["global_features"]:
+            u = _features(data, "u", s["global_features"], name)
+            batch = _batch(data, name, n, u.device)
+            _check_batch_vs_graphs(batch, u.shape[0], name)
+            terms.append(o.select(o.linear(u, self.W_global, self.eps), batch))
+        return _replace(data, "x", self._sum(o, terms))
+
+
+class GlobalLinear(_GraphLinear):
+    r"""New global features from the nodes and edges of each graph and its old globals.
+
+    :math:`u'_g = W_x \mathrm{agg}_{i \in g}\, x_i + W_e \mathrm{agg}_{k \in g}\, e_k + W_u u_g + b`,
+    nodes grouped by ``batch`` and edges by the graph of their sender.  An edgeless graph
+    aggregates its edges to 0.  Relevance as for :class:`NodeLinear`.
+    """
+
+    def __init__(self, out_features, node_features=None, edge_features=None, global_features=None,
+                 aggregation="sum", bias=True, eps=1e-6):
+        super().__init__(out_features, dict(node_features=node_features, edge_features=edge_features,
+                                            global_features=global_features), bias, eps, aggregation)
+
+    def forward(self, data):
+        name = type(self).__name__
+        _check_graph(data, name)
+        o, s, terms = _current_ops(), self.sizes, []
+        n, graphs = _node_count(data), num_graphs(data)
+        if s["global_features"]:
+            u = _features(data, "u", s["global_features"], name)
+        if s["node_features"] or s["edge_features"]:
+            batch = _batch(data, name, n, data.get("x").device if data.get("x") is not None else None)
+            _check_batch_vs_graphs(batch, graphs, name)
+        if s["node_features"]:
+            x = _features(data, "x", s["node_features"], name)
+            terms.append(o.linear(o.aggregate(x, batch, graphs, self.aggregation), self.W_node, self.eps))
+        if s["edge_features"]:
+            e = _features(data, "edge_attr", s["edge_features"], name)
+            edge_index = _edge_index(data, name, n)
+            _check_rows(e, "edge_attr", edge_index.shape[1], "edges (edge_index columns)", name)
+            aggregated = o.aggregate(e, batch[edge_index[0]], graphs, self.aggregation)
+            terms.append(o.linear(aggregated, self.W_edge, self.eps))
+        if s["global_features"]:
+            terms.append(o.linear(u, self.W_global, self.eps))
+        return _replace(data, "u", self._sum(o, terms))
+
+
+# ------------------------------------------------------------- element-wise
+class ElementWise(nn.Module):
+    """Apply an element-wise function to one attribute: ``'x'``, ``'edge_attr'`` or ``'u'``.
+
+    ``fn`` runs outside the relevance mode (true gradients), ``relevance_fn`` inside it (an
+    op whose backward is the relevance rule, e.g. :func:`lrp_lib.ops.relu`).  Both must give
+    the same values.  Without ``relevance_fn`` the layer refuses to run in relevance mode
+    rather than pass a gradient off as relevance.
+    """
+
+    def __init__(self, attribute: str, fn: Callable[[Tensor], Tensor],
+                 relevance_fn: Callable[[Tensor], Tensor] | None = None):
+        super().__init__()
+        if attribute not in ATTRIBUTES:
+            raise ValueError(f"attribute must be one of {tuple(ATTRIBUTES)}, got {attribute!r}")
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if relevance_fn is not None and not callable(relevance_fn):
+            raise TypeError(f"relevance_fn must be callable or None, got {type(relevance_fn).__name__}")
+        self.attribute, self.fn, self.relevance_fn = attribute, fn, relevance_fn
+
+    def forward(self, data):
+        name = type(self).__name__
+        _check_graph(data, name)
+        t = data.get(self.attribute)
+        if t is None:
+            raise ValueError(f"{name} applies to {self.attribute} but the graph has no {self.attribute}")
+        if is_relevance_mode():
+            if self.relevance_fn is None:
+                raise RuntimeError(
+                    f"{name}({self.attribute!r}, {getattr(self.fn, '__name__', self.fn)}) has no relevance_fn, "
+                    f"so it cannot run inside lrp_lib.relevance()"
+                )
+            return _replace(data, self.attribute, self.relevance_fn(t))
+        return _replace(data, self.attribute, self.fn(t))
+
+    def extra_repr(self) -> str:
+        return f"{self.attribute!r}, {getattr(self.fn, '__name__', self.fn)}"
+
+
+class EdgeReLU(ElementWise):
+    """ReLU on ``edge_attr``; relevance passes through active units (:func:`lrp_lib.ops.relu`)."""
+
+    def __init__(self):
+        super().__init__("edge_attr", torch.relu, ops.relu)
+
+
+class NodeReLU(ElementWise):
+    """ReLU on ``x``; relevance passes through active units (:func:`lrp_lib.ops.relu`)."""
+
+    def __init__(self):
+        super().__init__("x", torch.relu, ops.relu)
+
+
+class GlobalReLU(ElementWise):
+    """ReLU on ``u``; relevance passes through active units (:func:`lrp_lib.ops.relu`)."""
+
+    def __init__(self):
+        super().__init__("u", torch.relu, ops.relu)
+
+
+# ------------------------------------------------------------ reading relevance
+def relevance_inputs(data, attributes=("x", "edge_attr", "u")):
+    """Shallow copy of ``data`` whose float ``attributes`` are fresh leaves requiring grad.
+
+    After ``out = model(relevance_inputs(data))`` and a backward pass, their ``.grad`` holds
+    the relevance; :func:`read_relevance` sums it up.
+    """
+    _check_graph(data, "relevance_inputs")
+    out = copy.copy(data)
+    for name in attributes:
+        if name not in ATTRIBUTES:
+            raise ValueError(f"attributes may contain {tuple(ATTRIBUTES)}, got {name!r}")
+        t = data.get(name)
+        if isinstance(t, Tensor) and t.is_floating_point():
+            setattr(out, name, t.detach().clone().requires_grad_(True))
+    return out
+
+
+@dataclass
+class GraphRelevance:
+    """Relevance of one (batch of) graph(s), each summed over the features.
+
+    ``node`` (N,), ``edge`` (E,), ``graph`` (G,: the relevance of each graph's global features
+    ``u``); ``None`` for an attribute the graph lacks or that does not require grad.
+    ``node_graph`` and ``edge_graph`` give the graph of each node and edge.
+    """
+
+    node: Tensor | None
+    edge: Tensor | None
+    graph: Tensor | None
+    node_graph: Tensor
+    edge_graph: Tensor | None
+    num_graphs: int
+
+    def totals(self) -> dict[str, float]:
+        """Total relevance per group: ``{'nodes', 'edges', 'globals', 'total'}`` (0 when absent)."""
+        parts = {k: 0.0 if v is None else float(v.sum()) for k, v in
+                 (("nodes", self.node), ("edges", self.edge), ("globals", self.graph))}
+        parts["total"] = parts["nodes"] + parts["edges"] + parts["globals"]
+        return parts
+
+    def per_graph(self) -> Tensor:
+        """Total relevance of each graph: its nodes, edges and globals together, shape (G,)."""
+        dtype = next(t.dtype for t in (self.node, self.edge, self.graph) if t is not None)
+        total = torch.zeros(self.num_graphs, dtype=dtype, device=self.node_graph.device)
+        if self.node is not None:
+            total = total.index_add(0, self.node_graph, self.node)
+        if self.edge is not None:
+            total = total.index_add(0, self.edge_graph, self.edge)
+        if self.graph is not None:
+            total = total + self.graph
+        return total
+
+
+def read_relevance(data) -> GraphRelevance:
+    """Read the relevance left in ``x.grad``, ``edge_attr.grad`` and ``u.grad`` after backward.
+
+    ``data`` is the *input* graph whose attributes are leaves requiring grad (see
+    :func:`relevance_inputs`).  A leaf that relevance never reached counts 0.
+    """
+    _check_graph(data, "read_relevance")
+    sums, found = {}, False
+    for name in ATTRIBUTES:
+        t = data.get(name)
+        if not isinstance(t, Tensor) or not t.requires_grad:
+            sums[name] = None
+            continue
+        if not t.is_leaf:
+            raise ValueError(
+                f"{name} is not a leaf tensor, so backward leaves no .grad on it; read the relevance "
+                f"from the input graph (relevance_inputs(data)), not from a layer's output"
+            )
+        found = True
+        g = t.grad if t.grad is not None else torch.zeros_like(t)
+        sums[name] = g.reshape(g.shape[0], -1).sum(1) if g.dim() > 0 else g.reshape(1)
+    if not found:
+        raise ValueError("none of x, edge_attr, u requires grad: pass relevance_inputs(data) to the model")
+    n = _node_count(data)
+    x = data.get("x")
+    node_graph = _batch(data, "read_relevance", n, x.device if isinstance(x, Tensor) else None)
+    edge_index = data.get("edge_index")
+    edge_graph = node_graph[edge_index[0]] if isinstance(edge_index, Tensor) else None
+    if sums["edge_attr"] is not None and edge_graph is None:
+        raise ValueError("read_relevance: the graph has edge_attr but no edge_index to place its edges")
+    return GraphRelevance(sums["x"], sums["edge_attr"], sums["u"], node_graph, edge_graph, num_graphs(data))
