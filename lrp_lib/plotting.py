@@ -1,0 +1,118 @@
+"""Figures of relevance on graphs (networkx + matplotlib).
+
+:func:`draw_graph` colours the nodes and edges of a graph by their relevance with a
+diverging colormap centred at zero: red for positive relevance (evidence for the output),
+blue for negative (evidence against), white for none.  Nodes and edges share one colour
+scale, so their colours can be compared.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import networkx as nx
+import numpy as np
+import torch
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+
+__all__ = ["draw_graph"]
+
+
+def _as_numpy(values, name: str, size: int):
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().double().numpy()
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.shape[0] != size:
+        raise ValueError(f"{name} must have one value per {name.split('_')[0]} ({size}), got shape {values.shape}")
+    return values
+
+
+def draw_graph(
+    edge_index,
+    num_nodes: int | None = None,
+    node_relevance=None,
+    edge_relevance=None,
+    *,
+    labels: Mapping[int, str] | Sequence[str] | bool | None = True,
+    pos: Mapping[int, Sequence[float]] | None = None,
+    ax: plt.Axes | None = None,
+    cmap: str = "RdBu_r",
+    vmax: float | None = None,
+    node_size: float = 500,
+    edge_width: float = 3.0,
+    colorbar: bool = True,
+    title: str | None = None,
+):
+    """Draw a directed graph with nodes and edges coloured by relevance.
+
+    Args:
+        edge_index: a PyG ``Data`` (its ``edge_index`` and ``num_nodes`` are used) or a
+            2 x E tensor / array (row 0 senders, row 1 receivers).
+        num_nodes: number of nodes (default: from the ``Data``, else ``edge_index.max() + 1``).
+        node_relevance, edge_relevance: one value per node / edge (e.g. the ``node`` and
+            ``edge`` of :func:`lrp_lib.graph.read_relevance`); ``None`` draws them grey.
+        labels: ``True`` for node numbers, ``False``/``None`` for none, or a dict / list of text.
+        pos: node positions ``{node: (x, y)}``; default a spring layout with a fixed seed.
+        ax: the axes to draw on (default: a new figure).
+        cmap: a diverging colormap; the scale runs from ``-vmax`` to ``vmax`` (default: the
+            largest absolute relevance), so zero is always the middle colour.
+        colorbar: add a colour bar for the relevance scale.
+
+    Returns:
+        the axes.
+    """
+    if hasattr(edge_index, "edge_index"):
+        data = edge_index
+        edge_index = data.edge_index
+        num_nodes = data.num_nodes if num_nodes is None else num_nodes
+    if isinstance(edge_index, torch.Tensor):
+        edge_index = edge_index.detach().cpu().numpy()
+    edge_index = np.asarray(edge_index, dtype=np.int64)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {edge_index.shape}")
+    if num_nodes is None:
+        num_nodes = int(edge_index.max()) + 1 if edge_index.size else 0
+    if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
+        raise ValueError(f"edge_index refers to nodes {edge_index.min()}..{edge_index.max()}, but num_nodes={num_nodes}")
+    node_rel = _as_numpy(node_relevance, "node_relevance", num_nodes)
+    edge_rel = _as_numpy(edge_relevance, "edge_relevance", edge_index.shape[1])
+
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(num_nodes))
+    edges = [(int(s), int(r)) for s, r in edge_index.T]
+    graph.add_edges_from(edges)
+    if pos is None:
+        pos = nx.spring_layout(graph, seed=0)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 4))
+
+    present = [v for v in (node_rel, edge_rel) if v is not None and v.size]
+    if vmax is None:
+        vmax = max([float(np.abs(v).max()) for v in present] + [0.0])
+    vmax = vmax if vmax > 0 else 1.0
+    norm = Normalize(-vmax, vmax)
+    colormap = plt.get_cmap(cmap)
+
+    node_colors = "lightgrey" if node_rel is None else [colormap(norm(v)) for v in node_rel]
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=node_colors, node_size=node_size,
+                           edgecolors="black", linewidths=1.0)
+    if edges:
+        edge_colors = "grey" if edge_rel is None else [colormap(norm(v)) for v in edge_rel]
+        nx.draw_networkx_edges(graph, pos, ax=ax, edgelist=edges, edge_color=edge_colors, width=edge_width,
+                               arrows=True, arrowsize=15, node_size=node_size,
+                               connectionstyle="arc3,rad=0.15")
+    if labels:
+        if labels is True:
+            labels = {i: str(i) for i in range(num_nodes)}
+        elif not isinstance(labels, Mapping):
+            labels = dict(enumerate(labels))
+        nx.draw_networkx_labels(graph, pos, labels=dict(labels), ax=ax, font_size=10)
+    if colorbar and present:
+        ax.figure.colorbar(ScalarMappable(norm=norm, cmap=colormap), ax=ax, label="relevance", shrink=0.8)
+    if title:
+        ax.set_title(title)
+    ax.set_axis_off()
+    return ax
