@@ -122,14 +122,20 @@ def scatter_max(
     ``argmax = src.size(dim)``, as in torch_scatter.
     """
     dim, idx, shape = _prepare(src, index, dim, dim_size)
-    out = src.new_zeros(shape).scatter_reduce(dim, idx, src, reduce="amax", include_self=False)
-    n = src.shape[dim]
-    pos_shape = [1] * src.dim()
-    pos_shape[dim] = n
-    positions = torch.arange(n, device=src.device).view(pos_shape).expand_as(src)
-    is_max = src == out.gather(dim, idx)
-    candidates = torch.where(is_max, positions, torch.full_like(positions, -1))
-    argmax = torch.full(shape, -1, dtype=torch.long, device=src.device)
-    argmax = argmax.scatter_reduce(dim, idx, candidates, reduce="amax", include_self=True)
-    argmax = torch.where(argmax < 0, torch.full_like(argmax, n), argmax)
+    with torch.no_grad():
+        best = src.new_zeros(shape).scatter_reduce(dim, idx, src, reduce="amax", include_self=False)
+        n = src.shape[dim]
+        pos_shape = [1] * src.dim()
+        pos_shape[dim] = n
+        positions = torch.arange(n, device=src.device).view(pos_shape).expand_as(src)
+        is_max = src == best.gather(dim, idx)
+        candidates = torch.where(is_max, positions, torch.full_like(positions, -1))
+        argmax = torch.full(shape, -1, dtype=torch.long, device=src.device)
+        argmax = argmax.scatter_reduce(dim, idx, candidates, reduce="amax", include_self=True)
+        empty = argmax < 0
+    # Read the maxima back through the winners, so that the gradient reaches the winner only
+    # (as torch_scatter's does), never an even split among ties.
+    out = src.gather(dim, argmax.clamp(min=0)) if n > 0 else src.new_zeros(shape)
+    out = torch.where(empty, torch.zeros_like(out), out)
+    argmax = torch.where(empty, torch.full_like(argmax, n), argmax)
     return out, argmax

@@ -92,3 +92,12 @@ def test_against_torch_scatter(gen):
     ts_out, ts_arg = ts.scatter_max(src, index, 0, dim_size=10)
     torch.testing.assert_close(out, ts_out)
     torch.testing.assert_close(arg, ts_arg)  # random floats: no ties
+
+
+def test_scatter_max_gradient_goes_to_the_winner_only():
+    """As in torch_scatter (and the seed): ties do not share the gradient."""
+    src = torch.tensor([1.0, 1, 1, 1, 2, 8, 1, 1, -2], requires_grad=True)
+    out, _ = scatter.scatter_max(src, torch.tensor([0, 0, 0, 0, 1, 1, 2, 2, 2]), dim=0, dim_size=4)
+    out.backward(torch.ones(4))
+    assert src.grad.tolist() == [0, 0, 0, 1, 0, 1, 0, 1, 0]
+    assert out.tolist() == [1, 8, 1, 0]

@@ -1,0 +1,54 @@
+"""The book's own conventions: every chapter is in the table of contents, starts with the
+Colab-only install cell pointing at the repository named in _config.yml, and stores no output
+that would make nbval flaky."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    return files
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no chapter notebooks found in book/"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_is_in_the_toc(path):
+    assert f"book/{path.stem}" in toc_files()
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_first_cell_installs_only_in_colab_from_the_configured_repository(path):
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+    assert '"google.colab" in sys.modules' in first
+    assert f"git+{repo}" in first
+    assert "torch" not in re.sub(r"torch_geometric", "", first.split("pip")[-1]), "must not reinstall torch"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_stored_outputs_are_machine_independent(path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell.get("execution_count") is not None or not "".join(cell["source"]).strip(), f"cell {i} never ran"
+        for out in cell.get("outputs", []):
+            assert out.get("name") != "stderr", f"cell {i} stored stderr output"
+            assert out["output_type"] != "error", f"cell {i} stored an error"
+            text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            assert not re.search(r"0x[0-9a-fA-F]{6,}", text), f"cell {i}: memory address"
+            assert not re.search(r"/work/|/tmp/|/root/|/home/|site-packages", text), f"cell {i}: a local path"
+            assert not re.search(r"\d+(\.\d+)?\s?(it/s|s/it)", text), f"cell {i}: progress bar"
