@@ -4,3 +4,5 @@ Each loader lives in its own module and is re-exported here.
 """
 
 from .infection import infection
+from .mutagenicity import mutagenicity
+from .esol import esol
