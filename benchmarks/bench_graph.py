@@ -1,0 +1,169 @@
+"""Graph Network layers: relevance backward against the gradient backward.
+
+    python benchmarks/bench_graph.py                  # 100,000 nodes, 1,000,000 edges, 64 features
+    python benchmarks/bench_graph.py --nodes 10000 --edges 100000   # a quick run
+
+A four-block Graph Network (each block: EdgeLinear on edge, sender, receiver and global
+features, ReLU; NodeLinear on node, incoming (sum) and global features, ReLU; GlobalLinear on
+node and edge (sum) and global features, ReLU) on one random graph, float32, CPU.  The same
+model runs its forward once outside and once inside ``lrp_lib.relevance()``; we time the
+backward from the global output (and the forward, for context) and measure memory.
+
+Time: the two modes alternate in one process, ``--repeats`` times each; the table gives the
+median.  Memory, two honest measures:
+
+* saved bytes: the bytes of the distinct tensors that autograd keeps for backward, counted
+  with ``torch.autograd.graph.saved_tensors_hooks`` (each storage counted once; the inputs
+  and parameters excluded).  This is what the forward leaves alive until backward.
+* peak RSS: each mode runs forward + backward in a fresh subprocess; the peak resident set
+  size (``VmHWM`` in ``/proc/self/status``, Linux) minus the resident size just before the forward.  This
+  includes every temporary of forward and backward (and allocator slack).
+
+Ratios are relevance / gradient; the target is 1.5x or less.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+from torch import nn
+from torch_geometric.data import Data
+
+import lrp_lib
+from lrp_lib.graph import EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU
+from lrp_lib.ops import LostRelevanceWarning
+
+
+def block(f: int) -> nn.Sequential:
+    return nn.Sequential(
+        EdgeLinear(f, edge_features=f, sender_features=f, receiver_features=f, global_features=f), EdgeReLU(),
+        NodeLinear(f, node_features=f, incoming_features=f, global_features=f, aggregation="sum"), NodeReLU(),
+        GlobalLinear(f, node_features=f, edge_features=f, global_features=f, aggregation="sum"), GlobalReLU(),
+    )
+
+
+def setup(nodes: int, edges: int, features: int, blocks: int):
+    torch.manual_seed(0)
+    model = nn.Sequential(*[block(features) for _ in range(blocks)])
+    data = Data(
+        x=torch.randn(nodes, features, requires_grad=True),
+        edge_attr=torch.randn(edges, features, requires_grad=True),
+        edge_index=torch.randint(0, nodes, (2, edges)),
+        u=torch.randn(1, features, requires_grad=True),
+    )
+    return model, data
+
+
+def forward(model, data, relevance: bool):
+    with lrp_lib.relevance(relevance):
+        return model(data).u
+
+
+def run_once(model, data, relevance: bool):
+    t0 = time.perf_counter()
+    out = forward(model, data, relevance)
+    t1 = time.perf_counter()
+    out.backward(out.detach())  # relevance: start from the output itself; gradient: the same seed
+    t2 = time.perf_counter()
+    for t in (data.x, data.edge_attr, data.u):
+        t.grad = None
+    model.zero_grad(set_to_none=True)
+    return t1 - t0, t2 - t1
+
+
+def saved_bytes(model, data, relevance: bool) -> int:
+    """Bytes of the distinct storages autograd saves for backward (inputs and parameters excluded)."""
+    exclude = {t.untyped_storage().data_ptr() for t in (data.x, data.edge_attr, data.u, data.edge_index)}
+    exclude |= {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in exclude:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = forward(model, data, relevance)
+    del out
+    return sum(seen.values())
+
+
+def rss_child(args, relevance: bool) -> int:
+    """In this (fresh) process: peak RSS increase of one forward + backward, in bytes."""
+    model, data = setup(args.nodes, args.edges, args.features, args.blocks)
+    before = _rss_now()  # the graph and the model are built; nothing has run yet
+    run_once(model, data, relevance)
+    return _status_bytes("VmHWM") - before
+
+
+def _status_bytes(field: str) -> int:
+    """A memory field of /proc/self/status in bytes.  VmHWM, the peak resident size, belongs to
+    this process's own address space (unlike ru_maxrss, which a child inherits from its parent)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def _rss_now() -> int:
+    return _status_bytes("VmRSS")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=100_000)
+    p.add_argument("--edges", type=int, default=1_000_000)
+    p.add_argument("--features", type=int, default=64)
+    p.add_argument("--blocks", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rss-child", choices=["gradient", "relevance"], help=argparse.SUPPRESS)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore", LostRelevanceWarning)  # an exact 0 among 64M float32 sums is possible
+
+    if args.rss_child:
+        print(json.dumps(rss_child(args, args.rss_child == "relevance")))
+        return
+
+    model, data = setup(args.nodes, args.edges, args.features, args.blocks)
+    saved = {mode: saved_bytes(model, data, mode == "relevance") for mode in ("gradient", "relevance")}
+    times = {"gradient": [], "relevance": []}
+    run_once(model, data, False)  # warm-up
+    for _ in range(args.repeats):
+        for mode in ("gradient", "relevance"):
+            times[mode].append(run_once(model, data, mode == "relevance"))
+    del model, data
+
+    rss = {}
+    for mode in ("gradient", "relevance"):
+        cmd = [sys.executable, __file__, "--rss-child", mode, "--nodes", str(args.nodes), "--edges", str(args.edges),
+               "--features", str(args.features), "--blocks", str(args.blocks), "--threads", str(args.threads)]
+        rss[mode] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+    fwd = {m: statistics.median(t[0] for t in times[m]) for m in times}
+    bwd = {m: statistics.median(t[1] for t in times[m]) for m in times}
+    mib = 2 ** 20
+    print(f"GN, {args.blocks} blocks, {args.nodes:,} nodes, {args.edges:,} edges, {args.features} features, "
+          f"float32, CPU, {args.threads} threads, median of {args.repeats}")
+    print()
+    print("| measure | gradient | relevance | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    print(f"| backward time (s) | {bwd['gradient']:.2f} | {bwd['relevance']:.2f} | {bwd['relevance'] / bwd['gradient']:.2f} |")
+    print(f"| forward time (s) | {fwd['gradient']:.2f} | {fwd['relevance']:.2f} | {fwd['relevance'] / fwd['gradient']:.2f} |")
+    print(f"| saved for backward (MiB) | {saved['gradient'] / mib:,.0f} | {saved['relevance'] / mib:,.0f} | "
+          f"{saved['relevance'] / saved['gradient']:.2f} |")
+    print(f"| peak RSS increase, forward + backward (MiB) | {rss['gradient'] / mib:,.0f} | {rss['relevance'] / mib:,.0f} | "
+          f"{rss['relevance'] / rss['gradient']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
