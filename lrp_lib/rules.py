@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import numbers
 import re
-from typing import Callable, Sequence, Union
+import warnings
+from typing import Callable, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .ops import _check_tensor, _warn_if_lost
+from .ops import LostRelevanceWarning
 
 __all__ = [
     "Rule",
@@ -122,12 +123,28 @@ def _is_zero(t: Weight | None) -> bool:
     return t == 0.0 if isinstance(t, float) else not bool(t.any())
 
 
-def _stabilized_ratio(rel_out: Tensor, z: Tensor, eps: float) -> Tensor:
-    """``rel_out / (z + eps * sign(z))`` with sign(0) = +1; 0 (lost) where ``z == 0``."""
-    sign = torch.where(z >= 0, 1.0, -1.0).to(z.dtype)
-    denom = z + eps * sign
-    safe = torch.where(z == 0, torch.ones_like(denom), denom)
-    return torch.where(z == 0, torch.zeros_like(rel_out), rel_out / safe)
+def _check_tensor(x, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}")
+    return x
+
+
+def _share(op: str, rel_out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
+    """``rel_out / (z + eps * sign(z))`` with sign(0) = +1.  Where ``z == 0`` the share is 0:
+    that relevance is lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning`."""
+    share = rel_out / (z + eps * torch.where(z >= 0, 1.0, -1.0).to(z.dtype)) if eps else rel_out / z
+    zero = z == 0
+    if bool(zero.any()):
+        lost = zero & (rel_out != 0)
+        if bool(lost.any()):
+            warnings.warn(
+                f"{op}: relevance of total magnitude {float(rel_out[lost].abs().sum()):.4g} reached "
+                f"outputs equal to zero and was lost (a zero output cannot be split in proportion to its inputs)",
+                LostRelevanceWarning, stacklevel=4)
+        share = share.masked_fill(zero, 0)
+    return share
 
 
 # ----------------------------------------------------------------------- rules
@@ -169,8 +186,7 @@ class Epsilon(Rule):
         self.eps = _check_number(eps, "eps")
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        _warn_if_lost(op, out, rel_out)
-        return x * m.vjp(_stabilized_ratio(rel_out, out, self.eps), x, weight)
+        return x * m.vjp(_share(op, rel_out, out, self.eps), x, weight)
 
 
 class Gamma(Rule):
@@ -193,8 +209,7 @@ class Gamma(Rule):
         w = weight + self.gamma * _positive(weight)
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         z = m(x, w, b)
-        _warn_if_lost(op, z, rel_out)
-        return x * m.vjp(_stabilized_ratio(rel_out, z, self.eps), x, w)
+        return x * m.vjp(_share(op, rel_out, z, self.eps), x, w)
 
 
 class AlphaBeta(Rule):
@@ -233,8 +248,8 @@ class AlphaBeta(Rule):
             z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
             for xp, wp in pairs:
                 z = z + m(xp, wp, None)
-            _warn_if_lost(f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})", z, rel_out)
-            s = _stabilized_ratio(rel_out, z, 0.0) * coefficient
+            part = f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})"
+            s = _share(part, rel_out, z) * coefficient
             for xp, wp in pairs:
                 rel = rel + xp * m.vjp(s, x, wp)
         return rel
