@@ -63,7 +63,7 @@ def safe_divide(a: Tensor, b: Tensor | float, eps: float = 1e-9) -> Tensor:
 def _warn_if_lost(name: str, Z: Tensor, R: Tensor) -> None:
     lost = (Z == 0) & (R != 0)
     if bool(lost.any()):
-        amount = float(R[lost].abs().sum())
+        amount = float(R.detach()[lost].abs().sum())
         warnings.warn(
             f"{name}.relprop: relevance of total magnitude {amount:.4g} reached outputs equal to zero "
             f"and was lost (a zero output cannot be split in proportion to its inputs)",

@@ -9,6 +9,7 @@ import torch
 
 from lrp_lib import ops
 from lrp_lib import relprop as rp
+from lrp_lib import rules
 from lrp_lib.ops import LostRelevanceWarning
 
 
@@ -215,9 +216,9 @@ def relprop_mlp(weights):
     return rp.Sequential(*layers)
 
 
-def autograd_mlp(x, weights, eps):
+def autograd_mlp(x, weights, eps=None, rule=None):
     for k, W in enumerate(weights):
-        x = ops.linear_eps(x, W, eps=eps)
+        x = ops.linear_eps(x, W, eps=eps) if rule is None else rules.linear(x, W, rule=rule)
         if k < len(weights) - 1:
             x = ops.relu(x)
     return x
@@ -234,6 +235,21 @@ def test_mlp_epsilon_agrees_with_autograd_trick(gen):
         autograd_mlp(leaf, weights, eps).backward(R)
         torch.testing.assert_close(net.relprop(R, rule="epsilon", eps=eps), leaf.grad, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(net.relprop(R, eps=0.0).sum(), R.sum())  # bias-free: conserved
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 0.0), (2.0, 1.0)])
+def test_mlp_alpha_beta_agrees_with_autograd_trick(alpha, beta, gen):
+    weights = mlp_weights(gen)
+    x = rand(32, 10, gen=gen)
+    net = relprop_mlp(weights)
+    R = net(x)  # every output explained: some have no positive (or no negative) contribution
+    leaf = x.clone().requires_grad_()
+    with warnings.catch_warnings(record=True) as caught:  # and both lose their relevance alike
+        warnings.simplefilter("always", LostRelevanceWarning)
+        autograd_mlp(leaf, weights, rule=rules.AlphaBeta(alpha=alpha, beta=beta)).backward(R)
+        by_hooks = net.relprop(R, rule="alpha_beta", alpha=alpha, beta=beta)
+    assert caught and all(w.category is LostRelevanceWarning for w in caught)
+    torch.testing.assert_close(by_hooks, leaf.grad, rtol=1e-6, atol=1e-6)
 
 
 def test_relprop_can_be_repeated(gen):
