@@ -7,11 +7,12 @@ seeded random weights, float32.  Each row times one full relevance pass (forward
 since every implementation needs one) for the same input and the same output relevance:
 
 * plain gradient: ``torch`` forward + ``backward`` (the baseline);
-* lrp_lib autograd trick: ``ops.linear_eps`` / ``ops.relu`` forward + ``backward``;
+* lrp_lib autograd trick: ``ops.linear_eps`` (or ``rules.linear`` for alpha-beta) / ``ops.relu``
+  forward + ``backward``;
 * relprop hooks: ``lrp_lib.relprop.Sequential`` forward (hooks store inputs) + ``relprop``;
 * JAX / Flax eager and ``jax.jit``-compiled: ``lrp_lib.jax_lrp.MLP.relprop`` (forward inside).
 
-The same rows for the alpha-beta rule (alpha=1, beta=0) follow where an implementation has it.
+The same rows follow for the alpha-beta rule (alpha=1, beta=0).
 Repetitions are interleaved (one of each in turn) and the median is reported.  Before timing,
 the script checks that the implementations agree on this input.
 """
@@ -27,6 +28,7 @@ import torch  # noqa: E402
 
 from lrp_lib import ops  # noqa: E402
 from lrp_lib import relprop as rp  # noqa: E402
+from lrp_lib import rules  # noqa: E402
 
 
 def build(batch, width, layers, seed=0):
@@ -75,6 +77,15 @@ def main():
         t.backward(R)
         return leaf.grad
 
+    def autograd_trick_alpha1_beta0():
+        leaf = x.clone().requires_grad_()
+        t = leaf
+        for k, W in enumerate(Ws):
+            t = rules.linear(t, W, rule=rules.AlphaBeta(alpha=1.0, beta=0.0))
+            t = ops.relu(t) if k < len(Ws) - 1 else t
+        t.backward(R)
+        return leaf.grad
+
     layers = []
     for k, W in enumerate(Ws):
         layer = rp.Linear(args.width, args.width, bias=False)
@@ -111,6 +122,7 @@ def main():
         ("epsilon: relprop hooks", lambda: hooks(**eps)),
         ("epsilon: JAX/Flax eager", lambda: jax_eager(**eps)),
         ("epsilon: JAX/Flax jit", lambda: jax_jit(**eps)),
+        ("alpha=1, beta=0: lrp_lib autograd trick (rules.linear)", autograd_trick_alpha1_beta0),
         ("alpha=1, beta=0: relprop hooks", lambda: hooks(**ab)),
         ("alpha=1, beta=0: JAX/Flax eager", lambda: jax_eager(**ab)),
         ("alpha=1, beta=0: JAX/Flax jit", lambda: jax_jit(**ab)),
