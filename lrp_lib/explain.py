@@ -1,0 +1,494 @@
+r"""LRP for unmodified PyTorch Geometric models, as a ``torch_geometric.explain`` algorithm.
+
+.. code-block:: python
+
+    explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
+                          node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="binary_classification", task_level="graph",
+                                            return_type="raw"))
+    explanation = explainer(data.x, data.edge_index, batch=data.batch)
+
+How it works.  While explaining, every supported module's ``forward`` is replaced (on that
+instance only, restored afterwards) by the same computation written with relevance ops
+(:mod:`lrp_lib.ops`, :mod:`lrp_lib.rules`), and the functions a ``forward`` may call directly --
+``F.relu`` / ``torch.relu`` / ``Tensor.relu`` and PyG's ``global_add_pool``, ``global_mean_pool``,
+``global_max_pool`` -- are swapped for relevance versions (in ``torch_geometric.nn`` and in the
+namespaces of the model's own modules, so ``from torch_geometric.nn import global_mean_pool``
+is covered).  The model's own ``forward`` code runs unchanged; one ``backward`` from the explained
+output leaves the node relevance in ``x.grad``.  Afterwards the autograd graph is checked: an
+operation that was not replaced (a sigmoid, a residual ``+``, an active dropout) would pass a plain
+gradient, so it raises :class:`UnsupportedModelError` naming it instead of returning a wrong
+explanation.
+
+The layers, each written as a sum of terms (the bias is a term) whose relevance splits in
+proportion to the terms, a linear map per weight with the chosen ``rule``, and aggregations with
+the scatter rules (proportional for sum and mean, winner takes all for max):
+
+* ``Linear``: :math:`z = W x + b`.
+* ``GCNConv``: :math:`z_i = W \sum_{j \in N(i) \cup \{i\}} \hat a_{ij} x_j + b`,
+  :math:`\hat a_{ij} = w_{ji} / \sqrt{\hat d_i \hat d_j}` (PyG's ``gcn_norm``).  Aggregating before
+  the weight gives the same value as PyG's order; for a rule that only changes :math:`W` the
+  relevance is that of the whole layer as one linear map of all :math:`x_{jf}`,
+  :math:`R_{jf} = \sum_{i,k} \hat a_{ij} x_{jf} w_{kf} / z_{ik} \, R_{ik}`.
+* ``GraphConv``: :math:`z_i = W_{root} x_i + W_{rel} \,\mathrm{agg}_j\, e_{ji} x_j + b`.
+* ``SAGEConv`` (no projection, no normalisation): :math:`z_i = W_r x_i + W_l \,\mathrm{mean}_j\, x_j + b`.
+* ``GINConv``: :math:`z_i = \mathrm{nn}\big((1 + \epsilon) x_i + \sum_j x_j\big)`, ``nn`` built from
+  the supported modules.
+* ``ReLU`` (module or function): relevance passes where the unit is active.
+* ``global_add_pool`` / ``global_mean_pool`` / ``global_max_pool``: the scatter rules.
+* ``Dropout``: the identity in eval mode (``Explainer`` puts the model in eval mode).
+
+A message :math:`\hat a_{ij} x_j` (or :math:`e_{ji} x_j`, :math:`x_j`) is multiplied by a number that
+is not an input, so it carries its relevance unchanged; the relevance reaching the messages of
+edge :math:`j \to i`, summed over features and over layers, is that edge's relevance.  GCN's added
+self-loops are not edges of the input: their share stays with the node.
+
+The relevance starts from the explained output: the raw logit of the target class (multiclass),
+:math:`\pm` the single logit of a binary model (:math:`+z` for target 1, :math:`-z` for target 0: the
+log-odds of the target class), or the regression value.  For a model without biases the node
+relevance of a graph sums to that value (up to the rule's :math:`\epsilon`).  The graphs of a
+batch do not exchange messages, so one backward explains all of them, with the same masks as
+one graph at a time.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.explain import Explanation
+from torch_geometric.explain.algorithm import ExplainerAlgorithm
+from torch_geometric.explain.config import (ExplanationType, MaskType, ModelMode, ModelReturnType,
+                                            ModelTaskLevel)
+from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
+from torch_geometric.nn import MLP as PyGMLP
+from torch_geometric.nn import Linear as PyGLinear
+from torch_geometric.nn import MessagePassing
+from torch_geometric.nn import pool as pyg_pool
+
+from . import ops
+from .rules import Rule, get_rule
+from .rules import linear as rule_linear
+
+__all__ = ["LRPExplainer", "UnsupportedModelError", "lrp_patched", "SUPPORTED"]
+
+#: What the explainer can propagate through (shown in the error for anything else).
+SUPPORTED = ("Linear", "GCNConv", "GraphConv", "GINConv (with an nn of supported modules)",
+             "SAGEConv (aggr 'mean', 'add' or 'max', no project/normalize)", "ReLU / F.relu",
+             "global_add_pool", "global_mean_pool", "global_max_pool", "Dropout (eval mode)",
+             "Identity", "containers (Sequential, ModuleList, ModuleDict, torch_geometric.nn.MLP "
+             "without norms, your own modules)")
+
+# Autograd nodes that only copy or move values: relevance passes through them like a gradient.
+_COPY_NODES = {"AccumulateGrad", "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
+               "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
+               "SqueezeBackward3", "SelectBackward0", "SliceBackward0", "IndexBackward0",
+               "TBackward0", "TransposeBackward0", "PermuteBackward0", "CloneBackward0",
+               "AliasBackward0", "ToCopyBackward0", "ExpandBackward0", "CatBackward0",
+               "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "StackBackward0",
+               "NarrowBackward0"}
+
+
+class UnsupportedModelError(TypeError):
+    """The model uses a module or an operation that LRPExplainer cannot propagate relevance through."""
+
+
+def _unsupported(what: str) -> UnsupportedModelError:
+    return UnsupportedModelError(f"LRPExplainer does not support {what}. Supported: {'; '.join(SUPPORTED)}.")
+
+
+# ----------------------------------------------------------- message relevance
+class MessageRelevance(torch.autograd.Function):
+    r"""Messages :math:`m_e = c_e\, x_{s(e)}` from rows already gathered per edge.
+
+    The factor :math:`c_e` (a normalisation or an edge weight) is not an input, so the message
+    keeps its relevance: :math:`R_{x_{s(e)}} \mathrel{+}= R_{m_e}`.  The backward also adds
+    :math:`\sum_f R_{m_{e,f}}` to ``record[edge_id[e]]`` (entries with ``edge_id < 0`` are not
+    edges of the explained graph, e.g. GCN's added self-loops).
+    """
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, coeff: Tensor | None, edge_id: Tensor, record: Tensor | None) -> Tensor:
+        ctx.record = record
+        ctx.save_for_backward(edge_id)
+        return rows * coeff.unsqueeze(-1) if coeff is not None else rows.clone()
+
+    @staticmethod
+    def backward(ctx, rel_out: Tensor):
+        (edge_id,) = ctx.saved_tensors
+        if ctx.record is not None:
+            keep = edge_id >= 0
+            ctx.record.index_add_(0, edge_id[keep], rel_out[keep].sum(-1).to(ctx.record.dtype))
+        return rel_out, None, None, None
+
+
+class ScaleRelevance(torch.autograd.Function):
+    r"""``c * x`` for a constant ``c`` (not an input): :math:`R_x = R_{out}`."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, c: Tensor) -> Tensor:
+        return x * c
+
+    @staticmethod
+    def backward(ctx, rel_out: Tensor):
+        return rel_out, None
+
+
+# ------------------------------------------------------------------ the state
+class _State:
+    """What one explanation needs while the model runs: the rule and the edge record."""
+
+    def __init__(self, rule: Rule, num_edges: int | None, dtype):
+        self.rule = rule
+        self.num_edges = num_edges
+        self.record = torch.zeros(num_edges, dtype=dtype) if num_edges is not None else None
+
+    def messages(self, x: Tensor, edge_index: Tensor, coeff: Tensor | None, edge_id: Tensor, layer: str):
+        if self.record is not None and self.record.device != x.device:
+            self.record = self.record.to(x.device)
+        if self.num_edges is not None and edge_id.numel() and int(edge_id.max()) >= self.num_edges:
+            raise ValueError(f"{layer} received an edge_index with more edges than the explained one "
+                             f"({self.num_edges}); edge relevance needs the convolutions to get the explained edge_index")
+        rows = ops.index_select(x, 0, edge_index[0])
+        return MessageRelevance.apply(rows, coeff, edge_id, self.record)
+
+    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return rule_linear(x, weight.detach(), None if bias is None else bias.detach(), rule=self.rule)
+
+
+def _aggregate(msgs: Tensor, dst: Tensor, n: int, aggr: str, layer: str) -> Tensor:
+    if aggr in ("add", "sum"):
+        return ops.scatter_add(msgs, dst, 0, n)
+    if aggr == "mean":
+        return ops.scatter_mean(msgs, dst, 0, n)
+    if aggr == "max":
+        return ops.scatter_max(msgs, dst, 0, n)[0]
+    raise _unsupported(f"{layer} with aggr={aggr!r}")
+
+
+def _check_edges(edge_index, layer: str, n: int) -> Tensor:
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2 \
+            or edge_index.is_sparse:
+        raise _unsupported(f"{layer} called with a {type(edge_index).__name__} adjacency; pass a dense "
+                           f"edge_index of shape (2, E)")
+    return edge_index
+
+
+def _terms(state: _State, terms: list[Tensor], bias: Tensor | None) -> Tensor:
+    out = terms[0]
+    for t in terms[1:]:
+        out = ops.add(out, t)
+    return out if bias is None else ops.add(out, bias.detach())
+
+
+# ------------------------------------------------------------- layer forwards
+def _linear_forward(state: _State, m: nn.Linear, x: Tensor) -> Tensor:
+    return state.linear(x, m.weight, m.bias)
+
+
+def _relu_forward(state: _State, m: nn.Module, x: Tensor) -> Tensor:
+    return ops.relu(x)
+
+
+def _identity_forward(state: _State, m: nn.Module, x: Tensor, *args, **kwargs) -> Tensor:
+    if m.training and isinstance(m, nn.modules.dropout._DropoutNd):
+        raise _unsupported(f"{type(m).__name__} in training mode (call model.eval())")
+    return x
+
+
+def _gcn_forward(state: _State, m: GCNConv, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
+    n = x.shape[0]
+    edge_index = _check_edges(edge_index, "GCNConv", n)
+    if m.flow != "source_to_target":
+        raise _unsupported(f"GCNConv with flow={m.flow!r}")
+    e = edge_index.shape[1]
+    w = edge_weight.detach() if edge_weight is not None else x.new_ones(e)
+    edge_id = torch.arange(e, device=x.device)
+    if m.normalize:
+        if m.add_self_loops:  # as add_remaining_self_loops: existing loops keep their weight
+            loop = edge_index[0] == edge_index[1]
+            nodes = torch.arange(n, device=x.device)
+            # PyG fills 2 for improved=True only when edge weights are given (gcn_norm)
+            loop_w = x.new_full((n,), 2.0 if m.improved and edge_weight is not None else 1.0)
+            loop_w[edge_index[0, loop]] = w[loop]
+            loop_id = torch.full((n,), -1, dtype=torch.long, device=x.device)
+            loop_id[edge_index[0, loop]] = edge_id[loop]
+            edge_index = torch.cat([edge_index[:, ~loop], nodes.repeat(2, 1)], dim=1)
+            w = torch.cat([w[~loop], loop_w])
+            edge_id = torch.cat([edge_id[~loop], loop_id])
+        src, dst = edge_index
+        deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
+        dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
+        w = dinv[src] * w * dinv[dst]
+    msgs = state.messages(x, edge_index, w, edge_id, "GCNConv")
+    aggregated = ops.scatter_add(msgs, edge_index[1], 0, n)
+    return state.linear(aggregated, m.lin.weight, m.bias)
+
+
+def _graph_conv_forward(state: _State, m: GraphConv, x, edge_index, edge_weight: Tensor | None = None, size=None):
+    if isinstance(x, (tuple, list)):
+        raise _unsupported("GraphConv on bipartite (x_src, x_dst) input")
+    edge_index = _check_edges(edge_index, "GraphConv", x.shape[0])
+    coeff = edge_weight.detach() if edge_weight is not None else None
+    edge_id = torch.arange(edge_index.shape[1], device=x.device)
+    msgs = state.messages(x, edge_index, coeff, edge_id, "GraphConv")
+    aggregated = _aggregate(msgs, edge_index[1], x.shape[0], m.aggr, "GraphConv")
+    return _terms(state, [state.linear(x, m.lin_root.weight, None),
+                          state.linear(aggregated, m.lin_rel.weight, None)], m.lin_rel.bias)
+
+
+def _sage_forward(state: _State, m: SAGEConv, x, edge_index, size=None):
+    if isinstance(x, (tuple, list)):
+        raise _unsupported("SAGEConv on bipartite (x_src, x_dst) input")
+    if m.project or m.normalize:
+        raise _unsupported("SAGEConv with project=True or normalize=True")
+    edge_index = _check_edges(edge_index, "SAGEConv", x.shape[0])
+    edge_id = torch.arange(edge_index.shape[1], device=x.device)
+    msgs = state.messages(x, edge_index, None, edge_id, "SAGEConv")
+    aggregated = _aggregate(msgs, edge_index[1], x.shape[0], m.aggr, "SAGEConv")
+    terms = [state.linear(aggregated, m.lin_l.weight, None)]
+    if m.root_weight:
+        terms.insert(0, state.linear(x, m.lin_r.weight, None))
+    return _terms(state, terms, m.lin_l.bias)
+
+
+def _gin_forward(state: _State, m: GINConv, x, edge_index, size=None):
+    if isinstance(x, (tuple, list)):
+        raise _unsupported("GINConv on bipartite (x_src, x_dst) input")
+    edge_index = _check_edges(edge_index, "GINConv", x.shape[0])
+    edge_id = torch.arange(edge_index.shape[1], device=x.device)
+    msgs = state.messages(x, edge_index, None, edge_id, "GINConv")
+    aggregated = _aggregate(msgs, edge_index[1], x.shape[0], m.aggr, "GINConv")
+    root = ScaleRelevance.apply(x, (1 + m.eps).detach().to(x.dtype))
+    return m.nn(ops.add(root, aggregated))
+
+
+_LAYERS: dict[type, Callable] = {
+    GCNConv: _gcn_forward, GraphConv: _graph_conv_forward, SAGEConv: _sage_forward, GINConv: _gin_forward,
+    nn.Linear: _linear_forward, PyGLinear: _linear_forward, nn.ReLU: _relu_forward,
+    nn.Dropout: _identity_forward, nn.Identity: _identity_forward,
+}
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, PyGMLP)
+
+
+# ---------------------------------------------------------- pooling functions
+def _batch_or_zeros(x: Tensor, batch: Tensor | None) -> Tensor:
+    return batch if batch is not None else torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+
+
+def _groups(batch: Tensor, size: int | None) -> int:
+    return size if size is not None else (int(batch.max()) + 1 if batch.numel() else 0)
+
+
+def global_add_pool(x: Tensor, batch: Tensor | None = None, size: int | None = None) -> Tensor:
+    batch = _batch_or_zeros(x, batch)
+    return ops.scatter_add(x, batch, 0, _groups(batch, size))
+
+
+def global_mean_pool(x: Tensor, batch: Tensor | None = None, size: int | None = None) -> Tensor:
+    batch = _batch_or_zeros(x, batch)
+    return ops.scatter_mean(x, batch, 0, _groups(batch, size))
+
+
+def global_max_pool(x: Tensor, batch: Tensor | None = None, size: int | None = None) -> Tensor:
+    batch = _batch_or_zeros(x, batch)
+    return ops.scatter_max(x, batch, 0, _groups(batch, size))[0]
+
+
+def _relu_function(x: Tensor, inplace: bool = False) -> Tensor:
+    return ops.relu(x)
+
+
+# ------------------------------------------------------------------- patching
+def _plan(model: nn.Module) -> list[tuple[nn.Module, Callable]]:
+    """(module, relevance forward) for every supported module; a clear error for anything else."""
+    plan = []
+
+    def visit(name: str, m: nn.Module, is_root: bool):
+        for cls, fn in _LAYERS.items():
+            if type(m) is cls or (cls is not nn.Linear and isinstance(m, cls)):
+                plan.append((m, fn))
+                if isinstance(m, GINConv):
+                    visit(f"{name}.nn", m.nn, False)
+                return
+        if isinstance(m, nn.Dropout) or type(m).__name__ in ("Dropout1d", "Dropout2d", "AlphaDropout"):
+            plan.append((m, _identity_forward))
+            return
+        if isinstance(m, PyGMLP) and any(not isinstance(norm, nn.Identity) for norm in m.norms):
+            raise _unsupported(f"module '{name}' (torch_geometric.nn.MLP with norm layers: use norm=None)")
+        library = type(m).__module__.split(".")[0] in ("torch", "torch_geometric")
+        if isinstance(m, MessagePassing) or (library and not isinstance(m, _CONTAINERS)):
+            raise _unsupported(f"module '{name}' of type {type(m).__name__}")
+        for child_name, child in m.named_children():
+            visit(f"{name}.{child_name}" if name else child_name, child, False)
+
+    visit("", model, True)
+    return plan
+
+
+_FUNCTIONS = {"global_add_pool": global_add_pool, "global_mean_pool": global_mean_pool,
+              "global_max_pool": global_max_pool}
+
+
+@contextlib.contextmanager
+def lrp_patched(model: nn.Module, rule: Rule | str = "epsilon", num_edges: int | None = None,
+                dtype=torch.float32) -> Iterator[_State]:
+    """Within this context ``model``'s forward computes the same values with relevance ops.
+
+    Yields the state whose ``record`` collects edge relevance (``num_edges`` entries) during the
+    backward.  Everything is restored on exit, also after an error.
+    """
+    state = _State(get_rule(rule), num_edges, dtype)
+    plan = _plan(model)
+    saved_forwards = []
+    saved_attrs = []
+
+    def swap(owner, attr, new):
+        saved_attrs.append((owner, attr, owner.__dict__.get(attr, _MISSING) if isinstance(owner, type)
+                            else getattr(owner, attr)))
+        setattr(owner, attr, new)
+
+    try:
+        for m, fn in plan:
+            saved_forwards.append((m, m.__dict__.get("forward", _MISSING)))
+            m.forward = _bind(fn, state, m)
+        originals = {name: getattr(pyg_pool, name) for name in _FUNCTIONS}
+        namespaces = {id(mod): mod for mod in (sys.modules["torch_geometric.nn"], pyg_pool,
+                                               sys.modules.get("torch_geometric.nn.pool.glob"))
+                      if mod is not None}
+        for m in model.modules():  # the model's own files: `from torch_geometric.nn import global_mean_pool`
+            mod = sys.modules.get(type(m).__module__)
+            if mod is not None:
+                namespaces[id(mod)] = mod
+        for mod in namespaces.values():
+            for attr, value in list(vars(mod).items()):
+                for name, original in originals.items():
+                    if value is original:
+                        swap(mod, attr, _FUNCTIONS[name])
+                if value is F.relu and mod is not F:
+                    swap(mod, attr, _relu_function)
+        for m in model.modules():  # a pooling function kept as an attribute: self.pool = global_mean_pool
+            for attr, value in list(vars(m).items()):
+                for name, original in originals.items():
+                    if value is original:
+                        swap(m, attr, _FUNCTIONS[name])
+        swap(F, "relu", _relu_function)
+        swap(torch, "relu", _relu_function)
+        swap(torch.Tensor, "relu", _relu_function)
+        yield state
+    finally:
+        for owner, attr, value in reversed(saved_attrs):
+            if value is _MISSING:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, value)
+        for m, forward in saved_forwards:
+            if forward is _MISSING:
+                del m.forward
+            else:
+                m.forward = forward
+
+
+_MISSING = object()
+
+
+def _bind(fn, state, m):
+    def forward(*args, **kwargs):
+        return fn(state, m, *args, **kwargs)
+    return forward
+
+
+def check_relevance_graph(out: Tensor) -> None:
+    """Raise :class:`UnsupportedModelError` if ``out`` depends on the input through an operation
+    that was not replaced by a relevance op (it would pass a gradient, not relevance)."""
+    seen, stack, bad = set(), [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        name = type(node).__name__
+        if not (name.endswith("RelevanceBackward") or name in _COPY_NODES):
+            bad.add(name.replace("Backward0", "").replace("Backward1", ""))
+        stack.extend(n for n, _ in node.next_functions)
+    if bad:
+        raise _unsupported(
+            f"the operation(s) {', '.join(sorted(bad))} applied in model.forward outside the supported "
+            f"modules and functions (relevance cannot be propagated through them)")
+
+
+# ------------------------------------------------------------------ explainer
+class LRPExplainer(ExplainerAlgorithm):
+    r"""Layer-wise Relevance Propagation for PyG models (see the module docstring).
+
+    Args:
+        rule: the rule of every linear map: ``"epsilon"`` (default, :math:`\epsilon = 10^{-6}`),
+            ``"gamma"``, or any :class:`lrp_lib.rules.Rule` (``Epsilon(0.1)``, ``Gamma(0.25)``).
+
+    Masks: ``node_mask_type="attributes"`` gives the relevance of each input feature (N x F),
+    ``"object"`` its sum per node (N x 1); ``edge_mask_type="object"`` the relevance carried by each
+    edge's messages over all layers (E).  Relevance is signed and not normalised.
+    """
+
+    def __init__(self, rule: Rule | str = "epsilon"):
+        super().__init__()
+        self.rule = get_rule(rule)
+
+    def supports(self) -> bool:
+        cfg, model_cfg = self.explainer_config, self.model_config
+        if cfg.node_mask_type not in (None, MaskType.object, MaskType.attributes):
+            raise ValueError(f"LRPExplainer supports node_mask_type None, 'object' or 'attributes', "
+                             f"got {cfg.node_mask_type.value!r}")
+        if cfg.edge_mask_type not in (None, MaskType.object):
+            raise ValueError(f"LRPExplainer supports edge_mask_type None or 'object', got {cfg.edge_mask_type.value!r}")
+        if model_cfg.return_type != ModelReturnType.raw:
+            raise ValueError(f"LRPExplainer starts from raw model outputs: use return_type='raw', "
+                             f"got {model_cfg.return_type.value!r}")
+        if model_cfg.task_level == ModelTaskLevel.edge:
+            raise ValueError("LRPExplainer explains graph- and node-level tasks, not task_level='edge'")
+        return True
+
+    def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
+                index=None, **kwargs) -> Explanation:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a tensor (heterogeneous graphs are not supported), got {type(x).__name__}")
+        leaf = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad(), lrp_patched(model, self.rule, edge_index.shape[1], x.dtype) as state:
+            out = model(leaf, edge_index, **kwargs)
+            check_relevance_graph(out)
+            out.backward(self._start(out, target, index))
+        node_rel, edge_rel = leaf.grad, state.record
+        node_type = self.explainer_config.node_mask_type
+        node_mask = None if node_type is None else (
+            node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True))
+        edge_mask = edge_rel if self.explainer_config.edge_mask_type is not None else None
+        return Explanation(node_mask=node_mask, edge_mask=edge_mask)
+
+    def _start(self, out: Tensor, target: Tensor, index) -> Tensor:
+        """The relevance of the outputs: the explained value where explained, else 0."""
+        out_d = out.detach()
+        mode = self.model_config.mode
+        if mode == ModelMode.multiclass_classification:
+            rel = torch.zeros_like(out_d)
+            target = target.view(-1)
+            rows = torch.arange(out_d.shape[0], device=out.device)
+            if index is not None:
+                rows = rows[index].view(-1)
+                target = target[index].view(-1) if target.numel() == out_d.shape[0] else target
+            rel[rows, target] = out_d[rows, target]
+            return rel
+        if mode == ModelMode.binary_classification:
+            if out_d.shape[-1] != 1 and out_d.dim() > 1:
+                raise ValueError(f"binary_classification expects one logit per row, got output shape {tuple(out_d.shape)}")
+            sign = target.view(out_d.shape[0], *([1] * (out_d.dim() - 1))).to(out_d.dtype) * 2 - 1
+            rel = sign * out_d
+        else:
+            rel = out_d.clone()
+        if index is not None:
+            keep = torch.zeros(out_d.shape[0], dtype=torch.bool, device=out.device)
+            keep[index] = True
+            rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
+        return rel

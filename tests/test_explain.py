@@ -1,0 +1,323 @@
+"""LRPExplainer on stock PyG models: the forward is unchanged, relevance matches a slow reference
+written from the rules' definitions, conservation, batched == one by one, agreement with the
+lrp_lib.graph layers, and a clear error for what is not supported."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch_geometric
+from torch import nn
+from torch_geometric.data import Batch, Data
+from torch_geometric.explain import Explainer
+from torch_geometric.nn import (GATConv, GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool,
+                                global_max_pool, global_mean_pool)
+from torch_geometric.nn import MLP
+
+from lrp_lib import graph as G
+from lrp_lib.explain import LRPExplainer, UnsupportedModelError, lrp_patched
+from lrp_lib.mode import relevance
+from lrp_lib.rules import Epsilon, Gamma
+
+POOLS = {"add": global_add_pool, "mean": global_mean_pool, "max": global_max_pool}
+
+
+class Net(nn.Module):
+    """conv -> ReLU -> conv -> ReLU -> pool -> Linear -> ReLU -> Linear, written as users write it."""
+
+    def __init__(self, conv, hidden=6, in_features=4, out=1, pool="mean", bias=True):
+        super().__init__()
+        self.conv1 = conv(in_features, hidden, bias)
+        self.conv2 = conv(hidden, hidden, bias)
+        self.lin1 = nn.Linear(hidden, hidden, bias=bias)
+        self.lin2 = nn.Linear(hidden, out, bias=bias)
+        self.act = nn.ReLU()
+        self.drop = nn.Dropout(0.5)
+        self.pool = POOLS[pool]
+
+    def forward(self, x, edge_index, batch=None):
+        x = F.relu(self.conv1(x, edge_index))
+        x = self.conv2(x, edge_index).relu()
+        x = self.pool(x, batch)
+        x = self.drop(self.act(self.lin1(x)))
+        return self.lin2(x)
+
+
+CONVS = {
+    "gcn": lambda i, o, b: GCNConv(i, o, bias=b),
+    "gcn-no-loops": lambda i, o, b: GCNConv(i, o, bias=b, add_self_loops=False),
+    "gcn-improved": lambda i, o, b: GCNConv(i, o, bias=b, improved=True),
+    "graphconv-add": lambda i, o, b: GraphConv(i, o, aggr="add", bias=b),
+    "graphconv-mean": lambda i, o, b: GraphConv(i, o, aggr="mean", bias=b),
+    "graphconv-max": lambda i, o, b: GraphConv(i, o, aggr="max", bias=b),
+    "sage-mean": lambda i, o, b: SAGEConv(i, o, aggr="mean", bias=b),
+    "gin-seq": lambda i, o, b: GINConv(nn.Sequential(nn.Linear(i, o, bias=b), nn.ReLU(), nn.Linear(o, o, bias=b)),
+                                       train_eps=True),
+    "gin-mlp": lambda i, o, b: GINConv(MLP([i, o, o], norm=None, bias=b), eps=0.3),
+}
+
+
+def random_graphs(count=3, seed=0, features=4, dtype=torch.float64):
+    """Small random undirected graphs (with one self-loop), non-negative features."""
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for k in range(count):
+        n = 4 + k
+        src = torch.randint(0, n, (2 * n,), generator=g)
+        dst = torch.randint(0, n, (2 * n,), generator=g)
+        keep = src != dst
+        ei = torch.stack([torch.cat([src[keep], dst[keep]]), torch.cat([dst[keep], src[keep]])])
+        ei = torch.cat([ei, torch.tensor([[0], [0]])], dim=1)  # a self-loop, as some data sets have
+        graphs.append(Data(x=torch.rand(n, features, generator=g, dtype=dtype), edge_index=torch_geometric.utils.coalesce(ei)))
+    return graphs
+
+
+def make(conv, seed=0, **kw):
+    torch.manual_seed(seed)
+    model = Net(CONVS[conv], **kw).double().eval()
+    if conv.startswith("gin"):  # make the GIN eps non-trivial
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, GINConv):
+                    m.eps.fill_(0.3)
+    return model
+
+
+def explainer(model, mode="regression", node_mask_type="attributes", rule="epsilon"):
+    """PyG's Explainer with LRPExplainer (epsilon = 1e-6 by default; rule="z" conserves exactly)."""
+    return Explainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="model",
+                     node_mask_type=node_mask_type, edge_mask_type="object",
+                     model_config=dict(mode=mode, task_level="graph", return_type="raw"))
+
+
+# ------------------------------------------------------------------ forward
+@pytest.mark.parametrize("pool", list(POOLS))
+@pytest.mark.parametrize("conv", list(CONVS))
+def test_patched_forward_computes_the_same_values(conv, pool):
+    model = make(conv, pool=pool)
+    batch = Batch.from_data_list(random_graphs())
+    expected = model(batch.x, batch.edge_index, batch.batch)
+    with lrp_patched(model, num_edges=batch.edge_index.shape[1], dtype=torch.float64):
+        got = model(batch.x, batch.edge_index, batch.batch)
+    torch.testing.assert_close(got, expected)
+    # everything is restored: the model runs on ordinary ops again
+    again = model(batch.x.requires_grad_(True), batch.edge_index, batch.batch)
+    assert "Relevance" not in type(again.grad_fn).__name__
+    assert F.relu is torch.nn.functional.relu and torch_geometric.nn.global_mean_pool is global_mean_pool
+
+
+# ------------------------------------------------------------ conservation
+@pytest.mark.parametrize("conv", ["gcn", "graphconv-add", "graphconv-mean", "sage-mean", "gin-seq", "gin-mlp"])
+@pytest.mark.parametrize("mode", ["regression", "binary_classification"])
+def test_bias_free_models_conserve_the_output(conv, mode):
+    model = make(conv, bias=False, pool="add")
+    batch = Batch.from_data_list(random_graphs(seed=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a dead unit may lose relevance; not this test's concern
+        explanation = explainer(model, mode, rule="z")(batch.x, batch.edge_index, batch=batch.batch)
+    out = model(batch.x, batch.edge_index, batch.batch).detach().view(-1)
+    if mode == "binary_classification":  # the log-odds of the target class: +z for 1, -z for 0
+        out = torch.where(out > 0, out, -out)
+    per_graph = torch.zeros_like(out).index_add_(0, batch.batch, explanation.node_mask.sum(-1))
+    torch.testing.assert_close(per_graph, out, rtol=1e-5, atol=1e-8)
+
+
+def test_multiclass_starts_from_the_target_logit():
+    model = make("gcn", bias=False, out=3, pool="add")
+    batch = Batch.from_data_list(random_graphs(seed=4))
+    exp = Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="object",
+                    edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                               task_level="graph", return_type="raw"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        e = exp(batch.x, batch.edge_index, batch=batch.batch)
+    logits = model(batch.x, batch.edge_index, batch.batch).detach()
+    expected = logits.gather(1, logits.argmax(1, keepdim=True)).view(-1)
+    per_graph = torch.zeros(3, dtype=torch.float64).index_add_(0, batch.batch, e.node_mask.view(-1))
+    torch.testing.assert_close(per_graph, expected)
+
+
+# ---------------------------------------------------------- slow reference
+def reference_gcn_lrp(x, edge_index, conv, lin, gamma=0.0):
+    """One GCNConv -> ReLU -> sum pool -> Linear(., 1), bias-free, from the rule's definition:
+    R_jf = sum_{i,k} a_ij x_jf w'_kf / z'_ik R_ik (w' = w + gamma w+), edge j->i gets sum_{f,k} of the same."""
+    n, feats = x.shape
+    W = conv.lin.weight.detach()
+    v = lin.weight.detach()[0]
+    Wg, vg = W + gamma * W.clamp(min=0), v + gamma * v.clamp(min=0)
+    # normalised adjacency with self-loops, entry by entry
+    pairs = [(int(s), int(d)) for s, d in edge_index.t()] + [(i, i) for i in range(n)]
+    deg = [sum(1.0 for s, d in pairs if d == i) for i in range(n)]
+    a = {}
+    for e, (s, d) in enumerate(pairs):
+        a[e] = 1.0 / (deg[s] ** 0.5 * deg[d] ** 0.5)
+    z = [[sum(a[e] * float(x[s, f]) * float(W[k, f]) for e, (s, d) in enumerate(pairs) if d == i for f in range(feats))
+          for k in range(W.shape[0])] for i in range(n)]
+    h = [[max(zik, 0.0) for zik in zi] for zi in z]
+    p = [sum(h[i][k] for i in range(n)) for k in range(W.shape[0])]
+    y = sum(v[k] * p[k] for k in range(len(p)))
+    yg = sum(vg[k] * p[k] for k in range(len(p)))
+    R_p = [float(vg[k]) * p[k] / float(yg) * float(y) for k in range(len(p))]
+    R_h = [[0.0 if p[k] == 0 else h[i][k] / p[k] * R_p[k] for k in range(len(p))] for i in range(n)]
+    zg = [[sum(a[e] * float(x[s, f]) * float(Wg[k, f]) for e, (s, d) in enumerate(pairs) if d == i for f in range(feats))
+           for k in range(W.shape[0])] for i in range(n)]
+    R_x = torch.zeros(n, feats, dtype=torch.float64)
+    R_edge = torch.zeros(len(pairs), dtype=torch.float64)
+    for e, (s, d) in enumerate(pairs):
+        for k in range(W.shape[0]):
+            if R_h[d][k] == 0:
+                continue
+            for f in range(feats):
+                share = a[e] * float(x[s, f]) * float(Wg[k, f]) / zg[d][k] * R_h[d][k]
+                R_x[s, f] += share
+                R_edge[e] += share
+    return float(y), R_x, R_edge[: edge_index.shape[1]]
+
+
+class OneGCN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(4, 5, bias=False)
+        self.lin = nn.Linear(5, 1, bias=False)
+
+    def forward(self, x, edge_index, batch=None):
+        return self.lin(global_add_pool(F.relu(self.conv(x, edge_index)), batch))
+
+
+@pytest.mark.parametrize("rule,gamma", [(Epsilon(0.0), 0.0), (Gamma(0.5, eps=0.0), 0.5)])
+def test_gcn_relevance_matches_the_slow_reference(rule, gamma):
+    torch.manual_seed(1)
+    model = OneGCN().double().eval()
+    data = random_graphs(1, seed=5)[0]
+    data.edge_index = torch_geometric.utils.remove_self_loops(data.edge_index)[0]
+    y, R_x, R_edge = reference_gcn_lrp(data.x, data.edge_index, model.conv, model.lin, gamma)
+    e = explainer(model, rule=rule)(data.x, data.edge_index)
+    assert float(e.prediction) == pytest.approx(y)
+    torch.testing.assert_close(e.node_mask, R_x)
+    torch.testing.assert_close(e.edge_mask, R_edge)
+    if gamma == 0.0:
+        assert float(e.node_mask.sum()) == pytest.approx(y)
+
+
+# ------------------------------------------------------------------ batches
+@pytest.mark.parametrize("conv", ["gcn", "graphconv-max", "sage-mean", "gin-mlp"])
+@pytest.mark.parametrize("pool", ["mean", "max"])
+def test_batched_equals_one_by_one(conv, pool):
+    model = make(conv, pool=pool)
+    graphs = random_graphs(4, seed=7)
+    batch = Batch.from_data_list(graphs)
+    exp = explainer(model, "binary_classification")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        together = exp(batch.x, batch.edge_index, batch=batch.batch)
+        singles = [exp(g.x, g.edge_index) for g in graphs]
+    torch.testing.assert_close(together.node_mask, torch.cat([s.node_mask for s in singles]))
+    torch.testing.assert_close(together.edge_mask, torch.cat([s.edge_mask for s in singles]))
+    assert together.edge_mask.abs().sum() > 0
+
+
+# ------------------------------------------------------- lrp_lib.graph twin
+def graph_twin(model):
+    """The GraphConv(add) model of `make('graphconv-add', pool='add')` as lrp_lib.graph layers:
+    edges copy their sender (identity weight), nodes add W_root x + W_rel sum(edges) + b."""
+    layers = []
+    for conv in (model.conv1, model.conv2):
+        f_in, f_out = conv.lin_rel.weight.shape[1], conv.lin_rel.weight.shape[0]
+        copy = G.EdgeLinear(f_in, sender_features=f_in, bias=False, eps=0.0)
+        node = G.NodeLinear(f_out, node_features=f_in, incoming_features=f_in, aggregation="sum")
+        with torch.no_grad():
+            copy.W_sender.copy_(torch.eye(f_in))
+            node.W_node.copy_(conv.lin_root.weight)
+            node.W_incoming.copy_(conv.lin_rel.weight)
+            node.bias.copy_(conv.lin_rel.bias)
+        layers += [copy, node, G.NodeReLU()]
+    pool = G.GlobalLinear(model.lin1.out_features, node_features=model.lin1.in_features, aggregation="sum")
+    head = G.GlobalLinear(1, global_features=model.lin2.in_features)
+    with torch.no_grad():
+        pool.W_node.copy_(model.lin1.weight)
+        pool.bias.copy_(model.lin1.bias)
+        head.W_global.copy_(model.lin2.weight)
+        head.bias.copy_(model.lin2.bias)
+    return nn.Sequential(*layers, pool, G.GlobalReLU(), head).double()
+
+
+def test_matches_the_lrp_lib_graph_layers():
+    model = make("graphconv-add", pool="add")
+    batch = Batch.from_data_list(random_graphs(3, seed=11))
+    twin = graph_twin(model)
+    data = G.relevance_inputs(Data(x=batch.x, edge_index=batch.edge_index, batch=batch.batch))
+    intermediate = []
+    with relevance():
+        h = data
+        for layer in twin:
+            h = layer(h)
+            if isinstance(layer, G.EdgeLinear):
+                h.edge_attr.retain_grad()
+                intermediate.append(h.edge_attr)
+    torch.testing.assert_close(h.u, model(batch.x, batch.edge_index, batch.batch))
+    h.u.backward(h.u.detach())
+    e = explainer(model)(batch.x, batch.edge_index, batch=batch.batch)
+    torch.testing.assert_close(e.node_mask, data.x.grad)
+    torch.testing.assert_close(e.edge_mask, sum(t.grad.sum(-1) for t in intermediate))
+
+
+# -------------------------------------------------------------- bad input
+class WithGAT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GATConv(4, 3)
+        self.lin = nn.Linear(3, 1)
+
+    def forward(self, x, edge_index, batch=None):
+        return self.lin(global_mean_pool(self.conv(x, edge_index), batch))
+
+
+class WithNorm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(4, 3)
+        self.norm = nn.BatchNorm1d(3)
+        self.lin = nn.Linear(3, 1)
+
+    def forward(self, x, edge_index, batch=None):
+        return self.lin(global_mean_pool(self.norm(self.conv(x, edge_index)), batch))
+
+
+class WithSigmoid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(4, 3)
+        self.lin = nn.Linear(3, 1)
+
+    def forward(self, x, edge_index, batch=None):
+        return self.lin(global_mean_pool(torch.sigmoid(self.conv(x, edge_index)), batch))
+
+
+@pytest.mark.parametrize("model,named", [(WithGAT, "module 'conv' of type GATConv"),
+                                         (WithNorm, "module 'norm' of type BatchNorm1d"),
+                                         (WithSigmoid, "Sigmoid")])
+def test_unsupported_models_raise_a_clear_error(model, named):
+    model = model().double().eval()
+    data = random_graphs(1)[0]
+    with pytest.raises(UnsupportedModelError, match=named) as info:
+        explainer(model)(data.x, data.edge_index)
+    assert "Supported: Linear; GCNConv; GraphConv; GINConv" in str(info.value)
+    # nothing stays patched after the error
+    assert F.relu is torch.nn.functional.relu and global_mean_pool is torch_geometric.nn.global_mean_pool
+    assert "forward" not in model.conv.__dict__
+
+
+def test_unsupported_configurations_raise():
+    model = make("gcn")
+    data = random_graphs(1)[0]
+    with pytest.raises(ValueError, match="return_type='raw'"):
+        Explainer(model, algorithm=LRPExplainer(), explanation_type="model", edge_mask_type="object",
+                  model_config=dict(mode="binary_classification", task_level="graph", return_type="probs"))
+    with pytest.raises(ValueError, match="rule 'nope' is not known"):
+        LRPExplainer(rule="nope")
+    sage = Net(lambda i, o, b: SAGEConv(i, o, project=True)).double().eval()
+    with pytest.raises(UnsupportedModelError, match="SAGEConv with project=True"):
+        explainer(sage)(data.x, data.edge_index)
+    norm_mlp = Net(lambda i, o, b: GINConv(MLP([i, o, o]))).double().eval()
+    with pytest.raises(UnsupportedModelError, match="MLP with norm layers"):
+        explainer(norm_mlp)(data.x, data.edge_index)
