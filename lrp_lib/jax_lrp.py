@@ -69,7 +69,7 @@ def _proportional(name: str, f, R, *inputs):
     z, vjp = jax.vjp(f, *inputs)
     _check_relevance(name, R, z)
     _warn_if_lost(name, z, R)
-    c = vjp(safe_divide(R, z))
+    c = vjp(safe_divide(R, z).astype(z.dtype))  # R in another precision is cast to the output's
     return tuple(x * ci for x, ci in zip(inputs, c))
 
 
@@ -153,7 +153,7 @@ class Dense(fnn.Dense):
             z, vjp = jax.vjp(self.__call__, x)
             _check_relevance("Dense", R, z)
             _warn_if_lost("Dense", z, R)
-            return x * vjp(safe_divide(R, z, eps))[0]
+            return x * vjp(safe_divide(R, z, eps).astype(z.dtype))[0]
         beta = alpha - 1 if beta is None else beta
         kernel = self.variables["params"]["kernel"]
         w_pos, w_neg = jnp.clip(kernel, min=0), jnp.clip(kernel, max=0)
@@ -168,7 +168,7 @@ class Dense(fnn.Dense):
         z, vjp = jax.vjp(lambda a, b: jnp.dot(a, w1) + jnp.dot(b, w2), x1, x2)
         _check_relevance("Dense", R, z)
         _warn_if_lost("Dense", z, R)
-        c1, c2 = vjp(safe_divide(R, z, eps=0.0))
+        c1, c2 = vjp(safe_divide(R, z, eps=0.0).astype(z.dtype))
         return x1 * c1 + x2 * c2
 
 
