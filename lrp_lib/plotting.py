@@ -16,7 +16,7 @@ import torch
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-__all__ = ["draw_graph"]
+__all__ = ["draw_graph", "draw_molecule"]
 
 
 def _as_numpy(values, name: str, size: int):
@@ -114,5 +114,90 @@ def draw_graph(
         ax.figure.colorbar(ScalarMappable(norm=norm, cmap=colormap), ax=ax, label="relevance", shrink=0.8)
     if title:
         ax.set_title(title)
+    ax.set_axis_off()
+    return ax
+
+
+def draw_molecule(
+    data,
+    edge_score=None,
+    *,
+    atom_names: Sequence[str] | None = None,
+    ground_truth=None,
+    combine: str = "sum",
+    ax: plt.Axes | None = None,
+    cmap: str | None = None,
+    pos: Mapping[int, Sequence[float]] | None = None,
+    node_size: float = 260,
+    title: str | None = None,
+):
+    """Draw a molecule graph: atoms labelled by element, bonds coloured by a score.
+
+    Args:
+        data: a PyG ``Data`` whose ``x`` is a one-hot atom type (the column picks the name in
+            ``atom_names``; default the Mutagenicity atoms, :data:`lrp_lib.datasets.mutagenicity.ATOMS`).
+        edge_score: one value per *directed* edge of ``data.edge_index`` (an explainer's edge mask),
+            or ``None`` for plain black bonds.  The two directions of a bond are combined with
+            ``combine`` ('sum', 'mean' or 'max').
+        ground_truth: optional 0/1 per directed edge (``data.edge_gt``); those bonds get a dashed
+            black outline.
+        cmap: default 'Reds' (scale 0 .. max) when all scores are >= 0, else 'RdBu_r' centred at 0.
+        pos: atom positions; default a Kamada-Kawai layout (deterministic).
+
+    Returns:
+        the axes.  Bond widths grow with the absolute score.
+    """
+    if atom_names is None:
+        from .datasets.mutagenicity import ATOMS as atom_names
+    if combine not in ("sum", "mean", "max"):
+        raise ValueError(f"combine must be 'sum', 'mean' or 'max', got {combine!r}")
+    x = data.x.detach().cpu()
+    if x.dim() != 2 or x.shape[1] != len(atom_names):
+        raise ValueError(f"data.x must be one-hot with {len(atom_names)} columns (one per atom name), "
+                         f"got shape {tuple(x.shape)}")
+    edge_index = data.edge_index.detach().cpu().numpy()
+    num_edges = edge_index.shape[1]
+    score = _as_numpy(edge_score, "edge_score", num_edges)
+    truth = _as_numpy(ground_truth, "ground_truth", num_edges)
+
+    bonds: dict[tuple[int, int], list[int]] = {}
+    for e, (s, r) in enumerate(edge_index.T):
+        if s != r:
+            bonds.setdefault((min(s, r), max(s, r)), []).append(e)
+    reduce = {"sum": np.sum, "mean": np.mean, "max": np.max}[combine]
+    bond_list = list(bonds)
+    bond_score = None if score is None else np.array([reduce(score[bonds[b]]) for b in bond_list])
+
+    graph = nx.Graph()
+    graph.add_nodes_from(range(x.shape[0]))
+    graph.add_edges_from(bond_list)
+    if pos is None:
+        pos = nx.kamada_kawai_layout(graph) if graph.number_of_edges() else nx.circular_layout(graph)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 3.5))
+
+    names = {i: atom_names[int(x[i].argmax())] for i in range(x.shape[0])}
+    if bond_score is None:
+        colors, widths = "black", 1.5
+    else:
+        top = float(np.abs(bond_score).max()) if bond_score.size else 0.0
+        top = top if top > 0 else 1.0
+        if cmap is None:
+            cmap = "Reds" if bond_score.min() >= 0 else "RdBu_r"
+        norm = Normalize(0, top) if bond_score.min() >= 0 and cmap == "Reds" else Normalize(-top, top)
+        colormap = plt.get_cmap(cmap)
+        colors = [colormap(norm(v)) for v in bond_score]
+        widths = [1.0 + 5.0 * abs(v) / top for v in bond_score]
+    if truth is not None:
+        marked = [b for b in bond_list if truth[bonds[b]].max() > 0]
+        nx.draw_networkx_edges(graph, pos, edgelist=marked, ax=ax, width=9, edge_color="black", style="dashed",
+                               alpha=0.6)
+    nx.draw_networkx_edges(graph, pos, edgelist=bond_list, ax=ax, width=widths, edge_color=colors)
+    node_colors = ["#ffd9d9" if names[i] in ("N", "O") else "#f2f2f2" for i in range(x.shape[0])]
+    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=node_colors, node_size=node_size,
+                           edgecolors="grey", linewidths=0.8)
+    nx.draw_networkx_labels(graph, pos, labels=names, ax=ax, font_size=8)
+    if title:
+        ax.set_title(title, fontsize=10)
     ax.set_axis_off()
     return ax
