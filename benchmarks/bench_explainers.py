@@ -1,0 +1,210 @@
+"""Explainers on Mutagenicity: milliseconds per explanation and ground-truth AUROC, side by side.
+
+    python benchmarks/bench_explainers.py [--gnnexplainer-epochs 200] [--limit N]
+
+Trains the chapter's GCN (book/_src/05_explaining_gnns.py: same code, same seeds, one CPU thread),
+then explains every test mutagen that has an NO2 / NH2 group with LRPExplainer (one graph at a
+time, and all of them in one batch), gradient saliency and Integrated Gradients (Captum, on the
+edge mask) and GNNExplainer (PyG, 200 epochs), all through their usual APIs.  For each method it
+prints the mean wall-clock milliseconds per explanation, the speed ratio against GNNExplainer,
+the mean per-graph AUROC of the edge scores against the ground truth and PyG's fidelity+ /
+fidelity- of each method's top-k edges (k = the number of ground-truth edges), and writes the table to
+benchmarks/results/explainers.json (read by the chapter).
+"""
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from captum.attr import IntegratedGradients, Saliency
+from sklearn.metrics import roc_auc_score
+from sklearn.model_selection import train_test_split
+from torch_geometric.explain import Explainer, GNNExplainer
+from torch_geometric.explain.metric import fidelity
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import GCNConv, global_mean_pool
+
+from lrp_lib.datasets import mutagenicity
+from lrp_lib.explain import LRPExplainer
+
+RESULTS = Path(__file__).resolve().parent / "results" / "explainers.json"
+MODEL_CONFIG = dict(mode="binary_classification", task_level="graph", return_type="raw")
+
+
+# ---------------------------------------------------------- the chapter's model
+class GCN(torch.nn.Module):
+    def __init__(self, in_features, hidden):
+        super().__init__()
+        self.gc1 = GCNConv(in_features, hidden)
+        self.gc2 = GCNConv(hidden, hidden)
+        self.gc3 = GCNConv(hidden, hidden)
+        self.gc4 = GCNConv(hidden, hidden)
+        self.pre_head = torch.nn.Linear(hidden, hidden)
+        self.head = torch.nn.Linear(hidden, 1)
+
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        x = F.relu(self.gc1(x, edge_index, edge_weight))
+        x = F.relu(self.gc2(x, edge_index, edge_weight))
+        x = F.relu(self.gc3(x, edge_index, edge_weight))
+        x = F.relu(self.gc4(x, edge_index, edge_weight))
+        x = global_mean_pool(x, batch)
+        x = F.dropout(x, p=0.5, training=self.training)
+        return self.head(self.pre_head(x))
+
+
+def seed_everything(seed=0):
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def train(dataset, train_idx, test_idx, epochs=20, hidden=64, lr=5e-3):
+    seed_everything(0)
+    model = GCN(dataset.num_features, hidden)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
+    loader = DataLoader(dataset[train_idx], batch_size=128, shuffle=True, generator=torch.Generator().manual_seed(0))
+    for _ in range(epochs):
+        model.train()
+        for b in loader:
+            opt.zero_grad()
+            loss = F.binary_cross_entropy_with_logits(model(b.x, b.edge_index, b.batch).view(-1), b.y.float())
+            loss.backward()
+            opt.step()
+        sched.step()
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for b in DataLoader(dataset[test_idx], batch_size=512):
+            correct += int(((model(b.x, b.edge_index, b.batch).view(-1) > 0).long() == b.y).sum())
+    return model, correct / len(test_idx)
+
+
+# ------------------------------------------------------------------ the methods
+def target_logodds(model, data, edge_mask, target):
+    """The log-odds of the target class (+z for 1, -z for 0) for each row of edge masks."""
+    k, n, e = edge_mask.shape[0], data.num_nodes, data.edge_index.shape[1]
+    edge_index = (data.edge_index.repeat(1, k) + (torch.arange(k) * n).repeat_interleave(e))
+    batch = torch.arange(k).repeat_interleave(n)
+    z = model(data.x.repeat(k, 1), edge_index, batch, edge_mask.reshape(-1)).view(-1)
+    return z if int(target) == 1 else -z
+
+
+def saliency(model, data, target):
+    mask = torch.ones(1, data.edge_index.shape[1], requires_grad=True)
+    return Saliency(lambda m: target_logodds(model, data, m, target)).attribute(mask, abs=True)[0]
+
+
+def integrated_gradients(model, data, target, steps=50):
+    mask = torch.ones(1, data.edge_index.shape[1], requires_grad=True)
+    ig = IntegratedGradients(lambda m: target_logodds(model, data, m, target))
+    return ig.attribute(mask, baselines=torch.zeros_like(mask), n_steps=steps, internal_batch_size=steps)[0]
+
+
+def auroc(scores, truth):
+    return float(roc_auc_score(truth.numpy(), scores.detach().numpy()))
+
+
+def hard_top_k(scores, k):
+    """1 on the k highest-scoring edges, 0 elsewhere (ties broken by position)."""
+    mask = torch.zeros_like(scores, dtype=torch.float)
+    mask[scores.detach().argsort(descending=True, stable=True)[:k]] = 1.0
+    return mask
+
+
+def fidelities(explainer, graphs, masks):
+    """Mean fidelity+ and fidelity- (PyG) of the hard top-k edge masks, k = the ground-truth size."""
+    plus, minus = [], []
+    for g, m in zip(graphs, masks):
+        explanation = explainer(g.x, g.edge_index)  # prediction, target and inputs for the metric
+        explanation.edge_mask = hard_top_k(m, int(g.edge_gt.sum()))
+        fp, fm = fidelity(explainer, explanation)
+        plus.append(fp)
+        minus.append(fm)
+    return float(np.mean(plus)), float(np.mean(minus))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gnnexplainer-epochs", type=int, default=200)
+    parser.add_argument("--limit", type=int, default=None, help="explain only the first N graphs")
+    parser.add_argument("--train-epochs", type=int, default=20, help="fewer only for a quick try")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+    dataset = mutagenicity()
+    labels = dataset._data.y.tolist()
+    train_idx, test_idx = train_test_split(list(range(len(dataset))), stratify=labels, test_size=0.25,
+                                           random_state=11)
+    t0 = time.perf_counter()
+    model, accuracy = train(dataset, train_idx, test_idx, epochs=args.train_epochs)
+    train_s = time.perf_counter() - t0
+    print(f"trained in {train_s:.0f} s, test accuracy {accuracy:.3f}", flush=True)
+
+    graphs = [dataset[i] for i in test_idx if int(dataset[i].y) == 0 and bool(dataset[i].edge_gt.any())]
+    graphs = graphs[: args.limit] if args.limit else graphs
+    with torch.no_grad():
+        targets = [int(model(g.x, g.edge_index).view(-1) > 0) for g in graphs]
+    lrp = Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type=None,
+                    edge_mask_type="object", model_config=MODEL_CONFIG)
+    gnnexp = Explainer(model, algorithm=GNNExplainer(epochs=args.gnnexplainer_epochs), explanation_type="model",
+                       node_mask_type=None, edge_mask_type="object", model_config=MODEL_CONFIG)
+    methods = {
+        "LRP (LRPExplainer)": lambda g, t: lrp(g.x, g.edge_index).edge_mask,
+        "saliency (Captum)": lambda g, t: saliency(model, g, t),
+        "Integrated Gradients (Captum, 50 steps)": lambda g, t: integrated_gradients(model, g, t),
+        f"GNNExplainer (PyG, {args.gnnexplainer_epochs} epochs)": lambda g, t: gnnexp(g.x, g.edge_index).edge_mask,
+    }
+    rows = {}
+    for name, explain in methods.items():
+        torch.manual_seed(0)
+        explain(graphs[0], targets[0])  # warm-up
+        start = time.perf_counter()
+        masks = [explain(g, t) for g, t in zip(graphs, targets)]
+        ms = (time.perf_counter() - start) * 1000 / len(graphs)
+        scores = [auroc(m, g.edge_gt) for m, g in zip(masks, graphs)]
+        fid_plus, fid_minus = fidelities(lrp, graphs, masks)
+        rows[name] = dict(ms_per_explanation=ms, auroc=float(np.mean(scores)), fidelity_plus=fid_plus,
+                          fidelity_minus=fid_minus)
+        print(f"{name:45s} {ms:9.2f} ms  AUROC {np.mean(scores):.3f}  fid+ {fid_plus:.3f}  fid- {fid_minus:.3f}",
+              flush=True)
+
+    # LRP on the whole evaluation set in one batch (one backward)
+    from torch_geometric.data import Batch
+    batch = Batch.from_data_list(graphs)
+    start = time.perf_counter()
+    batched = lrp(batch.x, batch.edge_index, batch=batch.batch).edge_mask
+    ms = (time.perf_counter() - start) * 1000 / len(graphs)
+    one_by_one = torch.cat([lrp(g.x, g.edge_index).edge_mask for g in graphs])
+    assert torch.allclose(batched, one_by_one, rtol=1e-4, atol=1e-6), "batched LRP differs from one by one"
+    rows["LRP (LRPExplainer), whole set in one batch"] = dict(rows["LRP (LRPExplainer)"], ms_per_explanation=ms)
+    gt_fid = fidelities(lrp, graphs, [g.edge_gt.float() for g in graphs])
+    print(f"ground truth as the explanation: fid+ {gt_fid[0]:.3f}  fid- {gt_fid[1]:.3f}")
+
+    gnn_name = next(k for k in rows if k.startswith("GNNExplainer"))
+    print(f"\n{'method':50s} {'ms/explanation':>15s} {'speed-up vs GNNExplainer':>25s} {'AUROC':>7s}")
+    for name, r in rows.items():
+        r["speedup_vs_gnnexplainer"] = rows[gnn_name]["ms_per_explanation"] / r["ms_per_explanation"]
+        print(f"{name:50s} {r['ms_per_explanation']:15.2f} {r['speedup_vs_gnnexplainer']:24.0f}x {r['auroc']:7.3f}")
+    result = dict(
+        graphs=len(graphs), test_accuracy=round(accuracy, 4), gnnexplainer_epochs=args.gnnexplainer_epochs,
+        ground_truth_fidelity_plus=gt_fid[0], ground_truth_fidelity_minus=gt_fid[1],
+        machine=f"{platform.machine()}, 1 CPU thread, torch {torch.__version__}", methods=rows,
+    )
+    if not args.no_write and args.limit is None and args.train_epochs == 20:
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"written {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
