@@ -51,22 +51,33 @@ class LostRelevanceWarning(UserWarning):
     """Relevance reached an output equal to zero and could not be redistributed."""
 
 
-def _warn_if_lost(op: str, out: Tensor, rel_out: Tensor) -> None:
-    lost = (out == 0) & (rel_out != 0)
+def _warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
+    """Warn if relevance was sent into outputs flagged by the boolean mask ``zero``."""
+    lost = zero & (rel_out != 0)
     if bool(lost.any()):
         amount = float(rel_out[lost].abs().sum())
         warnings.warn(
             f"{op}: relevance of total magnitude {amount:.4g} reached outputs equal to zero "
             f"and was lost (a zero output cannot be split in proportion to its inputs)",
             LostRelevanceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
 
 
-def _ratio(rel_out: Tensor, out: Tensor) -> Tensor:
-    """``rel_out / out`` where ``out != 0``, else 0 (the lost relevance)."""
-    safe = torch.where(out == 0, torch.ones_like(out), out)
-    return torch.where(out == 0, torch.zeros_like(rel_out), rel_out / safe)
+def _share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
+    """Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``).
+
+    Where ``out == 0`` the share is 0: that relevance is lost, with a warning.  A given
+    ``denom`` is a scratch tensor of the caller's and is overwritten with the result.
+    Cost: one division and one count of the zeros of ``out``; the masking and the
+    warning only run when a zero output exists.
+    """
+    share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)
+    if int(torch.count_nonzero(out)) < out.numel():
+        zero = out == 0
+        _warn_lost(op, zero, rel_out)
+        share = share.masked_fill_(zero, 0)
+    return share
 
 
 def _check_tensor(x, name: str, floating: bool = True) -> Tensor:
@@ -96,8 +107,7 @@ class AddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         a, b, out = ctx.saved_tensors
-        _warn_if_lost("add", out, rel_out)
-        s = _ratio(rel_out, out)
+        s = _share("add", rel_out, out)
         rel_a = (s * a).sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
         rel_b = (s * b).sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
         return rel_a, rel_b
@@ -144,8 +154,7 @@ class SumRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         x, out = ctx.saved_tensors
-        _warn_if_lost("sum", out, rel_out)
-        s = _ratio(rel_out, out)
+        s = _share("sum", rel_out, out)
         if not ctx.keepdim and ctx.dims is not None:
             for d in sorted(ctx.dims):
                 s = s.unsqueeze(d)
@@ -183,10 +192,9 @@ class ScatterAddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         src, index, out = ctx.saved_tensors
-        _warn_if_lost("scatter_add", out, rel_out)
-        s = _ratio(rel_out, out)
+        s = _share("scatter_add", rel_out, out)
         idx = broadcast_index(index, src, ctx.dim)
-        return s.gather(ctx.dim, idx) * src, None, None, None
+        return s.gather(ctx.dim, idx).mul_(src), None, None, None
 
 
 def scatter_add(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None = None) -> Tensor:
@@ -196,8 +204,7 @@ def scatter_add(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None =
     torch_scatter: ``index`` 1-D along ``dim`` or the shape of ``src``; ``dim_size`` groups.
     """
     _check_tensor(src, "src")
-    dim = normalize_dim(dim, src.dim())
-    check_index(index, dim_size)
+    dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
     return ScatterAddRelevance.apply(src, index, dim, dim_size)
 
 
@@ -218,12 +225,11 @@ class ScatterMeanRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         src, index, out = ctx.saved_tensors
-        _warn_if_lost("scatter_mean", out, rel_out)
         idx = broadcast_index(index, src, ctx.dim)
         count = _scatter.scatter_count(index if index.dim() == 1 else idx, src, ctx.dim, out.shape[ctx.dim])
         # x_i / sum = x_i / (mean * n): divide by the mean, then by the group size
-        s = _ratio(rel_out, out) / count.clamp(min=1)
-        return s.gather(ctx.dim, idx) * src, None, None, None
+        s = _share("scatter_mean", rel_out, out).div_(count.clamp(min=1))
+        return s.gather(ctx.dim, idx).mul_(src), None, None, None
 
 
 def scatter_mean(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None = None) -> Tensor:
@@ -232,8 +238,7 @@ def scatter_mean(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None 
     Empty groups give 0 (and lose any relevance sent to them).
     """
     _check_tensor(src, "src")
-    dim = normalize_dim(dim, src.dim())
-    check_index(index, dim_size)
+    dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
     return ScatterMeanRelevance.apply(src, index, dim, dim_size)
 
 
@@ -251,8 +256,10 @@ class ScatterMaxRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor, _rel_argmax: Tensor | None):
         out, argmax = ctx.saved_tensors
-        _warn_if_lost("scatter_max", out, rel_out)
-        rel_out = torch.where(out == 0, torch.zeros_like(rel_out), rel_out)
+        if int(torch.count_nonzero(out)) < out.numel():
+            zero = out == 0
+            _warn_lost("scatter_max", zero, rel_out)
+            rel_out = rel_out.masked_fill(zero, 0)
         # empty groups have argmax == n: send them to an extra slot and drop it
         shape = list(out.shape)
         shape[ctx.dim] = ctx.n + 1
@@ -269,8 +276,7 @@ def scatter_max(
     element.  An empty group has ``out = 0`` and ``argmax = src.size(dim)``.
     """
     _check_tensor(src, "src")
-    dim = normalize_dim(dim, src.dim())
-    check_index(index, dim_size)
+    dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
     return ScatterMaxRelevance.apply(src, index, dim, dim_size)
 
 
@@ -296,11 +302,10 @@ class LinearEpsRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         x, weight, out = ctx.saved_tensors
-        _warn_if_lost("linear_eps", out, rel_out)
-        sign = torch.where(out >= 0, 1.0, -1.0).to(out.dtype)
-        denom = out + ctx.eps * sign
-        s = torch.where(out == 0, torch.zeros_like(rel_out), rel_out / denom)
-        return x * (s @ weight), None, None, None
+        # z + eps * sign(z), with sign(0) = +1: copysign gives +eps for z = +0
+        denom = torch.copysign(out.new_tensor(ctx.eps), out).add_(out) if ctx.eps else None
+        s = _share("linear_eps", rel_out, out, denom)
+        return (s @ weight).mul_(x), None, None, None
 
 
 def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6) -> Tensor:
@@ -448,8 +453,10 @@ class ReLURelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         (out,) = ctx.saved_tensors
-        _warn_if_lost("relu", out, rel_out)
-        return torch.where(out > 0, rel_out, torch.zeros_like(rel_out))
+        rel_in = torch.ops.aten.threshold_backward(rel_out, out, 0)  # rel_out where out > 0, else 0
+        if not torch.equal(rel_in, rel_out):  # some relevance reached an inactive unit
+            _warn_lost("relu", out == 0, rel_out)
+        return rel_in
 
 
 def relu(x: Tensor) -> Tensor:
