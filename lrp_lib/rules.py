@@ -235,7 +235,8 @@ class AlphaBeta(Rule):
         self.alpha, self.beta = alpha, beta
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        x_pos, x_neg = x.clamp(min=0), x.clamp(max=0)
+        x_neg = x.clamp(max=0)
+        x_pos = x if _is_zero(x_neg) else x.clamp(min=0)  # after a ReLU x >= 0: no copy, no negative pairs
         w_pos, w_neg = _positive(weight), _negative(weight)
         rel = torch.zeros_like(x)
         parts = [(self.alpha, [(x_pos, w_pos), (x_neg, w_neg)], None if bias is None else bias.clamp(min=0)),
@@ -244,10 +245,12 @@ class AlphaBeta(Rule):
             if coefficient == 0:
                 continue
             pairs = [(xp, wp) for xp, wp in pairs if not _is_zero(xp) and not _is_zero(wp)]
-            # z = sum of the map over the pairs, plus this part of the bias (a zero input gives the bias)
-            z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
-            for xp, wp in pairs:
-                z = z + m(xp, wp, None)
+            # z = the map summed over the pairs, plus this part of the bias
+            if not pairs:
+                z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
+            for i, (xp, wp) in enumerate(pairs):
+                z_i = m(xp, wp, b if i == 0 else None)
+                z = z_i if i == 0 else z + z_i
             part = f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})"
             s = _share(part, rel_out, z) * coefficient
             for xp, wp in pairs:
