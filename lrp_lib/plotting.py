@@ -158,7 +158,10 @@ def draw_molecule(
     edge_index = data.edge_index.detach().cpu().numpy()
     num_edges = edge_index.shape[1]
     score = _as_numpy(edge_score, "edge_score", num_edges)
-    truth = _as_numpy(ground_truth, "ground_truth", num_edges)
+    truth = None if ground_truth is None else np.asarray(
+        ground_truth.detach().cpu() if isinstance(ground_truth, torch.Tensor) else ground_truth, dtype=float)
+    if truth is not None and truth.shape != (num_edges,):
+        raise ValueError(f"ground_truth must have one value per edge ({num_edges}), got shape {truth.shape}")
 
     bonds: dict[tuple[int, int], list[int]] = {}
     for e, (s, r) in enumerate(edge_index.T):

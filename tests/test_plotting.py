@@ -58,3 +58,44 @@ def test_bad_input():
     with pytest.raises(ValueError, match="num_nodes=3"):
         draw_graph(EDGE_INDEX, 3)
     plt.close("all")
+
+
+# ------------------------------------------------------------------ draw_molecule
+def _nitro():
+    """C-N(-O)(-O) as directed edge pairs; x one-hot over the Mutagenicity atoms (C=0, O=1, N=4)."""
+    from lrp_lib.datasets.mutagenicity import ATOMS
+    kinds = [ATOMS.index(a) for a in ("C", "N", "O", "O")]
+    x = torch.nn.functional.one_hot(torch.tensor(kinds), len(ATOMS)).float()
+    edge_index = torch.tensor([[0, 1, 1, 2, 1, 3], [1, 0, 2, 1, 3, 1]])
+    return Data(x=x, edge_index=edge_index, edge_gt=torch.tensor([0, 0, 1, 1, 1, 1]))
+
+
+def test_draw_molecule_labels_atoms_and_colours_bonds_by_summed_scores():
+    from lrp_lib.plotting import draw_molecule
+
+    mol = _nitro()
+    score = torch.tensor([1.0, 1.0, 2.0, 2.0, -0.5, 0.0])  # bonds: C-N 2, N-O 4, N-O -0.5
+    ax = draw_molecule(mol, score, ground_truth=mol.edge_gt, pos={i: (float(i), 0.0) for i in range(4)})
+    assert sorted(t.get_text() for t in ax.texts) == ["C", "N", "O", "O"]
+    bonds = ax.collections[1]  # [0] = dashed ground-truth outline, [1] = the scored bonds, [2] = atoms
+    assert len(bonds.get_paths()) == 3 and len(ax.collections[0].get_paths()) == 2
+    cmap, top = plt.get_cmap("RdBu_r"), 4.0  # a negative score: diverging scale centred at 0
+    np.testing.assert_allclose(bonds.get_colors()[0], cmap((2.0 / top + 1) / 2), atol=1e-6)
+    np.testing.assert_allclose(bonds.get_colors()[1], cmap(1.0), atol=1e-6)
+    np.testing.assert_allclose(bonds.get_linewidths(), [1 + 5 * 2 / 4, 6.0, 1 + 5 * 0.5 / 4])
+    plt.close(ax.figure)
+
+
+def test_draw_molecule_bad_input():
+    from lrp_lib.plotting import draw_molecule
+
+    mol = _nitro()
+    with pytest.raises(ValueError, match=r"edge_score must have one value per edge \(6\)"):
+        draw_molecule(mol, torch.zeros(5))
+    with pytest.raises(ValueError, match=r"ground_truth must have one value per edge \(6\)"):
+        draw_molecule(mol, ground_truth=torch.zeros(4))
+    with pytest.raises(ValueError, match="combine must be"):
+        draw_molecule(mol, torch.zeros(6), combine="median")
+    with pytest.raises(ValueError, match=r"data.x must be one-hot with 14 columns"):
+        draw_molecule(Data(x=torch.zeros(4, 3), edge_index=mol.edge_index))
+    plt.close("all")
