@@ -466,3 +466,18 @@ def relu(x: Tensor) -> Tensor:
     return ReLURelevance.apply(x)
 
 
+
+
+# ------------------------------------------------- rules for any linear map
+_FROM_RULES = ("linear", "conv1d", "conv2d", "conv3d", "avg_pool2d", "linear_map")
+__all__ += list(_FROM_RULES)
+
+
+def __getattr__(name: str):
+    """``ops.conv2d``, ``ops.linear`` and the other linear maps of :mod:`lrp_lib.rules` (with
+    ``rule=``), loaded on first use: rules imports this module, so a plain import would be circular."""
+    if name in _FROM_RULES:
+        from . import rules
+
+        return getattr(rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -359,3 +359,11 @@ def test_cuda_matches_cpu(gen):
         leaf = x.cuda().requires_grad_(True)
         rules.conv2d(leaf, w.cuda(), stride=2, padding=1, rule=rule).backward(R.cuda())
         torch.testing.assert_close(leaf.grad.cpu(), cpu)
+
+
+def test_reexported_from_ops():
+    from lrp_lib.ops import conv2d
+
+    assert conv2d is rules.conv2d and ops.linear is rules.linear and "avg_pool2d" in ops.__all__
+    with pytest.raises(AttributeError, match="has no attribute 'conv4d'"):
+        ops.conv4d
