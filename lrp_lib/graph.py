@@ -21,11 +21,19 @@ with ``agg`` a sum, mean or max.  A layer returns a shallow copy of its input gr
 its one attribute replaced.
 
 Every layer reads :func:`lrp_lib.mode.is_relevance_mode` in its forward.  Outside
-``with lrp_lib.relevance():`` it is built from ordinary torch operations (true gradients);
-inside, from :mod:`lrp_lib.ops`, so that backward propagates relevance: each linear map by
-the epsilon rule, each sum of terms (bias included) in proportion to the terms, copies of a
-node or global feature (``x_{s(k)}``, ``u_{g(k)}``) by summing the relevance of the copies,
-aggregations by the scatter rules.  The forward values are the same in both modes.
+``with lrp_lib.relevance():`` it is built from ordinary torch operations (true gradients).
+Inside, the whole layer is ONE autograd function (:class:`EdgeLinearRelevance`,
+:class:`NodeLinearRelevance`, :class:`GlobalLinearRelevance`) whose backward is the epsilon
+rule of the layer seen as one linear map of all its inputs: with
+:math:`s = R / (z + \epsilon\,\mathrm{sign}(z))`, each input feature receives its contribution
+times :math:`s`, copies (``x_{s(k)}``, ``u_{g(k)}``) sum over their uses, a sum or mean
+aggregation passes :math:`s` back to each aggregated row, a max to the winner only, and the
+bias keeps :math:`b\,s`.  It saves only the inputs, the index tensors and the output (plus the
+argmax of a max), no intermediate term.  With :math:`\epsilon = 0` this is exactly the
+composition of :mod:`lrp_lib.ops` (a proportional split of the sum, then LRP-0 for each
+:math:`W`, the copy and the scatter rules), which :func:`_compose_with_ops` builds: the teaching
+version of chapter 2 and the reference of the tests.  The forward values are the same in
+every mode.
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ import copy
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +69,18 @@ AGGREGATIONS = ("sum", "mean", "max")
 ATTRIBUTES = {"x": "node", "edge_attr": "edge", "u": "global"}
 
 
-# ------------------------------------------------------------ the two flavours
+# ------------------------------------------------------------ terms of a layer
+class _Group(NamedTuple):
+    """One input group of a layer: its features ``a`` (n_a x f), weight ``w`` (out x f), and how
+    its rows reach the output rows: ``'self'`` (row i is output row i), ``'gather'`` (output row
+    k reads ``a[index[k]]``) or ``'agg'`` (output row i aggregates the rows k with ``index[k] = i``)."""
+
+    kind: str
+    a: Tensor
+    w: Tensor
+    index: Tensor | None
+
+
 class _GradientOps:
     """Ordinary differentiable operations: backward gives the true gradient."""
 
@@ -86,8 +105,9 @@ class _GradientOps:
         return plain_scatter.scatter_max(src, index, 0, dim_size)[0]
 
 
-class _RelevanceOps:
-    """The same operations from :mod:`lrp_lib.ops`: backward propagates relevance."""
+class _ComposedOps:
+    """The same operations from :mod:`lrp_lib.ops`: the layer as a composition of relevance ops
+    (the teaching version of chapter 2, and the tests' reference for the fused rule)."""
 
     @staticmethod
     def linear(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -110,8 +130,121 @@ class _RelevanceOps:
         return ops.scatter_max(src, index, 0, dim_size)[0]
 
 
-def _current_ops():
-    return _RelevanceOps if is_relevance_mode() else _GradientOps
+def _term(o, g: _Group, rows: int, aggregation: str | None, eps: float) -> Tensor:
+    """The term ``W a`` of group ``g``, routed to the output rows, with the operations ``o``."""
+    if g.kind == "self":
+        return o.linear(g.a, g.w, eps)
+    if g.kind == "gather":  # the map first (on the few source rows), then the copies
+        return o.select(o.linear(g.a, g.w, eps), g.index)
+    return o.linear(o.aggregate(g.a, g.index, rows, aggregation), g.w, eps)
+
+
+def _sum_terms(o, groups, bias, rows, aggregation, eps) -> Tensor:
+    """``term_1 + term_2 + ... + bias``, left to right (the same order in every mode)."""
+    terms = [_term(o, g, rows, aggregation, eps) for g in groups]
+    out = terms[0]
+    for t in terms[1:]:
+        out = o.add(out, t)
+    return out if bias is None else o.add(out, bias)
+
+
+# --------------------------------------------------------- the fused relevance rule
+class _GraphLinearRelevance(torch.autograd.Function):
+    r"""A whole graph layer, :math:`z = \sum_g W_g\, \mathrm{route}_g(a_g) + b`, as one function.
+
+    Forward: the same values, in the same order, as the gradient mode.  Saved for backward:
+    the inputs :math:`a_g` (alive anyway), the weights, the index tensors and the output
+    :math:`z` itself, plus the argmax of a max aggregation; never an intermediate term.
+
+    Backward: the epsilon rule of the layer seen as ONE linear map of all its inputs.  With
+    :math:`s = R / (z + \epsilon\,\mathrm{sign}(z))` per output unit (0, and the relevance lost
+    with a :class:`~lrp_lib.ops.LostRelevanceWarning`, where :math:`z = 0`), every input
+    feature receives its contribution times :math:`s`, summed over the outputs it reaches:
+
+    * ``'self'`` (row i feeds output row i):  :math:`R_a = a \odot (s W)`;
+    * ``'gather'`` (output row k reads :math:`a_{idx_k}`):
+      :math:`R_{a_j} = a_j \odot \big(\sum_{k: idx_k = j} s_k\big) W`;
+    * ``'agg'`` sum: :math:`R_{a_k} = a_k \odot (s W)_{idx_k}`; mean: the same divided by
+      the size of the group :math:`idx_k`; max: the aggregated value :math:`m_{i,f}` receives
+      :math:`m_{i,f} (s W)_{i,f}` and gives it all to its winner, row ``argmax[i, f]``;
+    * the bias takes :math:`b \odot s` (summed over rows), which leaves the explanation.
+
+    With :math:`\epsilon = 0` this equals the composition of :mod:`lrp_lib.ops` (the proportional
+    adds telescope: :math:`\frac{z_t}{z}\cdot\frac{a_j w_j}{z_t} = \frac{a_j w_j}{z}`).  With
+    :math:`\epsilon > 0` the stabiliser acts once, on :math:`z`, not on every term.
+    """
+
+    @staticmethod
+    def forward(ctx, spec, bias, *flat):
+        name, eps, rows, aggregation, kinds = spec
+        out, argmaxes = None, []
+        for i, kind in enumerate(kinds):
+            g = _Group(kind, *flat[3 * i:3 * i + 3])
+            if kind == "agg" and aggregation == "max":
+                aggregated, argmax = plain_scatter.scatter_max(g.a, g.index, 0, rows)
+                argmaxes.append(argmax)
+                t = F.linear(aggregated, g.w)
+            else:
+                t = _term(_GradientOps, g, rows, aggregation, eps)
+            out = t if out is None else out.add_(t)  # every term is a fresh tensor
+        if bias is not None:
+            out.add_(bias)
+        ctx.spec = spec
+        ctx.save_for_backward(out, bias, *flat, *argmaxes)
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out: Tensor):
+        name, eps, rows, aggregation, kinds = ctx.spec
+        out, bias, *rest = ctx.saved_tensors
+        flat, argmaxes = rest[:3 * len(kinds)], iter(rest[3 * len(kinds):])
+        # s = R / (z + eps sign z), sign(0) = +1, in one scratch tensor (as ops.linear_eps)
+        denom = torch.copysign(out.new_tensor(eps), out).add_(out) if eps else None
+        s = ops._share(name, rel_out, out, denom)
+        rel = []
+        for i, kind in enumerate(kinds):
+            g = _Group(kind, *flat[3 * i:3 * i + 3])
+            argmax = next(argmaxes) if kind == "agg" and aggregation == "max" else None
+            if not ctx.needs_input_grad[2 + 3 * i]:
+                rel += [None, None, None]
+                continue
+            if kind == "self":
+                r = s @ g.w
+            elif kind == "gather":  # the copies of a row sum their s, then one product
+                r = s.new_zeros(g.a.shape[0], s.shape[1]).index_add_(0, g.index, s) @ g.w
+            else:
+                r = s @ g.w  # rows x f: relevance per unit of the aggregated features
+                if aggregation == "max":  # winner takes all; empty groups point past the end
+                    r = r.new_zeros(g.a.shape[0] + 1, r.shape[1]).scatter_add_(0, argmax, r)[:-1]
+                else:
+                    if aggregation == "mean":
+                        count = torch.bincount(g.index, minlength=rows).clamp_(min=1).to(r.dtype)
+                        r.div_(count.unsqueeze(1))
+                    r = r.index_select(0, g.index)
+            rel += [r.mul_(g.a), None, None]
+        rel_bias = s.sum(0).mul_(bias) if bias is not None and ctx.needs_input_grad[1] else None
+        return (None, rel_bias, *rel)
+
+
+class EdgeLinearRelevance(_GraphLinearRelevance):
+    r"""Relevance of :class:`EdgeLinear`, with :math:`s = R / (z + \epsilon\,\mathrm{sign}\,z)`
+    (E x out): :math:`R_e = e \odot s W_e`, :math:`R_x = x \odot \big(\mathrm{scatter}_{s(k)} s\big) W_s
+    + x \odot \big(\mathrm{scatter}_{r(k)} s\big) W_r`, :math:`R_u = u \odot \big(\mathrm{scatter}_{g(s(k))} s\big) W_u`,
+    bias :math:`\sum_k b \odot s_k`.  See :class:`_GraphLinearRelevance`."""
+
+
+class NodeLinearRelevance(_GraphLinearRelevance):
+    r"""Relevance of :class:`NodeLinear`, :math:`s` (N x out): :math:`R_x = x \odot s W_x`,
+    incoming sum :math:`R_{e_k} = e_k \odot (s W_{in})_{r(k)}` (mean: divided by the in-degree;
+    max: :math:`m \odot s W_{in}` to the winning edge), outgoing likewise by sender,
+    :math:`R_u = u \odot \big(\mathrm{scatter}_{g(i)} s\big) W_u`.  See :class:`_GraphLinearRelevance`."""
+
+
+class GlobalLinearRelevance(_GraphLinearRelevance):
+    r"""Relevance of :class:`GlobalLinear`, :math:`s` (G x out): nodes
+    :math:`R_{x_i} = x_i \odot (s W_x)_{g(i)}`, edges :math:`R_{e_k} = e_k \odot (s W_e)_{g(s(k))}`
+    (mean: divided by the group size; max: winner takes all), :math:`R_u = u \odot s W_u`.
+    See :class:`_GraphLinearRelevance`."""
 
 
 # ------------------------------------------------------------- reading a graph
@@ -245,14 +378,25 @@ class _GraphLinear(nn.Module):
             self.register_parameter("W_" + key.replace("_features", ""), weight)
         self.bias = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound)) if bias else None
 
-    def _sum(self, o, terms: list[Tensor]) -> Tensor:
-        """``terms[0] + terms[1] + ... + bias``, left to right (the same order in both modes)."""
-        out = terms[0]
-        for t in terms[1:]:
-            out = o.add(out, t)
-        if self.bias is not None:
-            out = o.add(out, self.bias)
-        return out
+    relevance_function = _GraphLinearRelevance  # each layer names its own
+
+    def forward(self, data):
+        if is_relevance_mode():
+            return self._run(data, "fused")
+        return self._run(data, _GradientOps)
+
+    def _run(self, data, how):
+        """Output graph of the layer: with the operations ``how`` (``_GradientOps`` or
+        ``_ComposedOps``), or ``"fused"``: one :class:`_GraphLinearRelevance` for the layer."""
+        _check_graph(data, type(self).__name__)
+        attribute, rows, groups = self._groups(data)
+        if how == "fused":
+            spec = (type(self).__name__, self.eps, rows, self.aggregation, tuple(g.kind for g in groups))
+            flat = [t for g in groups for t in (g.a, g.w, g.index)]
+            out = self.relevance_function.apply(spec, self.bias, *flat)
+        else:
+            out = _sum_terms(how, groups, self.bias, rows, self.aggregation, self.eps)
+        return _replace(data, attribute, out)
 
     def extra_repr(self) -> str:
         parts = [f"out_features={self.out_features}"]
@@ -269,8 +413,8 @@ class EdgeLinear(_GraphLinear):
     :math:`e'_k = W_e e_k + W_s x_{s(k)} + W_r x_{r(k)} + W_u u_{g(k)} + b`, with
     :math:`s(k), r(k)` = ``edge_index[0, k], edge_index[1, k]`` and :math:`g(k)` the graph of the
     sender.  Each argument is the feature size of that input, or ``None`` to leave it out.
-    Relevance: the sum splits in proportion to its terms; each :math:`W` by the epsilon rule
-    (``eps``); a node (global) receives the relevance of all its copies on edges.
+    Relevance (:class:`EdgeLinearRelevance`): the epsilon rule (``eps``) of the whole layer as
+    one linear map; a node (global) receives the relevance of all its copies on edges.
     """
 
     def __init__(self, out_features, edge_features=None, sender_features=None, receiver_features=None,
@@ -279,10 +423,10 @@ class EdgeLinear(_GraphLinear):
                                             receiver_features=receiver_features, global_features=global_features),
                          bias, eps)
 
-    def forward(self, data):
-        name = type(self).__name__
-        _check_graph(data, name)
-        o, s, terms = _current_ops(), self.sizes, []
+    relevance_function = EdgeLinearRelevance
+
+    def _groups(self, data):
+        name, s, groups = type(self).__name__, self.sizes, []
         n = _node_count(data)
         needs_edges = s["sender_features"] or s["receiver_features"] or s["global_features"] or not s["edge_features"]
         edge_index = _edge_index(data, name, n) if needs_edges or data.get("edge_index") is not None else None
@@ -290,19 +434,20 @@ class EdgeLinear(_GraphLinear):
             e = _features(data, "edge_attr", s["edge_features"], name)
             if edge_index is not None:
                 _check_rows(e, "edge_attr", edge_index.shape[1], "edges (edge_index columns)", name)
-            terms.append(o.linear(e, self.W_edge, self.eps))
+            groups.append(_Group("self", e, self.W_edge, None))
         if s["sender_features"]:
-            x = _features(data, "x", s["sender_features"], name)
-            terms.append(o.select(o.linear(x, self.W_sender, self.eps), edge_index[0]))
+            groups.append(_Group("gather", _features(data, "x", s["sender_features"], name), self.W_sender,
+                                 edge_index[0]))
         if s["receiver_features"]:
-            x = _features(data, "x", s["receiver_features"], name)
-            terms.append(o.select(o.linear(x, self.W_receiver, self.eps), edge_index[1]))
+            groups.append(_Group("gather", _features(data, "x", s["receiver_features"], name), self.W_receiver,
+                                 edge_index[1]))
         if s["global_features"]:
             u = _features(data, "u", s["global_features"], name)
             batch = _batch(data, name, n, u.device)
             _check_batch_vs_graphs(batch, u.shape[0], name)
-            terms.append(o.select(o.linear(u, self.W_global, self.eps), batch[edge_index[0]]))
-        return _replace(data, "edge_attr", self._sum(o, terms))
+            groups.append(_Group("gather", u, self.W_global, batch[edge_index[0]]))
+        rows = edge_index.shape[1] if edge_index is not None else groups[0].a.shape[0]
+        return "edge_attr", rows, groups
 
 
 class NodeLinear(_GraphLinear):
@@ -310,8 +455,8 @@ class NodeLinear(_GraphLinear):
 
     :math:`x'_i = W_x x_i + W_{in} \mathrm{agg}_{k: r(k)=i}\, e_k + W_{out} \mathrm{agg}_{k: s(k)=i}\, e_k
     + W_u u_{g(i)} + b`, ``aggregation`` 'sum', 'mean' or 'max' (a node without such edges gets 0).
-    Relevance: proportional split of the sum, epsilon rule for each :math:`W`, the scatter rule of
-    the aggregation (proportional for sum and mean, winner takes all for max).
+    Relevance (:class:`NodeLinearRelevance`): the epsilon rule of the whole layer as one linear
+    map; through the aggregation in proportion for sum and mean, winner takes all for max.
     """
 
     def __init__(self, out_features, node_features=None, incoming_features=None, outgoing_features=None,
@@ -320,26 +465,25 @@ class NodeLinear(_GraphLinear):
                                             outgoing_features=outgoing_features, global_features=global_features),
                          bias, eps, aggregation)
 
-    def forward(self, data):
-        name = type(self).__name__
-        _check_graph(data, name)
-        o, s, terms = _current_ops(), self.sizes, []
+    relevance_function = NodeLinearRelevance
+
+    def _groups(self, data):
+        name, s, groups = type(self).__name__, self.sizes, []
         n = _node_count(data)
         if s["node_features"]:
-            terms.append(o.linear(_features(data, "x", s["node_features"], name), self.W_node, self.eps))
+            groups.append(_Group("self", _features(data, "x", s["node_features"], name), self.W_node, None))
         for key, row, weight in (("incoming_features", 1, self.W_incoming), ("outgoing_features", 0, self.W_outgoing)):
             if s[key]:
                 e = _features(data, "edge_attr", s[key], name)
                 edge_index = _edge_index(data, name, n)
                 _check_rows(e, "edge_attr", edge_index.shape[1], "edges (edge_index columns)", name)
-                aggregated = o.aggregate(e, edge_index[row], n, self.aggregation)
-                terms.append(o.linear(aggregated, weight, self.eps))
+                groups.append(_Group("agg", e, weight, edge_index[row]))
         if s["global_features"]:
             u = _features(data, "u", s["global_features"], name)
             batch = _batch(data, name, n, u.device)
             _check_batch_vs_graphs(batch, u.shape[0], name)
-            terms.append(o.select(o.linear(u, self.W_global, self.eps), batch))
-        return _replace(data, "x", self._sum(o, terms))
+            groups.append(_Group("gather", u, self.W_global, batch))
+        return "x", n, groups
 
 
 class GlobalLinear(_GraphLinear):
@@ -347,7 +491,7 @@ class GlobalLinear(_GraphLinear):
 
     :math:`u'_g = W_x \mathrm{agg}_{i \in g}\, x_i + W_e \mathrm{agg}_{k \in g}\, e_k + W_u u_g + b`,
     nodes grouped by ``batch`` and edges by the graph of their sender.  An edgeless graph
-    aggregates its edges to 0.  Relevance as for :class:`NodeLinear`.
+    aggregates its edges to 0.  Relevance as for :class:`NodeLinear` (:class:`GlobalLinearRelevance`).
     """
 
     def __init__(self, out_features, node_features=None, edge_features=None, global_features=None,
@@ -355,10 +499,10 @@ class GlobalLinear(_GraphLinear):
         super().__init__(out_features, dict(node_features=node_features, edge_features=edge_features,
                                             global_features=global_features), bias, eps, aggregation)
 
-    def forward(self, data):
-        name = type(self).__name__
-        _check_graph(data, name)
-        o, s, terms = _current_ops(), self.sizes, []
+    relevance_function = GlobalLinearRelevance
+
+    def _groups(self, data):
+        name, s, groups = type(self).__name__, self.sizes, []
         n, graphs = _node_count(data), num_graphs(data)
         if s["global_features"]:
             u = _features(data, "u", s["global_features"], name)
@@ -366,17 +510,24 @@ class GlobalLinear(_GraphLinear):
             batch = _batch(data, name, n, data.get("x").device if data.get("x") is not None else None)
             _check_batch_vs_graphs(batch, graphs, name)
         if s["node_features"]:
-            x = _features(data, "x", s["node_features"], name)
-            terms.append(o.linear(o.aggregate(x, batch, graphs, self.aggregation), self.W_node, self.eps))
+            groups.append(_Group("agg", _features(data, "x", s["node_features"], name), self.W_node, batch))
         if s["edge_features"]:
             e = _features(data, "edge_attr", s["edge_features"], name)
             edge_index = _edge_index(data, name, n)
             _check_rows(e, "edge_attr", edge_index.shape[1], "edges (edge_index columns)", name)
-            aggregated = o.aggregate(e, batch[edge_index[0]], graphs, self.aggregation)
-            terms.append(o.linear(aggregated, self.W_edge, self.eps))
+            groups.append(_Group("agg", e, self.W_edge, batch[edge_index[0]]))
         if s["global_features"]:
-            terms.append(o.linear(u, self.W_global, self.eps))
-        return _replace(data, "u", self._sum(o, terms))
+            groups.append(_Group("self", u, self.W_global, None))
+        return "u", graphs, groups
+
+
+def _compose_with_ops(layer: _GraphLinear, data):
+    """``layer(data)`` built from :mod:`lrp_lib.ops` (one ``linear_eps`` per term, ``index_select``
+    and scatters, a chain of ``ops.add``), whatever the mode: the teaching version, whose
+    relevance equals the fused rule's at ``eps = 0``.  It keeps every term for backward."""
+    if not isinstance(layer, _GraphLinear):
+        raise TypeError(f"layer must be an EdgeLinear, NodeLinear or GlobalLinear, got {type(layer).__name__}")
+    return layer._run(data, _ComposedOps)
 
 
 # ------------------------------------------------------------- element-wise

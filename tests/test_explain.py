@@ -219,20 +219,23 @@ def test_batched_equals_one_by_one(conv, pool):
 # ------------------------------------------------------- lrp_lib.graph twin
 def graph_twin(model):
     """The GraphConv(add) model of `make('graphconv-add', pool='add')` as lrp_lib.graph layers:
-    edges copy their sender (identity weight), nodes add W_root x + W_rel sum(edges) + b."""
+    edges copy their sender (identity weight), nodes add W_root x + W_rel sum(edges) + b.  All with
+    eps = 0: lrp_lib.graph applies epsilon once per layer (on z), the explainer once per term, and
+    the two definitions coincide at eps = 0 (compare with rule="z")."""
     layers = []
     for conv in (model.conv1, model.conv2):
         f_in, f_out = conv.lin_rel.weight.shape[1], conv.lin_rel.weight.shape[0]
         copy = G.EdgeLinear(f_in, sender_features=f_in, bias=False, eps=0.0)
-        node = G.NodeLinear(f_out, node_features=f_in, incoming_features=f_in, aggregation="sum")
+        node = G.NodeLinear(f_out, node_features=f_in, incoming_features=f_in, aggregation="sum", eps=0.0)
         with torch.no_grad():
             copy.W_sender.copy_(torch.eye(f_in))
             node.W_node.copy_(conv.lin_root.weight)
             node.W_incoming.copy_(conv.lin_rel.weight)
             node.bias.copy_(conv.lin_rel.bias)
         layers += [copy, node, G.NodeReLU()]
-    pool = G.GlobalLinear(model.lin1.out_features, node_features=model.lin1.in_features, aggregation="sum")
-    head = G.GlobalLinear(1, global_features=model.lin2.in_features)
+    pool = G.GlobalLinear(model.lin1.out_features, node_features=model.lin1.in_features, aggregation="sum",
+                          eps=0.0)
+    head = G.GlobalLinear(1, global_features=model.lin2.in_features, eps=0.0)
     with torch.no_grad():
         pool.W_node.copy_(model.lin1.weight)
         pool.bias.copy_(model.lin1.bias)
@@ -256,7 +259,7 @@ def test_matches_the_lrp_lib_graph_layers():
                 intermediate.append(h.edge_attr)
     torch.testing.assert_close(h.u, model(batch.x, batch.edge_index, batch.batch))
     h.u.backward(h.u.detach())
-    e = explainer(model)(batch.x, batch.edge_index, batch=batch.batch)
+    e = explainer(model, rule="z")(batch.x, batch.edge_index, batch=batch.batch)
     torch.testing.assert_close(e.node_mask, data.x.grad)
     torch.testing.assert_close(e.edge_mask, sum(t.grad.sum(-1) for t in intermediate))
 

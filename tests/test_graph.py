@@ -1,4 +1,5 @@
-"""Graph Network layers: relevance against slow references written from the rules, conservation
+"""Graph Network layers: the fused relevance rule against the composition of lrp_lib.ops (eps = 0)
+and against slow references written from the rules, what it saves for backward, conservation
 for every configuration, true gradients outside the relevance mode (gradcheck), the read-out
 helper, and the error for each kind of bad input."""
 import itertools
@@ -11,7 +12,7 @@ from torch_geometric.data import Batch, Data
 
 import lrp_lib
 from lrp_lib.graph import (EdgeLinear, EdgeReLU, ElementWise, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU,
-                           num_graphs, read_relevance, relevance_inputs)
+                           _compose_with_ops, num_graphs, read_relevance, relevance_inputs)
 from lrp_lib.ops import LostRelevanceWarning
 
 FX, FE, FU = 3, 2, 4  # node, edge and global feature sizes
@@ -81,21 +82,17 @@ def run_relevance(layer, data, rel_out=None, seed=1):
 
 # ------------------------------------------------------------------ slow reference
 def split(terms, bias, rel, eps):
-    """One output z = sum_g z_g + b, z_g = sum of contributions (key, c).  Relevance of each key:
-    the sum gives term g the share z_g / z of ``rel``; the epsilon rule gives each contribution
-    c / (z_g + eps sign z_g) of that.  Returns {key: relevance}."""
-    z_terms = [sum(c for _, c in term) for term in terms]
-    z = sum(z_terms) + bias
+    """One output z = b + the sum of all contributions (key, c) of all terms.  The epsilon rule of the
+    layer as ONE linear map: each contribution c receives c / (z + eps sign z) of ``rel`` (sign(0) = +1);
+    the bias keeps b / (z + ...); nothing where z = 0 (lost).  Returns {key: relevance}."""
+    z = sum(c for term in terms for _, c in term) + bias
     shares = {}
     if z == 0:
         return shares
-    for term, z_g in zip(terms, z_terms):
-        if z_g == 0:
-            continue
-        rel_g = z_g / z * rel
-        denom = z_g + eps * (1.0 if z_g >= 0 else -1.0)
+    denom = z + eps * (1.0 if z >= 0 else -1.0)
+    for term in terms:
         for key, c in term:
-            shares[key] = shares.get(key, 0.0) + c / denom * rel_g
+            shares[key] = shares.get(key, 0.0) + c / denom * rel
     return shares
 
 
@@ -205,6 +202,84 @@ def test_relevance_matches_reference(cls, aggregation, bias):
         torch.testing.assert_close(got, expected_rel[attr], msg=lambda m: f"{attr}: {m}")
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("cls,sizes,aggregation", list(configurations()))
+def test_fused_rule_equals_composition_of_ops(cls, sizes, aggregation, bias):
+    """With eps = 0 the one-function rule of a layer gives exactly the relevance of the layer built
+    from ops (linear_eps per term, index_select, scatters, a chain of ops.add), bias share included."""
+    data = make_batch(seed=4)  # an edgeless graph, and node 0 of every graph without incoming edges
+    layer = make_layer(cls, sizes, bias=bias, eps=0.0, aggregation=aggregation)
+    attr = ATTR[cls]
+    rows = {"edge_attr": data.num_edges, "x": data.num_nodes, "u": data.num_graphs}[attr]
+    rel_out = torch.randn(rows, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)  # signed
+    results = []
+    for build in (lambda d: layer(d), lambda d: _compose_with_ops(layer, d)):
+        layer.zero_grad(set_to_none=True)
+        inp = relevance_inputs(data)
+        with lrp_lib.relevance():
+            out = getattr(build(inp), attr)
+        with warnings.catch_warnings(record=True) as caught:  # a node without edges of a kind: output 0
+            warnings.simplefilter("always", LostRelevanceWarning)
+            out.backward(rel_out)
+        grads = [inp[a].grad if inp[a].grad is not None else torch.zeros_like(inp[a]) for a in ("x", "edge_attr", "u")]
+        results.append((type(out.grad_fn).__name__, out.detach(), grads, layer.bias.grad if bias else None,
+                        any(issubclass(w.category, LostRelevanceWarning) for w in caught)))
+    (fused_fn, fused_out, fused, fused_bias, fused_lost), (composed_fn, composed_out, composed, composed_bias,
+                                                           composed_lost) = results
+    assert fused_lost == composed_lost == bool((fused_out == 0).any())
+    assert fused_fn == f"{cls.__name__}RelevanceBackward" and composed_fn != fused_fn
+    assert torch.equal(fused_out, composed_out)
+    assert any(g.abs().sum() > 0 for g in fused)
+    for attr_name, got, expected in zip(("x", "edge_attr", "u"), fused, composed):
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=0, msg=lambda m: f"{attr_name}: {m}")
+    if bias:
+        torch.testing.assert_close(fused_bias, composed_bias, atol=1e-10, rtol=0)
+        assert fused_bias.abs().sum() > 1e-3
+
+
+@pytest.mark.parametrize("cls,aggregation", [(EdgeLinear, None), (NodeLinear, "sum"), (NodeLinear, "max"),
+                                             (GlobalLinear, "mean"), (GlobalLinear, "max")])
+def test_fused_rule_saves_no_intermediate(cls, aggregation):
+    """In relevance mode a layer keeps for backward only its inputs, weights, bias, index tensors
+    (and their gathers), its own output and, for max, the argmax: no E x F term of the sum."""
+    data = relevance_inputs(make_batch())
+    layer = make_layer(cls, INPUTS[cls], bias=True, eps=1e-6, aggregation=aggregation)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        with lrp_lib.relevance():
+            out = getattr(layer(data), ATTR[cls])
+    allowed = {t.untyped_storage().data_ptr() for t in [data.x, data.edge_attr, data.u, out, *layer.parameters()]}
+    floats = [t for t in saved if t.is_floating_point()]
+    assert floats and all(t.untyped_storage().data_ptr() in allowed for t in floats)
+    assert len([t for t in floats if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()]) == 1
+    assert all(t.dtype == torch.long and t.dim() <= 2 for t in saved if not t.is_floating_point())
+    assert len(saved) <= 3 + 3 * len(INPUTS[cls]) + 2
+
+
+def test_fused_rule_second_backward_and_lost_relevance():
+    data = make_batch()
+    layer = make_layer(NodeLinear, dict(node_features=FX, incoming_features=FE), bias=False, eps=0.0)
+    inp = relevance_inputs(data)
+    with lrp_lib.relevance():
+        out = layer(inp).x
+    rel_out = out.detach().clone()
+    out.backward(rel_out, retain_graph=True)
+    first = inp.x.grad.clone(), inp.edge_attr.grad.clone()
+    inp.x.grad = inp.edge_attr.grad = None
+    out.backward(rel_out)  # nothing saved was modified by the first backward
+    assert torch.equal(first[0], inp.x.grad) and torch.equal(first[1], inp.edge_attr.grad)
+    assert torch.equal(rel_out, out.detach())  # nor was the relevance passed in
+    only_in = make_layer(NodeLinear, dict(incoming_features=FE), bias=False, eps=0.0)
+    inp = relevance_inputs(data)
+    with lrp_lib.relevance():
+        out = only_in(inp).x  # node 0 of each graph has no incoming edge: its output is 0
+    with pytest.warns(LostRelevanceWarning, match="NodeLinear: relevance of total magnitude"):
+        out.backward(torch.ones_like(out))
+    lost = int((out.detach() == 0).sum())
+    assert lost >= 4 * 2  # two output features of node 0 in each of the four graphs
+    assert read_relevance(inp).totals()["total"] == pytest.approx(out.numel() - lost, abs=1e-9)
+
+
 @pytest.mark.parametrize("cls,sizes,aggregation", list(configurations()))
 def test_conservation_every_configuration(cls, sizes, aggregation):
     data = make_batch(seed=2)
@@ -276,7 +351,7 @@ def test_sequential_gn_shared_block_conserves():
         out = model(data).u
     out.backward(out.detach())
     rel = read_relevance(data)
-    assert rel.totals()["total"] == pytest.approx(float(out.sum()), abs=1e-9)
+    assert rel.totals()["total"] == pytest.approx(float(out.detach().sum()), abs=1e-9)
     torch.testing.assert_close(rel.per_graph(), out.detach().view(-1), atol=1e-9, rtol=0)
     assert rel.totals()["nodes"] != 0 and rel.totals()["edges"] != 0
 
