@@ -364,12 +364,8 @@ def lrp_patched(model: nn.Module, rule: Rule | str = "epsilon", num_edges: int |
             if mod is not None:
                 namespaces[id(mod)] = mod
         for mod in namespaces.values():
-            for attr, value in list(vars(mod).items()):
-                for name, original in originals.items():
-                    if value is original:
-                        swap(mod, attr, _FUNCTIONS[name])
-                if value is F.relu and mod is not F:
-                    swap(mod, attr, _relu_function)
+            for attr, new in _replacements(mod, originals):
+                swap(mod, attr, new)
         for m in model.modules():  # a pooling function kept as an attribute: self.pool = global_mean_pool
             for attr, value in list(vars(m).items()):
                 for name, original in originals.items():
@@ -393,6 +389,28 @@ def lrp_patched(model: nn.Module, rule: Rule | str = "epsilon", num_edges: int |
 
 
 _MISSING = object()
+_LIBRARY_HITS: dict[str, list[tuple[str, Callable]]] = {}
+
+
+def _replacements(mod, originals: dict) -> list[tuple[str, Callable]]:
+    """(attribute, relevance version) for each pooling function or F.relu found in ``mod``.
+
+    Library namespaces do not change, so their scan is remembered; a user's module is scanned
+    every time (it may have imported something since).
+    """
+    library = mod.__name__.split(".")[0] in ("torch", "torch_geometric")
+    if library and mod.__name__ in _LIBRARY_HITS:
+        return _LIBRARY_HITS[mod.__name__]
+    hits = []
+    for attr, value in list(vars(mod).items()):
+        for name, original in originals.items():
+            if value is original:
+                hits.append((attr, _FUNCTIONS[name]))
+        if value is F.relu and mod is not F:
+            hits.append((attr, _relu_function))
+    if library:
+        _LIBRARY_HITS[mod.__name__] = hits
+    return hits
 
 
 def _bind(fn, state, m):
