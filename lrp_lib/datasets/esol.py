@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
-__all__ = ["esol", "smiles_to_graph", "ATOM_TYPES", "NODE_FEATURES", "EDGE_FEATURES", "GLOBAL_FEATURES",
+__all__ = ["esol", "smiles_to_graph", "default_root", "ATOM_TYPES", "NODE_FEATURES", "EDGE_FEATURES", "GLOBAL_FEATURES",
            "URL", "FILENAME", "TARGET_COLUMN"]
 
 URL = "https://deepchemdata.s3-us-west-1.amazonaws.com/datasets/delaney-processed.csv"
@@ -86,7 +86,8 @@ def smiles_to_graph(smiles: str) -> Data:
     return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, u=u, smiles=smiles.strip())
 
 
-def _default_root() -> Path:
+def default_root() -> Path:
+    """Where :func:`esol` looks by default: ``$LRP_DATA_ROOT`` if set, else ``~/.cache/lrp_lib/data``."""
     env = os.environ.get("LRP_DATA_ROOT")
     return Path(env) if env else Path.home() / ".cache" / "lrp_lib" / "data"
 
@@ -98,7 +99,7 @@ def esol(root: str | os.PathLike | None = None, download: bool = True) -> list[D
     from :data:`URL` into ``root`` first.  ``root`` defaults to ``$LRP_DATA_ROOT`` or
     ``~/.cache/lrp_lib/data``.
     """
-    root = _default_root() if root is None else Path(root)
+    root = default_root() if root is None else Path(root)
     path = root / FILENAME
     if not path.exists():
         if not download:
