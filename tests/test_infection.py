@@ -161,3 +161,44 @@ def test_bad_count_and_ground_truth_queries():
         infection_graph(2, torch.tensor([[0], [1]]), sick=[True, False], immune=[True, False], virtual=[False])
     with pytest.raises(IndexError, match=r"edge_index refers to nodes outside \[0, 2\)"):
         infection_graph(2, torch.tensor([[0], [2]]), sick=[True, False], immune=[False, False], virtual=[False])
+
+
+def train_and_explain(seed):
+    """Train a small graph network on infection graphs from `seed`, return its weights and LRP."""
+    import lrp_lib
+    from lrp_lib import graph
+    from torch_geometric.loader import DataLoader
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        graph.EdgeLinear(4, edge_features=2, sender_features=4, bias=False), graph.EdgeReLU(),
+        graph.NodeLinear(4, node_features=4, incoming_features=4, aggregation="max", bias=False), graph.NodeReLU(),
+        graph.NodeLinear(1, node_features=4))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = DataLoader(infection(40, seed=seed), batch_size=10, shuffle=True,
+                        generator=torch.Generator().manual_seed(seed))
+    for _ in range(2):
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(batch).x.view(-1)
+            torch.nn.functional.binary_cross_entropy_with_logits(out, batch.y).backward()
+            optimizer.step()
+    g = graph.relevance_inputs(infection(1, seed=seed + 100)[0], ("x", "edge_attr"))
+    with lrp_lib.relevance():
+        out = model(g).x.view(-1)
+    v = int(explained_nodes(g)[0]) if len(explained_nodes(g)) else 0
+    out.backward(torch.zeros_like(out).index_fill(0, torch.tensor([v]), 1.0) * out.detach())
+    return [p.detach().clone() for p in model.parameters()], g.x.grad, g.edge_attr.grad, out[v].item()
+
+
+def test_training_and_explanations_reproducible_from_seed():
+    params_a, rx_a, re_a, logit = train_and_explain(5)
+    params_b, rx_b, re_b, _ = train_and_explain(5)
+    assert all(torch.equal(a, b) for a, b in zip(params_a, params_b))
+    assert torch.equal(rx_a, rx_b) and torch.equal(re_a, re_b)
+    # conservation: the inputs carry the logit minus the read-out bias (the only bias), R = logit
+    bias = float(params_a[-1])
+    assert rx_a.abs().sum() > 0
+    assert float(rx_a.sum() + re_a.sum()) == pytest.approx(logit - bias, abs=1e-4)
+    params_c, rx_c, _, _ = train_and_explain(6)
+    assert not all(torch.equal(a, c) for a, c in zip(params_a, params_c))
