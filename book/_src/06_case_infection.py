@@ -267,7 +267,7 @@ explainer = Explainer(
 
 def gnnexplainer_scores(data, node):
     torch.manual_seed(0)  # the masks start random
-    data = data.to(device)
+    data = data.clone().to(device)  # a copy: keep the stored graph on the CPU
     explanation = explainer(data.x, data.edge_index, index=int(node), edge_attr=data.edge_attr)
     return explanation.node_mask.view(-1).cpu(), explanation.edge_mask.cpu()
 
@@ -281,7 +281,7 @@ g = test_set[0]
 nodes = explained_nodes(g).tolist()
 node_rel, edge_rel = backward_scores(model, g, nodes, "lrp")
 with torch.no_grad():
-    logit = model(g.to(device)).cpu()[nodes]
+    logit = model(g.clone().to(device)).cpu()[nodes]
 for v, r_nodes, r_edges, l in zip(nodes, node_rel, edge_rel, logit):
     print(f"node {v:2d}: logit {l:7.3f} = relevance on nodes {r_nodes.sum():7.3f} "
           f"+ on edges {r_edges.sum():6.3f} + bias share {l - r_nodes.sum() - r_edges.sum():6.3f}")
@@ -370,7 +370,7 @@ cases = {
 }
 for name, data in cases.items():
     with torch.no_grad():
-        p = torch.sigmoid(model(data.to(device))).cpu()
+        p = torch.sigmoid(model(data.clone().to(device))).cpu()
     print(f"{name:18s} label of node 3: {int(data.y[3])}, predicted probability {p[3]:.3f}")
 
 # %%
