@@ -20,7 +20,9 @@ MASS = {"C": 12.011, "N": 14.007, "O": 15.999, "S": 32.065, "F": 18.998, "Cl": 3
 
 @pytest.fixture(scope="module")
 def data():
-    return esol(ROOT, download=False), list(csv.DictReader(open(Path(ROOT) / FILENAME, newline="")))
+    with open(Path(ROOT) / FILENAME, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return esol(ROOT, download=False), rows
 
 
 @needs_data
