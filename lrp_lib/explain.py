@@ -145,6 +145,7 @@ class _State:
         self.rule = rule
         self.num_edges = num_edges
         self.record = torch.zeros(num_edges, dtype=dtype) if num_edges is not None else None
+        self.gcn_cache: dict = {}  # (id(edge_index), ...) -> (edge_index, edge_weight, normalisation)
 
     def messages(self, x: Tensor, edge_index: Tensor, coeff: Tensor | None, edge_id: Tensor, layer: str):
         if self.record is not None and self.record.device != x.device:
@@ -204,28 +205,41 @@ def _gcn_forward(state: _State, m: GCNConv, x: Tensor, edge_index, edge_weight: 
     edge_index = _check_edges(edge_index, "GCNConv", n)
     if m.flow != "source_to_target":
         raise _unsupported(f"GCNConv with flow={m.flow!r}")
-    e = edge_index.shape[1]
-    w = edge_weight.detach() if edge_weight is not None else x.new_ones(e)
-    edge_id = torch.arange(e, device=x.device)
-    if m.normalize:
-        if m.add_self_loops:  # as add_remaining_self_loops: existing loops keep their weight
-            loop = edge_index[0] == edge_index[1]
-            nodes = torch.arange(n, device=x.device)
-            # PyG fills 2 for improved=True only when edge weights are given (gcn_norm)
-            loop_w = x.new_full((n,), 2.0 if m.improved and edge_weight is not None else 1.0)
-            loop_w[edge_index[0, loop]] = w[loop]
-            loop_id = torch.full((n,), -1, dtype=torch.long, device=x.device)
-            loop_id[edge_index[0, loop]] = edge_id[loop]
-            edge_index = torch.cat([edge_index[:, ~loop], nodes.repeat(2, 1)], dim=1)
-            w = torch.cat([w[~loop], loop_w])
-            edge_id = torch.cat([edge_id[~loop], loop_id])
-        src, dst = edge_index
-        deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
-        dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
-        w = dinv[src] * w * dinv[dst]
+    # the layers of a model usually share edge_index and edge_weight: normalise once per explanation
+    key = (id(edge_index), id(edge_weight), n, x.dtype, m.normalize, m.add_self_loops,
+           m.improved and edge_weight is not None)
+    if key not in state.gcn_cache:
+        state.gcn_cache[key] = (edge_index, edge_weight, _gcn_norm(m, x, edge_index, edge_weight))
+    _, _, (edge_index, w, edge_id) = state.gcn_cache[key]
     msgs = state.messages(x, edge_index, w, edge_id, "GCNConv")
     aggregated = ops.scatter_add(msgs, edge_index[1], 0, n)
     return state.linear(aggregated, m.lin.weight, m.bias)
+
+
+def _gcn_norm(m: GCNConv, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None):
+    """(edge_index with GCN's self-loops, normalised weights, id of the explained edge or -1)."""
+    n, e = x.shape[0], edge_index.shape[1]
+    w = edge_weight.detach().to(x.dtype) if edge_weight is not None else x.new_ones(e)
+    edge_id = torch.arange(e, device=x.device)
+    if not m.normalize:
+        return edge_index, w, edge_id
+    if m.add_self_loops:  # as add_remaining_self_loops: existing loops keep their weight, moved to the end
+        loop = edge_index[0] == edge_index[1]
+        nodes = torch.arange(n, device=x.device)
+        # PyG fills 2 for improved=True only when edge weights are given (gcn_norm)
+        loop_w = x.new_full((n,), 2.0 if m.improved and edge_weight is not None else 1.0)
+        loop_id = torch.full((n,), -1, dtype=torch.long, device=x.device)
+        if bool(loop.any()):
+            loop_w[edge_index[0, loop]] = w[loop]
+            loop_id[edge_index[0, loop]] = edge_id[loop]
+            edge_index, w, edge_id = edge_index[:, ~loop], w[~loop], edge_id[~loop]
+        edge_index = torch.cat([edge_index, nodes.repeat(2, 1)], dim=1)
+        w = torch.cat([w, loop_w])
+        edge_id = torch.cat([edge_id, loop_id])
+    src, dst = edge_index
+    deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
+    dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
+    return edge_index, dinv[src] * w * dinv[dst], edge_id
 
 
 def _graph_conv_forward(state: _State, m: GraphConv, x, edge_index, edge_weight: Tensor | None = None, size=None):
