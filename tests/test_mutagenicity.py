@@ -15,9 +15,8 @@ pytestmark = pytest.mark.skipif(not RAW.is_dir(), reason=f"no Mutagenicity files
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    os.environ.setdefault("LRP_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    return mutagenicity(DATA_ROOT)
+def dataset():
+    return mutagenicity(DATA_ROOT)  # processed once into the cache (~/.cache/lrp-book/data)
 
 
 def test_sizes_and_labels(dataset):
