@@ -51,6 +51,7 @@ from torch_geometric.data import Batch, Data
 import lrp_lib
 from lrp_lib.graph import (EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU, read_relevance,
                            relevance_inputs)
+from lrp_lib.graph import _compose_with_ops  # the teaching version of a layer, built from lrp_lib.ops
 from lrp_lib.plotting import draw_graph
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -61,14 +62,25 @@ random.seed(0)
 np.set_printoptions(precision=3, suppress=True, floatmode="fixed")
 
 
-def backward_graph(fn, depth=0):
-    """The names of the backward nodes below ``fn``, one per line, indented by depth."""
+def backward_graph(fn, names=None, depth=0):
+    """The names of the backward nodes below ``fn``, one per line, indented by depth.  A leaf
+    (``AccumulateGrad``) is labelled with its name in ``names`` ({tensor: name}), if given."""
     if fn is None:
         return "  " * depth + "None"
-    lines = ["  " * depth + type(fn).__name__]
+    label = type(fn).__name__
+    if names is not None and hasattr(fn, "variable"):
+        label += " (" + next((n for t, n in names.items() if t is fn.variable), "?") + ")"
+    lines = ["  " * depth + label]
     for child, _ in fn.next_functions:
-        lines.append(backward_graph(child, depth + 1))
+        lines.append(backward_graph(child, names, depth + 1))
     return "\n".join(lines)
+
+
+def leaf_names(layer, data):
+    """{tensor: name} for the parameters of ``layer`` and the features of ``data``."""
+    names = {p: n for n, p in layer.named_parameters()}
+    names.update({data[a]: a for a in ("x", "edge_attr", "u") if data.get(a) is not None})
+    return names
 
 
 # %% [markdown]
@@ -105,8 +117,23 @@ def backward_graph(fn, depth=0):
 # $\frac{a_j w_{j}}{z} R_z$: each input's contribution to the output over the output, whatever term
 # it came through. That is LRP-0 applied to the whole update at once.
 #
-# `lrp_lib.graph` implements each layer twice over the same parameters: from plain torch
-# operations (and `lrp_lib.scatter`) outside the relevance mode, from `lrp_lib.ops` inside it.
+# Composing the ops is how we *teach* a layer, and it is what `_compose_with_ops(layer, data)`
+# builds. The library itself takes the last observation literally: inside the relevance mode each
+# layer is **one** autograd function (`EdgeLinearRelevance`, `NodeLinearRelevance`,
+# `GlobalLinearRelevance`) whose backward is the epsilon rule of the whole update seen as one
+# linear map of all its inputs. With $s = R_z / (z + \epsilon\,\mathrm{sign}(z))$ per output unit,
+# an input group receives its features times the transposed map applied to $s$, e.g.
+# $R_e = e \odot (s\, W_e)$ for the edge term and $R_x = x \odot (\sum_{k:\,s(k)=i} s_k)\, W_s$ for
+# the sender term (copies sum their $s$ first); an aggregation passes $s\,W$ back to each
+# aggregated row (divided by the group size for a mean, to the winner only for a max), and the
+# bias keeps $b\, s$. The function saves only the inputs, the index tensors and its own output
+# (plus the argmax of a max), where the composition keeps every term of the sum: the same
+# relevance at $\epsilon = 0$ (the tests check it for every configuration to $10^{-10}$) for a
+# fraction of the memory. With $\epsilon > 0$ the stabiliser acts once, on the whole $z$, as in
+# the epsilon rule of an ordinary linear layer.
+#
+# So `lrp_lib.graph` implements each layer twice over the same parameters: from plain torch
+# operations (and `lrp_lib.scatter`) outside the relevance mode, as one relevance function inside it.
 #
 # ## An example graph
 #
@@ -138,18 +165,19 @@ out_gradient = edge_layer(inp)
 with lrp_lib.relevance():
     out_relevance = edge_layer(inp)
 
+names = leaf_names(edge_layer, inp)
 print("outside the context:")
-print(backward_graph(out_gradient.edge_attr.grad_fn))
+print(backward_graph(out_gradient.edge_attr.grad_fn, names))
 print("\ninside the context:")
-print(backward_graph(out_relevance.edge_attr.grad_fn))
+print(backward_graph(out_relevance.edge_attr.grad_fn, names))
 print("\nsame forward values:", torch.equal(out_gradient.edge_attr, out_relevance.edge_attr))
 
 # %% [markdown]
 # Outside, autograd records its own `MmBackward0`, `IndexSelectBackward0` and `AddBackward0`:
-# `.backward()` gives true gradients and the layer trains like any `nn.Module`. Inside, the same
-# computation is recorded with the relevance functions: the epsilon rule for each weight matrix,
-# the copy rule for the global features sent to each edge, and the proportional rule for the sum.
-# The forward values are identical, bit for bit. The mode is read during the *forward* pass: the
+# `.backward()` gives true gradients and the layer trains like any `nn.Module`. Inside, the whole
+# layer is recorded as one `EdgeLinearRelevanceBackward` node over the leaves it reads (the edge
+# and global features, and the two weights, which receive no relevance; `None` is the index that
+# copies the globals onto the edges). The forward values are identical, bit for bit. The mode is read during the *forward* pass: the
 # backward can be called after the `with` block, and it is the recorded functions that decide
 # what flows.
 #
@@ -208,19 +236,35 @@ report({
 # only moves between groups as inputs are switched on. Node 1 is never a sender, so with
 # `sender_features` it receives nothing through that term. With the bias switched on, the bias
 # takes its share $\frac{b}{z} R_z$ and the inputs get what is left: "conserved" counts the bias
-# in. The backward graph of the full layer shows where each share travels:
+# in. The teaching version of the full layer, built from ops, shows where each share travels:
 
 # %%
+full = EdgeLinear(1, 3, 5, 5, 7, bias=True, eps=0.0).to(device)
+inp = relevance_inputs(graph)
 with lrp_lib.relevance():
-    out = EdgeLinear(1, 3, 5, 5, 7, bias=True).to(device)(relevance_inputs(graph))
-print(backward_graph(out.edge_attr.grad_fn))
+    composed = _compose_with_ops(full, inp).edge_attr
+print(backward_graph(composed.grad_fn, leaf_names(full, inp)))
 
 # %% [markdown]
-# Read from the top: the last `AddRelevance` splits between the bias (an `AccumulateGrad`, a
-# leaf parameter) and everything before; each earlier `AddRelevance` splits off one term; each
-# term is a `LinearEpsRelevance` of a leaf, behind an `IndexSelectRelevance` when it was copied
-# onto the edges (sender, receiver, global). The `None` entries are the index arguments, which
-# receive no relevance.
+# Read from the top: the last `AddRelevance` splits between the bias and everything before; each
+# earlier `AddRelevance` splits off one term; each term is a `LinearEpsRelevance` of a leaf,
+# behind an `IndexSelectRelevance` when it was copied onto the edges (sender, receiver, global).
+# The `None` entries are the index arguments, which receive no relevance. The library's layer
+# replaces this whole tree by one node and gives the same relevance (here with $\epsilon = 0$,
+# where the two definitions coincide):
+
+# %%
+composed.backward(composed.detach())
+by_ops = [inp[a].grad.clone() for a in ("x", "edge_attr", "u")] + [full.bias.grad.clone()]
+full.zero_grad(set_to_none=True)
+inp = relevance_inputs(graph)
+with lrp_lib.relevance():
+    fused = full(inp).edge_attr
+print(backward_graph(fused.grad_fn, leaf_names(full, inp)))
+fused.backward(fused.detach())
+by_layer = [inp[a].grad for a in ("x", "edge_attr", "u")] + [full.bias.grad]
+difference = max(float((a - b).abs().max()) for a, b in zip(by_ops, by_layer))
+print("composed ops and one function agree (float32, within 1e-6):", difference < 1e-6)
 #
 # ### NodeLinear
 #
@@ -424,21 +468,27 @@ plt.show()
 #
 # ## What it costs
 #
-# The relevance backward runs the same graph as the gradient backward, but its rules need the
-# values of the forward pass (each term of a sum, each output of a linear map), so it saves more
-# tensors and does more element-wise work. The benchmark `benchmarks/bench_graph.py` measures a
-# four-block Graph Network with 64 features on one graph on the CPU; the table is in the
-# [Performance](performance.md) chapter, section "Graph Network layers". On a graph of 10,000 nodes
-# and 100,000 edges the forward costs the same in both modes (ratio 0.99), the relevance backward
-# takes 2.2x the time of the gradient backward, the peak memory is 2.2x, and autograd keeps 7.9x
-# more bytes for the backward: short of the 1.5x target. The reasons, and a layer-level rule that
-# would close most of the gap, are discussed there.
+# Built from ops, a layer's relevance rules need the values of the forward pass (each term of a
+# sum, each output of a linear map): an `EdgeLinear` with four inputs keeps about seven
+# edges-by-features tensors for its backward where the gradient keeps one. That is why the library
+# fuses each layer into one function, which keeps only its output beyond what is alive anyway. The
+# benchmark `benchmarks/bench_graph.py` measures a four-block Graph Network with 64 features on one
+# graph of 100,000 nodes and 1,000,000 edges on the CPU; the table is in the
+# [Performance](performance.md) chapter, section "Graph Network layers". The relevance
+# backward takes 1.19x the time of the gradient backward and the same peak memory (1.00x), within
+# the 1.5x target; autograd keeps 1.79x the bytes between forward and backward, because each layer
+# keeps its output $z$, the denominator of the rule. Composed from ops, the same model had needed
+# 2.2x the time and 2.2x the peak memory at a tenth of that size, and did not fit in memory at the
+# full size.
 #
 # ## Summary
 #
 # - A Graph Network layer is a sum of linear maps of copied and aggregated features. Building it
 #   from relevance ops makes one backward pass an LRP explanation of nodes, edges and globals at
 #   once, for any wiring, with no layer-specific rule.
+# - Composing ops is the teaching version; the library fuses each layer into one relevance function,
+#   the epsilon rule of the whole update as one linear map. At $\epsilon = 0$ both give the same
+#   relevance, but the fused function keeps only its inputs and output for the backward.
 # - The same layer objects train with true gradients and explain with relevance: the mode is chosen
 #   by `with lrp_lib.relevance():` during the forward pass, and the forward values are identical.
 # - Without biases, relevance is conserved exactly (up to the epsilon stabiliser), per group and
@@ -454,9 +504,11 @@ plt.show()
 #    of each weight matrix gives input feature $j$ of term $t$ the relevance $a_j w_j R_z / z$,
 #    the same as treating the whole update as one linear layer over the concatenated inputs.
 # 2. In the `NodeLinear` table, the `max` and `sum` rows send different amounts to the edges. Using
-#    `backward_graph`, find the op responsible and explain, for one node, which edge wins.
+#    `backward_graph` on `_compose_with_ops(layer, data)`, find the op responsible and explain, for
+#    one node, which edge wins.
 # 3. Set `eps=0.1` in an `EdgeLinear` without a bias. How much relevance is lost, and which outputs
-#    lose the most? Relate it to the size of $z_t$.
+#    lose the most? Relate it to the size of $z$. Then compare with `_compose_with_ops`, where the
+#    stabiliser acts on every term $z_t$ instead: which loses more, and why?
 # 4. Add a `NodeLinear` that reads only `incoming_features` to a graph whose node 3 has no incoming
 #    edge, start the backward from `torch.ones_like(out)`, and explain the `LostRelevanceWarning`.
 # 5. Write an element-wise layer `ElementWise("x", torch.tanh, relevance_fn=...)` whose relevance
