@@ -6,6 +6,11 @@ if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "torch_geometric", "captum",
                     "lrp_lib @ git+https://github.com/lrp-book/lrp-gnn-book"], check=True)
 
+# %% tags=["hide-input"]
+# In Colab only: this chapter also needs RDKit to read the molecules.
+if "google.colab" in sys.modules:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "rdkit"], check=True)
+
 # %% [markdown]
 # # Case study: solubility
 #
