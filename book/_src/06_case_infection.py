@@ -432,6 +432,21 @@ plt.show()
 #   (here, to contact 0's randomly scaled message) is shut out for good. The ground truth's
 #   "both" is the full cause; each method shows part of it.
 #
+# The first point is a claim about the model, and easy to check over all held-out edges: the
+# edge encoder $\mathrm{ReLU}(W e_k)$ is exactly zero for every virtual edge and for no in-person
+# one. The model has learned to silence virtual edges at the very first layer, which is
+# why LRP and both gradient methods give a virtual edge's features no score at all.
+# GNNExplainer's mask scales the whole message, sender part included, so it can still give one.
+
+# %%
+with torch.no_grad():
+    encoded = model.encode[1](model.encode[0](test_batch)).edge_attr.cpu()
+all_zero = (encoded == 0).all(1)
+virtual = test_batch.virtual.cpu()
+print(f"edge encodings that are all zero: virtual edges {all_zero[virtual].float().mean():.3f}, "
+      f"in-person edges {all_zero[~virtual].float().mean():.3f}")
+
+# %% [markdown]
 # ## Summary
 #
 # - The infection data set has exact ground-truth explanations: for each infected non-sick node,
