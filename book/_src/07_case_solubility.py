@@ -224,6 +224,8 @@ for (name, smiles), p, a, b, c in zip(examples.items(), pred, atom_rel, bond_rel
 # %% [markdown]
 # The drawing puts each atom at its RDKit 2D position and colours atoms and bonds on one shared,
 # zero-centred scale per molecule: red for positive relevance (towards soluble), blue for negative.
+# (`lrp_lib.plotting.draw_molecule` colours bonds only, for edge-mask explainers; here most of the
+# relevance sits on the atoms, so a small helper in this chapter colours both.)
 
 # %% tags=["hide-input"]
 def draw_molecule(ax, smiles, atoms, bonds, title):
