@@ -38,11 +38,13 @@ if "google.colab" in sys.modules:
 # ```
 
 # %% tags=["hide-input"]
+import warnings
+
+warnings.filterwarnings("ignore")  # import-time notes of the libraries (tqdm, deprecations); nothing of ours
+
 import json
-import os
 import random
 import tempfile
-import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -65,7 +67,6 @@ from lrp_lib.datasets.mutagenicity import ATOMS, MUTAGEN
 from lrp_lib.explain import LRPExplainer
 from lrp_lib.plotting import draw_molecule
 
-warnings.filterwarnings("ignore")  # deprecation notes of the libraries; nothing of ours
 SHOW_PROGRESS = "google.colab" in sys.modules  # progress bars for readers, none in the stored book
 
 
@@ -424,11 +425,14 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Proponents of a correctly classified mutagen tend to be mutagens that share its groups;
-# opponents are typically training molecules that look alike but carry the other label, or whose
-# gradient pulls the last layer the other way. TracIn explains *through the data*: it says nothing
-# about which bonds of the test molecule matter, and the bond-level methods say nothing about the
-# training set.
+# The hand computation agrees with Captum. The opponents are the instructive part: nonmutagens that
+# carry nitro groups themselves, so training on them pushed the model away from "nitro means
+# mutagen" -- exactly the chemists' alert the ground truth encodes. The proponents are mutagens,
+# with scores an order of magnitude smaller and tied to the printed precision: TracInCPFast sees a
+# training molecule only through the input of the last layer and its loss gradient, and at the late
+# checkpoints (small learning rates, well-fitted examples) the positive contributions are weak.
+# TracIn explains *through the data*: it says nothing about which bonds of the test molecule matter,
+# and the bond-level methods say nothing about the training set.
 #
 # ## The comparison over all test mutagens
 #
@@ -499,7 +503,12 @@ for name, (a, fp, fm) in live.items():
 
 # %%
 bench_file = Path("..") / "benchmarks" / "results" / "explainers.json"
-bench = json.loads(bench_file.read_text())
+if bench_file.exists():
+    bench = json.loads(bench_file.read_text())
+else:  # a notebook opened outside the repository (Colab): the committed file from GitHub
+    import urllib.request
+    url = "https://raw.githubusercontent.com/lrp-book/lrp-gnn-book/main/benchmarks/results/explainers.json"
+    bench = json.loads(urllib.request.urlopen(url).read())
 print(f"{bench['graphs']} molecules, test accuracy {bench['test_accuracy']:.3f}, {bench['machine']}")
 print(f"{'method':48s} {'ms/expl.':>9s} {'vs GNNExpl.':>11s} {'AUROC':>6s} {'fid+':>6s} {'fid-':>6s}")
 for name, r in bench["methods"].items():
@@ -511,7 +520,34 @@ print(f"{'ground truth itself':48s} {'':9s} {'':11s} {1.0:6.3f} {bench['ground_t
 # %% [markdown]
 # ### What the numbers say, and what they do not
 #
-# DISCUSSION_PLACEHOLDER
+# **Agreement with the chemists.** LRP ranks the NO$_2$/NH$_2$ edges best (mean AUROC 0.716),
+# ahead of saliency (0.684), GNNExplainer at 200 epochs (0.667) and Integrated Gradients (0.566).
+# None comes close to 1, and that is not (only) the explainers' fault: the model was never told
+# about nitro groups. Its 0.795 test accuracy leaves room for other cues, such as ring systems or
+# molecule size, and 22 of the 259 test mutagens are predicted "nonmutagen" (their explanations then
+# argue for the other class). In the molecule above, LRP puts most relevance on a nitroso N-O bond that
+# the ground truth does not mark, because the ground truth only knows NO$_2$ and NH$_2$.
+#
+# **What the model needs.** Fidelity asks the model, not the chemists. Removing LRP's top-$k$ edges
+# flips 67% of the predictions (fidelity+ 0.672), removing the ground-truth bonds only 22% (0.216):
+# the model relies on the edges LRP points at far more than on the NO$_2$/NH$_2$ bonds. Keeping only
+# $k$ edges (fidelity-) changes most predictions for every method: $k$ is small (4 directed edges
+# for 181 of the 259 molecules, at most 16), and a molecule reduced to a handful of bonds is far from anything the model was trained
+# on. Saliency's top edges are the ones the output is most *sensitive* to, which need not be the
+# ones it *uses*: removing them rarely changes the prediction (fidelity+ 0.124). Integrated Gradients
+# starts from the empty graph, where a GCN with self-loops still sees every atom, and spreads its
+# attribution over that whole path; its signed scores rank the ground truth worst here.
+#
+# **Cost.** One LRP explanation through PyG's `Explainer` takes 14.4 ms against 1,908 ms for
+# GNNExplainer's 200 optimisation steps: 132 times faster, with a higher ground-truth AUROC (the
+# target of this chapter's benchmark was at least 100 times). Saliency (9.4 ms) is a single gradient;
+# LRP costs a bit more, mostly the `Explainer`'s own prediction pass and the Python of the relevance
+# ops. Batched, LRP explains all 259 molecules in one forward and one backward: 0.59 ms per molecule,
+# over 3,000 times faster than GNNExplainer. These are wall-clock times on a shared 2-core machine
+# with one thread; the ratios, measured interleaved in one process, are what carries over.
+#
+# An explanation shows what *the model* uses. Where that differs from the chemists' alerts, the
+# explanation is not wrong; it is telling us something about the model.
 #
 # ## Summary
 #
