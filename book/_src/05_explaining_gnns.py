@@ -565,6 +565,9 @@ print(f"{'ground truth itself':48s} {'':9s} {'':11s} {1.0:6.3f} {bench['ground_t
 #   edge-weight mask; TracIn ranks training molecules instead of bonds.
 # - Ground-truth AUROC measures agreement with chemists' alerts, fidelity measures what the model
 #   needs; they can disagree, and cost differs by orders of magnitude.
+# - Further: LRP for graph networks was introduced by {cite}`baldassarre2019explainability`;
+#   GNN-LRP {cite}`schnake2022higher` goes beyond single edges and scores whole walks through the
+#   graph, which shows how messages combine over layers.
 #
 # ## Exercises
 #
