@@ -324,3 +324,30 @@ def test_unsupported_configurations_raise():
     norm_mlp = Net(lambda i, o, b: GINConv(MLP([i, o, o]))).double().eval()
     with pytest.raises(UnsupportedModelError, match="MLP with norm layers"):
         explainer(norm_mlp)(data.x, data.edge_index)
+
+
+class NodeRegressor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = GCNConv(4, 5, bias=False)
+        self.conv2 = GraphConv(5, 1, bias=False)
+
+    def forward(self, x, edge_index):
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def test_node_level_explanation_starts_from_the_indexed_nodes():
+    torch.manual_seed(2)
+    model = NodeRegressor().double().eval()
+    data = random_graphs(1, seed=9)[0]
+    exp = Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
+                    edge_mask_type="object", model_config=dict(mode="regression", task_level="node", return_type="raw"))
+    out = model(data.x, data.edge_index).detach().view(-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        one = exp(data.x, data.edge_index, index=2)
+        two = exp(data.x, data.edge_index, index=torch.tensor([0, 2]))
+        zero = exp(data.x, data.edge_index, index=0)
+    assert float(one.node_mask.sum()) == pytest.approx(float(out[2]))
+    torch.testing.assert_close(two.node_mask, one.node_mask + zero.node_mask)  # relevance is linear in R_out
+    torch.testing.assert_close(two.edge_mask, one.edge_mask + zero.edge_mask)
