@@ -134,7 +134,7 @@ def _check_tensor(x, name: str) -> Tensor:
 def _share(op: str, rel_out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
     """``rel_out / (z + eps * sign(z))`` with sign(0) = +1.  Where ``z == 0`` the share is 0:
     that relevance is lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning`."""
-    share = rel_out / (z + eps * torch.where(z >= 0, 1.0, -1.0).to(z.dtype)) if eps else rel_out / z
+    share = rel_out / (z + eps * z.sign()) if eps else rel_out / z  # sign(0) = 0 is masked below
     zero = z == 0
     if bool(zero.any()):
         lost = zero & (rel_out != 0)
