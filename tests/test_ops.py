@@ -335,3 +335,12 @@ def test_cuda_matches_cpu(gen):
     _, R, (cpu,) = relevance(lambda t: net(t, "cpu"), [x])
     _, _, (gpu,) = relevance(lambda t: net(t, "cuda"), [x.cuda()], rel_out=R.cuda())
     torch.testing.assert_close(gpu.cpu(), cpu)
+
+
+def test_linear_eps_saves_only_input_weight_and_output(gen):
+    """O(N (in + out)) memory: nothing of size N x in x out is kept for backward."""
+    x, W = rand(50, 7, gen=gen).requires_grad_(), rand(5, 7, gen=gen)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = ops.linear_eps(x, W, rand(5, gen=gen))
+    assert sorted(t.numel() for t in saved) == sorted([x.numel(), W.numel(), out.numel()])
