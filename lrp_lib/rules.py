@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import numbers
 import re
-import warnings
 from typing import Callable, Union
 
 import torch
@@ -52,6 +51,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .ops import LostRelevanceWarning
+from .ops import _check_tensor
+from .ops import _share as _ops_share
 
 __all__ = [
     "Rule",
@@ -123,28 +124,10 @@ def _is_zero(t: Weight | None) -> bool:
     return t == 0.0 if isinstance(t, float) else not bool(t.any())
 
 
-def _check_tensor(x, name: str) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}")
-    return x
-
-
 def _share(op: str, rel_out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
-    """``rel_out / (z + eps * sign(z))`` with sign(0) = +1.  Where ``z == 0`` the share is 0:
-    that relevance is lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning`."""
-    share = rel_out / (z + eps * z.sign()) if eps else rel_out / z  # sign(0) = 0 is masked below
-    zero = z == 0
-    if bool(zero.any()):
-        lost = zero & (rel_out != 0)
-        if bool(lost.any()):
-            warnings.warn(
-                f"{op}: relevance of total magnitude {float(rel_out[lost].abs().sum()):.4g} reached "
-                f"outputs equal to zero and was lost (a zero output cannot be split in proportion to its inputs)",
-                LostRelevanceWarning, stacklevel=4)
-        share = share.masked_fill(zero, 0)
-    return share
+    """``rel_out / (z + eps * sign(z))``; where ``z == 0`` the share is 0: that relevance is
+    lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning` (the helper of :mod:`lrp_lib.ops`)."""
+    return _ops_share(op, rel_out, z, z.sign().mul_(eps).add_(z) if eps else None)
 
 
 # ----------------------------------------------------------------------- rules
