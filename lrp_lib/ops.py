@@ -308,14 +308,8 @@ class LinearEpsRelevance(torch.autograd.Function):
         return (s @ weight).mul_(x), None, None, None
 
 
-def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6) -> Tensor:
-    r"""``x @ weight.T + bias`` with the LRP epsilon rule in backward.
-
-    :math:`R_{x_j} = \sum_k \frac{x_j w_{kj}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k`, with
-    :math:`\mathrm{sign}(0) = +1`.  The bias takes the share :math:`b_k / (z_k + \ldots)` of
-    :math:`R_k` (it is not an input, so that share leaves the explanation).  ``x`` may have
-    any leading batch dimensions, like :func:`torch.nn.functional.linear`.
-    """
+def _check_linear(x, weight, bias) -> None:
+    """Clear errors for the arguments of a linear map ``x @ weight.T + bias``."""
     _check_tensor(x, "x")
     _check_tensor(weight, "weight")
     if weight.dim() != 2:
@@ -331,6 +325,17 @@ def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float
             raise ValueError(
                 f"bias must have shape ({weight.shape[0]},) to match weight's out_features, got {tuple(bias.shape)}"
             )
+
+
+def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+    r"""``x @ weight.T + bias`` with the LRP epsilon rule in backward.
+
+    :math:`R_{x_j} = \sum_k \frac{x_j w_{kj}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k`, with
+    :math:`\mathrm{sign}(0) = +1`.  The bias takes the share :math:`b_k / (z_k + \ldots)` of
+    :math:`R_k` (it is not an input, so that share leaves the explanation).  ``x`` may have
+    any leading batch dimensions, like :func:`torch.nn.functional.linear`.
+    """
+    _check_linear(x, weight, bias)
     if not isinstance(eps, numbers.Real) or eps < 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     return LinearEpsRelevance.apply(x, weight, bias, float(eps))

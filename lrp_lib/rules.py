@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .ops import LostRelevanceWarning
-from .ops import _check_tensor
+from .ops import _check_linear, _check_tensor
 from .ops import _share as _ops_share
 
 __all__ = [
@@ -332,16 +332,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, rule: Rule | s
     Contributions :math:`x_j w_{kj}`; the VJP is :math:`R/z \mapsto (R/z) W`.  ``x`` may have
     any leading batch dimensions.  Epsilon (:math:`\epsilon = 10^{-6}`) by default.
     """
-    _check_tensor(x, "x")
-    _check_tensor(weight, "weight")
-    if weight.dim() != 2:
-        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
-    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"x has {x.shape[-1] if x.dim() else 0} features in its last dimension but weight "
-            f"expects in_features={weight.shape[1]} (x {tuple(x.shape)}, weight {tuple(weight.shape)})"
-        )
-    _check_bias(bias, weight.shape[0], "out_features")
+    _check_linear(x, weight, bias)
     m = LinearMap(F.linear, _linear_vjp)
     return LinearMapRelevance.apply(x, weight, bias, m, get_rule(rule), "linear")
 
