@@ -44,6 +44,8 @@ from lrp_lib import ops, rules
 from lrp_lib.ops import LostRelevanceWarning
 from lrp_lib.residual import ResidualBlock
 
+import memory  # benchmarks/memory.py, beside this script
+
 
 class ResidualCNN(nn.Module):
     """The chapter's network: ``forward(x)`` ordinary, ``forward(x, rule)`` relevance ops."""
@@ -134,36 +136,16 @@ def saved_bytes(models, images, name) -> int | None:
         return None
     model = models[network]
     x = images.clone().requires_grad_(True)
-    exclude = {x.untyped_storage().data_ptr()} | {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in exclude:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(x, rule=rule)
-    del out
-    return sum(seen.values())
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not found in /proc/self/status")
+    return memory.saved_bytes(lambda: model(x, rule=rule), [x, *model.parameters()])
 
 
 def rss_child(args, name) -> int:
     models, images = setup(args.batch)
     if VARIANTS[name][1] == "captum":
         from captum.attr import LRP  # noqa: F401  (imported before measuring)
-    before = _status_bytes("VmRSS")
+    before = memory.status_bytes("VmRSS")
     run_once(models, images, name)
-    return _status_bytes("VmHWM") - before
+    return memory.status_bytes("VmHWM") - before
 
 
 def main():

@@ -41,6 +41,8 @@ import lrp_lib
 from lrp_lib.graph import EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU
 from lrp_lib.ops import LostRelevanceWarning
 
+import memory  # benchmarks/memory.py, beside this script
+
 
 def block(f: int) -> nn.Sequential:
     return nn.Sequential(
@@ -81,42 +83,16 @@ def run_once(model, data, relevance: bool):
 
 def saved_bytes(model, data, relevance: bool) -> int:
     """Bytes of the distinct storages autograd saves for backward (inputs and parameters excluded)."""
-    exclude = {t.untyped_storage().data_ptr() for t in (data.x, data.edge_attr, data.u, data.edge_index)}
-    exclude |= {p.untyped_storage().data_ptr() for p in model.parameters()}
-    seen = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in exclude:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = forward(model, data, relevance)
-    del out
-    return sum(seen.values())
+    inputs = [data.x, data.edge_attr, data.u, data.edge_index, *model.parameters()]
+    return memory.saved_bytes(lambda: forward(model, data, relevance), inputs)
 
 
 def rss_child(args, relevance: bool) -> int:
     """In this (fresh) process: peak RSS increase of one forward + backward, in bytes."""
     model, data = setup(args.nodes, args.edges, args.features, args.blocks)
-    before = _rss_now()  # the graph and the model are built; nothing has run yet
+    before = memory.status_bytes("VmRSS")  # the graph and the model are built; nothing has run yet
     run_once(model, data, relevance)
-    return _status_bytes("VmHWM") - before
-
-
-def _status_bytes(field: str) -> int:
-    """A memory field of /proc/self/status in bytes.  VmHWM, the peak resident size, belongs to
-    this process's own address space (unlike ru_maxrss, which a child inherits from its parent)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not found in /proc/self/status")
-
-
-def _rss_now() -> int:
-    return _status_bytes("VmRSS")
+    return memory.status_bytes("VmHWM") - before
 
 
 def main():

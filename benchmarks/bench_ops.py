@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from lrp_lib import ops, scatter
+
+import memory  # benchmarks/memory.py, beside this script
 
 
 class SeedLinearEpsilon(torch.autograd.Function):
@@ -109,23 +110,15 @@ def timed(fn, x) -> tuple[float, float]:
     return end - middle, end - start
 
 
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
 def memory_child(case: str, mode: str, quick: bool) -> None:
     _, x, fns = make_case(case, quick)
     leaf = x.clone().requires_grad_()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
-    before = _status_kb("VmRSS")
+    before = memory.status_bytes("VmRSS")
     out = fns[mode](leaf)
     out.backward(torch.ones_like(out))
-    print(json.dumps({"peak_mb": (_status_kb("VmHWM") - before) / 1024}))
+    print(json.dumps({"peak_mb": (memory.status_bytes("VmHWM") - before) / 2**20}))
 
 
 def measure_memory(case: str, mode: str, quick: bool) -> float:
