@@ -30,12 +30,19 @@ def test_chapter_is_in_the_toc(path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
-def test_first_cell_installs_only_in_colab_from_the_configured_repository(path):
+def test_colab_cell_follows_the_title_installs_only_in_colab_from_the_configured_repository(path):
     repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-    first = "".join(json.loads(path.read_text())["cells"][0]["source"])
-    assert '"google.colab" in sys.modules' in first
-    assert f"git+{repo}" in first
-    assert "torch" not in re.sub(r"torch_geometric", "", first.split("pip")[-1]), "must not reinstall torch"
+    cells = json.loads(path.read_text())["cells"]
+    title, install = cells[0], cells[1]
+    assert title["cell_type"] == "markdown" and "".join(title["source"]).startswith("# "), "title first"
+    source = "".join(install["source"])
+    assert '"google.colab" in sys.modules' in source
+    assert f'REPOSITORY = "{repo}"' in source and "git+{REPOSITORY}" in source
+    assert "torch" not in re.sub(r"torch_geometric", "", source.split("pip")[1]), "must not reinstall torch"
+    assert "remove-cell" in install["metadata"].get("tags", []), "the rendered book does not show it"
+    assert "RuntimeError" in source, "a failed install says what to do"
+    others = ["".join(c["source"]) for c in cells[2:] if c["cell_type"] == "code"]
+    assert not any("google.colab" in s and "pip" in s for s in others), "one install cell per chapter"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)

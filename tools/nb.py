@@ -6,6 +6,10 @@ A source file is plain Python.  ``# %%`` starts a code cell, ``# %% [markdown]``
 cell (each of its lines starts with ``# ``), and ``tags=["hide-input"]`` after the marker sets
 cell tags.  The notebook is written to ``book/<name>.ipynb`` and executed there (so relative
 paths resolve as they do in the book build and under nbval), with the outputs stored.
+
+Every chapter gets the Colab install cell of ``book/_src/_colab_cell.txt`` right after its first
+markdown cell (the title), with the repository URL from ``_config.yml``, the one place that names
+it. The cell is tagged ``remove-cell``: the rendered book does not show it, Colab runs it.
 """
 import json
 import re
@@ -13,6 +17,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import yaml
 from nbclient import NotebookClient
 
 MARKER = re.compile(r"^# %%(?P<md> \[markdown\])?(?P<rest>.*)$")
@@ -48,9 +53,23 @@ def parse(text):
     return cells
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def colab_cell():
+    repository = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    text = (ROOT / "book" / "_src" / "_colab_cell.txt").read_text().strip("\n")
+    cell = nbformat.v4.new_code_cell(text.format(repository=repository))
+    cell.metadata["tags"] = ["remove-cell"]
+    return cell
+
+
 def build(src: Path, execute: bool = True) -> Path:
     nb = nbformat.v4.new_notebook()
-    nb.cells = parse(src.read_text())
+    cells = parse(src.read_text())
+    if not cells or cells[0].cell_type != "markdown" or not cells[0].source.startswith("# "):
+        raise SystemExit(f"{src}: a chapter starts with a markdown cell holding its '# ' title")
+    nb.cells = cells[:1] + [colab_cell()] + cells[1:]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     dest = src.parent.parent / (src.stem + ".ipynb")

@@ -1,11 +1,3 @@
-# %% tags=["hide-input"]
-# In Colab only: install what Colab lacks (keeps Colab's own torch). Does nothing elsewhere.
-import sys
-if "google.colab" in sys.modules:
-    import subprocess
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "torch_geometric", "captum",
-                    "lrp_lib @ git+https://github.com/lrp-book/lrp-gnn-book"], check=True)
-
 # %% [markdown]
 # # Case study: infection
 #
