@@ -16,7 +16,32 @@ import torch
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-__all__ = ["draw_graph", "draw_molecule"]
+__all__ = ["book_style", "draw_graph", "draw_molecule"]
+
+#: Width of the rendered book's text column in inches at :data:`BOOK_DPI` (about 800 pixels).
+BOOK_WIDTH = 7.5
+BOOK_DPI = 110
+
+
+def book_style() -> None:
+    """Matplotlib settings for figures shown at their own size in the rendered book.
+
+    The book's text column is about 800 pixels wide; a figure drawn :data:`BOOK_WIDTH` inches wide
+    at :data:`BOOK_DPI` fills it without being shrunk, so its labels appear at the font size set
+    here. Call it after ``import matplotlib.pyplot`` (the notebook backend sets its own defaults on
+    import) and size figures ``figsize=(BOOK_WIDTH, height)`` or narrower.
+    """
+    plt.rcParams.update({
+        "figure.figsize": (BOOK_WIDTH, 4.0),
+        "figure.dpi": BOOK_DPI,
+        "savefig.dpi": BOOK_DPI,
+        "font.size": 10,
+        "axes.titlesize": 10,
+        "axes.labelsize": 10,
+        "legend.fontsize": 9,
+        "xtick.labelsize": 9,
+        "ytick.labelsize": 9,
+    })
 
 
 def _as_numpy(values, name: str, size: int):
