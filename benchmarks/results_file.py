@@ -58,7 +58,7 @@ def machine_info() -> dict:
 
 def write_results(name: str, results, settings: dict | None = None) -> Path:
     """Write ``benchmarks/results/<name>.json`` with the machine, the command and ``results``."""
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     payload = {
         "benchmark": name,
