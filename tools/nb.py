@@ -34,6 +34,10 @@ def parse(text):
             body = "\n".join(l[2:] if l.startswith("# ") else l.lstrip("#") for l in body.split("\n"))
             cell = nbformat.v4.new_markdown_cell(body)
         else:
+            trapped = [l for l in body.split("\n") if re.match(r"^# #+ ", l)]
+            if trapped:  # a heading after code without a "# %% [markdown]" marker renders as a comment
+                raise SystemExit(f"markdown heading inside a code cell: {trapped[0]!r}; "
+                                 "start a markdown cell with '# %% [markdown]' before it")
             cell = nbformat.v4.new_code_cell(body)
         if tags:
             cell.metadata["tags"] = tags

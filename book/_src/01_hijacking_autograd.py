@@ -80,8 +80,9 @@ def show(t):
 # %% [markdown]
 # Throughout, the relevance we send into an output is $1$ where the output is non-zero and $0$
 # where it is zero. Sending relevance into a zero output would only lose it (see
-# [Lost relevance](sec-lost-relevance) below); the seed notebooks this chapter reworks mask it the
-# same way, and so the numbers here can be compared with them.
+# [Lost relevance](sec-lost-relevance) below); the original notebooks this chapter reworks
+# (*Hijacking autograd for LRP* and *Autograd trick for graph layers*, see the introduction) mask it
+# the same way, and so the numbers here can be compared with theirs.
 
 # %%
 def unit_relevance(out):
@@ -261,15 +262,15 @@ print(show(src.grad), "<----", show(rel))
 # $$ R_{x_j} = \sum_k \frac{x_j w_{kj}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k
 #            = x_j \sum_k w_{kj}\, \underbrace{\frac{R_k}{z_k + \epsilon\,\mathrm{sign}(z_k)}}_{s_k} . $$
 #
-# The second form is the one to implement. The seed notebook built the full $N \times
+# The second form is the one to implement. The original notebook built the full $N \times
 # \text{in} \times \text{out}$ tensor of contributions $x_j w_{kj}$ in forward and kept it for
 # backward; for a batch of 100,000 rows and 64 x 64 features that is 1.6 GB in float32, where the
 # inputs and outputs take 51 MB. Factored, backward needs only the saved input, weight and output,
 # one division ($s = R / (z + \epsilon\,\mathrm{sign}\,z)$) and one matrix product ($s W$): memory
-# $O(N(\text{in} + \text{out}))$, the same as the gradient's. (The [Performance](performance.md)
+# $O(N(\text{in} + \text{out}))$, the same as the gradient's. (The [Performance](performance.ipynb)
 # page measures both.)
 #
-# The seed also added $\epsilon$ to a *saved* tensor in place during backward, so a second backward
+# It also added $\epsilon$ to a *saved* tensor in place during backward, so a second backward
 # over the same graph (`retain_graph=True`) divided by $z + 2\epsilon$. `linear_eps` never modifies
 # what it saved.
 #
@@ -511,13 +512,17 @@ backward_graph(z.grad_fn)
 #    (a gate or an edge weight). Where should the relevance of $c$ go? Check conservation.
 # 2. Replace the mask in `unit_relevance` by plain ones in the composed example. Which outputs lose
 #    relevance, and does `LostRelevanceWarning` report the right amount?
-# 3. The seed implementation of the epsilon rule materialises the contributions $x_j w_{kj}$.
+# 3. The original notebook's epsilon rule materialises the contributions $x_j w_{kj}$.
 #    Estimate its memory for a batch of 1,024 images through a 4096 x 4096 layer, and compare with
 #    `linear_eps`.
 # 4. `scatter_max` breaks ties by giving everything to the last maximal element. Propose a rule
 #    that splits the relevance evenly among ties and implement it as an autograd function.
-# 5. Show that for a bias-free network of `linear_eps` with $\epsilon = 0$ and `relu` layers,
-#    relevance is conserved exactly when no unit's pre-activation is zero.
+# 5. Take a bias-free network of `linear_eps` layers with $\epsilon = 0$ and `relu` between them.
+#    Show that relevance is conserved exactly whenever the starting relevance is zero on every
+#    output that is zero (as `unit_relevance` does). Why does a hidden unit whose pre-activation is
+#    zero, or negative, never receive relevance from the layer above? Give an example where the
+#    condition fails and say how much relevance is lost. Which step of your proof breaks once the
+#    layers have biases?
 #
 # ## References
 #

@@ -35,6 +35,7 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm, imported by torch_geometric
 
 import matplotlib.pyplot as plt
+from tqdm.auto import trange
 import numpy as np
 import torch
 from torch import nn
@@ -44,7 +45,8 @@ import lrp_lib
 from lrp_lib.graph import (EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU, read_relevance,
                            relevance_inputs)
 from lrp_lib.graph import _compose_with_ops  # the teaching version of a layer, built from lrp_lib.ops
-from lrp_lib.plotting import draw_graph
+from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
+from lrp_lib.pretrained import load_or_train
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -52,6 +54,7 @@ torch.manual_seed(0)
 np.random.seed(0)
 random.seed(0)
 np.set_printoptions(precision=3, suppress=True, floatmode="fixed")
+book_style()
 
 
 def backward_graph(fn, names=None, depth=0):
@@ -257,7 +260,8 @@ fused.backward(fused.detach())
 by_layer = [inp[a].grad for a in ("x", "edge_attr", "u")] + [full.bias.grad]
 difference = max(float((a - b).abs().max()) for a, b in zip(by_ops, by_layer))
 print("composed ops and one function agree (float32, within 1e-6):", difference < 1e-6)
-#
+
+# %% [markdown]
 # ### NodeLinear
 #
 # Incoming and outgoing edges are aggregated before their weight matrix, with each of the three
@@ -332,7 +336,7 @@ print("edge relevance of the edgeless graph:", rel.edge[rel.edge_graph == 1].cpu
 # random graphs, the sum over edges of the product of their sender's and receiver's first
 # feature, a quantity that needs edges, both endpoints and aggregation.
 
-# %%
+# %% tags=["train"]
 def block(f_in_edge, f_in_node, f_in_global, f, aggregation):
     return nn.Sequential(
         EdgeLinear(f, edge_features=f_in_edge, sender_features=f_in_node, receiver_features=f_in_node,
@@ -368,18 +372,28 @@ def random_graph(gen):
                 edge_index=edge_index, y=target)
 
 
+def train_deep_gn(model, steps=101):
+    """Full-batch Adam on the 256 training graphs, with ordinary gradients (outside the context)."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in trange(steps, desc="training"):
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(train).u, train.y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return {"metrics": {"first_step_loss": losses[0], "middle_step_loss": losses[steps // 2],
+                        "last_step_loss": losses[-1]}}
+
+
 gen = torch.Generator().manual_seed(0)
 train = Batch.from_data_list([random_graph(gen) for _ in range(256)]).to(device)
 torch.manual_seed(0)
 model = DeepGN().to(device)
-optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-for step in range(101):
-    optimizer.zero_grad()
-    loss = nn.functional.mse_loss(model(train).u, train.y)   # outside the context: true gradients
-    loss.backward()
-    optimizer.step()
-    if step % 50 == 0:
-        print(f"step {step:3d}  mse {loss.item():.3f}")
+record = load_or_train("graph-layers-deep-gn", model, train_deep_gn)
+m = record["metrics"]
+print(f"mean squared error at steps 0, 50, 100: {m['first_step_loss']:.3f}, {m['middle_step_loss']:.3f}, "
+      f"{m['last_step_loss']:.3f}  ({record['source']} weights)")
 print(f"target variance {train.y.var().item():.3f}")
 
 # %% [markdown]
@@ -430,7 +444,8 @@ with lrp_lib.relevance():
 out.backward(out.detach())
 t = read_relevance(inp).totals()
 print(f"output {out.item():.4f}   inputs {t['total']:.4f}   equal within 1e-12: {abs(out.item() - t['total']) < 1e-12}")
-#
+
+# %% [markdown]
 # ## Drawing the explanation
 #
 # `lrp_lib.plotting.draw_graph` draws a graph with networkx and matplotlib, nodes and edges
@@ -466,7 +481,7 @@ plt.show()
 # fuses each layer into one function, which keeps only its output beyond what is alive anyway. The
 # benchmark `benchmarks/bench_graph.py` measures a four-block Graph Network with 64 features on one
 # graph of 100,000 nodes and 1,000,000 edges on the CPU; the table is in the
-# [Performance](performance.md) chapter, section "Graph Network layers". The relevance
+# [Performance](performance.ipynb) chapter, section "Graph Network layers". The relevance
 # backward takes 1.19x the time of the gradient backward and the same peak memory (1.00x), within
 # the 1.5x target; autograd keeps 1.79x the bytes between forward and backward, because each layer
 # keeps its output $z$, the denominator of the rule. Composed from ops, the same model had needed

@@ -34,7 +34,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from lrp_lib import ops, rules
+from lrp_lib.plotting import BOOK_WIDTH, book_style
+from lrp_lib.pretrained import load_or_train
 from lrp_lib.residual import ResidualBlock
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
+from tqdm.auto import trange  # noqa: E402  (progress bar when retraining)
 
 with warnings.catch_warnings():  # captum imports tqdm.auto, which warns without ipywidgets
     warnings.simplefilter("ignore")
@@ -44,6 +49,7 @@ np.random.seed(0)
 random.seed(0)
 torch.set_num_threads(1)  # the layers here are tiny: threads only add overhead (and make runs differ)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+book_style()
 
 
 def show(t, decimals=4):
@@ -62,7 +68,8 @@ def show(t, decimals=4):
 # difference is that each weight is shared by all positions and each input feeds only the outputs
 # whose window covers it. Its gradients follow: $\partial L/\partial w$ sums, over all positions,
 # input times output gradient, and $\partial L/\partial x$ is a *transposed* convolution of the
-# output gradient with the kernel (flipped). Here with the seed's set-up: a 4x4 input of ones, a
+# output gradient with the kernel (flipped). Here with the set-up of the original notebook
+# (*Gradient in conv, LRP in backward, skip connection emulation*, see the introduction): a 4x4 input of ones, a
 # random 3x3 kernel, padding 1, and an output gradient of ones.
 
 # %%
@@ -91,13 +98,13 @@ print("equals torch.nn.grad.conv2d_input:", torch.allclose(same, x.grad))
 #
 # ## The z-rule in backward
 #
-# The seed wrote this rule as an autograd function that takes the layer as an argument. Its
+# The original notebook wrote this rule as an autograd function that takes the layer as an argument. Its
 # backward recomputes the forward with autograd switched on and backpropagates $R/z$ through it,
 # which computes the VJP. We rebuild it here, because it is the whole idea in ten lines.
 
 # %%
 class ZRuleFunction(torch.autograd.Function):
-    """The seed's generic z-rule: forward is ``func(input, *args)``, backward is
+    """The original notebook's generic z-rule: forward is ``func(input, *args)``, backward is
     ``x * J^T (R / z)``, the VJP taken by autograd on a recomputed forward."""
 
     @staticmethod
@@ -125,7 +132,7 @@ print("x relevance:\n", show(x.grad))
 print("total:", round(float(x.grad.sum()), 4), "= number of outputs:", f.numel())
 
 # %% [markdown]
-# The numbers are the seed's: the corner pixel feeds the outputs $-4, -2, -6, -3$ with
+# The numbers are the original notebook's: the corner pixel feeds the outputs $-4, -2, -6, -3$ with
 # contribution $-1$ each, so it receives $\frac{-1}{-4} + \frac{-1}{-2} + \frac{-1}{-6} +
 # \frac{-1}{-3} = 1.25$. The relevance is all positive although half the pixels are negative:
 # each negative pixel is responsible for a negative output with the same sign, and the rule
@@ -160,7 +167,7 @@ print("same output:", torch.equal(f2, f), " same relevance:", torch.allclose(x2.
 # $(xw)^+ = x^+ w^+ + x^- w^-$, so each part is the same map applied to clamped inputs and
 # weights (one term only when $x \ge 0$, as after a ReLU) {cite}`montavon2017dtd`.
 #
-# On the seed's example the rules disagree in an instructive way. z+ only follows positive
+# On that example the rules disagree in an instructive way. z+ only follows positive
 # contributions: with a kernel of ones those come from the positive pixels, so the negative half of
 # the image gets nothing. Alpha-beta adds back the negative contributions with a negative sign.
 
@@ -191,7 +198,7 @@ for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
 #
 # ## Skip connections
 #
-# A residual block computes $y = x + g(x)$. The seed emulated one with the z-rule convolution as
+# A residual block computes $y = x + g(x)$. The original notebook emulated one with the z-rule convolution as
 # the branch $g$, an input of ones and a kernel of ones, and backpropagated $R = 1$ per output,
 # once with the skip and once without:
 
@@ -230,7 +237,7 @@ print("with ops.add:\n", show(x.grad), "\ntotal", round(float(x.grad.sum()), 4))
 # train a small residual network: a 3x3 convolution to 24 channels, a residual block at 8x8,
 # average pooling to 4x4, a second residual block, global average pooling and a dense layer.
 
-# %%
+# %% tags=["train"]
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -266,25 +273,39 @@ class ResidualCNN(nn.Module):
         return rules.linear(rules.avg_pool2d(h, 4, rule=eps).flatten(1), self.fc.weight, self.fc.bias, rule=eps)
 
 
+def train_cnn(model, epochs=20, batch=32):
+    """Adam with a one-cycle learning rate, mini-batches of 32 in a seeded order."""
+    steps = epochs * ((len(x_train) + batch - 1) // batch)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=steps)
+    order = torch.Generator().manual_seed(0)
+    for epoch in trange(epochs, desc="training"):
+        model.train()
+        perm = torch.randperm(len(x_train), generator=order)
+        total = 0.0
+        for i in range(0, len(x_train), batch):
+            idx = perm[i:i + batch]
+            loss = F.cross_entropy(model(x_train[idx].to(device)), y_train[idx].to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            schedule.step()
+            total += float(loss) * len(idx)
+    return {"metrics": {"last_epoch_train_loss": total / len(x_train), "test_accuracy": test_accuracy(model)}}
+
+
+def test_accuracy(model):
+    model.eval()
+    with torch.no_grad():
+        return float((model(x_test.to(device)).argmax(1).cpu() == y_test).float().mean())
+
+
 torch.manual_seed(0)
 model = ResidualCNN().to(device)
-epochs, batch = 20, 32
-steps = epochs * ((len(x_train) + batch - 1) // batch)
-opt = torch.optim.Adam(model.parameters(), lr=5e-3)
-schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=5e-3, total_steps=steps)
-order = torch.Generator().manual_seed(0)
-for epoch in range(epochs):
-    perm = torch.randperm(len(x_train), generator=order)
-    for i in range(0, len(x_train), batch):
-        idx = perm[i:i + batch]
-        loss = F.cross_entropy(model(x_train[idx].to(device)), y_train[idx].to(device))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        schedule.step()
-model.eval()
-with torch.no_grad():
-    accuracy = float((model(x_test.to(device)).argmax(1).cpu() == y_test).float().mean())
+record = load_or_train("digits-residual-cnn", model, train_cnn)
+print(f"training loss in the last epoch: {record['metrics']['last_epoch_train_loss']:.3f} "
+      f"({record['source']} weights)")
+accuracy = test_accuracy(model)
 print(f"test accuracy: {accuracy:.2f}  (at least 0.95: {accuracy >= 0.95})")
 
 # %% [markdown]
@@ -301,7 +322,8 @@ print("relevance network gives the same logits:", same)
 # We explain the predicted class of a few test digits: the relevance starts as the predicted logit
 # on its own output, $R = z_c$ (zero for the other classes), and runs back to the pixels. Beside the
 # three rules we show the plain gradient of the logit and gradient $\times$ input. Red is positive
-# evidence for the class, blue negative, each map on its own symmetric colour scale.
+# evidence for the class, blue negative; each map is divided by its own largest absolute value, so
+# that all share one colour scale from $-1$ to $1$.
 
 # %%
 def explain(model, x, rule):
@@ -330,21 +352,23 @@ for name, rule in [("epsilon", rules.Epsilon(1e-6)), ("gamma (0.25)", rules.Gamm
 print("predicted:", predicted.tolist(), " true:", y_test[[0, 1, 3, 7, 12, 20]].tolist())
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(len(sample), len(maps) + 1, figsize=(2.0 * (len(maps) + 1), 2.0 * len(sample)))
-for i in range(len(sample)):
+shown = range(4)  # the first four digits of the sample; each map scaled by its own largest |value|
+fig, axes = plt.subplots(len(shown), len(maps) + 1, figsize=(BOOK_WIDTH, 1.3 * len(shown) + 0.9),
+                         gridspec_kw={"hspace": 0.08, "wspace": 0.06})
+for i in shown:
     axes[i, 0].imshow(sample[i, 0], cmap="gray_r")
     axes[i, 0].set_ylabel(f"predicted {int(predicted[i])}")
     for j, (name, m) in enumerate(maps.items(), start=1):
         limit = float(m[i].abs().max()) or 1.0
-        axes[i, j].imshow(m[i, 0], cmap="bwr", vmin=-limit, vmax=limit)
+        image = axes[i, j].imshow(m[i, 0] / limit, cmap="bwr", vmin=-1, vmax=1)
         if i == 0:
-            axes[i, j].set_title(name, fontsize=10)
-    if i == 0:
-        axes[i, 0].set_title("digit", fontsize=10)
+            axes[i, j].set_title(name)
+axes[0, 0].set_title("digit")
 for ax in axes.flat:
     ax.set_xticks([])
     ax.set_yticks([])
-fig.tight_layout()
+bar = fig.colorbar(image, ax=axes[:, 1:], orientation="horizontal", fraction=0.05, pad=0.03, aspect=40)
+bar.set_label("pixel relevance of the predicted logit (gradient: its derivative), divided by the map's largest |value|")
 plt.show()
 
 # %% [markdown]
