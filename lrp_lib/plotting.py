@@ -1,12 +1,14 @@
-"""Figures of relevance on graphs (networkx + matplotlib).
+"""Figures of relevance on graphs (networkx + matplotlib) and molecules (RDKit).
 
 :func:`draw_graph` colours the nodes and edges of a graph by their relevance with a
 diverging colormap centred at zero: red for positive relevance (evidence for the output),
 blue for negative (evidence against), white for none.  Nodes and edges share one colour
-scale, so their colours can be compared.
+scale, so their colours can be compared. :func:`draw_molecule` does the same for a molecule drawn
+as chemists draw it (an RDKit 2D depiction); :func:`bond_values` turns an edge mask into bond values.
 """
 from __future__ import annotations
 
+import io
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -16,7 +18,7 @@ import torch
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-__all__ = ["book_style", "draw_graph", "draw_molecule"]
+__all__ = ["book_style", "draw_graph", "draw_molecule", "bond_values", "relevance_colours", "depict"]
 
 #: Width of the rendered book's text column in inches at :data:`BOOK_DPI` (about 800 pixels).
 BOOK_WIDTH = 7.5
@@ -143,89 +145,209 @@ def draw_graph(
     return ax
 
 
-def draw_molecule(
-    data,
-    edge_score=None,
-    *,
-    atom_names: Sequence[str] | None = None,
-    ground_truth=None,
-    combine: str = "sum",
-    ax: plt.Axes | None = None,
-    cmap: str | None = None,
-    pos: Mapping[int, Sequence[float]] | None = None,
-    node_size: float = 260,
-    title: str | None = None,
-):
-    """Draw a molecule graph: atoms labelled by element, bonds coloured by a score.
+def _values(values, name: str, size: int, what: str):
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().double().numpy()
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.shape[0] != size:
+        raise ValueError(f"{name} must have one value per {what} ({size}), got shape {values.shape}")
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name} must be finite, got {values[~np.isfinite(values)][:3].tolist()}")
+    return values
+
+
+def _check_mol(mol):
+    from rdkit import Chem
+
+    if not isinstance(mol, Chem.Mol):
+        raise TypeError(f"mol must be an rdkit.Chem.Mol, got {type(mol).__name__}")
+
+
+def bond_values(mol, edge_index, edge_values, combine: str = "sum") -> np.ndarray:
+    """Per-bond values of ``mol`` from per-directed-edge values (an explainer's edge mask).
 
     Args:
-        data: a PyG ``Data`` whose ``x`` is a one-hot atom type (the column picks the name in
-            ``atom_names``; default the Mutagenicity atoms, :data:`lrp_lib.datasets.mutagenicity.ATOMS`).
-        edge_score: one value per *directed* edge of ``data.edge_index`` (an explainer's edge mask),
-            or ``None`` for plain black bonds.  The two directions of a bond are combined with
-            ``combine`` ('sum', 'mean' or 'max').
-        ground_truth: optional 0/1 per directed edge (``data.edge_gt``); those bonds get a dashed
-            black outline.
-        cmap: default 'Reds' (scale 0 .. max) when all scores are >= 0, else 'RdBu_r' centred at 0.
-        pos: atom positions; default a Kamada-Kawai layout (deterministic).
+        mol: an ``rdkit.Chem.Mol`` whose atom ``i`` is node ``i`` of the graph.
+        edge_index: 2 x E (row 0 senders, row 1 receivers); every edge must join two bonded atoms.
+        edge_values: one value per edge.
+        combine: how the edges of one bond (normally its two directions) are combined:
+            ``'sum'`` (the relevance a bond carries in both directions), ``'mean'`` or ``'max'``.
 
     Returns:
-        the axes.  Bond widths grow with the absolute score.
+        an array with one value per bond, in RDKit's bond index order. Raises ``ValueError`` for an
+        edge that is not a bond or a bond without an edge.
     """
-    if atom_names is None:
-        from .datasets.mutagenicity import ATOMS as atom_names
+    _check_mol(mol)
     if combine not in ("sum", "mean", "max"):
         raise ValueError(f"combine must be 'sum', 'mean' or 'max', got {combine!r}")
-    x = data.x.detach().cpu()
-    if x.dim() != 2 or x.shape[1] != len(atom_names):
-        raise ValueError(f"data.x must be one-hot with {len(atom_names)} columns (one per atom name), "
-                         f"got shape {tuple(x.shape)}")
-    edge_index = data.edge_index.detach().cpu().numpy()
-    num_edges = edge_index.shape[1]
-    score = _as_numpy(edge_score, "edge_score", num_edges)
-    truth = None if ground_truth is None else np.asarray(
-        ground_truth.detach().cpu() if isinstance(ground_truth, torch.Tensor) else ground_truth, dtype=float)
-    if truth is not None and truth.shape != (num_edges,):
-        raise ValueError(f"ground_truth must have one value per edge ({num_edges}), got shape {truth.shape}")
-
-    bonds: dict[tuple[int, int], list[int]] = {}
-    for e, (s, r) in enumerate(edge_index.T):
-        if s != r:
-            bonds.setdefault((min(s, r), max(s, r)), []).append(e)
+    if isinstance(edge_index, torch.Tensor):
+        edge_index = edge_index.detach().cpu().numpy()
+    edge_index = np.asarray(edge_index)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {edge_index.shape}")
+    values = _values(edge_values, "edge_values", edge_index.shape[1], "edge of edge_index")
+    per_bond: list[list[float]] = [[] for _ in range(mol.GetNumBonds())]
+    n = mol.GetNumAtoms()
+    for e, (s, r) in enumerate(edge_index.T.tolist()):
+        bond = mol.GetBondBetweenAtoms(int(s), int(r)) if 0 <= s < n and 0 <= r < n and s != r else None
+        if bond is None:
+            raise ValueError(f"edge_index[:, {e}] = ({s}, {r}) is not a bond of mol ({n} atoms, "
+                             f"{mol.GetNumBonds()} bonds)")
+        per_bond[bond.GetIdx()].append(values[e])
+    missing = [b for b, v in enumerate(per_bond) if not v]
+    if missing:
+        b = mol.GetBondWithIdx(missing[0])
+        raise ValueError(f"edge_index has no edge for bond {missing[0]} ({b.GetBeginAtomIdx()}-"
+                         f"{b.GetEndAtomIdx()}) of mol; {len(missing)} bond(s) without an edge")
     reduce = {"sum": np.sum, "mean": np.mean, "max": np.max}[combine]
-    bond_list = list(bonds)
-    bond_score = None if score is None else np.array([reduce(score[bonds[b]]) for b in bond_list])
+    return np.array([reduce(v) for v in per_bond], dtype=float)
 
-    graph = nx.Graph()
-    graph.add_nodes_from(range(x.shape[0]))
-    graph.add_edges_from(bond_list)
-    if pos is None:
-        pos = nx.kamada_kawai_layout(graph) if graph.number_of_edges() else nx.circular_layout(graph)
+
+def relevance_colours(mol, atom_relevance=None, bond_relevance=None, *, vmax: float | None = None,
+                      cmap: str = "bwr"):
+    """The colours :func:`draw_molecule` gives atoms and bonds: one scale from ``-vmax`` to ``vmax``.
+
+    Returns ``(mappable, atom_colours, bond_colours)``: a matplotlib ``ScalarMappable`` of the scale
+    (``vmax`` defaults to the largest absolute value over atoms *and* bonds, so zero is always the
+    middle colour and atoms and bonds can be compared) and dicts ``{index: (r, g, b)}`` (empty when
+    the values are ``None``).
+    """
+    _check_mol(mol)
+    atoms = _values(atom_relevance, "atom_relevance", mol.GetNumAtoms(), "atom of mol")
+    bonds = _values(bond_relevance, "bond_relevance", mol.GetNumBonds(), "bond of mol")
+    present = [v for v in (atoms, bonds) if v is not None and v.size]
+    if vmax is None:
+        vmax = max([float(np.abs(v).max()) for v in present] + [0.0])
+    elif not vmax > 0:
+        raise ValueError(f"vmax must be positive, got {vmax}")
+    vmax = vmax if vmax > 0 else 1.0
+    mappable = ScalarMappable(norm=Normalize(-vmax, vmax), cmap=plt.get_cmap(cmap))
+
+    def colours(values):
+        if values is None:
+            return {}
+        return {i: tuple(float(c) for c in mappable.to_rgba(v)[:3]) for i, v in enumerate(values)}
+
+    return mappable, colours(atoms), colours(bonds)
+
+
+def depict(mol, atom_colours=None, bond_colours=None, *, size=(400, 300), padding: float = 0.08,
+           font_size: float | None = 14, atom_radius: float = 0.35, bond_width: float = 16.0,
+           bond_notes: Mapping[int, str] | None = None):
+    """An RDKit 2D depiction of ``mol`` (as chemists draw it) with highlighted atoms and bonds.
+
+    Coordinates come from ``rdDepictor.Compute2DCoords`` with RDKit's own depictor and a fixed
+    seed (the same picture on every machine), drawn by ``rdMolDraw2D.MolDraw2DCairo`` with
+    ``padding`` (a fraction of the image) around the molecule and its highlights, so no atom is
+    clipped. ``atom_colours`` / ``bond_colours``: ``{index: (r, g, b)}`` of the atoms / bonds to
+    highlight. ``bond_notes``: ``{bond index: text}`` written next to those bonds.
+
+    Returns ``(image, atom_xy)``: an ``H x W x 4`` float array and the pixel position of each atom.
+    """
+    from matplotlib.image import imread
+    from rdkit import Chem
+    from rdkit.Chem import rdDepictor
+    from rdkit.Chem.Draw import rdMolDraw2D
+
+    _check_mol(mol)
+    width, height = (int(v) for v in size)
+    if width < 50 or height < 50:
+        raise ValueError(f"size must be at least (50, 50) pixels, got {size}")
+    mol = Chem.Mol(mol)  # the caller's molecule keeps its conformers and properties
+    try:  # alternating single and double bonds, as the data sets list rings, not aromatic circles
+        Chem.Kekulize(mol, clearAromaticFlags=True)
+    except Exception:  # noqa: BLE001 -- a molecule RDKit cannot kekulise is drawn as it is
+        pass
+    rdDepictor.Compute2DCoords(mol, canonOrient=True, sampleSeed=0, forceRDKit=True)
+    for bond, text in (bond_notes or {}).items():
+        mol.GetBondWithIdx(int(bond)).SetProp("bondNote", str(text))
+    drawer = rdMolDraw2D.MolDraw2DCairo(width, height)
+    options = drawer.drawOptions()
+    options.padding = padding
+    options.clearBackground = True
+    options.highlightBondWidthMultiplier = int(bond_width)
+    options.fillHighlights = True
+    options.annotationFontScale = 0.9
+    options.atomHighlightsAreCircles = True
+    options.continuousHighlight = False
+    options.prepareMolsBeforeDrawing = False  # keep the atoms, hydrogens and bonds as they are
+    if font_size:
+        options.minFontSize = int(font_size)
+        options.maxFontSize = int(font_size)
+    atom_colours = dict(atom_colours or {})
+    bond_colours = dict(bond_colours or {})
+    drawer.DrawMolecule(mol, highlightAtoms=list(atom_colours), highlightAtomColors=atom_colours,
+                        highlightAtomRadii={i: atom_radius for i in atom_colours},
+                        highlightBonds=list(bond_colours), highlightBondColors=bond_colours)
+    drawer.FinishDrawing()
+    image = imread(io.BytesIO(drawer.GetDrawingText()), format="png")
+    atom_xy = np.array([[p.x, p.y] for p in (drawer.GetDrawCoords(i) for i in range(mol.GetNumAtoms()))])
+    return image, atom_xy
+
+
+def draw_molecule(
+    mol,
+    atom_relevance=None,
+    bond_relevance=None,
+    *,
+    ax: plt.Axes | None = None,
+    vmax: float | None = None,
+    cmap: str = "bwr",
+    label: str = "relevance",
+    title: str | None = None,
+    colorbar: bool = True,
+    size=(400, 300),
+    marked_bonds=None,
+    marked_colour=(1.0, 0.75, 0.0),
+    marked_note: str = "GT",
+    font_size: float | None = 14,
+    padding: float = 0.08,
+) -> ScalarMappable:
+    """Draw a molecule as chemists do (RDKit 2D depiction), atoms and bonds coloured by relevance.
+
+    Args:
+        mol: an ``rdkit.Chem.Mol`` whose atom order is the graph's node order (e.g.
+            :func:`lrp_lib.datasets.mutagenicity.to_rdkit`).
+        atom_relevance: one value per atom, or ``None`` (atoms not highlighted).
+        bond_relevance: one value per RDKit bond index (:func:`bond_values` maps an edge mask onto
+            the bonds), or ``None``.
+        ax: the axes to show the image in (default: a new figure); the axis is switched off.
+        vmax, cmap: one diverging scale from ``-vmax`` to ``vmax`` for atoms *and* bonds, centred at
+            zero (white for ``'bwr'``); ``vmax`` defaults to the largest absolute value.
+        label: the colour bar's label: say what is shown, e.g. ``"edge relevance (LRP, log-odds)"``.
+        colorbar: add the colour bar (only when there are values to show).
+        size: the image size in pixels (width, height).
+        marked_bonds: bond indices to mark (e.g. a ground truth): highlighted in ``marked_colour``
+            when there is no ``bond_relevance``, else labelled ``marked_note`` next to the bond.
+
+    Returns:
+        the ``ScalarMappable`` of the colour scale (for a shared colour bar of several panels).
+    """
+    _check_mol(mol)
+    mappable, atom_colours, bond_colours = relevance_colours(mol, atom_relevance, bond_relevance,
+                                                             vmax=vmax, cmap=cmap)
+    notes = None
+    if marked_bonds is not None:
+        if isinstance(marked_bonds, torch.Tensor):
+            marked_bonds = marked_bonds.tolist()
+        marked = [int(b) for b in marked_bonds]
+        bad = [b for b in marked if not 0 <= b < mol.GetNumBonds()]
+        if bad:
+            raise ValueError(f"marked_bonds must be bond indices of mol (0..{mol.GetNumBonds() - 1}), got {bad}")
+        if bond_relevance is None:
+            bond_colours.update({b: tuple(marked_colour) for b in marked})
+        else:
+            notes = {b: marked_note for b in marked}
+    image, _ = depict(mol, atom_colours, bond_colours, size=size, padding=padding, font_size=font_size,
+                      bond_notes=notes)
     if ax is None:
-        _, ax = plt.subplots(figsize=(4, 3.5))
-
-    names = {i: atom_names[int(x[i].argmax())] for i in range(x.shape[0])}
-    if bond_score is None:
-        colors, widths = "black", 1.5
-    else:
-        top = float(np.abs(bond_score).max()) if bond_score.size else 0.0
-        top = top if top > 0 else 1.0
-        if cmap is None:
-            cmap = "Reds" if bond_score.min() >= 0 else "RdBu_r"
-        norm = Normalize(0, top) if bond_score.min() >= 0 and cmap == "Reds" else Normalize(-top, top)
-        colormap = plt.get_cmap(cmap)
-        colors = [colormap(norm(v)) for v in bond_score]
-        widths = [1.0 + 5.0 * abs(v) / top for v in bond_score]
-    if truth is not None:
-        marked = [b for b in bond_list if truth[bonds[b]].max() > 0]
-        nx.draw_networkx_edges(graph, pos, edgelist=marked, ax=ax, width=9, edge_color="black", style="dashed",
-                               alpha=0.6)
-    nx.draw_networkx_edges(graph, pos, edgelist=bond_list, ax=ax, width=widths, edge_color=colors)
-    node_colors = ["#ffd9d9" if names[i] in ("N", "O") else "#f2f2f2" for i in range(x.shape[0])]
-    nx.draw_networkx_nodes(graph, pos, ax=ax, node_color=node_colors, node_size=node_size,
-                           edgecolors="grey", linewidths=0.8)
-    nx.draw_networkx_labels(graph, pos, labels=names, ax=ax, font_size=8)
-    if title:
-        ax.set_title(title, fontsize=10)
+        _, ax = plt.subplots(figsize=(size[0] / BOOK_DPI, size[1] / BOOK_DPI))
+    ax.imshow(image, interpolation="antialiased")
     ax.set_axis_off()
-    return ax
+    if title:
+        ax.set_title(title)
+    if colorbar and (atom_relevance is not None or bond_relevance is not None):
+        ax.figure.colorbar(mappable, ax=ax, label=label, shrink=0.8)
+    return mappable

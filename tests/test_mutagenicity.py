@@ -94,3 +94,70 @@ def test_missing_files_give_a_clear_error(tmp_path, monkeypatch):
 def test_does_not_write_into_the_data_root(dataset):
     assert Path(dataset.root).resolve() != DATA_ROOT.resolve()
     assert sorted(p.name for p in (DATA_ROOT / "Mutagenicity").iterdir()) == ["raw"]
+
+
+def _nitromethane():
+    """C-N(=O)-O with three hydrogens, written as Mutagenicity writes it (uncharged, Kekule, explicit H)."""
+    from torch_geometric.data import Data
+
+    atoms = ["C", "N", "O", "O", "H", "H", "H"]
+    bonds = [(0, 1, 1), (1, 2, 2), (1, 3, 1), (0, 4, 1), (0, 5, 1), (0, 6, 1)]  # (atom, atom, order)
+    x = torch.nn.functional.one_hot(torch.tensor([ATOMS.index(a) for a in atoms]), len(ATOMS)).float()
+    pairs = [(i, j, o) for i, j, o in bonds] + [(j, i, o) for i, j, o in bonds]
+    edge_index = torch.tensor([[i for i, _, _ in pairs], [j for _, j, _ in pairs]])
+    edge_attr = torch.nn.functional.one_hot(torch.tensor([o - 1 for _, _, o in pairs]), 3).float()
+    return Data(x=x, edge_index=edge_index, edge_attr=edge_attr)
+
+
+def test_to_rdkit_builds_the_charged_nitro_group():
+    from rdkit import Chem
+
+    from lrp_lib.datasets.mutagenicity import to_rdkit
+
+    mol = to_rdkit(_nitromethane())
+    assert [a.GetSymbol() for a in mol.GetAtoms()] == ["C", "N", "O", "O", "H", "H", "H"]
+    assert [a.GetFormalCharge() for a in mol.GetAtoms()] == [0, 1, 0, -1, 0, 0, 0]
+    assert [(b.GetBeginAtomIdx(), b.GetEndAtomIdx(), b.GetBondTypeAsDouble()) for b in mol.GetBonds()] == [
+        (0, 1, 1.0), (1, 2, 2.0), (1, 3, 1.0), (0, 4, 1.0), (0, 5, 1.0), (0, 6, 1.0)]  # order of first edge
+    assert Chem.MolToSmiles(Chem.RemoveHs(mol)) == "C[N+](=O)[O-]"
+    assert sum(a.GetTotalNumHs() for a in mol.GetAtoms()) == 0  # no implicit hydrogens were added
+
+
+def test_to_rdkit_round_trips_every_molecule(dataset):
+    """Atom symbols and bond orders of every graph come back; all but 4 molecules sanitise fully."""
+    from rdkit import Chem
+
+    from lrp_lib.datasets.mutagenicity import BOND_ORDERS, to_rdkit
+
+    fully = 0
+    for graph in dataset:
+        mol = to_rdkit(graph)
+        assert [a.GetSymbol() for a in mol.GetAtoms()] == [ATOMS[k] for k in graph.x.argmax(-1).tolist()]
+        assert 2 * mol.GetNumBonds() == graph.edge_index.shape[1]
+        orders = [BOND_ORDERS[k] for k in graph.edge_attr.argmax(-1).tolist()]
+        for (s, r), order in zip(graph.edge_index.t().tolist(), orders):
+            assert mol.GetBondBetweenAtoms(s, r).GetBondTypeAsDouble() == order
+        no_cleanup = Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_CLEANUP
+        fully += Chem.SanitizeMol(Chem.Mol(mol), no_cleanup, catchErrors=True) == Chem.SanitizeFlags.SANITIZE_NONE
+    assert fully == len(dataset) - 4  # 3 perchlorates and 1 periodate (Cl, I with valence 7): partial
+
+
+def test_to_rdkit_bad_input_names_the_argument():
+    from lrp_lib.datasets.mutagenicity import to_rdkit
+
+    graph = _nitromethane()
+    with pytest.raises(ValueError, match=r"data.x must be one-hot with 14 columns"):
+        to_rdkit(graph.clone().update({"x": graph.x[:, :5]}))
+    with pytest.raises(ValueError, match=r"data.edge_attr must be one-hot with 3 columns"):
+        to_rdkit(graph.clone().update({"edge_attr": graph.edge_attr[:4]}))
+    with pytest.raises(ValueError, match=r"data.edge_attr is required"):
+        to_rdkit(graph.clone().update({"edge_attr": None}))
+    loop = graph.clone().update({"edge_index": torch.cat([graph.edge_index, torch.tensor([[2], [2]])], 1),
+                                 "edge_attr": torch.cat([graph.edge_attr, graph.edge_attr[:1]])})
+    with pytest.raises(ValueError, match="data.edge_index has a self-loop at edge 12"):
+        to_rdkit(loop)
+    clash = graph.clone()
+    clash.edge_attr = graph.edge_attr.clone()
+    clash.edge_attr[7] = torch.tensor([1.0, 0.0, 0.0])  # reverse of N=O said single
+    with pytest.raises(ValueError, match=r"gives the bond \(1, 2\) the orders 2 and 1"):
+        to_rdkit(clash)

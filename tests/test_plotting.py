@@ -60,42 +60,126 @@ def test_bad_input():
     plt.close("all")
 
 
-# ------------------------------------------------------------------ draw_molecule
-def _nitro():
-    """C-N(-O)(-O) as directed edge pairs; x one-hot over the Mutagenicity atoms (C=0, O=1, N=4)."""
-    from lrp_lib.datasets.mutagenicity import ATOMS
-    kinds = [ATOMS.index(a) for a in ("C", "N", "O", "O")]
-    x = torch.nn.functional.one_hot(torch.tensor(kinds), len(ATOMS)).float()
-    edge_index = torch.tensor([[0, 1, 1, 2, 1, 3], [1, 0, 2, 1, 3, 1]])
-    return Data(x=x, edge_index=edge_index, edge_gt=torch.tensor([0, 0, 1, 1, 1, 1]))
+# ------------------------------------------------------------------ draw_molecule (RDKit)
+def _pixel_beside_bond(image, xy, bond, offset=3.0):
+    """The image's colour a few pixels beside the middle of a bond (inside its highlight)."""
+    i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+    d = xy[j] - xy[i]
+    p = (xy[i] + xy[j]) / 2 + offset * np.array([-d[1], d[0]]) / np.linalg.norm(d)
+    return image[int(round(p[1])), int(round(p[0])), :3]
 
 
-def test_draw_molecule_labels_atoms_and_colours_bonds_by_summed_scores():
-    from lrp_lib.plotting import draw_molecule
+def test_bond_values_sums_both_directions_in_rdkit_bond_order():
+    from rdkit import Chem
 
-    mol = _nitro()
-    score = torch.tensor([1.0, 1.0, 2.0, 2.0, -0.5, 0.0])  # bonds: C-N 2, N-O 4, N-O -0.5
-    ax = draw_molecule(mol, score, ground_truth=mol.edge_gt, pos={i: (float(i), 0.0) for i in range(4)})
-    assert sorted(t.get_text() for t in ax.texts) == ["C", "N", "O", "O"]
-    bonds = ax.collections[1]  # [0] = dashed ground-truth outline, [1] = the scored bonds, [2] = atoms
-    assert len(bonds.get_paths()) == 3 and len(ax.collections[0].get_paths()) == 2
-    cmap, top = plt.get_cmap("RdBu_r"), 4.0  # a negative score: diverging scale centred at 0
-    np.testing.assert_allclose(bonds.get_colors()[0], cmap((2.0 / top + 1) / 2), atol=1e-6)
-    np.testing.assert_allclose(bonds.get_colors()[1], cmap(1.0), atol=1e-6)
-    np.testing.assert_allclose(bonds.get_linewidths(), [1 + 5 * 2 / 4, 6.0, 1 + 5 * 0.5 / 4])
-    plt.close(ax.figure)
+    from lrp_lib.plotting import bond_values
+
+    mol = Chem.MolFromSmiles("CCO")  # bonds: 0 = C0-C1, 1 = C1-O2
+    edge_index = torch.tensor([[2, 0, 1, 1], [1, 1, 0, 2]])  # O->C1, C0->C1, C1->C0, C1->O
+    values = torch.tensor([1.0, 2.0, -0.5, 4.0])
+    np.testing.assert_allclose(bond_values(mol, edge_index, values), [1.5, 5.0])
+    np.testing.assert_allclose(bond_values(mol, edge_index, values, combine="mean"), [0.75, 2.5])
+    np.testing.assert_allclose(bond_values(mol, edge_index, values, combine="max"), [2.0, 4.0])
 
 
-def test_draw_molecule_bad_input():
-    from lrp_lib.plotting import draw_molecule
+def test_bond_values_bad_input_names_the_argument():
+    from rdkit import Chem
 
-    mol = _nitro()
-    with pytest.raises(ValueError, match=r"edge_score must have one value per edge \(6\)"):
-        draw_molecule(mol, torch.zeros(5))
-    with pytest.raises(ValueError, match=r"ground_truth must have one value per edge \(6\)"):
-        draw_molecule(mol, ground_truth=torch.zeros(4))
+    from lrp_lib.plotting import bond_values
+
+    mol = Chem.MolFromSmiles("CCO")
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    with pytest.raises(ValueError, match=r"edge_index\[:, 2\] = \(0, 2\) is not a bond of mol"):
+        bond_values(mol, torch.tensor([[0, 1, 0], [1, 0, 2]]), torch.zeros(3))
+    with pytest.raises(ValueError, match=r"edge_values must have one value per edge of edge_index \(4\)"):
+        bond_values(mol, edge_index, torch.zeros(3))
+    with pytest.raises(ValueError, match=r"edge_index has no edge for bond 1 \(1-2\)"):
+        bond_values(mol, edge_index[:, :2], torch.zeros(2))
+    with pytest.raises(ValueError, match="edge_index must have shape"):
+        bond_values(mol, torch.zeros(3, 4, dtype=torch.long), torch.zeros(4))
     with pytest.raises(ValueError, match="combine must be"):
-        draw_molecule(mol, torch.zeros(6), combine="median")
-    with pytest.raises(ValueError, match=r"data.x must be one-hot with 14 columns"):
-        draw_molecule(Data(x=torch.zeros(4, 3), edge_index=mol.edge_index))
+        bond_values(mol, edge_index, torch.zeros(4), combine="median")
+    with pytest.raises(TypeError, match="mol must be an rdkit.Chem.Mol"):
+        bond_values("CCO", edge_index, torch.zeros(4))
+
+
+def test_one_scale_for_atoms_and_bonds_centred_at_zero():
+    from rdkit import Chem
+
+    from lrp_lib.plotting import relevance_colours
+
+    mol = Chem.MolFromSmiles("CCCO")
+    mappable, atoms, bonds = relevance_colours(mol, [2.0, 0.0, -1.0, 0.5], [0.0, -4.0, 1.0])
+    cmap = plt.get_cmap("bwr")
+    assert mappable.norm.vmin == -4.0 and mappable.norm.vmax == 4.0  # the largest |value| of atoms and bonds
+    np.testing.assert_allclose(bonds[1], cmap(0.0)[:3])  # the most relevant bond: the extreme of the scale
+    np.testing.assert_allclose(atoms[0], cmap(0.75)[:3])  # 2 on a scale of +-4
+    np.testing.assert_allclose(bonds[0], cmap(0.5)[:3])  # zero: the middle (white)
+    _, atoms, bonds = relevance_colours(mol, [2.0, 0.0, -1.0, 0.5], None, vmax=8.0)
+    assert bonds == {} and np.allclose(atoms[0], cmap(0.625)[:3])
+
+
+def test_depiction_shows_the_colours_and_keeps_every_atom_inside():
+    from rdkit import Chem
+
+    from lrp_lib.plotting import depict, relevance_colours
+
+    mol = Chem.MolFromSmiles("CCCO")
+    _, atoms, bonds = relevance_colours(mol, None, [0.0, -1.0, 2.0])
+    image, xy = depict(mol, atoms, bonds, size=(400, 300))
+    assert image.shape[:2] == (300, 400)
+    np.testing.assert_allclose(_pixel_beside_bond(image, xy, mol.GetBondWithIdx(2)), [1.0, 0.0, 0.0], atol=0.02)
+    np.testing.assert_allclose(_pixel_beside_bond(image, xy, mol.GetBondWithIdx(1)), [0.5, 0.5, 1.0], atol=0.02)
+    np.testing.assert_allclose(_pixel_beside_bond(image, xy, mol.GetBondWithIdx(0)), [1.0, 1.0, 1.0], atol=0.02)
+    margin = 20  # padding: no atom (nor its label) at the image's edge
+    assert (xy[:, 0] > margin).all() and (xy[:, 0] < 400 - margin).all()
+    assert (xy[:, 1] > margin).all() and (xy[:, 1] < 300 - margin).all()
+    again, xy_again = depict(mol, atoms, bonds, size=(400, 300))
+    assert np.array_equal(image, again) and np.array_equal(xy, xy_again)  # deterministic
+
+
+def test_draw_molecule_shows_the_depiction_with_a_labelled_colour_bar():
+    from rdkit import Chem
+
+    from lrp_lib.plotting import depict, draw_molecule, relevance_colours
+
+    mol = Chem.MolFromSmiles("CCCO")
+    fig, ax = plt.subplots()
+    mappable = draw_molecule(mol, [0.0, 0.5, 0.0, -3.0], [0.0, -1.0, 2.0], ax=ax, label="edge relevance (LRP)",
+                             title="t")
+    assert mappable.norm.vmin == -3.0 and mappable.norm.vmax == 3.0
+    _, atoms, bonds = relevance_colours(mol, [0.0, 0.5, 0.0, -3.0], [0.0, -1.0, 2.0])
+    expected, _ = depict(mol, atoms, bonds)
+    assert np.array_equal(ax.images[0].get_array(), expected)
+    assert not ax.axison and ax.get_title() == "t"
+    colorbars = [a for a in fig.axes if a is not ax]
+    assert len(colorbars) == 1 and colorbars[0].get_ylabel() == "edge relevance (LRP)"
+    # a ground-truth panel: marked bonds in one colour, no colour bar
+    fig2, ax2 = plt.subplots()
+    draw_molecule(mol, marked_bonds=[2], ax=ax2)
+    assert len(fig2.axes) == 1
+    image = ax2.images[0].get_array()
+    _, xy = depict(mol)
+    np.testing.assert_allclose(_pixel_beside_bond(image, xy, mol.GetBondWithIdx(2)), [1.0, 0.75, 0.0], atol=0.02)
+    plt.close("all")
+
+
+def test_draw_molecule_bad_input_names_the_argument():
+    from rdkit import Chem
+
+    from lrp_lib.plotting import draw_molecule
+
+    mol = Chem.MolFromSmiles("CCCO")
+    with pytest.raises(ValueError, match=r"atom_relevance must have one value per atom of mol \(4\)"):
+        draw_molecule(mol, torch.zeros(5))
+    with pytest.raises(ValueError, match=r"bond_relevance must have one value per bond of mol \(3\)"):
+        draw_molecule(mol, None, torch.zeros(6))
+    with pytest.raises(ValueError, match="bond_relevance must be finite"):
+        draw_molecule(mol, None, [0.0, float("nan"), 1.0])
+    with pytest.raises(ValueError, match="vmax must be positive"):
+        draw_molecule(mol, None, torch.zeros(3), vmax=-1.0)
+    with pytest.raises(ValueError, match=r"marked_bonds must be bond indices of mol \(0..2\)"):
+        draw_molecule(mol, marked_bonds=[3])
+    with pytest.raises(TypeError, match="mol must be an rdkit.Chem.Mol"):
+        draw_molecule("CCCO")
     plt.close("all")

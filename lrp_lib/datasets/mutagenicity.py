@@ -24,7 +24,10 @@ Nothing is ever written into ``root`` itself unless it is the cache: the raw fil
 read-only shared data folder works.
 
 Node features are the 14-dimensional one-hot atom types; :data:`ATOMS` names the columns.
-Graph label 0 = mutagen, 1 = nonmutagen.
+Edge attributes are the one-hot bond orders; :data:`BOND_ORDERS` names the columns (single,
+double, triple; the data set writes rings in Kekule form and hydrogens as atoms).
+Graph label 0 = mutagen, 1 = nonmutagen.  :func:`to_rdkit` turns a graph back into an RDKit
+molecule (atom ``i`` = node ``i``) for drawing.
 """
 from __future__ import annotations
 
@@ -44,11 +47,14 @@ from torch_geometric.io import read_txt_array
 from torch_geometric.io.tu import read_tu_data
 from torch_geometric.utils import coalesce, remove_self_loops
 
-__all__ = ["mutagenicity", "MutagenicityWithGroundTruth", "ATOMS", "MUTAGEN", "GT_URL"]
+__all__ = ["mutagenicity", "MutagenicityWithGroundTruth", "ATOMS", "BOND_ORDERS", "MUTAGEN", "GT_URL",
+           "to_rdkit"]
 
 NAME = "Mutagenicity"
 #: Atom symbol of each one-hot column of ``x`` (``Mutagenicity_label_readme.txt``).
 ATOMS = ["C", "O", "Cl", "H", "N", "F", "Br", "S", "P", "I", "Na", "K", "Li", "Ca"]
+#: Bond order of each one-hot column of ``edge_attr`` (edge labels 0, 1, 2 = valence 1, 2, 3).
+BOND_ORDERS = [1, 2, 3]
 #: The graph label of mutagens.
 MUTAGEN = 0
 #: Where readers get the ground-truth file: the PGExplainer repository's copy of the data set.
@@ -158,3 +164,85 @@ def mutagenicity(root: str | os.PathLike | None = None, transform=None) -> Mutag
             f"files from {TUDataset.url}/{NAME}.zip and {NAME}_edge_gt.txt from {GT_URL}), or set "
             f"LRP_DATA_ROOT to a folder that has them."
         ) from err
+
+
+def to_rdkit(data: Data):
+    """The RDKit molecule of a Mutagenicity graph: atom ``i`` is node ``i``, one bond per edge pair.
+
+    ``data.x`` must be the one-hot atom types (columns :data:`ATOMS`) and ``data.edge_attr`` the
+    one-hot bond orders (columns :data:`BOND_ORDERS`); both directions of a bond must be present and
+    agree.  Bonds are added in the order their first directed edge appears in ``data.edge_index``
+    (use :func:`lrp_lib.plotting.bond_values` to map per-edge values onto the bonds).
+
+    The data set lists every hydrogen as an atom, so no implicit hydrogens are added.  It writes a
+    nitro group as ``N(=O)-O`` without charges; a nitrogen with four bonds gets the charge +1 and
+    each of its singly bonded, otherwise bare oxygens -1 (the usual charge-separated ``[N+](=O)[O-]``);
+    an oxygen with three bonds (the pyrylium rings of a few dyes) gets +1.
+    Groups are not rewritten (no RDKit clean-up), so every bond keeps the order of ``edge_attr``
+    (Kekule form). Four molecules still break RDKit's valence rules (uncharged perchlorate and
+    periodate ions); they are sanitised partially (everything except the valence
+    check) instead of refused, which is enough to draw them.
+    """
+    from rdkit import Chem, rdBase
+
+    for name in ("x", "edge_index", "edge_attr"):
+        if getattr(data, name, None) is None:
+            raise ValueError(f"data.{name} is required to build the molecule")
+    x, edge_index, edge_attr = data.x.detach().cpu(), data.edge_index.detach().cpu(), data.edge_attr.detach().cpu()
+    if x.dim() != 2 or x.shape[1] != len(ATOMS):
+        raise ValueError(f"data.x must be one-hot with {len(ATOMS)} columns (ATOMS), got shape {tuple(x.shape)}")
+    if edge_attr.dim() != 2 or edge_attr.shape != (edge_index.shape[1], len(BOND_ORDERS)):
+        raise ValueError(f"data.edge_attr must be one-hot with {len(BOND_ORDERS)} columns (BOND_ORDERS) and one "
+                         f"row per edge ({edge_index.shape[1]}), got shape {tuple(edge_attr.shape)}")
+    kinds = x.argmax(-1).tolist()
+    orders = [BOND_ORDERS[k] for k in edge_attr.argmax(-1).tolist()]
+    bond_type = {1: Chem.BondType.SINGLE, 2: Chem.BondType.DOUBLE, 3: Chem.BondType.TRIPLE}
+
+    mol = Chem.RWMol()
+    for k in kinds:
+        atom = Chem.Atom(ATOMS[k])
+        atom.SetNoImplicit(True)  # hydrogens are atoms of the graph
+        mol.AddAtom(atom)
+    seen: dict[tuple[int, int], int] = {}
+    for e, (s, r) in enumerate(edge_index.t().tolist()):
+        if s == r:
+            raise ValueError(f"data.edge_index has a self-loop at edge {e} (node {s}); a molecule has none")
+        key = (min(s, r), max(s, r))
+        if key in seen:
+            if seen[key] != orders[e]:
+                raise ValueError(f"data.edge_attr gives the bond {key} the orders {seen[key]} and {orders[e]} "
+                                 f"in its two directions")
+            continue
+        seen[key] = orders[e]
+        mol.AddBond(s, r, bond_type[orders[e]])
+    valence = [0] * len(kinds)
+    for (s, r), order in seen.items():
+        valence[s] += order
+        valence[r] += order
+    for atom in mol.GetAtoms():
+        if atom.GetSymbol() == "N" and valence[atom.GetIdx()] == 4:
+            atom.SetFormalCharge(1)
+            for bond in atom.GetBonds():
+                other = bond.GetOtherAtom(atom)
+                if (other.GetSymbol() == "O" and bond.GetBondType() == Chem.BondType.SINGLE
+                        and other.GetDegree() == 1):
+                    other.SetFormalCharge(-1)
+        elif atom.GetSymbol() == "O" and valence[atom.GetIdx()] == 3:  # an oxonium (pyrylium) oxygen
+            atom.SetFormalCharge(1)
+    mol = mol.GetMol()
+    quiet = rdBase.BlockLogs()  # RDKit's valence complaints; the partial sanitisation below handles them
+    keep = Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_CLEANUP  # no rewriting of groups
+    problems = Chem.SanitizeMol(mol, keep, catchErrors=True)
+    if problems != Chem.SanitizeFlags.SANITIZE_NONE:
+        mol.UpdatePropertyCache(strict=False)
+        Chem.SanitizeMol(mol, keep ^ Chem.SanitizeFlags.SANITIZE_PROPERTIES, catchErrors=True)
+    # back to the data set's own single and double bonds where sanitising perceived aromatic rings
+    for bond in mol.GetBonds():
+        if bond.GetIsAromatic():
+            i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+            bond.SetBondType(bond_type[seen[(min(i, j), max(i, j))]])
+            bond.SetIsAromatic(False)
+    for atom in mol.GetAtoms():
+        atom.SetIsAromatic(False)
+    del quiet
+    return mol
