@@ -11,10 +11,13 @@ runs, and the growth of the peak resident set (VmHWM) over the resident set befo
 That counts everything the computation allocates (saved tensors and temporaries), which is what
 a user runs out of.  (Linux only; elsewhere the memory columns are left empty.)
 
+The figures are printed as a table and written to ``benchmarks/results/ops.json`` (see
+``results_file.py``), which the book's Performance page renders.
+
 Cases: ``linear_eps`` at N = 100,000, in = out = 64 against ``torch.nn.functional.linear``;
 the three scatter ops on 1,000,000 elements against the plain (gradient) scatters of
-``lrp_lib.scatter``; and the seed notebook's epsilon rule, which materialises an
-N x in x out tensor, against ``linear_eps`` at a size where it fits.
+``lrp_lib.scatter``; and the epsilon rule of the original notebook *Hijacking autograd for
+LRP* (chapter 1), which materialises an N x in x out tensor, against ``linear_eps`` at a size where it fits.
 """
 from __future__ import annotations
 
@@ -32,10 +35,11 @@ import torch.nn.functional as F
 from lrp_lib import ops, scatter
 
 import memory  # benchmarks/memory.py, beside this script
+import results_file  # benchmarks/results_file.py
 
 
-class SeedLinearEpsilon(torch.autograd.Function):
-    """The seed notebook's epsilon rule, for comparison: N x in x out contributions."""
+class OriginalLinearEpsilon(torch.autograd.Function):
+    """The original notebook's epsilon rule, for comparison: N x in x out contributions."""
 
     eps = 1e-6
 
@@ -49,15 +53,26 @@ class SeedLinearEpsilon(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         Z, Zs = ctx.saved_tensors
-        eps = torch.where(Zs >= 0, SeedLinearEpsilon.eps, -SeedLinearEpsilon.eps)
-        return (rel_out[:, None, :] * Z / (Zs + eps)).sum(dim=2), None  # not in place, unlike the seed
+        eps = torch.where(Zs >= 0, OriginalLinearEpsilon.eps, -OriginalLinearEpsilon.eps)
+        return (rel_out[:, None, :] * Z / (Zs + eps)).sum(dim=2), None  # not in place, unlike the original
+
+
+#: What each case compares: (the "relevance" columns, the "gradient" columns).
+COMPARES = {
+    "linear_eps": ("lrp_lib.ops.linear_eps", "torch.nn.functional.linear"),
+    "linear_eps_wide": ("lrp_lib.ops.linear_eps", "torch.nn.functional.linear"),
+    "scatter_add": ("lrp_lib.ops.scatter_add", "lrp_lib.scatter.scatter_add"),
+    "scatter_mean": ("lrp_lib.ops.scatter_mean", "lrp_lib.scatter.scatter_mean"),
+    "scatter_max": ("lrp_lib.ops.scatter_max", "lrp_lib.scatter.scatter_max"),
+    "original_eps": ("epsilon rule with N x in x out contributions (original notebook)", "lrp_lib.ops.linear_eps"),
+}
 
 
 def make_case(name: str, quick: bool):
-    """Return (description, setup) where setup() -> {mode: forward function of one leaf tensor}."""
+    """Return (description, input, {mode: forward function of one leaf tensor})."""
     g = torch.Generator().manual_seed(0)
     n_lin = 2_000 if quick else 100_000
-    n_seed = 1_000 if quick else 20_000
+    n_orig = 1_000 if quick else 20_000
     n_scat = 10_000 if quick else 1_000_000
     groups = n_scat // 10
 
@@ -76,11 +91,11 @@ def make_case(name: str, quick: bool):
             "relevance": lambda t: ops.linear_eps(t, w),
             "gradient": lambda t: F.linear(t, w),
         }
-    if name == "seed_eps":
-        x = torch.randn(n_seed, 64, generator=g)
+    if name == "original_eps":
+        x = torch.randn(n_orig, 64, generator=g)
         w = torch.randn(64, 64, generator=g) / 8
-        return f"seed 3-D epsilon vs linear_eps, N={n_seed:,}", x, {
-            "relevance": lambda t: SeedLinearEpsilon.apply(t, w),  # "relevance" = the seed's
+        return f"original 3-D epsilon vs linear_eps, N={n_orig:,}", x, {
+            "relevance": lambda t: OriginalLinearEpsilon.apply(t, w),  # "relevance" = the original's
             "gradient": lambda t: ops.linear_eps(t, w),  # compared against linear_eps here
         }
     x = torch.rand(n_scat, generator=g) + 0.1
@@ -95,7 +110,7 @@ def make_case(name: str, quick: bool):
     }
 
 
-CASES = ["linear_eps", "linear_eps_wide", "scatter_add", "scatter_mean", "scatter_max", "seed_eps"]
+CASES = ["linear_eps", "linear_eps_wide", "scatter_add", "scatter_mean", "scatter_max", "original_eps"]
 
 
 def timed(fn, x) -> tuple[float, float]:
@@ -147,9 +162,10 @@ def main() -> None:
     warnings.simplefilter("ignore", ops.LostRelevanceWarning)  # empty scatter groups are expected
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, float32, CPU, median of {args.repeat}\n")
     cols = ["case", "backward ratio", "fwd+bwd ratio", "relevance bwd ms", "gradient bwd ms",
-            "relevance MB", "gradient MB", "memory ratio"]
+            "relevance MiB", "gradient MiB", "memory ratio"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
+    results = []
     for case in CASES:
         desc, x, fns = make_case(case, args.quick)
         for fn in fns.values():  # warm-up
@@ -161,13 +177,31 @@ def main() -> None:
         bwd = {m: statistics.median(r[0] for r in runs[m]) * 1e3 for m in runs}
         both = {m: statistics.median(r[1] for r in runs[m]) * 1e3 for m in runs}
         mem = {m: measure_memory(case, m, args.quick) for m in fns}
-        row = [desc, f"{bwd['relevance'] / bwd['gradient']:.2f}", f"{both['relevance'] / both['gradient']:.2f}",
-               f"{bwd['relevance']:.1f}", f"{bwd['gradient']:.1f}", f"{mem['relevance']:.0f}",
-               f"{mem['gradient']:.0f}", f"{mem['relevance'] / mem['gradient']:.2f}"]
-        print("| " + " | ".join(row) + " |", flush=True)
-    print("\nLast row: the seed's N x in x out epsilon rule in the 'relevance' columns, linear_eps in the "
-          "'gradient' columns.")
+        row = {
+            "case": case, "description": desc,
+            "relevance": COMPARES[case][0], "baseline": COMPARES[case][1],
+            "relevance_backward_ms": bwd["relevance"], "gradient_backward_ms": bwd["gradient"],
+            "backward_ratio": bwd["relevance"] / bwd["gradient"],
+            "relevance_fwd_bwd_ms": both["relevance"], "gradient_fwd_bwd_ms": both["gradient"],
+            "fwd_bwd_ratio": both["relevance"] / both["gradient"],
+            "relevance_peak_mib": _finite(mem["relevance"]), "gradient_peak_mib": _finite(mem["gradient"]),
+            "memory_ratio": _finite(mem["relevance"] / mem["gradient"]),
+        }
+        results.append(row)
+        cells = [desc, f"{row['backward_ratio']:.2f}", f"{row['fwd_bwd_ratio']:.2f}",
+                 f"{bwd['relevance']:.1f}", f"{bwd['gradient']:.1f}", f"{mem['relevance']:.0f}",
+                 f"{mem['gradient']:.0f}", f"{mem['relevance'] / mem['gradient']:.2f}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
+    print("\nLast row: the original notebook's N x in x out epsilon rule in the 'relevance' columns, "
+          "linear_eps in the 'gradient' columns.")
+    path = results_file.write_results("ops", results, {
+        "quick": args.quick, "repeat": args.repeat, "threads": args.threads, "dtype": "float32", "device": "cpu"})
+    print(f"wrote {path}")
 
+
+def _finite(value: float):
+    """JSON has no NaN: a memory figure that could not be measured is null."""
+    return None if value != value else value
 
 if __name__ == "__main__":
     main()
