@@ -24,7 +24,9 @@ table gives the median.  Memory, as in ``bench_graph.py``:
 * peak RSS: each variant runs once in a fresh subprocess; the peak resident set size
   (``VmHWM``) minus the resident size just before the forward (Linux).
 
-Ratios are against the first row of each table.
+Ratios are against the first row of each table.  The tables are printed and written to
+``benchmarks/results/conv.json`` (see ``results_file.py``), which chapter 3 and the Performance
+page render.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ from lrp_lib.ops import LostRelevanceWarning
 from lrp_lib.residual import ResidualBlock
 
 import memory  # benchmarks/memory.py, beside this script
+import results_file  # benchmarks/results_file.py
 
 
 class ResidualCNN(nn.Module):
@@ -176,8 +179,8 @@ def main():
         rss[name] = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
     print(f"batch {args.batch} digits (8x8), float32, CPU, {args.threads} thread(s), median of {args.repeats}")
-    for title, names in [("Residual CNN: relevance vs gradient", ["gradient", "epsilon", "gamma", "z+"]),
-                         ("CNN without skips: lrp_lib vs Captum", ["lrp_lib epsilon", "captum LRP"])]:
+    results = []
+    for table, title, names in TABLES:
         base = names[0]
         print(f"\n{title}\n")
         print("| variant | forward + backward (ms) | time ratio | saved for backward (KiB) | saved ratio | peak RSS (MiB) | RSS ratio |")
@@ -185,9 +188,22 @@ def main():
         t0, s0, r0 = statistics.median(times[base]), saved[base], rss[base]
         for name in names:
             t, s, r = statistics.median(times[name]), saved[name], rss[name]
+            results.append({
+                "table": table, "variant": name, "baseline": base,
+                "time_ms": t * 1e3, "time_ratio": t / t0,
+                "saved_kib": None if s is None else s / 1024, "saved_ratio": None if s is None else s / s0,
+                "peak_rss_mib": r / 2**20, "rss_ratio": r / r0,
+            })
             s_text = ("-", "-") if s is None else (f"{s / 1024:.0f}", f"{s / s0:.2f}x")
             print(f"| {name} | {t * 1e3:.1f} | {t / t0:.2f}x | {s_text[0]} | {s_text[1]} | {r / 2**20:.1f} | {r / r0:.2f}x |")
+    path = results_file.write_results("conv", results, {
+        "batch": args.batch, "repeats": args.repeats, "threads": args.threads, "dtype": "float32", "device": "cpu"})
+    print(f"\nwrote {path}")
 
+
+#: The two tables: (key in the results file, title, variants; ratios are against the first).
+TABLES = [("residual", "Residual CNN: relevance vs gradient", ["gradient", "epsilon", "gamma", "z+"]),
+          ("captum", "CNN without skips: lrp_lib vs Captum", ["lrp_lib epsilon", "captum LRP"])]
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,10 @@ median.  Memory, two honest measures:
 
 ``--threads`` (default 1) sets ``torch.set_num_threads`` for both modes: on a shared, loaded
 machine the synchronisation of a thread pool swamps the many small element-wise ops, and the
-ratios compare like with like.  Ratios are relevance / gradient; the target is 1.5x or less.
+ratios compare like with like.  Ratios are relevance / gradient.
+
+The table is printed and written to ``benchmarks/results/graph.json`` (see ``results_file.py``),
+which chapter 2 and the Performance page render.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from lrp_lib.graph import EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLi
 from lrp_lib.ops import LostRelevanceWarning
 
 import memory  # benchmarks/memory.py, beside this script
+import results_file  # benchmarks/results_file.py
 
 
 def block(f: int) -> nn.Sequential:
@@ -132,18 +136,27 @@ def main():
     fwd = {m: statistics.median(t[0] for t in times[m]) for m in times}
     bwd = {m: statistics.median(t[1] for t in times[m]) for m in times}
     mib = 2 ** 20
+    measures = [  # (key, label, unit, {mode: value})
+        ("backward_time", "backward time", "s", bwd),
+        ("forward_time", "forward time", "s", fwd),
+        ("saved_for_backward", "saved for backward", "MiB", {m: saved[m] / mib for m in saved}),
+        ("peak_rss_increase", "peak RSS increase, forward + backward", "MiB", {m: rss[m] / mib for m in rss}),
+    ]
+    results = [{"measure": key, "label": label, "unit": unit, "gradient": v["gradient"],
+                "relevance": v["relevance"], "ratio": v["relevance"] / v["gradient"]}
+               for key, label, unit, v in measures]
     print(f"GN, {args.blocks} blocks, {args.nodes:,} nodes, {args.edges:,} edges, {args.features} features, "
           f"float32, CPU, {args.threads} threads, median of {args.repeats}")
     print()
     print("| measure | gradient | relevance | ratio |")
     print("| --- | ---: | ---: | ---: |")
-    print(f"| backward time (s) | {bwd['gradient']:.2f} | {bwd['relevance']:.2f} | {bwd['relevance'] / bwd['gradient']:.2f} |")
-    print(f"| forward time (s) | {fwd['gradient']:.2f} | {fwd['relevance']:.2f} | {fwd['relevance'] / fwd['gradient']:.2f} |")
-    print(f"| saved for backward (MiB) | {saved['gradient'] / mib:,.0f} | {saved['relevance'] / mib:,.0f} | "
-          f"{saved['relevance'] / saved['gradient']:.2f} |")
-    print(f"| peak RSS increase, forward + backward (MiB) | {rss['gradient'] / mib:,.0f} | {rss['relevance'] / mib:,.0f} | "
-          f"{rss['relevance'] / rss['gradient']:.2f} |")
-
+    for r in results:
+        fmt = ".2f" if r["unit"] == "s" else ",.0f"
+        print(f"| {r['label']} ({r['unit']}) | {r['gradient']:{fmt}} | {r['relevance']:{fmt}} | {r['ratio']:.2f} |")
+    path = results_file.write_results("graph", results, {
+        "nodes": args.nodes, "edges": args.edges, "features": args.features, "blocks": args.blocks,
+        "repeats": args.repeats, "threads": args.threads, "dtype": "float32", "device": "cpu"})
+    print(f"wrote {path}")
 
 if __name__ == "__main__":
     main()
