@@ -59,3 +59,54 @@ def test_stored_outputs_are_machine_independent(path):
             assert not re.search(r"0x[0-9a-fA-F]{6,}", text), f"cell {i}: memory address"
             assert not re.search(r"/work/|/tmp/|/root/|/home/|site-packages", text), f"cell {i}: a local path"
             assert not re.search(r"\d+(\.\d+)?\s?(it/s|s/it)", text), f"cell {i}: progress bar"
+
+
+# A measured number: at least two decimals (0.716, -3.15, 1.19x). The text may quote the literature
+# (a line with a citation) and math; everything else that is measured must come from a cell (glue,
+# or a table rendered from benchmarks/results).
+NUMBER = re.compile(r"(?<![\w.])[-\u2212]?\d+\.\d{2,}(?![\d.])")
+CITED = re.compile(r"\{cite|et al\.|reported", re.I)
+
+
+def typed_numbers(markdown_lines, outputs):
+    found = []
+    for line in markdown_lines:
+        if CITED.search(line) or line.strip().startswith("$$"):
+            continue
+        bare = re.sub(r"`[^`]*`", "", re.sub(r"\$[^$]*\$", "", line))
+        bare = re.sub(r"(?i)\b(pytorch|torch|python|jupyter[- ]book|version)\s*[=v]?\s*[\d.]+", "", bare)
+        found += [(n, line.strip()) for n in NUMBER.findall(bare) if n.replace("\u2212", "-").lstrip("-") not in outputs]
+    return found
+
+
+def stored_text(nb):
+    texts = []
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            texts.append("".join(out.get("text", "")))
+            for key, value in out.get("data", {}).items():
+                if key.startswith("text/") or key.startswith("application/papermill.record/text"):
+                    texts.append("".join(value) if isinstance(value, list) else str(value))
+    return "\n".join(texts)
+
+
+PAGES = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "book").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_no_measured_number_is_typed_into_prose(path):
+    if path.suffix == ".md":
+        lines, outputs = path.read_text().splitlines(), ""
+    else:
+        nb = json.loads(path.read_text())
+        lines = [l for c in nb["cells"] if c["cell_type"] == "markdown" for l in "".join(c["source"]).splitlines()]
+        outputs = stored_text(nb)
+    typed = typed_numbers(lines, outputs)
+    assert not typed, "numbers typed into prose that no cell produces (glue them): " + "; ".join(
+        f"{n} in {line[:80]!r}" for n, line in typed[:5])
+
+
+def test_the_typed_number_check_catches_a_typed_number():
+    assert typed_numbers(["LRP scores 0.716 here"], "0.612") == [("0.716", "LRP scores 0.716 here")]
+    assert typed_numbers(["LRP scores 0.716 here"], "auroc 0.716") == []
+    assert typed_numbers(["GNNExplainer 0.925 {cite}`ying2019`", "$x = 1.25$", "PyTorch 2.13"], "") == []
