@@ -28,6 +28,7 @@ import random
 import warnings
 
 import matplotlib.pyplot as plt
+from IPython.display import Markdown, display
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -461,34 +462,48 @@ print(f"max |lrp_lib - captum| over 64 digits (float64): below 1e-10: {differenc
 # ## Cost
 #
 # `benchmarks/bench_conv.py` times this residual CNN (24 channels, untrained, float32) on a batch
-# of 256 digits, forward and backward of the relevance network against the ordinary network's
-# gradient, and `lrp_lib` against Captum on the CNN without skips. Measured on the CI machine
-# (2 CPU cores shared with other jobs, one thread, median of 20 runs; see the Performance page):
-#
-# Residual CNN: relevance vs gradient
-#
-# | variant | forward + backward (ms) | time ratio | saved for backward (KiB) | saved ratio | peak RSS (MiB) | RSS ratio |
-# | --- | ---: | ---: | ---: | ---: | ---: | ---: |
-# | gradient | 113.8 | 1.00x | 5784 | 1.00x | 65.3 | 1.00x |
-# | epsilon | 175.3 | 1.54x | 13090 | 2.26x | 77.5 | 1.19x |
-# | gamma | 191.3 | 1.68x | 13090 | 2.26x | 79.2 | 1.21x |
-# | z+ | 212.4 | 1.87x | 13090 | 2.26x | 82.7 | 1.27x |
-#
-# CNN without skips: lrp_lib vs Captum
-#
-# | variant | forward + backward (ms) | time ratio | saved for backward (KiB) | saved ratio | peak RSS (MiB) | RSS ratio |
-# | --- | ---: | ---: | ---: | ---: | ---: | ---: |
-# | lrp_lib epsilon | 140.8 | 1.00x | 11170 | 1.00x | 76.3 | 1.00x |
-# | captum LRP | 198.0 | 1.41x | - | - | 50.5 | 0.66x |
-#
-# The epsilon rule costs about 1.5 times the gradient: its backward skips the weight gradients but
-# adds the division by $z$ and the product with $x$ for every layer, and the relevance ops are Python
-# autograd functions. Gamma and z+ add one forward of the modified map per layer. Autograd keeps about
-# twice the bytes, because each relevance op saves its output $z$ (the pre-activation, which the
-# gradient does not need) beside its input; the peak memory grows by a fifth. Against Captum, whose
-# `attribute` runs two forwards and one backward with hooks, `lrp_lib` is about 1.4 times faster;
-# Captum's peak memory is lower, about two thirds of ours, since its backward is the ordinary
-# gradient's with hooks on the tensors, so autograd keeps only what the gradient keeps.
+# of 256 digits: forward and backward of the relevance network against the ordinary network's
+# gradient, and `lrp_lib` against Captum on the CNN without skips, side by side in one process
+# (median of repeated runs, one thread). It also counts the bytes autograd keeps for the backward
+# and the peak memory of each variant in a fresh process. The tables are read from its results file:
+
+# %% tags=["hide-input"]
+from myst_nb import glue
+from lrp_lib.results import load_results, machine_note, results_table
+
+conv_bench = load_results("conv", repository=globals().get("REPOSITORY"))
+print(machine_note(conv_bench))
+columns = [("variant", "variant"), ("forward + backward (ms)", "time_ms", "{:.1f}"), ("time ratio", "time_ratio", "{:.2f}x"),
+           ("saved for backward (KiB)", "saved_kib", "{:,.0f}"), ("saved ratio", "saved_ratio", "{:.2f}x"),
+           ("peak RSS (MiB)", "peak_rss_mib", "{:.1f}"), ("RSS ratio", "rss_ratio", "{:.2f}x")]
+conv_rows = {(r["table"], r["variant"]): r for r in conv_bench["results"]}
+display(Markdown("**Residual CNN: relevance against the gradient**"))
+display(results_table([r for r in conv_bench["results"] if r["table"] == "residual"], columns))
+display(Markdown("**CNN without skips: `lrp_lib` against Captum**"))
+display(results_table([r for r in conv_bench["results"] if r["table"] == "captum"], columns))
+
+eps, captum = conv_rows["residual", "epsilon"], conv_rows["captum", "captum LRP"]
+glue("conv_eps_time", f"{eps['time_ratio']:.2f}", display=False)
+glue("conv_gamma_time", f"{conv_rows['residual', 'gamma']['time_ratio']:.2f}", display=False)
+glue("conv_zplus_time", f"{conv_rows['residual', 'z+']['time_ratio']:.2f}", display=False)
+glue("conv_saved", f"{eps['saved_ratio']:.2f}", display=False)
+glue("conv_rss", f"{eps['rss_ratio']:.2f}", display=False)
+glue("captum_time", f"{captum['time_ratio']:.2f}", display=False)
+glue("captum_faster_or_slower", "slower" if captum["time_ratio"] > 1 else "faster", display=False)
+glue("captum_rss", f"{captum['rss_ratio']:.2f}", display=False)
+
+# %% [markdown]
+# In this run the epsilon rule took {glue:text}`conv_eps_time` times the gradient's time: its backward
+# skips the weight gradients but adds the division by $z$ and the product with $x$ for every layer,
+# and the relevance ops are Python autograd functions. Gamma ({glue:text}`conv_gamma_time` times) and
+# z+ ({glue:text}`conv_zplus_time` times) add one forward of the modified map per layer. Autograd
+# keeps {glue:text}`conv_saved` times the bytes, because each relevance op saves its output $z$ (the
+# pre-activation, which the gradient does not need) beside its input; the peak memory is
+# {glue:text}`conv_rss` times the gradient's. Captum's `attribute` runs two forwards and one
+# backward with hooks, and took {glue:text}`captum_time` times as long as `lrp_lib`
+# ({glue:text}`captum_faster_or_slower`); its peak memory is {glue:text}`captum_rss` times ours, since
+# its backward is the ordinary gradient's with hooks on the tensors, so autograd keeps only what the
+# gradient keeps.
 #
 # ## Summary
 #
