@@ -1,6 +1,6 @@
 """Three implementations of LRP on one MLP: time side by side, as ratios.
 
-    python benchmarks/bench_implementations.py [--batch 1024] [--width 512] [--layers 4] [--repeats 7]
+    python benchmarks/bench_implementations.py [--batch 1024] [--width 512] [--layers 4] [--repeats 25]
 
 The MLP has ``layers`` bias-free linear layers of ``width`` x ``width`` with ReLU between them,
 seeded random weights, float32.  Each row times one full relevance pass (forward included,
@@ -14,12 +14,16 @@ since every implementation needs one) for the same input and the same output rel
 
 The same rows follow for the alpha-beta rule (alpha=1, beta=0).
 Repetitions are interleaved (one of each in turn) and the median is reported.  Before timing,
-the script checks that the implementations agree on this input.
+the script checks that the implementations agree on this input.  The table is printed and
+written to ``benchmarks/results/implementations.json`` (see ``results_file.py``), which chapter 4
+and the Performance page render.
 """
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -29,6 +33,9 @@ import torch  # noqa: E402
 from lrp_lib import ops  # noqa: E402
 from lrp_lib import relprop as rp  # noqa: E402
 from lrp_lib import rules  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_file  # noqa: E402  (benchmarks/results_file.py)
 
 
 def build(batch, width, layers, seed=0):
@@ -43,8 +50,19 @@ def main():
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=25)
+    p.add_argument("--threads", type=int, default=1,
+                   help="CPU cores for the whole process (default 1, as the other benchmarks): torch's "
+                        "intra-op threads, and the process is pinned to that many cores so that JAX's XLA "
+                        "backend, which starts its own thread pool, gets no more")
     args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    pinned = None
+    if hasattr(os, "sched_setaffinity"):
+        allowed = sorted(os.sched_getaffinity(0))
+        if args.threads < len(allowed):
+            pinned = allowed[-args.threads:]
+            os.sched_setaffinity(0, pinned)
 
     import jax
     import jax.numpy as jnp
@@ -168,13 +186,26 @@ def main():
     print()
     print("| implementation | time (ms) | / plain gradient | / lrp_lib autograd trick | max deviation from float64 |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for name, _ in rows:
+    results = []
+    for (name, _), (rule, implementation) in zip(rows, KEYS):
         t = median[name]
+        results.append({"label": name, "rule": rule, "implementation": implementation, "time_ms": 1e3 * t,
+                        "ratio_to_gradient": t / base, "ratio_to_autograd_trick": t / trick,
+                        "max_deviation_float64": deviation.get(name)})
         dev = f"{deviation[name]:.1e}" if name in deviation else "-"
         print(f"| {name} | {1e3 * t:.1f} | {t / base:.2f} | {t / trick:.2f} | {dev} |")
     print()
     print("max deviation: largest |float32 - float64| over the batch, relative to the largest |float64| relevance")
+    path = results_file.write_results("implementations", results, {
+        "batch": args.batch, "width": args.width, "layers": args.layers, "repeats": args.repeats,
+        "threads": args.threads, "pinned_cpus": pinned, "jax": jax.__version__, "dtype": "float32", "device": "cpu"})
+    print(f"wrote {path}")
 
+
+#: (rule, implementation) of each row of ``rows`` in ``main``, in the same order.
+KEYS = [("gradient", "plain gradient")] + [
+    (rule, impl) for rule in ("epsilon", "alpha1_beta0")
+    for impl in ("autograd trick", "relprop hooks", "JAX/Flax eager", "JAX/Flax jit")]
 
 if __name__ == "__main__":
     main()
