@@ -11,8 +11,10 @@
 # {cite}`jax2018github` there are no hooks and no stored graph at all, so the same idea becomes a pure
 # function built on `jax.vjp`, here with Flax modules {cite}`flax2020github`.
 #
-# This chapter builds all three on the same examples, checks where they agree to $10^{-6}$, shows
-# where they differ *by design*, and compares what each costs.
+# This chapter reworks one of the original notebooks behind this book, on the hook-based relprop
+# style and its port to JAX (see *Sources* in the introduction; below, "the original notebook"). It
+# builds all three implementations on that notebook's examples, checks where they agree to $10^{-6}$,
+# shows where they differ *by design*, and compares what each costs.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
@@ -84,10 +86,10 @@ def show(t):
 # `Sequential`), and `lrp_lib.jax_lrp` the JAX / Flax port. `safe_divide(a, b, eps)` returns
 # $a / (b + \epsilon\,\mathrm{sign}(b))$ where $b \ne 0$ and $0$ where $b = 0$ (relevance that
 # reaches a zero output is lost, and a `LostRelevanceWarning` says so, as in `lrp_lib.ops`).
-# The seed transcript's version added $+10^{-9}$ on both sides of zero; that changes nothing
+# The original notebook's version added $+10^{-9}$ on both sides of zero; that changes nothing
 # printed here.
 #
-# ## The seed's examples, three times
+# ## The original notebook's examples, three times
 #
 # Two small matrices, and the relevance $R$ that puts all of it on the first output:
 
@@ -126,7 +128,7 @@ print("lrp_lib R_A =\n", show(a.grad))
 # %% [markdown]
 # ### Addition: where the designs differ on purpose
 #
-# The seed's `Add` first splits each output proportionally, $r_a = \frac{a}{a+b}R$,
+# The original notebook's `Add` first splits each output proportionally, $r_a = \frac{a}{a+b}R$,
 # $r_b = \frac{b}{a+b}R$, exactly like `ops.add`, and then **normalises**: it rescales each input's
 # whole map so that the two totals are in the ratio of their magnitudes and add up to $\sum R$,
 #
@@ -150,7 +152,7 @@ print("proportional (lrp_lib): R_a", show(a.grad[0]), " R_b", show(b.grad[0]))
 # %% [markdown]
 # $A_{00} + B_{00} = 1 - 2 = -1$: the proportional split gives $A$ the share $\frac{1}{-1} = -1$ and
 # $B$ the share $\frac{-2}{-1} = 2$. Normalisation keeps the totals' magnitudes $1 : 2$ but makes
-# both positive: $\frac13$ and $\frac23$ (the seed's printed numbers). Both rules conserve the total
+# both positive: $\frac13$ and $\frac23$ (the numbers the original notebook printed). Both rules conserve the total
 # here. They part ways in two places, shown below: where an output is zero, the proportional split
 # loses that output's relevance while the normalisation moves it onto the rest of the map; and the
 # normalising sums run over the **whole tensor, batch included**, so one sample's relevance changes
@@ -208,7 +210,7 @@ torch.autograd.backward(uses, [r.to(device) for r in R_copies])
 print("autograd's own fan-out (lrp_lib):\n", show(b.grad))
 
 # %% [markdown]
-# In JAX, as the seed's author noted, no module is needed at all: the walk is ordinary Python, and
+# In JAX, as the original notebook noted, no module is needed at all: the walk is ordinary Python, and
 # where a value was used twice it adds the two relevances with `+`.
 #
 # ### A dense layer with the alpha-beta rule
@@ -224,31 +226,31 @@ print("autograd's own fan-out (lrp_lib):\n", show(b.grad))
 # The sums need no contribution tensor: since $(xw)^+ = x^+ w^+ + x^- w^-$, the positive part is two
 # linear maps of clamped inputs and weights, and each share is again a vector-Jacobian product.
 #
-# The seed applied a Flax `Dense(2)` layer to $x = (1, \dots, 1) \in \mathbb{R}^{20}$ and printed the
+# The original notebook applied a Flax `Dense(2)` layer to $x = (1, \dots, 1) \in \mathbb{R}^{20}$ and printed the
 # relevance for $R = (1, 0)$. Its kernel came from `PRNGKey(0)` under the JAX of 2022; today's JAX
-# draws different numbers from the same key, so we load the first column the seed printed. The
+# draws different numbers from the same key, so we load the first column that notebook printed. The
 # printout stops after the first digits of row 18; rows 18 and 19 received no relevance, so their
 # weights are $\le 0$, and any such values give the same relevance (we use $-0.36075$ and $0$).
 
 # %%
-seed_kernel_column = [
+original_kernel_column = [
     1.53342038e-01, 4.70121145e-01, 1.80420190e-01, -1.62113383e-01, -1.18919984e-01,
     -4.10243064e-01, 4.96547073e-02, -2.19073966e-01, 1.54693127e-02, -3.89764100e-01,
     -3.79199862e-01, 3.24670374e-01, 1.44210760e-04, -3.36234242e-01, -1.40488684e-01,
     -2.11226270e-02, 9.56470072e-02, -9.69679356e-02, -3.6075e-01, 0.0,
 ]
-seed_printed_relevance = [
+original_printed_relevance = [
     1.1891876e-01, 3.6458510e-01, 1.3991822e-01, 0, 0, 0, 3.8507875e-02, 0, 1.1996655e-02, 0,
     0, 2.5178614e-01, 1.1183733e-04, 0, 0, 0, 7.4175507e-02, 0, 0, 0,
 ]
 dense = jax_lrp.Dense(2)
 x20 = jnp.ones((1, 20))
 fresh = dense.init(jax.random.PRNGKey(0), x20)["params"]  # the second column does not matter for R = (1, 0)
-kernel = jnp.stack([jnp.array(seed_kernel_column), fresh["kernel"][:, 1]], axis=1)
+kernel = jnp.stack([jnp.array(original_kernel_column), fresh["kernel"][:, 1]], axis=1)
 bound = dense.bind({"params": {"kernel": kernel, "bias": fresh["bias"]}})
 R20 = bound.relprop(jnp.array([[1.0, 0.0]]), x20, rule="alpha_beta", alpha=1.0)
 print(show(R20[0]))
-print("same as the seed's printout (to 1e-7):", bool(np.abs(np.asarray(R20[0]) - seed_printed_relevance).max() < 1e-7))
+print("same as the original notebook's printout (to 1e-7):", bool(np.abs(np.asarray(R20[0]) - original_printed_relevance).max() < 1e-7))
 print("total:", round(float(R20.sum()), 4))
 
 # %% [markdown]
@@ -333,13 +335,12 @@ for rule, kwargs in [("epsilon", dict(rule="epsilon", eps=1e-9)), ("alpha=1, bet
 # Two smaller differences by design, worth knowing before you compare numbers across code bases:
 #
 # - **The bias in alpha-beta.** `rp.Linear` and `jax_lrp.Dense` leave the bias out of $z^\pm$, like the
-#   seed and Chefer et al.'s code; `lrp_lib.rules.AlphaBeta` counts it as the contribution of a constant
+#   original notebook and Chefer et al.'s code; `lrp_lib.rules.AlphaBeta` counts it as the contribution of a constant
 #   input 1 (as Zennit does {cite}`anders2021zennit`), so its share leaves the explanation. Without
 #   a bias they agree, as above.
 # - **JAX's float32 by default.** Without `jax_enable_x64`, JAX computes in float32 and the epsilon
 #   rule with a tiny $\epsilon$ amplifies rounding where some $z_k$ is close to zero; the benchmark
-#   below measures deviations of about 1% of the largest relevance in float32 for all implementations
-#   alike, on a wide MLP.
+#   below measures, on a wide MLP, how far each implementation's float32 result lies from float64.
 #
 # ## Three designs compared
 #
@@ -353,28 +354,63 @@ for rule, kwargs in [("epsilon", dict(rule="epsilon", eps=1e-9)), ("alpha=1, bet
 #
 # The last row is the price of each design's convenience: the relprop walk fails loudly when a module
 # lacks `relprop`, while the autograd trick silently mixes gradient into the relevance when a plain
-# operation slips in. The measured cost of one relevance pass through an MLP of 4 bias-free layers
-# of 512 with a batch of 1,024 (float32, `python benchmarks/bench_implementations.py`; median of 5
-# interleaved runs on the CI machine, 2 CPU cores shared with other jobs, so the ratios are rough):
+# operation slips in.
 #
-# | implementation | time (ms) | / plain gradient | / lrp_lib autograd trick | max deviation from float64 |
-# | --- | ---: | ---: | ---: | ---: |
-# | plain gradient (torch) | 528.2 | 1.00 | 0.31 | - |
-# | epsilon: lrp_lib autograd trick | 1699.8 | 3.22 | 1.00 | 7.3e-03 |
-# | epsilon: relprop hooks | 3171.9 | 6.00 | 1.87 | 7.3e-03 |
-# | epsilon: JAX/Flax eager | 991.9 | 1.88 | 0.58 | 1.0e-02 |
-# | epsilon: JAX/Flax jit | 332.0 | 0.63 | 0.20 | 1.0e-02 |
-# | alpha=1, beta=0: lrp_lib autograd trick (rules.linear) | 2774.5 | 5.25 | 1.63 | 3.4e-07 |
-# | alpha=1, beta=0: relprop hooks | 5551.7 | 10.51 | 3.27 | 3.4e-07 |
-# | alpha=1, beta=0: JAX/Flax eager | 1331.9 | 2.52 | 0.78 | 5.9e-07 |
-# | alpha=1, beta=0: JAX/Flax jit | 763.8 | 1.45 | 0.45 | 5.9e-07 |
-#
-# The last column is the largest deviation of the float32 result from the same rule in float64, relative
-# to the largest relevance. Jit-compiled JAX is the fastest here, because XLA fuses the clamps, divisions
-# and products of the whole pass into a few kernels; the relprop hooks are the slowest, because every
-# module runs its forward a second time and `torch.autograd.grad` builds and walks a fresh graph for every
-# layer (twice per layer for alpha-beta). On this shared machine the plain gradient itself varied by
-# about 20% between runs, so read the ratios to one digit.
+# What does each design cost? `benchmarks/bench_implementations.py` times one relevance pass
+# (forward included) through a larger MLP, bias-free layers with ReLU, for the same input and output
+# relevance in each implementation, float32 on one CPU core. The implementations take turns, one run
+# of each in turn, so that a change in the machine's load falls on all of them alike, and the table
+# gives the median of each and its ratios to the plain gradient and to the autograd trick. The script
+# writes `benchmarks/results/implementations.json`, which the next cell reads (the Performance page
+# shows the same file); the first line says where it was measured.
+
+# %% tags=["hide-input"]
+from myst_nb import glue
+
+from lrp_lib.results import load_results, machine_note, results_table
+
+impl = load_results("implementations", repository=globals().get("REPOSITORY"))
+print(machine_note(impl))
+settings = impl["settings"]
+print(f"MLP: {settings['layers']} bias-free layers of {settings['width']}, ReLU, batch {settings['batch']:,}, "
+      f"float32, median of {settings['repeats']} interleaved runs")
+results_table(impl["results"], [
+    ("implementation", "label"),
+    ("time (ms)", "time_ms", ",.1f"),
+    ("/ plain gradient", "ratio_to_gradient", "{:.2f}x"),
+    ("/ autograd trick", "ratio_to_autograd_trick", "{:.2f}x"),
+    ("max deviation from float64", "max_deviation_float64", ".1e"),
+])
+
+# %% tags=["hide-input"]
+by = {(r["rule"], r["implementation"]): r for r in impl["results"]}
+for rule in ("epsilon", "alpha1_beta0"):
+    for name in ("relprop hooks", "JAX/Flax eager", "JAX/Flax jit"):
+        key = f"impl_{rule}_{name.split()[0].replace('/', '').lower()}_{name.split()[-1]}"
+        glue(key, f"{by[rule, name]['ratio_to_autograd_trick']:.2f}x", display=False)
+    glue(f"impl_{rule}_trick_vs_gradient", f"{by[rule, 'autograd trick']['ratio_to_gradient']:.2f}x", display=False)
+deviations = [r["max_deviation_float64"] for r in impl["results"] if r["max_deviation_float64"] is not None]
+glue("impl_max_deviation", f"{max(deviations):.1e}", display=False)
+eps_rows = [r for r in impl["results"] if r["rule"] == "epsilon"]
+glue("impl_eps_fastest", min(eps_rows, key=lambda r: r["time_ms"])["implementation"], display=False)
+glue("impl_eps_slowest", max(eps_rows, key=lambda r: r["time_ms"])["implementation"], display=False)
+
+# %% [markdown]
+# The last column is the largest deviation of the float32 result from the same rule in float64,
+# relative to the largest relevance (here at most {glue:text}`impl_max_deviation`). Measured against
+# the autograd trick, with the epsilon rule, the relprop hooks take {glue:text}`impl_epsilon_relprop_hooks`
+# its time, eager JAX {glue:text}`impl_epsilon_jaxflax_eager` and jit-compiled JAX
+# {glue:text}`impl_epsilon_jaxflax_jit`; with $\alpha = 1, \beta = 0$ the same ratios are
+# {glue:text}`impl_alpha1_beta0_relprop_hooks`, {glue:text}`impl_alpha1_beta0_jaxflax_eager` and
+# {glue:text}`impl_alpha1_beta0_jaxflax_jit`. Of the epsilon implementations, the fastest is
+# {glue:text}`impl_eps_fastest` and the slowest {glue:text}`impl_eps_slowest`. Where the costs come
+# from: `jax.jit` hands the whole pass to XLA, which fuses the clamps, divisions and products into a
+# few kernels; the relprop hooks run every module's forward a second time, and `torch.autograd.grad`
+# builds and walks a fresh graph for every layer (twice per layer for alpha-beta); the autograd trick
+# runs one custom backward per op, itself a few element-wise passes beside the matrix product, which
+# is why it costs {glue:text}`impl_epsilon_trick_vs_gradient` the plain gradient with the epsilon
+# rule. The ratios are taken side by side in one process, but on a busy machine single runs still
+# vary; read them to one digit.
 #
 # ## Summary
 #
@@ -384,7 +420,7 @@ for rule, kwargs in [("epsilon", dict(rule="epsilon", eps=1e-9)), ("alpha=1, bet
 # - The relprop style stores inputs with forward hooks and walks the model backwards by hand; fan-out
 #   needs an explicit `Clone`. The JAX port is the same walk as pure functions, which `jax.jit` compiles
 #   into one fast program. The autograd trick lets autograd do the walk and the fan-out.
-# - On the seed's examples and on a seeded MLP the three agree to $10^{-6}$ for the epsilon rule and
+# - On the original notebook's examples and on an MLP with random weights the three agree to $10^{-6}$ for the epsilon rule and
 #   for alpha-beta with $\alpha = 1, \beta = 0$. They differ by design in the normalised `Add`
 #   (conserves the total, even what a zero output would lose, but mixes the samples of a batch) and in
 #   whether alpha-beta counts the bias.
