@@ -21,6 +21,7 @@ import posixpath
 import re
 import shutil
 import threading
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -156,6 +157,12 @@ INSPECT_JS = r"""
     }
   }
   out.clipped_outputs = clipped;
+  // Code and text outputs wider than their box: readable only by scrolling sideways.
+  out.wide_lines = Array.from(document.querySelectorAll('div.cell pre'))
+    .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+    .map(pre => (pre.closest('.cell_output') ? 'output: ' : 'code: ') +
+         pre.textContent.split('\n').reduce((a, b) => (b.length > a.length ? b : a), '').trim()
+           .slice(0, 100));
   return out;
 }
 """
@@ -235,5 +242,12 @@ def test_page_renders(page, server, browser):
         problems.append(
             f"page is {found['page_width']} px wide in a {VIEWPORT['width']} px window "
             "(something does not fit and the whole page scrolls sideways)"
+        )
+    if found["wide_lines"]:
+        # Not a failure (the box scrolls), but a reader has to scroll: say where.
+        warnings.warn(
+            f"{page}: {len(found['wide_lines'])} code/output blocks wider than the column at "
+            f"{VIEWPORT['width']} px; longest lines:\n  " + "\n  ".join(found["wide_lines"]),
+            stacklevel=1,
         )
     assert not problems, f"{page} (screenshot {shot}):\n  " + "\n  ".join(problems)
