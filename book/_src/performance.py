@@ -1,0 +1,393 @@
+# %% [markdown]
+# # Performance
+#
+# What does an explanation cost? In `lrp_lib` the relevance of a whole network is one backward pass
+# through relevance ops instead of gradient ops, so the natural yardstick is the gradient itself: how
+# much longer does the relevance backward take than the plain autograd backward of the same
+# computation, and how much more memory does it need? This page collects the answers that the
+# scripts in `benchmarks/` measure, for the relevance ops of the chapter
+# [Hijacking autograd](01_hijacking_autograd.ipynb), the Graph Network layers, the convolutions and
+# skip connections, three implementations of LRP, and the explainers of the chapter
+# [Explaining graph neural networks](05_explaining_gnns.ipynb).
+#
+# Every table and figure on this page is drawn from the results files that the scripts write,
+# `benchmarks/results/<name>.json`, and every figure the text names is read from them by a cell. Rerun
+# a script and rebuild this page (`python tools/nb.py book/_src/performance.py`) to see your machine's.
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import Markdown, display
+from myst_nb import glue
+
+from lrp_lib.plotting import BOOK_WIDTH, book_style
+from lrp_lib.results import load_results, machine_note, results_table
+
+book_style()
+REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the files are found locally
+ops_b = load_results("ops", repository=REPO)
+graph_b = load_results("graph", repository=REPO)
+conv_b = load_results("conv", repository=REPO)
+impl_b = load_results("implementations", repository=REPO)
+expl_b = load_results("explainers", repository=REPO)
+benches = [ops_b, graph_b, conv_b, impl_b, expl_b]
+
+
+def g(key, value, fmt="{:.2f}"):
+    """Glue a value for the text (as formatted text)."""
+    glue(key, fmt.format(value) if fmt else value, display=False)
+
+# %% [markdown]
+# ## How the figures are measured
+#
+# - **Side by side.** Each script runs the relevance computation and what it is compared with (the
+#   plain gradient of the same computation, another implementation, another explainer) in one
+#   process, taking turns run by run, and reports the median of each and their **ratio**. A machine's
+#   load changes from second to second; taking turns lets it fall on both sides alike, so the ratios
+#   are much steadier than the absolute times, which depend on the machine.
+# - **One thread.** The scripts run PyTorch with one intra-op thread unless told otherwise
+#   (`--threads`). On a small machine shared with other work, a thread pool's synchronisation adds a
+#   scheduling delay to every small operation, and a relevance backward consists of many small
+#   element-wise operations: with several threads the comparison would measure the scheduler.
+# - **Memory, two ways.** *Saved for backward* counts the distinct storages that autograd keeps between
+#   forward and backward (with `torch.autograd.graph.saved_tensors_hooks`; inputs and parameters
+#   excluded). *Peak RSS increase* runs one forward and backward in a fresh process and takes the peak
+#   resident size (`VmHWM` on Linux) minus the size before the forward, so it counts every temporary
+#   as well; this is what runs out first.
+# - **Where.** Each results file records the machine, the command and the load average when the run
+#   started:
+
+# %% tags=["hide-input"]
+results_table([{"benchmark": b["benchmark"], "command": f"`{b['command']}`", **b["machine"]} for b in benches], [
+    ("file", lambda r: f"`{r['benchmark']}.json`"),
+    ("command", "command"),
+    ("date", "date"),
+    ("CPU", "cpu"),
+    ("cores", "cores", "{}"),
+    ("PyTorch threads", "torch_threads", "{}"),
+    ("kernels", "cpu_capability"),
+    ("load average", "load_average_1min", "{:.1f}"),
+])
+
+# %% [markdown]
+# The machine's load average is the number of processes that wanted a core, averaged over the last
+# minute; above the number of cores, the run shared its core with other work, and single times
+# vary by tens of percent. The ratios are the figures to compare.
+#
+# ## Relevance against gradient at a glance
+#
+# The figure gathers the ratios of the sections below: for each relevance computation, its time
+# (forward and backward, or backward alone where that is what was measured) and its peak memory,
+# divided by those of the plain gradient of the same computation. A bar of 1 costs as much as the gradient.
+
+# %% tags=["hide-input"]
+ops_rows = {r["case"]: r for r in ops_b["results"]}
+graph_rows = {r["measure"]: r for r in graph_b["results"]}
+conv_rows = {(r["table"], r["variant"]): r for r in conv_b["results"]}
+plain_ops = [r for r in ops_b["results"] if r["case"] != "original_eps"]
+summary = [(r["description"].replace(",000,000", "M").replace(",000", "k"), r["fwd_bwd_ratio"], r["memory_ratio"])
+           for r in plain_ops]
+summary.append(("Graph Network, 4 blocks (backward)", graph_rows["backward_time"]["ratio"],
+                graph_rows["peak_rss_increase"]["ratio"]))
+summary += [(f"residual CNN, {v} rule", conv_rows["residual", v]["time_ratio"], conv_rows["residual", v]["rss_ratio"])
+            for v in ("epsilon", "gamma", "z+")]
+
+fig, axes = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 3.6), sharey=True)
+ypos = np.arange(len(summary))[::-1]
+for ax, col, title in [(axes[0], 1, "time / gradient's time"), (axes[1], 2, "peak memory / gradient's")]:
+    values = [s[col] for s in summary]
+    ax.barh(ypos, values, color=["tab:blue"] * len(plain_ops) + ["tab:green"] + ["tab:orange"] * 3)
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_xlabel(title)
+    for y, v in zip(ypos, values):
+        ax.text(v, y, f" {v:.2f}", va="center", fontsize=8)
+    ax.set_xlim(0, max(values) * 1.25)
+axes[0].set_yticks(ypos, [s[0] for s in summary], fontsize=8)
+fig.suptitle("Relevance against gradient: ops (blue), Graph Network (green), CNN (orange)", fontsize=10)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## The relevance ops (`lrp_lib.ops`)
+#
+# `benchmarks/bench_ops.py` compares each op's relevance backward with the plain autograd backward of
+# the same computation: `ops.linear_eps` with `torch.nn.functional.linear`, the scatter ops with the
+# plain scatters of `lrp_lib.scatter`. *Backward ratio* times only `.backward()`; *fwd+bwd ratio*
+# times forward and backward, which is what computing an explanation costs. The memory columns are the
+# peak RSS increase of one forward and backward, each in a fresh process. The last row compares the
+# epsilon rule of the original notebook *Hijacking autograd for LRP*, which builds the N x in x out
+# tensor of contributions, with `linear_eps`, at a size where that tensor still fits.
+
+# %% tags=["hide-input"]
+print(machine_note(ops_b))
+print(f"float32, median of {ops_b['settings']['repeat']} interleaved runs")
+results_table(ops_b["results"], [
+    ("case", "description"),
+    ("backward ratio", "backward_ratio", "{:.2f}x"),
+    ("fwd+bwd ratio", "fwd_bwd_ratio", "{:.2f}x"),
+    ("relevance bwd (ms)", "relevance_backward_ms", "{:.1f}"),
+    ("gradient bwd (ms)", "gradient_backward_ms", "{:.1f}"),
+    ("relevance peak (MiB)", "relevance_peak_mib", "{:,.0f}"),
+    ("gradient peak (MiB)", "gradient_peak_mib", "{:,.0f}"),
+    ("memory ratio", "memory_ratio", "{:.2f}x"),
+])
+
+# %% tags=["hide-input"]
+scatters = [r for r in plain_ops if r["case"].startswith("scatter")]
+mem = [r["memory_ratio"] for r in plain_ops if r["memory_ratio"] is not None]
+g("ops_mem_min", min(mem))
+g("ops_mem_max", max(mem))
+g("ops_scatter_fb_min", min(r["fwd_bwd_ratio"] for r in scatters))
+g("ops_scatter_fb_max", max(r["fwd_bwd_ratio"] for r in scatters))
+g("ops_scatter_b_min", min(r["backward_ratio"] for r in scatters))
+g("ops_scatter_b_max", max(r["backward_ratio"] for r in scatters))
+for case in ("linear_eps", "linear_eps_wide"):
+    g(f"ops_{case}_b", ops_rows[case]["backward_ratio"])
+    g(f"ops_{case}_fb", ops_rows[case]["fwd_bwd_ratio"])
+orig = ops_rows["original_eps"]
+g("ops_orig_mem", orig["memory_ratio"], "{:.0f}")
+g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
+
+# %% [markdown]
+# - **Memory.** The relevance ops need {glue:text}`ops_mem_min` to {glue:text}`ops_mem_max` times the
+#   gradient's peak memory. `linear_eps` keeps its input, weight and output, $O(N(\text{in} +
+#   \text{out}))$ like the gradient; the extra is one N x out temporary in backward (the stabilised
+#   denominator, reused for the division). The original notebook's three-dimensional version needs
+#   {glue:text}`ops_orig_mem` times the memory of `linear_eps` and {glue:text}`ops_orig_time` times
+#   its time.
+# - **Scatter ops.** Forward plus backward, they cost {glue:text}`ops_scatter_fb_min` to
+#   {glue:text}`ops_scatter_fb_max` times the plain scatters; backward alone,
+#   {glue:text}`ops_scatter_b_min` to {glue:text}`ops_scatter_b_max` times, because the plain backward
+#   of a scatter is a single cheap gather, while the relevance backward is that gather plus a
+#   multiplication by the inputs (and, for `scatter_mean`, a division by the group sizes).
+# - **`linear_eps`.** At 64 features the relevance backward takes {glue:text}`ops_linear_eps_b` times the
+#   gradient's ({glue:text}`ops_linear_eps_fb` times forward plus backward); at 512 features
+#   {glue:text}`ops_linear_eps_wide_b` times ({glue:text}`ops_linear_eps_wide_fb` times). The gradient of
+#   $xW^\top$ with respect to $x$ is one matrix product; the epsilon rule adds memory-bound element-wise
+#   passes over the N x out output (the stabiliser $z + \epsilon\,\mathrm{sign}(z)$, the division
+#   $R/z$, the count of zero outputs for `LostRelevanceWarning`, the product with $x$). At 64 features
+#   the matrix product is cheap and those passes dominate; at 512 it takes a larger share. Closing the
+#   gap needs a fused kernel (for example from `torch.compile`), which the book leaves out to keep the
+#   ops readable.
+#
+# ## Graph Network layers
+#
+# `benchmarks/bench_graph.py` runs a Graph Network of four blocks (each block: `EdgeLinear` on edge,
+# sender, receiver and global features, ReLU; `NodeLinear` on node, incoming (sum) and global
+# features, ReLU; `GlobalLinear` on node, edge (sum) and global features, ReLU) on one random graph,
+# float32. The same model runs outside and inside `lrp_lib.relevance()`; the backward starts from the
+# global output. The gradient backward also computes the weight gradients, as in training; the
+# relevance backward gives the weights none.
+
+# %% tags=["hide-input"]
+s = graph_b["settings"]
+print(machine_note(graph_b))
+print(f"{s['blocks']} blocks, {s['nodes']:,} nodes, {s['edges']:,} edges, {s['features']} features, "
+      f"median of {s['repeats']} interleaved runs")
+results_table(graph_b["results"], [
+    ("measure", lambda r: f"{r['label']} ({r['unit']})"),
+    ("gradient", lambda r: r["gradient"], lambda v: f"{v:,.2f}" if v < 100 else f"{v:,.0f}"),
+    ("relevance", lambda r: r["relevance"], lambda v: f"{v:,.2f}" if v < 100 else f"{v:,.0f}"),
+    ("ratio", "ratio", "{:.2f}x"),
+])
+
+# %% tags=["hide-input"]
+for key in ("backward_time", "forward_time", "saved_for_backward", "peak_rss_increase"):
+    g(f"graph_{key}", graph_rows[key]["ratio"])
+peak, kept = graph_rows["peak_rss_increase"]["ratio"], graph_rows["saved_for_backward"]["ratio"]
+g("graph_peak_vs_saved", "less than" if peak < kept else "as much as" if peak == kept else "more than", None)
+
+# %% [markdown]
+# The relevance backward takes {glue:text}`graph_backward_time` times the gradient's time, and the
+# peak memory of forward and backward is {glue:text}`graph_peak_rss_increase` times the gradient's.
+# The bytes kept for backward are {glue:text}`graph_saved_for_backward` times: each linear layer keeps
+# its own output $z$ (the denominator of the epsilon rule), which the gradient no longer needs once the
+# ReLU has run; that is one edges-by-features tensor per `EdgeLinear`. The peak, which also counts
+# the temporaries of forward and backward, grows {glue:text}`graph_peak_vs_saved` the saved bytes.
+#
+# How: in relevance mode each Graph Network layer is one `torch.autograd.Function`
+# (`EdgeLinearRelevance`, `NodeLinearRelevance`, `GlobalLinearRelevance`) whose backward is the
+# epsilon rule of the layer as one linear map of all its inputs, $R_a = a \odot (s\,W)$ routed
+# through the copies and aggregations, with $s = R / (z + \epsilon\,\mathrm{sign}(z))$. It saves only
+# the inputs (alive anyway), the index tensors, its output and, for a max aggregation, the argmax; its
+# forward sums the terms in place. With $\epsilon = 0$ it gives exactly the relevance of the layer
+# composed from `lrp_lib.ops` (`tests/test_graph.py` checks this for every configuration). That
+# composition, the teaching version of the chapter [The autograd trick for graph
+# layers](02_graph_layers.ipynb), keeps far more: every proportional `ops.add` keeps both of its
+# terms and their sum.
+#
+# ## Convolutions and skip connections (`lrp_lib.rules`)
+#
+# `benchmarks/bench_conv.py` uses the residual CNN of the chapter [Convolutions and skip
+# connections](03_convolutions_and_skips.ipynb) (a 3x3 convolution to 24 channels, two residual blocks
+# with average pooling between them, global average pooling, a dense layer; untrained, seeded,
+# float32) on a batch of scikit-learn's 8x8 digits. Each row is forward plus backward from the
+# predicted logit: the ordinary network's gradient, or the relevance network with the rule on every
+# convolution (epsilon on pooling and the dense layer). The second table compares `lrp_lib`'s epsilon
+# rule with `captum.attr.LRP` (epsilon, its default) on the same CNN without skip connections, which
+# Captum cannot treat. Captum keeps its activations outside autograd, so it has no *saved* figure.
+
+# %% tags=["hide-input"]
+print(machine_note(conv_b))
+print(f"batch of {conv_b['settings']['batch']} digits, median of {conv_b['settings']['repeats']} interleaved runs")
+conv_columns = [("variant", "variant"), ("forward + backward (ms)", "time_ms", "{:.1f}"),
+                ("time ratio", "time_ratio", "{:.2f}x"), ("saved for backward (KiB)", "saved_kib", "{:,.0f}"),
+                ("saved ratio", "saved_ratio", "{:.2f}x"), ("peak RSS (MiB)", "peak_rss_mib", "{:.1f}"),
+                ("RSS ratio", "rss_ratio", "{:.2f}x")]
+display(Markdown("**Residual CNN: relevance against the gradient**"))
+display(results_table([r for r in conv_b["results"] if r["table"] == "residual"], conv_columns))
+display(Markdown("**CNN without skips: `lrp_lib` against Captum**"))
+display(results_table([r for r in conv_b["results"] if r["table"] == "captum"], conv_columns))
+
+# %% tags=["hide-input"]
+for v, key in (("epsilon", "eps"), ("gamma", "gamma"), ("z+", "zplus")):
+    g(f"conv_{key}_time", conv_rows["residual", v]["time_ratio"])
+    g(f"conv_{key}_rss", conv_rows["residual", v]["rss_ratio"])
+g("conv_saved", conv_rows["residual", "epsilon"]["saved_ratio"])
+captum = conv_rows["captum", "captum LRP"]
+g("conv_captum_time", captum["time_ratio"])
+g("conv_captum_rss", captum["rss_ratio"])
+
+# %% [markdown]
+# - **Time.** The epsilon rule costs {glue:text}`conv_eps_time` times the gradient's time: its backward
+#   skips the weight gradients but adds, per layer, the division by the saved output and the product
+#   with the input, and every relevance op is a Python autograd function. Gamma
+#   ({glue:text}`conv_gamma_time` times) and z+ ({glue:text}`conv_zplus_time` times) also run the map
+#   once with the modified weights in backward, as their denominators need.
+# - **Memory.** Every relevance op saves its output $z$, the pre-activation, beside its input, which the
+#   gradient does not need: autograd keeps {glue:text}`conv_saved` times the bytes. The peak resident
+#   memory, which also counts the temporaries of both passes, is {glue:text}`conv_eps_rss` times the
+#   gradient's for epsilon and {glue:text}`conv_zplus_rss` times for z+. Both are O(input + output) per
+#   layer: no contribution tensor is built (the tests check that a convolution saves exactly its
+#   input, weight, bias and output).
+# - **Captum.** `captum.attr.LRP` runs two forwards and a backward with hooks and takes
+#   {glue:text}`conv_captum_time` times the time of `lrp_lib`'s forward and backward. Its peak memory
+#   is {glue:text}`conv_captum_rss` times ours: its backward is the ordinary gradient's with hooks on
+#   the tensors, so autograd keeps only what the gradient keeps. The chapter on convolutions shows that
+#   both give the same relevance once their conventions are matched.
+#
+# ## Three implementations of LRP: relprop hooks, JAX/Flax, the autograd trick
+#
+# `benchmarks/bench_implementations.py` times one relevance pass (forward included) through an MLP of
+# bias-free layers with ReLU, for the same input and output relevance, in the three implementations of
+# the chapter [Hooks, relprop and JAX](04_hooks_relprop_jax.ipynb), and the plain gradient of the same
+# MLP. The process is pinned to one core, so that JAX's own thread pool gets no more than PyTorch's
+# single thread. The last column is the largest |float32 - float64| of each result, relative to the
+# largest relevance (the epsilon rule with a small epsilon is ill-conditioned where some
+# pre-activation is near zero; all implementations are affected alike).
+
+# %% tags=["hide-input"]
+s = impl_b["settings"]
+print(machine_note(impl_b))
+print(f"MLP: {s['layers']} bias-free layers of {s['width']}, ReLU, batch {s['batch']:,}, float32, "
+      f"median of {s['repeats']} interleaved runs, JAX {s['jax']}")
+results_table(impl_b["results"], [
+    ("implementation", "label"),
+    ("time (ms)", "time_ms", "{:,.1f}"),
+    ("/ plain gradient", "ratio_to_gradient", "{:.2f}x"),
+    ("/ autograd trick", "ratio_to_autograd_trick", "{:.2f}x"),
+    ("max deviation from float64", "max_deviation_float64", "{:.1e}"),
+])
+
+# %% tags=["hide-input"]
+impls = ["autograd trick", "relprop hooks", "JAX/Flax eager", "JAX/Flax jit"]
+by = {(r["rule"], r["implementation"]): r for r in impl_b["results"]}
+fig, ax = plt.subplots(figsize=(BOOK_WIDTH * 0.8, 2.8))
+width = 0.38
+for k, (rule, label) in enumerate([("epsilon", "epsilon"), ("alpha1_beta0", r"$\alpha=1, \beta=0$")]):
+    values = [by[rule, name]["ratio_to_gradient"] for name in impls]
+    bars = ax.bar(np.arange(len(impls)) + (k - 0.5) * width, values, width, label=label)
+    ax.bar_label(bars, fmt="%.2f", fontsize=8)
+ax.axhline(1.0, color="black", lw=0.8)
+ax.set_xticks(np.arange(len(impls)), impls)
+ax.set_ylabel("time / plain gradient's")
+ax.legend(title="rule", frameon=False)
+ax.set_ylim(0, max(r["ratio_to_gradient"] for r in impl_b["results"]) * 1.2)
+fig.tight_layout()
+plt.show()
+
+for rule in ("epsilon", "alpha1_beta0"):
+    for name in impls:
+        g(f"impl_{rule}_{name.replace('/', '').replace(' ', '_').lower()}", by[rule, name]["ratio_to_gradient"])
+devs = [r["max_deviation_float64"] for r in impl_b["results"] if r["max_deviation_float64"] is not None]
+g("impl_max_dev", max(devs), "{:.1e}")
+
+# %% [markdown]
+# Relative to the plain gradient, the epsilon rule takes {glue:text}`impl_epsilon_autograd_trick` times
+# its time with the autograd trick, {glue:text}`impl_epsilon_relprop_hooks` times with relprop hooks,
+# {glue:text}`impl_epsilon_jaxflax_eager` times in eager JAX and {glue:text}`impl_epsilon_jaxflax_jit`
+# times in jit-compiled JAX; alpha-beta with $\alpha = 1, \beta = 0$ takes
+# {glue:text}`impl_alpha1_beta0_autograd_trick`, {glue:text}`impl_alpha1_beta0_relprop_hooks`,
+# {glue:text}`impl_alpha1_beta0_jaxflax_eager` and {glue:text}`impl_alpha1_beta0_jaxflax_jit` times.
+# Where the differences come from: `jax.jit` hands the whole pass to XLA, which fuses the clamps,
+# divisions and products into a few kernels; relprop hooks run every module's forward a second time,
+# and `torch.autograd.grad` builds and walks a fresh graph for every layer (twice per layer for
+# alpha-beta); the autograd trick runs one custom backward per op. Alpha-beta needs two linear maps
+# per part, positive and negative inputs and weights, where epsilon needs one. The float32 results
+# deviate from float64 by at most {glue:text}`impl_max_dev` of the largest relevance.
+#
+# ## Explainers on Mutagenicity
+#
+# `benchmarks/bench_explainers.py` loads the trained GCN of the chapter [Explaining graph neural
+# networks](05_explaining_gnns.ipynb) and explains every test mutagen that contains an NO2 or NH2
+# group with each method through its usual API (PyG's `Explainer`, Captum), one molecule at a time,
+# the methods interleaved molecule by molecule so that the load of the machine falls on all alike.
+# Ground-truth AUROC is the mean per-molecule `roc_auc_score` of the edge scores against the NO2 and
+# NH2 bonds; fidelity is PyG's `fidelity` for each method's top-k edges (k = the number of
+# ground-truth edges).
+
+# %% tags=["hide-input"]
+res = expl_b["results"]
+print(machine_note(expl_b))
+print(f"{res['graphs']} molecules, GNNExplainer with {res['gnnexplainer_epochs']} epochs, "
+      f"model test accuracy {res['test_accuracy']:.3f}")
+rows = [{"method": name, **m} for name, m in res["methods"].items()]
+rows.append({"method": "the ground truth itself", "auroc": 1.0, "fidelity_plus": res["ground_truth_fidelity_plus"],
+             "fidelity_minus": res["ground_truth_fidelity_minus"]})
+results_table(rows, [
+    ("method", "method"),
+    ("ms per explanation", "ms_per_explanation", lambda v: f"{v:,.1f}" if v >= 1 else f"{v:.2f}"),
+    ("speed-up vs GNNExplainer", "speedup_vs_gnnexplainer", "{:,.0f}x"),
+    ("AUROC", "auroc", "{:.3f}"),
+    ("fidelity+", "fidelity_plus", "{:.3f}"),
+    ("fidelity-", "fidelity_minus", "{:.3f}"),
+])
+
+# %% tags=["hide-input"]
+methods = res["methods"]
+lrp_name = next(n for n in methods if n.startswith("LRP") and "batch" not in n)
+batch_name = next(n for n in methods if n.startswith("LRP") and "batch" in n)
+gnn_name = next(n for n in methods if n.startswith("GNNExplainer"))
+g("expl_lrp_speedup", methods[lrp_name]["speedup_vs_gnnexplainer"], "{:,.0f}")
+g("expl_batch_speedup", methods[batch_name]["speedup_vs_gnnexplainer"], "{:,.0f}")
+g("expl_lrp_auroc", methods[lrp_name]["auroc"], "{:.3f}")
+g("expl_gnn_auroc", methods[gnn_name]["auroc"], "{:.3f}")
+best = max((n for n in methods if "batch" not in n), key=lambda n: methods[n]["auroc"])
+g("expl_best_auroc", best, None)
+
+# %% [markdown]
+# Per explanation, LRP is {glue:text}`expl_lrp_speedup` times faster than GNNExplainer on the same model
+# and molecules, and {glue:text}`expl_batch_speedup` times when it explains the whole set in one batch. Its ground-truth
+# AUROC is {glue:text}`expl_lrp_auroc`, against {glue:text}`expl_gnn_auroc` for GNNExplainer; the
+# highest of all methods belongs to {glue:text}`expl_best_auroc`. An LRP explanation is one forward with
+# relevance ops and one backward; saliency is one plain forward and backward; Integrated Gradients
+# runs its steps as one batched pass; GNNExplainer optimises a mask over many forward and backward
+# passes. The chapter discusses what the AUROC and fidelity figures say about each explanation.
+#
+# ## Measuring on your machine
+#
+# Each script prints its tables and writes its results file; this page and the chapters read the
+# files. From the repository root:
+#
+# ```bash
+# python benchmarks/bench_ops.py              # benchmarks/results/ops.json
+# python benchmarks/bench_graph.py            # graph.json (about 3 GB of memory per process)
+# python benchmarks/bench_conv.py             # conv.json
+# python benchmarks/bench_implementations.py  # implementations.json
+# python benchmarks/bench_explainers.py       # explainers.json
+# python tools/nb.py book/_src/performance.py # rebuild this page from the new files
+# ```
+#
+# `--help` lists each script's options (sizes, repeats, `--threads`). On a quiet machine with several
+# cores, more threads shorten every time, but the ratios tell what relevance costs compared with the
+# gradient.
