@@ -62,7 +62,7 @@ def pages():
     return sorted(
         p.relative_to(HTML).as_posix()
         for p in HTML.rglob("*.html")
-        if not p.relative_to(HTML).parts[0].startswith("_")
+        if not p.relative_to(HTML).parts[0].startswith(("_", "."))
     )
 
 
