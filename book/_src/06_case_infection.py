@@ -27,7 +27,9 @@
 # ```
 
 # %%
+import copy
 import random
+import textwrap
 import warnings
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
@@ -35,20 +37,26 @@ warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's noteb
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import ListedColormap, Normalize
+from myst_nb import glue
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.explain import Explainer, GNNExplainer
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import MessagePassing
+from tqdm.auto import trange
 
 import lrp_lib
 from lrp_lib import graph
 from lrp_lib.datasets import infection
 from lrp_lib.datasets.infection import explained_nodes, ground_truth, infection_graph
 from lrp_lib.guided_backprop import guided_backprop
-from lrp_lib.plotting import draw_graph
+from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
+from lrp_lib.pretrained import load_or_train
 
+book_style()
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 torch.manual_seed(0)
 np.random.seed(0)
@@ -68,11 +76,12 @@ random.seed(0)
 #    \mathrm{sick}_s \land \lnot\,\mathrm{virtual}_{s \to v}\Big). $$
 #
 # The ground truth of an infected, non-sick node $v$ is the set of edges $s \to v$ that satisfy
-# the condition, and their senders $s$. Sick and immune nodes are placed at random; the original
-# code put them on the lowest node ids, which in a Barabási-Albert graph are the hubs, so a model
+# the condition, and their senders $s$. Sick and immune nodes are placed at random; the original code
+# of Baldassarre and Azizpour {cite}`baldassarre2019explainability` put them on the lowest node ids, which in a Barabási-Albert graph are the hubs, so a model
 # could have learned "hubs are sick" instead of reading the features.
 #
-# `lrp_lib.datasets.infection` generates the graphs from a seed. Each graph carries boolean masks
+# `lrp_lib.datasets.infection` generates the graphs reproducibly (its `seed` argument fixes the
+# random numbers). Each graph carries boolean masks
 # `sick`, `immune`, `virtual` and `gt_edge_mask` next to the features, so the ground truth
 # survives batching.
 
@@ -82,15 +91,16 @@ test_set = infection(200, min_nodes=10, max_nodes=30, seed=1)
 
 def describe(graphs):
     b = Batch.from_data_list(graphs)
-    return (f"{len(graphs)} graphs, {b.num_nodes} nodes, {b.num_edges} edges; "
+    return (f"{len(graphs)} graphs, {b.num_nodes} nodes, {b.num_edges} edges;\n       "
             f"sick {b.sick.float().mean():.3f}, immune {b.immune.float().mean():.3f}, "
-            f"infected {b.y.mean():.3f}, virtual edges {b.virtual.float().mean():.3f}, "
+            f"infected {b.y.mean():.3f}, virtual edges {b.virtual.float().mean():.3f},\n       "
             f"explained nodes {len(explained_nodes(b))}")
 
 print("train:", describe(train_set))
 print("test: ", describe(test_set))
 g = test_set[0]
-print(g)
+print(textwrap.fill("one test graph: " + ", ".join(f"{key} {list(value.shape)}" for key, value in g),
+                    width=90, subsequent_indent="    "))
 
 # %% [markdown]
 # ## The model
@@ -139,36 +149,55 @@ print(model)
 
 # %% [markdown]
 # Training uses ordinary gradients: outside `lrp_lib.relevance()` the layers are plain torch
-# operations. Ten epochs of Adam on 1,000 graphs take a few seconds on a CPU.
+# operations. Ten epochs of Adam on 1,000 graphs take a few seconds on a CPU. As in every chapter,
+# `load_or_train` loads the weights the book stores (so that the outputs below are the same on
+# every machine) and trains from scratch only when `LRP_BOOK_RETRAIN=1` is set.
 
-# %%
-torch.manual_seed(0)
-optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-loader = DataLoader(train_set, batch_size=50, shuffle=True, generator=torch.Generator().manual_seed(0))
-for epoch in range(10):
-    total = 0.0
-    for batch in loader:
-        batch = batch.to(device)
-        optimizer.zero_grad()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(batch), batch.y)
-        loss.backward()
-        optimizer.step()
-        total += loss.item() * batch.num_graphs
-    mean_loss = total / len(train_set)
-    if epoch in (0, 9):
-        print(f"epoch {epoch + 1:2d}: mean training loss " + ("< 0.01" if mean_loss < 0.01 else f"{mean_loss:.2f}"))
-model.eval()
+# %% tags=["train"]
+def train_infection(model, epochs=10):
+    """Adam on the training graphs with ordinary gradients; returns the first and last epoch's loss."""
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    loader = DataLoader(train_set, batch_size=50, shuffle=True, generator=torch.Generator().manual_seed(0))
+    losses = []
+    for epoch in trange(epochs, desc="training"):
+        total = 0.0
+        for batch in loader:
+            batch = batch.to(device)
+            optimizer.zero_grad()
+            loss = nn.functional.binary_cross_entropy_with_logits(model(batch), batch.y)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * batch.num_graphs
+        losses.append(total / len(train_set))
+    model.eval()
+    test = Batch.from_data_list(test_set).to(device)
+    with torch.no_grad():
+        logits = model(test).cpu()
+    return {"metrics": {"first_epoch_loss": losses[0], "last_epoch_loss": losses[-1],
+                        "test_accuracy": ((logits > 0).float() == test.y.cpu()).float().mean().item(),
+                        "test_auroc": roc_auc_score(test.y.cpu(), logits)}}
+
+
+record = load_or_train("infection-gn", model, train_infection)
 for p in model.parameters():
     p.requires_grad_(False)
+loss_first, loss_last = record["metrics"]["first_epoch_loss"], record["metrics"]["last_epoch_loss"]
+print(f"mean training loss: epoch 1 {loss_first:.2f}, epoch 10 " + ("< 0.01" if loss_last < 0.01 else f"{loss_last:.2f}"))
 
 test_batch = Batch.from_data_list(test_set).to(device)
 with torch.no_grad():
     logits = model(test_batch).cpu()
 y_test = test_batch.y.cpu()
-print(f"held-out node average precision: {average_precision_score(y_test, logits):.4f}")
-print(f"held-out node accuracy: {((logits > 0).float() == y_test).float().mean():.4f}")
+average_precision = average_precision_score(y_test, logits)
+accuracy = ((logits > 0).float() == y_test).float().mean().item()
+print(f"held-out node average precision: {average_precision:.4f}")
+print(f"held-out node accuracy: {accuracy:.4f}")
+glue("inf_ap", f"{average_precision:.3f}", display=False)
+glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 
 # %% [markdown]
+# The held-out average precision is {glue:text}`inf_ap` and the accuracy {glue:text}`inf_accuracy`.
 # A perfect score says the model computes the rule; it does not say *how*. A model could, for
 # example, look at the sick in-neighbour over a virtual edge too and still be right most of the
 # time. That is what the explanations are for.
@@ -207,15 +236,15 @@ def backward_scores(model, data, nodes, method):
     if method == "lrp":
         with lrp_lib.relevance():
             out = model(copies)
-        seed = torch.zeros_like(out).index_copy(0, target, out[target].detach())  # R = logit at v
+        start = torch.zeros_like(out).index_copy(0, target, out[target].detach())  # R = logit at v
     else:
         if method == "guided backprop":
             with guided_backprop(model):
                 out = model(copies)
         else:
             out = model(copies)
-        seed = torch.zeros_like(out).index_fill(0, target, 1.0)  # d logit_v / d inputs
-    out.backward(seed)
+        start = torch.zeros_like(out).index_fill(0, target, 1.0)  # d logit_v / d inputs
+    out.backward(start)
     if method == "lrp":
         node, edge = copies.x.grad.sum(-1), copies.edge_attr.grad.sum(-1)
     else:
@@ -251,17 +280,25 @@ class PyGNodeModel(nn.Module):
         return out.view(-1, 1)
 
 
+model64 = copy.deepcopy(model).double()  # GNNExplainer optimises: in float64 its masks agree on every CPU
 explainer = Explainer(
-    PyGNodeModel(model), algorithm=GNNExplainer(epochs=100, lr=0.01),
+    PyGNodeModel(model64), algorithm=GNNExplainer(epochs=100, lr=0.01),
     explanation_type="model", node_mask_type="object", edge_mask_type="object",
     model_config=dict(mode="binary_classification", task_level="node", return_type="raw"))
 
 
 def gnnexplainer_scores(data, node):
+    """GNNExplainer's node and edge masks for the logit of `node`, optimised in float64."""
     torch.manual_seed(0)  # the masks start random
     data = data.clone().to(device)  # a copy: keep the stored graph on the CPU
-    explanation = explainer(data.x, data.edge_index, index=int(node), edge_attr=data.edge_attr)
-    return explanation.node_mask.view(-1).cpu(), explanation.edge_mask.cpu()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # PyG creates the mask parameters in the default dtype
+    try:
+        explanation = explainer(data.x.double(), data.edge_index, index=int(node),
+                                edge_attr=data.edge_attr.double())
+    finally:
+        torch.set_default_dtype(default)
+    return explanation.node_mask.view(-1).float().cpu(), explanation.edge_mask.float().cpu()
 
 # %% [markdown]
 # Before scoring, a check that LRP does what it promises on this model: for every infected node
@@ -281,7 +318,7 @@ for v, r_nodes, r_edges, l in zip(nodes, node_rel, edge_rel, logit):
 # %% [markdown]
 # ## Scoring against the ground truth
 #
-# For each infected, non-sick node $v$ of 40 held-out graphs we ask two questions, each answered
+# For each infected, non-sick node $v$ of {glue:text}`inf_graphs` held-out graphs we ask two questions, each answered
 # by an area under the ROC curve (AUROC; 1 = every true cause scores above every non-cause,
 # 0.5 = chance):
 #
@@ -292,13 +329,14 @@ for v, r_nodes, r_edges, l in zip(nodes, node_rel, edge_rel, logit):
 # score from any method, and counting it would only inflate the numbers. The edge AUROC is
 # undefined when every edge into $v$ is a cause; such nodes are left out of the edge column. The
 # gradient methods are one batched backward pass per graph; GNNExplainer optimises a mask per
-# node (about a second each on a CPU), so it runs on the first 20 nodes only.
+# node (about a second each on a CPU), so it runs on the first {glue:text}`inf_gnnexplainer_budget` nodes only.
 
 # %%
 methods = ["lrp", "sensitivity", "guided backprop", "gnnexplainer"]
 auroc = {m: {"nodes": [], "edges": []} for m in methods}
 gnnexplainer_budget = 20
-for data in test_set[:40]:
+n_graphs = 40
+for data in test_set[:n_graphs]:
     nodes = explained_nodes(data).tolist()
     if not nodes:
         continue
@@ -325,17 +363,26 @@ for m in methods:
     a = auroc[m]
     print(f"{m:16s} {np.mean(a['nodes']):11.3f} {np.mean(a['edges']):11.3f} "
           f"{len(a['nodes']):6d} {len(a['edges']):11d}")
+mean_auroc = {(m, part): float(np.mean(auroc[m][part])) for m in methods for part in ("nodes", "edges")}
+for (m, part), value in mean_auroc.items():
+    glue(f"inf_auroc_{m.replace(' ', '_')}_{part}", f"{value:.3f}", display=False)
+glue("inf_graphs", f"{n_graphs}", display=False)
+glue("inf_gnnexplainer_budget", f"{gnnexplainer_budget}", display=False)
 
 # %% [markdown]
-# LRP finds the causes: the sick in-person contacts get the highest node *and* edge scores. The
-# two gradient methods find the right edges (the encoder maps a virtual edge's features to zero,
-# and a healthy sender's message hardly matters, so their gradients are small) but not the right
-# nodes: the largest gradient is on $v$ itself, because the logit is very sensitive to $v$'s own
-# immune flag. That is a correct
-# answer to the question a gradient asks ("what would change the output?"), but it is not the
-# cause of the infection. GNNExplainer's masks are noisier: its objective only asks for a small
-# set of edges that keeps the prediction, and with a sick, in-person contact and some healthy
-# ones, several masks do.
+# LRP finds the causes: the sick in-person contacts get the highest node *and* edge scores (node
+# AUROC {glue:text}`inf_auroc_lrp_nodes`, edge AUROC {glue:text}`inf_auroc_lrp_edges`). The two
+# gradient methods find the right edges (edge AUROC {glue:text}`inf_auroc_sensitivity_edges` for
+# the gradient, {glue:text}`inf_auroc_guided_backprop_edges` for guided backprop): the encoder maps
+# a virtual edge's features to zero, and a healthy sender's message hardly matters, so their
+# gradients are small. They miss the right nodes (node AUROC
+# {glue:text}`inf_auroc_sensitivity_nodes` and {glue:text}`inf_auroc_guided_backprop_nodes`): the
+# largest gradient is on $v$ itself, because the logit is very sensitive to $v$'s own immune flag.
+# That is a correct answer to the question a gradient asks ("what would change the output?"), but
+# it is not the cause of the infection. GNNExplainer's masks are noisier (node AUROC
+# {glue:text}`inf_auroc_gnnexplainer_nodes`, edge AUROC {glue:text}`inf_auroc_gnnexplainer_edges`):
+# its objective only asks for a small set of edges that keeps the prediction, and with a sick,
+# in-person contact and some healthy ones, several masks do.
 #
 # ## Three small cases
 #
@@ -377,27 +424,56 @@ for name, data in cases.items():
         case_scores[name, m] = node_s, edge_s
         print(f"  {m:16s}" + "".join(f"{v:8.2f}" for v in node_s.tolist()) + "  |"
               + "".join(f"{v:8.2f}" for v in edge_s.tolist()))
+immune_nodes, immune_edges = case_scores["immune", "lrp"]
+glue("inf_immune_self", f"{immune_nodes[3]:.1f}", display=False)
+glue("inf_immune_contact", f"{immune_nodes[0] + immune_edges[0]:.1f}", display=False)
+glue("inf_immune_total", f"{immune_nodes.sum() + immune_edges.sum():.1f}", display=False)
 
 # %% tags=["hide-input"]
 pos = {0: (-1.0, 1.0), 1: (-1.0, 0.0), 2: (-1.0, -1.0), 3: (0.6, 0.0)}
 
 
 def node_labels(data):
-    return [f"{v}{' S' if data.sick[v] else ''}{' I' if data.immune[v] else ''}" for v in range(data.num_nodes)]
+    return [f"{v}{'S' if data.sick[v] else ''}{'I' if data.immune[v] else ''}" for v in range(data.num_nodes)]
 
 
-fig, axes = plt.subplots(len(cases), len(methods), figsize=(15, 9.5))
-for row, (name, data) in enumerate(cases.items()):
-    for col, m in enumerate(methods):
+# One colour scale per method (row), shared by the three cases. The gradient methods and
+# GNNExplainer give scores >= 0: their colour bars show the upper half of the scale only.
+upper = plt.get_cmap("RdBu_r")(np.linspace(0.5, 1.0, 128))
+half_cmap = ListedColormap(upper)
+nonnegative_cmap = ListedColormap(np.vstack([np.repeat(upper[:1], 128, axis=0), upper]))
+score_label = {
+    "lrp": "LRP relevance of\nnode 3's logit",
+    "sensitivity": "squared gradient of\nnode 3's logit",
+    "guided backprop": "squared guided gradient\nof node 3's logit",
+    "gnnexplainer": "GNNExplainer mask\n(nodes and edges)",
+}
+fig, axes = plt.subplots(len(methods), len(cases), figsize=(BOOK_WIDTH, 9.6))
+for row, m in enumerate(methods):
+    vmax = max(float(torch.cat(case_scores[name, m]).abs().max()) for name in cases) or 1.0
+    signed = m == "lrp"
+    for col, (name, data) in enumerate(cases.items()):
         node_s, edge_s = case_scores[name, m]
         ax = axes[row, col]
-        draw_graph(data, node_relevance=node_s, edge_relevance=edge_s, labels=node_labels(data), pos=pos,
-                   ax=ax, title=f"{name}: {m}")
+        draw_graph(data, node_relevance=node_s, edge_relevance=edge_s, labels=False, pos=pos,
+                   ax=ax, vmax=vmax, cmap="RdBu_r" if signed else nonnegative_cmap, colorbar=False,
+                   node_size=520, edge_width=2.5)
+        for v, text in enumerate(node_labels(data)):  # white text on dark nodes
+            ax.text(*pos[v], text, ha="center", va="center", fontsize=9,
+                    color="white" if abs(float(node_s[v])) > 0.6 * vmax else "black")
         for k in range(data.num_edges):  # a dashed line along each virtual edge
             if data.virtual[k]:
                 s = int(data.edge_index[0, k])
-                ax.plot([pos[s][0], pos[3][0]], [pos[s][1], pos[3][1]], ls="--", color="black", lw=0.8)
-fig.tight_layout()
+                ax.plot([pos[s][0], pos[3][0]], [pos[s][1], pos[3][1]], ls="--", color="black", lw=0.8, zorder=0.5)
+        ax.set_xlim(-1.35, 0.95)
+        ax.set_ylim(-1.35, 1.35)
+        if row == 0:
+            ax.set_title(name)
+        if col == 0:
+            ax.text(-0.08, 0.5, {"lrp": "LRP", "gnnexplainer": "GNNExplainer"}.get(m, m), transform=ax.transAxes, rotation=90, ha="right", va="center")
+    mappable = ScalarMappable(Normalize(-vmax, vmax), "RdBu_r") if signed else \
+        ScalarMappable(Normalize(0.0, vmax), half_cmap)
+    fig.colorbar(mappable, ax=list(axes[row]), label=score_label[m], shrink=0.85, pad=0.02)
 plt.show()
 
 # %% [markdown]
@@ -410,8 +486,10 @@ plt.show()
 #   infection (negative). The gradient ranks node 3 above the cause. Guided backprop ranks the
 #   healthy node 2 highest among the nodes: dropping negative signals at every ReLU keeps
 #   whatever passes through positive weights, related to the output or not.
-# - **Immune.** The logit is negative, and LRP says why: strongly negative relevance on node 3,
-#   the immune one, outweighs the positive relevance of the sick contact and its edge. The
+# - **Immune.** The logit is negative, and LRP says why: the strongly negative relevance of node 3,
+#   the immune one ({glue:text}`inf_immune_self`), outweighs the positive relevance of the sick
+#   contact and its edge ({glue:text}`inf_immune_contact` together); all nodes and edges sum to
+#   {glue:text}`inf_immune_total`. The
 #   gradient finds node 3 too, but as a magnitude; it cannot tell the sick contact (for) from the
 #   immunity (against). Guided backprop misses the immunity entirely: its evidence is negative,
 #   and negative signals are exactly what it discards.
@@ -442,7 +520,7 @@ print(f"edge encodings that are all zero: virtual edges {all_zero[virtual].float
 # ## Summary
 #
 # - The infection data set has exact ground-truth explanations: for each infected non-sick node,
-#   its sick in-person contacts. `lrp_lib.datasets.infection` generates it from a seed, with the
+#   its sick in-person contacts. `lrp_lib.datasets.infection` generates it reproducibly, with the
 #   sick and immune nodes placed at random rather than on the hubs.
 # - A graph network built from `lrp_lib.graph` layers trains with ordinary gradients and is
 #   explained with LRP by switching the mode; nothing in the model changes.
@@ -456,13 +534,15 @@ print(f"edge encodings that are all zero: virtual edges {all_zero[virtual].float
 #
 # ## Exercises
 #
-# 1. Train `InfectionGN("sum")`. Does it still reach an average precision of 0.99? How does the
+# 1. Train `InfectionGN("sum")`. Does it still reach the held-out average precision of the max model
+#    ({glue:text}`inf_ap`)? How does the
 #    LRP explanation of the "two sick contacts" case change, and why?
 # 2. Score the methods by *signed* gradients instead of squared ones. Which AUROC changes, and
 #    what does that say about the sign of $\partial \ell_v / \partial x_v$?
 # 3. Add a bias to the message layer and retrain. How much relevance does the bias absorb on the
 #    held-out nodes, and does the node AUROC of LRP change?
-# 4. Generate a data set with the sick nodes on the lowest ids, as in the original code, train on
+# 4. Generate a data set with the sick nodes on the lowest ids, as in the original code of
+#    {cite}`baldassarre2019explainability`, train on
 #    it and test on randomly placed sick nodes. Does the model still reach the same precision?
 # 5. Give GNNExplainer more epochs and a larger edge-size penalty
 #    (`GNNExplainer(epochs=300, edge_size=0.05)`). Does its edge AUROC approach LRP's?
