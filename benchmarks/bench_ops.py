@@ -1,7 +1,7 @@
 """Relevance backward vs the plain autograd backward of the same computation.
 
     python benchmarks/bench_ops.py            # the issue's sizes
-    python benchmarks/bench_ops.py --quick    # small sizes, a smoke test
+    python benchmarks/bench_ops.py --quick    # small sizes, a smoke test (writes no results file)
 
 For each case the forward is run once, then the backward is timed (median of --repeat runs,
 relevance and gradient interleaved in one process, so both see the same machine load).
@@ -194,6 +194,9 @@ def main() -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
     print("\nLast row: the original notebook's N x in x out epsilon rule in the 'relevance' columns, "
           "linear_eps in the 'gradient' columns.")
+    if args.quick:  # a smoke test: the book's figures stay those of a full run
+        print("--quick: benchmarks/results/ops.json left as it is")
+        return
     path = results_file.write_results("ops", results, {
         "quick": args.quick, "repeat": args.repeat, "threads": args.threads, "dtype": "float32", "device": "cpu"})
     print(f"wrote {path}")
