@@ -71,6 +71,7 @@ def draw_graph(
     node_size: float = 500,
     edge_width: float = 3.0,
     colorbar: bool = True,
+    label: str = "relevance",
     title: str | None = None,
 ):
     """Draw a directed graph with nodes and edges coloured by relevance.
@@ -87,6 +88,7 @@ def draw_graph(
         cmap: a diverging colormap; the scale runs from ``-vmax`` to ``vmax`` (default: the
             largest absolute relevance), so zero is always the middle colour.
         colorbar: add a colour bar for the relevance scale.
+        label: the colour bar's label: say what is shown, e.g. ``"relevance of the prediction (LRP)"``.
 
     Returns:
         the axes.
@@ -138,7 +140,7 @@ def draw_graph(
             labels = dict(enumerate(labels))
         nx.draw_networkx_labels(graph, pos, labels=dict(labels), ax=ax, font_size=10)
     if colorbar and present:
-        ax.figure.colorbar(ScalarMappable(norm=norm, cmap=colormap), ax=ax, label="relevance", shrink=0.8)
+        ax.figure.colorbar(ScalarMappable(norm=norm, cmap=colormap), ax=ax, label=label, shrink=0.8)
     if title:
         ax.set_title(title)
     ax.set_axis_off()

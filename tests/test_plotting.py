@@ -37,6 +37,13 @@ def test_colours_are_centred_at_zero():
     plt.close(fig)
 
 
+def test_graph_colour_bar_says_what_it_shows():
+    fig, ax = plt.subplots()
+    draw_graph(EDGE_INDEX, 4, torch.tensor([1.0, 0.0, -1.0, 0.5]), label="relevance of the 'sick' logit", ax=ax)
+    assert fig.axes[-1].get_ylabel() == "relevance of the 'sick' logit"
+    plt.close(fig)
+
+
 def test_data_labels_positions_and_no_relevance():
     data = Data(edge_index=EDGE_INDEX, num_nodes=5)  # node 4 has no edges
     pos = {i: (float(i), 0.0) for i in range(5)}
