@@ -461,6 +461,7 @@ rel = read_relevance(inp)
 fig, ax = plt.subplots(figsize=(5, 4))
 pos = {0: (0.0, 0.0), 1: (1.0, 0.6), 2: (-1.0, 0.6), 3: (0.0, -1.0)}
 draw_graph(graph.cpu(), node_relevance=rel.node, edge_relevance=rel.edge, pos=pos, ax=ax,
+           label="relevance of the prediction (LRP, summed over features)",
            title=f"prediction {prediction.item():.3f}")
 plt.show()
 
