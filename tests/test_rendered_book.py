@@ -225,7 +225,8 @@ def test_page_renders(page, server, browser):
         if found["n_math"] and not tab.evaluate("() => !!(window.MathJax && MathJax.startup)"):
             problems.append(f"MathJax did not load, and the page has {found['n_math']} formulas")
         shot = SCREENSHOTS / (re.sub(r"[/\\]", "__", page).removesuffix(".html") + ".png")
-        tab.screenshot(path=str(shot), full_page=True)
+        # animations="disabled": finish the theme's transitions (its sidebars slide) before the shot
+        tab.screenshot(path=str(shot), full_page=True, animations="disabled")
     finally:
         context.close()
 
