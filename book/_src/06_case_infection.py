@@ -209,8 +209,9 @@ glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 # - **LRP.** Run the forward pass inside `lrp_lib.relevance()`, start the backward pass from
 #   $R = \ell_v$ at node $v$ (zero elsewhere), and read the relevance of each input feature from
 #   `.grad`. A node's (edge's) score is the sum over its features. The relevances add up to
-#   $\ell_v$ minus the read-out bias's share (conservation); positive relevance speaks for
-#   "infected", negative against.
+#   $\ell_v$ minus the read-out bias's share (conservation, up to the tiny share the stabiliser
+#   $\epsilon$ of the epsilon rule absorbs); positive relevance speaks for "infected", negative
+#   against.
 # - **Sensitivity analysis** {cite}`baehrens2010explain,simonyan2014deep`: the gradient
 #   $\partial \ell_v / \partial x$; a node's score is the squared norm of the gradient of its
 #   features, $\lVert \partial \ell_v / \partial x_u \rVert^2$, as in the paper. It says which
@@ -303,7 +304,9 @@ def gnnexplainer_scores(data, node):
 # %% [markdown]
 # Before scoring, a check that LRP does what it promises on this model: for every infected node
 # of a held-out graph, the relevance of all inputs adds up to the logit minus the share of the
-# read-out bias.
+# read-out bias. The read-out receives $R = \ell_v$ and its bias keeps $b\,\ell_v / (\ell_v +
+# \epsilon\,\mathrm{sign}(\ell_v))$, which is $b$ to the printed digits; every other layer is
+# bias-free, so what the inputs do not receive should be exactly that.
 
 # %%
 g = test_set[0]
@@ -311,9 +314,10 @@ nodes = explained_nodes(g).tolist()
 node_rel, edge_rel = backward_scores(model, g, nodes, "lrp")
 with torch.no_grad():
     logit = model(g.clone().to(device)).cpu()[nodes]
+print(f"read-out bias b = {model.readout.bias.item():.3f}")
 for v, r_nodes, r_edges, l in zip(nodes, node_rel, edge_rel, logit):
     print(f"node {v:2d}: logit {l:7.3f} = relevance on nodes {r_nodes.sum():7.3f} "
-          f"+ on edges {r_edges.sum():6.3f} + bias share {l - r_nodes.sum() - r_edges.sum():6.3f}")
+          f"+ on edges {r_edges.sum():6.3f} + the rest {l - r_nodes.sum() - r_edges.sum():6.3f}")
 
 # %% [markdown]
 # ## Scoring against the ground truth
@@ -387,7 +391,10 @@ glue("inf_gnnexplainer_budget", f"{gnnexplainer_budget}", display=False)
 # ## Three small cases
 #
 # The paper looks at hand-made graphs where a method can go wrong. In each, node 3 is the node we
-# explain; "S" marks sick nodes, "I" immune ones, dashed edges are virtual.
+# explain; "S" marks sick nodes, "I" immune ones, dashed edges are virtual. In the figure after
+# the scores, each method (row) has one colour scale for the three cases, and its colour bar says
+# what it shows: LRP's signed relevance of node 3's logit, the squared (guided) gradients of that
+# logit, or GNNExplainer's mask values.
 #
 # 1. **Virtual contact**: node 3 receives from a sick node over a virtual edge (0), from a sick
 #    node in person (1) and from a healthy node (2). It is infected because of 1 only.
