@@ -319,6 +319,9 @@ print("batched == one by one:", torch.allclose(together.edge_mask, one_by_one, r
 # GNNExplainer {cite}`ying2019gnnexplainer` learns a soft mask $\sigma(M)$ over the edges that
 # keeps the prediction while staying small, by 200 steps of gradient descent on
 # $-\log p_{\hat y}(G \odot \sigma(M)) + \alpha \lVert\sigma(M)\rVert_1 + \beta H(\sigma(M))$.
+# Two hundred optimisation steps amplify rounding: in float32 the mask can come out slightly different
+# on different CPUs, enough to reorder close edges. The chapter therefore runs it on a float64 copy
+# of the model, so that every CPU prints the same mask.
 #
 # The two gradient methods treat the edge weights as the input: the model accepts `edge_weight`,
 # so an all-ones mask $m$ gives the ordinary prediction and the derivative with respect to $m_e$
