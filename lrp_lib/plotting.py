@@ -20,15 +20,16 @@ from matplotlib.colors import Normalize
 
 __all__ = ["book_style", "draw_graph", "draw_molecule", "bond_values", "relevance_colours", "depict"]
 
-#: Width of the rendered book's text column in inches at :data:`BOOK_DPI` (about 800 pixels).
-BOOK_WIDTH = 7.5
+#: Width of the rendered book's text column in inches at :data:`BOOK_DPI` (726 pixels; the column is
+#: about 736 pixels wide in a 1280-pixel window).
+BOOK_WIDTH = 6.6
 BOOK_DPI = 110
 
 
 def book_style() -> None:
     """Matplotlib settings for figures shown at their own size in the rendered book.
 
-    The book's text column is about 800 pixels wide; a figure drawn :data:`BOOK_WIDTH` inches wide
+    The book's text column is about 736 pixels wide; a figure drawn :data:`BOOK_WIDTH` inches wide
     at :data:`BOOK_DPI` fills it without being shrunk, so its labels appear at the font size set
     here. Call it after ``import matplotlib.pyplot`` (the notebook backend sets its own defaults on
     import) and size figures ``figsize=(BOOK_WIDTH, height)`` or narrower.

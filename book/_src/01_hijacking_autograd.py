@@ -55,6 +55,7 @@
 # the sum of both relevances, exactly as it would receive the sum of two gradients).
 
 # %%
+import textwrap
 import warnings
 
 import numpy as np
@@ -423,7 +424,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     out.backward(torch.ones_like(out))
 for w in caught:
-    print(f"{w.category.__name__}: {w.message}")
+    print(textwrap.fill(f"{w.category.__name__}: {w.message}", 90, subsequent_indent="    "))
 print("relevance in:", float(torch.ones_like(out).sum()), " relevance of the inputs:", round(float(src.grad.sum()), 4))
 
 # %% [markdown]

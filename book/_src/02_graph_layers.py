@@ -186,6 +186,8 @@ print("\nsame forward values:", torch.equal(out_gradient.edge_attr, out_relevanc
 # and graph, and totals it per group. The helper below prints one line per configuration: the
 # relevance we started from, what reached nodes, edges and globals, the bias's share, and whether
 # the input total equals the output total.
+# A configuration names the inputs the layer reads: *send* and *recv* are the features of an edge's
+# sender and receiver node, *in* and *out* a node's aggregated incoming and outgoing edges.
 
 # %% tags=["hide-input"]
 ATTR = {EdgeLinear: "edge_attr", NodeLinear: "x", GlobalLinear: "u"}
@@ -205,11 +207,11 @@ def explain(layer, data):
 
 
 def report(layers, data):
-    print(f"{'configuration':52s} {'R out':>7s} {'nodes':>7s} {'edges':>7s} {'globals':>7s} {'bias':>7s}  conserved")
+    print(f"{'configuration':36s} {'R out':>7s} {'nodes':>7s} {'edges':>7s} {'globals':>7s} {'bias':>7s}  conserved")
     for name, layer in layers.items():
         t = explain(layer.to(device), data)
         ok = abs(t["total"] + t["bias"] - t["out"]) < 1e-4 * max(1.0, abs(t["out"]))
-        print(f"{name:52s} {t['out']:7.3f} {t['nodes']:7.3f} {t['edges']:7.3f} {t['globals']:7.3f} "
+        print(f"{name:36s} {t['out']:7.3f} {t['nodes']:7.3f} {t['edges']:7.3f} {t['globals']:7.3f} "
               f"{t['bias']:7.3f}  {'yes' if ok else 'NO'}")
 
 
@@ -221,9 +223,9 @@ torch.manual_seed(1)
 report({
     "edge": EdgeLinear(1, edge_features=3, bias=False),
     "edge + global": EdgeLinear(1, edge_features=3, global_features=7, bias=False),
-    "edge + sender + global": EdgeLinear(1, edge_features=3, sender_features=5, global_features=7, bias=False),
-    "edge + sender + receiver + global": EdgeLinear(1, 3, 5, 5, 7, bias=False),
-    "edge + sender + receiver + global, bias": EdgeLinear(1, 3, 5, 5, 7, bias=True),
+    "edge + send + global": EdgeLinear(1, edge_features=3, sender_features=5, global_features=7, bias=False),
+    "edge + send + recv + global": EdgeLinear(1, 3, 5, 5, 7, bias=False),
+    "edge + send + recv + global, bias": EdgeLinear(1, 3, 5, 5, 7, bias=True),
 }, graph)
 
 # %% [markdown]
@@ -272,11 +274,11 @@ torch.manual_seed(2)
 report({
     "node": NodeLinear(1, node_features=5, bias=False),
     "node + global": NodeLinear(1, node_features=5, global_features=7, bias=False),
-    "node + incoming + global, sum": NodeLinear(1, 5, 3, None, 7, aggregation="sum", bias=False),
-    "node + incoming + outgoing + global, sum": NodeLinear(1, 5, 3, 3, 7, aggregation="sum", bias=False),
-    "node + incoming + outgoing + global, max": NodeLinear(1, 5, 3, 3, 7, aggregation="max", bias=False),
-    "node + incoming + outgoing + global, mean": NodeLinear(1, 5, 3, 3, 7, aggregation="mean", bias=False),
-    "node + incoming + outgoing + global, sum, bias": NodeLinear(1, 5, 3, 3, 7, aggregation="sum", bias=True),
+    "node + in + global, sum": NodeLinear(1, 5, 3, None, 7, aggregation="sum", bias=False),
+    "node + in + out + global, sum": NodeLinear(1, 5, 3, 3, 7, aggregation="sum", bias=False),
+    "node + in + out + global, max": NodeLinear(1, 5, 3, 3, 7, aggregation="max", bias=False),
+    "node + in + out + global, mean": NodeLinear(1, 5, 3, 3, 7, aggregation="mean", bias=False),
+    "node + in + out + global, sum, bias": NodeLinear(1, 5, 3, 3, 7, aggregation="sum", bias=True),
 }, graph)
 
 # %% [markdown]
@@ -487,10 +489,11 @@ plt.show()
 
 # %% tags=["hide-input"]
 from myst_nb import glue
+from IPython.display import Markdown, display
 from lrp_lib.results import load_results, machine_note, results_table
 
 graph_bench = load_results("graph", repository=globals().get("REPOSITORY"))
-print(machine_note(graph_bench))
+display(Markdown(machine_note(graph_bench)))
 ratio = {row["measure"]: row["ratio"] for row in graph_bench["results"]}
 glue("graph_backward_ratio", f"{ratio['backward_time']:.2f}", display=False)
 glue("graph_saved_ratio", f"{ratio['saved_for_backward']:.2f}", display=False)

@@ -25,6 +25,7 @@
 
 # %% tags=["hide-input"]
 import random
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -181,7 +182,7 @@ for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
         out.sum().backward()
     print(f"{rule!r}: first row {show(xr.grad[0, 0, 0], 3)}, total {float(xr.grad.sum()):.3f}")
     for warning in caught:
-        print("   warning:", warning.message)
+        print(textwrap.fill(f"warning: {warning.message}", 90, initial_indent="   ", subsequent_indent="     "))
 
 # %% [markdown]
 # The outputs of the first column ($-4, -6, -6, -4$) are made of negative contributions only: z+
@@ -349,7 +350,7 @@ for name, rule in [("epsilon", rules.Epsilon(1e-6)), ("gamma (0.25)", rules.Gamm
         warnings.simplefilter("always")
         maps[name], _, _ = explain(model, sample, rule)
     for warning in caught:
-        print(f"{name}: {warning.message}")
+        print(textwrap.fill(f"{name}: {warning.message}", 90, subsequent_indent="    "))
 print("predicted:", predicted.tolist(), " true:", y_test[[0, 1, 3, 7, 12, 20]].tolist())
 
 # %% tags=["hide-input"]
@@ -369,7 +370,8 @@ for ax in axes.flat:
     ax.set_xticks([])
     ax.set_yticks([])
 bar = fig.colorbar(image, ax=axes[:, 1:], orientation="horizontal", fraction=0.05, pad=0.03, aspect=40)
-bar.set_label("pixel relevance of the predicted logit (gradient: its derivative), divided by the map's largest |value|")
+bar.set_label("pixel relevance of the predicted logit (gradient: its derivative),\n"
+              "divided by the largest |value| of its map")
 plt.show()
 
 # %% [markdown]
@@ -472,7 +474,7 @@ from myst_nb import glue
 from lrp_lib.results import load_results, machine_note, results_table
 
 conv_bench = load_results("conv", repository=globals().get("REPOSITORY"))
-print(machine_note(conv_bench))
+display(Markdown(machine_note(conv_bench)))
 columns = [("variant", "variant"), ("forward + backward (ms)", "time_ms", "{:.1f}"), ("time ratio", "time_ratio", "{:.2f}x"),
            ("saved for backward (KiB)", "saved_kib", "{:,.0f}"), ("saved ratio", "saved_ratio", "{:.2f}x"),
            ("peak RSS (MiB)", "peak_rss_mib", "{:.1f}"), ("RSS ratio", "rss_ratio", "{:.2f}x")]

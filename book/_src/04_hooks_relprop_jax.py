@@ -29,6 +29,7 @@
 
 # %% tags=["hide-input"]
 import os
+import textwrap
 import warnings
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX on the CPU: no "no GPU/TPU found" message
@@ -40,6 +41,7 @@ logging.getLogger("jax").setLevel(logging.ERROR)
 
 # %%
 import jax
+from IPython.display import Markdown, display
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -167,7 +169,7 @@ both([a, b])
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", LostRelevanceWarning)
     Ra, Rb = both.relprop(R2)
-print("warning:", caught[0].message)
+print(textwrap.fill(f"warning: {caught[0].message}", 90, subsequent_indent="    "))
 print("normalised, batch of 2:  total", round(float(Ra.sum() + Rb.sum()), 4), " sample 1: R_a", show(Ra[1]), "R_b", show(Rb[1]))
 alone = rp.Add()
 alone([a[1:], b[1:]])
@@ -321,8 +323,8 @@ for rule, kwargs in [("epsilon", dict(rule="epsilon", eps=1e-9)), ("alpha=1, bet
     by_jax = torch.from_numpy(np.array(mlp.apply(params, Rj, xj, method=jax_lrp.MLP.relprop, **kwargs)))
     by_trick = autograd_trick("epsilon" if rule == "epsilon" else "alpha_beta")
     print(f"{rule}: max |hooks - trick| < 1e-6: {bool((by_hooks - by_trick).abs().max() < 1e-6)}, "
-          f"max |JAX - trick| < 1e-6: {bool((by_jax - by_trick).abs().max() < 1e-6)}, "
-          f"total in {float(by_trick.sum()):.4f}, total out {float(R_out.sum()):.4f}")
+          f"max |JAX - trick| < 1e-6: {bool((by_jax - by_trick).abs().max() < 1e-6)}")
+    print(f"    total in {float(by_trick.sum()):.4f}, total out {float(R_out.sum()):.4f}")
     print(show(by_trick))
 
 # %% [markdown]
@@ -370,7 +372,7 @@ from myst_nb import glue
 from lrp_lib.results import load_results, machine_note, results_table
 
 impl = load_results("implementations", repository=globals().get("REPOSITORY"))
-print(machine_note(impl))
+display(Markdown(machine_note(impl)))
 settings = impl["settings"]
 print(f"MLP: {settings['layers']} bias-free layers of {settings['width']}, ReLU, batch {settings['batch']:,}, "
       f"float32, median of {settings['repeats']} interleaved runs")

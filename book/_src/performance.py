@@ -119,7 +119,7 @@ plt.show()
 # tensor of contributions, with `linear_eps`, at a size where that tensor still fits.
 
 # %% tags=["hide-input"]
-print(machine_note(ops_b))
+display(Markdown(machine_note(ops_b)))
 print(f"float32, median of {ops_b['settings']['repeat']} interleaved runs")
 results_table(ops_b["results"], [
     ("case", "description"),
@@ -181,7 +181,7 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 
 # %% tags=["hide-input"]
 s = graph_b["settings"]
-print(machine_note(graph_b))
+display(Markdown(machine_note(graph_b)))
 print(f"{s['blocks']} blocks, {s['nodes']:,} nodes, {s['edges']:,} edges, {s['features']} features, "
       f"median of {s['repeats']} interleaved runs")
 results_table(graph_b["results"], [
@@ -228,7 +228,7 @@ g("graph_peak_vs_saved", "less than" if peak < kept else "as much as" if peak ==
 # Captum cannot treat. Captum keeps its activations outside autograd, so it has no *saved* figure.
 
 # %% tags=["hide-input"]
-print(machine_note(conv_b))
+display(Markdown(machine_note(conv_b)))
 print(f"batch of {conv_b['settings']['batch']} digits, median of {conv_b['settings']['repeats']} interleaved runs")
 conv_columns = [("variant", "variant"), ("forward + backward (ms)", "time_ms", "{:.1f}"),
                 ("time ratio", "time_ratio", "{:.2f}x"), ("saved for backward (KiB)", "saved_kib", "{:,.0f}"),
@@ -278,9 +278,8 @@ g("conv_captum_rss", captum["rss_ratio"])
 
 # %% tags=["hide-input"]
 s = impl_b["settings"]
-print(machine_note(impl_b))
-print(f"MLP: {s['layers']} bias-free layers of {s['width']}, ReLU, batch {s['batch']:,}, float32, "
-      f"median of {s['repeats']} interleaved runs, JAX {s['jax']}")
+display(Markdown(machine_note(impl_b) + f" MLP: {s['layers']} bias-free layers of {s['width']}, ReLU, "
+                 f"batch {s['batch']:,}, float32, median of {s['repeats']} interleaved runs, JAX {s['jax']}."))
 results_table(impl_b["results"], [
     ("implementation", "label"),
     ("time (ms)", "time_ms", "{:,.1f}"),
@@ -338,9 +337,8 @@ g("impl_max_dev", max(devs), "{:.1e}")
 
 # %% tags=["hide-input"]
 res = expl_b["results"]
-print(machine_note(expl_b))
-print(f"{res['graphs']} molecules, GNNExplainer with {res['gnnexplainer_epochs']} epochs, "
-      f"model test accuracy {res['test_accuracy']:.3f}")
+display(Markdown(machine_note(expl_b) + f" {res['graphs']} molecules, GNNExplainer with "
+                 f"{res['gnnexplainer_epochs']} epochs, model test accuracy {res['test_accuracy']:.3f}."))
 rows = [{"method": name, **m} for name, m in res["methods"].items()]
 rows.append({"method": "the ground truth itself", "auroc": 1.0, "fidelity_plus": res["ground_truth_fidelity_plus"],
              "fidelity_minus": res["ground_truth_fidelity_minus"]})
