@@ -35,14 +35,14 @@ import warnings
 warnings.filterwarnings("ignore")  # import-time notes of the libraries (tqdm, deprecations); nothing of ours
 
 import copy
-import json
 import random
-from pathlib import Path
+
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
+from IPython.display import Markdown, display
 from captum.attr import IntegratedGradients, Saliency
 from captum.influence import TracInCPFast
 from myst_nb import glue
@@ -61,6 +61,7 @@ from lrp_lib.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
 from lrp_lib.explain import LRPExplainer
 from lrp_lib.plotting import BOOK_WIDTH, bond_values, book_style, draw_molecule
 from lrp_lib.pretrained import load_or_train
+from lrp_lib.results import load_results, machine_note, results_table
 
 book_style()
 
@@ -663,19 +664,13 @@ glue("k_max", f"{max(sizes)}", display=False)
 # Integrated Gradients, quality of GNNExplainer and all timings from the file.
 
 # %%
-bench_file = Path("..") / "benchmarks" / "results" / "explainers.json"
-if bench_file.exists():
-    bench = json.loads(bench_file.read_text())
-else:  # a notebook opened outside the repository (Colab): the committed file of the repository
-    import urllib.request
-    url = REPOSITORY.replace("https://github.com/", "https://raw.githubusercontent.com/").rstrip("/")
-    bench = json.loads(urllib.request.urlopen(f"{url}/main/benchmarks/results/explainers.json").read())
+bench = load_results("explainers", repository=globals().get("REPOSITORY"))
 measured, machine = bench["results"], bench["machine"]
 timed = measured["methods"]
 gnn_name = next(k for k in timed if k.startswith("GNNExplainer"))
 rows = [  # (name in the table, quality (AUROC, fid+, fid-), key of the timing in the file)
     ("LRP (LRPExplainer)", live["LRP (LRPExplainer)"], "LRP (LRPExplainer)"),
-    ("  the whole set in one batch", live["LRP (LRPExplainer)"], "LRP (LRPExplainer), whole set in one batch"),
+    ("LRP, the whole set in one batch", live["LRP (LRPExplainer)"], "LRP (LRPExplainer), whole set in one batch"),
     ("saliency (Captum)", live["saliency (Captum)"], "saliency (Captum)"),
     ("Integrated Gradients (50 steps)", live["Integrated Gradients (Captum, 50 steps)"],
      "Integrated Gradients (Captum, 50 steps)"),
@@ -683,13 +678,15 @@ rows = [  # (name in the table, quality (AUROC, fid+, fid-), key of the timing i
      tuple(timed[gnn_name][k] for k in ("auroc", "fidelity_plus", "fidelity_minus")), gnn_name),
     ("ground truth itself", live["ground truth itself"], None),
 ]
-print(f"{'method':33s} {'AUROC':>6s} {'fid+':>6s} {'fid-':>6s} {'ms/expl.':>9s} {'vs GNNExpl.':>11s}")
-for name, (a, fp, fm), key in rows:
-    cost = "" if key is None else (f"{timed[key]['ms_per_explanation']:9.2f} "
-                                   f"{timed[key]['speedup_vs_gnnexplainer']:10.0f}x")
-    print(f"{name:33s} {a:6.3f} {fp:6.3f} {fm:6.3f} {cost}".rstrip())
-print(f"* quality from the benchmark file. Timings: {machine['cpu']}, {machine['torch_threads']} thread, "
-      f"torch {machine['torch']},\n  load average {machine['load_average_1min']} at the start ({machine['date']}).")
+table = [{"method": name, "auroc": a, "fid_plus": fp, "fid_minus": fm,
+          "ms": None if key is None else timed[key]["ms_per_explanation"],
+          "speedup": None if key is None else timed[key]["speedup_vs_gnnexplainer"]}
+         for name, (a, fp, fm), key in rows]
+display(results_table(table, [("method", "method"), ("AUROC vs NO2/NH2", "auroc", "{:.3f}"),
+                              ("fidelity+", "fid_plus", "{:.3f}"), ("fidelity-", "fid_minus", "{:.3f}"),
+                              ("ms per explanation", "ms", "{:.2f}"), ("vs GNNExplainer", "speedup", "{:,.0f}x")]))
+display(Markdown("\\* GNNExplainer's quality is read from the benchmark file; every other quality is computed "
+                 "above. " + machine_note(bench)))
 same = all(abs(timed[key]["auroc"] - quality[0]) < 5e-4 for _, quality, key in rows[:4])
 print("the benchmark's AUROCs of LRP, saliency and IG agree with the ones computed above:", same)
 
