@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from typing import Callable, Iterator
 
 import torch
@@ -69,11 +70,14 @@ from torch_geometric.nn import Linear as PyGLinear
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import pool as pyg_pool
 
+from torch_geometric.explain import Explainer as PyGExplainer
+
 from . import ops
 from .rules import Rule, get_rule
 from .rules import linear as rule_linear
+from .validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
-__all__ = ["LRPExplainer", "UnsupportedModelError", "lrp_patched", "SUPPORTED"]
+__all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "lrp_patched", "check_inputs", "SUPPORTED"]
 
 #: What the explainer can propagate through (shown in the error for anything else).
 SUPPORTED = ("Linear", "GCNConv", "GraphConv", "GINConv (with an nn of supported modules)",
@@ -238,6 +242,12 @@ def _gcn_norm(m: GCNConv, x: Tensor, edge_index: Tensor, edge_weight: Tensor | N
         edge_id = torch.cat([edge_id, loop_id])
     src, dst = edge_index
     deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
+    if bool((deg < 0).any()):
+        node = int((deg < 0).nonzero()[0, 0])
+        raise ValueError(
+            f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
+            f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
+            f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
     dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
     return edge_index, dinv[src] * w * dinv[dst], edge_id
 
@@ -452,6 +462,94 @@ def check_relevance_graph(out: Tensor) -> None:
             f"modules and functions (relevance cannot be propagated through them)")
 
 
+# ------------------------------------------------------------ checking inputs
+def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> None:
+    """Raise an error naming the argument (and the fix) unless the inputs can be explained.
+
+    Checks that ``model`` is a module; ``x`` a finite floating point (num_nodes, num_features)
+    tensor with at least one node; ``edge_index`` an integer (2, E) tensor (torch.long or
+    torch.int32) within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node, with no
+    edge joining two graphs; ``edge_weight`` one finite value per edge; ``edge_attr`` one finite row
+    per edge; any other floating point tensor argument finite.
+
+    :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of
+    the unmodified model, where a bad input fails with an error from inside PyG (or gives NaN).  So
+    call it before the explainer, with the same arguments::
+
+        check_inputs(model, data.x, data.edge_index, batch=data.batch)
+        explanation = explainer(data.x, data.edge_index, batch=data.batch)
+
+    or use :class:`Explainer` (PyG's ``Explainer``, which calls it before that pass).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    x = check_node_features(x, "x")
+    edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
+    for name, value in kwargs.items():
+        if value is None:
+            continue
+        if name == "batch":
+            check_batch(value, x.shape[0], edge_index, "batch")
+        elif name == "edge_weight":
+            check_edge_values(value, edge_index.shape[1], "edge_weight", one_dimensional=True)
+        elif name == "edge_attr":
+            check_edge_values(value, edge_index.shape[1], "edge_attr")
+        elif isinstance(value, Tensor):
+            check_finite(value, name)
+
+
+def _explainer_training_flag(model: nn.Module) -> bool | None:
+    """The training flag that PyG's ``Explainer.__call__`` saved before putting ``model`` in eval
+    mode (its local ``training``), found on the call stack; None if not called from there."""
+    frame = sys._getframe(1)
+    for _ in range(16):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if (frame.f_code.co_name == "__call__" and isinstance(owner, PyGExplainer)
+                and owner.model is model and isinstance(frame.f_locals.get("training"), bool)):
+            return frame.f_locals["training"]
+    return None
+
+
+class _DetachedRelevance:
+    """Relevance sent into tensors that left the autograd graph inside ``model.forward``.
+
+    A ``.detach()`` (or a constant) joined to the computation by a copy operation (``torch.cat``,
+    ``stack``, indexing) shows up as a copy node with a missing input: the relevance of that input
+    never reaches ``x``.  A hook on each such node adds up what its inputs did not receive."""
+
+    def __init__(self, out: Tensor):
+        self.lost, self.nodes, self.handles = 0.0, set(), []
+        seen, stack = set(), [out.grad_fn]
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            name = type(node).__name__
+            if name in _COPY_NODES and name != "AccumulateGrad" and any(n is None for n, _ in node.next_functions):
+                self.nodes.add(name.replace("Backward0", ""))
+                missing = [i for i, (n, _) in enumerate(node.next_functions) if n is None]
+                self.handles.append(node.register_hook(self._hook(missing)))
+            stack.extend(n for n, _ in node.next_functions)
+
+    def _hook(self, missing: list[int]):
+        def hook(grad_inputs, grad_outputs):  # what the inputs outside the graph were sent
+            self.lost += sum(float(grad_inputs[i].sum()) for i in missing if grad_inputs[i] is not None)
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+
+class LostRelevanceWarning(ops.LostRelevanceWarning):
+    """Part of the explained output's relevance did not reach the inputs (a detach in the model)."""
+
+
 # ------------------------------------------------------------------ explainer
 class LRPExplainer(ExplainerAlgorithm):
     r"""Layer-wise Relevance Propagation for PyG models (see the module docstring).
@@ -463,6 +561,13 @@ class LRPExplainer(ExplainerAlgorithm):
     Masks: ``node_mask_type="attributes"`` gives the relevance of each input feature (N x F),
     ``"object"`` its sum per node (N x 1); ``edge_mask_type="object"`` the relevance carried by each
     edge's messages over all layers (E).  Relevance is signed and not normalised.
+
+    The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
+    a prediction pass before this algorithm: use :class:`Explainer` (or call :func:`check_inputs`
+    first) to have the inputs checked before that pass too.  If the explanation fails, the model's
+    training flag is restored (PyG's ``Explainer`` would leave it in eval mode).  Relevance that a
+    ``.detach()`` inside the model keeps from the inputs is reported, with its amount, by a
+    :class:`LostRelevanceWarning`.
     """
 
     def __init__(self, rule: Rule | str = "epsilon"):
@@ -485,14 +590,43 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index=None, **kwargs) -> Explanation:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"x must be a tensor (heterogeneous graphs are not supported), got {type(x).__name__}")
+        training = _explainer_training_flag(model)
+        try:
+            return self._explain(model, x, edge_index, target=target, index=index, **kwargs)
+        except BaseException:
+            if training is not None:
+                model.train(training)
+            raise
+
+    def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
+        check_inputs(model, x, edge_index, **kwargs)
+        edge_index = edge_index.long()  # PyG accepts int32; the relevance ops index with int64
         leaf = x.detach().clone().requires_grad_(True)
         with torch.enable_grad(), lrp_patched(model, self.rule, edge_index.shape[1], x.dtype) as state:
             out = model(leaf, edge_index, **kwargs)
+            if not isinstance(out, Tensor) or not out.requires_grad:
+                raise ValueError(
+                    "the model's output does not depend on x through autograd: model.forward detaches it "
+                    "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
+                    "propagated through the model's autograd graph, so remove the detach")
             check_relevance_graph(out)
-            out.backward(self._start(out, target, index))
+            start = self._start(out, target, index)
+            detached = _DetachedRelevance(out)
+            try:
+                out.backward(start)
+            finally:
+                detached.remove()
+        if detached.nodes and abs(detached.lost) > 1e-6 * max(1.0, float(start.abs().sum())):
+            total = float(start.sum())
+            share = f" ({100 * detached.lost / total:.1f} % of the explained {total:.4g})" if total else ""
+            warnings.warn(
+                f"relevance {detached.lost:.4g}{share} did not reach x: model.forward joins tensors that "
+                f"were detached (.detach() or constants) by {', '.join(sorted(detached.nodes))}; the "
+                f"explanation covers only the rest. Remove the detach to explain the whole output",
+                LostRelevanceWarning, stacklevel=2)
         node_rel, edge_rel = leaf.grad, state.record
+        if node_rel is None:
+            node_rel = torch.zeros_like(leaf)
         node_type = self.explainer_config.node_mask_type
         node_mask = None if node_type is None else (
             node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True))
@@ -503,6 +637,19 @@ class LRPExplainer(ExplainerAlgorithm):
         """The relevance of the outputs: the explained value where explained, else 0."""
         out_d = out.detach()
         mode = self.model_config.mode
+        if mode != ModelMode.regression:
+            if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
+                got = target.dtype if isinstance(target, Tensor) else type(target).__name__
+                raise TypeError(f"target must be an integer tensor of class labels, got {got}")
+            if target.numel() != out_d.shape[0] and not (index is not None and mode == ModelMode.multiclass_classification):
+                raise ValueError(f"target has {target.numel()} entries but the model gives {out_d.shape[0]} output "
+                                 f"row(s): pass one label per row")
+            classes = out_d.shape[-1] if mode == ModelMode.multiclass_classification else 2
+            if target.numel() and (int(target.min()) < 0 or int(target.max()) >= classes):
+                allowed = "0 or 1 (binary_classification: the class to explain)" if classes == 2 and \
+                    mode == ModelMode.binary_classification else f"0..{classes - 1} (one per output column)"
+                raise ValueError(f"target must contain only {allowed}, got values "
+                                 f"{int(target.min())}..{int(target.max())}")
         if mode == ModelMode.multiclass_classification:
             rel = torch.zeros_like(out_d)
             target = target.view(-1)
@@ -524,3 +671,22 @@ class LRPExplainer(ExplainerAlgorithm):
             keep[index] = True
             rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
         return rel
+
+
+class Explainer(PyGExplainer):
+    """PyG's :class:`~torch_geometric.explain.Explainer`, with the inputs checked before its
+    prediction pass and the model's training flag restored when the explanation fails.
+
+    A drop-in replacement: ``from lrp_lib.explain import Explainer`` and use it as PyG's.  With an
+    :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
+    error that names it instead of one from inside PyG's message passing (or NaN masks).
+    """
+
+    def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
+        if isinstance(self.algorithm, LRPExplainer):
+            check_inputs(self.model, x, edge_index, **kwargs)
+        training = self.model.training
+        try:
+            return super().__call__(x, edge_index, target=target, index=index, **kwargs)
+        finally:
+            self.model.train(training)

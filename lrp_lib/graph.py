@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from . import ops
 from . import scatter as plain_scatter
 from .mode import is_relevance_mode
+from .validation import check_batch, check_edge_index, check_finite, check_number
 
 __all__ = [
     "EdgeLinear",
@@ -271,6 +272,10 @@ def _features(data, name: str, size: int, layer: str) -> Tensor:
             f"{layer} expects {name} with {size} features, but {name} has {t.shape[1]} "
             f"(shape {tuple(t.shape)})"
         )
+    try:
+        check_finite(t, name)
+    except ValueError as e:
+        raise ValueError(f"{layer}: {e}") from None
     return t
 
 
@@ -278,17 +283,10 @@ def _edge_index(data, layer: str, num_nodes: int) -> Tensor:
     edge_index = data.get("edge_index")
     if edge_index is None:
         raise ValueError(f"{layer} needs edge_index (2 x E, senders then receivers) but the graph has none")
-    if not isinstance(edge_index, Tensor) or edge_index.dtype != torch.long:
-        got = edge_index.dtype if isinstance(edge_index, Tensor) else type(edge_index).__name__
-        raise TypeError(f"{layer}: edge_index must be a torch.long tensor, got {got}")
-    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ValueError(f"{layer}: edge_index must have shape (2, E), got {tuple(edge_index.shape)}")
-    if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= num_nodes):
-        raise IndexError(
-            f"{layer}: edge_index refers to nodes {int(edge_index.min())}..{int(edge_index.max())} "
-            f"but the graph has {num_nodes} nodes"
-        )
-    return edge_index
+    try:
+        return check_edge_index(edge_index, num_nodes)
+    except (TypeError, ValueError, IndexError) as e:
+        raise type(e)(f"{layer}: {e}") from None
 
 
 def _node_count(data) -> int:
@@ -308,6 +306,12 @@ def _batch(data, layer: str, num_nodes: int, device) -> Tensor:
         raise TypeError(f"{layer}: batch must be a 1-D torch.long tensor")
     if batch.numel() != num_nodes:
         raise ValueError(f"{layer}: batch has {batch.numel()} entries but the graph has {num_nodes} nodes")
+    edge_index = data.get("edge_index")
+    if isinstance(edge_index, Tensor):  # the graphs must not share edges (relevance is read per graph)
+        try:
+            check_batch(batch, num_nodes, check_edge_index(edge_index, num_nodes))
+        except (TypeError, ValueError, IndexError) as e:
+            raise type(e)(f"{layer}: {e}") from None
     return batch
 
 
@@ -366,9 +370,8 @@ class _GraphLinear(nn.Module):
             raise ValueError(f"{name} needs at least one input: set one of {', '.join(sizes)}")
         if aggregation is not None and aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-        if not isinstance(eps, numbers.Real) or eps < 0:
-            raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-        self.out_features, self.sizes, self.aggregation, self.eps = out_features, sizes, aggregation, float(eps)
+        eps = check_number(eps, "eps")
+        self.out_features, self.sizes, self.aggregation, self.eps = out_features, sizes, aggregation, eps
         fan_in = sum(v for v in sizes.values() if v is not None)
         bound = 1 / math.sqrt(fan_in)  # as nn.Linear, over all inputs together
         for key, size in sizes.items():

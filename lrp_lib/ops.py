@@ -31,6 +31,7 @@ from torch import Tensor
 
 from . import scatter as _scatter
 from .scatter import broadcast_index, check_index, normalize_dim
+from .validation import INDEX_DTYPES, check_number
 
 __all__ = [
     "LostRelevanceWarning",
@@ -51,8 +52,17 @@ class LostRelevanceWarning(UserWarning):
     """Relevance reached an output equal to zero and could not be redistributed."""
 
 
+def _raise_not_finite(op: str) -> None:
+    raise ValueError(
+        f"{op}: the relevance is NaN or Inf: an input (x, src, a or b), a weight or the relevance sent "
+        f"into the backward contains NaN or Inf values; check them with torch.isfinite(x).all()")
+
+
 def _warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
-    """Warn if relevance was sent into outputs flagged by the boolean mask ``zero``."""
+    """Warn if relevance was sent into outputs flagged by the boolean mask ``zero``; raise if
+    that relevance is NaN or Inf (``NaN != 0`` is true, but it is no amount that was lost)."""
+    if not bool(torch.isfinite(rel_out[zero]).all()):
+        _raise_not_finite(op)
     lost = zero & (rel_out != 0)
     if bool(lost.any()):
         amount = float(rel_out[lost].abs().sum())
@@ -77,7 +87,15 @@ def _share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -
         zero = out == 0
         _warn_lost(op, zero, rel_out)
         share = share.masked_fill_(zero, 0)
+    if not bool(torch.isfinite(share).all()):  # NaN or Inf in the inputs, the weights or rel_out
+        _raise_not_finite(op)
     return share
+
+
+def _as_index(index):
+    """An int32 index (PyG accepts int32 edge_index) as torch.long, the dtype of torch's scatter
+    kernels; anything else unchanged (lrp_lib.scatter then names what is wrong with it)."""
+    return index.long() if isinstance(index, Tensor) and index.dtype in INDEX_DTYPES else index
 
 
 def _check_tensor(x, name: str, floating: bool = True) -> Tensor:
@@ -205,7 +223,7 @@ def scatter_add(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None =
     """
     _check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
-    return ScatterAddRelevance.apply(src, index, dim, dim_size)
+    return ScatterAddRelevance.apply(src, _as_index(index), dim, dim_size)
 
 
 class ScatterMeanRelevance(torch.autograd.Function):
@@ -239,7 +257,7 @@ def scatter_mean(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None 
     """
     _check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
-    return ScatterMeanRelevance.apply(src, index, dim, dim_size)
+    return ScatterMeanRelevance.apply(src, _as_index(index), dim, dim_size)
 
 
 class ScatterMaxRelevance(torch.autograd.Function):
@@ -277,7 +295,7 @@ def scatter_max(
     """
     _check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
-    return ScatterMaxRelevance.apply(src, index, dim, dim_size)
+    return ScatterMaxRelevance.apply(src, _as_index(index), dim, dim_size)
 
 
 # ------------------------------------------------------------------------ linear
@@ -336,9 +354,7 @@ def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float
     any leading batch dimensions, like :func:`torch.nn.functional.linear`.
     """
     _check_linear(x, weight, bias)
-    if not isinstance(eps, numbers.Real) or eps < 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    return LinearEpsRelevance.apply(x, weight, bias, float(eps))
+    return LinearEpsRelevance.apply(x, weight, bias, check_number(eps, "eps"))
 
 
 # ------------------------------------------------------------ copies and moves
@@ -367,7 +383,7 @@ def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
     dim = normalize_dim(dim, src.dim())
     if isinstance(index, Tensor) and index.dim() != 1:
         raise ValueError(f"index must be 1-D, got shape {tuple(index.shape)}")
-    check_index(index, src.shape[dim])
+    index = check_index(index, src.shape[dim])
     return IndexSelectRelevance.apply(src, dim, index)
 
 

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .ops import LostRelevanceWarning
+from .validation import check_number
 from .ops import _check_linear, _check_tensor
 from .ops import _share as _ops_share
 
@@ -149,10 +150,7 @@ class Rule:
         return f"{type(self).__name__}({args})"
 
 
-def _check_number(value, name: str, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= minimum:
-        raise ValueError(f"{name} must be a number >= {minimum:g}, got {value!r}")
-    return float(value)
+
 
 
 class Epsilon(Rule):
@@ -166,7 +164,7 @@ class Epsilon(Rule):
     """
 
     def __init__(self, eps: float = 1e-6):
-        self.eps = _check_number(eps, "eps")
+        self.eps = check_number(eps, "eps")
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
         return x * m.vjp(_share(op, rel_out, out, self.eps), x, weight)
@@ -185,8 +183,8 @@ class Gamma(Rule):
     """
 
     def __init__(self, gamma: float = 0.25, eps: float = 1e-6):
-        self.gamma = _check_number(gamma, "gamma")
-        self.eps = _check_number(eps, "eps")
+        self.gamma = check_number(gamma, "gamma")
+        self.eps = check_number(eps, "eps")
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
         w = weight + self.gamma * _positive(weight)
@@ -212,7 +210,7 @@ class AlphaBeta(Rule):
     """
 
     def __init__(self, alpha: float = 2.0, beta: float = 1.0):
-        alpha, beta = _check_number(alpha, "alpha", 1.0), _check_number(beta, "beta")
+        alpha, beta = check_number(alpha, "alpha", 1.0), check_number(beta, "beta")
         if abs(alpha - beta - 1.0) > 1e-9:
             raise ValueError(f"alpha - beta must be 1 (conservation), got alpha={alpha:g}, beta={beta:g}")
         self.alpha, self.beta = alpha, beta

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .validation import check_index_dtype
+
 __all__ = ["scatter_add", "scatter_mean", "scatter_max", "check_index", "broadcast_index"]
 
 
@@ -27,19 +29,18 @@ def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
     return dim % max(ndim, 1)
 
 
-def check_index(index: Tensor, size: int | None, name: str = "index") -> None:
-    """Raise a clear error unless ``index`` is an integer tensor with values in ``[0, size)``."""
-    if not isinstance(index, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(index).__name__}")
-    if index.dtype != torch.long:
-        raise TypeError(f"{name} must have dtype torch.long (int64), got {index.dtype}")
+def check_index(index: Tensor, size: int | None, name: str = "index") -> Tensor:
+    """``index`` as torch.long, after a clear error unless it is an integer tensor (torch.long,
+    or torch.int32 as PyG accepts) with values in ``[0, size)``."""
+    index = check_index_dtype(index, name)
     if index.numel() == 0:
-        return
+        return index
     low, high = int(index.min()), int(index.max())
     if low < 0:
         raise IndexError(f"{name} contains the negative value {low}; indices must be >= 0")
     if size is not None and high >= size:
         raise IndexError(f"{name} contains {high}, out of range for size {size}")
+    return index
 
 
 def broadcast_index(index: Tensor, src: Tensor, dim: int) -> Tensor:
@@ -71,7 +72,7 @@ def _prepare(src: Tensor, index: Tensor, dim: int, dim_size: int | None):
     dim = normalize_dim(dim, src.dim())
     if dim_size is not None and (not isinstance(dim_size, int) or dim_size < 0):
         raise ValueError(f"dim_size must be a non-negative int or None, got {dim_size!r}")
-    check_index(index, dim_size)
+    index = check_index(index, dim_size)
     if index.device != src.device:
         raise ValueError(f"index is on {index.device} but src is on {src.device}")
     if dim_size is None:
@@ -108,7 +109,7 @@ def scatter_mean(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None 
     """Average the slices of ``src`` per group: ``out[j] = mean_{i: index[i]=j} src[i]`` (0 if empty)."""
     dim, idx, shape = _prepare(src, index, dim, dim_size)
     sums = src.new_zeros(shape).scatter_add(dim, idx, src)
-    count = scatter_count(index if index.dim() == 1 else idx, src, dim, shape[dim])
+    count = scatter_count(index.long() if index.dim() == 1 else idx, src, dim, shape[dim])
     return sums / count.clamp(min=1)
 
 

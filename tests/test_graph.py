@@ -474,7 +474,7 @@ def test_bad_input_errors():
         EdgeLinear(2, edge_features=0)
     with pytest.raises(ValueError, match="out_features must be a positive int"):
         EdgeLinear(None, edge_features=2)
-    with pytest.raises(ValueError, match="eps must be a non-negative number"):
+    with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
         EdgeLinear(2, edge_features=2, eps=-1)
     with pytest.raises(ValueError, match="none of x, edge_attr, u requires grad"):
         read_relevance(data)

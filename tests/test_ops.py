@@ -300,7 +300,7 @@ def test_lost_relevance_warns():
         (lambda: ops.add(torch.ones(3, dtype=torch.long), torch.ones(3)), TypeError, "a must be a floating"),
         (lambda: ops.sum(torch.ones(2, 2), dim=2), IndexError, "dim=2 is out of range"),
         (lambda: ops.sum(torch.ones(2, 2), dim=(0, -2)), ValueError, "repeated"),
-        (lambda: ops.scatter_add(torch.ones(3), torch.tensor([0.0, 1, 1])), TypeError, "index must have dtype"),
+        (lambda: ops.scatter_add(torch.ones(3), torch.tensor([0.0, 1, 1])), TypeError, "index must have an integer dtype"),
         (lambda: ops.scatter_mean(torch.ones(3), torch.tensor([0, 1, 7]), dim_size=3), IndexError, "out of range"),
         (lambda: ops.scatter_max(torch.ones(3), torch.tensor([0, -1, 1])), IndexError, "negative"),
         (lambda: ops.scatter_add(torch.ones(3, 2), torch.tensor([0, 1])), ValueError, "index has 2 entries"),

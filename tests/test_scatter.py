@@ -66,7 +66,7 @@ def test_default_dim_size():
 @pytest.mark.parametrize(
     "kwargs, error, match",
     [
-        (dict(index=torch.tensor([0.0, 1.0])), TypeError, "index must have dtype torch.long"),
+        (dict(index=torch.tensor([0.0, 1.0])), TypeError, "index must have an integer dtype"),
         (dict(index=torch.tensor([0, -1])), IndexError, "negative"),
         (dict(index=torch.tensor([0, 5]), dim_size=3), IndexError, "out of range for size 3"),
         (dict(index=torch.tensor([0, 1, 1])), ValueError, "index has 3 entries"),

@@ -1,0 +1,509 @@
+"""A catalogue of bad or unusual inputs to lrp_lib's public entry points, each run and classified.
+
+Every case calls one entry point the way a new user might, then the outcome is sorted
+automatically into one of four classes:
+
+* ``clear error``: an exception (or, for a result that cannot be fully right, a warning) whose
+  message names the argument at fault (each case lists the words that count as naming it);
+* ``works``: a result that passes the case's check (against a reference, or conservation);
+* ``silently wrong``: a result that is NaN/Inf or fails the check, with no such message;
+* ``obscure crash``: any other exception.
+
+The explainer cases use ``lrp_lib.explain.Explainer`` (PyG's ``Explainer`` that checks the inputs
+before its prediction pass) where the library has it, else PyG's own ``Explainer``: what a user of
+that version of the library would call.
+
+    python benchmarks/bad_inputs.py                    # writes benchmarks/results/bad_inputs.json
+    PYTHONPATH=/path/to/old/checkout python benchmarks/bad_inputs.py --label before
+
+``--label before`` measures another checkout of ``lrp_lib`` (the one on ``PYTHONPATH``) and stores
+its outcomes under ``"before"`` in the existing results file, keeping the ``"after"`` ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lrp_lib  # noqa: E402  (from PYTHONPATH: the checkout being measured)
+from lrp_lib import explain as lrp_explain  # noqa: E402
+from lrp_lib import graph as lrp_graph  # noqa: E402
+from lrp_lib import ops, rules  # noqa: E402
+from torch_geometric.data import Batch, Data  # noqa: E402
+from torch_geometric.explain import Explainer as PyGExplainer  # noqa: E402
+from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool  # noqa: E402
+
+CLASSES = ("clear error", "works", "silently wrong", "obscure crash")
+Explainer = getattr(lrp_explain, "Explainer", PyGExplainer)
+
+
+# -------------------------------------------------------------------- models
+class Net(nn.Module):
+    """Two convolutions of one kind, ReLU, add-pooling, a linear read-out; no biases (so the node
+    relevance of a graph sums to the explained logit: the conservation check)."""
+
+    def __init__(self, kind: str, features: int = 3, hidden: int = 8, out: int = 1, self_loops: bool = True):
+        super().__init__()
+        self.kind = kind
+
+        def conv(i, o):
+            if kind == "GCN":
+                return GCNConv(i, o, bias=False, add_self_loops=self_loops)
+            if kind == "GIN":
+                return GINConv(nn.Sequential(nn.Linear(i, o, bias=False), nn.ReLU(), nn.Linear(o, o, bias=False)))
+            if kind == "GraphConv":
+                return GraphConv(i, o, bias=False)
+            return SAGEConv(i, o, bias=False)
+
+        self.conv1, self.conv2 = conv(features, hidden), conv(hidden, hidden)
+        self.lin = nn.Linear(hidden, out, bias=False)
+
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        extra = (edge_weight,) if self.kind in ("GCN", "GraphConv") and edge_weight is not None else ()
+        h = torch.relu(self.conv1(x, edge_index, *extra))
+        h = torch.relu(self.conv2(h, edge_index, *extra))
+        return self.lin(global_add_pool(h, batch))
+
+
+class HalfDetached(Net):
+    """Half of the hidden channels pass through ``.detach()``: their share never reaches x."""
+
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        h = torch.relu(self.conv1(x, edge_index))
+        h = torch.cat([h[:, :4], h[:, 4:].detach()], dim=1)
+        h = torch.relu(self.conv2(h, edge_index))
+        return self.lin(global_add_pool(h, batch))
+
+
+class AllDetached(Net):
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        return super().forward(x, edge_index, batch).detach()
+
+
+class Sigmoid(Net):
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        return torch.sigmoid(super().forward(x, edge_index, batch))
+
+
+def model(kind, cls=Net, **kw):
+    torch.manual_seed(0)
+    m = cls(kind, **kw)
+    if kind == "GCN":  # positive first-layer weights keep the hidden units alive on positive inputs
+        with torch.no_grad():
+            m.conv1.lin.weight.abs_()
+    return m.eval()
+
+
+def graph(n=6, features=3, dtype=torch.float32):
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(n, features, generator=g, dtype=dtype) + 0.1
+    src = torch.tensor([0, 1, 1, 2, 2, 3, 3, 4, 4, 5])
+    dst = torch.tensor([1, 0, 2, 1, 3, 2, 4, 3, 5, 4])
+    keep = (src < n) & (dst < n)
+    return x, torch.stack([src[keep], dst[keep]])
+
+
+def two_graphs():
+    x, ei = graph()
+    batch = torch.tensor([0, 0, 0, 1, 1, 1])
+    return x, ei, batch  # edges 2-3 and 3-2 join the graphs: they cross
+
+
+# ------------------------------------------------------------------ checks
+def finite(*ts) -> bool:
+    return all(t is None or bool(torch.isfinite(t).all()) for t in ts)
+
+
+def conserved(expl, m, x, edge_index, **kw) -> bool:
+    """The node relevance sums to |logit| per explained graph (target = the predicted class)."""
+    with torch.no_grad():
+        out = m(x, edge_index, **kw)
+    node = expl.node_mask
+    if not finite(node, expl.get("edge_mask")):
+        return False
+    want = float(out.abs().sum())
+    return math.isclose(float(node.sum()), want, rel_tol=1e-4, abs_tol=1e-5)
+
+
+def explainer(m, phenomenon=False, **cfg):
+    config = dict(mode="binary_classification", task_level="graph", return_type="raw")
+    config.update(cfg)
+    return Explainer(m, algorithm=lrp_explain.LRPExplainer(), explanation_type="phenomenon" if phenomenon else "model",
+                     node_mask_type="attributes", edge_mask_type="object", model_config=config)
+
+
+# ------------------------------------------------------------------- cases
+CASES = []
+
+
+def case(name, entry, names, check=None):
+    """Register ``fn`` as a case: ``names`` are the words an error must contain to be clear,
+    ``check(result) -> bool`` the test of a returned result (None: no result is right)."""
+    def deco(fn):
+        CASES.append(dict(case=name, entry=entry, names=names, run=fn, check=check))
+        return fn
+    return deco
+
+
+def explain_case(name, kind, names, x=None, edge_index=None, check="conserve", phenomenon=False,
+                 m=None, target=None, **kw):
+    """A case calling ``Explainer(model, LRPExplainer())(x, edge_index, **kw)``."""
+    def run():
+        mm = m() if callable(m) else model(kind)
+        gx, gei = graph()
+        xx = gx if x is None else (x() if callable(x) else x)
+        ei = gei if edge_index is None else (edge_index() if callable(edge_index) else edge_index)
+        kwargs = {k: (v() if callable(v) else v) for k, v in kw.items()}
+        extra = {"target": target} if target is not None else {}
+        expl = explainer(mm, phenomenon=phenomenon)(xx, ei, **extra, **kwargs)
+        return expl, mm, xx, ei, kwargs
+
+    def chk(res):
+        expl, mm, xx, ei, kwargs = res
+        if check == "conserve":
+            return conserved(expl, mm, xx, ei.long() if isinstance(ei, torch.Tensor) else ei, **kwargs)
+        if callable(check):
+            return check(expl, mm, xx, ei, kwargs)
+        return False
+
+    CASES.append(dict(case=name, entry=f"Explainer(LRPExplainer) on {kind}", names=names, run=run,
+                      check=None if check is None else chk))
+
+
+def nan_at(t, value=float("nan")):
+    t = t.clone()
+    t.view(-1)[0] = value
+    return t
+
+
+def same_as_long(expl, mm, xx, ei, kwargs):
+    ref = explainer(mm)(xx, ei.long(), **kwargs)
+    return (finite(expl.node_mask) and torch.allclose(expl.node_mask, ref.node_mask, atol=1e-6)
+            and torch.allclose(expl.edge_mask, ref.edge_mask, atol=1e-6))
+
+
+KINDS = ("GCN", "GIN", "GraphConv", "SAGE")
+X = graph()[0]
+EI = graph()[1]
+for kind in KINDS:
+    explain_case("good input", kind, (), check="conserve")
+    explain_case("float64 input", kind, (), x=X.double(), m=lambda k=kind: model(k).double())
+    explain_case("no edges", kind, (), edge_index=torch.zeros(2, 0, dtype=torch.long))
+    explain_case("isolated node and self-loops", kind, (),
+                 edge_index=torch.tensor([[0, 1, 2, 2, 3], [1, 0, 2, 3, 3]]))
+    explain_case("edge_index int32", kind, (), edge_index=EI.int(), check=same_as_long)
+    explain_case("batch of two graphs", kind, (), x=torch.cat([X, X]),
+                 edge_index=torch.cat([EI, EI + 6], 1), batch=torch.arange(2).repeat_interleave(6))
+    explain_case("NaN in x", kind, ("x",), x=nan_at(X), check=None)
+    explain_case("Inf in x", kind, ("x",), x=nan_at(X, float("inf")), check=None)
+    explain_case("integer x", kind, ("x",), x=(X * 10).long(), check=None)
+    explain_case("1-D x", kind, ("x",), x=X[:, 0], check=None)
+    explain_case("empty graph", kind, ("x", "empty", "no nodes"), x=torch.zeros(0, 3),
+                 edge_index=torch.zeros(2, 0, dtype=torch.long), check=None)
+    explain_case("edge_index out of range", kind, ("edge_index",), edge_index=torch.cat([EI, torch.tensor([[0], [6]])], 1),
+                 check=None)
+    explain_case("negative edge_index", kind, ("edge_index",), edge_index=torch.cat([EI, torch.tensor([[0], [-1]])], 1),
+                 check=None)
+    explain_case("1-D edge_index", kind, ("edge_index",), edge_index=EI.reshape(-1), check=None)
+    explain_case("transposed edge_index (E, 2)", kind, ("edge_index",), edge_index=EI.t().contiguous(), check=None)
+    explain_case("float edge_index", kind, ("edge_index",), edge_index=EI.float(), check=None)
+    explain_case("edge_index with 3 rows", kind, ("edge_index",), edge_index=torch.cat([EI, EI[:1]]), check=None)
+    explain_case("batch too short", kind, ("batch",), batch=torch.zeros(5, dtype=torch.long), check=None)
+    explain_case("batch whose graphs share edges", kind, ("batch",), batch=two_graphs()[2], check=None)
+    explain_case("binary target 2", kind, ("target",), phenomenon=True, target=torch.tensor([2]), check=None)
+    explain_case("binary target -1", kind, ("target",), phenomenon=True, target=torch.tensor([-1]), check=None)
+    explain_case("binary target of wrong length", kind, ("target",), phenomenon=True,
+                 target=torch.tensor([1, 0, 1]), check=None)
+    explain_case("detach inside the model", kind, ("detach", "did not reach", "lost"),
+                 m=lambda k=kind: model(k, HalfDetached), check="conserve")
+    explain_case("fully detached output", kind, ("detach", "model"), m=lambda k=kind: model(k, AllDetached),
+                 check=None)
+    explain_case("sigmoid in forward", kind, ("Sigmoid",), m=lambda k=kind: model(k, Sigmoid), check=None)
+
+for kind in ("GCN", "GraphConv"):
+    W = torch.rand(EI.shape[1]) + 0.5
+    explain_case("edge_weight", kind, (), edge_weight=W)
+    explain_case("NaN in edge_weight", kind, ("edge_weight",), edge_weight=nan_at(W), check=None)
+    explain_case("Inf in edge_weight", kind, ("edge_weight",), edge_weight=nan_at(W, float("inf")), check=None)
+    explain_case("edge_weight of wrong length", kind, ("edge_weight",), edge_weight=W[:-1], check=None)
+
+explain_case("negative edge weights", "GCN", ("edge_weight",), edge_weight=-torch.ones(EI.shape[1]), check=None)
+explain_case("edge_index int32, no self-loops", "GCN", (), edge_index=EI.int(),
+             m=lambda: model("GCN", self_loops=False), check=same_as_long)
+
+
+def _restored(train):
+    m = model("GIN")
+    m.train(train)
+    try:
+        explainer(m)(X, EI.float())
+    except Exception:
+        pass
+    if m.training != train:
+        raise AssertionError("the model's training flag was not restored")
+    return m.training
+
+
+CASES.append(dict(case="training flag after an error", entry="Explainer(LRPExplainer) on GIN", names=(),
+                  run=lambda: _restored(True), check=lambda r: r is True))
+
+
+# ------------------------------------------------------------------- ops
+def ops_case(name, names, fn, check=None):
+    CASES.append(dict(case=name, entry=f"ops.{fn.__name__}" if not name.startswith("ops.") else name,
+                      names=names, run=fn, check=check))
+
+
+def _lin(x=None, w=None, b=None, eps=1e-6):
+    torch.manual_seed(0)
+    x = torch.rand(4, 3, requires_grad=True) if x is None else x
+    w = torch.randn(2, 3) if w is None else w
+    out = ops.linear_eps(x, w, b, eps=eps)
+    out.backward(out.detach())
+    return out, x.grad
+
+
+def lin_ok(res):
+    out, g = res
+    return finite(out, g) and math.isclose(float(g.sum()), float((out.detach() ** 2 / (out.detach().abs() + 1e-6)).sum()), rel_tol=1e-3)
+
+
+def _case(name, entry, names, fn, check=None):
+    CASES.append(dict(case=name, entry=entry, names=names, run=fn, check=check))
+
+
+_case("eps NaN", "ops.linear_eps", ("eps",), lambda: _lin(eps=float("nan")))
+_case("eps Inf", "ops.linear_eps", ("eps",), lambda: _lin(eps=float("inf")))
+_case("eps negative", "ops.linear_eps", ("eps",), lambda: _lin(eps=-1.0))
+_case("eps a string", "ops.linear_eps", ("eps",), lambda: _lin(eps="0.1"))
+_case("eps 0.1", "ops.linear_eps", (), lambda: _lin(eps=0.1), check=lambda r: finite(*r))
+_case("integer x", "ops.linear_eps", ("x",), lambda: _lin(x=torch.ones(4, 3, dtype=torch.long)))
+_case("weight of wrong shape", "ops.linear_eps", ("weight", "x"), lambda: _lin(w=torch.randn(2, 4)))
+_case("bias of wrong shape", "ops.linear_eps", ("bias",), lambda: _lin(b=torch.zeros(3)))
+_case("NaN in x (relevance NaN)", "ops.linear_eps", ("x", "NaN"),
+      lambda: _lin(x=nan_at(torch.rand(4, 3)).requires_grad_(True)))
+
+
+def _scatter(op, index, n=5, dim_size=None, src=None):
+    src = torch.rand(n, 3, requires_grad=True) if src is None else src
+    out = getattr(ops, op)(src, index, 0, dim_size)
+    out = out[0] if isinstance(out, tuple) else out
+    out.backward(out.detach())
+    return src, index, out, src.grad, op
+
+
+def scatter_ok(res):
+    src, index, out, g, op = res
+    ref = getattr(ops, op)(src.detach(), index.long(), 0, out.shape[0])
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    return finite(out, g) and torch.allclose(out, ref) and math.isclose(float(g.sum()), float(out.detach().sum()) if op != "scatter_mean" else float(g.sum()), rel_tol=1e-4)
+
+
+IDX = torch.tensor([0, 0, 1, 2, 2])
+for op in ("scatter_add", "scatter_mean", "scatter_max"):
+    _case("int32 index", f"ops.{op}", (), lambda op=op: _scatter(op, IDX.int()), check=scatter_ok)
+    _case("index out of range", f"ops.{op}", ("index",), lambda op=op: _scatter(op, IDX, dim_size=2))
+    _case("negative index", f"ops.{op}", ("index",), lambda op=op: _scatter(op, torch.tensor([0, -1, 1, 2, 2])))
+    _case("float index", f"ops.{op}", ("index",), lambda op=op: _scatter(op, IDX.float()))
+    _case("index of wrong length", f"ops.{op}", ("index",), lambda op=op: _scatter(op, IDX[:4]))
+_case("negative dim_size", "ops.scatter_add", ("dim_size",), lambda: _scatter("scatter_add", IDX, dim_size=-1))
+_case("integer src", "ops.scatter_add", ("src",), lambda: _scatter("scatter_add", IDX, src=torch.ones(5, 3, dtype=torch.long)))
+
+
+def _sel(index):
+    src = torch.rand(4, 2, requires_grad=True)
+    out = ops.index_select(src, 0, index)
+    out.backward(torch.ones_like(out))
+    return src, out
+
+
+_case("int32 index", "ops.index_select", (), lambda: _sel(torch.tensor([0, 3, 3], dtype=torch.int32)),
+      check=lambda r: torch.equal(r[0].grad, torch.tensor([[1.0, 1], [0, 0], [0, 0], [2, 2]])))
+_case("index out of range", "ops.index_select", ("index",), lambda: _sel(torch.tensor([0, 4])))
+_case("2-D index", "ops.index_select", ("index",), lambda: _sel(torch.tensor([[0, 1]])))
+_case("shapes that do not broadcast", "ops.add", ("a", "b"), lambda: ops.add(torch.ones(3), torch.ones(4)))
+_case("no tensor", "ops.add", ("a", "b"), lambda: ops.add(1.0, 2.0))
+_case("repeated dim", "ops.sum", ("dim",), lambda: ops.sum(torch.ones(2, 2), dim=(0, 0)))
+_case("dim out of range", "ops.sum", ("dim",), lambda: ops.sum(torch.ones(2, 2), dim=2))
+_case("integer x", "ops.relu", ("x",), lambda: ops.relu(torch.ones(3, dtype=torch.long)))
+_case("empty list", "ops.cat", ("tensors",), lambda: ops.cat([]))
+_case("negative repeats", "ops.repeat_tensor", ("repeats",), lambda: ops.repeat_tensor(torch.ones(2, 1), -1))
+
+
+# ------------------------------------------------------------------ rules
+_case("Epsilon(nan)", "rules.Epsilon", ("eps",), lambda: rules.Epsilon(float("nan")))
+_case("Epsilon(inf)", "rules.Epsilon", ("eps",), lambda: rules.Epsilon(float("inf")))
+_case("Epsilon(-1)", "rules.Epsilon", ("eps",), lambda: rules.Epsilon(-1.0))
+_case("Gamma(nan)", "rules.Gamma", ("gamma",), lambda: rules.Gamma(float("nan")))
+_case("Gamma(-0.5)", "rules.Gamma", ("gamma",), lambda: rules.Gamma(-0.5))
+_case("Gamma(eps=inf)", "rules.Gamma", ("eps",), lambda: rules.Gamma(0.25, eps=float("inf")))
+_case("AlphaBeta(3, 1)", "rules.AlphaBeta", ("alpha", "beta"), lambda: rules.AlphaBeta(3.0, 1.0))
+_case("unknown rule name", "rules.get_rule", ("rule",), lambda: rules.get_rule("lrp-foo"))
+_case("rule of wrong type", "rules.get_rule", ("rule",), lambda: rules.get_rule(3))
+
+
+def _rule_linear(rule, x=None):
+    torch.manual_seed(0)
+    x = torch.rand(4, 3, requires_grad=True) if x is None else x
+    w = torch.randn(2, 3)
+    out = rules.linear(x, w, None, rule=rule)
+    out.backward(out.detach())
+    return out, x.grad
+
+
+def rule_conserves(res):
+    out, g = res
+    return finite(out, g) and math.isclose(float(g.sum()), float(out.sum() * 0 + (out.detach() ** 2 / out.detach().abs().add(1e-6)).sum()), rel_tol=1e-3)
+
+
+_case("rule 'z'", "rules.linear", (), lambda: _rule_linear("z"), check=lambda r: finite(*r))
+_case("rule 'alpha2beta1'", "rules.linear", (), lambda: _rule_linear("alpha2beta1"), check=lambda r: finite(*r))
+_case("NaN in x (relevance NaN)", "rules.linear", ("x", "NaN"),
+      lambda: _rule_linear("epsilon", nan_at(torch.rand(4, 3)).requires_grad_(True)))
+_case("weight of wrong shape", "rules.linear", ("weight", "x"),
+      lambda: rules.linear(torch.rand(4, 3), torch.randn(2, 4)))
+
+
+# ------------------------------------------------------------ graph layers
+def gn_graph(**over):
+    g = torch.Generator().manual_seed(2)
+    d = dict(x=torch.rand(5, 3, generator=g), edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]),
+             edge_attr=torch.rand(4, 2, generator=g), u=torch.rand(1, 2, generator=g))
+    d.update(over)
+    return Data(**d)
+
+
+def _gn(layer, data):
+    torch.manual_seed(0)
+    data = lrp_graph.relevance_inputs(data)
+    with lrp_lib.relevance():
+        out = layer(data)
+    t = out.get({"EdgeLinear": "edge_attr", "NodeLinear": "x", "GlobalLinear": "u"}[type(layer).__name__])
+    t.backward(t.detach())
+    return t, lrp_graph.read_relevance(data)
+
+
+def gn_ok(res):
+    t, rel = res
+    tot = rel.totals()
+    return finite(t) and all(math.isfinite(v) for v in tot.values())
+
+
+def node_layer():
+    torch.manual_seed(0)
+    return lrp_graph.NodeLinear(4, node_features=3, incoming_features=2, global_features=2, bias=False)
+
+
+def edge_layer():
+    torch.manual_seed(0)
+    return lrp_graph.EdgeLinear(4, edge_features=2, sender_features=3, receiver_features=3, bias=False)
+
+
+def global_layer():
+    torch.manual_seed(0)
+    return lrp_graph.GlobalLinear(4, node_features=3, edge_features=2, bias=False)
+
+
+G = gn_graph()
+_case("good graph", "graph.NodeLinear", (), lambda: _gn(node_layer(), G), check=gn_ok)
+_case("edge_index int32", "graph.NodeLinear", (), lambda: _gn(node_layer(), gn_graph(edge_index=G.edge_index.int())),
+      check=gn_ok)
+_case("edge_index int32", "graph.EdgeLinear", (), lambda: _gn(edge_layer(), gn_graph(edge_index=G.edge_index.int())),
+      check=gn_ok)
+_case("NaN in edge_attr", "graph.EdgeLinear", ("edge_attr",), lambda: _gn(edge_layer(), gn_graph(edge_attr=nan_at(G.edge_attr))))
+_case("Inf in edge_attr", "graph.NodeLinear", ("edge_attr",),
+      lambda: _gn(node_layer(), gn_graph(edge_attr=nan_at(G.edge_attr, float("inf")))))
+_case("NaN in x", "graph.NodeLinear", ("x",), lambda: _gn(node_layer(), gn_graph(x=nan_at(G.x))))
+_case("NaN in u", "graph.NodeLinear", ("u",), lambda: _gn(node_layer(), gn_graph(u=nan_at(G.u))))
+_case("NaN in x", "graph.GlobalLinear", ("x",), lambda: _gn(global_layer(), gn_graph(x=nan_at(G.x))))
+_case("edge_index out of range", "graph.EdgeLinear", ("edge_index",),
+      lambda: _gn(edge_layer(), gn_graph(edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 5]]))))
+_case("transposed edge_index", "graph.NodeLinear", ("edge_index",),
+      lambda: _gn(node_layer(), gn_graph(edge_index=G.edge_index.t().contiguous())))
+_case("edge_attr of wrong length", "graph.NodeLinear", ("edge_attr",),
+      lambda: _gn(node_layer(), gn_graph(edge_attr=G.edge_attr[:3])))
+_case("batch too short", "graph.GlobalLinear", ("batch",),
+      lambda: _gn(global_layer(), gn_graph(batch=torch.zeros(4, dtype=torch.long))))
+_case("batch whose graphs share edges", "graph.GlobalLinear", ("batch",),
+      lambda: _gn(lrp_graph.GlobalLinear(4, edge_features=2, bias=False),
+                  gn_graph(batch=torch.tensor([0, 0, 0, 1, 1]), u=torch.rand(2, 2))))
+_case("eps NaN", "graph.NodeLinear", ("eps",), lambda: lrp_graph.NodeLinear(4, node_features=3, eps=float("nan")))
+_case("eps Inf", "graph.EdgeLinear", ("eps",), lambda: lrp_graph.EdgeLinear(4, edge_features=2, eps=float("inf")))
+_case("integer x", "graph.NodeLinear", ("x",), lambda: _gn(node_layer(), gn_graph(x=torch.ones(5, 3, dtype=torch.long))))
+
+
+# ----------------------------------------------------------------- running
+_PATH = re.compile(r"(/[\w.\-]+)+/?|[A-Za-z]:\\[\w.\\\-]+")
+_ADDR = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def sanitise(text: str) -> str:
+    """One line, no paths or addresses (machine-independent)."""
+    text = _ADDR.sub("0x…", _PATH.sub("<path>", text))
+    return " ".join(text.split())
+
+
+def names_argument(message: str, names) -> bool:
+    """``message`` contains one of ``names`` as a word (so 'x' is not found in 'expected')."""
+    return any(re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", message, re.IGNORECASE) for n in names)
+
+
+def classify(c) -> dict:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = c["run"]()
+        except Exception as e:  # noqa: BLE001 - every exception is classified
+            message = f"{type(e).__name__}: {e}"
+            kind = "clear error" if c["names"] and names_argument(str(e), c["names"]) else "obscure crash"
+            return dict(outcome=kind, message=sanitise(message))
+    warned = [f"{type(w.message).__name__}: {w.message}" for w in caught
+              if issubclass(w.category, UserWarning)]
+    try:
+        ok = c["check"] is not None and bool(c["check"](result))
+    except Exception as e:  # noqa: BLE001 - a check that cannot run on the result: not a correct result
+        ok, warned = False, warned + [f"(check failed: {type(e).__name__})"]
+    if ok and not (c["names"] and any(names_argument(w, c["names"]) for w in warned)):
+        return dict(outcome="works", message=sanitise(warned[0]) if warned else "")
+    clear = [w for w in warned if c["names"] and names_argument(w, c["names"])]
+    if clear:
+        return dict(outcome="clear error", message=sanitise(clear[0]))
+    return dict(outcome="silently wrong", message=sanitise(warned[0]) if warned else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--label", choices=("before", "after"), default="after",
+                        help="store the outcomes as 'before' (another checkout) or 'after' (default)")
+    parser.add_argument("--commit", default=None, help="the commit measured, recorded with --label before")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    for c in CASES:
+        r = classify(c)
+        rows.append(dict(case=c["case"], entry=c["entry"], **r))
+        print(f"{r['outcome']:15s} {c['entry']:40s} {c['case']:35s} {r['message'][:70]}")
+    counts = {k: sum(r["outcome"] == k for r in rows) for k in CLASSES}
+    print(counts, len(rows))
+    from results_file import RESULTS, write_results
+    path = RESULTS / "bad_inputs.json"
+    old = json.loads(path.read_text())["results"] if path.exists() else {}
+    measured = dict(counts=counts, cases=rows)
+    if args.label == "before":
+        measured["commit"] = args.commit
+        results = dict(before=measured, after=old.get("after"))
+    else:
+        results = dict(before=old.get("before"), after=measured)
+    write_results("bad_inputs", results, settings=dict(cases=len(rows)))
+
+
+if __name__ == "__main__":
+    main()

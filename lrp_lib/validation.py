@@ -1,0 +1,141 @@
+"""Checks of user input shared by lrp_lib's entry points.
+
+Every function raises an error whose message names the argument at fault and says how to fix
+it, so that a bad input never turns into a wrong explanation (NaN masks, relevance assigned to
+the wrong graph) or an error from deep inside torch.  They depend on torch only, so every module
+of the library can use them without an import cycle.
+
+Conventions: ``num_nodes`` is the number of rows of the node features; an ``edge_index`` has
+shape (2, E), row 0 the senders and row 1 the receivers, and an integer dtype (torch.long, or
+torch.int32 as PyG accepts); the functions that return an index return it as torch.long.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from torch import Tensor
+
+__all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index",
+           "check_node_features", "check_batch", "check_edge_values"]
+
+#: Integer dtypes accepted as an index (PyG accepts both for ``edge_index``).
+INDEX_DTYPES = (torch.long, torch.int32)
+
+
+def check_number(value, name: str, minimum: float = 0.0) -> float:
+    """``value`` as a float, after checking that it is a finite real number ``>= minimum``
+    (an epsilon, a gamma, ...).  NaN and infinity are refused: NaN would make every relevance NaN,
+    an infinite stabiliser would absorb all of it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= minimum \
+            or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def check_finite(t: Tensor, name: str, fix: str | None = None) -> None:
+    """Raise if the floating point tensor ``t`` contains NaN or Inf (saying how many and where):
+    the relevance computed from it would be NaN."""
+    if not isinstance(t, Tensor) or not t.is_floating_point() or not t.numel():
+        return
+    t = t.detach()  # isfinite is composite (abs): on a tensor requiring grad it would save it for backward
+    finite = torch.isfinite(t)
+    if bool(finite.all()):
+        return
+    nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
+    first = tuple(int(i) for i in (~finite).nonzero()[0])
+    raise ValueError(
+        f"{name} contains {nan} NaN and {inf} Inf value(s) (the first at {first}), so the explanation "
+        f"would be NaN; {fix or f'replace them (e.g. torch.nan_to_num({name})) or remove those entries'}")
+
+
+def check_index_dtype(index, name: str = "index") -> Tensor:
+    """``index`` as a torch.long tensor, after checking that it is an integer tensor
+    (torch.long or torch.int32)."""
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(index).__name__}")
+    if index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must have an integer dtype (torch.long or torch.int32), got {index.dtype}; "
+                        f"convert it with {name}.long()")
+    return index.long() if index.dtype != torch.long else index
+
+
+def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Tensor:
+    """``edge_index`` as torch.long, after checking its type, shape (2, E) and that it only refers
+    to nodes ``0 .. num_nodes - 1``."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (2, E) (senders, receivers), "
+                        f"got {type(edge_index).__name__}")
+    if edge_index.is_sparse:
+        raise TypeError(f"{name} must be a dense (2, E) tensor, got a sparse tensor; "
+                        f"convert an adjacency with torch_geometric.utils.to_edge_index")
+    if edge_index.is_floating_point() or edge_index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must have an integer dtype (torch.long or torch.int32), got {edge_index.dtype}; "
+                        f"convert it with {name}.long()")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        hint = (f"it looks transposed: pass {name}.t()" if edge_index.dim() == 2 and edge_index.shape[1] == 2
+                else "row 0 the senders, row 1 the receivers")
+        raise ValueError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}; {hint}")
+    if edge_index.numel():
+        low, high = int(edge_index.min()), int(edge_index.max())
+        if low < 0 or high >= num_nodes:
+            raise IndexError(f"{name} refers to nodes {low}..{high} but the graph has {num_nodes} nodes "
+                             f"(valid: 0..{num_nodes - 1}); check that {name} belongs to these node features")
+    return edge_index.long() if edge_index.dtype != torch.long else edge_index
+
+
+def check_node_features(x, name: str = "x", allow_empty: bool = False) -> Tensor:
+    """Check that ``x`` is a finite, floating point (num_nodes, num_features) tensor with at least
+    one node (unless ``allow_empty``)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of node features (num_nodes, num_features), "
+                        f"got {type(x).__name__} (heterogeneous graphs are not supported)")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}; convert it with {name}.float()")
+    if x.dim() != 2:
+        hint = f"; for one feature per node pass {name}.unsqueeze(-1)" if x.dim() == 1 else ""
+        raise ValueError(f"{name} must be 2-D (num_nodes, num_features), got shape {tuple(x.shape)}{hint}")
+    if not allow_empty and x.shape[0] == 0:
+        raise ValueError(f"{name} has no nodes (shape {tuple(x.shape)}): the graph is empty, there is nothing "
+                         f"to explain")
+    check_finite(x, name)
+    return x
+
+
+def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: str = "batch") -> Tensor:
+    """``batch`` as torch.long, after checking that it has one non-negative graph id per node and,
+    given ``edge_index`` (long, in range), that no edge joins two graphs: relevance is read per
+    graph, so an edge across graphs would assign it to the wrong one."""
+    batch = check_index_dtype(batch, name)
+    if batch.dim() != 1 or batch.numel() != num_nodes:
+        raise ValueError(f"{name} must be 1-D with one graph id per node ({num_nodes}), "
+                         f"got shape {tuple(batch.shape)}")
+    if batch.numel() and int(batch.min()) < 0:
+        raise ValueError(f"{name} contains the negative graph id {int(batch.min())}")
+    if edge_index is not None and edge_index.numel():
+        cross = batch[edge_index[0]] != batch[edge_index[1]]
+        if bool(cross.any()):
+            k = int(cross.nonzero()[0, 0])
+            s, r = int(edge_index[0, k]), int(edge_index[1, k])
+            raise ValueError(
+                f"{name} puts the two ends of {int(cross.sum())} edge(s) in different graphs (the first: "
+                f"edge {k}, {s} -> {r}, graphs {int(batch[s])} and {int(batch[r])}); the graphs of a batch "
+                f"must not share edges: fix {name} (torch_geometric.data.Batch builds a consistent one)")
+    return batch
+
+
+def check_edge_values(values, num_edges: int, name: str, one_dimensional: bool = False) -> Tensor:
+    """Check per-edge values (``edge_weight``: 1-D; ``edge_attr``: rows): a finite floating point
+    tensor with one row per edge."""
+    if not isinstance(values, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor with one row per edge, got {type(values).__name__}")
+    if not values.is_floating_point():
+        raise TypeError(f"{name} must be a floating point tensor, got {values.dtype}; use {name}.float()")
+    if one_dimensional and values.dim() != 1:
+        raise ValueError(f"{name} must be 1-D with one value per edge ({num_edges}), got shape {tuple(values.shape)}")
+    if values.dim() == 0 or values.shape[0] != num_edges:
+        raise ValueError(f"{name} has {values.shape[0] if values.dim() else 0} rows but edge_index has "
+                         f"{num_edges} edges: one row per edge (column of edge_index)")
+    check_finite(values, name)
+    return values
