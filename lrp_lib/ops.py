@@ -31,10 +31,11 @@ from torch import Tensor
 
 from . import scatter as _scatter
 from .scatter import broadcast_index, check_index, normalize_dim
-from .validation import INDEX_DTYPES, check_number
+from .validation import INDEX_DTYPES, check_linear, check_number, check_tensor
 
 __all__ = [
     "LostRelevanceWarning",
+    "relevance_share",
     "add",
     "sum",
     "scatter_add",
@@ -74,8 +75,9 @@ def _warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
         )
 
 
-def _share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
-    """Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``).
+def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
+    """Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``): the
+    factor :math:`R_k / z_k` that every proportional rule multiplies by a contribution.
 
     Where ``out == 0`` the share is 0: that relevance is lost, with a warning.  A given
     ``denom`` is a scratch tensor of the caller's and is overwritten with the result.
@@ -98,14 +100,6 @@ def _as_index(index):
     return index.long() if isinstance(index, Tensor) and index.dtype in INDEX_DTYPES else index
 
 
-def _check_tensor(x, name: str, floating: bool = True) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if floating and not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}")
-    return x
-
-
 # --------------------------------------------------------------------------- add
 class AddRelevance(torch.autograd.Function):
     r"""Relevance of ``a + b`` (with broadcasting).
@@ -125,7 +119,7 @@ class AddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         a, b, out = ctx.saved_tensors
-        s = _share("add", rel_out, out)
+        s = relevance_share("add", rel_out, out)
         rel_a = (s * a).sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
         rel_b = (s * b).sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
         return rel_a, rel_b
@@ -143,8 +137,8 @@ def add(a: Tensor | float, b: Tensor | float) -> Tensor:
         a = torch.as_tensor(a, dtype=b.dtype, device=b.device)
     if isinstance(b, numbers.Number):
         b = torch.as_tensor(b, dtype=a.dtype, device=a.device)
-    _check_tensor(a, "a")
-    _check_tensor(b, "b")
+    check_tensor(a, "a")
+    check_tensor(b, "b")
     try:
         torch.broadcast_shapes(a.shape, b.shape)
     except RuntimeError:
@@ -172,7 +166,7 @@ class SumRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         x, out = ctx.saved_tensors
-        s = _share("sum", rel_out, out)
+        s = relevance_share("sum", rel_out, out)
         if not ctx.keepdim and ctx.dims is not None:
             for d in sorted(ctx.dims):
                 s = s.unsqueeze(d)
@@ -185,7 +179,7 @@ def sum(x: Tensor, dim: int | Sequence[int] | None = None, keepdim: bool = False
     :math:`R_{x_i} = \frac{x_i}{\sum_j x_j} R_{out}` within each reduced group.  ``dim`` is an
     int, a sequence of ints, or ``None`` for all dimensions.
     """
-    _check_tensor(x, "x")
+    check_tensor(x, "x")
     if dim is None:
         dims = None
     else:
@@ -210,7 +204,7 @@ class ScatterAddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         src, index, out = ctx.saved_tensors
-        s = _share("scatter_add", rel_out, out)
+        s = relevance_share("scatter_add", rel_out, out)
         idx = broadcast_index(index, src, ctx.dim)
         return s.gather(ctx.dim, idx).mul_(src), None, None, None
 
@@ -221,7 +215,7 @@ def scatter_add(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None =
     Backward: :math:`R_{src_i} = \frac{src_i}{out_{index_i}} R_{out_{index_i}}`.  Arguments as in
     torch_scatter: ``index`` 1-D along ``dim`` or the shape of ``src``; ``dim_size`` groups.
     """
-    _check_tensor(src, "src")
+    check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
     return ScatterAddRelevance.apply(src, _as_index(index), dim, dim_size)
 
@@ -246,7 +240,7 @@ class ScatterMeanRelevance(torch.autograd.Function):
         idx = broadcast_index(index, src, ctx.dim)
         count = _scatter.scatter_count(index if index.dim() == 1 else idx, src, ctx.dim, out.shape[ctx.dim])
         # x_i / sum = x_i / (mean * n): divide by the mean, then by the group size
-        s = _share("scatter_mean", rel_out, out).div_(count.clamp(min=1))
+        s = relevance_share("scatter_mean", rel_out, out).div_(count.clamp(min=1))
         return s.gather(ctx.dim, idx).mul_(src), None, None, None
 
 
@@ -255,7 +249,7 @@ def scatter_mean(src: Tensor, index: Tensor, dim: int = 0, dim_size: int | None 
 
     Empty groups give 0 (and lose any relevance sent to them).
     """
-    _check_tensor(src, "src")
+    check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
     return ScatterMeanRelevance.apply(src, _as_index(index), dim, dim_size)
 
@@ -293,7 +287,7 @@ def scatter_max(
     :math:`R_{src_i} = R_g` if ``i == argmax[g]``, else 0.  Ties go to the last maximal
     element.  An empty group has ``out = 0`` and ``argmax = src.size(dim)``.
     """
-    _check_tensor(src, "src")
+    check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())  # index and dim_size are checked by lrp_lib.scatter
     return ScatterMaxRelevance.apply(src, _as_index(index), dim, dim_size)
 
@@ -322,27 +316,8 @@ class LinearEpsRelevance(torch.autograd.Function):
         x, weight, out = ctx.saved_tensors
         # z + eps * sign(z), with sign(0) = +1: copysign gives +eps for z = +0
         denom = torch.copysign(out.new_tensor(ctx.eps), out).add_(out) if ctx.eps else None
-        s = _share("linear_eps", rel_out, out, denom)
+        s = relevance_share("linear_eps", rel_out, out, denom)
         return (s @ weight).mul_(x), None, None, None
-
-
-def _check_linear(x, weight, bias) -> None:
-    """Clear errors for the arguments of a linear map ``x @ weight.T + bias``."""
-    _check_tensor(x, "x")
-    _check_tensor(weight, "weight")
-    if weight.dim() != 2:
-        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
-    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"x has {x.shape[-1] if x.dim() else 0} features in its last dimension but weight "
-            f"expects in_features={weight.shape[1]} (x {tuple(x.shape)}, weight {tuple(weight.shape)})"
-        )
-    if bias is not None:
-        _check_tensor(bias, "bias")
-        if bias.shape != (weight.shape[0],):
-            raise ValueError(
-                f"bias must have shape ({weight.shape[0]},) to match weight's out_features, got {tuple(bias.shape)}"
-            )
 
 
 def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6) -> Tensor:
@@ -353,7 +328,7 @@ def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float
     :math:`R_k` (it is not an input, so that share leaves the explanation).  ``x`` may have
     any leading batch dimensions, like :func:`torch.nn.functional.linear`.
     """
-    _check_linear(x, weight, bias)
+    check_linear(x, weight, bias)
     return LinearEpsRelevance.apply(x, weight, bias, check_number(eps, "eps"))
 
 
@@ -379,7 +354,7 @@ class IndexSelectRelevance(torch.autograd.Function):
 def index_select(src: Tensor, dim: int, index: Tensor) -> Tensor:
     r"""``src.index_select(dim, index)``; copies sum their relevance back:
     :math:`R_{src_j} = \sum_{k: index_k = j} R_{out_k}`."""
-    _check_tensor(src, "src")
+    check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())
     if isinstance(index, Tensor) and index.dim() != 1:
         raise ValueError(f"index must be 1-D, got shape {tuple(index.shape)}")
@@ -406,7 +381,7 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) or len(tensors) == 0:
         raise TypeError("tensors must be a non-empty list or tuple of tensors")
     for i, t in enumerate(tensors):
-        _check_tensor(t, f"tensors[{i}]")
+        check_tensor(t, f"tensors[{i}]")
     dim = normalize_dim(dim, tensors[0].dim())
     ref = tensors[0].shape
     for i, t in enumerate(tensors[1:], start=1):
@@ -441,7 +416,7 @@ def repeat_tensor(src: Tensor, repeats: Tensor | int, dim: int = 0) -> Tensor:
 
     Backward: the copies of slice ``j`` sum their relevance, :math:`R_{src_j} = \sum R_{copies}`.
     """
-    _check_tensor(src, "src")
+    check_tensor(src, "src")
     dim = normalize_dim(dim, src.dim())
     n = src.shape[dim]
     if isinstance(repeats, numbers.Integral) and not isinstance(repeats, bool):
@@ -483,7 +458,7 @@ class ReLURelevance(torch.autograd.Function):
 def relu(x: Tensor) -> Tensor:
     r"""``max(x, 0)``; relevance passes unchanged through active units,
     :math:`R_{in} = R_{out}\,[x > 0]`."""
-    _check_tensor(x, "x")
+    check_tensor(x, "x")
     return ReLURelevance.apply(x)
 
 

@@ -50,10 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .ops import LostRelevanceWarning
-from .validation import check_number
-from .ops import _check_linear, _check_tensor
-from .ops import _share as _ops_share
+from .ops import LostRelevanceWarning, relevance_share
+from .validation import check_linear, check_number, check_tensor
 
 __all__ = [
     "Rule",
@@ -128,7 +126,7 @@ def _is_zero(t: Weight | None) -> bool:
 def _share(op: str, rel_out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
     """``rel_out / (z + eps * sign(z))``; where ``z == 0`` the share is 0: that relevance is
     lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning` (the helper of :mod:`lrp_lib.ops`)."""
-    return _ops_share(op, rel_out, z, z.sign().mul_(eps).add_(z) if eps else None)
+    return relevance_share(op, rel_out, z, z.sign().mul_(eps).add_(z) if eps else None)
 
 
 # ----------------------------------------------------------------------- rules
@@ -308,11 +306,11 @@ def linear_map(x: Tensor, fn: Callable, weight: Tensor | None = None, bias: Tens
     epsilon (pooling, sums).  ``vjp(v, x, weight)`` (``vjp(v, x)`` without weight) returns
     :math:`J^\top v` of the bias-free map; by default autograd computes it, rerunning ``fn``.
     """
-    _check_tensor(x, "x")
+    check_tensor(x, "x")
     if weight is not None:
-        _check_tensor(weight, "weight")
+        check_tensor(weight, "weight")
     if bias is not None:
-        _check_tensor(bias, "bias")
+        check_tensor(bias, "bias")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     m = LinearMap(fn, vjp, has_weight=weight is not None)
@@ -330,14 +328,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, rule: Rule | s
     Contributions :math:`x_j w_{kj}`; the VJP is :math:`R/z \mapsto (R/z) W`.  ``x`` may have
     any leading batch dimensions.  Epsilon (:math:`\epsilon = 10^{-6}`) by default.
     """
-    _check_linear(x, weight, bias)
+    check_linear(x, weight, bias)
     m = LinearMap(F.linear, _linear_vjp)
     return LinearMapRelevance.apply(x, weight, bias, m, get_rule(rule), "linear")
 
 
 def _check_bias(bias, n: int, what: str) -> None:
     if bias is not None:
-        _check_tensor(bias, "bias")
+        check_tensor(bias, "bias")
         if bias.shape != (n,):
             raise ValueError(f"bias must have shape ({n},) to match weight's {what}, got {tuple(bias.shape)}")
 
@@ -357,8 +355,8 @@ def _tuple(value, d: int, name: str, minimum: int) -> tuple[int, ...]:
 
 def _conv(d: int, x, weight, bias, stride, padding, dilation, groups, rule) -> Tensor:
     name = f"conv{d}d"
-    _check_tensor(x, "x")
-    _check_tensor(weight, "weight")
+    check_tensor(x, "x")
+    check_tensor(weight, "weight")
     if weight.dim() != d + 2:
         raise ValueError(f"weight must be {d + 2}-D (out_channels, in_channels/groups, *kernel), "
                          f"got shape {tuple(weight.shape)}")
@@ -427,7 +425,7 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, rule: Rule | str 
     coefficients are positive: z+ and gamma reduce to the z-rule on :math:`x^+`, resp. to
     epsilon.  The VJP is the pooling's own input gradient.
     """
-    _check_tensor(x, "x")
+    check_tensor(x, "x")
     if x.dim() not in (3, 4):
         raise ValueError(f"x must be 4-D (N, C, H, W) or 3-D unbatched, got shape {tuple(x.shape)}")
     kernel_size = _tuple(kernel_size, 2, "kernel_size", 1)

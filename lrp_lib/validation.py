@@ -17,7 +17,7 @@ import numbers
 import torch
 from torch import Tensor
 
-__all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index",
+__all__ = ["INDEX_DTYPES", "check_number", "check_tensor", "check_linear", "check_finite", "check_index_dtype", "check_edge_index",
            "check_node_features", "check_batch", "check_edge_values"]
 
 #: Integer dtypes accepted as an index (PyG accepts both for ``edge_index``).
@@ -139,3 +139,32 @@ def check_edge_values(values, num_edges: int, name: str, one_dimensional: bool =
                          f"{num_edges} edges: one row per edge (column of edge_index)")
     check_finite(values, name)
     return values
+
+
+def check_tensor(x, name: str, floating: bool = True) -> Tensor:
+    """``x`` itself if it is a tensor (of a floating dtype unless ``floating=False``); else a
+    TypeError naming ``name``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}")
+    return x
+
+
+def check_linear(x, weight, bias) -> None:
+    """Clear errors for the arguments of a linear map ``x @ weight.T + bias``."""
+    check_tensor(x, "x")
+    check_tensor(weight, "weight")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x has {x.shape[-1] if x.dim() else 0} features in its last dimension but weight "
+            f"expects in_features={weight.shape[1]} (x {tuple(x.shape)}, weight {tuple(weight.shape)})"
+        )
+    if bias is not None:
+        check_tensor(bias, "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(
+                f"bias must have shape ({weight.shape[0]},) to match weight's out_features, got {tuple(bias.shape)}"
+            )
