@@ -668,7 +668,7 @@ def read_relevance(data) -> GraphRelevance:
             )
         found = True
         g = t.grad if t.grad is not None else torch.zeros_like(t)
-        sums[name] = g.reshape(g.shape[0], -1).sum(1) if g.dim() > 0 else g.reshape(1)
+        sums[name] = g.flatten(1).sum(1) if g.dim() > 1 else (g if g.dim() == 1 else g.reshape(1))
     if not found:
         raise ValueError("none of x, edge_attr, u requires grad: pass relevance_inputs(data) to the model")
     n = _node_count(data)

@@ -89,7 +89,10 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
         zero = out == 0
         _warn_lost(op, zero, rel_out)
         share = share.masked_fill_(zero, 0)
-    if not bool(torch.isfinite(share).all()):  # NaN or Inf in the inputs, the weights or rel_out
+    # NaN or Inf in the inputs, the weights or rel_out. The output is checked too: an infinite
+    # input whose share is 0 (R = 0 on an infinite z) would otherwise turn into 0 * inf = NaN
+    # when the share is multiplied back onto the input.
+    if not bool(torch.isfinite(share).all() & torch.isfinite(out).all()):
         _raise_not_finite(op)
     return share
 

@@ -482,3 +482,16 @@ def test_bad_input_errors():
     out = edge(inp)
     with pytest.raises(ValueError, match="edge_attr is not a leaf tensor"):
         read_relevance(out)
+
+
+def test_read_relevance_of_a_graph_without_edges_but_with_edge_features():
+    d = Data(x=torch.rand(2, 3, dtype=torch.float64), edge_index=torch.zeros(2, 0, dtype=torch.long),
+             edge_attr=torch.rand(0, 2, dtype=torch.float64), u=torch.rand(1, 2, dtype=torch.float64))
+    net = NodeLinear(1, node_features=3, incoming_features=2, bias=False, eps=0.0).double()
+    inp = relevance_inputs(d)
+    with lrp_lib.relevance():
+        out = net(inp).x
+    out.backward(out.detach())
+    rel = read_relevance(inp)
+    assert rel.edge.shape == (0,)
+    assert torch.allclose(rel.node, out.detach().view(-1))

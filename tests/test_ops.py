@@ -344,3 +344,11 @@ def test_linear_eps_saves_only_input_weight_and_output(gen):
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = ops.linear_eps(x, W, rand(5, gen=gen))
     assert sorted(t.numel() for t in saved) == sorted([x.numel(), W.numel(), out.numel()])
+
+
+def test_an_infinite_input_is_an_error_even_where_its_relevance_share_is_zero():
+    """0 * inf = NaN: an infinite input must not come back as NaN relevance without an error."""
+    x = torch.tensor([[float("inf")]], requires_grad=True)
+    y = ops.linear_eps(x, torch.tensor([[1.0]]), None, 0.0)
+    with pytest.raises((ValueError, RuntimeError, FloatingPointError), match="(?i)nan|inf|finite"):
+        y.backward(torch.zeros_like(y))

@@ -130,8 +130,6 @@ def test_with_biases_inputs_plus_bias_relevance_conserve_the_output(specs, net, 
     close(rel.sum().double() + biases, out.sum().double(), TOL[dtype] * size)
 
 
-@pytest.mark.xfail(strict=True, reason="finding F1 (notes/property_findings.md): read_relevance crashes on "
-                                       "edge_attr with 0 rows (a graph without edges)")
 @given(specs=st.lists(graph_specs(), min_size=1, max_size=3), net=net_specs(), dtype=dtypes)
 def test_read_relevance_reads_every_graph(specs, net, dtype):
     """``read_relevance(inputs)`` sums what the .grad's hold, for any graph (edgeless ones too)."""

@@ -210,8 +210,6 @@ def test_an_invalid_epsilon_never_gives_a_silent_nan(seed, rows, fin, fout, bias
     finite_or_raises(lambda: linear_relevance(x, w, b, rel, Epsilon(eps)))
 
 
-@pytest.mark.xfail(strict=True, reason="finding F2 (notes/property_findings.md): an infinite input whose "
-                                       "relevance share is 0 gets NaN relevance (0 * inf), unchecked")
 @given(net=ops_nets(), bad=st.sampled_from([float("nan"), float("inf"), float("-inf")]), data=st.data(),
        dtype=dtypes)
 def test_a_bad_input_to_the_ops_never_gives_a_silent_nan(net, bad, data, dtype):
