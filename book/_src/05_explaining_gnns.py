@@ -227,7 +227,7 @@ with torch.no_grad():
 candidates = [i for i, (g, z) in enumerate(zip(evaluation, logits))
               if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22]
 pick = candidates[0]
-graph = evaluation[pick].to(device)
+graph = evaluation[pick].clone().to(device)  # a copy: Data.to moves in place
 print(f"{len(evaluation)} test mutagens with NO2/NH2 bonds; picked #{pick}: {graph.num_nodes} atoms, "
       f"{graph.edge_index.shape[1]} directed edges, {int(graph.edge_gt.sum())} of them marked")
 print(f"logit {logits[pick]:.3f}  ->  P(mutagen) = {torch.sigmoid(torch.tensor(-logits[pick])).item():.3f}")
@@ -622,7 +622,7 @@ def evaluate(masks):
     """Mean AUROC and fidelity+/- of the top-k edges (k = ground-truth size) over `evaluation`."""
     aurocs, plus, minus = [], [], []
     for g, m in zip(evaluation, masks):
-        g = g.to(device)
+        g = g.clone().to(device)
         aurocs.append(roc_auc_score(g.edge_gt.cpu().numpy(), m.detach().cpu().numpy()))
         e = edge_only(g.x, g.edge_index)  # prediction, target and inputs that the metric needs
         e.edge_mask = hard_top_k(m, int(g.edge_gt.sum()))
@@ -638,8 +638,8 @@ lrp_masks = lrp_masks.split(all_graphs.edge_index.new_tensor([g.edge_index.shape
 targets = [int(z > 0) for z in logits]
 live = {
     "LRP (LRPExplainer)": evaluate(lrp_masks),
-    "saliency (Captum)": evaluate([saliency(g.to(device), t) for g, t in zip(evaluation, targets)]),
-    "Integrated Gradients (Captum, 50 steps)": evaluate([integrated_gradients(g.to(device), t)
+    "saliency (Captum)": evaluate([saliency(g.clone().to(device), t) for g, t in zip(evaluation, targets)]),
+    "Integrated Gradients (Captum, 50 steps)": evaluate([integrated_gradients(g.clone().to(device), t)
                                                          for g, t in zip(evaluation, targets)]),
     "ground truth itself": evaluate([g.edge_gt.float() for g in evaluation]),
 }
