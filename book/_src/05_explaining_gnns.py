@@ -625,7 +625,7 @@ def evaluate(masks):
         g = g.clone().to(device)
         aurocs.append(roc_auc_score(g.edge_gt.cpu().numpy(), m.detach().cpu().numpy()))
         e = edge_only(g.x, g.edge_index)  # prediction, target and inputs that the metric needs
-        e.edge_mask = hard_top_k(m, int(g.edge_gt.sum()))
+        e.edge_mask = hard_top_k(m.to(device), int(g.edge_gt.sum()))  # masks made on the CPU too
         fp, fm = fidelity(edge_only, e)
         plus.append(fp)
         minus.append(fm)
