@@ -92,9 +92,20 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     # NaN or Inf in the inputs, the weights or rel_out. The output is checked too: an infinite
     # input whose share is 0 (R = 0 on an infinite z) would otherwise turn into 0 * inf = NaN
     # when the share is multiplied back onto the input.
-    if not bool(torch.isfinite(share).all() & torch.isfinite(out).all()):
+    if not _all_finite(share, out):
         _raise_not_finite(op)
     return share
+
+
+def _all_finite(*tensors: Tensor) -> bool:
+    """Whether no tensor among ``tensors`` contains NaN or Inf.
+
+    One read-only pass per tensor (``torch.aminmax``: NaN propagates to both ends, an infinity
+    is the minimum or the maximum) and a single synchronisation, instead of ``torch.isfinite``,
+    which allocates and fills a boolean tensor after a separate ``abs``.  Empty tensors are finite.
+    """
+    ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
+    return not ends or bool(torch.isfinite(torch.stack(ends)).all())
 
 
 def _as_index(index):
