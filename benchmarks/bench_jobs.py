@@ -1,0 +1,224 @@
+"""Explaining a whole data set as a job: molecules per second on all of Mutagenicity and ESOL.
+
+    python benchmarks/bench_jobs.py                 # both data sets, writes benchmarks/results/jobs.json
+    python benchmarks/bench_jobs.py --quick         # 300 molecules of each, writes nothing
+
+Runs ``lrp_lib.explain_dataset`` on every molecule of Mutagenicity (4,337 graphs; the GCN of
+chapter 5, ``book/_src/05_explaining_gnns.py``, loaded from ``lrp_lib/weights/mutagenicity-gcn.pt``,
+explained by ``LRPExplainer``) and of ESOL (1,128 graphs; the ``lrp_lib.graph`` network of chapter
+7, ``book/_src/07_case_solubility.py``, from ``esol-gn.pt``, explained in relevance mode), into a
+fresh folder each time, and times the whole job: loading batches, one forward and one backward per
+batch, and writing the Parquet part files and manifests.  Beside it, the same batches run a plain
+forward pass without gradients and a forward + backward for the input gradient (what any
+gradient explanation costs at least), so the job's figure can be read against the floor.  Each
+figure is the median of ``--repeats`` runs, the three measurements interleaved so that the load of a
+shared machine falls on all alike.  Loading the data set and the model is not timed.
+
+The model classes below are the chapters' (the stored state dicts are loaded strictly).  The
+functions ``mutagenicity_model``, ``mutagenicity_dataset``, ``esol_model`` and ``esol_dataset``
+also serve the command line::
+
+    lrp-explain --model benchmarks/bench_jobs.py:mutagenicity_model \\
+        --dataset benchmarks/bench_jobs.py:mutagenicity_dataset --out mutagenicity-lrp/ \\
+        --mode binary_classification --batch-size 256
+    torchrun --nproc_per_node 2 -m lrp_lib.jobs --model ... (the same arguments)
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import GCNConv, global_mean_pool
+
+import lrp_lib
+from lrp_lib import jobs
+from lrp_lib import graph
+from lrp_lib.pretrained import RETRAIN_ENV, load_or_train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_file import write_results  # noqa: E402
+
+
+# ------------------------------------------------------- chapter 5's model
+class GCN(torch.nn.Module):
+    def __init__(self, in_features, hidden):
+        super().__init__()
+        self.gc1 = GCNConv(in_features, hidden)
+        self.gc2 = GCNConv(hidden, hidden)
+        self.gc3 = GCNConv(hidden, hidden)
+        self.gc4 = GCNConv(hidden, hidden)
+        self.pre_head = torch.nn.Linear(hidden, hidden)
+        self.head = torch.nn.Linear(hidden, 1)  # binary classification: one logit
+
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        x = F.relu(self.gc1(x, edge_index, edge_weight))
+        x = F.relu(self.gc2(x, edge_index, edge_weight))
+        x = F.relu(self.gc3(x, edge_index, edge_weight))
+        x = F.relu(self.gc4(x, edge_index, edge_weight))
+        x = global_mean_pool(x, batch)  # one row per graph
+        x = F.dropout(x, p=0.5, training=self.training)
+        return self.head(self.pre_head(x))
+
+
+# ------------------------------------------------------- chapter 7's model
+def _esol_features():
+    from lrp_lib.datasets.esol import EDGE_FEATURES, NODE_FEATURES
+    return NODE_FEATURES, EDGE_FEATURES
+
+
+class SolubilityGN(nn.Module):
+    """Encoder, two message-passing blocks (sum aggregation), sum read-out to one number per molecule."""
+
+    def __init__(self, hidden=32, edge_hidden=16, blocks=2):
+        super().__init__()
+        NODE_FEATURES, EDGE_FEATURES = _esol_features()
+        self.encode = nn.Sequential(
+            graph.EdgeLinear(edge_hidden, edge_features=len(EDGE_FEATURES), bias=False), graph.EdgeReLU(),
+            graph.NodeLinear(hidden, node_features=len(NODE_FEATURES), bias=False), graph.NodeReLU())
+        layers = []
+        for _ in range(blocks):
+            layers += [
+                graph.EdgeLinear(edge_hidden, edge_features=edge_hidden, sender_features=hidden, bias=False),
+                graph.EdgeReLU(),
+                graph.NodeLinear(hidden, node_features=hidden, incoming_features=edge_hidden, aggregation="sum",
+                                 bias=False),
+                graph.NodeReLU()]
+        self.blocks = nn.Sequential(*layers)
+        self.readout = graph.GlobalLinear(1, node_features=hidden, aggregation="sum", bias=True)
+
+    def forward(self, data):
+        return self.readout(self.blocks(self.encode(data))).u.view(-1)  # u: one row per molecule
+
+
+def _refuse(name, chapter):
+    def train(model):
+        raise RuntimeError(f"the benchmark explains the stored model {name!r}; build it with {RETRAIN_ENV}=1 "
+                           f"python tools/nb.py book/_src/{chapter}.py")
+    return train
+
+
+def mutagenicity_dataset():
+    from lrp_lib.datasets import mutagenicity
+    return mutagenicity()
+
+
+def mutagenicity_model():
+    model = GCN(mutagenicity_dataset().num_features, hidden=64)
+    load_or_train("mutagenicity-gcn", model, _refuse("mutagenicity-gcn", "05_explaining_gnns"), retrain=False)
+    return model
+
+
+def esol_dataset():
+    from lrp_lib.datasets import esol
+    return esol()
+
+
+def esol_model():
+    model = SolubilityGN()
+    load_or_train("esol-gn", model, _refuse("esol-gn", "07_case_solubility"), retrain=False)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+CASES = {
+    "Mutagenicity": dict(model=mutagenicity_model, dataset=mutagenicity_dataset, mode="binary_classification",
+                         explained="GCN of chapter 5, LRPExplainer (epsilon)"),
+    "ESOL": dict(model=esol_model, dataset=esol_dataset, mode="regression",
+                 explained="lrp_lib.graph network of chapter 7, relevance mode"),
+}
+
+
+# ------------------------------------------------------- the floors
+def _forward(model, batch, backend):
+    if backend == "graph":
+        return model(batch)
+    return model(batch.x, batch.edge_index, batch=batch.batch)
+
+
+def plain_pass(model, batches, backend, gradient: bool) -> None:
+    """Forward (and, with ``gradient``, a backward to the node features) over all batches."""
+    for batch in batches:
+        if not gradient:
+            with torch.no_grad():
+                _forward(model, batch, backend)
+            continue
+        batch = batch.clone()
+        batch.x = batch.x.detach().requires_grad_(True)
+        out = _forward(model, batch, backend)
+        (x_grad,) = torch.autograd.grad(out.sum(), batch.x)
+
+
+def measure(name, case, batch_size, repeats, limit):
+    dataset = case["dataset"]()
+    if limit:
+        dataset = dataset[:limit]
+    model = case["model"]()
+    model.eval()
+    backend = jobs._backend(model)
+    n = len(dataset)
+    atoms = sum(int(g.num_nodes) for g in dataset)
+    job, forward, gradient = [], [], []
+    bytes_written = 0
+    for r in range(repeats + 1):  # the first round warms up and is not counted
+        with tempfile.TemporaryDirectory() as out:
+            t = time.perf_counter()
+            summary = lrp_lib.explain_dataset(model, dataset, out, mode=case["mode"], batch_size=batch_size,
+                                              device="cpu", progress=False)
+            job_s = time.perf_counter() - t
+            assert summary["graphs"] == n, summary
+            rows = lrp_lib.read_explanations(out)
+            assert rows.column("graph_id").to_pylist() == list(range(n))
+            bytes_written = sum(p.stat().st_size for p in Path(out).glob("part-*.parquet"))
+        t = time.perf_counter()
+        batches = list(DataLoader(dataset, batch_size=batch_size))
+        load_s = time.perf_counter() - t
+        t = time.perf_counter()
+        plain_pass(model, batches, backend, gradient=False)
+        fwd_s = time.perf_counter() - t + load_s
+        t = time.perf_counter()
+        plain_pass(model, batches, backend, gradient=True)
+        grad_s = time.perf_counter() - t + load_s
+        if r:
+            job.append(job_s)
+            forward.append(fwd_s)
+            gradient.append(grad_s)
+        print(f"{name} round {r}: job {n / job_s:,.0f} mol/s, forward {n / fwd_s:,.0f}, "
+              f"gradient {n / grad_s:,.0f}", file=sys.stderr)
+    job_s, fwd_s, grad_s = (statistics.median(v) for v in (job, forward, gradient))
+    return {"dataset": name, "explained": case["explained"], "molecules": n, "atoms": atoms,
+            "batch_size": batch_size, "job_s": job_s, "job_molecules_per_s": n / job_s,
+            "forward_molecules_per_s": n / fwd_s, "gradient_molecules_per_s": n / grad_s,
+            "job_over_gradient": job_s / grad_s, "parquet_bytes": bytes_written}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    p.add_argument("--quick", action="store_true", help="300 molecules of each, one repeat, no results file")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    limit = 300 if args.quick else None
+    repeats = 1 if args.quick else args.repeats
+    rows = [measure(name, case, args.batch_size, repeats, limit) for name, case in CASES.items()]
+    for r in rows:
+        print(f"{r['dataset']:>12}: {r['molecules']} molecules, job {r['job_molecules_per_s']:,.0f} mol/s "
+              f"({r['job_over_gradient']:.2f}x the input gradient's time), forward {r['forward_molecules_per_s']:,.0f}, "
+              f"gradient {r['gradient_molecules_per_s']:,.0f}, Parquet {r['parquet_bytes'] / 1e6:.1f} MB")
+    if not args.quick:
+        path = write_results("jobs", {"rows": rows}, settings=vars(args))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
