@@ -52,6 +52,7 @@ one graph at a time.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import sys
 import warnings
@@ -150,6 +151,24 @@ class _State:
         self.num_edges = num_edges
         self.record = torch.zeros(num_edges, dtype=dtype) if num_edges is not None else None
         self.gcn_cache: dict = {}  # (id(edge_index), ...) -> (edge_index, edge_weight, normalisation)
+        # set when the model runs on the targets' k-hop subgraphs (LRPExplainer(per_index=True)):
+        # (original id of every subgraph node, the full edge_index, the full edge_weight, full size)
+        self.subgraph: tuple | None = None
+        self.degree_cache: dict = {}
+
+    def gcn_degree(self, m: GCNConv, dtype, device) -> Tensor | None:
+        """On a k-hop subgraph, GCN's degree of each of its nodes in the full graph (with the
+        self-loop): the nodes on the border miss incoming edges, and their degree enters the
+        normalisation of the messages they send.  None when the model runs on the whole graph."""
+        if self.subgraph is None:
+            return None
+        node_ids, edge_index, edge_weight, n = self.subgraph
+        key = (m.add_self_loops, m.improved and edge_weight is not None, dtype)
+        if key not in self.degree_cache:
+            w = edge_weight.detach().to(dtype) if edge_weight is not None else torch.ones(
+                edge_index.shape[1], dtype=dtype, device=device)
+            self.degree_cache[key] = _gcn_loops_and_degree(m, n, edge_index, w, edge_weight is not None)[3]
+        return self.degree_cache[key][node_ids]
 
     def messages(self, x: Tensor, edge_index: Tensor, coeff: Tensor | None, edge_id: Tensor, layer: str):
         if self.record is not None and self.record.device != x.device:
@@ -213,26 +232,45 @@ def _gcn_forward(state: _State, m: GCNConv, x: Tensor, edge_index, edge_weight: 
     key = (id(edge_index), id(edge_weight), n, x.dtype, m.normalize, m.add_self_loops,
            m.improved and edge_weight is not None)
     if key not in state.gcn_cache:
-        state.gcn_cache[key] = (edge_index, edge_weight, _gcn_norm(m, x, edge_index, edge_weight))
+        state.gcn_cache[key] = (edge_index, edge_weight, _gcn_norm(m, x, edge_index, edge_weight,
+                                                                   state.gcn_degree(m, x.dtype, x.device)))
     _, _, (edge_index, w, edge_id) = state.gcn_cache[key]
     msgs = state.messages(x, edge_index, w, edge_id, "GCNConv")
     aggregated = ops.scatter_add(msgs, edge_index[1], 0, n)
     return state.linear(aggregated, m.lin.weight, m.bias)
 
 
-def _gcn_norm(m: GCNConv, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None):
-    """(edge_index with GCN's self-loops, normalised weights, id of the explained edge or -1)."""
+def _gcn_norm(m: GCNConv, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, degree: Tensor | None = None):
+    """(edge_index with GCN's self-loops, normalised weights, id of the explained edge or -1).
+    ``degree``: the weighted degree of each node if not that of ``edge_index`` (a subgraph's)."""
     n, e = x.shape[0], edge_index.shape[1]
     w = edge_weight.detach().to(x.dtype) if edge_weight is not None else x.new_ones(e)
-    edge_id = torch.arange(e, device=x.device)
     if not m.normalize:
-        return edge_index, w, edge_id
-    if m.add_self_loops:  # as add_remaining_self_loops: existing loops keep their weight, moved to the end
+        return edge_index, w, torch.arange(e, device=x.device)
+    edge_index, w, edge_id, deg = _gcn_loops_and_degree(m, n, edge_index, w, edge_weight is not None)
+    if degree is not None:
+        deg = degree
+    if bool((deg < 0).any()):
+        node = int((deg < 0).nonzero()[0, 0])
+        raise ValueError(
+            f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
+            f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
+            f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
+    src, dst = edge_index
+    dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
+    return edge_index, dinv[src] * w * dinv[dst], edge_id
+
+
+def _gcn_loops_and_degree(m: GCNConv, n: int, edge_index: Tensor, w: Tensor, weighted: bool):
+    """GCN's self-loops added (as add_remaining_self_loops: existing loops keep their weight, moved
+    to the end): (edge_index, weights, id of the explained edge or -1, weighted in-degree)."""
+    edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)
+    if m.add_self_loops:
         loop = edge_index[0] == edge_index[1]
-        nodes = torch.arange(n, device=x.device)
+        nodes = torch.arange(n, device=edge_index.device)
         # PyG fills 2 for improved=True only when edge weights are given (gcn_norm)
-        loop_w = x.new_full((n,), 2.0 if m.improved and edge_weight is not None else 1.0)
-        loop_id = torch.full((n,), -1, dtype=torch.long, device=x.device)
+        loop_w = w.new_full((n,), 2.0 if m.improved and weighted else 1.0)
+        loop_id = torch.full((n,), -1, dtype=torch.long, device=edge_index.device)
         if bool(loop.any()):
             loop_w[edge_index[0, loop]] = w[loop]
             loop_id[edge_index[0, loop]] = edge_id[loop]
@@ -240,16 +278,8 @@ def _gcn_norm(m: GCNConv, x: Tensor, edge_index: Tensor, edge_weight: Tensor | N
         edge_index = torch.cat([edge_index, nodes.repeat(2, 1)], dim=1)
         w = torch.cat([w, loop_w])
         edge_id = torch.cat([edge_id, loop_id])
-    src, dst = edge_index
-    deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
-    if bool((deg < 0).any()):
-        node = int((deg < 0).nonzero()[0, 0])
-        raise ValueError(
-            f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
-            f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
-            f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
-    dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
-    return edge_index, dinv[src] * w * dinv[dst], edge_id
+    deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, edge_index[1], w)
+    return edge_index, w, edge_id, deg
 
 
 def _graph_conv_forward(state: _State, m: GraphConv, x, edge_index, edge_weight: Tensor | None = None, size=None):
@@ -557,6 +587,16 @@ class LRPExplainer(ExplainerAlgorithm):
     Args:
         rule: the rule of every linear map: ``"epsilon"`` (default, :math:`\epsilon = 10^{-6}`),
             ``"gamma"``, or any :class:`lrp_lib.rules.Rule` (``Epsilon(0.1)``, ``Gamma(0.25)``).
+        per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its
+            own (default False: one explanation of the sum of their outputs, as PyG's explainers).
+            The explanation then also holds ``node_relevance``, a sparse (len(index), N, F) tensor
+            (F = 1 for ``node_mask_type="object"``) whose slice ``i`` is the node mask of
+            ``index[i]`` alone, and ``edge_relevance``, sparse (len(index), E); ``node_mask`` and
+            ``edge_mask`` are their sums over the targets.  The targets are explained
+            ``chunk_size`` at a time on the disjoint union of their ``num_hops``-hop subgraphs
+            (one forward and one backward per chunk); ``num_hops`` defaults to the number of
+            message-passing modules of the model, and an error says if the subgraphs do not
+            reproduce the model's output at the targets.
 
     Masks: ``node_mask_type="attributes"`` gives the relevance of each input feature (N x F),
     ``"object"`` its sum per node (N x 1); ``edge_mask_type="object"`` the relevance carried by each
@@ -570,9 +610,18 @@ class LRPExplainer(ExplainerAlgorithm):
     :class:`LostRelevanceWarning`.
     """
 
-    def __init__(self, rule: Rule | str = "epsilon"):
+    def __init__(self, rule: Rule | str = "epsilon", per_index: bool = False, num_hops: int | None = None,
+                 chunk_size: int = 256):
         super().__init__()
         self.rule = get_rule(rule)
+        if not isinstance(per_index, bool):
+            raise TypeError(f"per_index must be True or False, got {per_index!r}")
+        for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if chunk_size is None:
+            raise ValueError("chunk_size must be an int >= 1, got None")
+        self.per_index, self.num_hops, self.chunk_size = per_index, num_hops, chunk_size
 
     def supports(self) -> bool:
         cfg, model_cfg = self.explainer_config, self.model_config
@@ -599,10 +648,26 @@ class LRPExplainer(ExplainerAlgorithm):
             raise
 
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
-        check_inputs(model, x, edge_index, **kwargs)
+        if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
+            return self._explain_each(model, x, edge_index, target=target, index=index, **kwargs)
+        node_rel, edge_rel, _ = self._relevance(model, x, edge_index, target, index, **kwargs)
+        return self._explanation(node_rel, edge_rel)
+
+    def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
+        node_type = self.explainer_config.node_mask_type
+        node_mask = None if node_type is None else (
+            node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True))
+        edge_mask = edge_rel if self.explainer_config.edge_mask_type is not None else None
+        return Explanation(node_mask=node_mask, edge_mask=edge_mask, **extra)
+
+    def _relevance(self, model, x, edge_index, target, index, subgraph=None, checked=False, **kwargs):
+        """(node relevance, edge relevance, the model's output): one forward, one backward."""
+        if not checked:
+            check_inputs(model, x, edge_index, **kwargs)
         edge_index = edge_index.long()  # PyG accepts int32; the relevance ops index with int64
         leaf = x.detach().clone().requires_grad_(True)
         with torch.enable_grad(), lrp_patched(model, self.rule, edge_index.shape[1], x.dtype) as state:
+            state.subgraph = subgraph
             out = model(leaf, edge_index, **kwargs)
             if not isinstance(out, Tensor) or not out.requires_grad:
                 raise ValueError(
@@ -623,15 +688,93 @@ class LRPExplainer(ExplainerAlgorithm):
                 f"relevance {detached.lost:.4g}{share} did not reach x: model.forward joins tensors that "
                 f"were detached (.detach() or constants) by {', '.join(sorted(detached.nodes))}; the "
                 f"explanation covers only the rest. Remove the detach to explain the whole output",
-                LostRelevanceWarning, stacklevel=2)
-        node_rel, edge_rel = leaf.grad, state.record
-        if node_rel is None:
-            node_rel = torch.zeros_like(leaf)
-        node_type = self.explainer_config.node_mask_type
-        node_mask = None if node_type is None else (
-            node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True))
-        edge_mask = edge_rel if self.explainer_config.edge_mask_type is not None else None
-        return Explanation(node_mask=node_mask, edge_mask=edge_mask)
+                LostRelevanceWarning, stacklevel=3)
+        node_rel = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        return node_rel, state.record, out.detach()
+
+    def _explain_each(self, model, x, edge_index, *, target, index, **kwargs) -> Explanation:
+        """``per_index=True``: each node of ``index`` explained on its own, over its k-hop subgraph.
+
+        The targets of a chunk (``chunk_size``) are explained together on the disjoint union of
+        their subgraphs (one forward and one backward per chunk); a subgraph holds every node within
+        ``num_hops`` hops upstream and every edge into a node closer than that, which is all that the
+        target's output depends on (GCN's normalisation takes the degrees of the full graph).  The
+        subgraphs' outputs at the targets are compared with the model's output on the full graph:
+        a model that looks further than ``num_hops`` gives an error instead of a wrong explanation.
+        """
+        check_inputs(model, x, edge_index, **kwargs)
+        for name, value in kwargs.items():
+            if value is not None and name not in ("edge_weight", "edge_attr"):
+                raise ValueError(f"per_index=True takes edge_weight and edge_attr besides x and edge_index, "
+                                 f"got {name}; explain with per_index=False")
+        n = x.shape[0]
+        index = torch.as_tensor(index, device=x.device)
+        if index.is_floating_point() or index.dtype == torch.bool or index.dim() > 1:
+            raise TypeError(f"index must be an int or a 1-D integer tensor of node indices, got "
+                            f"{index.dtype} with shape {tuple(index.shape)}")
+        index = index.long().view(-1)
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
+            raise ValueError(f"index must contain node indices 0..{n - 1}, got {int(index.min())}..{int(index.max())}")
+        hops = self.num_hops if self.num_hops is not None else \
+            builtins.sum(isinstance(m, MessagePassing) for m in model.modules())
+        edge_index = edge_index.long()
+        with torch.no_grad():
+            expected = model(x, edge_index, **kwargs)
+        if target is not None and target.numel() not in (n, index.numel()):
+            raise ValueError(f"target has {target.numel()} entries: pass one per node ({n}) or one per index "
+                             f"({index.numel()})")
+        src, dst = edge_index
+        perm = torch.argsort(dst, stable=True)
+        counts = torch.bincount(dst, minlength=n)
+        rowptr = torch.cumsum(counts, 0) - counts
+        nodes, edges, offset = [], [], 0
+        for chunk in index.split(self.chunk_size):
+            keys, edge_b, edge_e = _k_hop_union(chunk, hops, src, perm, rowptr, counts, n)
+            node_ids, graph = keys % n, keys // n
+            sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]),
+                                     torch.searchsorted(keys, edge_b * n + dst[edge_e])])
+            rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)
+            sub_target = None
+            if target is not None:
+                if target.numel() == n:
+                    sub_target = target.view(n, *target.shape[1:])[node_ids]
+                else:
+                    sub_target = target.new_zeros(keys.numel(), *target.shape[1:])
+                    sub_target[rows] = target[offset:offset + chunk.numel()]
+            sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
+            node_rel, edge_rel, out = self._relevance(
+                model, x[node_ids], sub_edges, sub_target, rows,
+                (node_ids, edge_index, kwargs.get("edge_weight"), n), checked=True, **sub_kwargs)
+            want, got = expected[chunk].to(out.dtype), out[rows]
+            tol = 1e-4 if out.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
+            if not torch.allclose(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max()) if want.numel() else 1.0)):
+                raise ValueError(
+                    f"per_index=True: the targets' {hops}-hop subgraphs do not reproduce the model's output "
+                    f"(largest difference {float((got - want).abs().max()):.3g}): the model looks further than "
+                    f"{hops} hops; pass num_hops= the number of message-passing steps of the model")
+            nodes.append((graph + offset, node_ids, node_rel))
+            edges.append((edge_b + offset, edge_e, edge_rel))
+            offset += chunk.numel()
+        k = index.numel()
+        node_index = torch.cat([torch.stack([g, i]) for g, i, _ in nodes], 1) if nodes else \
+            torch.zeros(2, 0, dtype=torch.long, device=x.device)
+        node_values = torch.cat([r for _, _, r in nodes]) if nodes else x.new_zeros(0, x.shape[1])
+        if self.explainer_config.node_mask_type == MaskType.object:
+            node_values = node_values.sum(-1, keepdim=True)
+        node_mask = node_values.new_zeros(n, node_values.shape[1]).index_add_(0, node_index[1], node_values)
+        extra = {"node_relevance": torch.sparse_coo_tensor(node_index, node_values, (k, n, node_values.shape[1]),
+                                                           is_coalesced=True, check_invariants=False)}
+        edge_mask = None
+        if self.explainer_config.edge_mask_type is not None:
+            edge_index_k = torch.cat([torch.stack([g, e]) for g, e, _ in edges], 1) if edges else \
+                torch.zeros(2, 0, dtype=torch.long, device=x.device)
+            edge_values = torch.cat([r for _, _, r in edges]) if edges else x.new_zeros(0)
+            edge_mask = edge_values.new_zeros(edge_index.shape[1]).index_add_(0, edge_index_k[1], edge_values)
+            extra["edge_relevance"] = torch.sparse_coo_tensor(edge_index_k, edge_values, (k, edge_index.shape[1])).coalesce()
+        if self.explainer_config.node_mask_type is None:
+            node_mask = None
+            del extra["node_relevance"]
+        return Explanation(node_mask=node_mask, edge_mask=edge_mask, **extra)
 
     def _start(self, out: Tensor, target: Tensor, index) -> Tensor:
         """The relevance of the outputs: the explained value where explained, else 0."""
@@ -671,6 +814,37 @@ class LRPExplainer(ExplainerAlgorithm):
             keep[index] = True
             rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
         return rel
+
+
+def _k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor, n: int):
+    """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union.
+
+    Returns ``(keys, edge_graph, edge_id)``: the sorted keys ``b * n + node`` of the nodes of
+    subgraph ``b`` (the subgraph of ``targets[b]``), and for each edge of the union its subgraph and
+    its id in the full graph: every edge into a node fewer than ``hops`` hops from the target.
+    ``perm``/``rowptr``/``counts``: the edges sorted by receiver, where each receiver's start, how many.
+    """
+    frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
+    visited = frontier
+    edge_graph, edge_id = [], []
+    for _ in range(hops):
+        node, graph = frontier % n, frontier // n
+        c = counts[node]
+        total = int(c.sum())
+        if total == 0:
+            break
+        which = torch.repeat_interleave(torch.arange(frontier.numel(), device=targets.device), c)
+        within = torch.arange(total, device=targets.device) - torch.repeat_interleave(torch.cumsum(c, 0) - c, c)
+        e = perm[rowptr[node][which] + within]
+        g = graph[which]
+        edge_graph.append(g)
+        edge_id.append(e)
+        new = torch.unique(g * n + src[e])
+        frontier = new[~torch.isin(new, visited)]
+        visited = torch.cat([visited, frontier])
+    empty = torch.zeros(0, dtype=torch.long, device=targets.device)
+    return (torch.sort(visited).values, torch.cat(edge_graph) if edge_graph else empty,
+            torch.cat(edge_id) if edge_id else empty)
 
 
 class Explainer(PyGExplainer):
