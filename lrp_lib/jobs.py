@@ -359,7 +359,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     (the counts of this process).  Read the rows with :func:`read_explanations`.
     """
     from torch_geometric.loader import DataLoader
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
 
     dataset, loader_batch = _dataset_of(dataset_or_loader)
     if batch_size is None:
