@@ -1,0 +1,690 @@
+r"""GNN-LRP: the relevance of walks, of node sets, and the most relevant walks.
+
+GNN-LRP (Schnake et al., *Higher-Order Explanations of Graph Neural Networks via Relevant Walks*,
+TPAMI 2021) gives each walk :math:`(j_0, j_1, \dots, j_L)` through an :math:`L`-layer graph network
+its relevance: :math:`j_0` is the input node, :math:`j_t` the node that receives the message at
+layer :math:`t`.  Layer :math:`t` computes, for each receiving node :math:`K`,
+
+.. math::  z_{K} = \sum_{\tau} \Big(\sum_{J \to K \text{ of type } \tau} c_{KJ}\, h_{J}\Big) W_\tau + b ,
+
+a sum of messages (GCN: one type, the normalised edges and self-loops; GraphConv and SAGEConv: a
+root type :math:`J = K` and a neighbour type; GIN: the aggregation :math:`(1+\epsilon) h_K +
+\sum_J h_J` with :math:`W = I`, its ``nn`` following as node-wise layers).  The walk's relevance
+is the nested LRP backward in which layer :math:`t` keeps only the message from :math:`j_{t-1}`
+to :math:`j_t`:
+
+.. math::  R_{j_0 \dots j_L} = \sum_{f_0, \dots, f_L}
+           \frac{h_{j_0 f_0} c_{j_1 j_0} w'_{f_0 f_1}}{z'_{j_1 f_1}} \cdots
+           \frac{h_{j_{L-1} f_{L-1}} c_{j_L j_{L-1}} w'_{f_{L-1} f_L}}{z'_{j_L f_L}}\, R_{j_L f_L}
+
+(node-wise layers between the message passing, such as ReLUs and GIN's MLP, apply their own rule
+in between), with :math:`w' = w + \gamma w^+` and :math:`z'` the denominator of all contributions
+to the unit (bias :math:`b + \gamma b^+` included) for the gamma rule, :math:`w' = w`,
+:math:`z' = z + \epsilon\,\mathrm{sign}(z)` for the epsilon rule.  Under LRP-0 (``rule="z"``) on
+a bias-free network of ReLUs, linear maps and sum/mean pools, this is the walk's exact
+contribution to the output in the network linearised at its ReLU gates, so **the walks' relevances
+sum to the output**, and summed over the walks that start at node :math:`j` they give node
+:math:`j`'s LRP relevance (walk relevance refines node relevance).
+
+How it is computed (the autograd trick).  One forward pass of the model's own ``forward`` runs
+with the convolutions (and, for a rule other than LRP-0, every ``Linear``) replaced by the same
+computation written so that its *gradient* is the rule: :math:`z = z' s + (z - z' s)_{\text{detached}}`,
+:math:`s = z / z'` detached, so the value is unchanged and ``input * grad`` is the rule's relevance.
+The output of each message-passing layer is cut from the graph, which splits the network into
+layers of message passing (sparse, one :math:`D \times F` map per message type) and node-wise
+segments; the node-wise segments' rule-Jacobians are taken once per layer with autograd (one
+vector-Jacobian product per feature).  Then
+
+* :func:`walk_relevance` multiplies, for each walk, the output's rule-gradient at :math:`j_L` by
+  the layers' step maps back to :math:`x_{j_0}`: :math:`O(L F^2)` per walk, all walks batched.
+* :func:`subgraph_relevance` is the same backward with every layer masked to :math:`S` (the sum
+  over walks inside :math:`S`, the sGNN-LRP relevance of Xiong et al., ICML 2022):
+  one masked message-passing backward, :math:`O(L (E F + N F^2))`, no enumeration.
+* :func:`top_walks` finds the :math:`k` walks of largest :math:`|R|` by branch and bound from the
+  output side (see its docstring): exact.
+
+The models: those :class:`~lrp_lib.explain.LRPExplainer` explains, built from ``GCNConv``,
+``GraphConv`` (aggr add or mean), ``GINConv`` (aggr add or mean) and ``SAGEConv`` (aggr add or
+mean, no project/normalize) with ``Linear``/``ReLU`` layers (PyG ``MLP`` without norms included)
+between them and in the head, and global add/mean/max pools, for graph- and node-level outputs.
+The walk's layers are the calls of these convolutions in the order ``model.forward`` makes them;
+between two calls only node-wise layers may act (checked).  Other node-wise operations pass their
+gradient (LRP-0 for linear maps).  One difference from ``LRPExplainer`` by design: GraphConv's
+and SAGEConv's root and neighbour terms share one denominator (Schnake et al.'s rule for the whole
+layer), where ``LRPExplainer`` first splits between the two terms; both agree under LRP-0.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GCNConv, GINConv, GraphConv, MessagePassing, SAGEConv
+from torch_geometric.nn import Linear as PyGLinear
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+from .rules import AlphaBeta, Epsilon, Gamma, Rule, get_rule
+from .validation import check_edge_index, check_node_features
+
+__all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel"]
+
+
+# ------------------------------------------------------------------ the rule
+def _rule_params(rule) -> tuple[float, float]:
+    """(gamma, eps) of the rule; (0, 0) is LRP-0."""
+    rule = get_rule(rule)
+    if isinstance(rule, Gamma):
+        return rule.gamma, rule.eps
+    if isinstance(rule, Epsilon):
+        return 0.0, rule.eps
+    raise ValueError(f"rule must be an epsilon rule ('z' = LRP-0, 'epsilon', Epsilon(eps)) or a gamma rule "
+                     f"('gamma', Gamma(gamma, eps)) for walk relevance, got {rule!r}"
+                     + (" (alpha-beta splits positive and negative parts: not one backward)"
+                        if isinstance(rule, AlphaBeta) else ""))
+
+
+def _modified(w: Tensor, gamma: float) -> Tensor:
+    return w + gamma * w.clamp(min=0) if gamma else w
+
+
+def _scale(z: Tensor, z_mod: Tensor, eps: float) -> Tensor:
+    """s = z / (z' + eps sign z'), sign(0) = +1; 0 where the denominator is 0."""
+    den = z_mod + eps * torch.where(z_mod >= 0, 1.0, -1.0).to(z_mod.dtype) if eps else z_mod
+    return torch.where(den == 0, torch.zeros_like(z), z / torch.where(den == 0, torch.ones_like(den), den))
+
+
+def _gradient_trick(z: Tensor, z_mod: Tensor, s: Tensor) -> Tensor:
+    """Value z, gradient that of z' * s (s constant)."""
+    t = z_mod * s
+    return t + (z - t).detach()
+
+
+# ------------------------------------------------------------------ one layer
+@dataclass
+class _Layer:
+    """One call of a message-passing layer: z_K = sum_tau (sum_{J->K, tau} c h_J) W_tau + b."""
+    name: str
+    num_nodes: int
+    src: Tensor                 # (P,) sender J of each (J, K) pair, pairs sorted by (K, J)
+    dst: Tensor                 # (P,) receiver K
+    coef: Tensor                # (P, T) summed coefficient of each message type
+    weights: list               # T modified maps (D x F) or None for the identity
+    scale: Tensor | None        # (N, F) s = z / z' (None: 1)
+    ptr: Tensor                 # (N + 1,) CSR over dst
+    u: Tensor | None = None     # the layer's input (N x D) in the recorded graph
+    z_leaf: Tensor | None = None
+    jac: Tensor | None = None   # (N, F_prev, D): d u / d z_prev under the rule, node by node
+
+    def key(self, j: Tensor, k: Tensor) -> Tensor:
+        return k * self.num_nodes + j
+
+    def find(self, j: Tensor, k: Tensor) -> Tensor:
+        """Index of the pair (j -> k), -1 where it is not a step of this layer."""
+        keys = self.key(self.src, self.dst)
+        q = self.key(j, k)
+        pos = torch.searchsorted(keys, q).clamp(max=max(keys.numel() - 1, 0))
+        ok = (keys.numel() > 0) & (keys[pos] == q) if keys.numel() else torch.zeros_like(q, dtype=torch.bool)
+        return torch.where(ok, pos, torch.full_like(pos, -1))
+
+    def step_back(self, v: Tensor, k: Tensor, pair: Tensor) -> Tensor:
+        """Gradient at the layer input row J from gradient v at output row K through pair (J->K):
+        sum_tau c_tau W'_tau (s_K * v)."""
+        if self.scale is not None:
+            v = v * self.scale[k]
+        out = None
+        for t, w in enumerate(self.weights):
+            part = v if w is None else v @ w.T
+            part = part * self.coef[pair, t].unsqueeze(-1)
+            out = part if out is None else out + part
+        return out
+
+    def back_all(self, g: Tensor, mask: Tensor | None) -> Tensor:
+        """Masked backward of the whole layer: g (..., N, F) -> (..., N, D), only pairs inside the mask."""
+        if self.scale is not None:
+            g = g * self.scale
+        out = None
+        for t, w in enumerate(self.weights):
+            part = g if w is None else g @ w.T                     # (..., N, D)
+            msg = part[..., self.dst, :] * self.coef[:, t].unsqueeze(-1)
+            if mask is not None:
+                msg = msg * (mask[..., self.src] & mask[..., self.dst]).unsqueeze(-1).to(msg.dtype)
+            agg = torch.zeros(*part.shape[:-2], self.num_nodes, part.shape[-1], dtype=part.dtype, device=part.device)
+            agg.index_add_(agg.dim() - 2, self.src, msg)
+            out = agg if out is None else out + agg
+        return out
+
+
+def _pairs(name, n, src, dst, coef, types, num_types, dtype):
+    """Unique (J, K) pairs sorted by (K, J) with their summed coefficient per type, and the CSR."""
+    keys = dst * n + src
+    uniq, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+    table = torch.zeros(uniq.numel(), num_types, dtype=dtype, device=src.device)
+    table.index_put_((inverse, types), coef.to(dtype), accumulate=True)
+    p_src, p_dst = uniq % n, torch.div(uniq, n, rounding_mode="floor")
+    counts = torch.bincount(p_dst, minlength=n)
+    ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    return p_src, p_dst, table, ptr
+
+
+def _mean_coef(dst: Tensor, n: int, w: Tensor) -> Tensor:
+    count = torch.bincount(dst, minlength=n).to(w.dtype).clamp(min=1)
+    return w / count[dst]
+
+
+def _aggr(m, name):
+    aggr = m.aggr if isinstance(m.aggr, str) else None
+    if aggr in ("add", "sum"):
+        return "add"
+    if aggr == "mean":
+        return "mean"
+    raise ValueError(f"walk relevance supports {name} with aggr 'add' or 'mean', got {m.aggr!r}")
+
+
+# ------------------------------------------------------------------ recording
+class WalkModel:
+    """The model run once, cut at its message-passing layers, under a rule (used by every function
+    here; build it yourself to reuse one forward pass for several queries).
+
+    Attributes: ``layers`` (one per message-passing call, in order), ``output`` (the explained
+    scalar), ``x`` and ``grad_out`` (the rule-gradient of the output at the last layer's output,
+    N x F_L).  ``index`` is the explained node of a node-level output (None: graph-level).
+    """
+
+    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
+                 index: int | None = None, target: int | None = None, **model_kwargs):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        x = check_node_features(x, "x")
+        edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
+        self.gamma, self.eps = _rule_params(rule)
+        self.exact = self.gamma == 0 and self.eps == 0
+        self.num_nodes = x.shape[0]
+        self.layers: list[_Layer] = []
+        self.x = x.detach().clone().requires_grad_(True)
+        self.index = None if index is None else _check_index(index, self.num_nodes)
+        training = model.training
+        model.eval()
+        try:
+            with torch.enable_grad(), self._patched(model):
+                out = model(self.x, edge_index, **model_kwargs)
+            self.output = _explained(out, self.index, target)
+            self._cut()
+        finally:
+            model.train(training)
+
+    # ---- patching
+    @contextlib.contextmanager
+    def _patched(self, model):
+        saved = []
+        convs = (GCNConv, GraphConv, GINConv, SAGEConv)
+        try:
+            for name, m in model.named_modules():
+                if isinstance(m, convs):
+                    saved.append((m, m.__dict__.get("forward")))
+                    m.forward = self._conv_forward(m, name or type(m).__name__)
+                elif isinstance(m, MessagePassing):
+                    raise ValueError(f"walk relevance does not support module '{name}' of type {type(m).__name__}; "
+                                     f"supported message passing: GCNConv, GraphConv, GINConv, SAGEConv")
+                elif isinstance(m, (nn.Linear, PyGLinear)) and not self.exact:
+                    saved.append((m, m.__dict__.get("forward")))
+                    m.forward = self._linear_forward(m)
+            yield
+        finally:
+            for m, forward in reversed(saved):
+                if forward is None:
+                    del m.forward
+                else:
+                    m.forward = forward
+
+    def _linear_forward(self, m):
+        def forward(x):
+            w, b = m.weight, m.bias
+            z = F.linear(x, w, b)
+            z_mod = F.linear(x, _modified(w, self.gamma), None if b is None else _modified(b, self.gamma))
+            return _gradient_trick(z, z_mod, _scale(z, z_mod, self.eps).detach())
+        return forward
+
+    def _conv_forward(self, m, name):
+        def forward(x, edge_index, *args, **kwargs):
+            return self._conv(m, name, x, edge_index, *args, **kwargs)
+        return forward
+
+    def _conv(self, m, name, x, edge_index, edge_weight=None, size=None):
+        if isinstance(x, (tuple, list)):
+            raise ValueError(f"walk relevance does not support {name} on bipartite (x_src, x_dst) input")
+        if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"{name} must be called with a dense edge_index of shape (2, E)")
+        n, dtype = x.shape[0], x.dtype
+        edge_index = edge_index.long()
+        e = edge_index.shape[1]
+        ones = x.new_ones(e)
+        w_edge = ones if edge_weight is None else edge_weight.detach().to(dtype)
+        nodes = torch.arange(n, device=x.device)
+        bias = None
+        if isinstance(m, GCNConv):
+            if m.flow != "source_to_target":
+                raise ValueError(f"walk relevance supports GCNConv with flow 'source_to_target' ({name})")
+            if m.normalize:
+                ei, w = gcn_norm(edge_index, w_edge if edge_weight is not None else None, n, m.improved,
+                                 m.add_self_loops, m.flow, dtype)
+            else:
+                ei, w = edge_index, w_edge
+            src, dst, coef, types = ei[0], ei[1], w, torch.zeros_like(ei[0])
+            weights = [m.lin.weight.T]
+            bias = m.bias
+        elif isinstance(m, GINConv):
+            aggr = _aggr(m, name)
+            c = w_edge if aggr == "add" else _mean_coef(edge_index[1], n, w_edge)
+            src = torch.cat([edge_index[0], nodes])
+            dst = torch.cat([edge_index[1], nodes])
+            coef = torch.cat([c, (1 + m.eps.detach()).to(dtype).expand(n)])
+            types = torch.zeros_like(src)
+            weights = [None]
+        else:  # GraphConv, SAGEConv: root and neighbour terms
+            aggr = _aggr(m, name)
+            if isinstance(m, SAGEConv):
+                if m.project or m.normalize:
+                    raise ValueError(f"walk relevance supports SAGEConv without project/normalize ({name})")
+                root_w = m.lin_r.weight.T if m.root_weight else None
+                rel_w, bias = m.lin_l.weight.T, m.lin_l.bias
+            else:
+                root_w, rel_w, bias = m.lin_root.weight.T, m.lin_rel.weight.T, m.lin_rel.bias
+            c = w_edge if aggr == "add" else _mean_coef(edge_index[1], n, w_edge)
+            src, dst, coef = edge_index[0], edge_index[1], c
+            types = torch.ones_like(src)
+            weights = [rel_w, rel_w]  # type 0 (root) replaced below
+            if root_w is not None:
+                src, dst = torch.cat([src, nodes]), torch.cat([dst, nodes])
+                coef = torch.cat([coef, x.new_ones(n)])
+                types = torch.cat([types, torch.zeros(n, dtype=torch.long, device=x.device)])
+                weights[0] = root_w
+            else:
+                weights[0] = rel_w * 0
+        num_types = len(weights)
+        # the forward value (same as PyG's, aggregation before the weight)
+        msgs = x[src] * coef.unsqueeze(-1)
+        z = z_mod = None
+        for t, w in enumerate(weights):
+            agg = torch.zeros(n, x.shape[1], dtype=dtype, device=x.device)
+            agg = agg.index_add(0, dst[types == t], msgs[types == t])
+            zt = agg if w is None else agg @ w
+            zt_mod = agg if w is None else agg @ _modified(w, self.gamma)
+            z = zt if z is None else z + zt
+            z_mod = zt_mod if z_mod is None else z_mod + zt_mod
+        if bias is not None:
+            z = z + bias
+            z_mod = z_mod + _modified(bias, self.gamma)
+        # a weight-free aggregation (GIN's) splits in proportion to the messages: no rule, no scale
+        scale = None if self.exact or all(w is None for w in weights) else _scale(z, z_mod, self.eps).detach()
+        p_src, p_dst, table, ptr = _pairs(name, n, src, dst, coef, types, num_types, dtype)
+        layer = _Layer(name, n, p_src, p_dst, table, [None if w is None else _modified(w, self.gamma).detach()
+                                                      for w in weights], scale, ptr, u=x)
+        z_leaf = z.detach().clone().requires_grad_(True)
+        layer.z_leaf = z_leaf
+        self.layers.append(layer)
+        out = z_leaf
+        if isinstance(m, GINConv):
+            out = m.nn(out)
+        return out
+
+    # ---- cutting into segments
+    def _cut(self):
+        if not self.layers:
+            raise ValueError("model: walk relevance needs at least one message-passing layer (GCNConv, GraphConv, "
+                             "GINConv, SAGEConv) called in model.forward")
+        leaves = [self.x] + [layer.z_leaf for layer in self.layers]
+        out = self.output
+        last = self.layers[-1].z_leaf
+        _check_depends(out, leaves, last, "the model's output")
+        (g,) = torch.autograd.grad(out, last, retain_graph=True, allow_unused=True)
+        self.grad_out = torch.zeros_like(last) if g is None else g.detach()
+        for t, layer in enumerate(self.layers):
+            prev = leaves[t]
+            u = layer.u
+            _check_depends(u, leaves, prev, f"the input of message-passing layer {t + 1} ({layer.name})")
+            layer.jac = _nodewise_jacobian(u, prev, layer.name)
+            layer.u = None
+
+    @property
+    def depth(self) -> int:
+        return len(self.layers)
+
+
+def _check_depends(t: Tensor, leaves: list[Tensor], allowed: Tensor, what: str):
+    """t must depend on no recorded leaf other than ``allowed`` (no skip over a message-passing layer)."""
+    if not t.requires_grad:
+        return
+    ids = {id(leaf): i for i, leaf in enumerate(leaves)}
+    seen, stack = set(), [t.grad_fn] if t.grad_fn is not None else []
+    if t.grad_fn is None and id(t) in ids and t is not allowed:
+        raise ValueError(f"{what} is not the output of the previous layer")
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        var = getattr(node, "variable", None)
+        if var is not None and id(var) in ids and var is not allowed:
+            k = ids[id(var)]
+            src = "x" if k == 0 else f"the output of message-passing layer {k}"
+            raise ValueError(f"{what} depends on {src} directly (a skip connection or a reused input): walks "
+                             f"need each message-passing layer to read only the previous one's output "
+                             f"through node-wise layers")
+        stack.extend(n for n, _ in node.next_functions)
+
+
+def _nodewise_jacobian(u: Tensor, prev: Tensor, name: str) -> Tensor:
+    """(N, F_prev, D) with jac[n] @ g_u[n] = rule-gradient at prev[n]; checks node-wise-ness."""
+    n, d = u.shape[0], u.shape[-1]
+    if u is prev:
+        return torch.eye(d, dtype=u.dtype, device=u.device).expand(n, d, d)
+    if not u.requires_grad:
+        return torch.zeros(n, prev.shape[-1], d, dtype=u.dtype, device=u.device)
+    eye = torch.eye(d, dtype=u.dtype, device=u.device)
+    cols = []
+    for k in range(d):
+        g = eye[k].expand(n, d)
+        (col,) = torch.autograd.grad(u, prev, g, retain_graph=True, allow_unused=True)
+        cols.append(torch.zeros_like(prev) if col is None else col)
+    jac = torch.stack(cols, -1).detach()
+    if n > 1:  # node-wise: a gradient at one node reaches that node only
+        probe = torch.zeros_like(u)
+        probe[n // 2] = 1.0
+        (col,) = torch.autograd.grad(u, prev, probe, retain_graph=True, allow_unused=True)
+        if col is not None:
+            other = torch.cat([col[: n // 2], col[n // 2 + 1:]])
+            if bool((other != 0).any()):
+                raise ValueError(f"model: the layers between message-passing layers (before {name}) mix nodes; "
+                                 f"walks need node-wise layers there (Linear, ReLU, MLP)")
+    return jac
+
+
+def _check_index(index, n: int) -> int:
+    if isinstance(index, Tensor):
+        if index.numel() != 1 or index.is_floating_point():
+            raise ValueError(f"index must be one node id (an int), got a tensor of shape {tuple(index.shape)}")
+        index = int(index)
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"index must be an int (the explained node), got {type(index).__name__}")
+    if not 0 <= index < n:
+        raise ValueError(f"index must be a node id in 0..{n - 1}, got {index}")
+    return index
+
+
+def _explained(out, index, target) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise ValueError(f"model must return a tensor, got {type(out).__name__}")
+    y = out
+    if index is not None:
+        if y.dim() == 0 or y.shape[0] <= index:
+            raise ValueError(f"index={index} but the model's output has shape {tuple(out.shape)} (no row {index}); "
+                             f"index is for node-level outputs (one row per node)")
+        y = y[index]
+    if target is not None:
+        if y.dim() == 0 or y.shape[-1] <= target or target < 0:
+            raise ValueError(f"target={target} is not a column of the model's output {tuple(out.shape)}")
+        y = y[..., target]
+    if y.numel() != 1:
+        raise ValueError(f"the explained output must be one number, but the model's output has shape "
+                         f"{tuple(out.shape)}: pass index= (node-level) and/or target= (the class column)")
+    return y.reshape(())
+
+
+# ------------------------------------------------------------------ walks
+def _check_walks(walks, wm: WalkModel) -> tuple[Tensor, list[Tensor]]:
+    """walks as long (W, L+1) and each layer's pair index (W,), with errors naming the argument."""
+    if not isinstance(walks, Tensor):
+        walks = torch.as_tensor(walks)
+    if walks.is_floating_point() or walks.is_complex() or walks.dtype == torch.bool:
+        raise TypeError(f"walks must be an integer tensor (W, L+1) of node ids, got dtype {walks.dtype}")
+    walks = walks.long()
+    if walks.dim() == 1:
+        walks = walks.unsqueeze(0)
+    L = wm.depth
+    if walks.dim() != 2 or walks.shape[1] != L + 1:
+        raise ValueError(f"walks must have shape (W, {L + 1}): the model has {L} message-passing layer(s), so a "
+                         f"walk is {L + 1} node ids (j_0 input node, ..., j_{L} last receiver); got shape "
+                         f"{tuple(walks.shape)}")
+    n = wm.num_nodes
+    if walks.numel() and (int(walks.min()) < 0 or int(walks.max()) >= n):
+        bad = ((walks < 0) | (walks >= n)).nonzero()[0]
+        raise ValueError(f"walks[{int(bad[0])}, {int(bad[1])}] = {int(walks[bad[0], bad[1]])} is not a node id "
+                         f"(0..{n - 1})")
+    pairs = []
+    for t, layer in enumerate(wm.layers):
+        pair = layer.find(walks[:, t], walks[:, t + 1])
+        if bool((pair < 0).any()):
+            w = int((pair < 0).nonzero()[0, 0])
+            j, k = int(walks[w, t]), int(walks[w, t + 1])
+            kind = "a self-loop step" if j == k else "an edge"
+            raise ValueError(f"walks[{w}] steps from node {j} to node {k} at layer {t + 1} ({layer.name}), "
+                             f"which is not {kind} of that layer (no message {j} -> {k})")
+        pairs.append(pair)
+    if wm.index is not None and walks.numel() and bool((walks[:, -1] != wm.index).any()):
+        w = int((walks[:, -1] != wm.index).nonzero()[0, 0])
+        raise ValueError(f"walks[{w}] ends at node {int(walks[w, -1])}, but the explained node is index={wm.index}: "
+                         f"for a node-level output every walk ends at the explained node")
+    return walks, pairs
+
+
+def _walks_backward(wm: WalkModel, walks: Tensor, pairs: list[Tensor]) -> Tensor:
+    v = wm.grad_out[walks[:, -1]]
+    for t in range(wm.depth, 0, -1):
+        layer = wm.layers[t - 1]
+        v = layer.step_back(v, walks[:, t], pairs[t - 1])            # (W, D) at the layer input row j_{t-1}
+        v = torch.einsum("wfd,wd->wf", layer.jac[walks[:, t - 1]], v)  # (W, F_{t-1})
+    return (wm.x.detach()[walks[:, 0]] * v).sum(-1)
+
+
+def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tensor, rule: Rule | str = "epsilon",
+                   *, index: int | None = None, target: int | None = None, **model_kwargs) -> Tensor:
+    r"""The GNN-LRP relevance of each walk (see the module docstring for the definition).
+
+    Args:
+        model: a graph network of supported layers (module docstring); put in eval mode while it runs.
+        x, edge_index: the graph; ``**model_kwargs`` (``batch=``, ``edge_weight=``) go to ``model``.
+        walks: LongTensor (W, L+1), one walk per row :math:`(j_0, \dots, j_L)`, :math:`L` the number of
+            message-passing calls: :math:`j_0` the input node, :math:`j_t` the node receiving the
+            message at layer :math:`t`.  A step :math:`j \to j` is allowed where the layer has a
+            self/root term (GCN's self-loops, GIN's :math:`(1+\epsilon) h_j`, GraphConv's root weight)
+            or the graph has the self-loop edge.  A walk ends anywhere for a graph-level output,
+            at ``index`` for a node-level one.
+        rule: ``"z"`` (LRP-0), ``"epsilon"`` / ``Epsilon(eps)`` (default, :math:`\epsilon = 10^{-6}`),
+            ``"gamma"`` / ``Gamma(gamma, eps)``.
+        index: the explained node of a node-level output (the output's row).
+        target: the explained column of the output (class), if it has several.
+
+    Returns: (W,) relevance, in x's dtype.  Under LRP-0 on a bias-free model, the relevances of all
+    walks (:func:`all_walks`) sum to the explained output.  Cost: one forward pass and the
+    node-wise Jacobians, then :math:`O(L F^2)` per walk.
+    """
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    walks, pairs = _check_walks(walks, wm)
+    return _walks_backward(wm, walks, pairs).detach()
+
+
+def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
+    """Every walk of the recorded model (W, L+1), ending at ``end`` (node ids; default: the explained
+    node for a node-level output, else every node).  Exponential in depth: for small graphs."""
+    n = wm.num_nodes
+    if end is None:
+        end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
+    end = end.to(wm.x.device)
+    walks = end.long().view(-1, 1)
+    for layer in reversed(wm.layers):
+        k = walks[:, 0]
+        counts = layer.ptr[k + 1] - layer.ptr[k]
+        parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), counts)
+        offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        pair = layer.ptr[k][parent] + offs
+        walks = torch.cat([layer.src[pair].unsqueeze(1), walks[parent]], dim=1)
+    return walks
+
+
+# ------------------------------------------------------------------ subgraphs
+def _node_mask(nodes, n: int) -> Tensor:
+    if not isinstance(nodes, Tensor):
+        nodes = torch.as_tensor(list(nodes) if not isinstance(nodes, (list, tuple)) else nodes, dtype=torch.long)
+    if nodes.dtype == torch.bool:
+        if nodes.shape[-1] != n or nodes.dim() > 2:
+            raise ValueError(f"nodes as a boolean mask must have shape ({n},) or (M, {n}), got {tuple(nodes.shape)}")
+        return nodes
+    if nodes.is_floating_point():
+        raise TypeError(f"nodes must be node ids (an integer tensor or list) or a boolean mask, got dtype {nodes.dtype}")
+    nodes = nodes.long().view(-1)
+    if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
+        bad = int(nodes[(nodes < 0) | (nodes >= n)][0])
+        raise ValueError(f"nodes contains {bad}, not a node id (0..{n - 1})")
+    mask = torch.zeros(n, dtype=torch.bool, device=nodes.device)
+    mask[nodes] = True
+    return mask
+
+
+def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, rule: Rule | str = "epsilon", *,
+                       index: int | None = None, target: int | None = None, **model_kwargs) -> Tensor:
+    r"""The relevance of the node set :math:`S` = ``nodes``: the sum of the relevance of every walk
+    that stays in :math:`S` (sGNN-LRP, Xiong et al., ICML 2022).
+
+    Computed without enumerating walks: the walk backward of :func:`walk_relevance` run on every node
+    at once with each layer's messages restricted to pairs inside :math:`S` (and the output's gradient
+    to :math:`S`), which is the sum over all walks in :math:`S` by distributivity.  Cost: one forward
+    pass plus :math:`O(L (E F + N F D))`, polynomial.
+
+    Args:
+        nodes: node ids (list or LongTensor) or a boolean mask (N,); a boolean (M, N) gives M sets at
+            once.  For a node-level output only walks ending at ``index`` count (0 if ``index`` is
+            not in :math:`S`).
+        others: as :func:`walk_relevance`.
+
+    Returns: a 0-dim tensor (or (M,) for M sets).  With :math:`S` = all nodes, under LRP-0 on a bias-free
+    model, it is the explained output.
+    """
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    mask = _node_mask(nodes, wm.num_nodes).to(wm.x.device)
+    return _masked_backward(wm, mask).detach()
+
+
+def _masked_backward(wm: WalkModel, mask: Tensor) -> Tensor:
+    g = wm.grad_out
+    if wm.index is not None:
+        keep = torch.zeros(wm.num_nodes, dtype=torch.bool, device=g.device)
+        keep[wm.index] = True
+        g = g * keep.unsqueeze(-1).to(g.dtype)
+    g = g * mask.unsqueeze(-1).to(g.dtype)                      # (..., N, F)
+    for layer in reversed(wm.layers):
+        g = layer.back_all(g, mask)                              # (..., N, D)
+        g = torch.einsum("nfd,...nd->...nf", layer.jac, g)
+    return (wm.x.detach() * g * mask.unsqueeze(-1).to(g.dtype)).sum((-1, -2))
+
+
+# ------------------------------------------------------------------ top-k
+def _bounds(wm: WalkModel) -> list[Tensor]:
+    """A[t] (N, F_t): A[t][K, f] >= |a_f| for every prefix row vector a with R = a . v at layer t's output row K."""
+    a = wm.x.detach().abs()
+    bounds = []
+    for layer in wm.layers:
+        b = torch.einsum("nf,nfd->nd", a, layer.jac.abs())          # (N, D) bound at the layer input
+        out = None
+        for t, w in enumerate(layer.weights):
+            q = b if w is None else b @ w.abs()                       # (N, F)
+            msg = q[layer.src] * layer.coef[:, t].abs().unsqueeze(-1)
+            out = msg if out is None else out + msg
+        best = torch.zeros(layer.num_nodes, out.shape[-1], dtype=out.dtype, device=out.device)
+        best = best.index_reduce(0, layer.dst, out, "amax", include_self=True)
+        if layer.scale is not None:
+            best = best * layer.scale.abs()
+        bounds.append(best)
+        a = best
+    return bounds
+
+
+def _expand(wm: WalkModel, t: int, walks: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Children at layer t-1 of suffixes whose first node is at layer t (walks hold the suffix in
+    columns t..L)."""
+    layer = wm.layers[t - 1]
+    k = walks[:, t]
+    counts = layer.ptr[k + 1] - layer.ptr[k]
+    parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), counts)
+    offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    pair = layer.ptr[k][parent] + offs
+    j = layer.src[pair]
+    child_v = layer.step_back(v[parent], k[parent], pair)
+    child_v = torch.einsum("wfd,wd->wf", layer.jac[j], child_v)
+    child = walks[parent].clone()
+    child[:, t - 1] = j
+    return child, child_v
+
+
+def _ub(wm: WalkModel, bounds: list[Tensor], t: int, walks: Tensor, v: Tensor) -> Tensor:
+    if t == 0:
+        return (wm.x.detach()[walks[:, 0]] * v).sum(-1).abs()
+    return (bounds[t - 1][walks[:, t]] * v.abs()).sum(-1)
+
+
+def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rule | str = "epsilon", *,
+              index: int | None = None, target: int | None = None, beam: int | None = None,
+              **model_kwargs) -> tuple[Tensor, Tensor]:
+    r"""The ``k`` walks of largest :math:`|R|`, exactly, without enumerating all walks.
+
+    Search: **branch and bound with exact (valid) upper bounds**, from the output side.  A partial walk
+    is a suffix :math:`(j_t, \dots, j_L)` with its rule-gradient :math:`v` at layer :math:`t`'s output
+    row :math:`j_t`; every completion has relevance :math:`a \cdot v` for a prefix vector :math:`a`,
+    and :math:`|a_f| \le A_t[j_t, f]`, computed for all nodes by one max-product pass from the input
+    (:math:`A_0 = |x|`, then the layers with absolute weights, coefficients, Jacobians and scales,
+    max over senders).  So :math:`\sum_f A_t[j_t, f] |v_f|` bounds the :math:`|R|` of every walk that
+    extends the suffix.  First a beam search (width ``beam``, default :math:`\max(4k, 32)`) ranked by
+    that bound completes some walks; the :math:`k`-th largest of their :math:`|R|` is a threshold
+    :math:`\tau`.  Then every suffix is expanded layer by layer keeping only those whose bound is
+    :math:`\ge \tau`: a walk among the true top :math:`k` has :math:`|R| \ge \tau` and so do the bounds
+    of all its suffixes, so it is never pruned.  **Guarantee**: the result is the exact top :math:`k`
+    of all walks by :math:`|R|` (ties at the :math:`k`-th value broken arbitrarily); the cost depends
+    on how many suffixes the bound cannot rule out (worst case all walks, typically a small multiple
+    of :math:`k` per layer times the degree).
+
+    Args:
+        k: how many walks (>= 1); fewer come back if the graph has fewer walks.
+        others: as :func:`walk_relevance`.
+
+    Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1 (the number of walks to return), got {k!r}")
+    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
+        raise ValueError(f"beam must be an int >= 1 (the beam width of the first pass), got {beam!r}")
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    return _top_walks(wm, k, beam or max(4 * k, 32))
+
+
+def _start(wm: WalkModel) -> tuple[Tensor, Tensor]:
+    L, n = wm.depth, wm.num_nodes
+    ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)).to(wm.x.device)
+    walks = torch.full((ends.numel(), L + 1), -1, dtype=torch.long, device=ends.device)
+    walks[:, L] = ends
+    return walks, wm.grad_out[ends]
+
+
+def _top_walks(wm: WalkModel, k: int, beam: int) -> tuple[Tensor, Tensor]:
+    L = wm.depth
+    bounds = _bounds(wm)
+    # 1. beam search for a threshold
+    walks, v = _start(wm)
+    for t in range(L, 0, -1):
+        ub = _ub(wm, bounds, t, walks, v)
+        if ub.numel() > beam:
+            keep = ub.topk(beam).indices
+            walks, v = walks[keep], v[keep]
+        walks, v = _expand(wm, t, walks, v)
+    rel = (wm.x.detach()[walks[:, 0]] * v).sum(-1)
+    tau = rel.abs().topk(min(k, rel.numel())).values[-1] if rel.numel() >= k else rel.new_zeros(())
+    tau = tau * (1 - 1e3 * torch.finfo(rel.dtype).eps)  # float rounding of the bounds vs. exact values
+    # 2. branch and bound with the threshold
+    walks, v = _start(wm)
+    for t in range(L, 0, -1):
+        keep = _ub(wm, bounds, t, walks, v) >= tau
+        walks, v = _expand(wm, t, walks[keep], v[keep])
+    rel = (wm.x.detach()[walks[:, 0]] * v).sum(-1)
+    order = rel.abs().argsort(descending=True, stable=True)[:k]
+    return walks[order], rel[order].detach()
