@@ -179,8 +179,14 @@ class _Capture:
         self.handle.remove()
 
 
-def _rows_of(out: Tensor, mode: str) -> Tensor:
+def _rows_of(out, mode: str, n_graphs: int) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"model: explain_dataset needs a model that returns a tensor, got {type(out).__name__}")
     out = out.detach()
+    if out.dim() == 0 or out.shape[0] != n_graphs:
+        raise ValueError(f"model: explain_dataset explains graph-level models (one output row per graph), but the "
+                         f"model gave {tuple(out.shape)} for a batch of {n_graphs} graphs; node-level models "
+                         "are not supported")
     if mode == "multiclass_classification":
         if out.dim() != 2:
             raise ValueError(f"mode='multiclass_classification' expects outputs of shape (graphs, classes), "
@@ -228,7 +234,7 @@ class _PyGBatch:
                                          torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device))
         finally:
             capture.remove()
-        out = _rows_of(capture.out, self.mode)
+        out = _rows_of(capture.out, self.mode, n_graphs)
         node = explanation.node_mask.detach().view(-1)
         edge = explanation.edge_mask.detach().view(-1)
         if self.mode == "multiclass_classification":
@@ -267,8 +273,8 @@ class _GraphBatch:
         data = graph.relevance_inputs(batch, ("x", "edge_attr", "u"))
         with torch.enable_grad(), relevance():
             raw = self.model(data)
-        out = _rows_of(raw, self.mode)
-        n_graphs = out.shape[0]
+        n_graphs = int(batch.num_graphs)
+        out = _rows_of(raw, self.mode, n_graphs)
         if self.mode == "multiclass_classification":
             if target_spec == "prediction":
                 target = out.argmax(-1)
@@ -502,8 +508,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", default="prediction", help="'prediction', 'label' or a class index")
     parser.add_argument("--rule", default=None, help="LRP rule of a PyG model: epsilon (default) or gamma")
     parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads per process (torchrun sets OMP_NUM_THREADS=1 itself)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     target = int(args.target) if args.target.lstrip("-").isdigit() else args.target
 
     import torch.distributed as dist

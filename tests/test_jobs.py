@@ -316,6 +316,16 @@ def test_bad_arguments(tmp_path, factories):
         jobs.explain_dataset(model, data, tmp_path / "file", **kw)
     with pytest.raises(TypeError, match="out must be a folder path"):
         jobs.explain_dataset(model, data, 3, **kw)
+    class NodeLevel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(5, 1)
+
+        def forward(self, x, edge_index, batch=None):
+            return self.lin(x)
+
+    with pytest.raises(ValueError, match="model: explain_dataset explains graph-level models"):
+        jobs.explain_dataset(NodeLevel(), data, tmp_path / "n", **kw)
     # a resumed job must keep the arguments that shape its rows
     jobs.explain_dataset(model, DataLoader(data, batch_size=2), tmp_path / "b", **kw)
     with pytest.raises(ValueError, match="this call has batch_size=3: batch_size differs"):

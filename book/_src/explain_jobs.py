@@ -196,8 +196,9 @@ print("same rows as the uninterrupted job:",
 # With `batch_size` $s$, batch $b$ holds the graphs $bs, \dots, (b + 1)s - 1$, whatever the number of
 # processes, and rank $r$ of $w$ explains the batches with $b \bmod w = r$, writing its own part
 # files and its own manifest `manifest-rank<r>.json` into the shared folder. So the union of the
-# ranks' rows is exactly the single-process output (the tests check this with two processes on the
-# CPU), and a job started on one machine may be resumed on eight. On several machines, `--out`
+# ranks' rows is the single-process output (the tests check this with two processes on the CPU), bit
+# for bit when each process uses as many threads as the single one did (`torchrun` starts each with
+# one thread; `--threads` sets it), and a job started on one machine may be resumed on eight. On several machines, `--out`
 # must be a folder that all of them see (a network file system); otherwise copy the folders
 # together afterwards, since no two ranks write the same file.
 #
