@@ -126,7 +126,7 @@ class MessageRelevance(torch.autograd.Function):
         (edge_id,) = ctx.saved_tensors
         if ctx.record is not None:
             keep = edge_id >= 0
-            ctx.record.index_add_(0, edge_id[keep], rel_out[keep].sum(-1).to(ctx.record.dtype))
+            ctx.record.index_add_(0, edge_id[keep], rel_out.sum(-1)[keep].to(ctx.record.dtype))
         return rel_out, None, None, None
 
 

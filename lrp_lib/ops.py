@@ -22,6 +22,7 @@ relevance through where the unit is active.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from typing import Sequence
@@ -62,11 +63,13 @@ def _raise_not_finite(op: str) -> None:
 def _warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
     """Warn if relevance was sent into outputs flagged by the boolean mask ``zero``; raise if
     that relevance is NaN or Inf (``NaN != 0`` is true, but it is no amount that was lost)."""
-    if not bool(torch.isfinite(rel_out[zero]).all()):
+    lost = torch.where(zero, rel_out, rel_out.new_zeros(()))  # what reached the zero outputs
+    ends = torch.aminmax(lost) if lost.numel() else (lost.new_zeros(()), lost.new_zeros(()))
+    low, high = float(ends[0]), float(ends[1])
+    if not (math.isfinite(low) and math.isfinite(high)):
         _raise_not_finite(op)
-    lost = zero & (rel_out != 0)
-    if bool(lost.any()):
-        amount = float(rel_out[lost].abs().sum())
+    if low != 0 or high != 0:
+        amount = float(lost.abs().sum())
         warnings.warn(
             f"{op}: relevance of total magnitude {amount:.4g} reached outputs equal to zero "
             f"and was lost (a zero output cannot be split in proportion to its inputs)",

@@ -1,0 +1,202 @@
+"""Many target nodes of a large graph: nodes explained per second, LRP against Captum saliency and GNNExplainer.
+
+    python benchmarks/bench_nodes.py           # 10,000 targets, 100,000 nodes, 1,000,000 edges (the issue's size)
+    python benchmarks/bench_nodes.py --fast    # 500 targets, 10,000 nodes, 100,000 edges (writes no results file)
+
+A 3-layer GCN (32 input features, 32 hidden, 4 classes, ReLU, a linear head; random weights: the
+cost does not depend on training) on a random graph (``torch.randint`` senders and receivers),
+float32, CPU, ``--threads`` intra-op threads (default 2, the cores of the book's machine).  Every
+method runs through PyG's ``Explainer`` (``explanation_type="model"``, node-level multiclass):
+
+* **LRP, per_index=True**: ``LRPExplainer(per_index=True)`` with ``index`` = all targets in one call:
+  each target explained on its own, chunks of ``--chunk-size`` targets on the disjoint union of
+  their 3-hop subgraphs (one forward and one backward per chunk).  Timed on every target.
+* **Captum saliency**: ``CaptumExplainer("Saliency")``, one call per target (each is a forward and a
+  backward of the whole graph).  Timed on a subset of ``--subset`` targets; nodes per second are
+  that subset's.
+* **GNNExplainer** (PyG, ``--gnnexplainer-epochs`` steps), one call per target, timed on
+  ``--gnnexplainer-subset`` targets; the time for all targets is extrapolated (and labelled so).
+* The two ways of batching the issue names, measured on ``--subset`` targets: a batched backward
+  (``torch.autograd.grad(..., is_grads_batched=True)``, i.e. ``vmap`` over the backward of the whole
+  graph) and one backward of the whole graph per target (``retain_graph=True``), against the
+  k-hop subgraphs above.  The relevance backward is written with autograd Functions whose backward
+  checks its values (``bool()`` of a tensor), which ``vmap`` cannot batch: if the batched backward
+  fails, the error is recorded.
+
+The nodes per second of each method are printed and written to ``benchmarks/results/nodes.json``
+(``results_file.write_results``), which the book's Performance page renders.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.explain import Explainer, GNNExplainer
+from torch_geometric.explain.algorithm import CaptumExplainer
+from torch_geometric.nn import GCNConv
+
+from lrp_lib.explain import LRPExplainer, lrp_patched
+
+import results_file  # benchmarks/results_file.py
+
+MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+
+
+class GCN(nn.Module):
+    def __init__(self, features: int, hidden: int, classes: int):
+        super().__init__()
+        self.conv1 = GCNConv(features, hidden)
+        self.conv2 = GCNConv(hidden, hidden)
+        self.conv3 = GCNConv(hidden, hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x, edge_index):
+        x = F.relu(self.conv1(x, edge_index))
+        x = F.relu(self.conv2(x, edge_index))
+        x = F.relu(self.conv3(x, edge_index))
+        return self.head(x)
+
+
+def setup(nodes: int, edges: int, targets: int, features: int = 32):
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = GCN(features, 32, 4).eval()
+    x = torch.randn(nodes, features, generator=g)
+    edge_index = torch.randint(0, nodes, (2, edges), generator=g)
+    index = torch.randperm(nodes, generator=g)[:targets]
+    return model, x, edge_index, index
+
+
+def per_second(count: int, seconds: float) -> float:
+    return count / seconds
+
+
+def lrp_nodes(model, x, edge_index, index, chunk_size: int):
+    explainer = Explainer(model, algorithm=LRPExplainer(per_index=True, chunk_size=chunk_size),
+                          explanation_type="model", node_mask_type="object", edge_mask_type="object",
+                          model_config=MODEL_CONFIG)
+    start = time.perf_counter()
+    explanation = explainer(x, edge_index, index=index)
+    seconds = time.perf_counter() - start
+    return seconds, explanation
+
+
+def per_target(explainer, x, edge_index, targets) -> float:
+    start = time.perf_counter()
+    for t in targets.tolist():
+        explainer(x, edge_index, index=t)
+    return time.perf_counter() - start
+
+
+def batched_backward(model, x, edge_index, targets):
+    """(seconds or None, error or None) of a vmap'ed backward of the whole graph for ``targets``,
+    and the seconds of one whole-graph backward per target."""
+    leaf = x.clone().requires_grad_()
+    with torch.enable_grad(), lrp_patched(model, "epsilon", None, x.dtype):
+        out = model(leaf, edge_index)
+        starts = torch.zeros(targets.numel(), *out.shape)
+        cls = out.detach()[targets].argmax(-1)
+        starts[torch.arange(targets.numel()), targets, cls] = out.detach()[targets, cls]
+        t0 = time.perf_counter()
+        for i in range(targets.numel()):
+            torch.autograd.grad(out, leaf, starts[i], retain_graph=True)
+        loop_seconds = time.perf_counter() - t0
+        try:
+            t0 = time.perf_counter()
+            torch.autograd.grad(out, leaf, starts, retain_graph=True, is_grads_batched=True)
+            return time.perf_counter() - t0, None, loop_seconds
+        except Exception as error:  # noqa: BLE001 -- recorded in the results
+            return None, f"{type(error).__name__}: {str(error).splitlines()[0][:300]}", loop_seconds
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--fast", action="store_true", help="500 targets on 10,000 nodes; writes no results file")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--chunk-size", type=int, default=256)
+    p.add_argument("--subset", type=int, default=20, help="targets for Captum saliency and the batching comparison")
+    p.add_argument("--gnnexplainer-subset", type=int, default=2)
+    p.add_argument("--gnnexplainer-epochs", type=int, default=100)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")  # PyG/Captum deprecation notes; LostRelevanceWarning at dead ReLUs
+    nodes, edges, targets = (10_000, 100_000, 500) if args.fast else (100_000, 1_000_000, 10_000)
+    model, x, edge_index, index = setup(nodes, edges, targets)
+    subset = index[: args.subset]
+    print(f"3-layer GCN, {nodes:,} nodes, {edges:,} edges, {targets:,} targets, float32, CPU, "
+          f"{torch.get_num_threads()} threads\n", flush=True)
+
+    lrp_explainer = Explainer(model, algorithm=LRPExplainer(per_index=True, chunk_size=args.chunk_size),
+                              explanation_type="model", node_mask_type="object", edge_mask_type="object",
+                              model_config=MODEL_CONFIG)
+    lrp_explainer(x, edge_index, index=index[:8])  # warm-up
+    lrp_seconds, explanation = lrp_nodes(model, x, edge_index, index, args.chunk_size)
+    lrp_subset_seconds, _ = lrp_nodes(model, x, edge_index, subset, args.chunk_size)
+    nnz = explanation.node_relevance._nnz()
+    print(f"LRP per_index: {targets:,} targets in {lrp_seconds:.1f} s, {per_second(targets, lrp_seconds):.0f} nodes/s "
+          f"({nnz / targets:.0f} subgraph nodes per target)", flush=True)
+
+    saliency = Explainer(model, algorithm=CaptumExplainer("Saliency"), explanation_type="model",
+                         node_mask_type="attributes", edge_mask_type=None, model_config=MODEL_CONFIG)
+    saliency(x, edge_index, index=int(subset[0]))  # warm-up
+    saliency_seconds = per_target(saliency, x, edge_index, subset)
+    print(f"Captum saliency: {subset.numel()} targets in {saliency_seconds:.1f} s, "
+          f"{per_second(subset.numel(), saliency_seconds):.2f} nodes/s", flush=True)
+
+    gnn_subset = index[: args.gnnexplainer_subset]
+    gnnexplainer = Explainer(model, algorithm=GNNExplainer(epochs=args.gnnexplainer_epochs), explanation_type="model",
+                             node_mask_type="attributes", edge_mask_type="object", model_config=MODEL_CONFIG)
+    gnn_seconds = per_target(gnnexplainer, x, edge_index, gnn_subset)
+    print(f"GNNExplainer ({args.gnnexplainer_epochs} epochs): {gnn_subset.numel()} targets in {gnn_seconds:.1f} s, "
+          f"{per_second(gnn_subset.numel(), gnn_seconds):.3f} nodes/s; all {targets:,} targets extrapolated: "
+          f"{gnn_seconds / gnn_subset.numel() * targets / 3600:.1f} h", flush=True)
+
+    batched_seconds, batched_error, loop_seconds = batched_backward(model, x, edge_index, subset)
+    print(f"batched backward (is_grads_batched) on {subset.numel()} targets: "
+          + (f"{batched_seconds:.2f} s" if batched_error is None else f"fails: {batched_error}"), flush=True)
+    print(f"one whole-graph backward per target: {subset.numel()} targets in {loop_seconds:.2f} s, "
+          f"{per_second(subset.numel(), loop_seconds):.1f} nodes/s (forward not counted)", flush=True)
+
+    rows = [
+        {"method": "LRP, per_index=True (k-hop subgraphs, chunks)", "key": "lrp", "targets": targets,
+         "seconds": lrp_seconds, "nodes_per_second": per_second(targets, lrp_seconds), "extrapolated": False},
+        {"method": "LRP, per_index=True, on the subset", "key": "lrp_subset", "targets": subset.numel(),
+         "seconds": lrp_subset_seconds, "nodes_per_second": per_second(subset.numel(), lrp_subset_seconds),
+         "extrapolated": False},
+        {"method": "Captum saliency (one call per target)", "key": "saliency", "targets": subset.numel(),
+         "seconds": saliency_seconds, "nodes_per_second": per_second(subset.numel(), saliency_seconds),
+         "extrapolated": False},
+        {"method": f"GNNExplainer, {args.gnnexplainer_epochs} epochs (one call per target)", "key": "gnnexplainer",
+         "targets": gnn_subset.numel(), "seconds": gnn_seconds,
+         "nodes_per_second": per_second(gnn_subset.numel(), gnn_seconds), "extrapolated": True,
+         "seconds_all_targets_extrapolated": gnn_seconds / gnn_subset.numel() * targets},
+        {"method": "LRP, one whole-graph backward per target (retain_graph, forward not counted)",
+         "key": "lrp_backward_loop", "targets": subset.numel(), "seconds": loop_seconds,
+         "nodes_per_second": per_second(subset.numel(), loop_seconds), "extrapolated": False},
+        {"method": "LRP, batched whole-graph backward (is_grads_batched)", "key": "lrp_batched_backward",
+         "targets": subset.numel(), "seconds": batched_seconds,
+         "nodes_per_second": None if batched_seconds is None else per_second(subset.numel(), batched_seconds),
+         "extrapolated": False, "error": batched_error},
+    ]
+    print("\n| method | targets timed | s | nodes/s |")
+    print("| --- | ---: | ---: | ---: |")
+    for r in rows:
+        rate = "fails" if r["nodes_per_second"] is None else f"{r['nodes_per_second']:.3g}"
+        print(f"| {r['method']} | {r['targets']:,} | {r['seconds'] or 0:.2f} | {rate} |")
+    if args.fast:
+        print("--fast: benchmarks/results/nodes.json left as it is")
+        return
+    path = results_file.write_results("nodes", rows, {
+        "nodes": nodes, "edges": edges, "targets": targets, "features": 32, "hidden": 32, "layers": 3,
+        "classes": 4, "chunk_size": args.chunk_size, "subset": args.subset,
+        "gnnexplainer_subset": args.gnnexplainer_subset, "gnnexplainer_epochs": args.gnnexplainer_epochs,
+        "threads": args.threads, "target_nodes_per_second": 200, "dtype": "float32", "device": "cpu"})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
