@@ -1,0 +1,428 @@
+"""lrp_lib.walks against slow enumeration references written from the definitions.
+
+Two references, both dense and independent of lrp_lib.walks (they only read the modules' weights):
+
+* LRP-0: a walk's contribution in the network linearised at its ReLU gates, the product along the
+  walk of the layers' Jacobian blocks (message coefficient x weight x gate), times x_{j_0};
+* the gamma rule: Schnake et al.'s nested relevance, R_J = h_J * (sum_tau c_KJ W'_tau (R_K / z'_K)),
+  with z'_K all modified contributions to the unit (bias included), node-wise layers by the same
+  rule, the pool by proportion.
+
+Every walk is enumerated (itertools.product over nodes, kept if each step has a message).
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool, global_mean_pool
+
+from lrp_lib.explain import Explainer, LRPExplainer
+from lrp_lib.rules import Epsilon, Gamma
+from lrp_lib.walks import WalkModel, all_walks, subgraph_relevance, top_walks, walk_relevance
+
+N, F_IN, HID, C, L = 6, 3, 4, 2, 3
+EDGES = [(0, 1), (1, 2), (2, 3), (3, 0), (2, 4), (4, 5), (1, 4)]
+EDGE_INDEX = torch.tensor([[a for a, b in EDGES] + [b for a, b in EDGES] + [5],
+                           [b for a, b in EDGES] + [a for a, b in EDGES] + [0]])  # 5 -> 0 one way
+
+
+class Net(nn.Module):
+    def __init__(self, kind: str, node_level: bool = False, bias: bool = False, pool=global_add_pool):
+        super().__init__()
+        dims = [F_IN] + [HID] * L
+        self.convs = nn.ModuleList(_conv(kind, dims[i], dims[i + 1], bias) for i in range(L))
+        self.head = nn.Linear(HID, C, bias=bias)
+        self.node_level, self.pool = node_level, pool
+
+    def forward(self, x, edge_index, batch=None):
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        if not self.node_level:
+            x = self.pool(x, batch)
+        return self.head(x)
+
+
+def _conv(kind, i, o, bias):
+    if kind == "gcn":
+        return GCNConv(i, o, bias=bias)
+    if kind == "graphconv":
+        return GraphConv(i, o, bias=bias)
+    if kind == "sage":
+        return SAGEConv(i, o, bias=bias)
+    if kind == "gin":
+        return GINConv(nn.Sequential(nn.Linear(i, o, bias=bias), nn.ReLU(), nn.Linear(o, o, bias=bias)), eps=0.3)
+    raise ValueError(kind)
+
+
+def make(kind, node_level=False, bias=False, seed=0, pool=global_add_pool):
+    torch.manual_seed(seed)
+    model = Net(kind, node_level, bias, pool).double().eval()
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    return model, x
+
+
+# ------------------------------------------------------------ the references
+def _layer_spec(conv):
+    """(terms [(C (N x N) with C[K, J], W (in x out) or None)], bias, node-wise ops after z)."""
+    A = torch.zeros(N, N, dtype=torch.float64)
+    A.index_put_((EDGE_INDEX[1], EDGE_INDEX[0]), torch.ones(EDGE_INDEX.shape[1], dtype=torch.float64), accumulate=True)
+    eye = torch.eye(N, dtype=torch.float64)
+    if isinstance(conv, GCNConv):
+        At = A + eye
+        d = At.sum(1).pow(-0.5)
+        return [(d[:, None] * At * d[None, :], conv.lin.weight.T)], conv.bias, []
+    if isinstance(conv, GraphConv):
+        return [(eye, conv.lin_root.weight.T), (A, conv.lin_rel.weight.T)], conv.lin_rel.bias, []
+    if isinstance(conv, SAGEConv):
+        return [(eye, conv.lin_r.weight.T), (A / A.sum(1).clamp(min=1)[:, None], conv.lin_l.weight.T)], conv.lin_l.bias, []
+    if isinstance(conv, GINConv):
+        ops = [("lin", m.weight, m.bias) if isinstance(m, nn.Linear) else ("relu",) for m in conv.nn]
+        return [(A + (1 + float(conv.eps)) * eye, None)], None, ops
+    raise TypeError(conv)
+
+
+def _div(a, b):
+    """a / b, 0 where b = 0 (a unit or a pooled feature without any contribution passes nothing)."""
+    return torch.where(b == 0, torch.zeros_like(a), a / torch.where(b == 0, torch.ones_like(b), b))
+
+
+def _mod(w, gamma):
+    return None if w is None else w + gamma * w.clamp(min=0)
+
+
+class Reference:
+    """Dense forward of Net recording what both references need."""
+
+    def __init__(self, model: Net, x, gamma=0.0, index=None, target=1):
+        self.gamma, self.index, self.target = gamma, index, target
+        self.x = x
+        self.layers = []
+        h = x
+        with torch.no_grad():
+            for conv in model.convs:
+                terms, bias, ops = _layer_spec(conv)
+                z = sum(Cm @ h @ (W if W is not None else torch.eye(h.shape[1], dtype=h.dtype)) for Cm, W in terms)
+                zmod = sum(Cm @ h @ (_mod(W, gamma) if W is not None else torch.eye(h.shape[1], dtype=h.dtype))
+                           for Cm, W in terms)
+                if bias is not None:
+                    z, zmod = z + bias, zmod + _mod(bias, gamma)
+                rec = dict(h_in=h, terms=terms, z=z, zmod=zmod, ops=[])
+                a = z
+                for op in ops + [("relu",)]:  # the model's own ReLU after the conv
+                    if op[0] == "relu":
+                        rec["ops"].append(("relu", a))
+                        a = a.clamp(min=0)
+                    else:
+                        _, W, b = op
+                        out = a @ W.T + (0 if b is None else b)
+                        outmod = a @ _mod(W, gamma).T + (0 if b is None else _mod(b, gamma))
+                        rec["ops"].append(("lin", a, W, outmod))
+                        a = out
+                self.layers.append(rec)
+                h = a
+            self.h = h
+            Wo, bo = model.head.weight, model.head.bias
+            self.Wo, self.bo = Wo, bo
+            if model.node_level:
+                self.inp = h[index]
+                self.pooled = None
+            else:
+                self.pooled = h.sum(0) if model.pool is global_add_pool else h.mean(0)
+                self.inp = self.pooled
+            self.y = (self.inp @ Wo.T + (0 if bo is None else bo))[target]
+            self.mean = model.pool is global_mean_pool
+            self.node_level = model.node_level
+
+    def walks(self):
+        """Every walk, from the definition: each step J -> K has a message (some C[K, J] != 0)."""
+        end = [self.index] if self.node_level else range(N)
+        out = []
+        for w in itertools.product(range(N), repeat=L + 1):
+            if w[-1] not in end:
+                continue
+            if all(any(Cm[w[t + 1], w[t]] != 0 for Cm, _ in self.layers[t]["terms"]) for t in range(L)):
+                out.append(w)
+        return torch.tensor(out)
+
+    # LRP-0: path products of the linearised network
+    def contribution(self, walk) -> float:
+        c = self.target
+        v = self.Wo[c].clone()                                   # d y / d (head input)
+        if not self.node_level and self.mean:
+            v = v / N
+        for t in range(L, 0, -1):
+            rec, K, J = self.layers[t - 1], walk[t], walk[t - 1]
+            for op in reversed(rec["ops"]):
+                if op[0] == "relu":
+                    v = v * (op[1][K] > 0)
+                else:
+                    v = op[2].T @ v
+            v = sum(Cm[K, J] * (W @ v if W is not None else v) for Cm, W in rec["terms"])
+        return float(self.x[walk[0]] @ v.detach())
+
+    # gamma: Schnake et al.'s nested relevance
+    def gamma_relevance(self, walk) -> float:
+        c, g = self.target, self.gamma
+        Wm = _mod(self.Wo, g)
+        zc = self.inp @ Wm[c] + (0 if self.bo is None else _mod(self.bo, g)[c])
+        r_inp = self.inp * Wm[c] * _div(self.y, zc)
+        K = walk[L]
+        r = r_inp if self.node_level else _div(self.h[K], self.pooled * (N if self.mean else 1)) * r_inp
+        for t in range(L, 0, -1):
+            rec, K, J = self.layers[t - 1], walk[t], walk[t - 1]
+            for op in reversed(rec["ops"]):
+                if op[0] == "lin":
+                    _, a, W, outmod = op
+                    r = a[K] * (_mod(W, g).T @ _div(r, outmod[K]))
+            s = _div(r, rec["zmod"][K])
+            r = rec["h_in"][J] * sum(Cm[K, J] * (_mod(W, g) @ s if W is not None else s) for Cm, W in rec["terms"])
+        return float(r.detach().sum())
+
+
+KINDS = ["gcn", "gin", "graphconv", "sage"]
+LEVELS = [None, 2]  # graph-level, node-level at node 2
+
+
+# ------------------------------------------------------------------- LRP-0
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index", LEVELS)
+def test_lrp0_walks_are_exact_contributions_and_sum_to_output(kind, index):
+    model, x = make(kind, node_level=index is not None)
+    ref = Reference(model, x, index=index)
+    walks = ref.walks()
+    expected = torch.tensor([ref.contribution(w.tolist()) for w in walks], dtype=torch.float64)
+    got = walk_relevance(model, x, EDGE_INDEX, walks, "z", index=index, target=1)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-9)
+    out = model(x, EDGE_INDEX)
+    y = float(out[index if index is not None else 0, 1])
+    assert abs(float(got.sum()) - y) < 1e-9 * max(1.0, abs(y))
+    assert abs(float(expected.sum()) - y) < 1e-9 * max(1.0, abs(y))  # the reference conserves too
+    # all_walks enumerates the same walks
+    wm = WalkModel(model, x, EDGE_INDEX, "z", index=index, target=1)
+    assert sorted(map(tuple, all_walks(wm).tolist())) == sorted(map(tuple, walks.tolist()))
+
+
+@pytest.mark.parametrize("kind", ["gcn", "graphconv"])
+def test_lrp0_mean_pool(kind):
+    model, x = make(kind, pool=global_mean_pool)
+    ref = Reference(model, x)
+    walks = ref.walks()
+    expected = torch.tensor([ref.contribution(w.tolist()) for w in walks], dtype=torch.float64)
+    got = walk_relevance(model, x, EDGE_INDEX, walks, "z", target=1)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-9)
+    assert abs(float(got.sum()) - float(model(x, EDGE_INDEX)[0, 1])) < 1e-9
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index", LEVELS)
+def test_walk_marginals_are_lrp_explainer_node_relevance(kind, index):
+    model, x = make(kind, node_level=index is not None, seed=1)
+    wm = WalkModel(model, x, EDGE_INDEX, "z", index=index, target=1)
+    walks = all_walks(wm)
+    rel = walk_relevance(model, x, EDGE_INDEX, walks, "z", index=index, target=1)
+    marginal = torch.zeros(N, dtype=torch.float64).index_add_(0, walks[:, 0], rel)
+    explainer = Explainer(model, algorithm=LRPExplainer(rule=Epsilon(0.0)), explanation_type="phenomenon",
+                          node_mask_type="object",
+                          model_config=dict(mode="multiclass_classification",
+                                            task_level="graph" if index is None else "node", return_type="raw"))
+    target = torch.full((1 if index is None else N,), 1, dtype=torch.long)
+    explanation = explainer(x, EDGE_INDEX, target=target, index=index)
+    torch.testing.assert_close(marginal, explanation.node_mask.view(-1), atol=1e-10, rtol=1e-8)
+
+
+# ------------------------------------------------------------------- gamma
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index", LEVELS)
+@pytest.mark.parametrize("bias", [False, True])
+def test_gamma_matches_schnake_reference(kind, index, bias):
+    model, x = make(kind, node_level=index is not None, bias=bias, seed=2)
+    if bias:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 1:
+                    p.uniform_(-0.3, 0.3)
+    ref = Reference(model, x, gamma=0.25, index=index)
+    walks = ref.walks()
+    expected = torch.tensor([ref.gamma_relevance(w.tolist()) for w in walks], dtype=torch.float64)
+    got = walk_relevance(model, x, EDGE_INDEX, walks, Gamma(0.25, eps=0.0), index=index, target=1)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-9)
+    assert not torch.allclose(got, walk_relevance(model, x, EDGE_INDEX, walks, "z", index=index, target=1))
+
+
+def test_gamma_zero_reference_is_the_path_product():
+    """The two references agree where they must: gamma = 0 is LRP-0 (bias-free)."""
+    model, x = make("gin")
+    ref = Reference(model, x, gamma=0.0)
+    for w in ref.walks()[:40].tolist():
+        assert abs(ref.gamma_relevance(w) - ref.contribution(w)) < 1e-12
+
+
+# ------------------------------------------------------------------- top-k
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index", LEVELS)
+@pytest.mark.parametrize("rule", ["z", "gamma"])
+def test_top_walks_are_the_k_largest_of_the_enumeration(kind, index, rule):
+    model, x = make(kind, node_level=index is not None, seed=3)
+    wm = WalkModel(model, x, EDGE_INDEX, rule, index=index, target=1)
+    walks = all_walks(wm)
+    rel = walk_relevance(model, x, EDGE_INDEX, walks, rule, index=index, target=1)
+    for k in (1, 5, 17):
+        top, top_rel = top_walks(model, x, EDGE_INDEX, k, rule, index=index, target=1, beam=2)
+        assert top.shape == (min(k, len(walks)), L + 1)
+        expected = rel.abs().sort(descending=True).values[:k]
+        torch.testing.assert_close(top_rel.abs(), expected, atol=1e-12, rtol=1e-9)
+        # the walks are walks of the graph, each with its own relevance, and distinct
+        torch.testing.assert_close(walk_relevance(model, x, EDGE_INDEX, top, rule, index=index, target=1), top_rel)
+        assert len(set(map(tuple, top.tolist()))) == len(top)
+        # the k-th value separates: every walk outside has |R| <= the smallest returned
+        assert float(rel.abs().sort(descending=True).values[len(top):][:1].sum()) <= float(top_rel.abs().min()) + 1e-12
+
+
+def test_top_walks_k_beyond_the_number_of_walks_returns_all():
+    model, x = make("gcn", node_level=True)
+    wm = WalkModel(model, x, EDGE_INDEX, "z", index=2, target=1)
+    n_walks = len(all_walks(wm))
+    top, rel = top_walks(model, x, EDGE_INDEX, n_walks + 10, "z", index=2, target=1)
+    assert len(top) == n_walks
+    assert abs(float(rel.sum()) - float(model(x, EDGE_INDEX)[2, 1])) < 1e-9
+
+
+# ---------------------------------------------------------------- subgraphs
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index", LEVELS)
+@pytest.mark.parametrize("rule", ["z", "gamma"])
+def test_subgraph_relevance_is_the_sum_over_walks_inside(kind, index, rule):
+    model, x = make(kind, node_level=index is not None, seed=4)
+    ref = Reference(model, x, gamma=0.25 if rule == "gamma" else 0.0, index=index)
+    walks = ref.walks()
+    per_walk = torch.tensor([ref.gamma_relevance(w.tolist()) if rule == "gamma" else ref.contribution(w.tolist())
+                             for w in walks], dtype=torch.float64)
+    rule_obj = Gamma(0.25, eps=0.0) if rule == "gamma" else "z"
+    sets = [[0, 1, 2], [1, 2, 4, 5], [2], [0, 3, 5], list(range(N))]
+    masks = torch.zeros(len(sets), N, dtype=torch.bool)
+    for i, s in enumerate(sets):
+        inside = torch.isin(walks, torch.tensor(s)).all(1)
+        expected = float(per_walk[inside].sum())
+        got = subgraph_relevance(model, x, EDGE_INDEX, s, rule_obj, index=index, target=1)
+        assert got.dim() == 0
+        assert abs(float(got) - expected) < 1e-10, (s, float(got), expected)
+        masks[i, s] = True
+    batched = subgraph_relevance(model, x, EDGE_INDEX, masks, rule_obj, index=index, target=1)
+    for i, s in enumerate(sets):
+        assert abs(float(batched[i]) - float(subgraph_relevance(model, x, EDGE_INDEX, s, rule_obj, index=index,
+                                                                    target=1))) < 1e-12
+    if rule == "z":
+        y = float(model(x, EDGE_INDEX)[index if index is not None else 0, 1])
+        assert abs(float(batched[-1]) - y) < 1e-9
+
+
+# ------------------------------------------------------------- other inputs
+def test_batch_of_graphs_and_edge_weight_model_kwargs():
+    """Two graphs in one batch: walks stay in their graph, pooled per graph (target picks graph 1's)."""
+    model, x = make("gcn")
+    x2 = torch.cat([x, x.flip(0)])
+    ei2 = torch.cat([EDGE_INDEX, EDGE_INDEX + N], 1)
+    batch = torch.tensor([0] * N + [1] * N)
+
+    class Second(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, edge_index, batch):
+            return self.inner(x, edge_index, batch)[1]
+
+    wrapped = Second(model)
+    wm = WalkModel(wrapped, x2, ei2, "z", target=1, batch=batch)
+    walks = all_walks(wm)
+    rel = walk_relevance(wrapped, x2, ei2, walks, "z", target=1, batch=batch)
+    assert abs(float(rel.sum()) - float(model(x2, ei2, batch)[1, 1])) < 1e-9
+    assert float(rel[walks[:, 0] < N].abs().max()) == 0.0  # graph 0's walks carry nothing to graph 1's output
+
+
+def test_float32_close_to_float64():
+    model, x = make("graphconv")
+    walks = Reference(model, x).walks()
+    r64 = walk_relevance(model, x, EDGE_INDEX, walks, "gamma", target=1)
+    r32 = walk_relevance(model.float(), x.float(), EDGE_INDEX, walks, "gamma", target=1)
+    assert r32.dtype == torch.float32
+    torch.testing.assert_close(r32.double(), r64, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_walks_give_errors_naming_the_argument():
+    model, x = make("gcn")
+    with pytest.raises(ValueError, match=r"walks must have shape \(W, 4\)"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 2]]), "z", target=1)
+    with pytest.raises(ValueError, match=r"walks\[1\] steps from node 0 to node 2 at layer 1"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 2, 3], [0, 2, 3, 2]]), "z", target=1)
+    with pytest.raises(ValueError, match=r"walks\[0, 2\] = 9 is not a node id"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 9, 3]]), "z", target=1)
+    with pytest.raises(ValueError, match=r"walks\[0, 0\] = -1 is not a node id"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[-1, 1, 2, 3]]), "z", target=1)
+    with pytest.raises(TypeError, match="walks must be an integer tensor"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0.0, 1, 2, 3]]), "z", target=1)
+    # GraphConv has no self-loop term at 0 -> 5 (and the graph no such edge); GCN's self-loops are steps
+    walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 0, 0, 0]]), "z", target=1)
+    gc, _ = make("graphconv")
+    with pytest.raises(ValueError, match=r"walks\[0\] steps from node 0 to node 5 at layer 1"):
+        walk_relevance(gc, x, EDGE_INDEX, torch.tensor([[0, 5, 4, 2]]), "z", target=1)
+
+
+def test_node_level_walk_must_end_at_index():
+    model, x = make("gcn", node_level=True)
+    with pytest.raises(ValueError, match=r"walks\[0\] ends at node 1, but the explained node is index=2"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 2, 1]]), "z", index=2, target=1)
+    with pytest.raises(ValueError, match="index must be a node id in 0..5, got 6"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 2, 2]]), "z", index=6, target=1)
+    with pytest.raises(ValueError, match="pass index= .* and/or target="):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 2, 2]]), "z", target=1)
+
+
+def test_bad_k_rule_nodes_target():
+    model, x = make("gcn")
+    for k in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="k must be an int >= 1"):
+            top_walks(model, x, EDGE_INDEX, k, "z", target=1)
+    with pytest.raises(ValueError, match="beam must be an int >= 1"):
+        top_walks(model, x, EDGE_INDEX, 3, "z", target=1, beam=0)
+    with pytest.raises(ValueError, match="rule must be an epsilon rule"):
+        walk_relevance(model, x, EDGE_INDEX, torch.tensor([[0, 1, 2, 3]]), "alpha2beta1", target=1)
+    with pytest.raises(ValueError, match="nodes contains 7, not a node id"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 7], "z", target=1)
+    with pytest.raises(ValueError, match="target=5 is not a column"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], "z", target=5)
+    with pytest.raises(ValueError, match="the explained output must be one number"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], "z")
+    with pytest.raises((ValueError, IndexError), match="edge_index"):
+        subgraph_relevance(model, x, torch.tensor([[0, 9], [1, 0]]), [0, 1], "z", target=1)
+
+
+def test_skip_connection_over_a_layer_is_refused():
+    class Skip(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GCNConv(F_IN, F_IN, bias=False), GCNConv(F_IN, F_IN, bias=False)
+
+        def forward(self, x, edge_index):
+            h = self.c1(x, edge_index).relu()
+            return global_add_pool(self.c2(h + x, edge_index), None)
+
+    model = Skip().double()
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    with pytest.raises(ValueError, match="depends on x directly"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], "z", target=0)
+
+
+def test_model_is_restored_after_explaining():
+    model, x = make("gin")
+    before = model(x, EDGE_INDEX)
+    model.train()
+    subgraph_relevance(model, x, EDGE_INDEX, [0, 1, 2], "gamma", target=1)
+    assert model.training
+    assert all("forward" not in m.__dict__ for m in model.modules())
+    torch.testing.assert_close(model.eval()(x, EDGE_INDEX), before)
