@@ -2,6 +2,7 @@
 
     python benchmarks/bench_jobs.py                 # both data sets, writes benchmarks/results/jobs.json
     python benchmarks/bench_jobs.py --quick         # 300 molecules of each, writes nothing
+    python benchmarks/bench_jobs.py --device cuda   # on a GPU: writes benchmarks/results/jobs_gpu.json
 
 Runs ``lrp_lib.explain_dataset`` on every molecule of Mutagenicity (4,337 graphs; the GCN of
 chapter 5, ``book/_src/05_explaining_gnns.py``, loaded from ``lrp_lib/weights/mutagenicity-gcn.pt``,
@@ -144,9 +145,15 @@ def _forward(model, batch, backend):
     return model(batch.x, batch.edge_index, batch=batch.batch)
 
 
-def plain_pass(model, batches, backend, gradient: bool) -> None:
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def plain_pass(model, batches, backend, gradient: bool, device) -> None:
     """Forward (and, with ``gradient``, a backward to the node features) over all batches."""
     for batch in batches:
+        batch = batch.to(device)
         if not gradient:
             with torch.no_grad():
                 _forward(model, batch, backend)
@@ -157,11 +164,11 @@ def plain_pass(model, batches, backend, gradient: bool) -> None:
         (x_grad,) = torch.autograd.grad(out.sum(), batch.x)
 
 
-def measure(name, case, batch_size, repeats, limit):
+def measure(name, case, batch_size, repeats, limit, device):
     dataset = case["dataset"]()
     if limit:
         dataset = dataset[:limit]
-    model = case["model"]()
+    model = case["model"]().to(device)
     model.eval()
     backend = jobs._backend(model)
     n = len(dataset)
@@ -172,7 +179,8 @@ def measure(name, case, batch_size, repeats, limit):
         with tempfile.TemporaryDirectory() as out:
             t = time.perf_counter()
             summary = lrp_lib.explain_dataset(model, dataset, out, mode=case["mode"], batch_size=batch_size,
-                                              device="cpu", progress=False)
+                                              device=device, progress=False)
+            _sync(device)
             job_s = time.perf_counter() - t
             assert summary["graphs"] == n, summary
             rows = lrp_lib.read_explanations(out)
@@ -182,10 +190,12 @@ def measure(name, case, batch_size, repeats, limit):
         batches = list(DataLoader(dataset, batch_size=batch_size))
         load_s = time.perf_counter() - t
         t = time.perf_counter()
-        plain_pass(model, batches, backend, gradient=False)
+        plain_pass(model, batches, backend, gradient=False, device=device)
+        _sync(device)
         fwd_s = time.perf_counter() - t + load_s
         t = time.perf_counter()
-        plain_pass(model, batches, backend, gradient=True)
+        plain_pass(model, batches, backend, gradient=True, device=device)
+        _sync(device)
         grad_s = time.perf_counter() - t + load_s
         if r:
             job.append(job_s)
@@ -206,17 +216,24 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     p.add_argument("--quick", action="store_true", help="300 molecules of each, one repeat, no results file")
+    p.add_argument("--device", default="cpu", help="cpu (default; results/jobs.json) or cuda (results/jobs_gpu.json)")
+    p.add_argument("--datasets", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    names = [n for n in args.datasets.split(",") if n]
+    unknown = [n for n in names if n not in CASES]
+    if unknown or not names:
+        p.error(f"--datasets must name some of {', '.join(CASES)}, got {args.datasets!r}")
     limit = 300 if args.quick else None
     repeats = 1 if args.quick else args.repeats
-    rows = [measure(name, case, args.batch_size, repeats, limit) for name, case in CASES.items()]
+    rows = [measure(name, CASES[name], args.batch_size, repeats, limit, device) for name in names]
     for r in rows:
         print(f"{r['dataset']:>12}: {r['molecules']} molecules, job {r['job_molecules_per_s']:,.0f} mol/s "
               f"({r['job_over_gradient']:.2f}x the input gradient's time), forward {r['forward_molecules_per_s']:,.0f}, "
               f"gradient {r['gradient_molecules_per_s']:,.0f}, Parquet {r['parquet_bytes'] / 1e6:.1f} MB")
     if not args.quick:
-        path = write_results("jobs", {"rows": rows}, settings=vars(args))
+        path = write_results("jobs_gpu" if device.type == "cuda" else "jobs", {"rows": rows}, settings=vars(args))
         print(f"wrote {path}")
 
 
