@@ -118,6 +118,15 @@ def _check_args(model, mode, target, batch_size, rule, backend):
                          f"(got {rule!r})")
 
 
+def _rule_name(rule, backend: str) -> str | None:
+    """The rule as recorded in the manifest: its repr (``Epsilon(eps=1e-06)``), so that ``None``,
+    ``"epsilon"`` and ``Epsilon()`` resume one another; checks ``rule`` (the error names it)."""
+    if backend == "graph":
+        return None
+    from .rules import get_rule
+    return repr(get_rule("epsilon" if rule is None else rule))
+
+
 # ------------------------------------------------------------------ files
 def _write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -378,6 +387,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     backend = _backend(model) if isinstance(model, nn.Module) else None
     _check_args(model, mode, target, batch_size, rule, backend)
+    rule_name = _rule_name(rule, backend)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
@@ -387,7 +397,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
 
     n = len(dataset)
     settings = {"num_graphs": n, "batch_size": batch_size, "mode": mode, "target": target,
-                "rule": None if rule is None else (rule if isinstance(rule, str) else repr(rule)),
+                "rule": rule_name,
                 "backend": backend}
     manifests = _read_manifests(out)
     _check_settings(out, manifests, settings)

@@ -332,6 +332,12 @@ def test_bad_arguments(tmp_path, factories):
         jobs.explain_dataset(model, data, tmp_path / "b", batch_size=3, **kw)
     with pytest.raises(ValueError, match="target differs"):
         jobs.explain_dataset(model, data, tmp_path / "b", batch_size=2, target="label", **kw)
+    with pytest.raises(ValueError, match="rule differs"):
+        jobs.explain_dataset(model, data, tmp_path / "b", batch_size=2, rule="gamma", **kw)
+    from lrp_lib.rules import Epsilon
+    assert jobs.explain_dataset(model, data, tmp_path / "b", batch_size=2, rule=Epsilon(), **kw)["skipped"] == 3
+    with pytest.raises(ValueError, match="rule 'nonsense' is not known"):
+        jobs.explain_dataset(model, data, tmp_path / "d", rule="nonsense", **kw)
     with pytest.raises(ValueError, match="--model must be 'module:callable'"):
         jobs.main(["--model", "nothing", "--dataset", "x:y", "--out", str(tmp_path / "c"),
                    "--mode", "regression"])
