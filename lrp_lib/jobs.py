@@ -73,6 +73,17 @@ FORMAT = 1
 _SETTINGS = ("num_graphs", "batch_size", "mode", "target", "rule", "backend")
 
 
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.compute
+        import pyarrow.parquet
+    except ImportError as err:
+        raise ImportError(f"lrp_lib.jobs writes and reads Parquet with pyarrow, which is not installed ({err}): "
+                          "pip install pyarrow (or pip install 'lrp_lib[jobs]')") from None
+    return pyarrow
+
+
 # ------------------------------------------------------------------ arguments
 def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
     """The indexable data set (and the loader's batch size, when a loader is given)."""
@@ -327,7 +338,7 @@ def _default_device(rank_local: int | None = None) -> torch.device:
 
 
 def _table(ids: Sequence[int], target, value, bias, node, edge, batch):
-    import pyarrow as pa
+    pa = _pyarrow()
     node_counts = torch.bincount(batch.batch, minlength=len(ids)).tolist()
     edge_counts = torch.bincount(batch.batch[batch.edge_index[0]], minlength=len(ids)).tolist()
     nodes = node.detach().cpu().split(node_counts)
@@ -376,6 +387,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     from torch_geometric.loader import DataLoader
     from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
 
+    _pyarrow()
     dataset, loader_batch = _dataset_of(dataset_or_loader)
     if batch_size is None:
         batch_size = loader_batch or 64
@@ -414,7 +426,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     if not todo:
         return summary
 
-    import pyarrow.parquet as pq
+    pq = _pyarrow().parquet
     for stale in [f".{_part_name(b)}.*.tmp" for b in todo] + [f".{mine_path.name}.*.tmp"]:
         for path in out.glob(stale):  # left by a killed run of this rank
             path.unlink(missing_ok=True)
@@ -456,9 +468,8 @@ def read_explanations(out, *, check: bool = True):
     Reads the part files that the manifests record.  With ``check`` (default), raises
     ``ValueError`` when a graph id occurs twice or a recorded part file is missing.
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
+    pa = _pyarrow()
+    pc, pq = pa.compute, pa.parquet
     out = Path(out)
     if not out.is_dir():
         raise FileNotFoundError(f"out: {str(out)!r} is not a folder written by explain_dataset")

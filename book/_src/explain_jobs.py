@@ -8,7 +8,7 @@
 # streams batches through a PyG `DataLoader`, explains each batch with one forward and one
 # backward pass, and writes one row per graph to Parquet files. A job that is killed can be
 # rerun and continues where it stopped, and the same command runs under `torchrun` on several
-# processes, GPUs or machines.
+# processes, GPUs or machines. It writes Parquet with pyarrow (`pip install "lrp_lib[jobs]"` brings it).
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
