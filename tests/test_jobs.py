@@ -291,6 +291,23 @@ def test_two_processes_with_torchrun(tmp_path, factories):
     assert jobs.read_explanations(out).equals(jobs.read_explanations(single))
 
 
+def test_resume_with_another_number_of_processes(tmp_path, factories, monkeypatch):
+    """Rank 0 of 2 runs alone (rank 1 never comes), rank 2 of 3 follows; one process finishes the job."""
+    _, ns = factories
+    model, data = ns["model"](), ns["graphs"]()
+    kw = dict(mode="binary_classification", batch_size=4, progress=False)
+    jobs.explain_dataset(model, data, tmp_path / "single", **kw)
+    out = tmp_path / "mixed"
+    for rank, world in ((0, 2), (2, 3)):
+        monkeypatch.setattr(jobs, "_distributed", lambda: (rank, world))
+        jobs.explain_dataset(model, data, out, **kw)
+    monkeypatch.setattr(jobs, "_distributed", lambda: (0, 1))
+    summary = jobs.explain_dataset(model, data, out, **kw)
+    done_before = {0, 2, 4, 6, 8} | {5}  # rank 2 of 3 skips 2 and 8, written by rank 0 of 2
+    assert summary["skipped"] == len(done_before) and summary["written"] == 10 - len(done_before)
+    assert jobs.read_explanations(out).equals(jobs.read_explanations(tmp_path / "single"))
+
+
 def test_bad_arguments(tmp_path, factories):
     _, ns = factories
     model, data = ns["model"](), ns["graphs"](6)
