@@ -581,23 +581,37 @@ def _masked_backward(wm: WalkModel, mask: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------ top-k
-def _bounds(wm: WalkModel) -> list[Tensor]:
-    """A[t] (N, F_t): A[t][K, f] >= |a_f| for every prefix row vector a with R = a . v at layer t's output row K."""
-    a = wm.x.detach().abs()
+def _interval(lo: Tensor, hi: Tensor, m: Tensor, eq: str) -> tuple[Tensor, Tensor]:
+    """Box [lo, hi] of row vectors a mapped by a -> a m (einsum ``eq``): the exact box of the image."""
+    mp, mn = m.clamp(min=0), m.clamp(max=0)
+    return (torch.einsum(eq, lo, mp) + torch.einsum(eq, hi, mn),
+            torch.einsum(eq, hi, mp) + torch.einsum(eq, lo, mn))
+
+
+def _bounds(wm: WalkModel) -> list[tuple[Tensor, Tensor]]:
+    """Per layer t a box (lo, hi), each (N, F_t): every prefix row vector a with R = a . v at layer t's
+    output row K (v the suffix's rule-gradient there) lies in [lo[K], hi[K]] (interval arithmetic
+    through the node-wise Jacobians, the step maps and the scales; union over senders)."""
+    lo = hi = wm.x.detach()
     bounds = []
     for layer in wm.layers:
-        b = torch.einsum("nf,nfd->nd", a, layer.jac.abs())          # (N, D) bound at the layer input
-        out = None
+        lo, hi = _interval(lo, hi, layer.jac, "nf,nfd->nd")          # box at the layer input row J
+        out_lo = out_hi = None
         for t, w in enumerate(layer.weights):
-            q = b if w is None else b @ w.abs()                       # (N, F)
-            msg = q[layer.src] * layer.coef[:, t].abs().unsqueeze(-1)
-            out = msg if out is None else out + msg
-        best = torch.zeros(layer.num_nodes, out.shape[-1], dtype=out.dtype, device=out.device)
-        best = best.index_reduce(0, layer.dst, out, "amax", include_self=True)
+            q_lo, q_hi = (lo, hi) if w is None else _interval(lo, hi, w, "nd,df->nf")
+            c = layer.coef[:, t].unsqueeze(-1)
+            a, b = q_lo[layer.src] * c, q_hi[layer.src] * c              # per pair, c of either sign
+            m_lo, m_hi = torch.minimum(a, b), torch.maximum(a, b)
+            out_lo = m_lo if out_lo is None else out_lo + m_lo
+            out_hi = m_hi if out_hi is None else out_hi + m_hi
+        n, f = layer.num_nodes, out_lo.shape[-1]
+        k_lo = out_lo.new_zeros(n, f).index_reduce(0, layer.dst, out_lo, "amin", include_self=False)
+        k_hi = out_hi.new_zeros(n, f).index_reduce(0, layer.dst, out_hi, "amax", include_self=False)
         if layer.scale is not None:
-            best = best * layer.scale.abs()
-        bounds.append(best)
-        a = best
+            a, b = k_lo * layer.scale, k_hi * layer.scale
+            k_lo, k_hi = torch.minimum(a, b), torch.maximum(a, b)
+        bounds.append((k_lo, k_hi))
+        lo, hi = k_lo, k_hi
     return bounds
 
 
@@ -621,7 +635,11 @@ def _expand(wm: WalkModel, t: int, walks: Tensor, v: Tensor) -> tuple[Tensor, Te
 def _ub(wm: WalkModel, bounds: list[Tensor], t: int, walks: Tensor, v: Tensor) -> Tensor:
     if t == 0:
         return (wm.x.detach()[walks[:, 0]] * v).sum(-1).abs()
-    return (bounds[t - 1][walks[:, t]] * v.abs()).sum(-1)
+    lo, hi = bounds[t - 1]
+    lo, hi = lo[walks[:, t]], hi[walks[:, t]]
+    top = torch.maximum(lo * v, hi * v).sum(-1)      # max of a . v over the box
+    bottom = torch.minimum(lo * v, hi * v).sum(-1)   # min of a . v over the box
+    return torch.maximum(top, -bottom)
 
 
 def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rule | str = "epsilon", *,
@@ -632,10 +650,11 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rul
     Search: **branch and bound with exact (valid) upper bounds**, from the output side.  A partial walk
     is a suffix :math:`(j_t, \dots, j_L)` with its rule-gradient :math:`v` at layer :math:`t`'s output
     row :math:`j_t`; every completion has relevance :math:`a \cdot v` for a prefix vector :math:`a`,
-    and :math:`|a_f| \le A_t[j_t, f]`, computed for all nodes by one max-product pass from the input
-    (:math:`A_0 = |x|`, then the layers with absolute weights, coefficients, Jacobians and scales,
-    max over senders).  So :math:`\sum_f A_t[j_t, f] |v_f|` bounds the :math:`|R|` of every walk that
-    extends the suffix.  First a beam search (width ``beam``, default :math:`\max(4k, 32)`) ranked by
+    and :math:`a` lies in a box :math:`[lo_t[j_t], hi_t[j_t]]` computed for all nodes by one pass of
+    interval arithmetic from the input (:math:`lo_0 = hi_0 = x`, then each layer's node-wise
+    Jacobians, step maps and scales, the union over senders).  So
+    :math:`\max(\sum_f \max(lo_f v_f, hi_f v_f), -\sum_f \min(lo_f v_f, hi_f v_f))` bounds the
+    :math:`|R|` of every walk that extends the suffix.  First a beam search (width ``beam``, default :math:`\max(8k, 64)`) ranked by
     that bound completes some walks; the :math:`k`-th largest of their :math:`|R|` is a threshold
     :math:`\tau`.  Then every suffix is expanded layer by layer keeping only those whose bound is
     :math:`\ge \tau`: a walk among the true top :math:`k` has :math:`|R| \ge \tau` and so do the bounds
@@ -655,7 +674,7 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rul
     if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
         raise ValueError(f"beam must be an int >= 1 (the beam width of the first pass), got {beam!r}")
     wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    return _top_walks(wm, k, beam or max(4 * k, 32))
+    return _top_walks(wm, k, beam or max(8 * k, 64))
 
 
 def _start(wm: WalkModel) -> tuple[Tensor, Tensor]:

@@ -426,3 +426,33 @@ def test_model_is_restored_after_explaining():
     assert model.training
     assert all("forward" not in m.__dict__ for m in model.modules())
     torch.testing.assert_close(model.eval()(x, EDGE_INDEX), before)
+
+
+@pytest.mark.parametrize("rule", ["z", "gamma", "epsilon"])
+def test_top_walks_on_a_larger_graph_with_biases(rule):
+    """40 nodes, 3 GCN layers with biases, a mean pool: the bounds prune, the result is still exact."""
+    torch.manual_seed(5)
+    n = 40
+    src = torch.randint(0, n, (120,))
+    dst = torch.randint(0, n, (120,))
+    edge_index = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], 1)
+
+    class Gcn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList([GCNConv(5, 8), GCNConv(8, 8), GCNConv(8, 8)])
+            self.head = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+
+        def forward(self, x, edge_index):
+            for conv in self.convs:
+                x = conv(x, edge_index).relu()
+            return self.head(global_mean_pool(x, None))
+
+    model = Gcn().double().eval()
+    x = torch.randn(n, 5, dtype=torch.float64)
+    wm = WalkModel(model, x, edge_index, rule, target=2)
+    walks = all_walks(wm)
+    rel = walk_relevance(model, x, edge_index, walks, rule, target=2)
+    top, top_rel = top_walks(model, x, edge_index, 10, rule, target=2)
+    torch.testing.assert_close(top_rel.abs(), rel.abs().sort(descending=True).values[:10], atol=1e-14, rtol=1e-9)
+    torch.testing.assert_close(walk_relevance(model, x, edge_index, top, rule, target=2), top_rel)
