@@ -117,6 +117,7 @@ class _Layer:
     u: Tensor | None = None     # the layer's input (N x D) in the recorded graph
     z_leaf: Tensor | None = None
     jac: Tensor | None = None   # (N, F_prev, D): d u / d z_prev under the rule, node by node
+    u_value: Tensor | None = None  # the layer input's values (N x D)
 
     def key(self, j: Tensor, k: Tensor) -> Tensor:
         return k * self.num_nodes + j
@@ -140,6 +141,17 @@ class _Layer:
             part = part * self.coef[pair, t].unsqueeze(-1)
             out = part if out is None else out + part
         return out
+
+    def forward_all(self, p: Tensor) -> Tensor:
+        """Row vectors p (N, D) at the layer input to (N, F) at its output: sum over pairs of the step map."""
+        out = None
+        for t, w in enumerate(self.weights):
+            part = p if w is None else p @ w
+            msg = part[self.src] * self.coef[:, t].unsqueeze(-1)
+            agg = torch.zeros(self.num_nodes, part.shape[-1], dtype=part.dtype, device=part.device)
+            agg.index_add_(0, self.dst, msg)
+            out = agg if out is None else out + agg
+        return out if self.scale is None else out * self.scale
 
     def back_all(self, g: Tensor, mask: Tensor | None) -> Tensor:
         """Masked backward of the whole layer: g (..., N, F) -> (..., N, D), only pairs inside the mask."""
@@ -346,11 +358,56 @@ class WalkModel:
             u = layer.u
             _check_depends(u, leaves, prev, f"the input of message-passing layer {t + 1} ({layer.name})")
             layer.jac = _nodewise_jacobian(u, prev, layer.name)
+            layer.u_value = layer.u.detach()
             layer.u = None
 
     @property
     def depth(self) -> int:
+        """L, the number of message-passing calls: a walk has L + 1 nodes."""
         return len(self.layers)
+
+    # ---- queries on the recorded forward pass (the module functions build a WalkModel and call these)
+    def walk_relevance(self, walks: Tensor) -> Tensor:
+        """As :func:`walk_relevance`, on this recorded forward pass."""
+        walks, pairs = _check_walks(walks, self)
+        return _walks_backward(self, walks, pairs).detach()
+
+    def subgraph_relevance(self, nodes) -> Tensor:
+        """As :func:`subgraph_relevance`, on this recorded forward pass."""
+        return _masked_backward(self, _node_mask(nodes, self.num_nodes).to(self.x.device)).detach()
+
+    def top_walks(self, k: int, beam: int | None = None) -> tuple[Tensor, Tensor]:
+        """As :func:`top_walks`, on this recorded forward pass."""
+        _check_k(k, beam)
+        return _top_walks(self, k, beam or max(8 * k, 64))
+
+    def all_walks(self) -> Tensor:
+        """Every walk (W, L+1) ending at the explained node (node-level) or anywhere; exponential in L."""
+        return all_walks(self)
+
+    def node_relevance(self) -> Tensor:
+        """(N,) the sum of walk relevance over the walks starting at each node: the node's LRP relevance
+        (under LRP-0 the same as :class:`~lrp_lib.explain.LRPExplainer`'s), one backward."""
+        return _masked_backward(self, None, per_node=True).detach()
+
+    def step_relevance(self) -> list[tuple[Tensor, Tensor]]:
+        """Per layer t = 1..L: ``(steps, relevance)``, steps (P, 2) the layer's message pairs (J, K) (self
+        steps included) and the summed relevance of all walks whose step t is J -> K.  Summed over layers
+        and restricted to the input's edges, under LRP-0, it is :class:`~lrp_lib.explain.LRPExplainer`'s
+        edge relevance.  Computed as ``p_J . step(g_K)``: p the sum of the prefix vectors of all walks
+        reaching J (one forward pass of the rule's linear maps from x), g the unmasked rule-gradient
+        (one backward); exact for every rule, bias or not (under LRP-0 without biases p is the layer
+        input itself)."""
+        grads = _layer_grads(self)
+        p = self.x.detach()
+        out = []
+        for layer, g in zip(self.layers, grads):
+            p = torch.einsum("nf,nfd->nd", p, layer.jac)                      # at the layer input
+            pair = torch.arange(layer.src.numel(), device=g.device)
+            v = layer.step_back(g[layer.dst], layer.dst, pair)
+            out.append((torch.stack([layer.src, layer.dst], 1), (p[layer.src] * v).sum(-1).detach()))
+            p = layer.forward_all(p)
+        return out
 
 
 def _check_depends(t: Tensor, leaves: list[Tensor], allowed: Tensor, what: str):
@@ -501,9 +558,7 @@ def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tenso
     walks (:func:`all_walks`) sum to the explained output.  Cost: one forward pass and the
     node-wise Jacobians, then :math:`O(L F^2)` per walk.
     """
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    walks, pairs = _check_walks(walks, wm)
-    return _walks_backward(wm, walks, pairs).detach()
+    return WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs).walk_relevance(walks)
 
 
 def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
@@ -562,22 +617,41 @@ def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, r
     Returns: a 0-dim tensor (or (M,) for M sets).  With :math:`S` = all nodes, under LRP-0 on a bias-free
     model, it is the explained output.
     """
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    mask = _node_mask(nodes, wm.num_nodes).to(wm.x.device)
-    return _masked_backward(wm, mask).detach()
+    return WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs).subgraph_relevance(nodes)
 
 
-def _masked_backward(wm: WalkModel, mask: Tensor) -> Tensor:
+def _start_grad(wm: WalkModel) -> Tensor:
     g = wm.grad_out
     if wm.index is not None:
         keep = torch.zeros(wm.num_nodes, dtype=torch.bool, device=g.device)
         keep[wm.index] = True
         g = g * keep.unsqueeze(-1).to(g.dtype)
-    g = g * mask.unsqueeze(-1).to(g.dtype)                      # (..., N, F)
+    return g
+
+
+def _masked_backward(wm: WalkModel, mask: Tensor | None, per_node: bool = False) -> Tensor:
+    """Sum of walk relevance over walks inside ``mask`` ((N,) or (M, N); None: all walks), per start
+    node if ``per_node``."""
+    g = _start_grad(wm)
+    if mask is not None:
+        g = g * mask.unsqueeze(-1).to(g.dtype)                  # (..., N, F)
     for layer in reversed(wm.layers):
         g = layer.back_all(g, mask)                              # (..., N, D)
         g = torch.einsum("nfd,...nd->...nf", layer.jac, g)
-    return (wm.x.detach() * g * mask.unsqueeze(-1).to(g.dtype)).sum((-1, -2))
+    rel = wm.x.detach() * g
+    if mask is not None:
+        rel = rel * mask.unsqueeze(-1).to(g.dtype)
+    return rel.sum(-1) if per_node else rel.sum((-1, -2))
+
+
+def _layer_grads(wm: WalkModel) -> list[Tensor]:
+    """The unmasked rule-gradient at each layer's output (N x F_t), t = 1..L."""
+    g = _start_grad(wm)
+    grads = [g]
+    for layer in reversed(wm.layers[1:]):
+        g = torch.einsum("nfd,nd->nf", layer.jac, layer.back_all(g, None))
+        grads.append(g)
+    return grads[::-1]
 
 
 # ------------------------------------------------------------------ top-k
@@ -669,12 +743,16 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rul
 
     Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`.
     """
+    _check_k(k, beam)
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    return wm.top_walks(k, beam)
+
+
+def _check_k(k, beam):
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1 (the number of walks to return), got {k!r}")
     if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
         raise ValueError(f"beam must be an int >= 1 (the beam width of the first pass), got {beam!r}")
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    return _top_walks(wm, k, beam or max(8 * k, 64))
 
 
 def _start(wm: WalkModel) -> tuple[Tensor, Tensor]:

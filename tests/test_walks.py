@@ -219,19 +219,48 @@ def test_lrp0_mean_pool(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("index", LEVELS)
-def test_walk_marginals_are_lrp_explainer_node_relevance(kind, index):
+def test_walk_marginals_are_lrp_explainer_node_and_edge_relevance(kind, index):
     model, x = make(kind, node_level=index is not None, seed=1)
     wm = WalkModel(model, x, EDGE_INDEX, "z", index=index, target=1)
     walks = all_walks(wm)
     rel = walk_relevance(model, x, EDGE_INDEX, walks, "z", index=index, target=1)
     marginal = torch.zeros(N, dtype=torch.float64).index_add_(0, walks[:, 0], rel)
     explainer = Explainer(model, algorithm=LRPExplainer(rule=Epsilon(0.0)), explanation_type="phenomenon",
-                          node_mask_type="object",
+                          node_mask_type="object", edge_mask_type="object",
                           model_config=dict(mode="multiclass_classification",
                                             task_level="graph" if index is None else "node", return_type="raw"))
     target = torch.full((1 if index is None else N,), 1, dtype=torch.long)
     explanation = explainer(x, EDGE_INDEX, target=target, index=index)
     torch.testing.assert_close(marginal, explanation.node_mask.view(-1), atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(wm.node_relevance(), marginal, atol=1e-12, rtol=1e-9)
+    # step marginals: the walks through J -> K at layer t; over layers, on the input's edges, LRPExplainer's
+    edge_id = {(int(a), int(b)): e for e, (a, b) in enumerate(EDGE_INDEX.T.tolist())}
+    edge_rel = torch.zeros(EDGE_INDEX.shape[1], dtype=torch.float64)
+    for t, (steps, step_rel) in enumerate(wm.step_relevance()):
+        for (j, k), r in zip(steps.tolist(), step_rel.tolist()):
+            through = (walks[:, t] == j) & (walks[:, t + 1] == k)
+            assert abs(r - float(rel[through].sum())) < 1e-12
+            if (j, k) in edge_id:
+                edge_rel[edge_id[(j, k)]] += r
+        assert abs(float(step_rel.sum()) - float(rel.sum())) < 1e-12  # every walk takes one step per layer
+    torch.testing.assert_close(edge_rel, explanation.edge_mask, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_step_relevance_is_the_sum_over_walks_for_gamma_with_biases(kind):
+    model, x = make(kind, bias=True, seed=6)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.uniform_(-0.3, 0.3)
+    wm = WalkModel(model, x, EDGE_INDEX, "gamma", target=1)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    for t, (steps, step_rel) in enumerate(wm.step_relevance()):
+        through = (walks[:, t, None] == steps[None, :, 0]) & (walks[:, t + 1, None] == steps[None, :, 1])
+        torch.testing.assert_close(step_rel, (through * rel[:, None]).sum(0), atol=1e-12, rtol=1e-9)
+    node = torch.zeros(N, dtype=torch.float64).index_add_(0, walks[:, 0], rel)
+    torch.testing.assert_close(wm.node_relevance(), node, atol=1e-12, rtol=1e-9)
 
 
 # ------------------------------------------------------------------- gamma
