@@ -116,7 +116,7 @@ class _Layer:
     ptr: Tensor                 # (N + 1,) CSR over dst
     u: Tensor | None = None     # the layer's input (N x D) in the recorded graph
     z_leaf: Tensor | None = None
-    jac: Tensor | None = None   # (N, F_prev, D): d u / d z_prev under the rule, node by node
+    jac: "_Jacobian | None" = None  # d u / d z_prev under the rule, node by node
     u_value: Tensor | None = None  # the layer input's values (N x D)
 
     def key(self, j: Tensor, k: Tensor) -> Tensor:
@@ -402,7 +402,7 @@ class WalkModel:
         p = self.x.detach()
         out = []
         for layer, g in zip(self.layers, grads):
-            p = torch.einsum("nf,nfd->nd", p, layer.jac)                      # at the layer input
+            p = layer.jac.forward(p)                                           # at the layer input
             pair = torch.arange(layer.src.numel(), device=g.device)
             v = layer.step_back(g[layer.dst], layer.dst, pair)
             out.append((torch.stack([layer.src, layer.dst], 1), (p[layer.src] * v).sum(-1).detach()))
@@ -433,20 +433,50 @@ def _check_depends(t: Tensor, leaves: list[Tensor], allowed: Tensor, what: str):
         stack.extend(n for n, _ in node.next_functions)
 
 
-def _nodewise_jacobian(u: Tensor, prev: Tensor, name: str) -> Tensor:
-    """(N, F_prev, D) with jac[n] @ g_u[n] = rule-gradient at prev[n]; checks node-wise-ness."""
+class _Jacobian:
+    """The rule-Jacobian of a node-wise segment u = phi(z_prev), node by node: ``back`` maps gradients
+    at u rows to gradients at z_prev rows, ``forward`` row vectors the other way.  Stored as the
+    identity, a diagonal (N, F) (a ReLU) or full matrices (N, F_prev, D)."""
+
+    def __init__(self, kind: str, value: Tensor | None):
+        self.kind, self.value = kind, value
+
+    def _rows(self, rows):
+        return self.value if rows is None else self.value[rows]
+
+    def back(self, v: Tensor, rows: Tensor | None = None) -> Tensor:
+        """v (..., R, D) at u rows ``rows`` (None: all N rows) -> (..., R, F_prev)."""
+        if self.kind == "identity":
+            return v
+        if self.kind == "diag":
+            return v * self._rows(rows)
+        return torch.einsum("nfd,...nd->...nf", self._rows(rows), v)
+
+    def forward(self, p: Tensor) -> Tensor:
+        """Row vectors p (N, F_prev) -> (N, D)."""
+        if self.kind == "identity":
+            return p
+        if self.kind == "diag":
+            return p * self.value
+        return torch.einsum("nf,nfd->nd", p, self.value)
+
+    def interval(self, lo: Tensor, hi: Tensor) -> tuple[Tensor, Tensor]:
+        """The box of the row vectors of the box [lo, hi] mapped by ``forward``."""
+        if self.kind == "identity":
+            return lo, hi
+        if self.kind == "diag":
+            a, b = lo * self.value, hi * self.value
+            return torch.minimum(a, b), torch.maximum(a, b)
+        return _interval(lo, hi, self.value, "nf,nfd->nd")
+
+
+def _nodewise_jacobian(u: Tensor, prev: Tensor, name: str) -> _Jacobian:
+    """The rule-Jacobian of u with respect to prev, node by node; checks node-wise-ness."""
     n, d = u.shape[0], u.shape[-1]
     if u is prev:
-        return torch.eye(d, dtype=u.dtype, device=u.device).expand(n, d, d)
+        return _Jacobian("identity", None)
     if not u.requires_grad:
-        return torch.zeros(n, prev.shape[-1], d, dtype=u.dtype, device=u.device)
-    eye = torch.eye(d, dtype=u.dtype, device=u.device)
-    cols = []
-    for k in range(d):
-        g = eye[k].expand(n, d)
-        (col,) = torch.autograd.grad(u, prev, g, retain_graph=True, allow_unused=True)
-        cols.append(torch.zeros_like(prev) if col is None else col)
-    jac = torch.stack(cols, -1).detach()
+        return _Jacobian("full", torch.zeros(n, prev.shape[-1], d, dtype=u.dtype, device=u.device))
     if n > 1:  # node-wise: a gradient at one node reaches that node only
         probe = torch.zeros_like(u)
         probe[n // 2] = 1.0
@@ -456,7 +486,37 @@ def _nodewise_jacobian(u: Tensor, prev: Tensor, name: str) -> Tensor:
             if bool((other != 0).any()):
                 raise ValueError(f"model: the layers between message-passing layers (before {name}) mix nodes; "
                                  f"walks need node-wise layers there (Linear, ReLU, MLP)")
-    return jac
+    if prev.shape[-1] == d:  # elementwise (a ReLU, a dropout in eval mode)? one VJP with ones tells
+        (diag,) = torch.autograd.grad(u, prev, torch.ones_like(u), retain_graph=True, allow_unused=True)
+        diag = torch.zeros_like(prev) if diag is None else diag.detach()
+        if _elementwise(u, prev, diag):
+            return _Jacobian("diag", diag)
+    eye = torch.eye(d, dtype=u.dtype, device=u.device)
+    cols = []
+    for k in range(d):
+        (col,) = torch.autograd.grad(u, prev, eye[k].expand(n, d), retain_graph=True, allow_unused=True)
+        cols.append(torch.zeros_like(prev) if col is None else col)
+    return _Jacobian("full", torch.stack(cols, -1).detach())
+
+
+_ELEMENTWISE = {"ReluBackward0", "ThresholdBackward0", "ThresholdBackward1", "CloneBackward0",
+                "AliasBackward0", "ViewBackward0"}
+
+
+def _elementwise(u: Tensor, prev: Tensor, diag: Tensor) -> bool:
+    """True if every autograd node between u and prev is an elementwise ReLU or a copy."""
+    seen, stack = set(), [u.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if getattr(node, "variable", None) is prev:
+            continue
+        if type(node).__name__ not in _ELEMENTWISE:
+            return False
+        stack.extend(n for n, _ in node.next_functions)
+    return True
 
 
 def _check_index(index, n: int) -> int:
@@ -532,7 +592,7 @@ def _walks_backward(wm: WalkModel, walks: Tensor, pairs: list[Tensor]) -> Tensor
     for t in range(wm.depth, 0, -1):
         layer = wm.layers[t - 1]
         v = layer.step_back(v, walks[:, t], pairs[t - 1])            # (W, D) at the layer input row j_{t-1}
-        v = torch.einsum("wfd,wd->wf", layer.jac[walks[:, t - 1]], v)  # (W, F_{t-1})
+        v = layer.jac.back(v, walks[:, t - 1])                           # (W, F_{t-1})
     return (wm.x.detach()[walks[:, 0]] * v).sum(-1)
 
 
@@ -637,7 +697,7 @@ def _masked_backward(wm: WalkModel, mask: Tensor | None, per_node: bool = False)
         g = g * mask.unsqueeze(-1).to(g.dtype)                  # (..., N, F)
     for layer in reversed(wm.layers):
         g = layer.back_all(g, mask)                              # (..., N, D)
-        g = torch.einsum("nfd,...nd->...nf", layer.jac, g)
+        g = layer.jac.back(g)
     rel = wm.x.detach() * g
     if mask is not None:
         rel = rel * mask.unsqueeze(-1).to(g.dtype)
@@ -649,7 +709,7 @@ def _layer_grads(wm: WalkModel) -> list[Tensor]:
     g = _start_grad(wm)
     grads = [g]
     for layer in reversed(wm.layers[1:]):
-        g = torch.einsum("nfd,nd->nf", layer.jac, layer.back_all(g, None))
+        g = layer.jac.back(layer.back_all(g, None))
         grads.append(g)
     return grads[::-1]
 
@@ -669,7 +729,7 @@ def _bounds(wm: WalkModel) -> list[tuple[Tensor, Tensor]]:
     lo = hi = wm.x.detach()
     bounds = []
     for layer in wm.layers:
-        lo, hi = _interval(lo, hi, layer.jac, "nf,nfd->nd")          # box at the layer input row J
+        lo, hi = layer.jac.interval(lo, hi)                            # box at the layer input row J
         out_lo = out_hi = None
         for t, w in enumerate(layer.weights):
             q_lo, q_hi = (lo, hi) if w is None else _interval(lo, hi, w, "nd,df->nf")
@@ -700,7 +760,7 @@ def _expand(wm: WalkModel, t: int, walks: Tensor, v: Tensor) -> tuple[Tensor, Te
     pair = layer.ptr[k][parent] + offs
     j = layer.src[pair]
     child_v = layer.step_back(v[parent], k[parent], pair)
-    child_v = torch.einsum("wfd,wd->wf", layer.jac[j], child_v)
+    child_v = layer.jac.back(child_v, j)
     child = walks[parent].clone()
     child[:, t - 1] = j
     return child, child_v
