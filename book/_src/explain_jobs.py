@@ -23,9 +23,9 @@
 # %% tags=["hide-input"]
 import tempfile
 import warnings
+from pathlib import Path
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +94,7 @@ print(sorted(p.name for p in (work / "mutagenicity").iterdir()))
 # %% [markdown]
 # Each batch is one Parquet file with one row group, and the manifest records which batches are
 # done. `lrp_lib.read_explanations` reads them back as one `pyarrow.Table`, sorted by graph id and
-# checked for duplicates (`.to_pandas()` turns it into a data frame, and any Parquet reader, such as
+# checked for duplicates (`.to_pandas()` turns it into a pandas data frame, and any Parquet reader, such as
 # pandas, Polars, DuckDB or Spark, reads the folder directly):
 
 # %%
