@@ -52,7 +52,6 @@ processes.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import json
