@@ -17,7 +17,7 @@ import itertools
 import pytest
 import torch
 from torch import nn
-from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool, global_mean_pool
+from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool, global_max_pool, global_mean_pool
 
 from lrp_lib.explain import Explainer, LRPExplainer
 from lrp_lib.rules import Epsilon, Gamma
@@ -350,7 +350,7 @@ def test_subgraph_relevance_is_the_sum_over_walks_inside(kind, index, rule):
 
 
 # ------------------------------------------------------------- other inputs
-def test_batch_of_graphs_and_edge_weight_model_kwargs():
+def test_batch_of_graphs_through_model_kwargs():
     """Two graphs in one batch: walks stay in their graph, pooled per graph (target picks graph 1's)."""
     model, x = make("gcn")
     x2 = torch.cat([x, x.flip(0)])
@@ -371,6 +371,42 @@ def test_batch_of_graphs_and_edge_weight_model_kwargs():
     rel = walk_relevance(wrapped, x2, ei2, walks, "z", target=1, batch=batch)
     assert abs(float(rel.sum()) - float(model(x2, ei2, batch)[1, 1])) < 1e-9
     assert float(rel[walks[:, 0] < N].abs().max()) == 0.0  # graph 0's walks carry nothing to graph 1's output
+
+
+@pytest.mark.parametrize("kind", ["gcn", "graphconv"])
+def test_edge_weight_and_max_pool(kind):
+    """Weighted edges (edge_weight= to the model and its convs) and a max pool: under LRP-0 the walks
+    still sum to the output and their marginals are LRPExplainer's node relevance."""
+    class Weighted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = nn.ModuleList([_conv(kind, F_IN, HID, False), _conv(kind, HID, HID, False)])
+            self.head = nn.Linear(HID, 1, bias=False)
+
+        def forward(self, x, edge_index, edge_weight):
+            for conv in self.convs:
+                x = conv(x, edge_index, edge_weight).relu()
+            return self.head(global_max_pool(x, None))
+
+    torch.manual_seed(7)
+    model = Weighted().double().eval()
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    weight = torch.rand(EDGE_INDEX.shape[1], dtype=torch.float64) + 0.1
+    wm = WalkModel(model, x, EDGE_INDEX, "z", edge_weight=weight)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    y = float(model(x, EDGE_INDEX, weight))
+    assert abs(float(wm.output) - y) < 1e-12
+    assert abs(float(rel.sum()) - y) < 1e-9
+    # the weights matter: without them the walks differ
+    unweighted = walk_relevance(model, x, EDGE_INDEX, walks, "z", edge_weight=torch.ones_like(weight))
+    assert not torch.allclose(rel, unweighted)
+    explainer = Explainer(model, algorithm=LRPExplainer(rule=Epsilon(0.0)), explanation_type="model",
+                          node_mask_type="object",
+                          model_config=dict(mode="regression", task_level="graph", return_type="raw"))
+    node = explainer(x, EDGE_INDEX, edge_weight=weight).node_mask.view(-1)
+    torch.testing.assert_close(torch.zeros(N, dtype=torch.float64).index_add_(0, walks[:, 0], rel), node,
+                               atol=1e-10, rtol=1e-8)
 
 
 def test_float32_close_to_float64():
