@@ -557,7 +557,7 @@ def _check_walks(walks, wm: WalkModel) -> tuple[Tensor, list[Tensor]]:
         walks = torch.as_tensor(walks)
     if walks.is_floating_point() or walks.is_complex() or walks.dtype == torch.bool:
         raise TypeError(f"walks must be an integer tensor (W, L+1) of node ids, got dtype {walks.dtype}")
-    walks = walks.long()
+    walks = walks.long().to(wm.x.device)
     if walks.dim() == 1:
         walks = walks.unsqueeze(0)
     L = wm.depth
