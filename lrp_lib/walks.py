@@ -64,8 +64,7 @@ layer), where ``LRPExplainer`` first splits between the two terms; both agree un
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
