@@ -23,6 +23,10 @@ method runs through PyG's ``Explainer`` (``explanation_type="model"``, node-leve
   checks its values (``bool()`` of a tensor), which ``vmap`` cannot batch: if the batched backward
   fails, the error is recorded.
 
+Wall-clock seconds give the nodes per second; the CPU seconds of the process (all its threads) are
+recorded beside them: on a machine shared with other work, the wall clock also counts the time
+other processes held the cores, the CPU time does not.
+
 The nodes per second of each method are printed and written to ``benchmarks/results/nodes.json``
 (``results_file.write_results``), which the book's Performance page renders.
 """
@@ -75,21 +79,29 @@ def per_second(count: int, seconds: float) -> float:
     return count / seconds
 
 
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def lrp_nodes(model, x, edge_index, index, chunk_size: int):
+    """(wall seconds, CPU seconds of this process, the explanation)."""
     explainer = Explainer(model, algorithm=LRPExplainer(per_index=True, chunk_size=chunk_size),
                           explanation_type="model", node_mask_type="object", edge_mask_type="object",
                           model_config=MODEL_CONFIG)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     explanation = explainer(x, edge_index, index=index)
-    seconds = time.perf_counter() - start
-    return seconds, explanation
+    sync()
+    return time.perf_counter() - start, time.process_time() - cpu, explanation
 
 
-def per_target(explainer, x, edge_index, targets) -> float:
-    start = time.perf_counter()
+def per_target(explainer, x, edge_index, targets) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one call per target."""
+    start, cpu = time.perf_counter(), time.process_time()
     for t in targets.tolist():
         explainer(x, edge_index, index=t)
-    return time.perf_counter() - start
+    sync()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def batched_backward(model, x, edge_index, targets):
@@ -98,16 +110,19 @@ def batched_backward(model, x, edge_index, targets):
     leaf = x.clone().requires_grad_()
     with torch.enable_grad(), lrp_patched(model, "epsilon", None, x.dtype):
         out = model(leaf, edge_index)
-        starts = torch.zeros(targets.numel(), *out.shape)
+        starts = torch.zeros(targets.numel(), *out.shape, device=out.device)
         cls = out.detach()[targets].argmax(-1)
-        starts[torch.arange(targets.numel()), targets, cls] = out.detach()[targets, cls]
+        starts[torch.arange(targets.numel(), device=out.device), targets, cls] = out.detach()[targets, cls]
+        sync()
         t0 = time.perf_counter()
         for i in range(targets.numel()):
             torch.autograd.grad(out, leaf, starts[i], retain_graph=True)
+        sync()
         loop_seconds = time.perf_counter() - t0
         try:
             t0 = time.perf_counter()
             torch.autograd.grad(out, leaf, starts, retain_graph=True, is_grads_batched=True)
+            sync()
             return time.perf_counter() - t0, None, loop_seconds
         except Exception as error:  # noqa: BLE001 -- recorded in the results
             return None, f"{type(error).__name__}: {str(error).splitlines()[0][:300]}", loop_seconds
@@ -117,6 +132,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--fast", action="store_true", help="500 targets on 10,000 nodes; writes no results file")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu or cuda; cuda writes benchmarks/results/nodes-cuda.json")
     p.add_argument("--chunk-size", type=int, default=256)
     p.add_argument("--subset", type=int, default=20, help="targets for Captum saliency and the batching comparison")
     p.add_argument("--gnnexplainer-subset", type=int, default=2)
@@ -126,16 +142,17 @@ def main() -> None:
     warnings.simplefilter("ignore")  # PyG/Captum deprecation notes; LostRelevanceWarning at dead ReLUs
     nodes, edges, targets = (10_000, 100_000, 500) if args.fast else (100_000, 1_000_000, 10_000)
     model, x, edge_index, index = setup(nodes, edges, targets)
+    model, x, edge_index, index = model.to(args.device), x.to(args.device), edge_index.to(args.device), index.to(args.device)
     subset = index[: args.subset]
-    print(f"3-layer GCN, {nodes:,} nodes, {edges:,} edges, {targets:,} targets, float32, CPU, "
-          f"{torch.get_num_threads()} threads\n", flush=True)
+    print(f"3-layer GCN, {nodes:,} nodes, {edges:,} edges, {targets:,} targets, float32, "
+          f"{torch.get_num_threads()} threads, {args.device}\n", flush=True)
 
     lrp_explainer = Explainer(model, algorithm=LRPExplainer(per_index=True, chunk_size=args.chunk_size),
                               explanation_type="model", node_mask_type="object", edge_mask_type="object",
                               model_config=MODEL_CONFIG)
     lrp_explainer(x, edge_index, index=index[:8])  # warm-up
-    lrp_seconds, explanation = lrp_nodes(model, x, edge_index, index, args.chunk_size)
-    lrp_subset_seconds, _ = lrp_nodes(model, x, edge_index, subset, args.chunk_size)
+    lrp_seconds, lrp_cpu, explanation = lrp_nodes(model, x, edge_index, index, args.chunk_size)
+    lrp_subset_seconds, lrp_subset_cpu, _ = lrp_nodes(model, x, edge_index, subset, args.chunk_size)
     nnz = explanation.node_relevance._nnz()
     print(f"LRP per_index: {targets:,} targets in {lrp_seconds:.1f} s, {per_second(targets, lrp_seconds):.0f} nodes/s "
           f"({nnz / targets:.0f} subgraph nodes per target)", flush=True)
@@ -143,14 +160,14 @@ def main() -> None:
     saliency = Explainer(model, algorithm=CaptumExplainer("Saliency"), explanation_type="model",
                          node_mask_type="attributes", edge_mask_type=None, model_config=MODEL_CONFIG)
     saliency(x, edge_index, index=int(subset[0]))  # warm-up
-    saliency_seconds = per_target(saliency, x, edge_index, subset)
+    saliency_seconds, saliency_cpu = per_target(saliency, x, edge_index, subset)
     print(f"Captum saliency: {subset.numel()} targets in {saliency_seconds:.1f} s, "
           f"{per_second(subset.numel(), saliency_seconds):.2f} nodes/s", flush=True)
 
     gnn_subset = index[: args.gnnexplainer_subset]
     gnnexplainer = Explainer(model, algorithm=GNNExplainer(epochs=args.gnnexplainer_epochs), explanation_type="model",
                              node_mask_type="attributes", edge_mask_type="object", model_config=MODEL_CONFIG)
-    gnn_seconds = per_target(gnnexplainer, x, edge_index, gnn_subset)
+    gnn_seconds, gnn_cpu = per_target(gnnexplainer, x, edge_index, gnn_subset)
     print(f"GNNExplainer ({args.gnnexplainer_epochs} epochs): {gnn_subset.numel()} targets in {gnn_seconds:.1f} s, "
           f"{per_second(gnn_subset.numel(), gnn_seconds):.3f} nodes/s; all {targets:,} targets extrapolated: "
           f"{gnn_seconds / gnn_subset.numel() * targets / 3600:.1f} h", flush=True)
@@ -163,15 +180,18 @@ def main() -> None:
 
     rows = [
         {"method": "LRP, per_index=True (k-hop subgraphs, chunks)", "key": "lrp", "targets": targets,
-         "seconds": lrp_seconds, "nodes_per_second": per_second(targets, lrp_seconds), "extrapolated": False},
+         "seconds": lrp_seconds, "cpu_seconds": lrp_cpu, "nodes_per_second": per_second(targets, lrp_seconds),
+         "extrapolated": False},
         {"method": "LRP, per_index=True, on the subset", "key": "lrp_subset", "targets": subset.numel(),
-         "seconds": lrp_subset_seconds, "nodes_per_second": per_second(subset.numel(), lrp_subset_seconds),
+         "seconds": lrp_subset_seconds, "cpu_seconds": lrp_subset_cpu,
+         "nodes_per_second": per_second(subset.numel(), lrp_subset_seconds),
          "extrapolated": False},
         {"method": "Captum saliency (one call per target)", "key": "saliency", "targets": subset.numel(),
-         "seconds": saliency_seconds, "nodes_per_second": per_second(subset.numel(), saliency_seconds),
+         "seconds": saliency_seconds, "cpu_seconds": saliency_cpu,
+         "nodes_per_second": per_second(subset.numel(), saliency_seconds),
          "extrapolated": False},
         {"method": f"GNNExplainer, {args.gnnexplainer_epochs} epochs (one call per target)", "key": "gnnexplainer",
-         "targets": gnn_subset.numel(), "seconds": gnn_seconds,
+         "targets": gnn_subset.numel(), "seconds": gnn_seconds, "cpu_seconds": gnn_cpu,
          "nodes_per_second": per_second(gnn_subset.numel(), gnn_seconds), "extrapolated": True,
          "seconds_all_targets_extrapolated": gnn_seconds / gnn_subset.numel() * targets},
         {"method": "LRP, one whole-graph backward per target (retain_graph, forward not counted)",
@@ -182,19 +202,21 @@ def main() -> None:
          "nodes_per_second": None if batched_seconds is None else per_second(subset.numel(), batched_seconds),
          "extrapolated": False, "error": batched_error},
     ]
-    print("\n| method | targets timed | s | nodes/s |")
-    print("| --- | ---: | ---: | ---: |")
+    print("\n| method | targets timed | s | CPU s | nodes/s |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for r in rows:
         rate = "fails" if r["nodes_per_second"] is None else f"{r['nodes_per_second']:.3g}"
-        print(f"| {r['method']} | {r['targets']:,} | {r['seconds'] or 0:.2f} | {rate} |")
+        cpu = f"{r['cpu_seconds']:.2f}" if r.get("cpu_seconds") is not None else "-"
+        print(f"| {r['method']} | {r['targets']:,} | {r['seconds'] or 0:.2f} | {cpu} | {rate} |")
     if args.fast:
         print("--fast: benchmarks/results/nodes.json left as it is")
         return
-    path = results_file.write_results("nodes", rows, {
+    name = "nodes" if args.device == "cpu" else f"nodes-{args.device.split(':')[0]}"
+    path = results_file.write_results(name, rows, {
         "nodes": nodes, "edges": edges, "targets": targets, "features": 32, "hidden": 32, "layers": 3,
         "classes": 4, "chunk_size": args.chunk_size, "subset": args.subset,
         "gnnexplainer_subset": args.gnnexplainer_subset, "gnnexplainer_epochs": args.gnnexplainer_epochs,
-        "threads": args.threads, "target_nodes_per_second": 200, "dtype": "float32", "device": "cpu"})
+        "threads": args.threads, "target_nodes_per_second": 200, "dtype": "float32", "device": args.device})
     print(f"wrote {path}")
 
 
