@@ -349,8 +349,10 @@ glue("top_share", f"{share:.2f}", display=False)
 # and {glue:text}`top_on_no` of them pass through nitrogen and oxygen atoms only: the evidence for
 # "mutagen" travels along the N–O bonds, back and forth, not along the ring. Together these ten of the
 # {glue:text}`mol_walks` walks carry a fraction {glue:text}`top_share` of the total walk relevance.
-# The figure draws them as arrows on the molecule, one arrow per step of message passing, coloured by
-# the walk's relevance (a dot marks a step that stays at its atom, through GCN's self-loop).
+# The figure draws them as arrows on the molecule (top), one arrow per step of message passing,
+# coloured by the walk's relevance (a ring marks a step that stays at its atom, through GCN's
+# self-loop). Below, from the list of all walks, the ten most relevant of those that start on a carbon
+# atom: how the skeleton's evidence reaches the output, and with which sign.
 
 # %% tags=["hide-input"]
 def draw_walks(mol, walks, relevance, ax, size=(640, 480), label="walk relevance"):
@@ -374,10 +376,25 @@ def draw_walks(mol, walks, relevance, ax, size=(640, 480), label="walk relevance
 
 
 mol = to_rdkit(graph)
-fig, ax = plt.subplots(figsize=(BOOK_WIDTH, 5.0))
-draw_walks(mol, best.tolist(), best_rel.numpy(), ax, label="walk relevance (LRP-ε, log-odds of 'mutagen')")
-ax.set_title(f"the {K} most relevant walks of the GCN's four layers")
+from_carbon = torch.tensor([elements[j] == "C" for j in walks[:, 0].tolist()])
+carbon_idx = from_carbon.nonzero().view(-1)[rel[from_carbon].abs().argsort(descending=True, stable=True)[:K]]
+fig, axes = plt.subplots(2, 1, figsize=(BOOK_WIDTH, 9.0))
+draw_walks(mol, best.tolist(), best_rel.numpy(), axes[0], label="walk relevance (LRP-ε, log-odds of 'mutagen')")
+axes[0].set_title(f"the {K} most relevant walks of the GCN's four layers")
+draw_walks(mol, walks[carbon_idx].tolist(), rel[carbon_idx].numpy(), axes[1],
+           label="walk relevance (LRP-ε, log-odds of 'mutagen')")
+axes[1].set_title(f"the {K} most relevant walks that start on a carbon atom")
+fig.tight_layout()
 plt.show()
+glue("carbon_neg", f"{int((rel[carbon_idx] < 0).sum())}", display=False)
+glue("carbon_ratio", f"{float(best_rel.abs().max() / rel[carbon_idx].abs().max()):.0f}", display=False)
+glue("carbon_into_no", f"{sum(elements[w[-1]] in ('N', 'O') for w in walks[carbon_idx].tolist())}", display=False)
+
+# %% [markdown]
+# Of the ten strongest walks from a carbon atom, {glue:text}`carbon_neg` have negative relevance and
+# {glue:text}`carbon_into_no` end on a nitrogen or oxygen: what the skeleton sends into the N–O groups
+# weighs against "mutagen"; the strongest of them is {glue:text}`carbon_ratio` times weaker than the
+# strongest walk of all (compare the two colour bars). Node relevance would sum these walks into the carbon atoms' scores and lose where they go.
 
 # %% [markdown]
 # ### The relevance of a group: subgraphs
