@@ -18,6 +18,15 @@ Cases: ``linear_eps`` at N = 100,000, in = out = 64 against ``torch.nn.functiona
 the three scatter ops on 1,000,000 elements against the plain (gradient) scatters of
 ``lrp_lib.scatter``; and the epsilon rule of the original notebook *Hijacking autograd for
 LRP* (chapter 1), which materialises an N x in x out tensor, against ``linear_eps`` at a size where it fits.
+
+Width sweep (rows with ``"group": "width_sweep"``): ``linear_eps`` against ``F.linear`` (weights
+frozen, the gradient to the input) at in = out = 16, 32, ..., 1024, with N = 100,000 rows up to 64
+features and N * width = 6,553,600 elements above.  Per width: the forward + backward and the
+backward ratios (median of --repeat interleaved runs) and the bytes that autograd saves for the
+backward (``memory.saved_bytes``: distinct storages, the weight left out, the input x counted).
+With frozen weights the gradient to x saves nothing per row (its backward is ``R @ W``), so the
+saved-bytes ratio is taken against the gradient of a trainable weight, which keeps x, as in
+training; the epsilon rule keeps x and z (``R_x = x * ((R / (z + eps sign z)) @ W)``).
 """
 from __future__ import annotations
 
@@ -110,6 +119,52 @@ def make_case(name: str, quick: bool):
     }
 
 
+WIDTHS = [16, 32, 64, 128, 256, 512, 1024]
+
+
+def sweep_rows(widths, repeat: int, quick: bool) -> list[dict]:
+    """The width sweep of ``linear_eps`` (see the module's docstring)."""
+    rows = []
+    for width in widths:
+        n = min(2_000 if quick else 100_000, (65_536 if quick else 6_553_600) // width)
+        g = torch.Generator().manual_seed(width)
+        x = torch.randn(n, width, generator=g)
+        w = torch.randn(width, width, generator=g) / width ** 0.5
+        fns = {"relevance": lambda t: ops.linear_eps(t, w), "gradient": lambda t: F.linear(t, w)}
+        for fn in fns.values():
+            timed(fn, x)
+        runs = {mode: [] for mode in fns}
+        for _ in range(repeat):
+            for mode, fn in fns.items():
+                runs[mode].append(timed(fn, x))
+        bwd = {m: statistics.median(r[0] for r in runs[m]) * 1e3 for m in runs}
+        both = {m: statistics.median(r[1] for r in runs[m]) * 1e3 for m in runs}
+        leaf = x.clone().requires_grad_()
+        w_train = w.clone().requires_grad_()
+        saved = {
+            "relevance": memory.saved_bytes(lambda: ops.linear_eps(leaf, w), [w]),
+            "gradient_frozen": memory.saved_bytes(lambda: F.linear(leaf, w), [w]),
+            "gradient_trainable": memory.saved_bytes(lambda: F.linear(leaf, w_train), [w_train]),
+        }
+        rows.append({
+            "case": f"linear_eps_width_{width}", "group": "width_sweep", "width": width, "rows": n,
+            "description": f"linear_eps, N={n:,}, {width}->{width}",
+            "relevance": COMPARES["linear_eps"][0], "baseline": COMPARES["linear_eps"][1],
+            "relevance_backward_ms": bwd["relevance"], "gradient_backward_ms": bwd["gradient"],
+            "backward_ratio": bwd["relevance"] / bwd["gradient"],
+            "relevance_fwd_bwd_ms": both["relevance"], "gradient_fwd_bwd_ms": both["gradient"],
+            "fwd_bwd_ratio": both["relevance"] / both["gradient"],
+            "relevance_saved_bytes": saved["relevance"],
+            "gradient_saved_bytes_frozen": saved["gradient_frozen"],
+            "gradient_saved_bytes_trainable": saved["gradient_trainable"],
+            "saved_bytes_ratio": saved["relevance"] / saved["gradient_trainable"],
+        })
+        r = rows[-1]
+        print(f"| {width} | {n:,} | {r['fwd_bwd_ratio']:.2f} | {r['backward_ratio']:.2f} | "
+              f"{both['relevance']:.1f} | {both['gradient']:.1f} | {r['saved_bytes_ratio']:.2f} |", flush=True)
+    return rows
+
+
 CASES = ["linear_eps", "linear_eps_wide", "scatter_add", "scatter_mean", "scatter_max", "original_eps"]
 
 
@@ -152,6 +207,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="intra-op threads (default 1: on a shared, loaded machine, thread-pool "
                              "synchronisation adds a scheduler delay to every op and swamps the comparison)")
+    parser.add_argument("--widths", type=int, nargs="+", default=WIDTHS, help="widths of the linear_eps sweep")
+    parser.add_argument("--only-sweep", action="store_true", help="print the width sweep only (writes no results file)")
     parser.add_argument("--memory-child", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -166,7 +223,7 @@ def main() -> None:
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     results = []
-    for case in CASES:
+    for case in ([] if args.only_sweep else CASES):
         desc, x, fns = make_case(case, args.quick)
         for fn in fns.values():  # warm-up
             timed(fn, x)
@@ -194,11 +251,15 @@ def main() -> None:
         print("| " + " | ".join(cells) + " |", flush=True)
     print("\nLast row: the original notebook's N x in x out epsilon rule in the 'relevance' columns, "
           "linear_eps in the 'gradient' columns.")
-    if args.quick:  # a smoke test: the book's figures stay those of a full run
-        print("--quick: benchmarks/results/ops.json left as it is")
+    print("\nlinear_eps against F.linear (frozen weights) by width; saved bytes against a trainable weight's gradient\n")
+    print("| width | N | fwd+bwd ratio | backward ratio | relevance fwd+bwd ms | gradient fwd+bwd ms | saved bytes ratio |")
+    print("|---|---|---|---|---|---|---|")
+    results += sweep_rows(args.widths, args.repeat, args.quick)
+    if args.quick or args.only_sweep:  # the book's figures stay those of a full run
+        print("--quick/--only-sweep: benchmarks/results/ops.json left as it is")
         return
     path = results_file.write_results("ops", results, {
-        "quick": args.quick, "repeat": args.repeat, "threads": args.threads, "dtype": "float32", "device": "cpu"})
+        "quick": args.quick, "repeat": args.repeat, "threads": args.threads, "widths": args.widths, "dtype": "float32", "device": "cpu"})
     print(f"wrote {path}")
 
 

@@ -30,7 +30,9 @@ graph_b = load_results("graph", repository=REPO)
 conv_b = load_results("conv", repository=REPO)
 impl_b = load_results("implementations", repository=REPO)
 expl_b = load_results("explainers", repository=REPO)
-benches = [ops_b, graph_b, conv_b, impl_b, expl_b]
+nodes_b = load_results("nodes", repository=REPO)
+nodes_gpu_b = load_results("nodes-cuda", repository=REPO)
+benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -84,7 +86,9 @@ results_table([{"benchmark": b["benchmark"], "command": f"`{b['command']}`", **b
 ops_rows = {r["case"]: r for r in ops_b["results"]}
 graph_rows = {r["measure"]: r for r in graph_b["results"]}
 conv_rows = {(r["table"], r["variant"]): r for r in conv_b["results"]}
-plain_ops = [r for r in ops_b["results"] if r["case"] != "original_eps"]
+op_cases = [r for r in ops_b["results"] if r.get("group") != "width_sweep"]  # the sweep has its own section
+sweep = [r for r in ops_b["results"] if r.get("group") == "width_sweep"]
+plain_ops = [r for r in op_cases if r["case"] != "original_eps"]
 summary = [(r["description"].replace(",000,000", "M").replace(",000", "k"), r["fwd_bwd_ratio"], r["memory_ratio"])
            for r in plain_ops]
 summary.append(("Graph Network, 4 blocks (backward)", graph_rows["backward_time"]["ratio"],
@@ -121,7 +125,7 @@ plt.show()
 # %% tags=["hide-input"]
 display(Markdown(machine_note(ops_b)))
 print(f"float32, median of {ops_b['settings']['repeat']} interleaved runs")
-results_table(ops_b["results"], [
+results_table(op_cases, [
     ("case", "description"),
     ("backward ratio", "backward_ratio", "{:.2f}x"),
     ("fwd+bwd ratio", "fwd_bwd_ratio", "{:.2f}x"),
@@ -169,6 +173,70 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 #   the matrix product is cheap and those passes dominate; at 512 it takes a larger share. Closing the
 #   gap needs a fused kernel (for example from `torch.compile`), which the book leaves out to keep the
 #   ops readable.
+#
+# ### `linear_eps` across widths
+#
+# The same comparison at widths from {glue:text}`sweep_narrowest` to {glue:text}`sweep_widest` features
+# (in = out; the table gives the rows at each width, as many as keep the narrow and the wide cases of
+# comparable size); the weights are frozen, so the gradient
+# is the gradient to the input alone. *Saved bytes* are the bytes autograd keeps for backward
+# (the weight left out): the epsilon rule keeps $x$ and $z$, since
+# $R_x = x \odot \big((R / (z + \epsilon\,\mathrm{sign}(z)))\,W\big)$ needs both. The gradient to $x$
+# alone keeps no row at all (its backward is $R\,W$), so the ratio is taken against the gradient of a
+# trainable weight, which keeps $x$, as in training.
+
+# %% tags=["hide-input"]
+print(f"float32, median of {ops_b['settings']['repeat']} interleaved runs, {ops_b['machine']['torch_threads']} thread(s)")
+results_table(sweep, [
+    ("width", "width", "{}"),
+    ("rows", "rows", "{:,}"),
+    ("fwd+bwd ratio", "fwd_bwd_ratio", "{:.2f}x"),
+    ("backward ratio", "backward_ratio", "{:.2f}x"),
+    ("relevance fwd+bwd (ms)", "relevance_fwd_bwd_ms", "{:.1f}"),
+    ("gradient fwd+bwd (ms)", "gradient_fwd_bwd_ms", "{:.1f}"),
+    ("saved bytes ratio", "saved_bytes_ratio", "{:.2f}x"),
+])
+
+# %% tags=["hide-input"]
+TARGET = 1.3  # forward + backward within 1.3 times the gradient's (the library's issue on performance)
+fig, ax = plt.subplots(figsize=(BOOK_WIDTH * 0.8, 2.8))
+widths = [r["width"] for r in sweep]
+ax.plot(widths, [r["fwd_bwd_ratio"] for r in sweep], "o-", label="forward + backward")
+ax.plot(widths, [r["backward_ratio"] for r in sweep], "s--", label="backward alone")
+ax.axhline(1.0, color="black", lw=0.8)
+ax.axhline(TARGET, color="tab:red", lw=0.8, ls=":", label=f"target, {TARGET}")
+ax.set_xscale("log", base=2)
+ax.set_xticks(widths, [str(w) for w in widths])
+ax.set_xlabel("features (in = out)")
+ax.set_ylabel("linear_eps time / gradient's")
+ax.set_ylim(0, max(r["backward_ratio"] for r in sweep) * 1.15)
+ax.legend(frameon=False, fontsize=8)
+fig.tight_layout()
+plt.show()
+
+met = [r["width"] for r in sweep if r["fwd_bwd_ratio"] <= TARGET]
+g("sweep_target", TARGET, "{}")
+g("sweep_fb_min", min(r["fwd_bwd_ratio"] for r in sweep))
+g("sweep_fb_max", max(r["fwd_bwd_ratio"] for r in sweep))
+g("sweep_fb_widest", sweep[-1]["fwd_bwd_ratio"])
+g("sweep_widest", sweep[-1]["width"], "{}")
+g("sweep_narrowest_fb", sweep[0]["fwd_bwd_ratio"])
+g("sweep_narrowest", sweep[0]["width"], "{}")
+g("sweep_met", ", ".join(str(w) for w in met) if met else "none of the widths", None)
+g("sweep_saved", max(r["saved_bytes_ratio"] for r in sweep))
+
+# %% [markdown]
+# Forward plus backward, `linear_eps` takes {glue:text}`sweep_fb_min` to {glue:text}`sweep_fb_max`
+# times the gradient's time: {glue:text}`sweep_narrowest_fb` times at {glue:text}`sweep_narrowest`
+# features and {glue:text}`sweep_fb_widest` times at {glue:text}`sweep_widest`. Within
+# {glue:text}`sweep_target` times (the target of the library's issue on performance), at these widths:
+# {glue:text}`sweep_met`. The overhead is per element of
+# the output, not per multiply-add: the stabiliser, the division, the count of zero outputs, the NaN
+# and Inf check (one read-only `torch.aminmax` pass each over the share and the output) and the
+# product with $x$ are each one pass over memory, which at narrow widths costs more than the matrix
+# product itself. The saved bytes are {glue:text}`sweep_saved` times the gradient's at every width,
+# $(\text{in} + \text{out}) / \text{in}$: keeping $z$ is what makes the backward one matrix product;
+# recomputing it from $x$ would save the memory at the price of a second product.
 #
 # ## Graph Network layers
 #
@@ -372,6 +440,70 @@ g("expl_best_auroc", best, None)
 # runs its steps as one batched pass; GNNExplainer optimises a mask over many forward and backward
 # passes. The chapter discusses what the AUROC and fidelity figures say about each explanation.
 #
+# ## Many nodes of a large graph
+#
+# `LRPExplainer(per_index=True)` explains each node of `index` on its own, in one call: the targets go
+# in chunks onto the disjoint union of their k-hop subgraphs (k = the number of message-passing
+# layers), one forward and one backward per chunk (GCN's normalisation takes the degrees of the full
+# graph, and the subgraphs' outputs at the targets are checked against the full graph's).
+# `benchmarks/bench_nodes.py` explains many target nodes of a random graph with a GCN, all
+# methods through PyG's `Explainer`; saliency and GNNExplainer run one call per target, timed on a
+# subset (GNNExplainer's time for all targets is extrapolated from it, and labelled so). The two
+# rows below the line compare the other way to batch: backward passes of the whole graph.
+
+# %% tags=["hide-input"]
+s = nodes_b["settings"]
+display(Markdown(machine_note(nodes_b) + f" {s['layers']}-layer GCN ({s['features']} features, {s['hidden']} hidden), "
+                 f"{s['nodes']:,} nodes, {s['edges']:,} edges, {s['targets']:,} targets, float32."))
+results_table(nodes_b["results"], [
+    ("method", "method"),
+    ("targets timed", "targets", "{:,}"),
+    ("seconds", "seconds", lambda v: "-" if v is None else f"{v:,.2f}"),
+    ("CPU seconds", lambda r: r.get("cpu_seconds"), lambda v: "-" if v is None else f"{v:,.2f}"),
+    ("nodes per second", "nodes_per_second", lambda v: "fails" if v is None else f"{v:,.3g}"),
+    ("note", lambda r: r.get("error") or ("all targets extrapolated: "
+                                         f"{r['seconds_all_targets_extrapolated'] / 3600:,.1f} h"
+                                         if r["extrapolated"] else "")),
+])
+
+# %% tags=["hide-input"]
+nodes_rows = {r["key"]: r for r in nodes_b["results"]}
+lrp_rate = nodes_rows["lrp"]["nodes_per_second"]
+g("nodes_lrp", lrp_rate, "{:,.0f}")
+g("nodes_targets", s["targets"], "{:,}")
+g("nodes_target_rate", s["target_nodes_per_second"], "{:,}")
+g("nodes_met", "meets" if lrp_rate >= s["target_nodes_per_second"] else "misses", None)
+g("nodes_vs_saliency", lrp_rate / nodes_rows["saliency"]["nodes_per_second"], "{:,.0f}")
+g("nodes_vs_loop", lrp_rate / nodes_rows["lrp_backward_loop"]["nodes_per_second"], "{:,.0f}")
+g("nodes_gnn_hours", nodes_rows["gnnexplainer"]["seconds_all_targets_extrapolated"] / 3600, "{:,.1f}")
+g("nodes_batched", "fails" if nodes_rows["lrp_batched_backward"]["error"] else "runs", None)
+g("nodes_cpu_rate", s["targets"] / nodes_rows["lrp"]["cpu_seconds"], "{:,.0f}")
+g("nodes_threads", s["threads"], "{}")
+gpu_rows = {r["key"]: r for r in nodes_gpu_b["results"]}
+g("nodes_gpu", nodes_gpu_b["machine"].get("gpu", "a GPU"), None)
+g("nodes_gpu_lrp", gpu_rows["lrp"]["nodes_per_second"], "{:,.0f}")
+g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
+
+# %% [markdown]
+# LRP explains {glue:text}`nodes_lrp` target nodes per second over all {glue:text}`nodes_targets`
+# targets, which {glue:text}`nodes_met` the goal of {glue:text}`nodes_target_rate` per second; that is
+# {glue:text}`nodes_vs_saliency` times the rate of Captum saliency, which runs the whole graph forward
+# and backward for every target, and {glue:text}`nodes_vs_loop` times that of one relevance backward of
+# the whole graph per target. GNNExplainer would need {glue:text}`nodes_gnn_hours` hours for all
+# targets (extrapolated). Per CPU second of the process (its {glue:text}`nodes_threads` threads
+# together, whatever else the machine ran), LRP explains {glue:text}`nodes_cpu_rate` targets: most of a
+# subgraph's nodes lie on its border, where they are needed only as inputs of the first layer, yet
+# the model runs every layer on every row. On an {glue:text}`nodes_gpu`
+# (`benchmarks/results/nodes-cuda.json`, `--device cuda`) the same benchmark explains
+# {glue:text}`nodes_gpu_lrp` targets per second, against {glue:text}`nodes_gpu_saliency` for saliency.
+# A batched backward of the whole graph
+# (`torch.autograd.grad(..., is_grads_batched=True)`) {glue:text}`nodes_batched` here: `vmap` cannot
+# batch the relevance ops' backward (the table gives the first error), which divides into a
+# preallocated tensor and checks its values (a NaN test, the count of zero outputs) in Python
+# conditions on tensors. Even where it would run, it does the work of
+# one whole-graph backward per target, while a target's explanation only touches its k-hop
+# neighbourhood: the subgraphs are the way that scales.
+#
 # ## Measuring on your machine
 #
 # Each script prints its tables and writes its results file; this page and the chapters read the
@@ -383,6 +515,7 @@ g("expl_best_auroc", best, None)
 # python benchmarks/bench_conv.py             # conv.json
 # python benchmarks/bench_implementations.py  # implementations.json
 # python benchmarks/bench_explainers.py       # explainers.json
+# python benchmarks/bench_nodes.py            # nodes.json (--fast: a smaller graph, writes nothing)
 # python tools/nb.py book/_src/performance.py # rebuild this page from the new files
 # ```
 #
