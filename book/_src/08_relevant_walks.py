@@ -6,7 +6,8 @@
 # $L$ times; the information that an oxygen sits next to a nitrogen that sits on a ring reaches
 # the output along **walks** $j_0 \to j_1 \to \dots \to j_L$, one hop per layer. GNN-LRP
 # {cite}`schnake2022higher` gives each such walk its relevance. The walks' relevances add up to the
-# output, and summed over the walks that start at an atom they give back that atom's LRP
+# output (exactly for a bias-free network under LRP-0), and summed over the walks that start at an
+# atom they give back that atom's LRP
 # relevance: a walk explanation refines the node explanation instead of competing with it.
 #
 # The catch is the count: a graph of $N$ nodes and average degree $d$ has about $N (d+1)^L$ walks.
@@ -564,8 +565,7 @@ glue("walk_vs_node_house", "higher" if auc["walks (nodes)", 0] > auc["node LRP (
 # For the cycles none does: the best AUROC is {glue:text}`cycle_max`, and an AUROC below one half
 # means that the relevance for "cycle" sits on the Barabási–Albert part rather than on the motif. The
 # explanations agree on what the GIN learned: "house" is decided by the house, "cycle" by the
-# *absence* of a house; a tree of degree-one and degree-two nodes with nothing that looks like a house
-# is enough. Every graph is classified correctly, so accuracy cannot tell the two strategies apart,
+# *absence* of a house: a Barabási–Albert tree with nothing that looks like a house is enough. Every graph is classified correctly, so accuracy cannot tell the two strategies apart,
 # while the explanations can. The ground truth of BA-2Motifs assumes the first strategy for both
 # classes; for this model it is right for one class only. Xiong et al. report a subgraph-based
 # AUROC of 0.993 on BA-2Motifs with a GIN, under their own protocol and model {cite}`xiong2022sgnnlrp`.
