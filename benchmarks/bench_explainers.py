@@ -45,24 +45,7 @@ MODEL_CONFIG = dict(mode="binary_classification", task_level="graph", return_typ
 
 
 # ---------------------------------------------------------- the chapter's model
-class GCN(torch.nn.Module):
-    def __init__(self, in_features, hidden):
-        super().__init__()
-        self.gc1 = GCNConv(in_features, hidden)
-        self.gc2 = GCNConv(hidden, hidden)
-        self.gc3 = GCNConv(hidden, hidden)
-        self.gc4 = GCNConv(hidden, hidden)
-        self.pre_head = torch.nn.Linear(hidden, hidden)
-        self.head = torch.nn.Linear(hidden, 1)
-
-    def forward(self, x, edge_index, batch=None, edge_weight=None):
-        x = F.relu(self.gc1(x, edge_index, edge_weight))
-        x = F.relu(self.gc2(x, edge_index, edge_weight))
-        x = F.relu(self.gc3(x, edge_index, edge_weight))
-        x = F.relu(self.gc4(x, edge_index, edge_weight))
-        x = global_mean_pool(x, batch)
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.head(self.pre_head(x))
+from lrp_lib.models import MutagenicityGCN as GCN  # noqa: E402  (chapter 5's class)
 
 
 def seed_everything(seed=0):

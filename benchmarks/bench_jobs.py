@@ -49,54 +49,7 @@ from results_file import write_results  # noqa: E402
 
 
 # ------------------------------------------------------- chapter 5's model
-class GCN(torch.nn.Module):
-    def __init__(self, in_features, hidden):
-        super().__init__()
-        self.gc1 = GCNConv(in_features, hidden)
-        self.gc2 = GCNConv(hidden, hidden)
-        self.gc3 = GCNConv(hidden, hidden)
-        self.gc4 = GCNConv(hidden, hidden)
-        self.pre_head = torch.nn.Linear(hidden, hidden)
-        self.head = torch.nn.Linear(hidden, 1)  # binary classification: one logit
-
-    def forward(self, x, edge_index, batch=None, edge_weight=None):
-        x = F.relu(self.gc1(x, edge_index, edge_weight))
-        x = F.relu(self.gc2(x, edge_index, edge_weight))
-        x = F.relu(self.gc3(x, edge_index, edge_weight))
-        x = F.relu(self.gc4(x, edge_index, edge_weight))
-        x = global_mean_pool(x, batch)  # one row per graph
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.head(self.pre_head(x))
-
-
-# ------------------------------------------------------- chapter 7's model
-def _esol_features():
-    from lrp_lib.datasets.esol import EDGE_FEATURES, NODE_FEATURES
-    return NODE_FEATURES, EDGE_FEATURES
-
-
-class SolubilityGN(nn.Module):
-    """Encoder, two message-passing blocks (sum aggregation), sum read-out to one number per molecule."""
-
-    def __init__(self, hidden=32, edge_hidden=16, blocks=2):
-        super().__init__()
-        NODE_FEATURES, EDGE_FEATURES = _esol_features()
-        self.encode = nn.Sequential(
-            graph.EdgeLinear(edge_hidden, edge_features=len(EDGE_FEATURES), bias=False), graph.EdgeReLU(),
-            graph.NodeLinear(hidden, node_features=len(NODE_FEATURES), bias=False), graph.NodeReLU())
-        layers = []
-        for _ in range(blocks):
-            layers += [
-                graph.EdgeLinear(edge_hidden, edge_features=edge_hidden, sender_features=hidden, bias=False),
-                graph.EdgeReLU(),
-                graph.NodeLinear(hidden, node_features=hidden, incoming_features=edge_hidden, aggregation="sum",
-                                 bias=False),
-                graph.NodeReLU()]
-        self.blocks = nn.Sequential(*layers)
-        self.readout = graph.GlobalLinear(1, node_features=hidden, aggregation="sum", bias=True)
-
-    def forward(self, data):
-        return self.readout(self.blocks(self.encode(data))).u.view(-1)  # u: one row per molecule
+from lrp_lib.models import MutagenicityGCN as GCN, SolubilityGN  # noqa: E402  (the chapters' classes)
 
 
 def _refuse(name, chapter):

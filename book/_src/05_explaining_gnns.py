@@ -35,6 +35,7 @@ import warnings
 warnings.filterwarnings("ignore")  # import-time notes of the libraries (tqdm, deprecations); nothing of ours
 
 import copy
+import inspect
 import random
 
 
@@ -121,27 +122,14 @@ print(int(marked.sum()), "marked directed edges:", dict(sorted(pairs.items())))
 # The classifier is four `GCNConv` layers with ReLU, a global mean pool, dropout and two linear
 # layers, written as anyone would write it in PyG. The single output is a logit: positive means
 # "nonmutagen" (label 1), negative "mutagen". The model takes an optional `edge_weight`, which the
-# gradient methods below use as a differentiable edge mask.
+# gradient methods below use as a differentiable edge mask. The class lives in `lrp_lib.models`, so
+# that later pages and the benchmarks load the weights trained here into the very same
+# architecture; the cell prints its code.
 
 # %%
-class GCN(torch.nn.Module):
-    def __init__(self, in_features, hidden):
-        super().__init__()
-        self.gc1 = GCNConv(in_features, hidden)
-        self.gc2 = GCNConv(hidden, hidden)
-        self.gc3 = GCNConv(hidden, hidden)
-        self.gc4 = GCNConv(hidden, hidden)
-        self.pre_head = torch.nn.Linear(hidden, hidden)
-        self.head = torch.nn.Linear(hidden, 1)  # binary classification: one logit
+from lrp_lib.models import MutagenicityGCN as GCN
 
-    def forward(self, x, edge_index, batch=None, edge_weight=None):
-        x = F.relu(self.gc1(x, edge_index, edge_weight))
-        x = F.relu(self.gc2(x, edge_index, edge_weight))
-        x = F.relu(self.gc3(x, edge_index, edge_weight))
-        x = F.relu(self.gc4(x, edge_index, edge_weight))
-        x = global_mean_pool(x, batch)  # one row per graph
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.head(self.pre_head(x))
+print(inspect.getsource(GCN))
 
 
 # %% [markdown]

@@ -23,6 +23,7 @@
 # ```
 
 # %%
+import inspect
 import random
 import warnings
 
@@ -110,27 +111,9 @@ print(f"train {len(train_set)}, validation {len(val_set)}, test {len(test_set)}"
 # trains from scratch only when `LRP_BOOK_RETRAIN=1` is set.
 
 # %% tags=["train"]
-class SolubilityGN(nn.Module):
-    """Encoder, two message-passing blocks (sum aggregation), sum read-out to one number per molecule."""
+from lrp_lib.models import SolubilityGN  # written once in the library: later pages load these weights
 
-    def __init__(self, hidden=32, edge_hidden=16, blocks=2):
-        super().__init__()
-        self.encode = nn.Sequential(
-            graph.EdgeLinear(edge_hidden, edge_features=len(EDGE_FEATURES), bias=False), graph.EdgeReLU(),
-            graph.NodeLinear(hidden, node_features=len(NODE_FEATURES), bias=False), graph.NodeReLU())
-        layers = []
-        for _ in range(blocks):
-            layers += [
-                graph.EdgeLinear(edge_hidden, edge_features=edge_hidden, sender_features=hidden, bias=False),
-                graph.EdgeReLU(),
-                graph.NodeLinear(hidden, node_features=hidden, incoming_features=edge_hidden, aggregation="sum",
-                                 bias=False),
-                graph.NodeReLU()]
-        self.blocks = nn.Sequential(*layers)
-        self.readout = graph.GlobalLinear(1, node_features=hidden, aggregation="sum", bias=True)
-
-    def forward(self, data):
-        return self.readout(self.blocks(self.encode(data))).u.view(-1)  # u: one row per molecule
+print(inspect.getsource(SolubilityGN))
 
 
 def rmse(model, graphs):

@@ -61,6 +61,7 @@ from lrp_lib.datasets.infection import explained_nodes, ground_truth, infection
 from lrp_lib.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
 from lrp_lib.explain import LRPExplainer
 from lrp_lib.plotting import BOOK_WIDTH, book_style, depict
+from lrp_lib.models import MutagenicityGCN
 from lrp_lib.pretrained import load_or_train
 from lrp_lib.results import load_results, machine_note, results_table
 from lrp_lib.walks import WalkModel, all_walks, subgraph_relevance, top_walks, walk_relevance
@@ -149,66 +150,13 @@ train_set, test_set = dataset[train_idx], dataset[test_idx]
 print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
 
-class GCN(torch.nn.Module):
-    def __init__(self, in_features, hidden):
-        super().__init__()
-        self.gc1 = GCNConv(in_features, hidden)
-        self.gc2 = GCNConv(hidden, hidden)
-        self.gc3 = GCNConv(hidden, hidden)
-        self.gc4 = GCNConv(hidden, hidden)
-        self.pre_head = torch.nn.Linear(hidden, hidden)
-        self.head = torch.nn.Linear(hidden, 1)  # binary classification: one logit
-
-    def forward(self, x, edge_index, batch=None, edge_weight=None):
-        x = F.relu(self.gc1(x, edge_index, edge_weight))
-        x = F.relu(self.gc2(x, edge_index, edge_weight))
-        x = F.relu(self.gc3(x, edge_index, edge_weight))
-        x = F.relu(self.gc4(x, edge_index, edge_weight))
-        x = global_mean_pool(x, batch)  # one row per graph
-        x = F.dropout(x, p=0.5, training=self.training)
-        return self.head(self.pre_head(x))
+def trained_in_chapter_5(model):
+    raise RuntimeError("the Mutagenicity GCN is trained in chapter 5: run 05_explaining_gnns with "
+                       "LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it")
 
 
-# %% tags=["train"]
-def accuracy(model, graphs):
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for b in DataLoader(graphs, batch_size=512, generator=torch.Generator()):
-            correct += int(((model(b.x, b.edge_index, b.batch).view(-1) > 0).long() == b.y).sum())
-    return correct / len(graphs)
-
-
-def train_gcn(model, epochs=30, every=10):
-    """Chapter 5's training: Adam (lr 5e-3), cosine annealing, a checkpoint every `every` epochs."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-    loader = DataLoader(train_set, batch_size=128, shuffle=True, generator=torch.Generator().manual_seed(0))
-    checkpoints, history = [], []
-    for epoch in tqdm(range(1, epochs + 1), desc="training"):
-        model.train()
-        total = 0.0
-        for b in loader:
-            optimizer.zero_grad()
-            loss = F.binary_cross_entropy_with_logits(model(b.x, b.edge_index, b.batch).view(-1), b.y.float())
-            loss.backward()
-            optimizer.step()
-            total += float(loss) * b.num_graphs
-        lr = optimizer.param_groups[0]["lr"]
-        schedule.step()
-        if epoch % every == 0:
-            checkpoints.append({"epoch": epoch, "lr": lr,
-                                "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()}})
-            history.append({"epoch": epoch, "train_loss": total / len(train_set),
-                            "test_accuracy": accuracy(model, test_set)})
-    model.eval()
-    return {"metrics": {"last_epoch_train_loss": total / len(train_set), "test_accuracy": accuracy(model, test_set)},
-            "checkpoints": checkpoints, "history": history}
-
-
-seed_everything(0)
-model = GCN(dataset.num_features, hidden=64)
-record = load_or_train("mutagenicity-gcn", model, train_gcn)
+model = MutagenicityGCN(dataset.num_features, hidden=64)
+record = load_or_train("mutagenicity-gcn", model, trained_in_chapter_5, retrain=False)
 print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
 
 # %% [markdown]
