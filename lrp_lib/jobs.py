@@ -184,6 +184,16 @@ def _check_settings(out: Path, manifests, settings: dict) -> None:
 
 
 # ------------------------------------------------------------------ explaining one batch
+def _resolve_target(target_spec, batch, n_graphs: int, device, predicted):
+    """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label",
+    else the constant class ``target_spec``."""
+    if target_spec == "prediction":
+        return predicted()
+    if target_spec == "label":
+        return batch.y.view(-1).long()
+    return torch.full((n_graphs,), target_spec, dtype=torch.long, device=device)
+
+
 class _Capture:
     """Keeps the model's output of the explaining forward pass (a forward hook; no extra pass)."""
 
@@ -239,13 +249,10 @@ class _PyGBatch:
         n_graphs = int(batch.num_graphs)
         target = None
         if self.mode == "multiclass_classification":
-            if target_spec == "prediction":
+            def predicted():
                 with torch.no_grad():
-                    target = self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
-            elif target_spec == "label":
-                target = batch.y.view(-1).long()
-            else:
-                target = torch.full((n_graphs,), target_spec, dtype=torch.long, device=batch.x.device)
+                    return self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
+            target = _resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
         capture = _Capture(self.model)
         try:
             explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch,
@@ -259,12 +266,7 @@ class _PyGBatch:
         if self.mode == "multiclass_classification":
             value = out.gather(1, target.view(-1, 1)).view(-1)
         elif self.mode == "binary_classification":
-            if target_spec == "prediction":
-                target = (out > 0).long()
-            elif target_spec == "label":
-                target = batch.y.view(-1).long()
-            else:
-                target = torch.full((n_graphs,), target_spec, dtype=torch.long, device=out.device)
+            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
             if target.numel() != n_graphs or (target.numel() and int(target.max()) > 1) or \
                     (target.numel() and int(target.min()) < 0):
                 raise ValueError("target='label' needs one label 0 or 1 per graph in data.y for "
@@ -295,21 +297,11 @@ class _GraphBatch:
         n_graphs = int(batch.num_graphs)
         out = _rows_of(raw, self.mode, n_graphs)
         if self.mode == "multiclass_classification":
-            if target_spec == "prediction":
-                target = out.argmax(-1)
-            elif target_spec == "label":
-                target = batch.y.view(-1).long()
-            else:
-                target = torch.full((n_graphs,), target_spec, dtype=torch.long, device=out.device)
+            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: out.argmax(-1))
             start = torch.zeros_like(out).scatter_(1, target.view(-1, 1), out.gather(1, target.view(-1, 1)))
             value = start.sum(1)
         elif self.mode == "binary_classification":
-            if target_spec == "prediction":
-                target = (out > 0).long()
-            elif target_spec == "label":
-                target = batch.y.view(-1).long()
-            else:
-                target = torch.full((n_graphs,), target_spec, dtype=torch.long, device=out.device)
+            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
             value = start = (target.to(out.dtype) * 2 - 1) * out
         else:
             target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)

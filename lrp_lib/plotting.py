@@ -47,17 +47,6 @@ def book_style() -> None:
     })
 
 
-def _as_numpy(values, name: str, size: int):
-    if values is None:
-        return None
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().double().numpy()
-    values = np.asarray(values, dtype=float)
-    if values.ndim != 1 or values.shape[0] != size:
-        raise ValueError(f"{name} must have one value per {name.split('_')[0]} ({size}), got shape {values.shape}")
-    return values
-
-
 def draw_graph(
     edge_index,
     num_nodes: int | None = None,
@@ -107,8 +96,8 @@ def draw_graph(
         num_nodes = int(edge_index.max()) + 1 if edge_index.size else 0
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= num_nodes):
         raise ValueError(f"edge_index refers to nodes {edge_index.min()}..{edge_index.max()}, but num_nodes={num_nodes}")
-    node_rel = _as_numpy(node_relevance, "node_relevance", num_nodes)
-    edge_rel = _as_numpy(edge_relevance, "edge_relevance", edge_index.shape[1])
+    node_rel = _values(node_relevance, "node_relevance", num_nodes, "node")
+    edge_rel = _values(edge_relevance, "edge_relevance", edge_index.shape[1], "edge")
 
     graph = nx.DiGraph()
     graph.add_nodes_from(range(num_nodes))
