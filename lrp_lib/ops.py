@@ -316,21 +316,24 @@ class LinearEpsRelevance(torch.autograd.Function):
     .. math:: R_{x_j} = \sum_k \frac{x_j w_{kj}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k
               = x_j \sum_k w_{kj} \frac{R_k}{z_k + \epsilon\,\mathrm{sign}(z_k)}
 
-    The second form needs two matrix products and O(N (in + out)) memory: the saved tensors
-    are the input, the weight and the output, never an N x in x out tensor.  Nothing saved is
-    modified in backward, so a second backward gives the same result.
+    The second form needs matrix products and O(N (in + out)) memory, never an N x in x out
+    tensor.  The saved tensors are the input, the weight and the bias, what the gradient of a
+    trainable layer keeps: the output :math:`z` is not saved but recomputed in backward from
+    them (one more matrix product, the same kernel on the same values, so the same :math:`z`):
+    N x in numbers are kept between forward and backward instead of N x (in + out).  Nothing
+    saved is modified in backward, so a second backward gives the same result.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
-        out = torch.nn.functional.linear(x, weight, bias)
         ctx.eps = eps
-        ctx.save_for_backward(x, weight, out)
-        return out
+        ctx.save_for_backward(x, weight, bias)
+        return torch.nn.functional.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, rel_out: Tensor):
-        x, weight, out = ctx.saved_tensors
+        x, weight, bias = ctx.saved_tensors
+        out = torch.nn.functional.linear(x, weight, bias)  # z, recomputed rather than kept
         # z + eps * sign(z), with sign(0) = +1: copysign gives +eps for z = +0
         denom = torch.copysign(out.new_tensor(ctx.eps), out).add_(out) if ctx.eps else None
         s = relevance_share("linear_eps", rel_out, out, denom)

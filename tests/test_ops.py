@@ -337,13 +337,37 @@ def test_cuda_matches_cpu(gen):
     torch.testing.assert_close(gpu.cpu(), cpu)
 
 
-def test_linear_eps_saves_only_input_weight_and_output(gen):
-    """O(N (in + out)) memory: nothing of size N x in x out is kept for backward."""
-    x, W = rand(50, 7, gen=gen).requires_grad_(), rand(5, 7, gen=gen)
+def test_linear_eps_saves_only_input_weight_and_bias(gen):
+    """O(N in) memory between forward and backward, as the gradient of a trainable layer: the
+    output z is recomputed in backward, and nothing of size N x in x out is kept."""
+    x, W, b = rand(50, 7, gen=gen).requires_grad_(), rand(5, 7, gen=gen), rand(5, gen=gen)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        out = ops.linear_eps(x, W, rand(5, gen=gen))
-    assert sorted(t.numel() for t in saved) == sorted([x.numel(), W.numel(), out.numel()])
+        out = ops.linear_eps(x, W, b)
+    assert sorted(t.numel() for t in saved) == sorted([x.numel(), W.numel(), b.numel()])
+    assert not any(t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr() for t in saved)
+
+
+def test_linear_eps_recomputed_output_gives_the_saved_output_rule(gen):
+    """Recomputing z in backward gives the relevance of the rule written with the forward's z
+    (kept outside autograd here), bit for bit, also where z = 0 loses relevance, and a second
+    backward gives the same again."""
+    x, W, b, R = rand(40, 6, gen=gen), rand(4, 6, gen=gen), rand(4, gen=gen), rand(40, 4, gen=gen)
+    z = torch.nn.functional.linear(x, W, b)
+    denom = torch.copysign(z.new_tensor(0.1), z) + z
+    expected = ((R / denom) @ W) * x
+    leaf = x.clone().requires_grad_()
+    out = ops.linear_eps(leaf, W, b, eps=0.1)
+    assert torch.equal(out, z)
+    first = torch.autograd.grad(out, leaf, R, retain_graph=True)[0]
+    second = torch.autograd.grad(out, leaf, R)[0]
+    assert torch.equal(first, expected) and torch.equal(second, expected)
+    x[3] = 0.0  # a row with z = 0 at every output (no bias): its relevance is lost, with a warning
+    with pytest.warns(ops.LostRelevanceWarning):
+        leaf0 = x.clone().requires_grad_()
+        (rel0,) = torch.autograd.grad(ops.linear_eps(leaf0, W, None, 0.0), leaf0, R)
+    assert torch.equal(rel0[3], torch.zeros_like(rel0[3]))
+    torch.testing.assert_close(rel0.sum(1)[:3], R[:3].sum(1))
 
 
 def test_an_infinite_input_is_an_error_even_where_its_relevance_share_is_zero():
