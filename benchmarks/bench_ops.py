@@ -26,7 +26,10 @@ backward ratios (median of --repeat interleaved runs) and the bytes that autogra
 backward (``memory.saved_bytes``: distinct storages, the weight left out, the input x counted).
 With frozen weights the gradient to x saves nothing per row (its backward is ``R @ W``), so the
 saved-bytes ratio is taken against the gradient of a trainable weight, which keeps x, as in
-training; the epsilon rule keeps x and z (``R_x = x * ((R / (z + eps sign z)) @ W)``).
+training.  The epsilon rule ``R_x = x * ((R / (z + eps sign z)) @ W)`` needs x and z: ``linear_eps``
+keeps x and recomputes z in backward (a second matrix product, the default ``recompute=True``);
+``linear_eps(..., recompute=False)``, which keeps z too (the design before), takes its turn in the
+same rounds, in the ``saved_output_*`` columns.  The other cases run the default.
 """
 from __future__ import annotations
 
@@ -130,7 +133,8 @@ def sweep_rows(widths, repeat: int, quick: bool) -> list[dict]:
         g = torch.Generator().manual_seed(width)
         x = torch.randn(n, width, generator=g)
         w = torch.randn(width, width, generator=g) / width ** 0.5
-        fns = {"relevance": lambda t: ops.linear_eps(t, w), "gradient": lambda t: F.linear(t, w)}
+        fns = {"relevance": lambda t: ops.linear_eps(t, w), "gradient": lambda t: F.linear(t, w),
+               "saved_output": lambda t: ops.linear_eps(t, w, recompute=False)}
         for fn in fns.values():
             timed(fn, x)
         runs = {mode: [] for mode in fns}
@@ -145,6 +149,7 @@ def sweep_rows(widths, repeat: int, quick: bool) -> list[dict]:
             "relevance": memory.saved_bytes(lambda: ops.linear_eps(leaf, w), [w]),
             "gradient_frozen": memory.saved_bytes(lambda: F.linear(leaf, w), [w]),
             "gradient_trainable": memory.saved_bytes(lambda: F.linear(leaf, w_train), [w_train]),
+            "saved_output": memory.saved_bytes(lambda: ops.linear_eps(leaf, w, recompute=False), [w]),
         }
         rows.append({
             "case": f"linear_eps_width_{width}", "group": "width_sweep", "width": width, "rows": n,
@@ -158,10 +163,17 @@ def sweep_rows(widths, repeat: int, quick: bool) -> list[dict]:
             "gradient_saved_bytes_frozen": saved["gradient_frozen"],
             "gradient_saved_bytes_trainable": saved["gradient_trainable"],
             "saved_bytes_ratio": saved["relevance"] / saved["gradient_trainable"],
+            # the previous design (z saved in forward), measured in the same rounds
+            "saved_output_backward_ms": bwd["saved_output"], "saved_output_fwd_bwd_ms": both["saved_output"],
+            "saved_output_backward_ratio": bwd["saved_output"] / bwd["gradient"],
+            "saved_output_fwd_bwd_ratio": both["saved_output"] / both["gradient"],
+            "saved_output_saved_bytes": saved["saved_output"],
+            "saved_output_saved_bytes_ratio": saved["saved_output"] / saved["gradient_trainable"],
         })
         r = rows[-1]
         print(f"| {width} | {n:,} | {r['fwd_bwd_ratio']:.2f} | {r['backward_ratio']:.2f} | "
-              f"{both['relevance']:.1f} | {both['gradient']:.1f} | {r['saved_bytes_ratio']:.2f} |", flush=True)
+              f"{both['relevance']:.1f} | {both['gradient']:.1f} | {r['saved_bytes_ratio']:.2f} | "
+              f"{r['saved_output_fwd_bwd_ratio']:.2f} | {r['saved_output_saved_bytes_ratio']:.2f} |", flush=True)
     return rows
 
 
@@ -252,8 +264,9 @@ def main() -> None:
     print("\nLast row: the original notebook's N x in x out epsilon rule in the 'relevance' columns, "
           "linear_eps in the 'gradient' columns.")
     print("\nlinear_eps against F.linear (frozen weights) by width; saved bytes against a trainable weight's gradient\n")
-    print("| width | N | fwd+bwd ratio | backward ratio | relevance fwd+bwd ms | gradient fwd+bwd ms | saved bytes ratio |")
-    print("|---|---|---|---|---|---|---|")
+    print("| width | N | fwd+bwd ratio | backward ratio | relevance fwd+bwd ms | gradient fwd+bwd ms | saved bytes ratio "
+          "| z saved: fwd+bwd ratio | z saved: saved bytes ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
     results += sweep_rows(args.widths, args.repeat, args.quick)
     if args.quick or args.only_sweep:  # the book's figures stay those of a full run
         print("--quick/--only-sweep: benchmarks/results/ops.json left as it is")

@@ -317,39 +317,48 @@ class LinearEpsRelevance(torch.autograd.Function):
               = x_j \sum_k w_{kj} \frac{R_k}{z_k + \epsilon\,\mathrm{sign}(z_k)}
 
     The second form needs matrix products and O(N (in + out)) memory, never an N x in x out
-    tensor.  The saved tensors are the input, the weight and the bias, what the gradient of a
-    trainable layer keeps: the output :math:`z` is not saved but recomputed in backward from
-    them (one more matrix product, the same kernel on the same values, so the same :math:`z`):
-    N x in numbers are kept between forward and backward instead of N x (in + out).  Nothing
-    saved is modified in backward, so a second backward gives the same result.
+    tensor.  With ``recompute`` (the default) the saved tensors are the input, the weight and the
+    bias, what the gradient of a trainable layer keeps, and the output :math:`z` is recomputed in
+    backward (one more matrix product, the same kernel on the same values, so the same :math:`z`):
+    N x in numbers are kept between forward and backward instead of N x (in + out).  Without it,
+    :math:`z` is saved too and the backward is one matrix product.  Nothing saved is modified in
+    backward, so a second backward gives the same result.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float) -> Tensor:
-        ctx.eps = eps
-        ctx.save_for_backward(x, weight, bias)
-        return torch.nn.functional.linear(x, weight, bias)
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float, recompute: bool) -> Tensor:
+        out = torch.nn.functional.linear(x, weight, bias)
+        ctx.eps, ctx.recompute = eps, recompute
+        ctx.save_for_backward(x, weight, bias if recompute else out)
+        return out
 
     @staticmethod
     def backward(ctx, rel_out: Tensor):
-        x, weight, bias = ctx.saved_tensors
-        out = torch.nn.functional.linear(x, weight, bias)  # z, recomputed rather than kept
+        x, weight, kept = ctx.saved_tensors
+        out = torch.nn.functional.linear(x, weight, kept) if ctx.recompute else kept  # z
         # z + eps * sign(z), with sign(0) = +1: copysign gives +eps for z = +0
         denom = torch.copysign(out.new_tensor(ctx.eps), out).add_(out) if ctx.eps else None
         s = relevance_share("linear_eps", rel_out, out, denom)
-        return (s @ weight).mul_(x), None, None, None
+        return (s @ weight).mul_(x), None, None, None, None
 
 
-def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6) -> Tensor:
+def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6,
+               recompute: bool = True) -> Tensor:
     r"""``x @ weight.T + bias`` with the LRP epsilon rule in backward.
 
     :math:`R_{x_j} = \sum_k \frac{x_j w_{kj}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k`, with
     :math:`\mathrm{sign}(0) = +1`.  The bias takes the share :math:`b_k / (z_k + \ldots)` of
     :math:`R_k` (it is not an input, so that share leaves the explanation).  ``x`` may have
     any leading batch dimensions, like :func:`torch.nn.functional.linear`.
+
+    ``recompute=True`` (default) keeps only ``x``, ``weight`` and ``bias`` for backward and
+    recomputes :math:`z` there (less memory, one more matrix product); ``recompute=False`` keeps
+    :math:`z` as well (the same relevance, bit for bit).
     """
     check_linear(x, weight, bias)
-    return LinearEpsRelevance.apply(x, weight, bias, check_number(eps, "eps"))
+    if not isinstance(recompute, bool):
+        raise TypeError(f"recompute must be True or False, got {recompute!r}")
+    return LinearEpsRelevance.apply(x, weight, bias, check_number(eps, "eps"), recompute)
 
 
 # ------------------------------------------------------------ copies and moves

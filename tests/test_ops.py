@@ -307,6 +307,7 @@ def test_lost_relevance_warns():
         (lambda: ops.linear_eps(torch.ones(2, 3), torch.ones(4, 5)), ValueError, "in_features=5"),
         (lambda: ops.linear_eps(torch.ones(2, 3), torch.ones(4, 3), torch.ones(3)), ValueError, "bias must have shape"),
         (lambda: ops.linear_eps(torch.ones(2, 3), torch.ones(4, 3), eps=-1.0), ValueError, "eps must be"),
+        (lambda: ops.linear_eps(torch.ones(2, 3), torch.ones(4, 3), recompute=1), TypeError, "recompute must be"),
         (lambda: ops.index_select(torch.ones(3), 0, torch.tensor([3])), IndexError, "out of range for size 3"),
         (lambda: ops.index_select(torch.ones(3), 0, torch.tensor([[0]])), ValueError, "index must be 1-D"),
         (lambda: ops.cat([torch.ones(2, 3), torch.ones(3, 3)], dim=1), ValueError, r"tensors\[1\] has shape"),
@@ -346,18 +347,23 @@ def test_linear_eps_saves_only_input_weight_and_bias(gen):
         out = ops.linear_eps(x, W, b)
     assert sorted(t.numel() for t in saved) == sorted([x.numel(), W.numel(), b.numel()])
     assert not any(t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr() for t in saved)
+    saved.clear()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = ops.linear_eps(x, W, b, recompute=False)  # keeps z instead of the bias
+    assert sorted(t.numel() for t in saved) == sorted([x.numel(), W.numel(), out.numel()])
 
 
-def test_linear_eps_recomputed_output_gives_the_saved_output_rule(gen):
-    """Recomputing z in backward gives the relevance of the rule written with the forward's z
-    (kept outside autograd here), bit for bit, also where z = 0 loses relevance, and a second
-    backward gives the same again."""
+@pytest.mark.parametrize("recompute", [True, False])
+def test_linear_eps_recomputed_output_gives_the_saved_output_rule(gen, recompute):
+    """Recomputing z in backward (or keeping it) gives the relevance of the rule written with the
+    forward's z (kept outside autograd here), bit for bit, also where z = 0 loses relevance, and a
+    second backward gives the same again."""
     x, W, b, R = rand(40, 6, gen=gen), rand(4, 6, gen=gen), rand(4, gen=gen), rand(40, 4, gen=gen)
     z = torch.nn.functional.linear(x, W, b)
     denom = torch.copysign(z.new_tensor(0.1), z) + z
     expected = ((R / denom) @ W) * x
     leaf = x.clone().requires_grad_()
-    out = ops.linear_eps(leaf, W, b, eps=0.1)
+    out = ops.linear_eps(leaf, W, b, eps=0.1, recompute=recompute)
     assert torch.equal(out, z)
     first = torch.autograd.grad(out, leaf, R, retain_graph=True)[0]
     second = torch.autograd.grad(out, leaf, R)[0]
@@ -365,7 +371,7 @@ def test_linear_eps_recomputed_output_gives_the_saved_output_rule(gen):
     x[3] = 0.0  # a row with z = 0 at every output (no bias): its relevance is lost, with a warning
     with pytest.warns(ops.LostRelevanceWarning):
         leaf0 = x.clone().requires_grad_()
-        (rel0,) = torch.autograd.grad(ops.linear_eps(leaf0, W, None, 0.0), leaf0, R)
+        (rel0,) = torch.autograd.grad(ops.linear_eps(leaf0, W, None, 0.0, recompute), leaf0, R)
     assert torch.equal(rel0[3], torch.zeros_like(rel0[3]))
     torch.testing.assert_close(rel0.sum(1)[:3], R[:3].sum(1))
 
