@@ -1,0 +1,193 @@
+"""Cost of one explanation against graph size: the plain gradient, LRP, Captum saliency and Integrated Gradients.
+
+    python benchmarks/bench_scaling.py            # 1k, 3k, 10k, 30k, 100k nodes (a few minutes)
+    python benchmarks/bench_scaling.py --fast     # 1k, 3k, 10k nodes, fewer repeats (writes no results file)
+
+The model is the 3-layer GCN of ``bench_nodes.py`` (32 input features, 32 hidden, 4 classes, ReLU, a
+linear head; random weights: the cost does not depend on training).  The graphs are random, ``N``
+nodes and ``10 N`` edges (``torch.randint`` senders and receivers, generator seeded with 0),
+float32, CPU, ``--threads`` intra-op threads (default 1).
+
+What is explained: the output of one node (node classification, ``index`` = one node drawn with the
+seed, ``target`` = the class the model predicts for it), by the relevance or attribution of every
+input feature (``node_mask_type="attributes"``, no edge mask).  Each method computes it on the
+whole graph:
+
+* **gradient**: ``torch.autograd.grad(model(x, edge_index)[index, target], x)``, one forward and
+  one backward, no explainer around it: the floor the others are divided by;
+* **LRP**: ``Explainer(model, algorithm=lrp_lib.explain.LRPExplainer(), ...)``;
+* **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``;
+* **Integrated Gradients**: ``Explainer(model, algorithm=CaptumExplainer("IntegratedGradients",
+  n_steps=...), ...)`` (``--ig-steps``, default 50 as in Captum; PyG's ``CaptumExplainer`` runs the steps one
+  at a time, ``internal_batch_size=1``, so its cost is about ``n_steps`` gradients).
+
+The three explainers go through the same PyG ``Explainer`` (``explanation_type="model"``), which
+also runs one prediction pass (a forward without autograd) before the algorithm; the ratio of LRP
+to saliency is therefore the overhead of ``LRPExplainer`` over Captum's, per explanation.
+
+Timing: per size, one warm-up call of each method (but IG), then ``--repeat`` rounds (more below
+10,000 nodes: ``repeat * 10,000 / N``, at most ten times as many) in which the methods take turns
+(Integrated Gradients only in the first ``--ig-repeat`` rounds, being ``n_steps`` times dearer),
+in one process, so that the load of the shared machine falls on all alike.  Per method the
+median wall-clock seconds and the median CPU seconds of the process; per method and size the
+ratio of the medians to the gradient's, and the median over rounds of the ratio within a round
+(each method against the gradient of the same round).  As a check, saliency's node mask must
+equal ``|gradient|``, and LRP's relevance must be finite and of the gradient's shape (its sum
+is recorded; it is not the logit, since the biases take their share).
+
+Writes ``benchmarks/results/scaling.json`` (``results_file.write_results``), which the book's
+Performance page plots.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+
+import torch
+from torch_geometric.explain import Explainer
+from torch_geometric.explain.algorithm import CaptumExplainer
+
+from lrp_lib.explain import LRPExplainer
+
+import results_file  # benchmarks/results_file.py
+from bench_nodes import GCN  # the model of the many-nodes benchmark, beside this script
+
+MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+SIZES = [1_000, 3_000, 10_000, 30_000, 100_000]
+METHODS = ["gradient", "lrp", "saliency", "integrated_gradients"]
+LABELS = {
+    "gradient": "gradient (torch.autograd.grad)",
+    "lrp": "LRP (LRPExplainer)",
+    "saliency": "saliency (CaptumExplainer)",
+    "integrated_gradients": "Integrated Gradients (CaptumExplainer)",
+}
+
+
+def setup(nodes: int, edges_per_node: int, features: int = 32):
+    """The model, features, edges and the explained node of a seeded random graph."""
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = GCN(features, 32, 4).eval()
+    x = torch.randn(nodes, features, generator=g)
+    edge_index = torch.randint(0, nodes, (2, edges_per_node * nodes), generator=g)
+    index = int(torch.randint(0, nodes, (1,), generator=g))
+    with torch.no_grad():
+        target = int(model(x, edge_index)[index].argmax())
+    return model, x, edge_index, index, target
+
+
+def explainers(model, ig_steps: int) -> dict:
+    def make(algorithm):
+        return Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="attributes",
+                         edge_mask_type=None, model_config=MODEL_CONFIG)
+
+    return {"lrp": make(LRPExplainer()), "saliency": make(CaptumExplainer("Saliency")),
+            "integrated_gradients": make(CaptumExplainer("IntegratedGradients", n_steps=ig_steps))}
+
+
+def method_calls(model, x, edge_index, index, target, ig_steps):
+    """{method: function of no argument returning the (N, F) node mask}."""
+    ex = explainers(model, ig_steps)
+    target_t = torch.tensor([target])
+
+    def gradient():
+        leaf = x.detach().requires_grad_()
+        out = model(leaf, edge_index)
+        return torch.autograd.grad(out[index, target], leaf)[0]
+
+    def via(name):
+        return lambda: ex[name](x, edge_index, index=index, target=target_t).node_mask
+
+    return {"gradient": gradient, **{name: via(name) for name in ex}}
+
+
+def timed(fn):
+    """(wall seconds, CPU seconds of the process, result) of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - start, time.process_time() - cpu, result
+
+
+def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_steps: int) -> dict:
+    model, x, edge_index, index, target = setup(nodes, edges_per_node)
+    calls = method_calls(model, x, edge_index, index, target, ig_steps)
+    # warm-up, and the checks below (Integrated Gradients warms up on its own first steps)
+    masks = {name: fn() for name, fn in calls.items() if name != "integrated_gradients"}
+    grad = masks["gradient"]
+    if not torch.allclose(masks["saliency"], grad.abs(), rtol=1e-4, atol=1e-7):
+        raise AssertionError(f"{nodes} nodes: Captum saliency differs from |gradient|")
+    if not torch.isfinite(masks["lrp"]).all() or masks["lrp"].shape != grad.shape:
+        raise AssertionError(f"{nodes} nodes: LRP relevance not finite or of the wrong shape")
+    wall = {m: [] for m in calls}
+    cpu = {m: [] for m in calls}
+    rounds = max(repeat, min(10 * repeat, round(repeat * 10_000 / nodes)))  # small graphs: more rounds
+    for r in range(rounds):
+        for name, fn in calls.items():
+            if name == "integrated_gradients" and r >= ig_repeat:
+                continue
+            w, c, _ = timed(fn)
+            wall[name].append(w)
+            cpu[name].append(c)
+    row = {"nodes": nodes, "edges": edges_per_node * nodes, "explained_node": index, "target": target,
+           "relevance_sum": float(masks["lrp"].sum()), "methods": {}}
+    base = statistics.median(wall["gradient"])
+    for name in calls:
+        count = len(wall[name])
+        paired = [wall[name][i] / wall["gradient"][i] for i in range(count)]
+        med = statistics.median(wall[name])
+        row["methods"][name] = {
+            "label": LABELS[name], "repeats": count, "seconds": wall[name],
+            "median_seconds": med, "median_cpu_seconds": statistics.median(cpu[name]),
+            "ratio_to_gradient": med / base, "paired_ratio_to_gradient": statistics.median(paired),
+        }
+    lrp, sal = wall["lrp"], wall["saliency"]
+    row["lrp_over_saliency"] = statistics.median(lrp) / statistics.median(sal)
+    row["lrp_over_saliency_paired"] = statistics.median(a / b for a, b in zip(lrp, sal))
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=None, help="numbers of nodes (default 1k 3k 10k 30k 100k)")
+    p.add_argument("--edges-per-node", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=7, help="rounds per size from 10,000 nodes up (median)")
+    p.add_argument("--ig-repeat", type=int, default=3, help="rounds of Integrated Gradients per size")
+    p.add_argument("--ig-steps", type=int, default=50, help="n_steps of Integrated Gradients")
+    p.add_argument("--fast", action="store_true", help="sizes 1k 3k 10k, 3 rounds; writes no results file")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")  # Captum/PyG deprecation notes; LostRelevanceWarning at dead ReLUs
+    sizes = args.sizes or ([1_000, 3_000, 10_000] if args.fast else SIZES)
+    repeat, ig_repeat = (3, 1) if args.fast else (args.repeat, args.ig_repeat)
+    machine = results_file.machine_info()  # the load average before the run (the file records it at the end)
+    print(f"3-layer GCN, {args.edges_per_node} edges per node, one node's logit explained, "
+          f"{torch.get_num_threads()} threads, median of {repeat} (IG {args.ig_steps} steps: {ig_repeat})\n")
+    print("| nodes | gradient ms | LRP / grad | saliency / grad | IG / grad | LRP / saliency (paired) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+    rows = []
+    for n in sizes:
+        row = measure(n, args.edges_per_node, repeat, ig_repeat, args.ig_steps)
+        rows.append(row)
+        m = row["methods"]
+        print(f"| {n:,} | {m['gradient']['median_seconds'] * 1e3:.1f} | {m['lrp']['ratio_to_gradient']:.2f} | "
+              f"{m['saliency']['ratio_to_gradient']:.2f} | {m['integrated_gradients']['ratio_to_gradient']:.1f} | "
+              f"{row['lrp_over_saliency']:.3f} ({row['lrp_over_saliency_paired']:.3f}) |", flush=True)
+    if args.fast or args.no_write:
+        print("--fast/--no-write: benchmarks/results/scaling.json left as it is")
+        return
+    settings = {"sizes": sizes, "edges_per_node": args.edges_per_node, "features": 32, "hidden": 32, "layers": 3,
+                "classes": 4, "repeat": repeat, "ig_repeat": ig_repeat, "ig_steps": args.ig_steps,
+                "threads": args.threads, "dtype": "float32", "device": "cpu",
+                "explained": "one node's logit of its predicted class, node_mask_type='attributes'",
+                "timing": "wall clock, methods take turns within each round, one warm-up each",
+                "overhead_target": 1.1, "load_average_1min_start": machine.get("load_average_1min")}
+    path = results_file.write_results("scaling", rows, settings)
+    print(f"wrote {path} (load average at start {machine.get('load_average_1min')})")
+
+
+if __name__ == "__main__":
+    main()
