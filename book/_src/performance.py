@@ -32,7 +32,8 @@ impl_b = load_results("implementations", repository=REPO)
 expl_b = load_results("explainers", repository=REPO)
 nodes_b = load_results("nodes", repository=REPO)
 nodes_gpu_b = load_results("nodes-cuda", repository=REPO)
-benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b]
+scaling_b = load_results("scaling", repository=REPO)
+benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -154,9 +155,9 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 
 # %% [markdown]
 # - **Memory.** The relevance ops need {glue:text}`ops_mem_min` to {glue:text}`ops_mem_max` times the
-#   gradient's peak memory. `linear_eps` keeps its input, weight and output, $O(N(\text{in} +
-#   \text{out}))$ like the gradient; the extra is one N x out temporary in backward (the stabilised
-#   denominator, reused for the division). The original notebook's three-dimensional version needs
+#   gradient's peak memory. `linear_eps` keeps its input, weight and bias, as the gradient of a
+#   trainable layer does, and recomputes its output in backward; its temporaries there, the
+#   output and the stabilised denominator (reused for the division), are N x out each. The original notebook's three-dimensional version needs
 #   {glue:text}`ops_orig_mem` times the memory of `linear_eps` and {glue:text}`ops_orig_time` times
 #   its time.
 # - **Scatter ops.** Forward plus backward, they cost {glue:text}`ops_scatter_fb_min` to
@@ -170,7 +171,8 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 #   $xW^\top$ with respect to $x$ is one matrix product; the epsilon rule adds memory-bound element-wise
 #   passes over the N x out output (the stabiliser $z + \epsilon\,\mathrm{sign}(z)$, the division
 #   $R/z$, the count of zero outputs for `LostRelevanceWarning`, the product with $x$). At 64 features
-#   the matrix product is cheap and those passes dominate; at 512 it takes a larger share. Closing the
+#   the matrix product is cheap and those passes dominate; at 512 it takes a larger share. The
+#   backward also recomputes the output $z$, one more matrix product (next section). Closing the
 #   gap needs a fused kernel (for example from `torch.compile`), which the book leaves out to keep the
 #   ops readable.
 #
@@ -180,10 +182,14 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 # (in = out; the table gives the rows at each width, as many as keep the narrow and the wide cases of
 # comparable size); the weights are frozen, so the gradient
 # is the gradient to the input alone. *Saved bytes* are the bytes autograd keeps for backward
-# (the weight left out): the epsilon rule keeps $x$ and $z$, since
-# $R_x = x \odot \big((R / (z + \epsilon\,\mathrm{sign}(z)))\,W\big)$ needs both. The gradient to $x$
-# alone keeps no row at all (its backward is $R\,W$), so the ratio is taken against the gradient of a
-# trainable weight, which keeps $x$, as in training.
+# (the weight left out). The epsilon rule
+# $R_x = x \odot \big((R / (z + \epsilon\,\mathrm{sign}(z)))\,W\big)$ needs both $x$ and $z$;
+# `linear_eps` keeps $x$ and recomputes $z = xW^\top + b$ in backward (the default,
+# `recompute=True`), while `linear_eps(..., recompute=False)` keeps $z$ too and saves that matrix
+# product. Both take their turn in the same runs; the last two columns are those of
+# `recompute=False`. The gradient to $x$ alone keeps no row at all (its backward is $R\,W$), so the
+# saved-bytes ratio is taken against the gradient of a trainable weight, which keeps $x$, as in
+# training.
 
 # %% tags=["hide-input"]
 print(f"float32, median of {ops_b['settings']['repeat']} interleaved runs, {ops_b['machine']['torch_threads']} thread(s)")
@@ -195,6 +201,8 @@ results_table(sweep, [
     ("relevance fwd+bwd (ms)", "relevance_fwd_bwd_ms", "{:.1f}"),
     ("gradient fwd+bwd (ms)", "gradient_fwd_bwd_ms", "{:.1f}"),
     ("saved bytes ratio", "saved_bytes_ratio", "{:.2f}x"),
+    ("z kept: fwd+bwd ratio", "saved_output_fwd_bwd_ratio", "{:.2f}x"),
+    ("z kept: saved bytes ratio", "saved_output_saved_bytes_ratio", "{:.2f}x"),
 ])
 
 # %% tags=["hide-input"]
@@ -203,6 +211,8 @@ fig, ax = plt.subplots(figsize=(BOOK_WIDTH * 0.8, 2.8))
 widths = [r["width"] for r in sweep]
 ax.plot(widths, [r["fwd_bwd_ratio"] for r in sweep], "o-", label="forward + backward")
 ax.plot(widths, [r["backward_ratio"] for r in sweep], "s--", label="backward alone")
+ax.plot(widths, [r["saved_output_fwd_bwd_ratio"] for r in sweep], "^:", color="tab:gray",
+        label="forward + backward, recompute=False")
 ax.axhline(1.0, color="black", lw=0.8)
 ax.axhline(TARGET, color="tab:red", lw=0.8, ls=":", label=f"target, {TARGET}")
 ax.set_xscale("log", base=2)
@@ -224,6 +234,16 @@ g("sweep_narrowest_fb", sweep[0]["fwd_bwd_ratio"])
 g("sweep_narrowest", sweep[0]["width"], "{}")
 g("sweep_met", ", ".join(str(w) for w in met) if met else "none of the widths", None)
 g("sweep_saved", max(r["saved_bytes_ratio"] for r in sweep))
+g("sweep_kept_saved", max(r["saved_output_saved_bytes_ratio"] for r in sweep))
+g("sweep_kept_fb_min", min(r["saved_output_fwd_bwd_ratio"] for r in sweep))
+g("sweep_kept_fb_max", max(r["saved_output_fwd_bwd_ratio"] for r in sweep))
+kept_met = [r["width"] for r in sweep if r["saved_output_fwd_bwd_ratio"] <= TARGET]
+g("sweep_kept_met", ", ".join(str(w) for w in kept_met) if kept_met else "none of the widths", None)
+SAVED_TARGET = 1.2  # saved bytes within 1.2 times the gradient's (the same issue)
+g("sweep_saved_target", SAVED_TARGET, "{}")
+g("sweep_saved_met", "within" if max(r["saved_bytes_ratio"] for r in sweep) <= SAVED_TARGET else "above", None)
+g("sweep_kept_saved_met", "within" if max(r["saved_output_saved_bytes_ratio"] for r in sweep) <= SAVED_TARGET
+  else "above", None)
 
 # %% [markdown]
 # Forward plus backward, `linear_eps` takes {glue:text}`sweep_fb_min` to {glue:text}`sweep_fb_max`
@@ -234,9 +254,17 @@ g("sweep_saved", max(r["saved_bytes_ratio"] for r in sweep))
 # the output, not per multiply-add: the stabiliser, the division, the count of zero outputs, the NaN
 # and Inf check (one read-only `torch.aminmax` pass each over the share and the output) and the
 # product with $x$ are each one pass over memory, which at narrow widths costs more than the matrix
-# product itself. The saved bytes are {glue:text}`sweep_saved` times the gradient's at every width,
-# $(\text{in} + \text{out}) / \text{in}$: keeping $z$ is what makes the backward one matrix product;
-# recomputing it from $x$ would save the memory at the price of a second product.
+# product itself, and the recomputation of $z$ adds a matrix product as large as the gradient's.
+#
+# The saved bytes are {glue:text}`sweep_saved` times the gradient's at every width
+# ({glue:text}`sweep_saved_met` the target of {glue:text}`sweep_saved_target` times): like the gradient
+# of a trainable layer, `linear_eps` keeps $x$ alone. With `recompute=False` they are
+# {glue:text}`sweep_kept_saved` times, $(\text{in} + \text{out}) / \text{in}$
+# ({glue:text}`sweep_kept_saved_met` the target), and forward plus backward takes
+# {glue:text}`sweep_kept_fb_min` to {glue:text}`sweep_kept_fb_max` times the gradient's time (within
+# {glue:text}`sweep_target` times at: {glue:text}`sweep_kept_met`). Keeping $z$ buys one matrix product
+# per layer with N x out numbers per layer held from forward to backward: the choice between time and
+# memory of gradient checkpointing, for one layer.
 #
 # ## Graph Network layers
 #
@@ -503,7 +531,106 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # conditions on tensors. Even where it would run, it does the work of
 # one whole-graph backward per target, while a target's explanation only touches its k-hop
 # neighbourhood: the subgraphs are the way that scales.
+
+# %% [markdown]
+# ## Cost against graph size
 #
+# What one explanation costs as the graph grows: `benchmarks/bench_scaling.py` explains the output of
+# one node (the logit of the class the model predicts for it) of a 3-layer GCN (the model of the
+# section above, random weights) on random graphs with ten edges per node, by the relevance or
+# attribution of every input feature, with four methods on the whole graph: the plain input gradient
+# (`torch.autograd.grad`, one forward and one backward, no explainer around it: the floor),
+# `LRPExplainer`, and Captum's saliency and Integrated Gradients through PyG's `CaptumExplainer`.
+# The three explainers run through the same PyG `Explainer`, which adds a prediction pass (a forward
+# without autograd) to each. The methods take turns within each round, in one process; the table gives
+# the median time of the gradient and each method's median time divided by it.
+
+# %% tags=["hide-input"]
+sc = scaling_b["settings"]
+sc_rows = scaling_b["results"]
+display(Markdown(machine_note(scaling_b) + f" {sc['layers']}-layer GCN ({sc['features']} features, "
+                 f"{sc['hidden']} hidden, {sc['classes']} classes), {sc['edges_per_node']} edges per node, "
+                 f"float32; Integrated Gradients with {sc['ig_steps']} steps."))
+results_table(sc_rows, [
+    ("nodes", "nodes", "{:,}"),
+    ("edges", "edges", "{:,}"),
+    ("rounds", lambda r: r["methods"]["gradient"]["repeats"], "{}"),
+    ("gradient (ms)", lambda r: r["methods"]["gradient"]["median_seconds"] * 1e3, "{:,.1f}"),
+    ("LRP / gradient", lambda r: r["methods"]["lrp"]["ratio_to_gradient"], "{:.2f}x"),
+    ("saliency / gradient", lambda r: r["methods"]["saliency"]["ratio_to_gradient"], "{:.2f}x"),
+    ("IG / gradient", lambda r: r["methods"]["integrated_gradients"]["ratio_to_gradient"], "{:.1f}x"),
+    ("LRP / saliency", "lrp_over_saliency", "{:.2f}x"),
+    ("LRP / saliency, CPU time", lambda r: r["methods"]["lrp"]["median_cpu_seconds"]
+     / r["methods"]["saliency"]["median_cpu_seconds"], "{:.2f}x"),
+])
+
+# %% tags=["hide-input"]
+sc_nodes = np.array([r["nodes"] for r in sc_rows])
+sc_methods = [("gradient", "o-", "black"), ("lrp", "s-", "tab:blue"), ("saliency", "^-", "tab:orange"),
+              ("integrated_gradients", "v-", "tab:green")]
+fig, axes = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 3.2))
+for key, style, color in sc_methods:
+    label = sc_rows[0]["methods"][key]["label"]
+    axes[0].plot(sc_nodes, [r["methods"][key]["median_seconds"] for r in sc_rows], style, color=color, label=label)
+    if key != "gradient":
+        axes[1].plot(sc_nodes, [r["methods"][key]["ratio_to_gradient"] for r in sc_rows], style, color=color)
+for ax in axes:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes (ten edges per node)")
+axes[0].set_ylabel("seconds per explanation")
+axes[0].legend(frameon=False, fontsize=7)
+axes[1].axhline(1.0, color="black", lw=0.8)
+axes[1].set_ylabel("time / gradient's")
+fig.tight_layout()
+plt.show()
+
+slope = np.polyfit(np.log(sc_nodes), np.log([r["methods"]["gradient"]["median_seconds"] for r in sc_rows]), 1)[0]
+g("sc_slope", slope)
+g("sc_smallest", sc_rows[0]["nodes"], "{:,}")
+g("sc_largest", sc_rows[-1]["nodes"], "{:,}")
+g("sc_ig_steps", sc["ig_steps"], "{}")
+for key in ("lrp", "saliency", "integrated_gradients"):
+    ratios = [r["methods"][key]["ratio_to_gradient"] for r in sc_rows]
+    fmt = "{:.1f}" if key == "integrated_gradients" else "{:.2f}"
+    g(f"sc_{key}_min", min(ratios), fmt)
+    g(f"sc_{key}_max", max(ratios), fmt)
+overhead = [r["lrp_over_saliency"] for r in sc_rows]
+paired = [r["lrp_over_saliency_paired"] for r in sc_rows]
+g("sc_over_min", min(overhead))
+g("sc_over_max", max(overhead))
+g("sc_over_median", float(np.median(overhead)))
+g("sc_paired_min", min(paired))
+g("sc_paired_max", max(paired))
+cpu_ratios = [r["methods"]["lrp"]["median_cpu_seconds"] / r["methods"]["saliency"]["median_cpu_seconds"]
+              for r in sc_rows]
+g("sc_cpu_min", min(cpu_ratios))
+g("sc_cpu_max", max(cpu_ratios))
+g("sc_over_target", sc["overhead_target"], "{}")
+met_sizes = [f"{r['nodes']:,}" for r in sc_rows if r["lrp_over_saliency"] <= sc["overhead_target"]]
+g("sc_over_met", ", ".join(met_sizes) + " nodes" if met_sizes else "none of the sizes", None)
+
+# %% [markdown]
+# From {glue:text}`sc_smallest` to {glue:text}`sc_largest` nodes, the gradient's time grows with
+# the graph with a slope of {glue:text}`sc_slope` on the log-log plot (1 would be proportional; a
+# graph whose feature rows no longer fit in the processor's caches costs more per node), and the
+# other methods follow it: an LRP explanation costs {glue:text}`sc_lrp_min` to
+# {glue:text}`sc_lrp_max` times the gradient, Captum saliency {glue:text}`sc_saliency_min` to
+# {glue:text}`sc_saliency_max` times (its own forward and backward plus the `Explainer`'s prediction
+# pass) and Integrated Gradients with {glue:text}`sc_ig_steps` steps
+# {glue:text}`sc_integrated_gradients_min` to {glue:text}`sc_integrated_gradients_max` times, since
+# `CaptumExplainer` runs its steps one at a time.
+#
+# **Explainer overhead.** Through the same `Explainer`, LRP takes {glue:text}`sc_over_min` to
+# {glue:text}`sc_over_max` times the time of Captum saliency per explanation (median over the sizes
+# {glue:text}`sc_over_median`; the median of the ratios within a round, {glue:text}`sc_paired_min` to
+# {glue:text}`sc_paired_max`; by the CPU time of the process, which does not count the time other
+# processes held the core, {glue:text}`sc_cpu_min` to {glue:text}`sc_cpu_max`). The library's target is {glue:text}`sc_over_target` times; met at:
+# {glue:text}`sc_over_met`. Both run one forward with autograd and one backward after the prediction
+# pass; what LRP adds is its relevance backward (the element-wise passes of the sections above, in
+# every layer) and its checks of the inputs and of the autograd graph on every call.
+
+# %% [markdown]
 # ## Measuring on your machine
 #
 # Each script prints its tables and writes its results file; this page and the chapters read the
@@ -516,6 +643,7 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # python benchmarks/bench_implementations.py  # implementations.json
 # python benchmarks/bench_explainers.py       # explainers.json
 # python benchmarks/bench_nodes.py            # nodes.json (--fast: a smaller graph, writes nothing)
+# python benchmarks/bench_scaling.py          # scaling.json (--fast: three sizes, writes nothing)
 # python tools/nb.py book/_src/performance.py # rebuild this page from the new files
 # ```
 #
