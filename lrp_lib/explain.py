@@ -1,495 +1,171 @@
-r"""LRP for unmodified PyTorch Geometric models, as a ``torch_geometric.explain`` algorithm.
+r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algorithm.
 
 .. code-block:: python
 
-    explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
+    explainer = Explainer(model, algorithm=LRPExplainer(), explanation_type="model",
                           node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="binary_classification", task_level="graph",
                                             return_type="raw"))
     explanation = explainer(data.x, data.edge_index, batch=data.batch)
 
-How it works.  While explaining, every supported module's ``forward`` is replaced (on that
-instance only, restored afterwards) by the same computation written with relevance ops
-(:mod:`lrp_lib.ops`, :mod:`lrp_lib.rules`), and the functions a ``forward`` may call directly --
-``F.relu`` / ``torch.relu`` / ``Tensor.relu`` and PyG's ``global_add_pool``, ``global_mean_pool``,
-``global_max_pool`` -- are swapped for relevance versions (in ``torch_geometric.nn`` and in the
-namespaces of the model's own modules, so ``from torch_geometric.nn import global_mean_pool``
-is covered).  The model's own ``forward`` code runs unchanged; one ``backward`` from the explained
-output leaves the node relevance in ``x.grad``.  Afterwards the autograd graph is checked: an
-operation that was not replaced (a sigmoid, a residual ``+``, an active dropout) would pass a plain
-gradient, so it raises :class:`UnsupportedModelError` naming it instead of returning a wrong
-explanation.
+How it works.  The model runs unchanged inside a :class:`~lrp_lib.function_mode.RelevanceMode`,
+a :class:`torch.overrides.TorchFunctionMode` that sends every torch function the model calls on
+tensors depending on ``x`` (and on ``edge_attr``) to a relevance primitive
+(:mod:`lrp_lib.primitives`): linear maps get the rule that the
+:class:`~lrp_lib.composites.Composite` chooses for their weight, sums and aggregations split
+proportionally, max and min go to the winner, elementwise functions pass relevance unchanged,
+attention weights are held constant (CP-LRP) and other products split uniformly (AttnLRP).  So
+GCN, GraphSAGE, GIN, GAT, a residual ``x + conv(x)``, a model with batch norm, your own
+subclass of a conv -- any model built from torch operations -- is explained through its own
+code.  One backward from the explained output leaves the relevance of each node feature (and
+of each ``edge_attr`` entry).  An operation without a rule that relevance reaches, or one that
+ran outside the interception (a custom ``autograd.Function``), gives an
+:class:`UnsupportedModelError` naming it, never a wrong explanation.
 
-The layers, each written as a sum of terms (the bias is a term) whose relevance splits in
-proportion to the terms, a linear map per weight with the chosen ``rule``, and aggregations with
-the scatter rules (proportional for sum and mean, winner takes all for max):
+Edges.  A hook on each ``MessagePassing`` module (``register_message_forward_hook``) passes its
+messages through :class:`~lrp_lib.primitives.EdgeMessageRelevance`, which adds the relevance of
+the messages of edge :math:`j \to i`, summed over features, to that edge: the edge mask is the
+relevance carried by each edge's messages, summed over layers.  Self-loops that a layer adds
+(GCN, GAT) are not edges of the input: their share stays with the node (a self-loop present in
+the input gets its layer's loop messages).  The hooks are registered once per module and do
+nothing outside an explanation running in the same thread.
 
-* ``Linear``: :math:`z = W x + b`.
-* ``GCNConv``: :math:`z_i = W \sum_{j \in N(i) \cup \{i\}} \hat a_{ij} x_j + b`,
-  :math:`\hat a_{ij} = w_{ji} / \sqrt{\hat d_i \hat d_j}` (PyG's ``gcn_norm``).  Aggregating before
-  the weight gives the same value as PyG's order; for a rule that only changes :math:`W` the
-  relevance is that of the whole layer as one linear map of all :math:`x_{jf}`,
-  :math:`R_{jf} = \sum_{i,k} \hat a_{ij} x_{jf} w_{kf} / z_{ik} \, R_{ik}`.
-* ``GraphConv``: :math:`z_i = W_{root} x_i + W_{rel} \,\mathrm{agg}_j\, e_{ji} x_j + b`.
-* ``SAGEConv`` (no projection, no normalisation): :math:`z_i = W_r x_i + W_l \,\mathrm{mean}_j\, x_j + b`.
-* ``GINConv``: :math:`z_i = \mathrm{nn}\big((1 + \epsilon) x_i + \sum_j x_j\big)`, ``nn`` built from
-  the supported modules.
-* ``ReLU`` (module or function): relevance passes where the unit is active.
-* ``global_add_pool`` / ``global_mean_pool`` / ``global_max_pool``: the scatter rules.
-* ``Dropout``: the identity in eval mode (``Explainer`` puts the model in eval mode).
-
-A message :math:`\hat a_{ij} x_j` (or :math:`e_{ji} x_j`, :math:`x_j`) is multiplied by a number that
-is not an input, so it carries its relevance unchanged; the relevance reaching the messages of
-edge :math:`j \to i`, summed over features and over layers, is that edge's relevance.  GCN's added
-self-loops are not edges of the input: their share stays with the node.
+Nothing is patched globally: the mode belongs to the calling thread, so explanations run from
+several threads, and training in other threads, do not disturb each other.
 
 The relevance starts from the explained output: the raw logit of the target class (multiclass),
 :math:`\pm` the single logit of a binary model (:math:`+z` for target 1, :math:`-z` for target 0: the
-log-odds of the target class), or the regression value.  For a model without biases the node
-relevance of a graph sums to that value (up to the rule's :math:`\epsilon`).  The graphs of a
+log-odds of the target class), or the regression value.  For a bias-free model under the ``"z"``
+composite the node relevance (plus the ``edge_attr`` relevance) sums to that value; otherwise the
+explanation's ``bias_relevance`` says how much the biases and stabilisers kept.  The graphs of a
 batch do not exchange messages, so one backward explains all of them, with the same masks as
 one graph at a time.
 """
 from __future__ import annotations
 
 import builtins
-import contextlib
 import sys
+import threading
 import warnings
-from typing import Callable, Iterator
+import weakref
+from collections import Counter
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.explain import Explanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
-from torch_geometric.explain.config import (ExplanationType, MaskType, ModelMode, ModelReturnType,
-                                            ModelTaskLevel)
-from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv
-from torch_geometric.nn import MLP as PyGMLP
-from torch_geometric.nn import Linear as PyGLinear
-from torch_geometric.nn import MessagePassing
-from torch_geometric.nn import pool as pyg_pool
-
-from torch_geometric.explain import Explainer as PyGExplainer
+from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType, ModelTaskLevel
+from torch_geometric.nn import GCNConv, MessagePassing
 
 from . import ops
-from .rules import Rule, get_rule
-from .rules import linear as rule_linear
+from .composites import Composite, get_composite
+from .function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
+from .primitives import EdgeMessageRelevance
+from .rules import Rule
 from .validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
-__all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "lrp_patched", "check_inputs", "SUPPORTED"]
-
-#: What the explainer can propagate through (shown in the error for anything else).
-SUPPORTED = ("Linear", "GCNConv", "GraphConv", "GINConv (with an nn of supported modules)",
-             "SAGEConv (aggr 'mean', 'add' or 'max', no project/normalize)", "ReLU / F.relu",
-             "global_add_pool", "global_mean_pool", "global_max_pool", "Dropout (eval mode)",
-             "Identity", "containers (Sequential, ModuleList, ModuleDict, torch_geometric.nn.MLP "
-             "without norms, your own modules)")
-
-# Autograd nodes that only copy or move values: relevance passes through them like a gradient.
-_COPY_NODES = {"AccumulateGrad", "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
-               "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
-               "SqueezeBackward3", "SelectBackward0", "SliceBackward0", "IndexBackward0",
-               "TBackward0", "TransposeBackward0", "PermuteBackward0", "CloneBackward0",
-               "AliasBackward0", "ToCopyBackward0", "ExpandBackward0", "CatBackward0",
-               "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0", "StackBackward0",
-               "NarrowBackward0"}
+__all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs"]
 
 
-class UnsupportedModelError(TypeError):
-    """The model uses a module or an operation that LRPExplainer cannot propagate relevance through."""
+# ------------------------------------------------------------------ message hooks
+_current = threading.local()       # the explanation running in this thread (its _EdgeRecorder)
+_hooked: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+_hook_lock = threading.Lock()
 
 
-def _unsupported(what: str) -> UnsupportedModelError:
-    return UnsupportedModelError(f"LRPExplainer does not support {what}. Supported: {'; '.join(SUPPORTED)}.")
+def _message_hook(module, inputs, out):
+    recorder = getattr(_current, "recorder", None)
+    if recorder is None:
+        return None
+    return recorder.messages(module, out)
 
 
-# ----------------------------------------------------------- message relevance
-class MessageRelevance(torch.autograd.Function):
-    r"""Messages :math:`m_e = c_e\, x_{s(e)}` from rows already gathered per edge.
-
-    The factor :math:`c_e` (a normalisation or an edge weight) is not an input, so the message
-    keeps its relevance: :math:`R_{x_{s(e)}} \mathrel{+}= R_{m_e}`.  The backward also adds
-    :math:`\sum_f R_{m_{e,f}}` to ``record[edge_id[e]]`` (entries with ``edge_id < 0`` are not
-    edges of the explained graph, e.g. GCN's added self-loops).
-    """
-
-    @staticmethod
-    def forward(ctx, rows: Tensor, coeff: Tensor | None, edge_id: Tensor, record: Tensor | None) -> Tensor:
-        ctx.record = record
-        ctx.save_for_backward(edge_id)
-        return rows * coeff.unsqueeze(-1) if coeff is not None else rows.clone()
-
-    @staticmethod
-    def backward(ctx, rel_out: Tensor):
-        (edge_id,) = ctx.saved_tensors
-        if ctx.record is not None:
-            keep = edge_id >= 0
-            ctx.record.index_add_(0, edge_id[keep], rel_out.sum(-1)[keep].to(ctx.record.dtype))
-        return rel_out, None, None, None
+def _propagate_hook(module, inputs):
+    recorder = getattr(_current, "recorder", None)
+    if recorder is not None:
+        recorder.propagated[id(module)] += 1
+        recorder.edges_of[id(module)] = inputs[0]  # the edge_index this layer passes messages along
+    return None
 
 
-class ScaleRelevance(torch.autograd.Function):
-    r"""``c * x`` for a constant ``c`` (not an input): :math:`R_x = R_{out}`."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, c: Tensor) -> Tensor:
-        return x * c
-
-    @staticmethod
-    def backward(ctx, rel_out: Tensor):
-        return rel_out, None
+def _ensure_hooks(model: nn.Module) -> None:
+    """Register the message hooks on every MessagePassing module of ``model`` (once per module)."""
+    with _hook_lock:
+        for m in model.modules():
+            if isinstance(m, MessagePassing) and m not in _hooked:
+                _hooked[m] = (m.register_message_forward_hook(_message_hook),
+                              m.register_propagate_forward_pre_hook(_propagate_hook))
 
 
-# ------------------------------------------------------------------ the state
-class _State:
-    """What one explanation needs while the model runs: the rule and the edge record."""
+class _EdgeRecorder:
+    """The edge relevance of one explanation: which message of each layer is which input edge."""
 
-    def __init__(self, rule: Rule, num_edges: int | None, dtype):
-        self.rule = rule
-        self.num_edges = num_edges
-        self.record = torch.zeros(num_edges, dtype=dtype) if num_edges is not None else None
-        self.gcn_cache: dict = {}  # (id(edge_index), ...) -> (edge_index, edge_weight, normalisation)
-        # set when the model runs on the targets' k-hop subgraphs (LRPExplainer(per_index=True)):
-        # (original id of every subgraph node, the full edge_index, the full edge_weight, full size)
-        self.subgraph: tuple | None = None
-        self.degree_cache: dict = {}
+    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index: Tensor, dtype):
+        self.mode, self.edge_index = mode, edge_index
+        self.record = torch.zeros(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
+        self.propagated, self.messaged = Counter(), Counter()
+        self.unaligned: dict[str, int] = {}
+        self._ids: dict[int, tuple] = {}
+        self.edges_of: dict[int, Tensor] = {}
 
-    def gcn_degree(self, m: GCNConv, dtype, device) -> Tensor | None:
-        """On a k-hop subgraph, GCN's degree of each of its nodes in the full graph (with the
-        self-loop): the nodes on the border miss incoming edges, and their degree enters the
-        normalisation of the messages they send.  None when the model runs on the whole graph."""
-        if self.subgraph is None:
+    def edge_ids(self, edges) -> Tensor | None:
+        """The input edge of each edge of ``edges`` (the edge_index a layer propagates along): the
+        same edge (source, target), its k-th copy for the k-th copy; -1 for an edge that is not in
+        the input (a self-loop that the layer added)."""
+        if edges is self.edge_index:
+            return torch.arange(edges.shape[1], device=edges.device)
+        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
+                or edges.is_floating_point():
             return None
-        node_ids, edge_index, edge_weight, n = self.subgraph
-        key = (m.add_self_loops, m.improved and edge_weight is not None, dtype)
-        if key not in self.degree_cache:
-            w = edge_weight.detach().to(dtype) if edge_weight is not None else torch.ones(
-                edge_index.shape[1], dtype=dtype, device=device)
-            self.degree_cache[key] = _gcn_loops_and_degree(m, n, edge_index, w, edge_weight is not None)[3]
-        return self.degree_cache[key][node_ids]
+        key = id(edges)
+        if key not in self._ids:
+            self._ids[key] = (edges, self._match(edges.long()))
+        return self._ids[key][1]
 
-    def messages(self, x: Tensor, edge_index: Tensor, coeff: Tensor | None, edge_id: Tensor, layer: str):
-        if self.record is not None and self.record.device != x.device:
-            self.record = self.record.to(x.device)
-        if self.num_edges is not None and edge_id.numel() and int(edge_id.max()) >= self.num_edges:
-            raise ValueError(f"{layer} received an edge_index with more edges than the explained one "
-                             f"({self.num_edges}); edge relevance needs the convolutions to get the explained edge_index")
-        rows = ops.index_select(x, 0, edge_index[0])
-        return MessageRelevance.apply(rows, coeff, edge_id, self.record)
+    def _match(self, edges: Tensor) -> Tensor:
+        ref = self.edge_index
+        n = int(max(int(ref.max()) if ref.numel() else 0, int(edges.max()) if edges.numel() else 0)) + 1
+        m = max(ref.shape[1], edges.shape[1]) + 1
 
-    def linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        return rule_linear(x, weight.detach(), None if bias is None else bias.detach(), rule=self.rule)
+        def ranked(ei):  # key (source, target) and the rank of each copy of a repeated edge
+            k = ei[0] * n + ei[1]
+            order = torch.argsort(k, stable=True)
+            sk = k[order]
+            rank = torch.arange(k.numel(), device=k.device) - torch.searchsorted(sk, sk)
+            combined = torch.empty_like(k)
+            combined[order] = sk * m + rank
+            return combined
+        ref_keys, keys = ranked(ref), ranked(edges)
+        order = torch.argsort(ref_keys)
+        sorted_keys = ref_keys[order]
+        pos = torch.searchsorted(sorted_keys, keys).clamp(max=max(sorted_keys.numel() - 1, 0))
+        if sorted_keys.numel() == 0:
+            return torch.full((edges.shape[1],), -1, dtype=torch.long, device=edges.device)
+        found = sorted_keys[pos] == keys
+        return torch.where(found, order[pos], torch.full_like(pos, -1))
 
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        ids = self.edge_ids(self.edges_of.get(id(module)))
+        if ids is None or ids.numel() != out.shape[dim]:
+            self.unaligned[self.names[id(module)]] = out.shape[dim]
+            return None
+        return self.mode.mark(EdgeMessageRelevance.apply(out, ids, self.record, dim))
 
-def _aggregate(msgs: Tensor, dst: Tensor, n: int, aggr: str, layer: str) -> Tensor:
-    if aggr in ("add", "sum"):
-        return ops.scatter_add(msgs, dst, 0, n)
-    if aggr == "mean":
-        return ops.scatter_mean(msgs, dst, 0, n)
-    if aggr == "max":
-        return ops.scatter_max(msgs, dst, 0, n)[0]
-    raise _unsupported(f"{layer} with aggr={aggr!r}")
-
-
-def _check_edges(edge_index, layer: str, n: int) -> Tensor:
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2 \
-            or edge_index.is_sparse:
-        raise _unsupported(f"{layer} called with a {type(edge_index).__name__} adjacency; pass a dense "
-                           f"edge_index of shape (2, E)")
-    return edge_index
-
-
-def _terms(state: _State, terms: list[Tensor], bias: Tensor | None) -> Tensor:
-    out = terms[0]
-    for t in terms[1:]:
-        out = ops.add(out, t)
-    return out if bias is None else ops.add(out, bias.detach())
-
-
-# ------------------------------------------------------------- layer forwards
-def _linear_forward(state: _State, m: nn.Linear, x: Tensor) -> Tensor:
-    return state.linear(x, m.weight, m.bias)
-
-
-def _relu_forward(state: _State, m: nn.Module, x: Tensor) -> Tensor:
-    return ops.relu(x)
-
-
-def _identity_forward(state: _State, m: nn.Module, x: Tensor, *args, **kwargs) -> Tensor:
-    if m.training and isinstance(m, nn.modules.dropout._DropoutNd):
-        raise _unsupported(f"{type(m).__name__} in training mode (call model.eval())")
-    return x
-
-
-def _gcn_forward(state: _State, m: GCNConv, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
-    n = x.shape[0]
-    edge_index = _check_edges(edge_index, "GCNConv", n)
-    if m.flow != "source_to_target":
-        raise _unsupported(f"GCNConv with flow={m.flow!r}")
-    # the layers of a model usually share edge_index and edge_weight: normalise once per explanation
-    key = (id(edge_index), id(edge_weight), n, x.dtype, m.normalize, m.add_self_loops,
-           m.improved and edge_weight is not None)
-    if key not in state.gcn_cache:
-        state.gcn_cache[key] = (edge_index, edge_weight, _gcn_norm(m, x, edge_index, edge_weight,
-                                                                   state.gcn_degree(m, x.dtype, x.device)))
-    _, _, (edge_index, w, edge_id) = state.gcn_cache[key]
-    msgs = state.messages(x, edge_index, w, edge_id, "GCNConv")
-    aggregated = ops.scatter_add(msgs, edge_index[1], 0, n)
-    return state.linear(aggregated, m.lin.weight, m.bias)
-
-
-def _gcn_norm(m: GCNConv, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, degree: Tensor | None = None):
-    """(edge_index with GCN's self-loops, normalised weights, id of the explained edge or -1).
-    ``degree``: the weighted degree of each node if not that of ``edge_index`` (a subgraph's)."""
-    n, e = x.shape[0], edge_index.shape[1]
-    w = edge_weight.detach().to(x.dtype) if edge_weight is not None else x.new_ones(e)
-    if not m.normalize:
-        return edge_index, w, torch.arange(e, device=x.device)
-    edge_index, w, edge_id, deg = _gcn_loops_and_degree(m, n, edge_index, w, edge_weight is not None)
-    if degree is not None:
-        deg = degree
-    if bool((deg < 0).any()):
-        node = int((deg < 0).nonzero()[0, 0])
-        raise ValueError(
-            f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
-            f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
-            f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
-    src, dst = edge_index
-    dinv = deg.pow(-0.5).masked_fill(deg == 0, 0.0)
-    return edge_index, dinv[src] * w * dinv[dst], edge_id
-
-
-def _gcn_loops_and_degree(m: GCNConv, n: int, edge_index: Tensor, w: Tensor, weighted: bool):
-    """GCN's self-loops added (as add_remaining_self_loops: existing loops keep their weight, moved
-    to the end): (edge_index, weights, id of the explained edge or -1, weighted in-degree)."""
-    edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)
-    if m.add_self_loops:
-        loop = edge_index[0] == edge_index[1]
-        nodes = torch.arange(n, device=edge_index.device)
-        # PyG fills 2 for improved=True only when edge weights are given (gcn_norm)
-        loop_w = w.new_full((n,), 2.0 if m.improved and weighted else 1.0)
-        loop_id = torch.full((n,), -1, dtype=torch.long, device=edge_index.device)
-        if bool(loop.any()):
-            loop_w[edge_index[0, loop]] = w[loop]
-            loop_id[edge_index[0, loop]] = edge_id[loop]
-            edge_index, w, edge_id = edge_index[:, ~loop], w[~loop], edge_id[~loop]
-        edge_index = torch.cat([edge_index, nodes.repeat(2, 1)], dim=1)
-        w = torch.cat([w, loop_w])
-        edge_id = torch.cat([edge_id, loop_id])
-    deg = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, edge_index[1], w)
-    return edge_index, w, edge_id, deg
-
-
-def _graph_conv_forward(state: _State, m: GraphConv, x, edge_index, edge_weight: Tensor | None = None, size=None):
-    if isinstance(x, (tuple, list)):
-        raise _unsupported("GraphConv on bipartite (x_src, x_dst) input")
-    edge_index = _check_edges(edge_index, "GraphConv", x.shape[0])
-    coeff = edge_weight.detach() if edge_weight is not None else None
-    edge_id = torch.arange(edge_index.shape[1], device=x.device)
-    msgs = state.messages(x, edge_index, coeff, edge_id, "GraphConv")
-    aggregated = _aggregate(msgs, edge_index[1], x.shape[0], m.aggr, "GraphConv")
-    return _terms(state, [state.linear(x, m.lin_root.weight, None),
-                          state.linear(aggregated, m.lin_rel.weight, None)], m.lin_rel.bias)
-
-
-def _sage_forward(state: _State, m: SAGEConv, x, edge_index, size=None):
-    if isinstance(x, (tuple, list)):
-        raise _unsupported("SAGEConv on bipartite (x_src, x_dst) input")
-    if m.project or m.normalize:
-        raise _unsupported("SAGEConv with project=True or normalize=True")
-    edge_index = _check_edges(edge_index, "SAGEConv", x.shape[0])
-    edge_id = torch.arange(edge_index.shape[1], device=x.device)
-    msgs = state.messages(x, edge_index, None, edge_id, "SAGEConv")
-    aggregated = _aggregate(msgs, edge_index[1], x.shape[0], m.aggr, "SAGEConv")
-    terms = [state.linear(aggregated, m.lin_l.weight, None)]
-    if m.root_weight:
-        terms.insert(0, state.linear(x, m.lin_r.weight, None))
-    return _terms(state, terms, m.lin_l.bias)
-
-
-def _gin_forward(state: _State, m: GINConv, x, edge_index, size=None):
-    if isinstance(x, (tuple, list)):
-        raise _unsupported("GINConv on bipartite (x_src, x_dst) input")
-    edge_index = _check_edges(edge_index, "GINConv", x.shape[0])
-    edge_id = torch.arange(edge_index.shape[1], device=x.device)
-    msgs = state.messages(x, edge_index, None, edge_id, "GINConv")
-    aggregated = _aggregate(msgs, edge_index[1], x.shape[0], m.aggr, "GINConv")
-    root = ScaleRelevance.apply(x, (1 + m.eps).detach().to(x.dtype))
-    return m.nn(ops.add(root, aggregated))
-
-
-_LAYERS: dict[type, Callable] = {
-    GCNConv: _gcn_forward, GraphConv: _graph_conv_forward, SAGEConv: _sage_forward, GINConv: _gin_forward,
-    nn.Linear: _linear_forward, PyGLinear: _linear_forward, nn.ReLU: _relu_forward,
-    nn.Dropout: _identity_forward, nn.Identity: _identity_forward,
-}
-_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict, PyGMLP)
-
-
-# ---------------------------------------------------------- pooling functions
-def _batch_or_zeros(x: Tensor, batch: Tensor | None) -> Tensor:
-    return batch if batch is not None else torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-
-
-def _groups(batch: Tensor, size: int | None) -> int:
-    return size if size is not None else (int(batch.max()) + 1 if batch.numel() else 0)
-
-
-def global_add_pool(x: Tensor, batch: Tensor | None = None, size: int | None = None) -> Tensor:
-    batch = _batch_or_zeros(x, batch)
-    return ops.scatter_add(x, batch, 0, _groups(batch, size))
-
-
-def global_mean_pool(x: Tensor, batch: Tensor | None = None, size: int | None = None) -> Tensor:
-    batch = _batch_or_zeros(x, batch)
-    return ops.scatter_mean(x, batch, 0, _groups(batch, size))
-
-
-def global_max_pool(x: Tensor, batch: Tensor | None = None, size: int | None = None) -> Tensor:
-    batch = _batch_or_zeros(x, batch)
-    return ops.scatter_max(x, batch, 0, _groups(batch, size))[0]
-
-
-def _relu_function(x: Tensor, inplace: bool = False) -> Tensor:
-    return ops.relu(x)
-
-
-# ------------------------------------------------------------------- patching
-def _plan(model: nn.Module) -> list[tuple[nn.Module, Callable]]:
-    """(module, relevance forward) for every supported module; a clear error for anything else."""
-    plan = []
-
-    def visit(name: str, m: nn.Module, is_root: bool):
-        for cls, fn in _LAYERS.items():
-            if type(m) is cls or (cls is not nn.Linear and isinstance(m, cls)):
-                plan.append((m, fn))
-                if isinstance(m, GINConv):
-                    visit(f"{name}.nn", m.nn, False)
-                return
-        if isinstance(m, nn.Dropout) or type(m).__name__ in ("Dropout1d", "Dropout2d", "AlphaDropout"):
-            plan.append((m, _identity_forward))
-            return
-        if isinstance(m, PyGMLP) and any(not isinstance(norm, nn.Identity) for norm in m.norms):
-            raise _unsupported(f"module '{name}' (torch_geometric.nn.MLP with norm layers: use norm=None)")
-        library = type(m).__module__.split(".")[0] in ("torch", "torch_geometric")
-        if isinstance(m, MessagePassing) or (library and not isinstance(m, _CONTAINERS)):
-            raise _unsupported(f"module '{name}' of type {type(m).__name__}")
-        for child_name, child in m.named_children():
-            visit(f"{name}.{child_name}" if name else child_name, child, False)
-
-    visit("", model, True)
-    return plan
-
-
-_FUNCTIONS = {"global_add_pool": global_add_pool, "global_mean_pool": global_mean_pool,
-              "global_max_pool": global_max_pool}
-
-
-@contextlib.contextmanager
-def lrp_patched(model: nn.Module, rule: Rule | str = "epsilon", num_edges: int | None = None,
-                dtype=torch.float32) -> Iterator[_State]:
-    """Within this context ``model``'s forward computes the same values with relevance ops.
-
-    Yields the state whose ``record`` collects edge relevance (``num_edges`` entries) during the
-    backward.  Everything is restored on exit, also after an error.
-    """
-    state = _State(get_rule(rule), num_edges, dtype)
-    plan = _plan(model)
-    saved_forwards = []
-    saved_attrs = []
-
-    def swap(owner, attr, new):
-        saved_attrs.append((owner, attr, owner.__dict__.get(attr, _MISSING) if isinstance(owner, type)
-                            else getattr(owner, attr)))
-        setattr(owner, attr, new)
-
-    try:
-        for m, fn in plan:
-            saved_forwards.append((m, m.__dict__.get("forward", _MISSING)))
-            m.forward = _bind(fn, state, m)
-        originals = {name: getattr(pyg_pool, name) for name in _FUNCTIONS}
-        namespaces = {id(mod): mod for mod in (sys.modules["torch_geometric.nn"], pyg_pool,
-                                               sys.modules.get("torch_geometric.nn.pool.glob"))
-                      if mod is not None}
-        for m in model.modules():  # the model's own files: `from torch_geometric.nn import global_mean_pool`
-            mod = sys.modules.get(type(m).__module__)
-            if mod is not None:
-                namespaces[id(mod)] = mod
-        for mod in namespaces.values():
-            for attr, new in _replacements(mod, originals):
-                swap(mod, attr, new)
-        for m in model.modules():  # a pooling function kept as an attribute: self.pool = global_mean_pool
-            for attr, value in list(vars(m).items()):
-                for name, original in originals.items():
-                    if value is original:
-                        swap(m, attr, _FUNCTIONS[name])
-        swap(F, "relu", _relu_function)
-        swap(torch, "relu", _relu_function)
-        swap(torch.Tensor, "relu", _relu_function)
-        yield state
-    finally:
-        for owner, attr, value in reversed(saved_attrs):
-            if value is _MISSING:
-                delattr(owner, attr)
-            else:
-                setattr(owner, attr, value)
-        for m, forward in saved_forwards:
-            if forward is _MISSING:
-                del m.forward
-            else:
-                m.forward = forward
-
-
-_MISSING = object()
-_LIBRARY_HITS: dict[str, list[tuple[str, Callable]]] = {}
-
-
-def _replacements(mod, originals: dict) -> list[tuple[str, Callable]]:
-    """(attribute, relevance version) for each pooling function or F.relu found in ``mod``.
-
-    Library namespaces do not change, so their scan is remembered; a user's module is scanned
-    every time (it may have imported something since).
-    """
-    library = mod.__name__.split(".")[0] in ("torch", "torch_geometric")
-    if library and mod.__name__ in _LIBRARY_HITS:
-        return _LIBRARY_HITS[mod.__name__]
-    hits = []
-    for attr, value in list(vars(mod).items()):
-        for name, original in originals.items():
-            if value is original:
-                hits.append((attr, _FUNCTIONS[name]))
-        if value is F.relu and mod is not F:
-            hits.append((attr, _relu_function))
-    if library:
-        _LIBRARY_HITS[mod.__name__] = hits
-    return hits
-
-
-def _bind(fn, state, m):
-    def forward(*args, **kwargs):
-        return fn(state, m, *args, **kwargs)
-    return forward
-
-
-def check_relevance_graph(out: Tensor) -> None:
-    """Raise :class:`UnsupportedModelError` if ``out`` depends on the input through an operation
-    that was not replaced by a relevance op (it would pass a gradient, not relevance)."""
-    seen, stack, bad = set(), [out.grad_fn], set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        name = type(node).__name__
-        if not (name.endswith("RelevanceBackward") or name in _COPY_NODES):
-            bad.add(name.replace("Backward0", "").replace("Backward1", ""))
-        stack.extend(n for n, _ in node.next_functions)
-    if bad:
-        raise _unsupported(
-            f"the operation(s) {', '.join(sorted(bad))} applied in model.forward outside the supported "
-            f"modules and functions (relevance cannot be propagated through them)")
+    def check(self) -> None:
+        silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
+        problems = [f"'{n}' passes {c} messages for the {self.edge_index.shape[1]} input edges" for n, c in
+                    self.unaligned.items()]
+        problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
+        if problems:
+            raise UnsupportedModelError(
+                f"edge relevance needs each message of a layer to belong to an input edge, but {'; '.join(problems)}. "
+                f"Pass edge_index as a plain (2, E) tensor, or explain with edge_mask_type=None")
 
 
 # ------------------------------------------------------------ checking inputs
@@ -522,10 +198,35 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
             check_batch(value, x.shape[0], edge_index, "batch")
         elif name == "edge_weight":
             check_edge_values(value, edge_index.shape[1], "edge_weight", one_dimensional=True)
+            _check_gcn_degree(model, x.shape[0], edge_index, value)
         elif name == "edge_attr":
             check_edge_values(value, edge_index.shape[1], "edge_attr")
         elif isinstance(value, Tensor):
             check_finite(value, name)
+
+
+def _check_gcn_degree(model: nn.Module, n: int, edge_index: Tensor, edge_weight: Tensor) -> None:
+    """GCN's normalisation :math:`\\hat d^{-1/2}` is NaN where edge weights make a node's weighted
+    degree (self-loop included) negative: say so, naming the node, instead of a NaN relevance."""
+    for m in model.modules():
+        if isinstance(m, GCNConv) and m.normalize:
+            src, dst = edge_index.long()
+            loop = src == dst
+            w = edge_weight.detach().to(torch.float64)
+            deg = torch.zeros(n, dtype=torch.float64, device=w.device).index_add_(0, dst[~loop], w[~loop])
+            if m.add_self_loops:
+                fill = torch.full((n,), 2.0 if m.improved else 1.0, dtype=torch.float64, device=w.device)
+                fill[src[loop]] = w[loop]
+                deg = deg + fill
+            else:
+                deg = deg.index_add_(0, dst[loop], w[loop])
+            if bool((deg < 0).any()):
+                node = int((deg < 0).nonzero()[0, 0])
+                raise ValueError(
+                    f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
+                    f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
+                    f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
+            return
 
 
 def _explainer_training_flag(model: nn.Module) -> bool | None:
@@ -543,41 +244,9 @@ def _explainer_training_flag(model: nn.Module) -> bool | None:
     return None
 
 
-class _DetachedRelevance:
-    """Relevance sent into tensors that left the autograd graph inside ``model.forward``.
-
-    A ``.detach()`` (or a constant) joined to the computation by a copy operation (``torch.cat``,
-    ``stack``, indexing) shows up as a copy node with a missing input: the relevance of that input
-    never reaches ``x``.  A hook on each such node adds up what its inputs did not receive."""
-
-    def __init__(self, out: Tensor):
-        self.lost, self.nodes, self.handles = 0.0, set(), []
-        seen, stack = set(), [out.grad_fn]
-        while stack:
-            node = stack.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
-            name = type(node).__name__
-            if name in _COPY_NODES and name != "AccumulateGrad" and any(n is None for n, _ in node.next_functions):
-                self.nodes.add(name.replace("Backward0", ""))
-                missing = [i for i, (n, _) in enumerate(node.next_functions) if n is None]
-                self.handles.append(node.register_hook(self._hook(missing)))
-            stack.extend(n for n, _ in node.next_functions)
-
-    def _hook(self, missing: list[int]):
-        def hook(grad_inputs, grad_outputs):  # what the inputs outside the graph were sent
-            self.lost += sum(float(grad_inputs[i].sum()) for i in missing if grad_inputs[i] is not None)
-        return hook
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-
-
-
 class LostRelevanceWarning(ops.LostRelevanceWarning):
     """Part of the explained output's relevance did not reach the inputs (a detach in the model)."""
+
 
 
 # ------------------------------------------------------------------ explainer
@@ -585,8 +254,12 @@ class LRPExplainer(ExplainerAlgorithm):
     r"""Layer-wise Relevance Propagation for PyG models (see the module docstring).
 
     Args:
-        rule: the rule of every linear map: ``"epsilon"`` (default, :math:`\epsilon = 10^{-6}`),
-            ``"gamma"``, or any :class:`lrp_lib.rules.Rule` (``Epsilon(0.1)``, ``Gamma(0.25)``).
+        rule: the rule of every weight: ``"epsilon"`` (default, :math:`\epsilon = 10^{-6}`),
+            ``"z"`` (:math:`\epsilon = 0`: exact conservation), ``"gamma"``, ``"zplus"``, or any
+            :class:`lrp_lib.rules.Rule` (``Epsilon(0.1)``, ``Gamma(0.25)``).
+        composite: a :class:`lrp_lib.composites.Composite` instead of ``rule``: rules per module type
+            or name, the stabiliser of the maps without weights, and the attention rule
+            (``"cp"`` or ``"uniform"``).
         per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its
             own (default False: one explanation of the sum of their outputs, as PyG's explainers).
             The explanation then also holds ``node_relevance``, a sparse (len(index), N, F) tensor
@@ -595,12 +268,15 @@ class LRPExplainer(ExplainerAlgorithm):
             ``edge_mask`` are their sums over the targets.  The targets are explained
             ``chunk_size`` at a time on the disjoint union of their ``num_hops``-hop subgraphs
             (one forward and one backward per chunk); ``num_hops`` defaults to the number of
-            message-passing modules of the model, and an error says if the subgraphs do not
-            reproduce the model's output at the targets.
+            message-passing modules of the model plus one (a layer that normalises by degree, as
+            GCN, needs the edges into the outermost nodes), and an error says if the subgraphs do
+            not reproduce the model's output at the targets.
 
     Masks: ``node_mask_type="attributes"`` gives the relevance of each input feature (N x F),
     ``"object"`` its sum per node (N x 1); ``edge_mask_type="object"`` the relevance carried by each
-    edge's messages over all layers (E).  Relevance is signed and not normalised.
+    edge's messages over all layers (E).  Relevance is signed and not normalised.  The explanation
+    also holds ``bias_relevance`` (what the biases and stabilisers kept, a number) and, when the
+    model gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
 
     The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
     a prediction pass before this algorithm: use :class:`Explainer` (or call :func:`check_inputs`
@@ -611,9 +287,12 @@ class LRPExplainer(ExplainerAlgorithm):
     """
 
     def __init__(self, rule: Rule | str = "epsilon", per_index: bool = False, num_hops: int | None = None,
-                 chunk_size: int = 256):
+                 chunk_size: int = 256, composite: Composite | None = None):
         super().__init__()
-        self.rule = get_rule(rule)
+        if composite is not None and not isinstance(composite, Composite):
+            raise TypeError(f"composite must be a lrp_lib.composites.Composite, got {type(composite).__name__}")
+        self.composite = composite if composite is not None else get_composite(rule)
+        self.rule = self.composite.linear
         if not isinstance(per_index, bool):
             raise TypeError(f"per_index must be True or False, got {per_index!r}")
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1)):
@@ -650,8 +329,8 @@ class LRPExplainer(ExplainerAlgorithm):
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
             return self._explain_each(model, x, edge_index, target=target, index=index, **kwargs)
-        node_rel, edge_rel, _ = self._relevance(model, x, edge_index, target, index, **kwargs)
-        return self._explanation(node_rel, edge_rel)
+        node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, **kwargs)
+        return self._explanation(node_rel, edge_rel, **extra)
 
     def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
         node_type = self.explainer_config.node_mask_type
@@ -660,37 +339,68 @@ class LRPExplainer(ExplainerAlgorithm):
         edge_mask = edge_rel if self.explainer_config.edge_mask_type is not None else None
         return Explanation(node_mask=node_mask, edge_mask=edge_mask, **extra)
 
-    def _relevance(self, model, x, edge_index, target, index, subgraph=None, checked=False, **kwargs):
-        """(node relevance, edge relevance, the model's output): one forward, one backward."""
+    def _relevance(self, model, x, edge_index, target, index, checked=False, **kwargs):
+        """(node relevance, edge relevance, the model's output, extras): one forward, one backward."""
         if not checked:
             check_inputs(model, x, edge_index, **kwargs)
-        edge_index = edge_index.long()  # PyG accepts int32; the relevance ops index with int64
+        edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
         leaf = x.detach().clone().requires_grad_(True)
-        with torch.enable_grad(), lrp_patched(model, self.rule, edge_index.shape[1], x.dtype) as state:
-            state.subgraph = subgraph
-            out = model(leaf, edge_index, **kwargs)
-            if not isinstance(out, Tensor) or not out.requires_grad:
-                raise ValueError(
-                    "the model's output does not depend on x through autograd: model.forward detaches it "
-                    "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
-                    "propagated through the model's autograd graph, so remove the detach")
-            check_relevance_graph(out)
-            start = self._start(out, target, index)
-            detached = _DetachedRelevance(out)
-            try:
-                out.backward(start)
-            finally:
-                detached.remove()
-        if detached.nodes and abs(detached.lost) > 1e-6 * max(1.0, float(start.abs().sum())):
-            total = float(start.sum())
-            share = f" ({100 * detached.lost / total:.1f} % of the explained {total:.4g})" if total else ""
+        inputs = [leaf]
+        attr = kwargs.get("edge_attr")
+        if isinstance(attr, Tensor) and attr.is_floating_point():
+            kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
+            inputs.append(kwargs["edge_attr"])
+        mode = RelevanceMode(self.composite, model)
+        want_edges = self.explainer_config.edge_mask_type is not None
+        recorder = _EdgeRecorder(mode, model, edge_index, x.dtype) if want_edges else None
+        if want_edges:
+            _ensure_hooks(model)
+        previous = getattr(_current, "recorder", None)
+        _current.recorder = recorder
+        try:
+            with torch.enable_grad(), mode:
+                for t in inputs:
+                    mode.mark(t)
+                out = model(leaf, edge_index, **kwargs)
+        finally:
+            _current.recorder = previous
+        if not isinstance(out, Tensor) or not mode.is_marked(out):
+            raise ValueError(
+                "the model's output does not depend on x through autograd: model.forward detaches it "
+                "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
+                "propagated through the model's autograd graph, so remove the detach")
+        check_relevance_graph(out, inputs)
+        if recorder is not None:
+            recorder.check()
+        start = self._start(out, target, index)
+        grads = torch.autograd.grad(out, inputs, start, allow_unused=True)
+        node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
+        attr_rel = None
+        if len(inputs) > 1:
+            attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])
+        blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
+        if blocked:
+            raise UnsupportedModelError(
+                "relevance reached operations that LRP has no rule for: " + "; ".join(
+                    f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
+                ". Replace them with supported torch operations, or explain with another method")
+        absorbed = mode.tally.total(mode.tally.absorbed)
+        explained = float(start.sum())
+        reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
+        lost = explained - reached - absorbed
+        scale = max(1.0, float(start.abs().sum()))
+        if abs(lost) > (1e-6 if x.dtype == torch.float64 else 1e-3) * scale:
+            share = f" ({100 * lost / explained:.1f} % of the explained {explained:.4g})" if explained else ""
+            where = (f"model.forward detaches tensors ({', '.join(sorted(mode.detached))}) or joins constants"
+                     if mode.detached else "relevance reached constants joined to the computation (torch.cat, "
+                                            "indexing) or outputs equal to zero")
             warnings.warn(
-                f"relevance {detached.lost:.4g}{share} did not reach x: model.forward joins tensors that "
-                f"were detached (.detach() or constants) by {', '.join(sorted(detached.nodes))}; the "
-                f"explanation covers only the rest. Remove the detach to explain the whole output",
-                LostRelevanceWarning, stacklevel=3)
-        node_rel = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-        return node_rel, state.record, out.detach()
+                f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
+                f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=4)
+        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype)}
+        if attr_rel is not None:
+            extra["edge_attr_relevance"] = attr_rel
+        return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
 
     def _explain_each(self, model, x, edge_index, *, target, index, **kwargs) -> Explanation:
         """``per_index=True``: each node of ``index`` explained on its own, over its k-hop subgraph.
@@ -716,7 +426,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
             raise ValueError(f"index must contain node indices 0..{n - 1}, got {int(index.min())}..{int(index.max())}")
         hops = self.num_hops if self.num_hops is not None else \
-            builtins.sum(isinstance(m, MessagePassing) for m in model.modules())
+            builtins.sum(isinstance(m, MessagePassing) for m in model.modules()) + 1
         edge_index = edge_index.long()
         with torch.no_grad():
             expected = model(x, edge_index, **kwargs)
@@ -742,9 +452,8 @@ class LRPExplainer(ExplainerAlgorithm):
                     sub_target = target.new_zeros(keys.numel(), *target.shape[1:])
                     sub_target[rows] = target[offset:offset + chunk.numel()]
             sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
-            node_rel, edge_rel, out = self._relevance(
-                model, x[node_ids], sub_edges, sub_target, rows,
-                (node_ids, edge_index, kwargs.get("edge_weight"), n), checked=True, **sub_kwargs)
+            node_rel, edge_rel, out, _ = self._relevance(
+                model, x[node_ids], sub_edges, sub_target, rows, checked=True, **sub_kwargs)
             want, got = expected[chunk].to(out.dtype), out[rows]
             tol = 1e-4 if out.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
             if not torch.allclose(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max()) if want.numel() else 1.0)):

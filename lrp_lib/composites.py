@@ -1,0 +1,99 @@
+r"""Composites: which rule each part of a model gets (Zennit's design, for graph networks).
+
+A :class:`Composite` maps the weights of a model to :class:`~lrp_lib.rules.Rule` objects -- by
+module type or by the module's qualified name (a glob pattern such as ``"convs.0.*"``) -- and
+sets the few choices that are not per-weight rules.  The defaults, and why:
+
+* **Linear maps with a weight** (``Linear``, PyG ``Linear``, the ``lin`` of every conv,
+  convolutions, ``x @ W``): ``linear`` (default :class:`~lrp_lib.rules.Epsilon` with
+  :math:`\epsilon = 10^{-6}`).  Epsilon with a small :math:`\epsilon` is LRP-0 up to the
+  stabiliser: on a bias-free piecewise-linear model it equals input :math:`\times` gradient
+  and conserves the output, the property the book's tests check.  ``Gamma`` and ``ZPlus``
+  can be chosen for all weights or per module.
+* **Maps without a weight** -- sums, means, ``scatter_add`` (sum and mean aggregation, sum and
+  mean pooling), a product with the adjacency matrix, batch norm in eval mode: the epsilon
+  rule with the composite's ``epsilon``, which splits each output over its terms in
+  proportion (the coefficients are data, not parameters, so :math:`\gamma` and z+ do not apply).
+* **Max and min** (max aggregation, max pooling): the winner takes all (the gradient's choice).
+* **Elementwise functions** (ReLU, GELU, SiLU, tanh, a sigmoid head, products with a constant):
+  the identity rule, relevance passes unchanged.
+* **Products of two input-dependent factors** (gates, FiLM): AttnLRP's uniform rule, half each.
+* **Attention** -- a factor that is a normalised weight (the output of a softmax, PyG's
+  ``softmax`` over the edges, any ``a / b`` with a data-dependent ``b``): ``attention="cp"``
+  (default) holds it constant, CP-LRP (Ali et al., 2022), so all relevance goes to the values
+  and none through the attention scores; ``attention="uniform"`` gives it half (AttnLRP),
+  which then flows on through the scores.
+* **Normalisation** -- layer, group and instance norm: the normalisation passes relevance
+  unchanged and the affine part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode
+  is the linear map :math:`a x + c` it is (the same relevance as merging it into the preceding
+  linear map, for the epsilon rule).
+
+Named composites: ``"epsilon"`` (the default), ``"z"`` (:math:`\epsilon = 0` everywhere: exact
+conservation on bias-free models), ``"gamma"`` (``Gamma(0.25)`` on every weight), ``"zplus"``.
+"""
+from __future__ import annotations
+
+import fnmatch
+from typing import Mapping
+
+from torch import nn
+
+from .rules import Rule, get_rule
+from .validation import check_number
+
+__all__ = ["Composite", "get_composite"]
+
+_ATTENTION = ("cp", "uniform")
+
+
+class Composite:
+    """Rules for the weights of a model, and the choices that are not per-weight rules.
+
+    Args:
+        linear: the rule of every weight that ``rules`` does not name (a :class:`Rule` or its name).
+        rules: ``{module type or glob pattern of the qualified module name: rule}``; the first
+            entry that matches the module owning a weight wins (names before types: put the most
+            specific first).  Example: ``{"conv1.*": "gamma", nn.Linear: Epsilon(0.01)}``.
+        epsilon: the stabiliser of the maps without weights (sums, aggregations, pools) and of
+            the elementwise affine maps (norms).  ``0`` conserves exactly (a zero output then
+            loses its relevance, with a warning).
+        attention: ``"cp"`` (normalised weights held constant) or ``"uniform"`` (half the
+            product's relevance).
+    """
+
+    def __init__(self, linear: Rule | str = "epsilon", rules: Mapping | None = None, epsilon: float = 1e-6,
+                 attention: str = "cp"):
+        self.linear = get_rule(linear)
+        self.rules = []
+        for key, rule in (rules or {}).items():
+            if not (isinstance(key, str) or (isinstance(key, type) and issubclass(key, nn.Module))):
+                raise TypeError(f"rules keys must be module types or name patterns (str), got {key!r}")
+            self.rules.append((key, get_rule(rule)))
+        self.epsilon = check_number(epsilon, "epsilon")
+        if attention not in _ATTENTION:
+            raise ValueError(f"attention must be one of {_ATTENTION}, got {attention!r}")
+        self.attention = attention
+
+    def rule_for(self, name: str, module: nn.Module) -> Rule:
+        """The rule of the weights owned by ``module`` (qualified name ``name``)."""
+        for key, rule in self.rules:
+            if isinstance(key, str) and fnmatch.fnmatchcase(name, key):
+                return rule
+        for key, rule in self.rules:
+            if isinstance(key, type) and isinstance(module, key):
+                return rule
+        return self.linear
+
+    def __repr__(self):
+        return (f"Composite(linear={self.linear!r}, rules={dict(self.rules)!r}, epsilon={self.epsilon!r}, "
+                f"attention={self.attention!r})")
+
+
+def get_composite(composite: Composite | Rule | str) -> Composite:
+    """A :class:`Composite` from a composite, a rule (used for every weight, with that rule's
+    epsilon for the maps without weights) or a name: ``"epsilon"``, ``"z"``, ``"gamma"``,
+    ``"zplus"``, or any rule name of :func:`lrp_lib.rules.get_rule`."""
+    if isinstance(composite, Composite):
+        return composite
+    rule = get_rule(composite)
+    return Composite(linear=rule, epsilon=getattr(rule, "eps", 1e-6))
