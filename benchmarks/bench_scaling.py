@@ -3,7 +3,7 @@
     python benchmarks/bench_scaling.py            # 1k, 3k, 10k, 30k, 100k nodes (about 5 minutes)
     python benchmarks/bench_scaling.py --fast     # 1k, 3k, 10k nodes, fewer repeats (writes no results file)
 
-The model is the 3-layer GCN of ``bench_nodes.py`` (32 input features, 32 hidden, 4 classes, ReLU, a
+The model is a 3-layer GCN, the architecture of ``bench_nodes.py`` (32 input features, 32 hidden, 4 classes, ReLU, a
 linear head; random weights: the cost does not depend on training).  The graphs are random, ``N``
 nodes and ``10 N`` edges (``torch.randint`` senders and receivers, generator seeded with 0),
 float32, CPU, ``--threads`` intra-op threads (default 1).
@@ -30,7 +30,10 @@ Timing: per size, one warm-up call of each method (but IG), then ``--repeat`` ro
 (Integrated Gradients, being ``n_steps`` times dearer, only in the first ``--ig-repeat`` rounds,
 fewer from 10,000 nodes up: ``ig_repeat * 10,000 / N`` rounded, at least one),
 in one process, so that the load of the shared machine falls on all alike.  Per method the
-median wall-clock seconds and the median CPU seconds of the process; per method and size the
+median wall-clock seconds, the median CPU seconds of the process and the median number of minor
+page faults per call (``getrusage``: memory the C allocator took fresh from the kernel, which
+glibc does for every allocation above its mmap threshold, at most 32 MiB, so from about 30,000
+nodes here each call pays for zeroing its large tensors' pages); per method and size the
 ratio of the medians to the gradient's, and the median over rounds of the ratio within a round
 (each method against the gradient of the same round).  As a check, saliency's node mask must
 equal ``|gradient|``, and LRP's relevance must be finite and of the gradient's shape (its sum
@@ -42,18 +45,21 @@ Performance page plots.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 import warnings
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch_geometric.explain import Explainer
 from torch_geometric.explain.algorithm import CaptumExplainer
+from torch_geometric.nn import GCNConv
 
 from lrp_lib.explain import LRPExplainer
 
 import results_file  # benchmarks/results_file.py
-from bench_nodes import GCN  # the model of the many-nodes benchmark, beside this script
 
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
 SIZES = [1_000, 3_000, 10_000, 30_000, 100_000]
@@ -64,6 +70,23 @@ LABELS = {
     "saliency": "saliency (CaptumExplainer)",
     "integrated_gradients": "Integrated Gradients (CaptumExplainer)",
 }
+
+
+class GCN(nn.Module):
+    """Three GCNConv layers with ReLU and a linear head (the architecture of ``bench_nodes.py``)."""
+
+    def __init__(self, features: int, hidden: int, classes: int):
+        super().__init__()
+        self.conv1 = GCNConv(features, hidden)
+        self.conv2 = GCNConv(hidden, hidden)
+        self.conv3 = GCNConv(hidden, hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x, edge_index):
+        x = F.relu(self.conv1(x, edge_index))
+        x = F.relu(self.conv2(x, edge_index))
+        x = F.relu(self.conv3(x, edge_index))
+        return self.head(x)
 
 
 def setup(nodes: int, edges_per_node: int, features: int = 32):
@@ -105,10 +128,12 @@ def method_calls(model, x, edge_index, index, target, ig_steps):
 
 
 def timed(fn):
-    """(wall seconds, CPU seconds of the process, result) of one call."""
+    """(wall seconds, CPU seconds of the process, minor page faults, result) of one call."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start, cpu = time.perf_counter(), time.process_time()
     result = fn()
-    return time.perf_counter() - start, time.process_time() - cpu, result
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults, result
 
 
 def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_steps: int) -> dict:
@@ -123,14 +148,16 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
         raise AssertionError(f"{nodes} nodes: LRP relevance not finite or of the wrong shape")
     wall = {m: [] for m in calls}
     cpu = {m: [] for m in calls}
+    faults = {m: [] for m in calls}
     rounds = max(repeat, min(10 * repeat, round(repeat * 10_000 / nodes)))  # small graphs: more rounds
     for r in range(rounds):
         for name, fn in calls.items():
             if name == "integrated_gradients" and r >= max(1, min(ig_repeat, round(ig_repeat * 10_000 / nodes))):
                 continue
-            w, c, _ = timed(fn)
+            w, c, f, _ = timed(fn)
             wall[name].append(w)
             cpu[name].append(c)
+            faults[name].append(f)
     row = {"nodes": nodes, "edges": edges_per_node * nodes, "explained_node": index, "target": target,
            "relevance_sum": float(masks["lrp"].sum()), "methods": {}}
     base = statistics.median(wall["gradient"])
@@ -141,6 +168,7 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
         row["methods"][name] = {
             "label": LABELS[name], "repeats": count, "seconds": wall[name],
             "median_seconds": med, "median_cpu_seconds": statistics.median(cpu[name]),
+            "median_page_faults": statistics.median(faults[name]),
             "ratio_to_gradient": med / base, "paired_ratio_to_gradient": statistics.median(paired),
         }
     lrp, sal = wall["lrp"], wall["saliency"]
