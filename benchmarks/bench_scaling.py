@@ -15,13 +15,15 @@ whole graph:
 
 * **gradient**: ``torch.autograd.grad(model(x, edge_index)[index, target], x)``, one forward and
   one backward, no explainer around it: the floor the others are divided by;
-* **LRP**: ``Explainer(model, algorithm=lrp_lib.explain.LRPExplainer(), ...)``;
+* **LRP**: ``Explainer(model, algorithm=lrp_lib.explain.LRPExplainer(), ...)``, where ``Explainer``
+  is ``lrp_lib.explain.Explainer`` (PyG's, with the inputs checked before the prediction pass for
+  LRP and the training flag restored), for all three explainers;
 * **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``;
 * **Integrated Gradients**: ``Explainer(model, algorithm=CaptumExplainer("IntegratedGradients",
   n_steps=...), ...)`` (``--ig-steps``, default 20; PyG's ``CaptumExplainer`` runs the steps one
   at a time, ``internal_batch_size=1``, so its cost is about ``n_steps`` gradients).
 
-The three explainers go through the same PyG ``Explainer`` (``explanation_type="model"``), which
+The three explainers go through the same ``Explainer`` (``explanation_type="model"``), which
 also runs one prediction pass (a forward without autograd) before the algorithm; the ratio of LRP
 to saliency is therefore the overhead of ``LRPExplainer`` over Captum's, per explanation.
 
@@ -53,11 +55,10 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.explain import Explainer
 from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.nn import GCNConv
 
-from lrp_lib.explain import LRPExplainer
+from lrp_lib.explain import Explainer, LRPExplainer
 
 import results_file  # benchmarks/results_file.py
 
