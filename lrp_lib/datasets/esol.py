@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from torch_geometric.data import Data
 
+from .roots import data_root
+
 __all__ = ["esol", "smiles_to_graph", "default_root", "ATOM_TYPES", "NODE_FEATURES", "EDGE_FEATURES", "GLOBAL_FEATURES",
            "URL", "FILENAME", "TARGET_COLUMN"]
 
@@ -87,9 +89,9 @@ def smiles_to_graph(smiles: str) -> Data:
 
 
 def default_root() -> Path:
-    """Where :func:`esol` looks by default: ``$LRP_DATA_ROOT`` if set, else ``~/.cache/lrp_lib/data``."""
-    env = os.environ.get("LRP_DATA_ROOT")
-    return Path(env) if env else Path.home() / ".cache" / "lrp_lib" / "data"
+    """Where :func:`esol` looks by default: :func:`lrp_lib.datasets.roots.data_root` (``$LRP_DATA_ROOT``
+    if set, else the cache, ``$LRP_CACHE_DIR`` or ``~/.cache/lrp_lib/data``)."""
+    return data_root()
 
 
 def esol(root: str | os.PathLike | None = None, download: bool = True) -> list[Data]:

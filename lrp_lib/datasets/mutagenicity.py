@@ -14,13 +14,13 @@ is attached, so it cannot silently fall out of order.
 
 Where the files come from:
 
-* ``root`` (the argument, else ``$LRP_DATA_ROOT``, else ``~/.cache/lrp-book/data``) holding
+* ``root`` (the argument, else ``$LRP_DATA_ROOT``, else ``~/.cache/lrp_lib/data``) holding
   ``Mutagenicity/raw/Mutagenicity_*.txt`` (the TU files plus ``Mutagenicity_edge_gt.txt``);
 * otherwise they are downloaded into ``root``: the TU files from TU Dortmund (as
   ``TUDataset`` does) and the ground truth from the PGExplainer repository.
 
 Nothing is ever written into ``root`` itself unless it is the cache: the raw files are copied into
-``$LRP_CACHE_DIR`` (default ``~/.cache/lrp-book/data``) and PyG writes its processed file there, so a
+``$LRP_CACHE_DIR`` (default ``~/.cache/lrp_lib/data``) and PyG writes its processed file there, so a
 read-only shared data folder works.
 
 Node features are the 14-dimensional one-hot atom types; :data:`ATOMS` names the columns.
@@ -46,6 +46,8 @@ from torch_geometric.datasets import TUDataset
 from torch_geometric.io import read_txt_array
 from torch_geometric.io.tu import read_tu_data
 from torch_geometric.utils import coalesce, remove_self_loops
+
+from .roots import cache_root, data_root
 
 __all__ = ["mutagenicity", "MutagenicityWithGroundTruth", "ATOMS", "BOND_ORDERS", "MUTAGEN", "GT_URL",
            "to_rdkit"]
@@ -120,14 +122,6 @@ def aligned_ground_truth(raw_dir: str, data: Data, slices: dict) -> torch.Tensor
     return gt
 
 
-def _default_root() -> Path:
-    return Path(os.environ.get("LRP_DATA_ROOT") or _cache_root())
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("LRP_CACHE_DIR") or Path.home() / ".cache" / "lrp-book" / "data")
-
-
 def _has_raw(root: Path) -> bool:
     return all((root / NAME / "raw" / f).is_file() for f in RAW_FILES)
 
@@ -136,16 +130,16 @@ def mutagenicity(root: str | os.PathLike | None = None, transform=None) -> Mutag
     """Load Mutagenicity with ``edge_gt`` on each graph.
 
     ``root``: a folder with ``Mutagenicity/raw/Mutagenicity_*.txt``; default ``$LRP_DATA_ROOT``, else
-    ``~/.cache/lrp-book/data`` (downloaded there on first use).  Raw files found elsewhere are copied
+    ``~/.cache/lrp_lib/data`` (downloaded there on first use).  Raw files found elsewhere are copied
     into the cache, which is where the processed file goes.  Raises ``FileNotFoundError`` naming the expected files when they are
     neither there nor downloadable.
     """
-    root = Path(root) if root is not None else _default_root()
+    root = Path(root) if root is not None else data_root()
     work = root
-    if _has_raw(root) and root.resolve() != _cache_root().resolve():
+    if _has_raw(root) and root.resolve() != cache_root().resolve():
         # never write next to someone else's files (a shared, read-only data folder): copy the raw
         # files into the cache and let PyG process them there
-        work = _cache_root() / ("copy-" + hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:10])
+        work = cache_root() / ("copy-" + hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:10])
         raw = work / NAME / "raw"
         raw.mkdir(parents=True, exist_ok=True)
         for f in RAW_FILES:
