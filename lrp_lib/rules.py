@@ -253,13 +253,14 @@ class ZPlus(AlphaBeta):
         return "ZPlus()"
 
 
-_NAMED = {"epsilon": Epsilon, "z": lambda: Epsilon(0.0), "gamma": Gamma, "zplus": ZPlus}
+_NAMED = {"epsilon": Epsilon, "z": lambda: Epsilon(0.0), "gamma": Gamma, "zplus": ZPlus, "alphabeta": AlphaBeta}
 _ALPHA_BETA = re.compile(r"^alpha(\d+(?:\.\d+)?)beta(\d+(?:\.\d+)?)$")
 
 
 def get_rule(rule: Rule | str) -> Rule:
     """A :class:`Rule` from a rule or its name: ``"epsilon"``, ``"z"``, ``"gamma"``, ``"zplus"``,
-    ``"alpha2beta1"`` (any ``alpha<a>beta<b>`` with ``a - b = 1``)."""
+    ``"alpha_beta"`` (:math:`\\alpha = 2, \\beta = 1`), ``"alpha2beta1"`` (any ``alpha<a>beta<b>``
+    with ``a - b = 1``); case, ``_``, ``-`` and ``+`` (``"z+"``) do not matter."""
     if isinstance(rule, Rule):
         return rule
     if isinstance(rule, str):

@@ -367,3 +367,9 @@ def test_reexported_from_ops():
     assert conv2d is rules.conv2d and ops.linear is rules.linear and "avg_pool2d" in ops.__all__
     with pytest.raises(AttributeError, match="has no attribute 'conv4d'"):
         ops.conv4d
+
+
+def test_rule_names_normalise():
+    assert rules.get_rule("alpha_beta") == rules.AlphaBeta(2.0, 1.0)
+    assert rules.get_rule("Z+") == rules.ZPlus()
+    assert rules.get_rule("alpha-2-beta-1") == rules.AlphaBeta(2.0, 1.0)
