@@ -31,7 +31,7 @@ aggregation passes :math:`s` back to each aggregated row, a max to the winner on
 bias keeps :math:`b\,s`.  It saves only the inputs, the index tensors and the output (plus the
 argmax of a max), no intermediate term.  With :math:`\epsilon = 0` this is exactly the
 composition of :mod:`lrp_lib.ops` (a proportional split of the sum, then LRP-0 for each
-:math:`W`, the copy and the scatter rules), which :func:`_compose_with_ops` builds: the teaching
+:math:`W`, the copy and the scatter rules), which :func:`compose_with_ops` builds: the teaching
 version of chapter 2 and the reference of the tests.  The forward values are the same in
 every mode.
 """
@@ -56,6 +56,7 @@ __all__ = [
     "EdgeLinear",
     "NodeLinear",
     "GlobalLinear",
+    "compose_with_ops",
     "ElementWise",
     "EdgeReLU",
     "NodeReLU",
@@ -524,7 +525,7 @@ class GlobalLinear(_GraphLinear):
         return "u", graphs, groups
 
 
-def _compose_with_ops(layer: _GraphLinear, data):
+def compose_with_ops(layer: _GraphLinear, data):
     """``layer(data)`` built from :mod:`lrp_lib.ops` (one ``linear_eps`` per term, ``index_select``
     and scatters, a chain of ``ops.add``), whatever the mode: the teaching version, whose
     relevance equals the fused rule's at ``eps = 0``.  It keeps every term for backward."""

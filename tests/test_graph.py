@@ -12,7 +12,7 @@ from torch_geometric.data import Batch, Data
 
 import lrp_lib
 from lrp_lib.graph import (EdgeLinear, EdgeReLU, ElementWise, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU,
-                           _compose_with_ops, num_graphs, read_relevance, relevance_inputs)
+                           compose_with_ops, num_graphs, read_relevance, relevance_inputs)
 from lrp_lib.ops import LostRelevanceWarning
 
 FX, FE, FU = 3, 2, 4  # node, edge and global feature sizes
@@ -213,7 +213,7 @@ def test_fused_rule_equals_composition_of_ops(cls, sizes, aggregation, bias):
     rows = {"edge_attr": data.num_edges, "x": data.num_nodes, "u": data.num_graphs}[attr]
     rel_out = torch.randn(rows, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)  # signed
     results = []
-    for build in (lambda d: layer(d), lambda d: _compose_with_ops(layer, d)):
+    for build in (lambda d: layer(d), lambda d: compose_with_ops(layer, d)):
         layer.zero_grad(set_to_none=True)
         inp = relevance_inputs(data)
         with lrp_lib.relevance():

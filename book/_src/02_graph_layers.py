@@ -44,7 +44,7 @@ from torch_geometric.data import Batch, Data
 import lrp_lib
 from lrp_lib.graph import (EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU, read_relevance,
                            relevance_inputs)
-from lrp_lib.graph import _compose_with_ops  # the teaching version of a layer, built from lrp_lib.ops
+from lrp_lib.graph import compose_with_ops  # the teaching version of a layer, built from lrp_lib.ops
 from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
 from lrp_lib.pretrained import load_or_train
 
@@ -112,7 +112,7 @@ def leaf_names(layer, data):
 # $\frac{a_j w_{j}}{z} R_z$: each input's contribution to the output over the output, whatever term
 # it came through. That is LRP-0 applied to the whole update at once.
 #
-# Composing the ops is how we *teach* a layer, and it is what `_compose_with_ops(layer, data)`
+# Composing the ops is how we *teach* a layer, and it is what `compose_with_ops(layer, data)`
 # builds. The library itself takes the last observation literally: inside the relevance mode each
 # layer is **one** autograd function (`EdgeLinearRelevance`, `NodeLinearRelevance`,
 # `GlobalLinearRelevance`) whose backward is the epsilon rule of the whole update seen as one
@@ -239,7 +239,7 @@ report({
 full = EdgeLinear(1, 3, 5, 5, 7, bias=True, eps=0.0).to(device)
 inp = relevance_inputs(graph)
 with lrp_lib.relevance():
-    composed = _compose_with_ops(full, inp).edge_attr
+    composed = compose_with_ops(full, inp).edge_attr
 print(backward_graph(composed.grad_fn, leaf_names(full, inp)))
 
 # %% [markdown]
@@ -533,10 +533,10 @@ results_table(graph_bench["results"], [("measure", "label"), ("unit", "unit"),
 #    of each weight matrix gives input feature $j$ of term $t$ the relevance $a_j w_j R_z / z$,
 #    the same as treating the whole update as one linear layer over the concatenated inputs.
 # 2. In the `NodeLinear` table, the `max` and `sum` rows send different amounts to the edges. Using
-#    `backward_graph` on `_compose_with_ops(layer, data)`, find the op responsible and explain, for
+#    `backward_graph` on `compose_with_ops(layer, data)`, find the op responsible and explain, for
 #    one node, which edge wins.
 # 3. Set `eps=0.1` in an `EdgeLinear` without a bias. How much relevance is lost, and which outputs
-#    lose the most? Relate it to the size of $z$. Then compare with `_compose_with_ops`, where the
+#    lose the most? Relate it to the size of $z$. Then compare with `compose_with_ops`, where the
 #    stabiliser acts on every term $z_t$ instead: which loses more, and why?
 # 4. Add a `NodeLinear` that reads only `incoming_features` to a graph whose node 3 has no incoming
 #    edge, start the backward from `torch.ones_like(out)`, and explain the `LostRelevanceWarning`.
