@@ -415,6 +415,7 @@ class Spec:
     relu: bool = True
     skip: str = ""
     kwargs_text: str = ""
+    zero: tuple = ()  # further parameters that act as biases (set to zero like the biases)
 
 
 def _c(name, family, build, kwargs_text, **kw):
@@ -470,7 +471,8 @@ CONVS = [
        call=call_dna),
     Spec("PointNetConv", "conv", skip="needs node positions pos"),
     _c("GMMConv", "conv", lambda ed, d: C.GMMConv(I, O, dim=ed, kernel_size=2),
-       "4, 4, dim=edge_dim, kernel_size=2", edge="required"),
+       "4, 4, dim=edge_dim, kernel_size=2; mu = 0 (the Gaussians' centres are subtracted from edge_attr: a bias)",
+       edge="required", zero=("mu",)),
     Spec("SplineConv", "conv", skip="needs torch-spline-conv (not installed)"),
     _c("NNConv", "conv", lambda ed, d: C.NNConv(I, O, nn=nn.Linear(ed, I * O)),
        "4, 4, nn=Linear(edge_dim, 16)", edge="required"),
@@ -734,6 +736,10 @@ def build_case(spec: Spec, level: str, edge_attr: bool):
               or (k == "edge_attr" and edge_attr)}
     module = spec.build(EDGE_DIM if edge_attr else None, inputs).double()
     zero_biases(module).eval()
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.split(".")[-1] in spec.zero:
+                p.zero_()
     with torch.no_grad():
         out = spec.call(module, inputs["x"], inputs["edge_index"], edge_attr=inputs.get("edge_attr"),
                         batch=inputs["batch"], edge_type=inputs.get("edge_type"), node_type=inputs.get("node_type"))

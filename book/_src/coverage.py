@@ -11,6 +11,7 @@
 # below is read from the file it writes, `benchmarks/results/coverage.json`.
 
 # %% tags=["hide-input"]
+import re
 import warnings
 
 warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm, imported by torch_geometric
@@ -119,6 +120,7 @@ for sigmoid in (False, True):
 # %% tags=["hide-input"]
 def short(reason, width=110):
     reason = reason.split(" Supported: ")[0].replace("UnsupportedModelError: ", "")
+    reason = re.sub(r" \(relevance of magnitude [^)]*\)", "", reason)
     return reason if len(reason) <= width else reason[:width - 3] + "..."
 
 
@@ -155,7 +157,10 @@ columns = [("status", "status"), ("explanations (rows)", "rows", "{:d}"),
 if baseline:
     for entry in summary:
         entry["before"] = baseline["counts"][entry["status"]]
-    columns.insert(1, ("rows, before the generic mechanism", "before", "{:d}"))
+    columns.insert(1, ("rows, per-layer rewrites (before)", "before", "{:d}"))
+    columns[2] = ("rows, generic mechanism (now)", "rows", "{:d}")
+    for s in STATUSES:
+        glue(f"before_{s}", str(baseline["counts"][s]), display=False)
 display(results_table(summary, columns))
 
 # %% [markdown]
@@ -166,6 +171,13 @@ display(results_table(summary, columns))
 # {glue:text}`layers_ok` of {glue:text}`layers_total` are ok everywhere, {glue:text}`layers_refused`
 # are refused somewhere, {glue:text}`layers_wrong` are wrong somewhere and {glue:text}`layers_crash`
 # crash; {glue:text}`layers_skipped` could not be built generically.
+#
+# Before the generic mechanism, `LRPExplainer` rewrote four layers one by one (GCN, GraphConv, GIN and
+# GraphSAGE convolutions, with linear maps, ReLU and the global pools) and refused everything else:
+# {glue:text}`before_ok` rows were ok and {glue:text}`before_refused` refused. Now it runs the
+# unmodified model and sends every torch function on an input-dependent tensor to a relevance rule,
+# so it needs no list of layers; what it cannot handle it still refuses, naming the operation and the
+# module.
 #
 # In the tables below, each cell is the outcome at one task level with or without `edge_attr`
 # (a dash: the layer does not take it, or, for `edge_attr`, requires it); *piecewise linear* says
@@ -257,6 +269,21 @@ display(tables["model"])
 
 # %% tags=["hide-input"]
 display(tables["hetero"])
+
+# %% [markdown]
+# ## What is refused or fails
+#
+# Every layer or model with at least one row that is not ok, with the first message. A refusal names
+# the operation and the module where relevance could not go on; a crash is a bug of the library.
+
+# %% tags=["hide-input"]
+failing = [{"layer": f"`{name}`", "outcome": per_layer[name],
+            "rows": ", ".join(f"{r['level']}{' + edge_attr' if r['edge_attr'] else ''}: {r['status']}"
+                              for r in lr if r["status"] != "ok"),
+            "reason": short(next(r["reason"] for r in lr if r["status"] in ("refused", "wrong", "crash")), 160)}
+           for name, lr in layers.items() if per_layer[name] in ("refused", "wrong", "crash")]
+display(results_table(failing, [("layer", "layer"), ("outcome", "outcome"), ("rows", "rows"),
+                                ("reason", "reason")]))
 
 # %% [markdown]
 # ## What was skipped
