@@ -25,7 +25,8 @@ and, where the layer takes ``edge_attr``, with and without it.  Each explanation
   model LRP-0 is exactly input times gradient.  (Homogeneity is taken jointly in ``x`` and
   ``edge_attr`` when the explanation reports ``edge_attr`` relevance, in ``x`` alone otherwise.)
 * **refused**: ``UnsupportedModelError``, ``ValueError`` or ``TypeError`` with a message (the
-  first line is kept, and the file where it was raised);
+  first line is kept, and the file where it was raised); a refused or crashed row is explained
+  again with ``edge_mask_type=None`` (node relevance only), stored as ``without_edge_mask``;
 * **wrong**: an explanation that fails a check (the errors are stored);
 * **crash**: any other exception: a failure of the library;
 * **skipped**: layers that cannot be built generically (they need node positions, a hypergraph,
@@ -245,12 +246,14 @@ def _sci(v: float | None):
     return None if v is None else float(f"{v:.2g}")
 
 
-def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int = NODE) -> dict:
+def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int = NODE,
+          edge_mask_type: str | None = "object") -> dict:
     """Explain ``model`` on ``inputs`` (x, edge_index and the model's keyword arguments) at task
     ``level`` ('graph' or 'node') and sort the outcome.  Returns a dict with ``status`` (ok / refused /
     wrong / crash), ``reason``, ``conservation_error``, ``xgrad_error`` (None when not piecewise
     linear), ``piecewise_linear``, ``homogeneous``, ``edge_attr_relevance`` (the key found, or None)
-    and ``warnings``.  ``algorithm``: the explainer algorithm (default LRPExplainer(rule=Epsilon(0.0)))."""
+    and ``warnings``.  ``algorithm``: the explainer algorithm (default LRPExplainer(rule=Epsilon(0.0)));
+    ``edge_mask_type``: 'object' (edge relevance too) or None."""
     model = model.double().eval()
     algorithm = default_algorithm() if algorithm is None else algorithm
     row = dict(status=None, reason="", raised_in="", conservation_error=None, xgrad_error=None,
@@ -258,7 +261,7 @@ def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int
     y, grads = reference(model, inputs, level, index)
     kwargs = _kwargs(inputs)
     explainer = Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="attributes",
-                          edge_mask_type="object",
+                          edge_mask_type=edge_mask_type,
                           model_config=dict(mode="regression", task_level=level, return_type="raw"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -776,7 +779,11 @@ def run_spec(spec: Spec, algorithm_factory=default_algorithm) -> list[dict]:
             rows.append(dict(row, status="skipped", reason=f"the unmodified model fails on the generic inputs: "
                                                            f"{_first_line(e)}"))
             continue
-        rows.append(dict(row, **check(model, inputs, level, algorithm=algorithm_factory())))
+        result = check(model, inputs, level, algorithm=algorithm_factory())
+        if result["status"] in ("refused", "crash"):  # would node relevance alone work?
+            again = check(model, inputs, level, algorithm=algorithm_factory(), edge_mask_type=None)
+            result["without_edge_mask"] = {k: again[k] for k in ("status", "reason", "raised_in")}
+        rows.append(dict(row, **result))
     return rows
 
 
@@ -795,6 +802,8 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--baseline", default=None,
                         help="an earlier coverage.json whose statuses are kept as the baseline in the new file")
+    parser.add_argument("--keep-baseline", action="store_true",
+                        help="keep the baseline stored in the current benchmarks/results/coverage.json")
     parser.add_argument("--library-note", default="", help="which lrp_lib was measured (stored in settings)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -829,6 +838,9 @@ def main(argv=None):
         r.pop("traceback", None)
     results = dict(rows=rows, counts=total, tolerance=TOL, missing_convs=missing_convs,
                    missing_models=missing_models)
+    if args.keep_baseline:
+        current = Path(__file__).resolve().parent / "results" / "coverage.json"
+        results["baseline"] = json.loads(current.read_text())["results"]["baseline"]
     if args.baseline:
         old = json.loads(Path(args.baseline).read_text())
         results["baseline"] = dict(

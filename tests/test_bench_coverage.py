@@ -172,3 +172,11 @@ def test_results_file_has_a_row_per_case():
         if r["status"] == "ok":
             assert r["conservation_error"] <= bc.TOL
             assert r["xgrad_error"] is None or r["xgrad_error"] <= bc.TOL
+
+
+def test_a_refused_row_is_retried_without_edge_relevance():
+    rows = bc.run_spec(SPECS["GCNConv"], algorithm_factory=lambda: Raises(ValueError("no edges, please")))
+    assert [r["status"] for r in rows] == ["refused", "refused"]
+    assert all(r["without_edge_mask"]["status"] == "refused" for r in rows)
+    rows = bc.run_spec(SPECS["GCNConv"])
+    assert all(r["status"] == "ok" and "without_edge_mask" not in r for r in rows)

@@ -275,15 +275,18 @@ display(tables["hetero"])
 #
 # Every layer or model with at least one row that is not ok, with the first message. A refusal names
 # the operation and the module where relevance could not go on; a crash is a bug of the library.
+# Each refused or crashed row is explained once more without edge relevance (`edge_mask_type=None`);
+# *node relevance alone* is the outcome of that second try.
 
 # %% tags=["hide-input"]
 failing = [{"layer": f"`{name}`", "outcome": per_layer[name],
             "rows": ", ".join(f"{r['level']}{' + edge_attr' if r['edge_attr'] else ''}: {r['status']}"
                               for r in lr if r["status"] != "ok"),
+            "alone": ", ".join(sorted({r["without_edge_mask"]["status"] for r in lr if "without_edge_mask" in r})),
             "reason": short(next(r["reason"] for r in lr if r["status"] in ("refused", "wrong", "crash")), 160)}
            for name, lr in layers.items() if per_layer[name] in ("refused", "wrong", "crash")]
 display(results_table(failing, [("layer", "layer"), ("outcome", "outcome"), ("rows", "rows"),
-                                ("reason", "reason")]))
+                                ("node relevance alone", "alone"), ("reason", "reason")]))
 
 # %% [markdown]
 # ## What was skipped
