@@ -275,8 +275,10 @@ class LRPExplainer(ExplainerAlgorithm):
     Masks: ``node_mask_type="attributes"`` gives the relevance of each input feature (N x F),
     ``"object"`` its sum per node (N x 1); ``edge_mask_type="object"`` the relevance carried by each
     edge's messages over all layers (E).  Relevance is signed and not normalised.  The explanation
-    also holds ``bias_relevance`` (what the biases and stabilisers kept, a number) and, when the
-    model gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
+    also holds ``bias_relevance`` (what the biases and stabilisers kept, a number),
+    ``relevance_residual`` (the explained value minus the relevance of the inputs and of the biases:
+    zero up to rounding unless relevance was lost at a detach or a zero output) and, when the model
+    gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
 
     The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
     a prediction pass before this algorithm: use :class:`Explainer` (or call :func:`check_inputs`
@@ -397,7 +399,8 @@ class LRPExplainer(ExplainerAlgorithm):
             warnings.warn(
                 f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
                 f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=4)
-        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype)}
+        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype),
+                 "relevance_residual": torch.tensor(lost, dtype=x.dtype)}
         if attr_rel is not None:
             extra["edge_attr_relevance"] = attr_rel
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra

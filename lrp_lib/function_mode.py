@@ -320,7 +320,8 @@ class RelevanceMode(TorchFunctionMode):
             if any(self._is_gate(a) for a in args):  # a view or copy of attention weights stays one
                 self._gate_all(out)
             return self.mark(out)
-        if name in ("__setitem__", "copy_", "fill_", "zero_"):
+        if name in _COPY_INPLACE and not kwargs.get("reduce") and not kwargs.get("accumulate"):
+            self._keep_saved_output(args[0])
             out = func(*args, **kwargs)
             self.mark(args[0])
             return out
@@ -362,14 +363,26 @@ class RelevanceMode(TorchFunctionMode):
         source = target.clone()
         if self.is_marked(target):
             self.mark(source)
-        outofplace = getattr(torch.Tensor, base)
+        outofplace = getattr(torch.Tensor, base, None) or getattr(torch, base, None) or getattr(F, base, None)
+        if outofplace is None:
+            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()}: no out-of-place "
+                                        f"version of it was found to compute its relevance")
         new_args = (source, *args[1:])
         if base in _HANDLERS:
             result = _HANDLERS[base](self, outofplace, new_args, kwargs)
         else:
             result = self._identity(outofplace, new_args, kwargs)
+        self._keep_saved_output(target)
         target.copy_(result)
         return self.mark(target)
+
+    @staticmethod
+    def _keep_saved_output(target) -> None:
+        """``target`` is about to change in place: if a relevance primitive kept it as its output
+        (``ctx.out``), give that primitive a copy of the value it computed."""
+        node = getattr(target, "grad_fn", None)
+        if node is not None and isinstance(getattr(node, "out", None), Tensor):
+            node.out = node.out.clone()
 
     # -------------------------------------------------------------- rule families
     def _identity(self, func, args, kwargs):
@@ -454,6 +467,10 @@ class RelevanceMode(TorchFunctionMode):
         return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
 
 
+#: In-place copies (no arithmetic): autograd's gradient already routes relevance to the copied values.
+_COPY_INPLACE = frozenset({"__setitem__", "copy_", "fill_", "zero_", "index_copy_", "masked_fill_", "masked_scatter_",
+                           "scatter_", "index_put_", "index_fill_", "put_", "masked_fill", "index_copy"})
+
 _AUGMENTED = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}
 
 
@@ -495,14 +512,23 @@ def _matmul(mode: RelevanceMode, func, args, kwargs):
 
 
 def _addmm(mode: RelevanceMode, func, args, kwargs):
-    bias, a, b = args[0], args[1], args[2]
-    if mode.is_marked(bias) or (mode.is_marked(a) and mode.is_marked(b)) or kwargs:
-        return mode._blocked(func, "addmm", args, kwargs)
-    if mode.is_marked(a):
-        return mode.weighted(a, b, bias, lambda x, w, c: torch.addmm(c, x, w) if c is not None else x @ w,
-                             None, "addmm")
-    return mode.weighted(b, a, bias, lambda x, w, c: torch.addmm(c, w, x) if c is not None else w @ x,
-                         None, "addmm")
+    """``beta * input + alpha * (mat1 @ mat2)``: the product by the weight's rule, then the sum in
+    proportion to its two terms (a constant ``input`` is a bias and keeps its share)."""
+    inp, a, b = _arg(args, kwargs, 0, "input"), _arg(args, kwargs, 1, "mat1"), _arg(args, kwargs, 2, "mat2")
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    ma, mb = mode.is_marked(a), mode.is_marked(b)
+    if ma and mb:
+        return mode._blocked(func, "addmm of two input-dependent matrices", args, kwargs)
+    if not (ma or mb):
+        return mode.sum_terms(inp, (torch.mm(a, b) * alpha).detach(), beta, 1.0, op="addmm")
+    if ma:
+        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, None, "addmm")
+    else:
+        part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, None, "addmm")
+    part = mode.mark(part)
+    if alpha != 1:
+        part = mode.mark(IdentityRelevance.apply(part, lambda t: t * alpha))
+    return mode.sum_terms(part, inp, 1.0, beta, op="addmm")
 
 
 def _conv(mode: RelevanceMode, func, args, kwargs):
@@ -644,6 +670,29 @@ def _max_min(mode: RelevanceMode, func, args, kwargs):
     return (torch.return_types.max if func.__name__ == "max" else torch.return_types.min)((values, indices))
 
 
+def _rnn_cell(mode: RelevanceMode, func, args, kwargs):
+    """``torch.gru_cell`` / ``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` (``nn.GRUCell``, ``nn.RNNCell``):
+    written out in the torch operations they are made of and run inside the mode, so each part gets
+    its rule (the weights theirs, the gates the product rules, tanh the identity)."""
+    if kwargs or len(args) < 4:
+        return mode._blocked(func, func.__name__, args, kwargs)
+    x, h, w_ih, w_hh = args[:4]
+    b_ih = args[4] if len(args) > 4 else None
+    b_hh = args[5] if len(args) > 5 else None
+    with mode:
+        gi = F.linear(x, w_ih, b_ih)
+        gh = F.linear(h, w_hh, b_hh)
+        if func.__name__ == "gru_cell":
+            i_r, i_z, i_n = gi.chunk(3, 1)
+            h_r, h_z, h_n = gh.chunk(3, 1)
+            r = torch.sigmoid(i_r + h_r)
+            z = torch.sigmoid(i_z + h_z)
+            n = torch.tanh(i_n + r * h_n)
+            return (1 - z) * n + z * h
+        act = torch.tanh if func.__name__ == "rnn_tanh_cell" else torch.relu
+        return act(gi + gh)
+
+
 def _softmax(mode: RelevanceMode, func, args, kwargs):
     x = args[0]
     dim = _arg(args, kwargs, 1, "dim")
@@ -703,6 +752,7 @@ _HANDLERS: dict[str, Callable] = {
     "mul": _mul, "multiply": _mul, "__mul__": _mul, "__rmul__": _mul,
     "div": _div, "divide": _div, "true_divide": _div, "__truediv__": _div, "__rtruediv__": _div,
     "softmax": _softmax, "max": _max_min, "min": _max_min,
+    "gru_cell": _rnn_cell, "rnn_tanh_cell": _rnn_cell, "rnn_relu_cell": _rnn_cell,
     "batch_norm": _batch_norm,
     "layer_norm": _norm_affine(3, False), "group_norm": _norm_affine(3, True),
     "instance_norm": _norm_affine(4, True), "rms_norm": _norm_affine(99, False),

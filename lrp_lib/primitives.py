@@ -40,6 +40,11 @@ lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning`):
   how much reached it, so that the explainer can refuse the model instead of returning a
   wrong explanation.
 
+The functions keep their output as ``ctx.out`` (not through ``save_for_backward``): a model that
+later changes that output in place (``h += bias``) goes through
+:meth:`lrp_lib.function_mode.RelevanceMode` which first gives the function a copy, so the backward
+sees the value it computed.
+
 Every function that keeps a share (a bias, the stabiliser) adds the amount to a
 :class:`Tally`, so the explainer can report where the relevance that did not reach the
 inputs went.
@@ -117,12 +122,13 @@ class LinearRelevance(torch.autograd.Function):
     def forward(ctx, x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally):
         out = fn(x)
         ctx.fn, ctx.vjp, ctx.eps, ctx.label, ctx.tally = fn, vjp, eps, label, tally
-        ctx.save_for_backward(x, out)
+        ctx.save_for_backward(x)
+        ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
-        x, out = ctx.saved_tensors
+        (x,), out = ctx.saved_tensors, ctx.out
         s = share(ctx.label, rel_out, out, ctx.eps)
         if ctx.vjp is not None:
             g = ctx.vjp(s)
@@ -142,12 +148,13 @@ class WeightRelevance(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, m: LinearMap, rule: Rule, label: str, tally):
         out = m(x, weight, bias)
         ctx.m, ctx.rule, ctx.label, ctx.tally = m, rule, label, tally
-        ctx.save_for_backward(x, weight, bias, out)
+        ctx.save_for_backward(x, weight, bias)
+        ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
-        x, weight, bias, out = ctx.saved_tensors
+        (x, weight, bias), out = ctx.saved_tensors, ctx.out
         rel = ctx.rule.propagate(ctx.m, x, weight, bias, out, rel_out, ctx.label)
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
         return rel, None, None, None, None, None, None
@@ -161,12 +168,13 @@ class SumRelevance(torch.autograd.Function):
     def forward(ctx, a: Tensor, b: Tensor, marked: tuple, eps: float, label: str, tally):
         out = a + b
         ctx.marked, ctx.eps, ctx.label, ctx.tally = marked, eps, label, tally
-        ctx.save_for_backward(a, b, out)
+        ctx.save_for_backward(a, b)
+        ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
-        a, b, out = ctx.saved_tensors
+        (a, b), out = ctx.saved_tensors, ctx.out
         s = share(ctx.label, rel_out, out, ctx.eps)
         ra = _to_shape(a * s, a.shape) if ctx.marked[0] else None
         rb = _to_shape(b * s, b.shape) if ctx.marked[1] else None
@@ -226,12 +234,13 @@ class BilinearRelevance(torch.autograd.Function):
     def forward(ctx, a: Tensor, b: Tensor, weights: tuple, eps: float, label: str, tally):
         out = torch.matmul(a, b)
         ctx.weights, ctx.eps, ctx.label, ctx.tally = weights, eps, label, tally
-        ctx.save_for_backward(a, b, out)
+        ctx.save_for_backward(a, b)
+        ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
-        a, b, out = ctx.saved_tensors
+        (a, b), out = ctx.saved_tensors, ctx.out
         wa, wb = ctx.weights
         s = share(ctx.label, rel_out, out, ctx.eps)
         a2 = a.unsqueeze(0) if a.dim() == 1 else a
@@ -256,12 +265,13 @@ class SoftmaxRelevance(torch.autograd.Function):
     def forward(ctx, x: Tensor, dim: int, label: str, tally):
         s = torch.softmax(x, dim)
         ctx.dim, ctx.label, ctx.tally = dim, label, tally
-        ctx.save_for_backward(x, s)
+        ctx.save_for_backward(x)
+        ctx.out = s.detach()
         return s
 
     @staticmethod
     def backward(ctx, rel_out):
-        x, s = ctx.saved_tensors
+        (x,), s = ctx.saved_tensors, ctx.out
         rel = x * (rel_out - s * rel_out.sum(ctx.dim, keepdim=True))
         _absorbed(ctx.tally, ctx.label, rel_out, rel)  # the rule is not conservative: report the difference
         return rel, None, None, None
@@ -275,12 +285,13 @@ class NormAffineRelevance(torch.autograd.Function):
     def forward(ctx, x: Tensor, fn: Callable, beta: Tensor | None, eps: float, label: str, tally):
         out = fn(x)
         ctx.eps, ctx.label, ctx.tally = eps, label, tally
-        ctx.save_for_backward(out, beta)
+        ctx.save_for_backward(beta)
+        ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
-        out, beta = ctx.saved_tensors
+        (beta,), out = ctx.saved_tensors, ctx.out
         s = share(ctx.label, rel_out, out, ctx.eps)
         rel = (out if beta is None else out - beta) * s
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
@@ -295,7 +306,7 @@ class BlockedRelevance(torch.autograd.Function):
     def forward(ctx, label: str, tally: Tally, n_out: int, *tensors: Tensor):
         ctx.label, ctx.tally, ctx.n_out = label, tally, n_out
         ctx.in_shapes = [(t.shape, t.dtype, t.device) for t in tensors[n_out:]]
-        outs = tuple(t.view_as(t) for t in tensors[:n_out])
+        outs = tuple(t.clone() for t in tensors[:n_out])  # copies: the model may change them in place
         return outs if n_out > 1 else outs[0]
 
     @staticmethod

@@ -334,16 +334,18 @@ def _with_running_stats(model):
     return model
 
 
-@pytest.mark.parametrize("model", [WithGAT, WithNorm, WithSigmoid, WithProjectedSAGE, WithNormMLP])
+@pytest.mark.parametrize("model", [WithGAT, WithNorm, WithSigmoid, WithProjectedSAGE, WithNormMLP, "WithGRU"])
 def test_models_the_old_per_layer_rewrites_refused_are_explained(model):
     """Relevance accounts for the whole output: the node relevance plus what the biases and the
     stabiliser kept (``bias_relevance``) is the explained logit; and the masks are finite."""
     torch.manual_seed(4)
+    model = globals()[model] if isinstance(model, str) else model
     model = _with_running_stats(model().double().eval())
     data = random_graphs(1)[0]
     e = explainer(model, rule="z")(data.x, data.edge_index)
     out = float(model(data.x, data.edge_index))
     assert float(e.node_mask.sum() + e.bias_relevance) == pytest.approx(out, rel=1e-9, abs=1e-12)
+    assert abs(float(e.relevance_residual)) < 1e-9
     assert torch.isfinite(e.edge_mask).all() and e.edge_mask.abs().sum() > 0
 
 
@@ -377,11 +379,23 @@ class WithLogSoftmax(nn.Module):
         return F.log_softmax(self.lin(global_mean_pool(self.conv(x, edge_index), batch)), dim=-1)
 
 
+class WithAttentionModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(4, 4)
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x, edge_index, batch=None):
+        h = self.conv(x, edge_index).unsqueeze(0)
+        return self.lin(global_mean_pool(self.attn(h, h, h)[0].squeeze(0), batch))
+
+
 class WithGRU(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = torch_geometric.nn.GatedGraphConv(4, num_layers=2)
-        self.lin = nn.Linear(4, 2)
+        self.lin = nn.Linear(4, 1)
 
     def forward(self, x, edge_index, batch=None):
         return self.lin(global_mean_pool(self.conv(x, edge_index), batch))
@@ -389,7 +403,7 @@ class WithGRU(nn.Module):
 
 @pytest.mark.parametrize("model,named", [(WithCustomFunction, "through Doubling"),
                                          (WithLogSoftmax, "log_softmax in the model's own forward"),
-                                         (WithGRU, "gru_cell in module 'conv.rnn'")])
+                                         (WithAttentionModule, "multi_head_attention_forward in module 'attn'")])
 def test_unsupported_operations_raise_a_clear_error(model, named):
     model = model().double().eval()
     data = random_graphs(1)[0]
