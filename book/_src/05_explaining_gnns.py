@@ -225,21 +225,23 @@ glue("n_evaluation", f"{len(evaluation)}", display=False)
 # ### LRP through PyG's `Explainer`
 #
 # `LRPExplainer` is a `torch_geometric.explain.ExplainerAlgorithm`, so it plugs into PyG's
-# `Explainer` like GNNExplainer does. While it explains, it swaps the forward of each supported
-# module (here the `GCNConv`s and `Linear`s) and the functions `F.relu` and `global_mean_pool` for
-# versions built from the relevance ops, runs the model's own `forward` unchanged, and does one
-# backward from the explained output. A `GCNConv` computes
+# `Explainer` like GNNExplainer does. It runs the model's own `forward`, unchanged, inside a
+# `RelevanceMode` (`lrp_lib.function_mode`): a `torch.overrides.TorchFunctionMode` that sees every
+# torch function the model calls on tensors that depend on the input, and computes each one with a
+# relevance primitive (`lrp_lib.primitives`) whose backward is an LRP rule. Nothing is patched: the
+# mode lives on the calling thread only. A `GCNConv` runs, in PyG's order, a linear map
+# $h_j = W x_j$, messages $\hat a_{ij} h_j$ and their sum $z_i = \sum_{j \in \mathcal N(i) \cup \{i\}}
+# \hat a_{ij} h_j$, then adds its bias $b$, with $\hat a_{ij} = 1 / \sqrt{\hat d_i \hat d_j}$. The
+# weight gets the epsilon rule, a message is a product with a constant so it keeps its relevance,
+# and the sum and the bias split relevance in proportion to their terms. Composed, the relevance of
+# input feature $f$ of node $j$ is
 #
-# $$ z_i = W \sum_{j \in \mathcal N(i) \cup \{i\}} \hat a_{ij}\, x_j + b, \qquad
-#    \hat a_{ij} = \frac{1}{\sqrt{\hat d_i \hat d_j}}, $$
+# $$ R_{jf} = \sum_{i,k} \frac{\hat a_{ij}\, x_{jf}\, w_{kf}}{z_{ik} + b_k}\, R_{ik} $$
 #
-# so with the epsilon rule the relevance of input feature $f$ of node $j$ is
-#
-# $$ R_{jf} = \sum_{i,k} \frac{\hat a_{ij}\, x_{jf}\, w_{kf}}{z_{ik} + \epsilon\,\mathrm{sign}(z_{ik})}\, R_{ik}. $$
-#
-# The message of edge $j \to i$ is $\hat a_{ij} x_j$; the relevance it carries, summed over its
-# features and over the four layers, is the edge's relevance. The relevance starts from the
-# explained output: $\pm z$, the log-odds of the predicted class.
+# up to the stabiliser $\epsilon$: the whole layer's epsilon rule. The relevance of the messages of
+# edge $j \to i$, summed over features and over the four layers, is the edge's relevance (a hook on
+# each message-passing layer records it). The relevance starts from the explained output: $\pm z$,
+# the log-odds of the predicted class.
 
 # %%
 model_config = dict(mode="binary_classification", task_level="graph", return_type="raw")
@@ -250,10 +252,11 @@ print(f"node_mask {tuple(explanation.node_mask.shape)}, edge_mask {tuple(explana
       f"target {explanation.target.tolist()}")
 explained = -logits[pick]
 node_total = explanation.node_mask.sum().item()
-bias_share = explained - node_total
+bias_share = float(explanation.bias_relevance)
 print(f"explained log-odds of 'mutagen'  {explained:7.3f}")
 print(f"relevance of the atoms (nodes)   {node_total:7.3f}")
-print(f"relevance left on the biases     {bias_share:7.3f}  (log-odds - atoms)")
+print(f"relevance kept by the biases     {bias_share:7.3f}  (explanation.bias_relevance)")
+print(f"atoms + biases - log-odds        {node_total + bias_share - explained:7.3f}")
 glue("explained_logodds", f"{explained:.2f}", display=False)
 glue("node_relevance", f"{node_total:.2f}", display=False)
 glue("bias_relevance", f"{bias_share:.2f}", display=False)
@@ -263,8 +266,10 @@ glue("bias_direction", "against" if bias_share < 0 else "for", display=False)
 # The atoms' relevance does not add up to the explained log-odds. The epsilon rule writes every
 # layer's pre-activation as a sum of terms, $z = \sum_j x_j w_j + b$, and gives each term its share
 # $x_j w_j / z$ (or $b / z$) of the relevance; the bias terms of the four GCN layers and the two
-# linear layers are not inputs, so their share leaves the graph. Conservation from the output down
-# to the atoms holds exactly only for a bias-free model, which `tests/test_explain.py` checks.
+# linear layers are not inputs, so their share leaves the graph. The explainer adds up what they
+# kept, `explanation.bias_relevance`, so the atoms and the biases together account for the whole
+# log-odds (the last line is zero up to the stabiliser). For a bias-free model the atoms alone do,
+# which `tests/test_explain.py` checks.
 #
 # On this molecule the atoms carry {glue:text}`node_relevance` of relevance for "mutagen", the
 # model's log-odds are {glue:text}`explained_logodds`, and the biases take the difference,
@@ -301,6 +306,63 @@ batch = Batch.from_data_list(evaluation[:8]).to(device)
 together = lrp_explainer(batch.x, batch.edge_index, batch=batch.batch)
 one_by_one = torch.cat([lrp_explainer(g.x.to(device), g.edge_index.to(device)).edge_mask for g in evaluation[:8]])
 print("batched == one by one:", torch.allclose(together.edge_mask, one_by_one, rtol=1e-4, atol=1e-6))
+
+# %% [markdown]
+# ### Any model: composites, attention, your own layers
+#
+# Because the rules attach to torch operations and not to a list of layers, the same explainer
+# explains a model it has never seen. Which rule each weight gets is a *composite*
+# (`lrp_lib.composites.Composite`, after Zennit's): a mapping from module types or name patterns to
+# rules, plus the two choices that are not per weight. The defaults: epsilon for every weight;
+# proportional splits for sums, means and aggregations; the winner for max; the identity for
+# elementwise functions (ReLU, tanh, a sigmoid head); half each for a product of two input-dependent
+# factors (AttnLRP's uniform rule, {cite}`achtibat2024attnlrp`); and attention weights held constant
+# (CP-LRP, {cite}`ali2022xai`), so that relevance flows through the values, not the scores. Layer
+# norm passes relevance through its normalisation; batch norm in eval mode is the linear map it is.
+#
+# Below, an untrained model that the chapter's GCN never was: a `GATConv` with four heads, a
+# `BatchNorm1d`, a residual sum and a `GraphConv`, in float64. Every weight gets epsilon except the
+# attention layer's, which gets gamma, chosen by name. Atoms plus biases again give the explained
+# logit.
+
+# %%
+from torch_geometric.nn import BatchNorm, GATConv, GraphConv, global_add_pool  # noqa: E402
+
+from lrp_lib.composites import Composite  # noqa: E402
+from lrp_lib.rules import Gamma  # noqa: E402
+
+
+class AnyModel(torch.nn.Module):
+    def __init__(self, features, hidden=16):
+        super().__init__()
+        self.att = GATConv(features, hidden // 4, heads=4)
+        self.norm = BatchNorm(hidden)
+        self.conv = GraphConv(hidden, hidden)
+        self.head = torch.nn.Linear(hidden, 1)
+
+    def forward(self, x, edge_index, batch=None):
+        h = self.norm(self.att(x, edge_index)).relu()
+        h = h + self.conv(h, edge_index).tanh()  # a residual sum around a tanh
+        return self.head(global_add_pool(h, batch))
+
+
+torch.manual_seed(0)
+other = AnyModel(graph.num_node_features).double().eval()
+composite = Composite(rules={"att*": Gamma(0.25)})
+any_explainer = Explainer(other, algorithm=LRPExplainer(composite=composite), explanation_type="model",
+                          node_mask_type="object", edge_mask_type="object", model_config=model_config)
+g64 = graph.to("cpu")
+e = any_explainer(g64.x.double(), g64.edge_index)
+value = float(e.prediction) * (1 if int(e.target) == 1 else -1)
+print(f"explained log-odds {value:.4f} = atoms {float(e.node_mask.sum()):.4f} "
+      f"+ biases {float(e.bias_relevance):.4f}")
+print(f"edges with relevance: {int((e.edge_mask != 0).sum())} of {g64.edge_index.shape[1]}")
+
+# %% [markdown]
+# What the mechanism cannot propagate through, it refuses, naming the operation and the module: a
+# custom `torch.autograd.Function` (its backward would pass a gradient), a GRU cell, a
+# `log_softmax` head. The page [Which PyG models can be explained](coverage.ipynb) runs the check
+# over every convolution and model of PyG.
 
 # %% [markdown]
 # ### GNNExplainer, saliency and Integrated Gradients
@@ -743,10 +805,12 @@ glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['to
 # - `lrp_lib.datasets.mutagenicity` loads Mutagenicity through PyG's `TUDataset` with the
 #   NO$_2$/NH$_2$ ground truth carried through PyG's self-loop removal and edge sorting, so `edge_gt`
 #   lines up with `edge_index` (every marked edge joins N with O or H).
-# - `LRPExplainer` brings LRP to unmodified PyG models through PyG's own `Explainer`: supported
-#   modules and functions are swapped for relevance versions while the model's `forward` runs, one
-#   backward gives node and edge relevance, a batch is explained in one pass with the same result as
-#   one graph at a time, and anything it cannot propagate through raises an error that names it.
+# - `LRPExplainer` brings LRP to unmodified PyG models through PyG's own `Explainer`: the model's
+#   `forward` runs inside a `TorchFunctionMode` that computes every operation on input-dependent
+#   tensors with a relevance primitive, one backward gives node and edge relevance, a batch is
+#   explained in one pass with the same result as one graph at a time, a composite chooses the rule
+#   of each weight, `bias_relevance` says what the biases kept, and anything it cannot propagate
+#   through raises an error that names it.
 # - Edge relevance is the relevance carried by each edge's messages, summed over layers; it is signed
 #   (evidence for or against the explained class) and, for a bias-free model, the node relevance adds
 #   up to the explained log-odds.
@@ -771,8 +835,9 @@ glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['to
 #    (`node_mask_type="object"`) on the picked molecule.
 # 5. TracIn with the last layer only ignores how the GCN layers moved. Use `TracInCP` with
 #    `layers=["gc4"]` and compare the proponents.
-# 6. Add a `torch.sigmoid` to the model's `forward` and run `LRPExplainer`. Read the error: why is
-#    refusing better than returning a relevance map?
+# 6. Add a custom `torch.autograd.Function` (say, one that doubles its input) to the model's
+#    `forward` and run `LRPExplainer`. Read the error: why is refusing better than returning a
+#    relevance map? Then write the doubling as `2 * x` and explain again.
 #
 # ## References
 #
