@@ -27,7 +27,8 @@ and, where the layer takes ``edge_attr``, with and without it.  Each explanation
 * **refused**: ``UnsupportedModelError``, ``ValueError`` or ``TypeError`` with a message (the
   first line is kept, and the file where it was raised); a refused or crashed row is explained
   again with ``edge_mask_type=None`` (node relevance only), stored as ``without_edge_mask``;
-* **wrong**: an explanation that fails a check (the errors are stored);
+* **wrong**: an explanation that fails a check (the errors are stored, and whether the explainer
+  warned about it);
 * **crash**: any other exception: a failure of the library;
 * **skipped**: layers that cannot be built generically (they need node positions, a hypergraph,
   CUDA-only kernels, packages that are not installed, ...), each with its reason; also a model
@@ -55,8 +56,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.explain import Explainer
-from torch_geometric.nn import global_add_pool, global_mean_pool
+from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
 
+import torch_geometric.nn.aggr as pyg_aggr
 import torch_geometric.nn.conv as pyg_conv
 import torch_geometric.nn.models as pyg_models
 
@@ -75,8 +77,9 @@ STATUSES = ("ok", "refused", "wrong", "crash", "skipped")
 # ----------------------------------------------------------------------- inputs
 def graph_inputs(seed: int = 0, f_in: int = F_IN, edge_dim: int = EDGE_DIM) -> dict:
     """Two small graphs in one batch (6 and 5 nodes): a directed ring both ways plus a few random
-    edges in each, float64 features ``x`` (N, f_in), ``edge_attr`` (E, edge_dim), a relation type
-    per edge (``edge_type``, 2 types) and a node type per node (``node_type``, 2 types)."""
+    edges in each (sorted by receiver, as LSTM aggregation needs), float64 features ``x`` (N, f_in),
+    ``edge_attr`` (E, edge_dim), a relation type per edge (``edge_type``, 2 types), a node type per
+    node (``node_type``, 2 types) and a positive ``edge_weight`` per edge (0.5 to 1.5)."""
     g = torch.Generator().manual_seed(seed)
     edges, offset, batch = [], 0, []
     for b, n in enumerate((6, 5)):
@@ -85,7 +88,7 @@ def graph_inputs(seed: int = 0, f_in: int = F_IN, edge_dim: int = EDGE_DIM) -> d
             s, d = torch.randint(0, n, (2,), generator=g).tolist()
             if s != d:
                 pairs.add((s, d))
-        edges += [(s + offset, d + offset) for s, d in sorted(pairs)]
+        edges += [(s + offset, d + offset) for s, d in sorted(pairs, key=lambda p: (p[1], p[0]))]
         batch += [b] * n
         offset += n
     edge_index = torch.tensor(edges, dtype=torch.long).t().contiguous()
@@ -97,6 +100,7 @@ def graph_inputs(seed: int = 0, f_in: int = F_IN, edge_dim: int = EDGE_DIM) -> d
         batch=torch.tensor(batch),
         edge_type=torch.randint(0, 2, (num_edges,), generator=g),
         node_type=torch.randint(0, 2, (num_nodes,), generator=g),
+        edge_weight=0.5 + torch.rand(num_edges, generator=g, dtype=torch.float64),
     )
 
 
@@ -313,6 +317,8 @@ def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int
         if not err <= TOL:
             wrong.append(f"relevance differs from x * gradient by {err:.2g}")
     row["status"] = "wrong" if wrong else "ok"
+    if wrong and row["warnings"]:  # a wrong explanation that says so is still wrong, but not silent
+        wrong.append(f"with a warning ({row['warnings'][0].split(':')[0]})")
     row["reason"] = "; ".join(wrong)
     return row
 
@@ -327,16 +333,20 @@ class ConvModel(nn.Module):
         self.conv, self.call, self.level, self.pool, self.relu = conv, call, level, pool, relu
         self.head = nn.Linear(width, 1, bias=False)
 
-    def forward(self, x, edge_index, edge_attr=None, batch=None, edge_type=None, node_type=None):
+    def features(self, x, edge_index, edge_attr=None, batch=None, edge_type=None, node_type=None,
+                 edge_weight=None):
         h = self.call(self.conv, x, edge_index, edge_attr=edge_attr, batch=batch, edge_type=edge_type,
-                      node_type=node_type)
+                      node_type=node_type, edge_weight=edge_weight)
         if isinstance(h, tuple):
             h = h[0]
         if self.relu:
             h = F.relu(h)
         if self.level == "graph":
             h = self.pool(h, batch)
-        return self.head(h)
+        return h
+
+    def forward(self, *args, **kwargs):
+        return self.head(self.features(*args, **kwargs))
 
 
 class Readout(nn.Module):
@@ -346,12 +356,16 @@ class Readout(nn.Module):
         super().__init__()
         self.model, self.call = model, call
 
-    def forward(self, x, edge_index, edge_attr=None, batch=None, edge_type=None, node_type=None):
+    def forward(self, x, edge_index, edge_attr=None, batch=None, edge_type=None, node_type=None, edge_weight=None):
         return self.call(self.model, x, edge_index, edge_attr=edge_attr, batch=batch)
 
 
 def call_plain(conv, x, edge_index, edge_attr=None, **_):
     return conv(x, edge_index) if edge_attr is None else conv(x, edge_index, edge_attr=edge_attr)
+
+
+def call_edge_weight(conv, x, edge_index, edge_weight=None, **_):
+    return conv(x, edge_index, edge_weight)
 
 
 def call_with_batch(conv, x, edge_index, edge_attr=None, batch=None, **_):
@@ -416,6 +430,7 @@ class Spec:
     pool: Callable = global_add_pool
     levels: tuple = ("graph", "node")
     relu: bool = True
+    pool_module: Callable | None = None  # builds a readout module (graph level) instead of ``pool``
     skip: str = ""
     kwargs_text: str = ""
     zero: tuple = ()  # further parameters that act as biases (set to zero like the biases)
@@ -523,6 +538,39 @@ CONVS = [
     _c("DirGNNConv", "conv", lambda ed, d: C.DirGNNConv(C.GCNConv(I, O)), "GCNConv(4, 4)"),
     _c("MixHopConv", "conv", lambda ed, d: C.MixHopConv(I, O, powers=[0, 1, 2]), "4, 4, powers=[0, 1, 2]"),
     Spec("MeshCNNConv", "conv", skip="mesh edges as nodes with exactly four neighbours each"),
+]
+
+
+SIMPLE_AGGRS = ["mean", "max", "min", "mul", "std", "var", "softmax", "powermean", "median"]
+AGGREGATIONS = [
+    _c(f"SimpleConv(aggr={a})", "aggregation", lambda ed, d, a=a: C.SimpleConv(aggr=a, combine_root="sum"),
+       f"aggr='{a}', combine_root='sum'") for a in SIMPLE_AGGRS] + [
+    _c("SAGEConv(aggr=lstm)", "aggregation", lambda ed, d: C.SAGEConv(I, O, aggr="lstm"), "4, 4, aggr='lstm'"),
+    _c("SAGEConv(aggr=mean+max+std)", "aggregation", lambda ed, d: C.SAGEConv(I, O, aggr=["mean", "max", "std"]),
+       "4, 4, aggr=['mean', 'max', 'std']"),
+    _c("SAGEConv(project+normalize)", "aggregation", lambda ed, d: C.SAGEConv(I, O, project=True, normalize=True),
+       "4, 4, project=True, normalize=True"),
+    _c("GATConv(concat=False)", "aggregation", lambda ed, d: C.GATConv(I, O, heads=2, concat=False),
+       "4, 4, heads=2, concat=False (mean over heads)"),
+    _c("GINConv(eps=0.3)", "aggregation", lambda ed, d: C.GINConv(mlp(I, O), eps=0.3), "nn=MLP(4, 4, 4), eps=0.3"),
+    _c("GCNConv(edge_weight)", "aggregation", lambda ed, d: C.GCNConv(I, O), "4, 4; called with edge_weight",
+       call=call_edge_weight, uses=("edge_weight",)),
+    _c("GraphConv(edge_weight)", "aggregation", lambda ed, d: C.GraphConv(I, O), "4, 4; called with edge_weight",
+       call=call_edge_weight, uses=("edge_weight",)),
+    _c("TAGConv(edge_weight)", "aggregation", lambda ed, d: C.TAGConv(I, O, K=2), "4, 4, K=2; called with edge_weight",
+       call=call_edge_weight, uses=("edge_weight",)),
+] + [
+    Spec(f"readout: {name}", "aggregation", lambda ed, d: C.GCNConv(I, O), levels=("graph",), pool=pool,
+         pool_module=make, kwargs_text=f"GCNConv(4, 4), ReLU, {name}{text}")
+    for name, pool, make, text in [
+        ("global_max_pool", global_max_pool, None, ""),
+        ("AttentionalAggregation", None, lambda: pyg_aggr.AttentionalAggregation(gate_nn=nn.Linear(O, 1)),
+         "(gate_nn=Linear(4, 1))"),
+        ("Set2Set", None, lambda: pyg_aggr.Set2Set(O, processing_steps=2), "(4, processing_steps=2)"),
+        ("SortAggregation", None, lambda: pyg_aggr.SortAggregation(k=3), "(k=3)"),
+        ("MultiAggregation", None, lambda: pyg_aggr.MultiAggregation(["mean", "max", "std"]),
+         "(['mean', 'max', 'std'])"),
+    ]
 ]
 
 M = pyg_models
@@ -713,7 +761,7 @@ HETERO = [
          kwargs_text="-1, 4, metadata, heads=2"),
 ]
 
-ALL = CONVS + MODELS + HETERO
+ALL = CONVS + AGGREGATIONS + MODELS + HETERO
 
 
 # ------------------------------------------------------------------- running
@@ -745,13 +793,21 @@ def build_case(spec: Spec, level: str, edge_attr: bool):
                 p.zero_()
     with torch.no_grad():
         out = spec.call(module, inputs["x"], inputs["edge_index"], edge_attr=inputs.get("edge_attr"),
-                        batch=inputs["batch"], edge_type=inputs.get("edge_type"), node_type=inputs.get("node_type"))
+                        batch=inputs["batch"], edge_type=inputs.get("edge_type"), node_type=inputs.get("node_type"),
+                        edge_weight=inputs.get("edge_weight"))
     if isinstance(out, tuple):
         out = out[0]
     if spec.wrapper is Readout:
         model = Readout(module, spec.call, level, out.shape[-1])
     else:
-        model = ConvModel(module, spec.call, level, out.shape[-1], pool=spec.pool, relu=spec.relu)
+        pool = spec.pool_module().double() if spec.pool_module is not None else spec.pool
+        model = ConvModel(module, spec.call, level, out.shape[-1], pool=pool, relu=spec.relu)
+        if level == "graph" and spec.pool_module is not None:  # the readout sets the head's width
+            zero_biases(model.double()).eval()
+            with torch.no_grad():
+                width = model.features(**{"x": inputs["x"], "edge_index": inputs["edge_index"],
+                                          **_kwargs(inputs)}).shape[-1]
+            model.head = nn.Linear(width, 1, bias=False)
     if spec.name == "sigmoid head":
         model = SigmoidHead(model)
     return zero_biases(model.double()).eval(), inputs

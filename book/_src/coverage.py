@@ -180,7 +180,8 @@ display(results_table(summary, columns))
 # module.
 #
 # In the tables below, each cell is the outcome at one task level with or without `edge_attr`
-# (a dash: the layer does not take it, or, for `edge_attr`, requires it); *piecewise linear* says
+# (a dash: the layer does not take it, or, for `edge_attr`, requires it; *wrong (warned)*: the
+# explainer issued a warning that relevance was lost); *piecewise linear* says
 # whether the explanation was also compared with input times gradient; *reason* is the first message
 # of a refused, wrong or crashed row.
 
@@ -197,7 +198,8 @@ def layer_table(family):
         entry = {"layer": f"`{name}`", "kwargs": lr[0]["kwargs"]}
         for label, level, ea in CELLS:
             hit = [r for r in lr if r["level"] == level and r["edge_attr"] == ea]
-            entry[label] = hit[0]["status"] if hit else None
+            entry[label] = None if not hit else hit[0]["status"] + (
+                " (warned)" if hit[0]["status"] == "wrong" and hit[0].get("warnings") else "")
         pl = {r.get("piecewise_linear") for r in lr if r["status"] in ("ok", "wrong")}
         entry["piecewise linear"] = ("yes" if pl == {True} else "no" if pl == {False} else
                                      "partly" if pl - {None} else None)
@@ -212,7 +214,7 @@ def layer_table(family):
                          [("piecewise linear", "piecewise linear"), ("reason", "reason")])
 
 
-tables = {family: layer_table(family) for family in ("conv", "attention", "model", "hetero")}
+tables = {family: layer_table(family) for family in ("conv", "aggregation", "attention", "model", "hetero")}
 
 # %% [markdown]
 # ## Convolution layers
@@ -227,6 +229,20 @@ tables = {family: layer_table(family) for family in ("conv", "attention", "model
 
 # %% tags=["hide-input"]
 display(tables["conv"])
+
+# %% [markdown]
+# ## Aggregations, readouts and layer options
+#
+# The same layers with other choices: every aggregation that PyG names by a string (mean, max, min,
+# product, standard deviation, variance, softmax, power mean, median; on `SimpleConv`, which has no
+# weights), an LSTM and a list of aggregations in GraphSAGE, GraphSAGE with projection and
+# normalised output, GAT averaging its heads, GIN with a non-zero epsilon, layers called with
+# `edge_weight`, and graph-level readouts other than a sum (a maximum, gated attention, Set2Set's
+# LSTM, sorting the top nodes, several aggregations at once). {glue:text}`aggregation_ok` of the
+# {glue:text}`aggregation_total` are ok at every task level.
+
+# %% tags=["hide-input"]
+display(tables["aggregation"])
 
 # %% [markdown]
 # ## Attention and gated layers
@@ -309,5 +325,5 @@ display(results_table(skipped, [("name", "layer"), ("kind", "family"), ("reason"
 # ```
 #
 # The script runs in well under three minutes on one CPU thread. Its constructor table (`CONVS`,
-# `MODELS`, `HETERO`) is the place to add a layer; a layer that PyG adds to `__all__` and the table
+# `AGGREGATIONS`, `MODELS`, `HETERO`) is the place to add a layer; a layer that PyG adds to `__all__` and the table
 # lacks is reported at the start of the run and fails `tests/test_bench_coverage.py`.
