@@ -4,8 +4,10 @@
 
 Goes over every layer in ``torch_geometric.nn.conv.__all__`` and every model in
 ``torch_geometric.nn.models.__all__`` (plus a residual model, a sigmoid head and heterogeneous
-models built with ``to_hetero`` / ``HeteroConv`` / ``HGTConv`` / ``HANConv``).  Each is built with
-small sizes from the constructor table below (``CONVS``, ``MODELS``, ``HETERO``), in float64, with
+models built with ``to_hetero`` / ``HeteroConv`` / ``HGTConv`` / ``HANConv``), and layer options
+(every string aggregation, LSTM and multi-aggregation, ``edge_weight``, graph readouts other than a
+sum).  Each is built with small sizes from the constructor tables below (``CONVS``,
+``AGGREGATIONS``, ``MODELS``, ``HETERO``), in float64, with
 every bias set to zero, in eval mode, and explained through PyG's ``Explainer`` with
 ``LRPExplainer(rule=Epsilon(0.0))`` (LRP-0), at two task levels:
 
@@ -35,7 +37,10 @@ and, where the layer takes ``edge_attr``, with and without it.  Each explanation
   whose unmodified forward fails on the generic inputs.
 
 Writes ``benchmarks/results/coverage.json`` (one row per (layer, task level, edge_attr)) with
-``results_file.write_results``; ``--only`` runs a subset and writes nothing.  A full run takes
+``results_file.write_results``; ``--only`` runs a subset and writes nothing.  ``--baseline FILE``
+stores the statuses of an earlier run (the library before the generic mechanism) in the new file,
+``--keep-baseline`` carries over the one already stored, ``--library-note`` says which lrp_lib
+was measured.  A full run takes
 well under three minutes on one thread.  ``check`` is the checking function that
 ``tests/test_bench_coverage.py`` also calls with deliberately wrong explainers.
 """
