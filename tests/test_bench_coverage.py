@@ -9,7 +9,7 @@ import torch
 import torch_geometric.nn.conv as pyg_conv
 import torch_geometric.nn.models as pyg_models
 from torch import nn
-from torch_geometric.explain import Explanation
+from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 
 from lrp_lib.explain import LRPExplainer
@@ -180,3 +180,31 @@ def test_a_refused_row_is_retried_without_edge_relevance():
     assert all(r["without_edge_mask"]["status"] == "refused" for r in rows)
     rows = bc.run_spec(SPECS["GCNConv"])
     assert all(r["status"] == "ok" and "without_edge_mask" not in r for r in rows)
+
+
+class HeteroInputTimesGradient(ExplainerAlgorithm):
+    """x * gradient per node type, as a HeteroExplanation."""
+
+    def forward(self, model, x, edge_index, *, target, index=None, **kwargs):
+        xs = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
+        out = model(xs, edge_index, **kwargs)
+        y = out.sum() if index is None else out[index].sum()
+        keys = sorted(xs)
+        explanation = HeteroExplanation()
+        for k, g in zip(keys, torch.autograd.grad(y, [xs[k] for k in keys])):
+            explanation[k].node_mask = xs[k].detach() * g
+        for edge_type, ei in edge_index.items():
+            explanation[edge_type].edge_mask = torch.zeros(ei.shape[1], dtype=torch.float64)
+        return explanation
+
+    def supports(self):
+        return True
+
+
+def test_hetero_checks_sum_over_node_types():
+    """The hetero path reads node_mask per type: x * grad is ok for the piecewise-linear to_hetero
+    GraphSAGE and wrong (does not conserve) for HGT's attention."""
+    rows = bc.run_spec(SPECS["to_hetero(SAGEConv x2)"], algorithm_factory=HeteroInputTimesGradient)
+    assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["piecewise_linear"] for r in rows)
+    rows = bc.run_spec(SPECS["HGTConv(hetero)"], algorithm_factory=HeteroInputTimesGradient)
+    assert [r["status"] for r in rows] == ["wrong", "wrong"]
