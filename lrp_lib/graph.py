@@ -201,7 +201,7 @@ class _GraphLinearRelevance(torch.autograd.Function):
         out, bias, *rest = ctx.saved_tensors
         flat, argmaxes = rest[:3 * len(kinds)], iter(rest[3 * len(kinds):])
         # s = R / (z + eps sign z), sign(0) = +1, in one scratch tensor (as ops.linear_eps)
-        denom = torch.copysign(out.new_tensor(eps), out).add_(out) if eps else None
+        denom = ops.stabilize(out, eps) if eps else None
         s = ops.relevance_share(name, rel_out, out, denom)
         rel = []
         for i, kind in enumerate(kinds):

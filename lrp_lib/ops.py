@@ -36,6 +36,7 @@ from .validation import INDEX_DTYPES, check_linear, check_number, check_tensor
 
 __all__ = [
     "LostRelevanceWarning",
+    "stabilize",
     "relevance_share",
     "add",
     "sum",
@@ -78,18 +79,31 @@ def _warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
         )
 
 
-def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
-    """Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``): the
-    factor :math:`R_k / z_k` that every proportional rule multiplies by a contribution.
+def stabilize(z: Tensor, eps: float) -> Tensor:
+    r"""The one stabiliser of :mod:`lrp_lib`: :math:`z + \epsilon\,\mathrm{sign}(z)` with
+    :math:`\mathrm{sign}(0) = +1` (Zennit's convention; a negative zero, ``-0.0``, gets
+    :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor
+    (one ``copysign`` and one add); ``eps = 0`` returns ``z`` itself."""
+    if not eps:
+        return z
+    return torch.copysign(z.new_tensor(float(eps)), z).add_(z)
 
-    Where ``out == 0`` the share is 0: that relevance is lost, with a warning.  A given
-    ``denom`` is a scratch tensor of the caller's and is overwritten with the result.
-    Cost: one division and one count of the zeros of ``out``; the masking and the
-    warning only run when a zero output exists.
+
+def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
+    """Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``; pass
+    :func:`stabilize` ``(out, eps)``): the factor :math:`R_k / z_k` that every proportional rule
+    multiplies by a contribution.
+
+    Where the denominator is 0 the share is 0: that relevance is lost, with a warning (with a
+    stabilised denominator, :math:`\epsilon > 0`, this never happens).  A given ``denom`` is a
+    scratch tensor of the caller's and is overwritten with the result.  Cost: one division and
+    one count of the zeros of the denominator; the masking and the warning only run when a zero
+    exists.
     """
+    d = out if denom is None else denom
+    zero = d == 0 if int(torch.count_nonzero(d)) < d.numel() else None
     share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)
-    if int(torch.count_nonzero(out)) < out.numel():
-        zero = out == 0
+    if zero is not None:
         _warn_lost(op, zero, rel_out)
         share = share.masked_fill_(zero, 0)
     # NaN or Inf in the inputs, the weights or rel_out. The output is checked too: an infinite
@@ -337,7 +351,7 @@ class LinearEpsRelevance(torch.autograd.Function):
         x, weight, kept = ctx.saved_tensors
         out = torch.nn.functional.linear(x, weight, kept) if ctx.recompute else kept  # z
         # z + eps * sign(z), with sign(0) = +1: copysign gives +eps for z = +0
-        denom = torch.copysign(out.new_tensor(ctx.eps), out).add_(out) if ctx.eps else None
+        denom = stabilize(out, ctx.eps) if ctx.eps else None
         s = relevance_share("linear_eps", rel_out, out, denom)
         return (s @ weight).mul_(x), None, None, None, None
 
@@ -489,20 +503,3 @@ def relu(x: Tensor) -> Tensor:
     :math:`R_{in} = R_{out}\,[x > 0]`."""
     check_tensor(x, "x")
     return ReLURelevance.apply(x)
-
-
-
-
-# ------------------------------------------------- rules for any linear map
-_FROM_RULES = ("linear", "conv1d", "conv2d", "conv3d", "avg_pool2d", "linear_map")
-__all__ += list(_FROM_RULES)
-
-
-def __getattr__(name: str):
-    """``ops.conv2d``, ``ops.linear`` and the other linear maps of :mod:`lrp_lib.rules` (with
-    ``rule=``), loaded on first use: rules imports this module, so a plain import would be circular."""
-    if name in _FROM_RULES:
-        from . import rules
-
-        return getattr(rules, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

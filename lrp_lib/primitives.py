@@ -56,7 +56,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .ops import relevance_share
+from .ops import relevance_share, stabilize
 from .rules import LinearMap, Rule
 
 __all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
@@ -97,7 +97,7 @@ def share(op: str, rel_out: Tensor, z: Tensor, eps: float) -> Tensor:
     r""":math:`R / \mathrm{stab}(z)`, :math:`\mathrm{stab}(z) = z + \epsilon\,\mathrm{sign}(z)`
     (the one stabiliser convention of :mod:`lrp_lib`, as in :mod:`lrp_lib.rules`); 0 where
     :math:`z = 0`, with a :class:`~lrp_lib.ops.LostRelevanceWarning`."""
-    return relevance_share(op, rel_out, z, z.sign().mul_(eps).add_(z) if eps else None)
+    return relevance_share(op, rel_out, z, stabilize(z, eps) if eps else None)
 
 
 def _to_shape(rel: Tensor, shape) -> Tensor:

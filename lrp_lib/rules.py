@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .ops import LostRelevanceWarning, relevance_share
+from .ops import LostRelevanceWarning, relevance_share, stabilize
 from .validation import check_linear, check_number, check_tensor
 
 __all__ = [
@@ -126,7 +126,7 @@ def _is_zero(t: Weight | None) -> bool:
 def _share(op: str, rel_out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
     """``rel_out / (z + eps * sign(z))``; where ``z == 0`` the share is 0: that relevance is
     lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning` (the helper of :mod:`lrp_lib.ops`)."""
-    return relevance_share(op, rel_out, z, z.sign().mul_(eps).add_(z) if eps else None)
+    return relevance_share(op, rel_out, z, stabilize(z, eps) if eps else None)
 
 
 # ----------------------------------------------------------------------- rules

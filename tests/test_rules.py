@@ -361,12 +361,24 @@ def test_cuda_matches_cpu(gen):
         torch.testing.assert_close(leaf.grad.cpu(), cpu)
 
 
-def test_reexported_from_ops():
-    from lrp_lib.ops import conv2d
+def test_ops_does_not_import_rules():
+    """rules builds on ops, never the other way round (no import cycle)."""
+    import subprocess
+    import sys
+    code = "import sys, lrp_lib.ops; assert 'lrp_lib.rules' not in sys.modules, 'ops imported rules'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert not hasattr(ops, "conv2d")
 
-    assert conv2d is rules.conv2d and ops.linear is rules.linear and "avg_pool2d" in ops.__all__
-    with pytest.raises(AttributeError, match="has no attribute 'conv4d'"):
-        ops.conv4d
+
+def test_one_stabiliser_and_no_lost_relevance_when_eps_is_positive():
+    z = torch.tensor([2.0, -2.0, 0.0])
+    torch.testing.assert_close(ops.stabilize(z, 0.5), torch.tensor([2.5, -2.5, 0.5]))
+    assert ops.stabilize(z, 0.0) is z
+    x = torch.tensor([[1.0, -1.0]], requires_grad=True)  # z = 0 exactly
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # eps > 0: nothing is lost, so no warning
+        rules.linear(x, torch.ones(1, 2), rule=rules.Epsilon(0.1)).backward(torch.ones(1, 1))
+    torch.testing.assert_close(x.grad, torch.tensor([[10.0, -10.0]]))
 
 
 def test_rule_names_normalise():
