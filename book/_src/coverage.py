@@ -262,9 +262,9 @@ display(tables["attention"])
 # PyG's ready-made models stack several layers with activations between them and add options:
 # `jk="cat"`, `"max"` or `"lstm"` combines the outputs of all layers (concatenation, an elementwise
 # maximum, or an LSTM-based attention over the layers), and `norm=` inserts batch, layer or graph
-# normalisation after each layer. Batch normalisation in eval mode is a fixed affine map (linear,
-# once its bias is removed); layer and graph normalisation divide by a standard deviation computed
-# from the features, so they are not homogeneous. The table also holds a residual model
+# normalisation after each layer. Batch normalisation in eval mode is a fixed affine map (linear
+# here, with its bias zero and the running mean of a fresh layer); layer and graph normalisation
+# divide by a standard deviation computed from the features, so they are not piecewise linear. The table also holds a residual model
 # (`x + conv(x)`, twice), the sigmoid output of the example above, and other models from
 # `torch_geometric.nn.models` that pass messages. {glue:text}`model_ok` of the
 # {glue:text}`model_total` are ok at every task level.
