@@ -72,6 +72,9 @@ METHODS = {
     "graphmask": "GraphMaskExplainer (PyG)",
     "gat_attention": "attention weights of a GAT trained on the same task (PyG AttentionExplainer; a different "
                      "model, synthetic tasks only)",
+    "gat_lrp_eps": "LRP (epsilon, signed) of that GAT (LRPExplainer's generic mechanism: CP-LRP, attention as constant)",
+    "gat_lrp_eps_abs": "LRP (epsilon, |relevance|) of that GAT",
+    "gat_lrp_zplus_contrast": "LRP (z+, signed, contrast of the logits) of that GAT",
     "random": "uniform random scores",
 }
 SLOW = {"gnnexplainer", "pgexplainer", "graphmask"}
@@ -175,6 +178,9 @@ class Methods:
         self.pg_seconds = 0.0
         if task.gat is not None:
             self.ex["gat_attention"] = explainer(AttentionExplainer(), None, "object", m=task.gat.eval())
+            self.ex["gat_lrp_eps"] = explainer(LRPExplainer(), lrp_node, m=task.gat)
+            self.ex["gat_lrp_zplus_contrast"] = explainer(LRPExplainer(rule="zplus"), lrp_node,
+                                                          m=Contrast(task.gat, self.classes).eval())
 
     # inputs of one instance
     def inputs(self, inst):
@@ -215,8 +221,8 @@ class Methods:
             s = self._cam(name, inst)
             if edge:
                 s = (s[ei[0]] + s[ei[1]]) / 2
-        elif name == "lrp_eps_abs":
-            e = self.ex["lrp_eps"](x, ei, **kw)
+        elif name in ("lrp_eps_abs", "gat_lrp_eps_abs"):
+            e = self.ex[name[:-4]](x, ei, **kw)
             s = (e.edge_mask if edge else e.node_mask.sum(-1)).abs()
         else:
             ex = self.ex["lrp_eps" if name == "lrp_eps_abs" else name]
@@ -298,7 +304,7 @@ def applicable(task, name):
         return task.level == "graph"
     if name in ("lrp_eps_contrast", "lrp_zplus_contrast"):
         return task.mode != "binary_classification"
-    if name == "gat_attention":
+    if name.startswith("gat_"):
         return task.gat is not None
     if name == "guided_backprop":
         return task.name != "mutagenicity"  # MutagenicityGCN calls F.relu: nothing for guided backprop to swap
