@@ -562,6 +562,7 @@ results_table(sc_rows, [
     ("LRP / saliency", "lrp_over_saliency", "{:.2f}x"),
     ("LRP / saliency, CPU time", lambda r: r["methods"]["lrp"]["median_cpu_seconds"]
      / r["methods"]["saliency"]["median_cpu_seconds"], "{:.2f}x"),
+    ("page faults per gradient", lambda r: r["methods"]["gradient"].get("median_page_faults"), "{:,.0f}"),
 ])
 
 # %% tags=["hide-input"]
@@ -587,6 +588,8 @@ plt.show()
 
 slope = np.polyfit(np.log(sc_nodes), np.log([r["methods"]["gradient"]["median_seconds"] for r in sc_rows]), 1)[0]
 g("sc_slope", slope)
+faulting = [r["nodes"] for r in sc_rows if (r["methods"]["gradient"].get("median_page_faults") or 0) > r["nodes"]]
+g("sc_faults_from", f"{faulting[0]:,}" if faulting else f"more than {sc_rows[-1]['nodes']:,}", None)
 g("sc_smallest", sc_rows[0]["nodes"], "{:,}")
 g("sc_largest", sc_rows[-1]["nodes"], "{:,}")
 g("sc_ig_steps", sc["ig_steps"], "{}")
@@ -613,8 +616,12 @@ g("sc_over_met", ", ".join(met_sizes) + " nodes" if met_sizes else "none of the 
 # %% [markdown]
 # From {glue:text}`sc_smallest` to {glue:text}`sc_largest` nodes, the gradient's time grows with
 # the graph with a slope of {glue:text}`sc_slope` on the log-log plot (1 would be proportional; a
-# graph whose feature rows no longer fit in the processor's caches costs more per node), and the
-# other methods follow it: an LRP explanation costs {glue:text}`sc_lrp_min` to
+# graph whose feature rows no longer fit in the processor's caches costs more per node). The last
+# column counts the page faults of one gradient call: from {glue:text}`sc_faults_from` nodes on
+# there are more of them than nodes, because a tensor of messages is then larger than the C
+# allocator's largest threshold for reusing freed memory (32 MiB in glibc), so every call maps it
+# afresh from the kernel, which zeroes it page by page; every method pays this alike. The other
+# methods follow the gradient: an LRP explanation costs {glue:text}`sc_lrp_min` to
 # {glue:text}`sc_lrp_max` times the gradient, Captum saliency {glue:text}`sc_saliency_min` to
 # {glue:text}`sc_saliency_max` times (its own forward and backward plus the `Explainer`'s prediction
 # pass) and Integrated Gradients with {glue:text}`sc_ig_steps` steps
@@ -627,8 +634,10 @@ g("sc_over_met", ", ".join(met_sizes) + " nodes" if met_sizes else "none of the 
 # {glue:text}`sc_paired_max`; by the CPU time of the process, which does not count the time other
 # processes held the core, {glue:text}`sc_cpu_min` to {glue:text}`sc_cpu_max`). The library's target is {glue:text}`sc_over_target` times; met at:
 # {glue:text}`sc_over_met`. Both run one forward with autograd and one backward after the prediction
-# pass; what LRP adds is its relevance backward (the element-wise passes of the sections above, in
-# every layer) and its checks of the inputs and of the autograd graph on every call.
+# pass. What LRP adds: its forward runs under a function mode that sends each torch function the model
+# calls to a relevance primitive (Python work per call, the same for any size of graph, so it weighs
+# most on small graphs), its backward applies the relevance rules, with the element-wise passes that
+# the sections above measure, and it checks its inputs and the autograd graph on every call.
 
 # %% [markdown]
 # ## Measuring on your machine
