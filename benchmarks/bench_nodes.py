@@ -43,7 +43,8 @@ from torch_geometric.explain import Explainer, GNNExplainer
 from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.nn import GCNConv
 
-from lrp_lib.explain import LRPExplainer, lrp_patched
+from lrp_lib.explain import LRPExplainer
+from lrp_lib.function_mode import RelevanceMode
 
 import results_file  # benchmarks/results_file.py
 
@@ -108,8 +109,10 @@ def batched_backward(model, x, edge_index, targets):
     """(seconds or None, error or None) of a vmap'ed backward of the whole graph for ``targets``,
     and the seconds of one whole-graph backward per target."""
     leaf = x.clone().requires_grad_()
-    with torch.enable_grad(), lrp_patched(model, "epsilon", None, x.dtype):
-        out = model(leaf, edge_index)
+    with torch.enable_grad():
+        with RelevanceMode("epsilon", model) as mode:
+            mode.mark(leaf)
+            out = model(leaf, edge_index)
         starts = torch.zeros(targets.numel(), *out.shape, device=out.device)
         cls = out.detach()[targets].argmax(-1)
         starts[torch.arange(targets.numel(), device=out.device), targets, cls] = out.detach()[targets, cls]

@@ -429,7 +429,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
             raise ValueError(f"index must contain node indices 0..{n - 1}, got {int(index.min())}..{int(index.max())}")
         hops = self.num_hops if self.num_hops is not None else \
-            builtins.sum(isinstance(m, MessagePassing) for m in model.modules()) + 1
+            builtins.sum(isinstance(m, MessagePassing) for m in model.modules())
         edge_index = edge_index.long()
         with torch.no_grad():
             expected = model(x, edge_index, **kwargs)
@@ -442,10 +442,22 @@ class LRPExplainer(ExplainerAlgorithm):
         rowptr = torch.cumsum(counts, 0) - counts
         nodes, edges, offset = [], [], 0
         for chunk in index.split(self.chunk_size):
-            keys, edge_b, edge_e = _k_hop_union(chunk, hops, src, perm, rowptr, counts, n)
+            keys, edge_b, edge_e, border_b, border_e = _k_hop_union(chunk, hops, src, perm, rowptr, counts, n)
             node_ids, graph = keys % n, keys // n
-            sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]),
-                                     torch.searchsorted(keys, edge_b * n + dst[edge_e])])
+            # the edges into the outermost nodes: from inside the subgraph they are kept; from outside,
+            # their sender becomes one zero-feature stand-in node per subgraph, so that every node keeps
+            # its in-degree (GCN normalises messages by the sender's degree); what the stand-ins send
+            # reaches only the outermost nodes' later layers, which the targets do not depend on
+            inner = torch.searchsorted(keys, border_b * n + src[border_e]).clamp(max=max(keys.numel() - 1, 0))
+            inside = keys[inner] == border_b * n + src[border_e] if keys.numel() else torch.zeros_like(border_b, dtype=torch.bool)
+            stand_in = keys.numel() + border_b
+            edge_b = torch.cat([edge_b, border_b])
+            edge_e = torch.cat([edge_e, border_e])
+            senders = torch.cat([torch.searchsorted(keys, edge_b[:edge_b.numel() - border_b.numel()] * n +
+                                                    src[edge_e[:edge_e.numel() - border_e.numel()]]),
+                                 torch.where(inside, inner, stand_in)])
+            sub_edges = torch.stack([senders, torch.searchsorted(keys, edge_b * n + dst[edge_e])])
+            real = torch.cat([torch.ones(edge_b.numel() - border_b.numel(), dtype=torch.bool, device=x.device), inside])
             rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)
             sub_target = None
             if target is not None:
@@ -455,8 +467,15 @@ class LRPExplainer(ExplainerAlgorithm):
                     sub_target = target.new_zeros(keys.numel(), *target.shape[1:])
                     sub_target[rows] = target[offset:offset + chunk.numel()]
             sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
+            sub_x = torch.cat([x[node_ids], x.new_zeros(chunk.numel(), *x.shape[1:])])
+            if sub_target is not None:
+                sub_target = torch.cat([sub_target, sub_target.new_zeros(chunk.numel(), *sub_target.shape[1:])])
             node_rel, edge_rel, out, _ = self._relevance(
-                model, x[node_ids], sub_edges, sub_target, rows, checked=True, **sub_kwargs)
+                model, sub_x, sub_edges, sub_target, rows, checked=True, **sub_kwargs)
+            node_rel = node_rel[:keys.numel()]
+            if edge_rel is not None:
+                edge_rel = edge_rel[real]
+            edge_b, edge_e = edge_b[real], edge_e[real]
             want, got = expected[chunk].to(out.dtype), out[rows]
             tol = 1e-4 if out.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
             if not torch.allclose(got, want, rtol=tol, atol=tol * max(1.0, float(want.abs().max()) if want.numel() else 1.0)):
@@ -531,9 +550,10 @@ class LRPExplainer(ExplainerAlgorithm):
 def _k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor, n: int):
     """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union.
 
-    Returns ``(keys, edge_graph, edge_id)``: the sorted keys ``b * n + node`` of the nodes of
-    subgraph ``b`` (the subgraph of ``targets[b]``), and for each edge of the union its subgraph and
-    its id in the full graph: every edge into a node fewer than ``hops`` hops from the target.
+    Returns ``(keys, edge_graph, edge_id, border_graph, border_id)``: the sorted keys ``b * n + node``
+    of the nodes of subgraph ``b`` (the subgraph of ``targets[b]``), for each edge of the union its
+    subgraph and its id in the full graph (every edge into a node fewer than ``hops`` hops from the
+    target), and the same for the edges into the nodes exactly ``hops`` hops away (the border).
     ``perm``/``rowptr``/``counts``: the edges sorted by receiver, where each receiver's start, how many.
     """
     frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
@@ -555,8 +575,18 @@ def _k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: 
         frontier = new[~torch.isin(new, visited)]
         visited = torch.cat([visited, frontier])
     empty = torch.zeros(0, dtype=torch.long, device=targets.device)
+    border_graph, border_id = empty, empty
+    if frontier.numel():
+        node, graph = frontier % n, frontier // n
+        c = counts[node]
+        total = int(c.sum())
+        if total:
+            which = torch.repeat_interleave(torch.arange(frontier.numel(), device=targets.device), c)
+            within = torch.arange(total, device=targets.device) - torch.repeat_interleave(torch.cumsum(c, 0) - c, c)
+            border_id = perm[rowptr[node][which] + within]
+            border_graph = graph[which]
     return (torch.sort(visited).values, torch.cat(edge_graph) if edge_graph else empty,
-            torch.cat(edge_id) if edge_id else empty)
+            torch.cat(edge_id) if edge_id else empty, border_graph, border_id)
 
 
 class Explainer(PyGExplainer):
