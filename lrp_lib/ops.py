@@ -90,7 +90,7 @@ def stabilize(z: Tensor, eps: float) -> Tensor:
 
 
 def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
-    """Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``; pass
+    r"""Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``; pass
     :func:`stabilize` ``(out, eps)``): the factor :math:`R_k / z_k` that every proportional rule
     multiplies by a contribution.
 
