@@ -126,6 +126,19 @@ class _EdgeRecorder:
 
     def _match(self, edges: Tensor) -> Tensor:
         ref = self.edge_index
+        # the usual layout (PyG's add_self_loops / add_remaining_self_loops): the input's edges that
+        # are not loops, in order, then one loop per node; checked exactly, in O(E)
+        loop = ref[0] == ref[1]
+        kept = ref[:, ~loop]
+        k = edges.shape[1] - kept.shape[1]
+        if k >= 0 and torch.equal(edges[:, :kept.shape[1]], kept):
+            nodes = torch.arange(k, device=edges.device)
+            if torch.equal(edges[0, kept.shape[1]:], nodes) and torch.equal(edges[1, kept.shape[1]:], nodes) and \
+                    (not bool(loop.any()) or int(ref[0, loop].max()) < k):
+                ids = torch.arange(ref.shape[1], device=ref.device)
+                loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
+                loops[ref[0, loop]] = ids[loop]
+                return torch.cat([ids[~loop], loops])
         n = int(max(int(ref.max()) if ref.numel() else 0, int(edges.max()) if edges.numel() else 0)) + 1
         m = max(ref.shape[1], edges.shape[1]) + 1
 
@@ -377,6 +390,10 @@ class LRPExplainer(ExplainerAlgorithm):
         start = self._start(out, target, index)
         grads = torch.autograd.grad(out, inputs, start, allow_unused=True)
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
+        if not bool(torch.isfinite(node_rel).all()):
+            raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
+                             "running statistics) contain NaN or Inf values, or its output is not finite; check "
+                             "them with torch.isfinite")
         attr_rel = None
         if len(inputs) > 1:
             attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])

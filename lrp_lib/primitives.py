@@ -56,7 +56,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .ops import relevance_share, stabilize
+from .ops import stabilize
 from .rules import LinearMap, Rule
 
 __all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
@@ -95,9 +95,13 @@ class Tally:
 
 def share(op: str, rel_out: Tensor, z: Tensor, eps: float) -> Tensor:
     r""":math:`R / \mathrm{stab}(z)`, :math:`\mathrm{stab}(z) = z + \epsilon\,\mathrm{sign}(z)`
-    (the one stabiliser convention of :mod:`lrp_lib`, as in :mod:`lrp_lib.rules`); 0 where
-    :math:`z = 0`, with a :class:`~lrp_lib.ops.LostRelevanceWarning`."""
-    return relevance_share(op, rel_out, z, stabilize(z, eps) if eps else None)
+    (:func:`lrp_lib.ops.stabilize`, the one stabiliser of :mod:`lrp_lib`); with :math:`\epsilon = 0`,
+    0 where :math:`z = 0` (that relevance is lost).  No check and no synchronisation per operation:
+    the explainer accounts once, at the end, for what did not arrive (``relevance_residual``, and a
+    warning with its amount) and checks that the relevance is finite."""
+    if eps:
+        return rel_out / stabilize(z, eps)
+    return torch.where(z == 0, torch.zeros_like(rel_out), rel_out / torch.where(z == 0, torch.ones_like(z), z))
 
 
 def _to_shape(rel: Tensor, shape) -> Tensor:
