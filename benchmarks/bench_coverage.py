@@ -406,6 +406,10 @@ def call_batch_positional(model, x, edge_index, edge_attr=None, batch=None, **_)
     return model(x, edge_index, batch)
 
 
+def call_first_column(model, x, edge_index, edge_attr=None, batch=None, **_):
+    return model(x, edge_index, batch)[:, :1]
+
+
 def call_attentivefp(model, x, edge_index, edge_attr=None, batch=None, **_):
     return model(x, edge_index, edge_attr, batch)
 
@@ -637,8 +641,9 @@ MODELS = [_model_spec(n, tag, b, e, o) for n, b, e in BASIC for tag, o in VARIAN
     Spec("PMLP", "model", lambda ed, d: M.PMLP(I, HIDDEN, HIDDEN, num_layers=2), pool=global_mean_pool,
          kwargs_text="4, 4, 4, num_layers=2"),
     Spec("NeuralFingerprint", "model", lambda ed, d: M.NeuralFingerprint(I, HIDDEN, HIDDEN, num_layers=2),
-         call=call_batch_positional, wrapper=Readout, levels=("graph",),
-         kwargs_text="4, 4, 4, num_layers=2 (its own readout; then summed)"),
+         call=call_first_column, wrapper=Readout, levels=("graph",),
+         kwargs_text="4, 4, 4, num_layers=2 (its own readout; first output column: each layer's "
+                     "softmax rows sum to one, so the sum of all columns is a constant)"),
     Spec("LINKX", "model", lambda ed, d: M.LINKX(d["x"].shape[0], I, HIDDEN, HIDDEN, num_layers=1),
          pool=global_mean_pool, kwargs_text="num_nodes, 4, 4, 4, num_layers=1"),
     Spec("GraphUNet", "model", lambda ed, d: M.GraphUNet(I, HIDDEN, HIDDEN, depth=1), pool=global_mean_pool,
