@@ -59,10 +59,14 @@ class Composite:
             loses its relevance, with a warning).
         attention: ``"cp"`` (normalised weights held constant) or ``"uniform"`` (half the
             product's relevance).
+        bias: ``True`` (default): biases and other constant terms take their share of each split
+            (the usual LRP; the explanation reports it as ``bias_relevance``).  ``False``: they take
+            none, the split is over the input-dependent terms alone and all relevance reaches the
+            inputs (Zennit's ``zero_params="bias"``).
     """
 
     def __init__(self, linear: Rule | str = "epsilon", rules: Mapping | None = None, epsilon: float = 1e-6,
-                 attention: str = "cp"):
+                 attention: str = "cp", bias: bool = True):
         self.linear = get_rule(linear)
         self.rules = []
         for key, rule in (rules or {}).items():
@@ -73,6 +77,9 @@ class Composite:
         if attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {_ATTENTION}, got {attention!r}")
         self.attention = attention
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False, got {bias!r}")
+        self.bias = bias
 
     def rule_for(self, name: str, module: nn.Module) -> Rule:
         """The rule of the weights owned by ``module`` (qualified name ``name``)."""
@@ -86,7 +93,7 @@ class Composite:
 
     def __repr__(self):
         return (f"Composite(linear={self.linear!r}, rules={dict(self.rules)!r}, epsilon={self.epsilon!r}, "
-                f"attention={self.attention!r})")
+                f"attention={self.attention!r}, bias={self.bias!r})")
 
 
 def get_composite(composite: Composite | Rule | str) -> Composite:

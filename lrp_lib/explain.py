@@ -273,6 +273,10 @@ class LRPExplainer(ExplainerAlgorithm):
         composite: a :class:`lrp_lib.composites.Composite` instead of ``rule``: rules per module type
             or name, the stabiliser of the maps without weights, and the attention rule
             (``"cp"`` or ``"uniform"``).
+        explained: what a multiclass model's relevance starts from: ``"logit"`` (default), the raw
+            logit :math:`z_c` of the target class; ``"contrast"``, :math:`z_c - \frac{1}{K-1}
+            \sum_{k \ne c} z_k`, the evidence for the class against the others (for two classes, the
+            log-odds, which is what a one-logit binary model explains either way).
         per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its
             own (default False: one explanation of the sum of their outputs, as PyG's explainers).
             The explanation then also holds ``node_relevance``, a sparse (len(index), N, F) tensor
@@ -302,8 +306,11 @@ class LRPExplainer(ExplainerAlgorithm):
     """
 
     def __init__(self, rule: Rule | str = "epsilon", per_index: bool = False, num_hops: int | None = None,
-                 chunk_size: int = 256, composite: Composite | None = None):
+                 chunk_size: int = 256, composite: Composite | None = None, explained: str = "logit"):
         super().__init__()
+        if explained not in ("logit", "contrast"):
+            raise ValueError(f"explained must be 'logit' or 'contrast', got {explained!r}")
+        self.explained = explained
         if composite is not None and not isinstance(composite, Composite):
             raise TypeError(f"composite must be a lrp_lib.composites.Composite, got {type(composite).__name__}")
         self.composite = composite if composite is not None else get_composite(rule)
@@ -548,7 +555,14 @@ class LRPExplainer(ExplainerAlgorithm):
             if index is not None:
                 rows = rows[index].view(-1)
                 target = target[index].view(-1) if target.numel() == out_d.shape[0] else target
-            rel[rows, target] = out_d[rows, target]
+            if self.explained == "contrast" and out_d.shape[-1] > 1:
+                # z_c - mean_{k != c} z_k: the epsilon rule of that (bias-free) linear map of the logits
+                k = out_d.shape[-1]
+                w = torch.full((rows.numel(), k), -1.0 / (k - 1), dtype=out_d.dtype, device=out.device)
+                w[torch.arange(rows.numel(), device=out.device), target] = 1.0
+                rel[rows] = out_d[rows] * w
+            else:
+                rel[rows, target] = out_d[rows, target]
             return rel
         if mode == ModelMode.binary_classification:
             if out_d.shape[-1] != 1 and out_d.dim() > 1:

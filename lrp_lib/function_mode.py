@@ -407,7 +407,7 @@ class RelevanceMode(TorchFunctionMode):
 
     def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str):
         """A map linear in ``x`` (plus constants) with no weight: the epsilon rule."""
-        return LinearRelevance.apply(x, fn, vjp, self.composite.epsilon, label, self.tally)
+        return LinearRelevance.apply(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str):
@@ -418,7 +418,8 @@ class RelevanceMode(TorchFunctionMode):
         if rule is None:  # a data constant, not a parameter
             return self.linear(x, lambda t: fn(t, w, b), None if vjp is None else (lambda v: vjp(v, x, w)),
                                f"{op} in {self.module_label()}")
-        return WeightRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally)
+        return WeightRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
+                                     self.composite.bias)
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
         """``ca * a + cb * b`` (numbers allowed): each marked term gets its proportional share."""
@@ -434,6 +435,9 @@ class RelevanceMode(TorchFunctionMode):
             ta = IdentityRelevance.apply(ta, lambda t: t * ca) if ma else ta * ca
         if cb != 1.0:
             tb = IdentityRelevance.apply(tb, lambda t: t * cb) if mb else tb * cb
+        if not (ma and mb) and not self.composite.bias:  # the constant term takes no share
+            marked, const = (ta, tb) if ma else (tb, ta)
+            return IdentityRelevance.apply(marked, lambda t: t + const)
         label = op if (ma and mb) else f"{op} of a constant in {self.module_label()}"
         return SumRelevance.apply(ta, tb, (ma, mb), self.composite.epsilon, label, self.tally)
 
@@ -718,7 +722,8 @@ def _batch_norm(mode: RelevanceMode, func, args, kwargs):
     p["eps"] = 1e-5 if p["eps"] is None else p["eps"]
     label = f"batch_norm in {mode.module_label()}"
     if p["training"] or p["running_mean"] is None:
-        return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs), _channel_view(p["bias"], x),
+        return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs),
+                                         _channel_view(p["bias"], x) if mode.composite.bias else None,
                                          mode.composite.epsilon, label, mode.tally)
     scale = (p["running_var"].detach() + p["eps"]).rsqrt()
     if p["weight"] is not None:
@@ -732,6 +737,8 @@ def _norm_affine(bias_index: int, channel: bool):
         x = args[0]
         bias = _arg(args, kwargs, bias_index, "bias")
         beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())
+        if not mode.composite.bias:
+            beta = None
         return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs), beta, mode.composite.epsilon,
                                          f"{func.__name__} in {mode.module_label()}", mode.tally)
     return handler

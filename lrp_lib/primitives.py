@@ -123,9 +123,10 @@ class LinearRelevance(torch.autograd.Function):
     :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))`, :math:`J^\top` given by ``vjp`` (or autograd)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally):
+    def forward(ctx, x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
+                keep_constant: bool = True):
         out = fn(x)
-        ctx.fn, ctx.vjp, ctx.eps, ctx.label, ctx.tally = fn, vjp, eps, label, tally
+        ctx.fn, ctx.vjp, ctx.eps, ctx.label, ctx.tally, ctx.keep = fn, vjp, eps, label, tally, keep_constant
         ctx.save_for_backward(x)
         ctx.out = out.detach()
         return out
@@ -133,6 +134,8 @@ class LinearRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         (x,), out = ctx.saved_tensors, ctx.out
+        if not ctx.keep:  # the constant term takes no share: split over J x alone
+            out = out - ctx.fn(torch.zeros_like(x))
         s = share(ctx.label, rel_out, out, ctx.eps)
         if ctx.vjp is not None:
             g = ctx.vjp(s)
@@ -142,16 +145,17 @@ class LinearRelevance(torch.autograd.Function):
                 (g,) = torch.autograd.grad(ctx.fn(leaf), leaf, s)
         rel = x * g
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
-        return rel, None, None, None, None, None
+        return rel, None, None, None, None, None, None
 
 
 class WeightRelevance(torch.autograd.Function):
     """``m(x, weight, bias)`` with ``rule.propagate`` in backward (the composite's rule for that weight)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, m: LinearMap, rule: Rule, label: str, tally):
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, m: LinearMap, rule: Rule, label: str, tally,
+                keep_bias: bool = True):
         out = m(x, weight, bias)
-        ctx.m, ctx.rule, ctx.label, ctx.tally = m, rule, label, tally
+        ctx.m, ctx.rule, ctx.label, ctx.tally, ctx.keep = m, rule, label, tally, keep_bias
         ctx.save_for_backward(x, weight, bias)
         ctx.out = out.detach()
         return out
@@ -159,9 +163,11 @@ class WeightRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         (x, weight, bias), out = ctx.saved_tensors, ctx.out
+        if not ctx.keep and bias is not None:  # the bias takes no share
+            bias, out = None, ctx.m(x, weight, None)
         rel = ctx.rule.propagate(ctx.m, x, weight, bias, out, rel_out, ctx.label)
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
-        return rel, None, None, None, None, None, None
+        return rel, None, None, None, None, None, None, None
 
 
 class SumRelevance(torch.autograd.Function):

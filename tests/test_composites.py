@@ -55,3 +55,64 @@ def test_bad_composites_are_refused_naming_the_argument():
         Composite(linear="nope")
     with pytest.raises(ValueError, match="epsilon"):
         Composite(epsilon=-1.0)
+
+
+def test_bias_false_sends_all_relevance_to_the_inputs():
+    """Composite(bias=False): the biases take no share, so on a piecewise-linear model with biases the
+    input relevance sums to the output (under the z rule) and equals the bias-free split by hand."""
+    from torch_geometric.explain import Explainer
+
+    from lrp_lib.explain import LRPExplainer
+
+    class WithBiases(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = GCNConv(3, 4)
+            self.lin = nn.Linear(4, 1)
+
+        def forward(self, x, edge_index):
+            return self.lin(self.conv(x, edge_index).relu().sum(0, keepdim=True))
+
+    torch.manual_seed(0)
+    model = WithBiases().double().eval()
+    with torch.no_grad():
+        model.conv.bias.uniform_(0.1, 0.5)
+    x = torch.rand(5, 3, dtype=torch.float64)
+    ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+    cfg = dict(mode="regression", task_level="graph", return_type="raw")
+    keep = Explainer(model, algorithm=LRPExplainer(composite=Composite("z", epsilon=0.0)), explanation_type="model",
+                     node_mask_type="attributes", model_config=cfg)(x, ei)
+    drop = Explainer(model, algorithm=LRPExplainer(composite=Composite("z", epsilon=0.0, bias=False)),
+                     explanation_type="model", node_mask_type="attributes", model_config=cfg)(x, ei)
+    out = float(model(x, ei))
+    assert float(keep.node_mask.sum() + keep.bias_relevance) == pytest.approx(out)
+    assert abs(float(keep.bias_relevance)) > 1e-3
+    assert float(drop.node_mask.sum()) == pytest.approx(out) and abs(float(drop.bias_relevance)) < 1e-12
+
+
+def test_contrast_starts_from_the_class_against_the_others():
+    from torch_geometric.explain import Explainer
+
+    from lrp_lib.explain import LRPExplainer
+
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(3, 5, bias=False), nn.ReLU(), nn.Linear(5, 3, bias=False)).double()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model
+
+        def forward(self, x, edge_index):
+            return self.body(x)
+
+    x = torch.rand(4, 3, dtype=torch.float64)
+    ei = torch.tensor([[0, 1], [1, 2]])
+    cfg = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+    e = Explainer(Net(), algorithm=LRPExplainer("z", explained="contrast"), explanation_type="model",
+                  node_mask_type="attributes", model_config=cfg)(x, ei, index=2)
+    z = model(x)[2].detach()
+    c = int(z.argmax())  # explanation_type="model" explains the predicted class
+    assert float(e.node_mask.sum()) == pytest.approx(float(z[c] - (z.sum() - z[c]) / 2))
+    with pytest.raises(ValueError, match="explained must be"):
+        LRPExplainer(explained="probability")
