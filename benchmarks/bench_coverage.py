@@ -6,8 +6,9 @@ Goes over every layer in ``torch_geometric.nn.conv.__all__`` and every model in
 ``torch_geometric.nn.models.__all__`` (plus a residual model, a sigmoid head and heterogeneous
 models built with ``to_hetero`` / ``HeteroConv`` / ``HGTConv`` / ``HANConv``), and layer options
 (every string aggregation, LSTM and multi-aggregation, ``edge_weight``, graph readouts other than a
-sum).  Each is built with small sizes from the constructor tables below (``CONVS``,
-``AGGREGATIONS``, ``MODELS``, ``HETERO``), in float64, with
+sum), and single operations after a GCN layer (``PRIMITIVE_FNS``: sums, products, gates, softmax,
+normalisations, ...).  Each is built with small sizes from the constructor tables below (``CONVS``,
+``AGGREGATIONS``, ``PRIMITIVES``, ``MODELS``, ``HETERO``), in float64, with
 every bias set to zero, in eval mode, and explained through PyG's ``Explainer`` with
 ``LRPExplainer(rule=Epsilon(0.0))`` (LRP-0), at two task levels:
 
@@ -771,7 +772,52 @@ HETERO = [
          kwargs_text="-1, 4, metadata, heads=2"),
 ]
 
-ALL = CONVS + AGGREGATIONS + MODELS + HETERO
+class ThenFn(nn.Module):
+    """GCNConv(4, 4) followed by one operation ``fn(h, x)`` (x: the layer's input)."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.conv, self.fn = C.GCNConv(I, O), fn
+
+    def forward(self, x, edge_index):
+        return self.fn(self.conv(x, edge_index), x)
+
+
+W_MIX = None  # a fixed mixing matrix for the gate below, made on first use
+
+
+def _mix(h):
+    global W_MIX
+    if W_MIX is None:
+        W_MIX = torch.randn(O, O, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    return h @ W_MIX.to(h.dtype)
+
+
+PRIMITIVE_FNS = [
+    ("residual sum", lambda h, x: h + x, "h + x"),
+    ("concatenation", lambda h, x: torch.cat([h, x], dim=-1), "torch.cat([h, x], -1)"),
+    ("product h * h", lambda h, x: h * h, "h * h"),
+    ("sigmoid gate", lambda h, x: torch.sigmoid(_mix(h)) * h, "sigmoid(h W) * h"),
+    ("one-minus gate", lambda h, x: (1 - torch.sigmoid(_mix(h))) * h, "(1 - sigmoid(h W)) * h"),
+    ("GRU-style mix", lambda h, x: (1 - torch.sigmoid(_mix(h))) * torch.tanh(h) + torch.sigmoid(_mix(h)) * x,
+     "(1 - z) * tanh(h) + z * x, z = sigmoid(h W)"),
+    ("tanh", lambda h, x: torch.tanh(h), "tanh(h)"),
+    ("gelu", lambda h, x: F.gelu(h), "F.gelu(h)"),
+    ("elu", lambda h, x: F.elu(h), "F.elu(h)"),
+    ("leaky_relu", lambda h, x: F.leaky_relu(h, 0.2), "F.leaky_relu(h, 0.2)"),
+    ("softplus", lambda h, x: F.softplus(h), "F.softplus(h)"),
+    ("exp", lambda h, x: torch.exp(h), "torch.exp(h)"),
+    ("softmax as value", lambda h, x: torch.softmax(h, dim=-1), "torch.softmax(h, -1)"),
+    ("layer_norm", lambda h, x: F.layer_norm(h, (O,)), "F.layer_norm(h, (4,))"),
+    ("normalize", lambda h, x: F.normalize(h, dim=-1), "F.normalize(h, dim=-1)"),
+    ("max over features", lambda h, x: h.max(dim=-1, keepdim=True).values, "h.max(-1, keepdim=True)"),
+    ("self-attention", lambda h, x: torch.softmax(h @ h.T, dim=-1) @ h, "softmax(h h^T) h (over all nodes)"),
+    ("division", lambda h, x: h / (1 + h.abs()), "h / (1 + |h|)"),
+]
+PRIMITIVES = [Spec(f"op: {name}", "primitive", lambda ed, d, fn=fn: ThenFn(fn), relu=False,
+                   kwargs_text=f"GCNConv(4, 4) then {text}") for name, fn, text in PRIMITIVE_FNS]
+
+ALL = CONVS + AGGREGATIONS + PRIMITIVES + MODELS + HETERO
 
 
 # ------------------------------------------------------------------- running

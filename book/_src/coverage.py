@@ -214,7 +214,8 @@ def layer_table(family):
                          [("piecewise linear", "piecewise linear"), ("reason", "reason")])
 
 
-tables = {family: layer_table(family) for family in ("conv", "aggregation", "attention", "model", "hetero")}
+tables = {family: layer_table(family)
+          for family in ("conv", "aggregation", "primitive", "attention", "model", "hetero")}
 
 # %% [markdown]
 # ## Convolution layers
@@ -243,6 +244,18 @@ display(tables["conv"])
 
 # %% tags=["hide-input"]
 display(tables["aggregation"])
+
+# %% [markdown]
+# ## Single operations
+#
+# To see which operation a failing layer trips on, the script also puts single operations after one
+# GCN layer: a residual sum, a concatenation, products (a square, sigmoid gates, the `1 - z` gate of
+# GRU cells), elementwise functions, softmax used as a value rather than as attention weights,
+# normalisations, a maximum over features, a self-attention over all nodes and a division.
+# {glue:text}`primitive_ok` of the {glue:text}`primitive_total` are ok at both task levels.
+
+# %% tags=["hide-input"]
+display(tables["primitive"])
 
 # %% [markdown]
 # ## Attention and gated layers
@@ -325,5 +338,5 @@ display(results_table(skipped, [("name", "layer"), ("kind", "family"), ("reason"
 # ```
 #
 # The script runs in well under three minutes on one CPU thread. Its constructor table (`CONVS`,
-# `AGGREGATIONS`, `MODELS`, `HETERO`) is the place to add a layer; a layer that PyG adds to `__all__` and the table
+# `AGGREGATIONS`, `PRIMITIVE_FNS`, `MODELS`, `HETERO`) is the place to add a layer; a layer that PyG adds to `__all__` and the table
 # lacks is reported at the start of the run and fails `tests/test_bench_coverage.py`.
