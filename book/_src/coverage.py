@@ -303,7 +303,10 @@ display(tables["hetero"])
 # ## What is refused or fails
 #
 # Every layer or model with at least one row that is not ok, with the first message. A refusal names
-# the operation and the module where relevance could not go on; a crash is a bug of the library.
+# the operation and the module where relevance could not go on; a crash is a bug of the library. A
+# wrong row is the worst outcome: the explainer returned relevance that does not add up to the
+# output, and unless it is marked *warned* it said nothing about it. The single operations above
+# show which operation such a layer trips on.
 # Each refused or crashed row is explained once more without edge relevance (`edge_mask_type=None`);
 # *node relevance alone* is the outcome of that second try.
 
