@@ -277,20 +277,25 @@ def score_task(task, methods, per_instance):
     """AUROC per method for one seed, from per-instance (scores) lists."""
     out = {}
     for name, rows in per_instance.items():
+        kept = [(inst, s) for inst, s in zip(task.instances, rows) if s is not None]
+        if not kept:
+            out[name] = None
+            continue
+        instances, rows = [k for k, _ in kept], [s for _, s in kept]
         if task.level == "node":
             truths, preds = [], []
-            for v, s in zip(task.instances, rows):
+            for v, s in zip(instances, rows):
                 hard, truth = qt.node_truth(task, v)
                 truths.append(truth[hard])
                 preds.append(s[hard])
             out[name] = auroc(torch.cat(truths), torch.cat(preds))
         elif task.truth == "edge":
-            vals = [auroc(g.edge_gt, s) for g, s in zip(task.instances, rows)]
+            vals = [auroc(g.edge_gt, s) for g, s in zip(instances, rows)]
             vals = [v for v in vals if v is not None]
             out[name] = float(np.mean(vals)) if vals else None
         else:
             vals = []
-            for g, s in zip(task.instances, rows):
+            for g, s in zip(instances, rows):
                 alts = [auroc(g.atom_gt[:, k], s) for k in range(g.atom_gt.shape[1])]
                 alts = [a for a in alts if a is not None]
                 if alts:
@@ -315,6 +320,7 @@ def run_task(name, seeds, instances, slow_epochs, methods, progress=True, graphm
     per_seed = {m: [] for m in methods}
     times = {m: [] for m in methods}
     accuracy, counts, gat_accuracy = [], [], []
+    failures = {}
     for seed in seeds:
         rng = np.random.default_rng(seed)
         t0 = time.perf_counter()
@@ -336,9 +342,14 @@ def run_task(name, seeds, instances, slow_epochs, methods, progress=True, graphm
         for inst in bar:
             for m in names:
                 torch.manual_seed(seed)
-                s, sec = meth.explain(m, inst)
+                try:
+                    s, sec = meth.explain(m, inst)
+                except (ValueError, RuntimeError) as err:  # e.g. z+ with no positive contribution: counted, not scored
+                    failures.setdefault(m, []).append(f"{type(err).__name__}: {str(err)[:160]}")
+                    s, sec = None, None
                 rows[m].append(s)
-                times[m].append(sec)
+                if sec is not None:
+                    times[m].append(sec)
         for m, v in score_task(task, meth, rows).items():
             per_seed[m].append(v)
     result = {"accuracy": float(np.mean(accuracy)), "accuracy_per_seed": [round(a, 4) for a in accuracy],
@@ -351,7 +362,10 @@ def run_task(name, seeds, instances, slow_epochs, methods, progress=True, graphm
         result["methods"][m] = {"auroc": round(float(np.mean(vals)), 4), "auroc_std": round(float(np.std(vals)), 4),
                                 "auroc_per_seed": [round(v, 4) for v in vals],
                                 "ms": round(1000 * float(np.median(times[m])), 3),
-                                "ms_mean": round(1000 * float(np.mean(times[m])), 3)}
+                                "ms_mean": round(1000 * float(np.mean(times[m])), 3),
+                                "failed": len(failures.get(m, []))}
+        if failures.get(m):
+            result["methods"][m]["first_failure"] = failures[m][0]
     return result
 
 

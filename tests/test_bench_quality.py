@@ -90,18 +90,22 @@ def test_infection_truth_marks_the_shortest_paths_only():
 def test_fast_run_writes_every_method_and_lrp_beats_random(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_quality.py"), "--fast", "--tasks",
-                          "ba_2motifs", "--out", str(tmp_path), "--no-progress"],
+                          "ba_shapes", "--out", str(tmp_path), "--no-progress"],
                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     data = validate_results(json.loads((tmp_path / "quality.json").read_text()), "quality")
     assert data["settings"]["fast"] is True
-    assert data["results"]["signed_diagnostics"] is None  # only with ba_shapes
-    task = data["results"]["tasks"]["ba_2motifs"]
+    diagnostics = data["results"]["signed_diagnostics"]
+    assert set(diagnostics["variants"]) >= {"epsilon, logit", "z+, contrast"}
+    assert set(diagnostics["relevance_sums"]) == {"explained_logit", "inputs", "biases", "motif_edges",
+                                                  "other_subgraph_edges"}
+    task = data["results"]["tasks"]["ba_shapes"]
     assert 0.5 < task["accuracy"] <= 1.0
     methods = task["methods"]
-    assert set(methods) == set(bq.METHODS)  # BA-2Motifs: two classes (contrasts apply), a GAT, CAM
+    assert set(methods) == set(bq.METHODS) - {"cam", "grad_cam"}  # node-level: no pooling, so no CAM
     for name, row in methods.items():
         assert set(row) >= {"auroc", "auroc_std", "auroc_per_seed", "ms"}, name
         assert 0.0 <= row["auroc"] <= 1.0 and row["ms"] > 0, name
-    assert methods["lrp_eps_abs"]["auroc"] > methods["random"]["auroc"] + 0.15
+    for lrp in ("lrp_eps_abs", "lrp_zplus_contrast"):
+        assert methods[lrp]["auroc"] > methods["random"]["auroc"] + 0.15, lrp
     assert np.isfinite(methods["random"]["auroc"])

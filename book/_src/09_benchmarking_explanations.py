@@ -170,8 +170,9 @@ grids = tree_graph(GridMotif(), 80, 0)
 node = int((grids.y > 0).nonzero()[0])
 draw_truth(axes[0, 2], *neighbourhood(grids, node, 3), "Tree-Grid: 3 hops around a grid node")
 seed_all(0)
-infection = InfectionDataset(graph_generator=ERGraph(num_nodes=400, edge_prob=0.006), num_infected_nodes=40,
-                             max_path_length=3)[0]
+er = ERGraph(num_nodes=400, edge_prob=0.006)
+print(f"Infection: ER graph with {er.num_nodes} nodes and edge probability {er.edge_prob}, 40 infected nodes")
+infection = InfectionDataset(graph_generator=er, num_infected_nodes=40, max_path_length=3)[0]
 src, dst = infection.edge_index
 infected = infection.x[:, 1] > 0.5
 node = int(((infection.y == 2) & (torch.bincount(dst, minlength=400) <= 3)).nonzero()[0])
@@ -321,7 +322,7 @@ groups = {"synthetic tasks": FAMILIES["node-level synthetic tasks"] + FAMILIES["
           "molecular tasks": FAMILIES["molecular tasks"]}
 shown = ["lrp_eps", "lrp_eps_abs", "lrp_zplus_contrast", "saliency", "integrated_gradients", "guided_backprop",
          "cam", "gnnexplainer", "pgexplainer", "graphmask", "gat_attention"]
-colours = dict(zip(shown, plt.cm.tab20(np.linspace(0, 1, len(shown)))))
+colours = dict(zip(shown, list(plt.cm.tab10.colors) + ["black"]))
 for ax, (title, names) in zip(axes, groups.items()):
     for m in shown:
         pts = [(tasks[t]["methods"][m]["ms"], tasks[t]["methods"][m]["auroc"]) for t in names
@@ -336,7 +337,11 @@ for ax, (title, names) in zip(axes, groups.items()):
     ax.set_title(title)
     ax.axhline(0.5, color="grey", lw=0.8, ls=":")
 axes[0].set_ylabel("AUROC against the ground truth")
-axes[1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
+legend = {}
+for ax in axes:
+    for handle, text in zip(*ax.get_legend_handles_labels()):
+        legend.setdefault(text, handle)
+axes[1].legend(legend.values(), legend.keys(), loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -369,8 +374,9 @@ glue("speed_target", "met" if min(ratio_gnn, ratio_pg) >= 100 else "missed", dis
 # ## Why signed relevance can miss the house
 #
 # LRP's default explanation is signed: positive relevance for evidence *for* the explained output,
-# negative for evidence against. On BA-Shapes the signed edge relevance ranks the house edges far
-# *below* chance, while its absolute value finds them almost perfectly. Three suspects: the biases
+# negative for evidence against. On BA-Shapes the signed edge relevance of the epsilon rule scores
+# {glue:text}`diag_eps_signed`, no better than chance, while its absolute value scores
+# {glue:text}`diag_eps_abs`. Three suspects: the biases
 # (they take relevance, and the inputs must make up for it with the opposite sign), the rule, and the
 # explained quantity (the raw logit of one class of a softmax classifier, which says nothing about the
 # other classes). `bench_quality.py` separates them on BA-Shapes: {glue:text}`diag_n` explained motif
@@ -402,6 +408,7 @@ glue("diag_zplus", f"{v['z+, logit']['signed']:.3f}", display=False)
 glue("diag_zplus_contrast", f"{v['z+, contrast']['signed']:.3f}", display=False)
 glue("diag_bias_share", f"{sums['biases']:.2f}", display=False)
 glue("diag_logit", f"{sums['explained_logit']:.2f}", display=False)
+glue("diag_inputs", f"{sums['inputs']:.2f}", display=False)
 
 # %% [markdown]
 # What the table says:
@@ -413,13 +420,14 @@ glue("diag_logit", f"{sums['explained_logit']:.2f}", display=False)
 #   edges, and for a middle node the house edges act by *inhibition* -- they lower hidden units that
 #   vote against "middle". Epsilon-LRP of a ReLU network is, up to $\epsilon$ and the biases,
 #   Gradient $\times$ Input: a comparison with the all-zero input that gives each walk's contribution,
-#   sign included, to every edge on it. The magnitude still singles the motif out (absolute
-#   AUROC {glue:text}`diag_eps_abs`).
-# - **The biases take relevance, but they are not why.** Of an explained logit of
-#   {glue:text}`diag_logit` on average, the biases take {glue:text}`diag_bias_share`. Leaving the
-#   head's bias out of the rule (`EpsilonNoBias` in the benchmark) changes the signed AUROC to
-#   {glue:text}`diag_nobias`. (GCNConv adds its own bias outside its linear map, where `LRPExplainer`
-#   splits the sum in proportion, so a rule cannot drop it; that needs a library option.)
+#   sign included, to every edge on it. The magnitude still singles the motif out.
+# - **The biases take more than the logit.** Of an explained logit of {glue:text}`diag_logit` on
+#   average, the biases take {glue:text}`diag_bias_share` and the inputs get the rest, a total of
+#   {glue:text}`diag_inputs`. Leaving the head's bias out of the rule
+#   (`EpsilonNoBias` in the benchmark) gives a signed AUROC of {glue:text}`diag_nobias`. `GCNConv`
+#   adds its bias outside its linear map, as a constant term that keeps its share, so no rule can
+#   leave it out; whether bias-free propagation alone would fix the sign is therefore open here (it
+#   needs a library option, or a model trained without biases: exercise 4).
 # - **The explained quantity matters together with the rule.** Explaining the contrast
 #   $z_c - \frac{1}{K-1}\sum_{k \neq c} z_k$ -- "why this class rather than the others", for two
 #   classes the log-odds that `LRPExplainer` already explains for a one-logit binary model -- leaves
@@ -442,6 +450,8 @@ glue("diag_logit", f"{sums['explained_logit']:.2f}", display=False)
 # best non-LRP method on the same (GCN) model; GAT attention explains another model and is left out.
 
 # %%
+TOLERANCE = 0.02  # the issue's target: within this of the best other method on the molecular tasks
+print(f"target: at or above the best non-LRP method on the synthetic tasks, within {TOLERANCE} on the molecular ones")
 OTHERS = ["saliency", "grad_x_input", "integrated_gradients", "guided_backprop", "cam", "grad_cam",
           "gnnexplainer", "pgexplainer", "graphmask"]
 synthetic = groups["synthetic tasks"]
@@ -453,7 +463,7 @@ for m in ("lrp_eps", "lrp_eps_abs", "lrp_zplus_contrast"):
             continue
         best = max(OTHERS, key=lambda o: tasks[t]["methods"].get(o, {"auroc": -1})["auroc"])
         gap = tasks[t]["methods"][m]["auroc"] - tasks[t]["methods"][best]["auroc"]
-        ok = gap >= 0 if t in synthetic else gap >= -0.02
+        ok = gap >= 0 if t in synthetic else gap >= -TOLERANCE
         (met if ok else missed).append(f"{TITLES[t]} ({gap:+.3f} vs {NAMES[best]})")
     verdict[m] = (met, missed)
     print(f"{NAMES[m]}: target met on {len(met)} of {len(met) + len(missed)} tasks")
