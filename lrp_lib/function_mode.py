@@ -301,10 +301,8 @@ class RelevanceMode(TorchFunctionMode):
     # -------------------------------------------------------------- dispatch
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
-            return func(*args, **kwargs)
         name = getattr(func, "__name__", None) or repr(func)
-        if name in _PLAIN:
+        if name in _PLAIN or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
             return func(*args, **kwargs)
         if name in _DETACH:
             self.detached.add(f"{name} in {self.module_label()}")

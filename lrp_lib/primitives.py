@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from .ops import stabilize
-from .rules import LinearMap, Rule
+from .rules import Epsilon, LinearMap, Rule
 
 __all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
            "ProductRelevance", "NormaliseRelevance", "BilinearRelevance", "SoftmaxRelevance",
@@ -165,7 +165,10 @@ class WeightRelevance(torch.autograd.Function):
         (x, weight, bias), out = ctx.saved_tensors, ctx.out
         if not ctx.keep and bias is not None:  # the bias takes no share
             bias, out = None, ctx.m(x, weight, None)
-        rel = ctx.rule.propagate(ctx.m, x, weight, bias, out, rel_out, ctx.label)
+        if type(ctx.rule) is Epsilon:  # the common case, without the per-op checks of Rule.propagate
+            rel = x * ctx.m.vjp(share(ctx.label, rel_out, out, ctx.rule.eps), x, weight)
+        else:
+            rel = ctx.rule.propagate(ctx.m, x, weight, bias, out, rel_out, ctx.label)
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
         return rel, None, None, None, None, None, None, None
 
