@@ -118,6 +118,18 @@ class Contrast(nn.Module):
         return self.contrast(self.model(*args, **kwargs))
 
 
+class TwoLogits(nn.Module):
+    """A one-logit binary model as a two-class one: (-z/2, z/2)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        z = self.model(*args, **kwargs)
+        return torch.cat([-z / 2, z / 2], -1)
+
+
 def node_embeddings(model, x, edge_index):
     """The node features that the mean pool averages (the last GCN layer after its ReLU)."""
     if isinstance(model, qt.GraphGCN):
@@ -148,8 +160,14 @@ class Methods:
             int(task.model.head.out_features)
 
         def explainer(algorithm, node=None, edge_type="object", kind="model", m=model):
+            cfg = self.cfg
+            if self.mode == "binary_classification" and not isinstance(algorithm, LRPExplainer):
+                # PyG's Captum, GNNExplainer, PGExplainer and GraphMask want classes: the one logit z as two
+                # logits (-z/2, z/2), whose softmax is the sigmoid of z; each class is then explained by its logit
+                m, cfg = TwoLogits(copy.deepcopy(m) if m is model else m).eval(), {**cfg,
+                                                                                  "mode": "multiclass_classification"}
             return Explainer(m, algorithm=algorithm, explanation_type=kind, node_mask_type=node,
-                             edge_mask_type=edge_type, model_config=self.cfg)
+                             edge_mask_type=edge_type, model_config=cfg)
 
         lrp_node = "object"
         self.ex = {}
@@ -203,9 +221,7 @@ class Methods:
             for inst in instances:
                 x, ei, kw, y = self.inputs(inst)
                 target = y if self.task.level == "node" else y.view(-1)
-                if self.mode == "binary_classification":
-                    target = target.float()
-                ex.algorithm.train(epoch, ex.model, x, ei, target=target, **kw)
+                ex.algorithm.train(epoch, ex.model, x, ei, target=target.long(), **kw)
         self.pg_seconds = time.perf_counter() - start
 
     def explain(self, name, inst):
@@ -228,7 +244,7 @@ class Methods:
             ex = self.ex["lrp_eps" if name == "lrp_eps_abs" else name]
             if name == "pgexplainer":
                 target = y if self.task.level == "node" else y.view(-1)
-                e = ex(x, ei, target=target.float() if self.mode == "binary_classification" else target, **kw)
+                e = ex(x, ei, target=target.long(), **kw)
             elif name == "guided_backprop":
                 with guided_backprop(self.task.model):
                     e = ex(x, ei, **kw)
@@ -240,8 +256,6 @@ class Methods:
                 s = e.node_mask.sum(-1)
             else:  # an edge-only method on an atom task: the largest incident edge score
                 s = torch.zeros(x.shape[0]).scatter_reduce(0, ei[1], e.edge_mask, "amax", include_self=False)
-            if name in ("grad_x_input", "integrated_gradients", "guided_backprop"):
-                s = s * self.sign(inst)
         seconds = time.perf_counter() - start
         if name == "pgexplainer":
             seconds += self.pg_seconds / max(1, self.n_instances)
@@ -448,19 +462,13 @@ def main(argv=None):
         if m not in METHODS:
             parser.error(f"--methods: unknown method {m!r}; choose from {', '.join(METHODS)}")
     warnings.filterwarnings("ignore")
-    results = {}
-    for t in tasks:
-        start = time.perf_counter()
-        results[t] = run_task(t, list(range(args.seeds)), args.instances, args.slow_epochs, methods,
-                              progress=not args.no_progress, graphmask_epochs=args.graphmask_epochs)
-        results[t]["seconds"] = round(time.perf_counter() - start, 1)
-        row = results[t]["methods"]
-        print(f"{t:22s} acc {results[t]['accuracy']:.3f}  " + "  ".join(
-            f"{m} {v['auroc']:.3f}" for m, v in row.items()), flush=True)
-    diagnostics = None
-    if "ba_shapes" in tasks:
-        diagnostics = diagnose_signed(list(range(args.seeds)), 10 if args.fast else 40)
-        print("signed vs |R| on BA-Shapes:", json.dumps(diagnostics["variants"]), flush=True)
+    if args.out:
+        import results_file
+        results_file.RESULTS = Path(args.out)
+
+    def write_partial(results, diagnostics):
+        return write_results("quality", {"tasks": results, "signed_diagnostics": diagnostics}, settings)
+
     settings = dict(fast=args.fast, tasks=tasks, methods={m: METHODS[m] for m in methods}, seeds=args.seeds,
                     instances=args.instances, gnnexplainer_epochs=args.slow_epochs,
                     graphmask_epochs=args.graphmask_epochs, pgexplainer_epochs=30,
@@ -470,10 +478,21 @@ def main(argv=None):
                               "graph_edge": "edge AUROC per graph, averaged",
                               "atom": "atom AUROC per molecule, best over the alternative ground truths, averaged"},
                     ms="median over instances and seeds of one explanation's wall time, one thread")
-    if args.out:
-        import results_file
-        results_file.RESULTS = Path(args.out)
-    path = write_results("quality", {"tasks": results, "signed_diagnostics": diagnostics}, settings)
+    results = {}
+    for t in tasks:
+        start = time.perf_counter()
+        results[t] = run_task(t, list(range(args.seeds)), args.instances, args.slow_epochs, methods,
+                              progress=not args.no_progress, graphmask_epochs=args.graphmask_epochs)
+        results[t]["seconds"] = round(time.perf_counter() - start, 1)
+        row = results[t]["methods"]
+        print(f"{t:22s} acc {results[t]['accuracy']:.3f}  " + "  ".join(
+            f"{m} {v['auroc']:.3f}" for m, v in row.items()), flush=True)
+        write_partial(results, None)
+    diagnostics = None
+    if "ba_shapes" in tasks:
+        diagnostics = diagnose_signed(list(range(args.seeds)), 10 if args.fast else 40)
+        print("signed vs |R| on BA-Shapes:", json.dumps(diagnostics["variants"]), flush=True)
+    path = write_partial(results, diagnostics)
     print(f"wrote {path}", file=sys.stderr)
     return results
 
