@@ -17,7 +17,10 @@ sets the few choices that are not per-weight rules.  The defaults, and why:
 * **Max and min** (max aggregation, max pooling): the winner takes all (the gradient's choice).
 * **Elementwise functions** (ReLU, GELU, SiLU, tanh, a sigmoid head, products with a constant):
   the identity rule, relevance passes unchanged.
-* **Products of two input-dependent factors** (gates, FiLM): AttnLRP's uniform rule, half each.
+* **Gates** -- the output of a sigmoid (and ``1 - z`` of one) multiplying a signal, as in GRU and
+  LSTM cells and gated convolutions: the gate is held constant and the signal takes all the
+  relevance ("signal-take-all", Arras et al., 2017), as for attention below.
+* **Other products of two input-dependent factors** (FiLM, ``h * h``): AttnLRP's uniform rule, half each.
 * **Attention** -- a factor that is a normalised weight (the output of a softmax, PyG's
   ``softmax`` over the edges, any ``a / b`` with a data-dependent ``b``): ``attention="cp"``
   (default) holds it constant, CP-LRP (Ali et al., 2022), so all relevance goes to the values

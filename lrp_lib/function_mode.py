@@ -329,7 +329,10 @@ class RelevanceMode(TorchFunctionMode):
         handler = _HANDLERS.get(name)
         if handler is None:
             if name in _IDENTITY:
-                return self.mark(self._identity(func, args, kwargs))
+                out = self.mark(self._identity(func, args, kwargs))
+                if name in _GATES or (name in _SIGN_FLIPS and any(self._is_gate(a) for a in args)):
+                    self._gate(out)  # a sigmoid is a gate; so is its negation
+                return out
             return self._blocked(func, name, args, kwargs)
         return self.mark(handler(self, func, args, kwargs))
 
@@ -433,6 +436,10 @@ class RelevanceMode(TorchFunctionMode):
             ta = IdentityRelevance.apply(ta, lambda t: t * ca) if ma else ta * ca
         if cb != 1.0:
             tb = IdentityRelevance.apply(tb, lambda t: t * cb) if mb else tb * cb
+        gate = (ma and not mb and self._is_gate(a)) or (mb and not ma and self._is_gate(b))
+        if gate:  # 1 - z of a gate z is a gate too (GRU's update gate): it passes relevance like one
+            marked, const = (ta, tb) if ma else (tb, ta)
+            return self._gate(IdentityRelevance.apply(marked, lambda t: t + const))
         if not (ma and mb) and not self.composite.bias:  # the constant term takes no share
             marked, const = (ta, tb) if ma else (tb, ta)
             return IdentityRelevance.apply(marked, lambda t: t + const)
@@ -472,6 +479,12 @@ class RelevanceMode(TorchFunctionMode):
 #: In-place copies (no arithmetic): autograd's gradient already routes relevance to the copied values.
 _COPY_INPLACE = frozenset({"__setitem__", "copy_", "fill_", "zero_", "index_copy_", "masked_fill_", "masked_scatter_",
                            "scatter_", "index_put_", "index_fill_", "put_", "masked_fill", "index_copy"})
+
+#: Elementwise functions whose output is a gate (a weight in [0, 1] that multiplies a signal): in a
+#: product with a signal, the gate is held constant and the signal takes all the relevance (the
+#: "signal-take-all" rule of Arras et al. 2017 for LSTM/GRU gates, CP-LRP for attention).
+_GATES = frozenset({"sigmoid", "hardsigmoid"})
+_SIGN_FLIPS = frozenset({"neg", "__neg__", "negative"})
 
 _AUGMENTED = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}
 
@@ -702,7 +715,9 @@ def _softmax(mode: RelevanceMode, func, args, kwargs):
         return mode._blocked(func, "softmax without dim", args, kwargs)
     if kwargs.get("dtype") is not None:
         x = mode.mark(IdentityRelevance.apply(x, lambda t: t.to(kwargs["dtype"])))
-    return mode._gate(SoftmaxRelevance.apply(x, dim, f"softmax in {mode.module_label()}", mode.tally))
+    # AttnLRP's softmax rule does not conserve: what it does not pass on is left to the explanation's
+    # relevance_residual (and its warning), not counted as a bias
+    return mode._gate(SoftmaxRelevance.apply(x, dim, f"softmax in {mode.module_label()}", None))
 
 
 def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:

@@ -234,3 +234,32 @@ def test_nothing_is_patched_and_other_threads_are_untouched():
     # and afterwards plain autograd is plain autograd
     x = torch.rand(2, 5, dtype=torch.float64, requires_grad=True)
     assert "Relevance" not in type(model(x).grad_fn).__name__
+
+
+def test_gates_pass_relevance_to_the_signal():
+    """GRU-style gating, (1 - sigmoid(W x)) * x + sigmoid(W x) * x: the gates are held constant
+    (signal-take-all), so the input relevance is x * (1 - s) + x * s = x, summed: the output."""
+    torch.manual_seed(6)
+    lin = nn.Linear(4, 4, bias=False).double()
+
+    def gated(x):
+        s = torch.sigmoid(lin(x))
+        return ((1 - s) * x + s * x).sum(-1)
+
+    x = torch.randn(3, 4, dtype=torch.float64)
+    out, (rx,), mode = relevance_of(gated, x)
+    torch.testing.assert_close(rx, x)
+    torch.testing.assert_close(rx.sum(-1), out.detach())
+    assert mode.tally.total(mode.tally.absorbed) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_softmax_used_as_a_value_is_not_counted_as_a_bias():
+    """AttnLRP's softmax rule does not conserve; what it does not pass on is left out of the tally
+    (the explainer reports it as relevance_residual, with a warning), not hidden among the biases."""
+    x = torch.randn(2, 5, dtype=torch.float64)
+    out, (rx,), mode = relevance_of(lambda t: torch.softmax(t, -1)[:, 0], x)
+    s = torch.softmax(x, -1)
+    R = torch.zeros_like(x)
+    R[:, 0] = s[:, 0]
+    torch.testing.assert_close(rx, x * (R - s * R.sum(-1, keepdim=True)))
+    assert mode.tally.absorbed == {}
