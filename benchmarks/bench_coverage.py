@@ -30,8 +30,9 @@ and, where the layer takes ``edge_attr``, with and without it.  Each explanation
 * **refused**: ``UnsupportedModelError``, ``ValueError`` or ``TypeError`` with a message (the
   first line is kept, and the file where it was raised); a refused or crashed row is explained
   again with ``edge_mask_type=None`` (node relevance only), stored as ``without_edge_mask``;
-* **wrong**: an explanation that fails a check (the errors are stored, and whether the explainer
-  warned about it);
+* **wrong**: an explanation that fails a check (the errors are stored, whether the explainer
+  warned about it, and the single numbers it reports besides the masks, such as the share of
+  constant terms, with ``accounted`` true when they make up the rest of the output);
 * **crash**: any other exception: a failure of the library;
 * **skipped**: layers that cannot be built generically (they need node positions, a hypergraph,
   CUDA-only kernels, packages that are not installed, ...), each with its reason; also a model
@@ -311,9 +312,19 @@ def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int
     row["conservation_error"] = _sci(cons)
     homogeneous, pl = piecewise_linear(model, inputs, level, with_edge_attr=found is not None, index=index)
     row.update(homogeneous=homogeneous, piecewise_linear=pl)
+    # relevance the explanation reports elsewhere as one number each (e.g. the share of constant terms)
+    others = {} if hetero else {
+        key: float(explanation[key].sum()) for key in explanation.keys()
+        if key not in known and (found is None or key != found[0]) and isinstance(explanation[key], Tensor)
+        and explanation[key].is_floating_point() and explanation[key].numel() == 1}
+    row["other_relevance"] = {k: _sci(v) for k, v in sorted(others.items())}
+    row["accounted"] = bool(others) and abs(total + sum(others.values()) - y) / norm <= TOL
     wrong = []
     if not cons <= TOL:
         wrong.append(f"relevance sums to {total:.6g}, output {y:.6g}")
+        if others:
+            wrong.append("reported besides: " + ", ".join(f"{k} {v:.3g}" for k, v in sorted(others.items()))
+                         + (" (they make up the rest)" if row["accounted"] else ""))
     if pl:
         xs = _flat(inputs["x"]) + ([ea] if found is not None else [])
         ref = [v * g for v, g in zip(xs, grads)]

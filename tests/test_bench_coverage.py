@@ -208,3 +208,11 @@ def test_hetero_checks_sum_over_node_types():
     assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["piecewise_linear"] for r in rows)
     rows = bc.run_spec(SPECS["HGTConv(hetero)"], algorithm_factory=HeteroInputTimesGradient)
     assert [r["status"] for r in rows] == ["wrong", "wrong"]
+
+
+def test_a_wrong_row_says_whether_other_reported_numbers_make_up_the_rest():
+    model, inputs = case("GCNConv")
+    row = bc.check(model, inputs, "graph", algorithm=Doubled(rule=Epsilon(0.0)))
+    assert row["status"] == "wrong" and row["accounted"] is False
+    row = bc.check(model, inputs, "graph", algorithm=InputTimesGradient())
+    assert row["other_relevance"] == {} and row["accounted"] is False

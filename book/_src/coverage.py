@@ -181,7 +181,9 @@ display(results_table(summary, columns))
 #
 # In the tables below, each cell is the outcome at one task level with or without `edge_attr`
 # (a dash: the layer does not take it, or, for `edge_attr`, requires it; *wrong (warned)*: the
-# explainer issued a warning that relevance was lost); *piecewise linear* says
+# explainer issued a warning that relevance was lost; *wrong (accounted)*: the explanation reports
+# the missing relevance as a separate number, such as the share of constant terms inside the
+# model); *piecewise linear* says
 # whether the explanation was also compared with input times gradient; *reason* is the first message
 # of a refused, wrong or crashed row.
 
@@ -198,8 +200,9 @@ def layer_table(family):
         entry = {"layer": f"`{name}`", "kwargs": lr[0]["kwargs"]}
         for label, level, ea in CELLS:
             hit = [r for r in lr if r["level"] == level and r["edge_attr"] == ea]
-            entry[label] = None if not hit else hit[0]["status"] + (
-                " (warned)" if hit[0]["status"] == "wrong" and hit[0].get("warnings") else "")
+            notes = [] if not hit or hit[0]["status"] != "wrong" else \
+                ["accounted"] * bool(hit[0].get("accounted")) + ["warned"] * bool(hit[0].get("warnings"))
+            entry[label] = None if not hit else hit[0]["status"] + (f" ({', '.join(notes)})" if notes else "")
         pl = {r.get("piecewise_linear") for r in lr if r["status"] in ("ok", "wrong")}
         entry["piecewise linear"] = ("yes" if pl == {True} else "no" if pl == {False} else
                                      "partly" if pl - {None} else None)
@@ -304,9 +307,11 @@ display(tables["hetero"])
 #
 # Every layer or model with at least one row that is not ok, with the first message. A refusal names
 # the operation and the module where relevance could not go on; a crash is a bug of the library. A
-# wrong row is the worst outcome: the explainer returned relevance that does not add up to the
-# output, and unless it is marked *warned* it said nothing about it. The single operations above
-# show which operation such a layer trips on.
+# wrong row is the worst outcome: the explainer returned relevance of the inputs that does not add
+# up to the output. Marked *accounted*, the explanation says where the rest went (to constants
+# inside the model, which take a share of a sum as a bias does: the `1` of a `1 - z` gate, the
+# normalisation of a softmax); marked *warned*, a warning says that relevance was lost; otherwise
+# nothing says so. The single operations above show which operation such a layer trips on.
 # Each refused or crashed row is explained once more without edge relevance (`edge_mask_type=None`);
 # *node relevance alone* is the outcome of that second try.
 
