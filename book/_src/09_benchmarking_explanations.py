@@ -402,6 +402,7 @@ glue("diag_eps_signed", f"{v['epsilon, logit']['signed']:.3f}", display=False)
 glue("diag_eps_abs", f"{v['epsilon, logit']['abs']:.3f}", display=False)
 glue("diag_eps_c2", f"{v['epsilon, logit']['per_class']['2']:.3f}", display=False)
 glue("diag_eps_c1", f"{v['epsilon, logit']['per_class']['1']:.3f}", display=False)
+glue("diag_eps_c3", f"{v['epsilon, logit']['per_class']['3']:.3f}", display=False)
 glue("diag_nobias", f"{v['epsilon without bias, logit']['signed']:.3f}", display=False)
 glue("diag_eps_contrast", f"{v['epsilon, contrast']['signed']:.3f}", display=False)
 glue("diag_zplus", f"{v['z+, logit']['signed']:.3f}", display=False)
@@ -413,14 +414,16 @@ glue("diag_inputs", f"{sums['inputs']:.2f}", display=False)
 # %% [markdown]
 # What the table says:
 #
-# - **The sign is wrong for one class, not for all.** The signed AUROC of the epsilon rule is
-#   {glue:text}`diag_eps_signed` overall, but {glue:text}`diag_eps_c1` for nodes on the roof of a
-#   house and {glue:text}`diag_eps_c2` for the middle nodes: their house edges carry the most
+# - **The sign fails class by class.** The signed AUROC of the epsilon rule is
+#   {glue:text}`diag_eps_signed` overall: {glue:text}`diag_eps_c1` for nodes on the roof of a house,
+#   {glue:text}`diag_eps_c3` for the bottom nodes and {glue:text}`diag_eps_c2` for the middle nodes,
+#   whose house edges carry the most
 #   *negative* relevance. The features are constant, so everything the GCN knows comes through the
-#   edges, and for a middle node the house edges act by *inhibition* -- they lower hidden units that
-#   vote against "middle". Epsilon-LRP of a ReLU network is, up to $\epsilon$ and the biases,
-#   Gradient $\times$ Input: a comparison with the all-zero input that gives each walk's contribution,
-#   sign included, to every edge on it. The magnitude still singles the motif out.
+#   edges, and a negative share means that the house edges feed hidden units whose contribution to the
+#   explained logit is negative; the logit is positive all the same because the biases push it up by
+#   more (next point). Epsilon-LRP of a ReLU network is, up to $\epsilon$, Gradient $\times$ Input,
+#   which hands each contribution, sign included, down to the edges. The magnitude still singles the
+#   motif out: the house edges matter most, in whichever direction.
 # - **The biases take more than the logit.** Of an explained logit of {glue:text}`diag_logit` on
 #   average, the biases take {glue:text}`diag_bias_share` and the inputs get the rest, a total of
 #   {glue:text}`diag_inputs`. Leaving the head's bias out of the rule
@@ -469,6 +472,37 @@ for m in ("lrp_eps", "lrp_eps_abs", "lrp_zplus_contrast"):
     print(f"{NAMES[m]}: target met on {len(met)} of {len(met) + len(missed)} tasks")
     for line in missed:
         print("   missed:", line)
+summary = []
+for t in tasks:
+    r = tasks[t]["methods"]
+    best = max(OTHERS, key=lambda o: r.get(o, {"auroc": -1})["auroc"])
+    summary.append({"task": TITLES[t], "acc": tasks[t]["accuracy"], "eps": r["lrp_eps"]["auroc"],
+                    "abs": r["lrp_eps_abs"]["auroc"], "zc": r.get("lrp_zplus_contrast", {}).get("auroc"),
+                    "best": NAMES[best], "best_auroc": r[best]["auroc"]})
+display(results_table(summary, [("task", "task"), ("GCN accuracy", "acc", "{:.3f}"),
+                                ("LRP default (signed)", "eps", "{:.3f}"), ("LRP abs", "abs", "{:.3f}"),
+                                ("LRP z+ contrast", "zc", "{:.3f}"), ("best other method", "best"),
+                                ("its AUROC", "best_auroc", "{:.3f}")]))
+published_pairs = [(m, t) for (m, t) in PUBLISHED if t in tasks and m in tasks[t]["methods"]]
+below = [(m, t) for m, t in published_pairs if tasks[t]["methods"][m]["auroc"] < PUBLISHED[m, t]]
+glue("n_published", str(len(published_pairs)), display=False)
+glue("n_below_published", str(len(below)), display=False)
+for t in ("tree_cycles", "ba_2motifs"):
+    if t in tasks:
+        r = tasks[t]["methods"]
+        best = max((m for m in r if m != "random" and not m.startswith("gat_")), key=lambda m: r[m]["auroc"])
+        glue(f"{t}_best", f"{r[best]['auroc']:.3f}", display=False)
+        glue(f"{t}_best_name", NAMES[best], display=False)
+        glue(f"{t}_acc", f"{tasks[t]['accuracy']:.3f}", display=False)
+        glue(f"{t}_lrp_abs", f"{r['lrp_eps_abs']['auroc']:.3f}", display=False)
+zplus_wins = [TITLES[t] for t in tasks if tasks[t]["methods"]["lrp_zplus"]["auroc"] > tasks[t]["methods"]["lrp_eps"]["auroc"]]
+signed_wins = [TITLES[t] for t in FAMILIES["molecular tasks"] if t in tasks
+               and tasks[t]["methods"]["lrp_eps"]["auroc"] > tasks[t]["methods"]["lrp_eps_abs"]["auroc"]]
+print(f"z+ (signed) above the epsilon rule (signed) on {len(zplus_wins)} of {len(tasks)} tasks: {', '.join(zplus_wins)}")
+print(f"signed above absolute epsilon relevance on {len(signed_wins)} of the molecular tasks: {', '.join(signed_wins)}")
+glue("zplus_wins", str(len(zplus_wins)), display=False)
+glue("signed_wins", str(len(signed_wins)), display=False)
+glue("n_molecular", str(sum(t in tasks for t in FAMILIES["molecular tasks"])), display=False)
 glue("met_default", str(len(verdict["lrp_eps"][0])), display=False)
 glue("met_abs", str(len(verdict["lrp_eps_abs"][0])), display=False)
 glue("met_zc", str(len(verdict["lrp_zplus_contrast"][0])), display=False)
@@ -477,18 +511,38 @@ glue("n_tasks", str(len(tasks)), display=False)
 # %% [markdown]
 # LRP's signed default meets the quality target on {glue:text}`met_default` of the
 # {glue:text}`n_tasks` tasks, its absolute value on {glue:text}`met_abs` and z+ on the contrast on
-# {glue:text}`met_zc`; the lines above name each miss and the method that beat it. How to read the
-# misses:
+# {glue:text}`met_zc`; the lines above name each miss and the method that beat it. So the quality
+# target is missed, and the table says by how much on each task. Among LRP's own choices, the z+
+# rule ranks above the epsilon rule on {glue:text}`zplus_wins` of the {glue:text}`n_tasks` tasks,
+# often by a wide margin, and loses little where it loses; the contrast helps where several classes
+# share the evidence (the house classes of BA-Shapes and BA-Community, the distances of Infection)
+# and hurts on every two-class task. On
+# {glue:text}`signed_wins` of the {glue:text}`n_molecular` molecular tasks signed relevance ranks
+# above its absolute value. How to read the misses:
 #
 # - **Node tasks with constant features.** Every edge method that reads the model's own computation
 #   (LRP, gradients, Integrated Gradients) sees the same thing here: structure acting through
 #   normalisation coefficients. The absolute value of a gradient (saliency) and of LRP then rank
 #   much alike; the signed variants disagree where the evidence is inhibitory (above).
 # - **Methods that optimise a mask** (GNNExplainer, PGExplainer, GraphMask) answer a different
-#   question -- which small subgraph keeps the prediction -- and can beat a one-pass attribution when
-#   the motif is the only sufficient subgraph, at a hundred to thousands of times the cost; with our
-#   reduced epochs ({glue:text}`gnn_epochs` for GNNExplainer, {glue:text}`graphmask_epochs` for
-#   GraphMask) they are below their published figures.
+#   question -- which small subgraph keeps the prediction -- at a hundred to thousands of times the
+#   cost of one pass. With our reduced budgets ({glue:text}`gnn_epochs` epochs for GNNExplainer,
+#   {glue:text}`graphmask_epochs` for GraphMask, PGExplainer trained on the explained instances only)
+#   and our models, {glue:text}`n_below_published` of the {glue:text}`n_published` measured figures
+#   that have a published counterpart are below it.
+# - **Tree-Cycles.** The GCN is accurate ({glue:text}`tree_cycles_acc`), yet the best method reaches
+#   only {glue:text}`tree_cycles_best` ({glue:text}`tree_cycles_best_name`). With constant features and
+#   summed messages a node can only be told apart by the degrees around it, and the tree edges next
+#   to a cycle carry that information as much as the cycle's own edges; a plausible reading, which we
+#   have not checked, is that the model's evidence is not the planted cycle alone, and that every
+#   method, LRP included, says so.
+# - **BA-2Motifs.** The GCN classifies the test graphs almost perfectly ({glue:text}`ba_2motifs_acc`),
+#   the best method ({glue:text}`ba_2motifs_best_name`) scores {glue:text}`ba_2motifs_best`, but
+#   LRP's edge relevance finds the motif much less well ({glue:text}`ba_2motifs_lrp_abs` for its
+#   absolute value). We have not found out why within this benchmark. One lead, from
+#   [Relevant walks](08_relevant_walks): there a GIN decided "cycle" by the *absence* of a house,
+#   so an explanation of a cycle graph need not point at its cycle; exercise 6 splits the score by
+#   class.
 # - **Molecules.** Signed relevance is the better ranking when atoms outside the ground truth count
 #   *against* the label; CAM and Integrated Gradients are strong there too, as in
 #   {cite}`sanchez2020evaluating`.
@@ -505,7 +559,11 @@ glue("n_tasks", str(len(tasks)), display=False)
 # - AUROC ranks, so the sign of a signed explanation counts. On BA-Shapes LRP's signed edge relevance
 #   ranks the house below chance for the middle nodes of the house while its magnitude finds it: the
 #   evidence there is inhibitory. The z+ rule on the contrast of the logits makes the sign point at
-#   the evidence on BA-Shapes; on molecules signed relevance is the better ranking as it is.
+#   the evidence on BA-Shapes; across all tasks the z+ rule is the better default ranking more often
+#   than the epsilon rule, and on molecules signed relevance mostly beats its absolute value.
+# - LRP's default does not reach the quality target: mask-optimising methods, Integrated
+#   Gradients or CAM beat it on several tasks, and on some (Tree-Cycles) no method gets far from chance
+#   although the model is accurate.
 # - LRP costs one backward pass, orders of magnitude less than the mask-optimising explainers.
 # - A ground-truth AUROC measures agreement with what was planted, not with what the model uses;
 #   read it beside the model's accuracy.
@@ -525,6 +583,9 @@ glue("n_tasks", str(len(tasks)), display=False)
 # 5. On Infection the ground truth is the set of shortest paths. Score with PyG's own `edge_mask`
 #    (every edge within three hops of an infected node) instead: which methods gain, and what does
 #    that say about a loose ground truth?
+# 6. Split the BA-2Motifs AUROC of LRP and of CAM by class (house, cycle). Then score LRP's *node*
+#    relevance the way CAM is scored (an edge gets the mean of its end points). Which of the two
+#    explains the gap between them?
 #
 # ## References
 #
