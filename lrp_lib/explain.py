@@ -242,6 +242,12 @@ def _check_gcn_degree(model: nn.Module, n: int, edge_index: Tensor, edge_weight:
             return
 
 
+def _checked_by_explainer(x, edge_index) -> bool:
+    """Whether :class:`Explainer` checked these very tensors just before calling the algorithm."""
+    done = getattr(_current, "checked", None)
+    return done is not None and done[0] is x and done[1] is edge_index
+
+
 def _explainer_training_flag(model: nn.Module) -> bool | None:
     """The training flag that PyG's ``Explainer.__call__`` saved before putting ``model`` in eval
     mode (its local ``training``), found on the call stack; None if not called from there."""
@@ -363,7 +369,7 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def _relevance(self, model, x, edge_index, target, index, checked=False, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward."""
-        if not checked:
+        if not checked and not _checked_by_explainer(x, edge_index):
             check_inputs(model, x, edge_index, **kwargs)
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
         leaf = x.detach().clone().requires_grad_(True)
@@ -630,10 +636,14 @@ class Explainer(PyGExplainer):
     """
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
-        if isinstance(self.algorithm, LRPExplainer):
+        checked = isinstance(self.algorithm, LRPExplainer)
+        if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
         training = self.model.training
+        previous = getattr(_current, "checked", None)
+        _current.checked = (x, edge_index) if checked else None  # the algorithm need not check them again
         try:
             return super().__call__(x, edge_index, target=target, index=index, **kwargs)
         finally:
+            _current.checked = previous
             self.model.train(training)
