@@ -308,10 +308,10 @@ display(tables["hetero"])
 # Every layer or model with at least one row that is not ok, with the first message. A refusal names
 # the operation and the module where relevance could not go on; a crash is a bug of the library. A
 # wrong row is the worst outcome: the explainer returned relevance of the inputs that does not add
-# up to the output. Marked *accounted*, the explanation says where the rest went (to constants
-# inside the model, which take a share of a sum as a bias does: the `1` of a `1 - z` gate, the
-# normalisation of a softmax); marked *warned*, a warning says that relevance was lost; otherwise
-# nothing says so. The single operations above show which operation such a layer trips on.
+# up to the output. Marked *accounted*, the explanation says where the rest went, in numbers it
+# reports besides the masks (the share of constant terms inside the model, which take part of a sum
+# as a bias does, or relevance that an operation's rule does not conserve); marked *warned*, a
+# warning says that relevance was lost; otherwise nothing says so. The single operations above show which operation such a layer trips on.
 # Each refused or crashed row is explained once more without edge relevance (`edge_mask_type=None`);
 # *node relevance alone* is the outcome of that second try.
 
