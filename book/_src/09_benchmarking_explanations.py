@@ -549,6 +549,10 @@ glue("n_tasks", str(len(tasks)), display=False)
 # - **The model decides.** A low AUROC with a high accuracy (see the accuracy rows) means the model
 #   found another route to the label, and a faithful explanation shows that route. The ground truth
 #   is the planted pattern, not what the model uses.
+# - **The GAT.** With constant features a GAT's attention averages the neighbours, which erases the
+#   degrees that the GCN reads, and its accuracy stays low on most synthetic tasks (the GAT rows of
+#   the first two tables): its attention and its LRP explain a weak model, and agreeing with the
+#   planted motif does not make them right about it.
 
 # %% [markdown]
 # ## Summary
