@@ -521,7 +521,10 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # targets (extrapolated). Per CPU second of the process (its {glue:text}`nodes_threads` threads
 # together, whatever else the machine ran), LRP explains {glue:text}`nodes_cpu_rate` targets: most of a
 # subgraph's nodes lie on its border, where they are needed only as inputs of the first layer, yet
-# the model runs every layer on every row. On an {glue:text}`nodes_gpu`
+# the model runs every layer on every row. The subgraphs also carry the edges into their border
+# nodes (from one zero-feature stand-in node per subgraph), so that every node keeps its in-degree,
+# which GCN's normalisation of the messages needs; that is the price of explaining any model
+# exactly, where the library used to inject GCN's degrees by a rewrite of that one layer. On an {glue:text}`nodes_gpu`
 # (`benchmarks/results/nodes-cuda.json`, `--device cuda`) the same benchmark explains
 # {glue:text}`nodes_gpu_lrp` targets per second, against {glue:text}`nodes_gpu_saliency` for saliency.
 # A batched backward of the whole graph
