@@ -53,14 +53,12 @@ import time
 import warnings
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch_geometric.explain.algorithm import CaptumExplainer
-from torch_geometric.nn import GCNConv
 
 from lrp_lib.explain import Explainer, LRPExplainer
 
 import results_file  # benchmarks/results_file.py
+from bench_nodes import GCN  # the same 3-layer GCN as the many-nodes benchmark
 
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
 SIZES = [1_000, 3_000, 10_000, 30_000, 100_000]
@@ -71,23 +69,6 @@ LABELS = {
     "saliency": "saliency (CaptumExplainer)",
     "integrated_gradients": "Integrated Gradients (CaptumExplainer)",
 }
-
-
-class GCN(nn.Module):
-    """Three GCNConv layers with ReLU and a linear head (the architecture of ``bench_nodes.py``)."""
-
-    def __init__(self, features: int, hidden: int, classes: int):
-        super().__init__()
-        self.conv1 = GCNConv(features, hidden)
-        self.conv2 = GCNConv(hidden, hidden)
-        self.conv3 = GCNConv(hidden, hidden)
-        self.head = nn.Linear(hidden, classes)
-
-    def forward(self, x, edge_index):
-        x = F.relu(self.conv1(x, edge_index))
-        x = F.relu(self.conv2(x, edge_index))
-        x = F.relu(self.conv3(x, edge_index))
-        return self.head(x)
 
 
 def setup(nodes: int, edges_per_node: int, features: int = 32):
