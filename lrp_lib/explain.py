@@ -53,7 +53,7 @@ from collections import Counter
 import torch
 from torch import Tensor, nn
 from torch_geometric.explain import Explainer as PyGExplainer
-from torch_geometric.explain import Explanation
+from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType, ModelTaskLevel
 from torch_geometric.nn import GCNConv, MessagePassing
@@ -65,7 +65,8 @@ from .primitives import EdgeMessageRelevance
 from .rules import Rule
 from .validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
-__all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs"]
+__all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
+           "check_hetero_inputs"]
 
 
 # ------------------------------------------------------------------ message hooks
@@ -181,6 +182,43 @@ class _EdgeRecorder:
                 f"Pass edge_index as a plain (2, E) tensor, or explain with edge_mask_type=None")
 
 
+class _HeteroEdgeRecorder(_EdgeRecorder):
+    """Edge relevance of a heterogeneous graph: a layer's messages belong to the edge type whose
+    ``edge_index`` (the very tensor of the input dict) it propagates along."""
+
+    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index_dict: dict, dtype):
+        self.parts = {k: _EdgeRecorder(mode, model, v, dtype) for k, v in edge_index_dict.items()}
+        self.mode = mode
+        self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
+        self.propagated, self.messaged = Counter(), Counter()
+        self.unaligned: dict[str, int] = {}
+        self.edges_of: dict[int, Tensor] = {}
+        self.edge_index = None
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        edges = self.edges_of.get(id(module))
+        for part in self.parts.values():
+            if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
+                ids = torch.arange(edges.shape[1], device=edges.device)
+                return self.mode.mark(EdgeMessageRelevance.apply(out, ids, part.record, dim))
+        self.unaligned[self.names[id(module)]] = out.shape[dim]
+        return None
+
+    def check(self) -> None:
+        silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
+        problems = [f"'{n}' passes {c} messages along an edge_index that is not one of the input's" for n, c in
+                    self.unaligned.items()]
+        problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
+        if problems:
+            raise UnsupportedModelError(
+                f"edge relevance of a heterogeneous graph needs each layer to pass messages along one of the "
+                f"input's edge_index tensors, but {'; '.join(problems)}. Explain with edge_mask_type=None")
+
+
 # ------------------------------------------------------------ checking inputs
 def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> None:
     """Raise an error naming the argument (and the fix) unless the inputs can be explained.
@@ -216,6 +254,21 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
             check_edge_values(value, edge_index.shape[1], "edge_attr")
         elif isinstance(value, Tensor):
             check_finite(value, name)
+
+
+def check_hetero_inputs(x: dict, edge_index: dict) -> None:
+    """:func:`check_inputs` for a heterogeneous graph: ``x`` a dict of node type -> features,
+    ``edge_index`` a dict of (source type, relation, target type) -> (2, E) tensor."""
+    if not isinstance(edge_index, dict):
+        raise TypeError(f"x is a dict (a heterogeneous graph), so edge_index must be a dict of edge type -> "
+                        f"(2, E) tensor, got {type(edge_index).__name__}")
+    for node_type, value in x.items():
+        check_node_features(value, f"x[{node_type!r}]")
+    for edge_type, value in edge_index.items():
+        if not isinstance(edge_type, tuple) or len(edge_type) != 3 or edge_type[0] not in x or edge_type[2] not in x:
+            raise ValueError(f"edge_index has the key {edge_type!r}: edge types must be (source type, relation, "
+                             f"target type) with both node types in x ({sorted(x)})")
+        check_edge_index(value, max(x[edge_type[0]].shape[0], x[edge_type[2]].shape[0]), f"edge_index[{edge_type!r}]")
 
 
 def _check_gcn_degree(model: nn.Module, n: int, edge_index: Tensor, edge_weight: Tensor) -> None:
@@ -355,6 +408,8 @@ class LRPExplainer(ExplainerAlgorithm):
             raise
 
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
+        if isinstance(x, dict):
+            return self._explain_hetero(model, x, edge_index, target=target, index=index, **kwargs)
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
             return self._explain_each(model, x, edge_index, target=target, index=index, **kwargs)
         node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, **kwargs)
@@ -434,6 +489,59 @@ class LRPExplainer(ExplainerAlgorithm):
         if attr_rel is not None:
             extra["edge_attr_relevance"] = attr_rel
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
+
+    def _explain_hetero(self, model, x: dict, edge_index: dict, *, target, index=None, **kwargs):
+        """A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv``
+        models take them): one forward, one backward; a :class:`HeteroExplanation` with a node mask
+        per node type and an edge mask per edge type."""
+        if self.per_index:
+            raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
+                             "a heterogeneous graph")
+        check_hetero_inputs(x, edge_index)
+        leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
+        inputs = list(leaves.values())
+        mode = RelevanceMode(self.composite, model)
+        want_edges = self.explainer_config.edge_mask_type is not None
+        recorder = _HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) if want_edges else None
+        if want_edges:
+            _ensure_hooks(model)
+        previous = getattr(_current, "recorder", None)
+        _current.recorder = recorder
+        try:
+            with torch.enable_grad(), mode:
+                for t in inputs:
+                    mode.mark(t)
+                out = model(leaves, edge_index, **kwargs)
+        finally:
+            _current.recorder = previous
+        if not isinstance(out, Tensor) or not mode.is_marked(out):
+            raise ValueError("the model's output must be a tensor (the output of the explained node type) that "
+                             "depends on x through autograd")
+        check_relevance_graph(out, inputs)
+        if recorder is not None:
+            recorder.check()
+        start = self._start(out, target, index)
+        grads = torch.autograd.grad(out, inputs, start, allow_unused=True)
+        node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
+        blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
+        if blocked:
+            raise UnsupportedModelError(
+                "relevance reached operations that LRP has no rule for: " + "; ".join(
+                    f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()))
+        absorbed = mode.tally.total(mode.tally.absorbed)
+        explained = float(start.sum())
+        lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
+        explanation = HeteroExplanation()
+        node_type = self.explainer_config.node_mask_type
+        if node_type is not None:
+            explanation.set_value_dict("node_mask", {
+                k: r if node_type == MaskType.attributes else r.sum(-1, keepdim=True) for k, r in node_rel.items()})
+        if recorder is not None:
+            explanation.set_value_dict("edge_mask", {k: part.record for k, part in recorder.parts.items()})
+        dtype = start.dtype
+        explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype)
+        explanation.relevance_residual = torch.tensor(lost, dtype=dtype)
+        return explanation
 
     def _explain_each(self, model, x, edge_index, *, target, index, **kwargs) -> Explanation:
         """``per_index=True``: each node of ``index`` explained on its own, over its k-hop subgraph.
@@ -636,7 +744,9 @@ class Explainer(PyGExplainer):
     """
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
-        checked = isinstance(self.algorithm, LRPExplainer)
+        checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)
+        if isinstance(self.algorithm, LRPExplainer) and isinstance(x, dict):
+            check_hetero_inputs(x, edge_index)
         if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
         training = self.model.training

@@ -453,3 +453,56 @@ def test_node_level_explanation_starts_from_the_indexed_nodes():
     assert float(one.node_mask.sum()) == pytest.approx(float(out[2]))
     torch.testing.assert_close(two.node_mask, one.node_mask + zero.node_mask)  # relevance is linear in R_out
     torch.testing.assert_close(two.edge_mask, one.edge_mask + zero.edge_mask)
+
+
+# ------------------------------------------------------------------ heterogeneous graphs
+def test_a_heterogeneous_model_is_explained_per_node_and_edge_type():
+    """to_hetero(GraphSAGE), bias-free, LRP-0: the node masks of all types sum to the explained output
+    and equal input x gradient (piecewise linear); each edge type gets its own edge mask."""
+    from torch_geometric.explain import HeteroExplanation
+    from torch_geometric.nn import to_hetero
+
+    torch.manual_seed(0)
+    x = {"a": torch.rand(5, 3, dtype=torch.float64), "b": torch.rand(4, 2, dtype=torch.float64)}
+    ei = {("a", "to", "b"): torch.tensor([[0, 1, 2, 3, 4], [0, 1, 2, 3, 0]]),
+          ("b", "rev", "a"): torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]),
+          ("a", "self", "a"): torch.tensor([[0, 1, 2], [1, 2, 3]])}
+
+    class Body(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = SAGEConv((-1, -1), 4, bias=False)
+            self.c2 = SAGEConv((-1, -1), 1, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    hetero = to_hetero(Body(), (["a", "b"], list(ei)), aggr="sum").double()
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = hetero
+
+        def forward(self, x, edge_index):
+            return self.body(x, edge_index)["b"]
+
+    model = Head().eval()
+    model(x, ei)  # initialise the lazy layers
+    e = Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
+                  edge_mask_type="object", model_config=dict(mode="regression", task_level="node",
+                                                             return_type="raw"))(x, ei, index=1)
+    assert isinstance(e, HeteroExplanation)
+    out = float(model(x, ei)[1])
+    assert sum(float(e[t].node_mask.sum()) for t in x) == pytest.approx(out, rel=1e-9)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
+    model(leaves, ei)[1].sum().backward()
+    for t in x:
+        torch.testing.assert_close(e[t].node_mask, leaves[t] * leaves[t].grad)
+    assert all(e[k].edge_mask.shape == (v.shape[1],) for k, v in ei.items())
+    assert float(e[("a", "to", "b")].edge_mask.abs().sum()) > 0
+    from lrp_lib.explain import Explainer as CheckingExplainer
+    with pytest.raises(ValueError, match="edge types must be"):
+        CheckingExplainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
+                  model_config=dict(mode="regression", task_level="node", return_type="raw"))(
+            x, {("a", "to", "c"): ei[("a", "to", "b")]}, index=1)
