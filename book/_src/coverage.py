@@ -297,7 +297,11 @@ display(tables["model"])
 # HGT and HAN layers. Here two node types with four and three features and three edge types; the
 # explained output is one node of the first type, or the sum over both types of their pooled
 # outputs, and conservation is over the relevance of both types. {glue:text}`hetero_ok` of the
-# {glue:text}`hetero_total` are ok at every task level.
+# {glue:text}`hetero_total` are ok at every task level. `LRPExplainer` returns a `HeteroExplanation`
+# with a node mask per node type and an edge mask per edge type. The edge masks need each layer to
+# pass its messages along one of the input's `edge_index` tensors: a `HeteroConv` whose `GCNConv` adds
+# self-loops, and HGT, which joins all edge types into one index, are refused for edge masks and
+# explained without them.
 
 # %% tags=["hide-input"]
 display(tables["hetero"])
