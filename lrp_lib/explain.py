@@ -422,21 +422,11 @@ class LRPExplainer(ExplainerAlgorithm):
         edge_mask = edge_rel if self.explainer_config.edge_mask_type is not None else None
         return Explanation(node_mask=node_mask, edge_mask=edge_mask, **extra)
 
-    def _relevance(self, model, x, edge_index, target, index, checked=False, **kwargs):
-        """(node relevance, edge relevance, the model's output, extras): one forward, one backward."""
-        if not checked and not _checked_by_explainer(x, edge_index):
-            check_inputs(model, x, edge_index, **kwargs)
-        edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
-        leaf = x.detach().clone().requires_grad_(True)
-        inputs = [leaf]
-        attr = kwargs.get("edge_attr")
-        if isinstance(attr, Tensor) and attr.is_floating_point():
-            kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
-            inputs.append(kwargs["edge_attr"])
-        mode = RelevanceMode(self.composite, model)
-        want_edges = self.explainer_config.edge_mask_type is not None
-        recorder = _EdgeRecorder(mode, model, edge_index, x.dtype) if want_edges else None
-        if want_edges:
+    def _propagate(self, model, mode: RelevanceMode, recorder, inputs: list, call, target, index):
+        """The one forward (``call()``, inside ``mode``, with the message hooks recording into
+        ``recorder``) and the one backward from the explained output: (output, start relevance,
+        relevance of each of ``inputs``).  Refuses what the relevance cannot pass through."""
+        if recorder is not None:
             _ensure_hooks(model)
         previous = getattr(_current, "recorder", None)
         _current.recorder = recorder
@@ -444,7 +434,7 @@ class LRPExplainer(ExplainerAlgorithm):
             with torch.enable_grad(), mode:
                 for t in inputs:
                     mode.mark(t)
-                out = model(leaf, edge_index, **kwargs)
+                out = call()
         finally:
             _current.recorder = previous
         if not isinstance(out, Tensor) or not mode.is_marked(out):
@@ -457,6 +447,30 @@ class LRPExplainer(ExplainerAlgorithm):
             recorder.check()
         start = self._start(out, target, index)
         grads = torch.autograd.grad(out, inputs, start, allow_unused=True)
+        blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
+        if blocked:
+            raise UnsupportedModelError(
+                "relevance reached operations that LRP has no rule for: " + "; ".join(
+                    f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
+                ". Replace them with supported torch operations, or explain with another method")
+        return out, start, grads
+
+    def _relevance(self, model, x, edge_index, target, index, checked=False, **kwargs):
+        """(node relevance, edge relevance, the model's output, extras): one forward, one backward."""
+        if not checked and not _checked_by_explainer(x, edge_index):
+            check_inputs(model, x, edge_index, **kwargs)
+        edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
+        leaf = x.detach().clone().requires_grad_(True)
+        inputs = [leaf]
+        attr = kwargs.get("edge_attr")
+        if isinstance(attr, Tensor) and attr.is_floating_point():
+            kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
+            inputs.append(kwargs["edge_attr"])
+        mode = RelevanceMode(self.composite, model)
+        recorder = _EdgeRecorder(mode, model, edge_index, x.dtype) \
+            if self.explainer_config.edge_mask_type is not None else None
+        out, start, grads = self._propagate(model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs),
+                                            target, index)
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
         if not bool(torch.isfinite(node_rel).all()):
             raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
@@ -465,12 +479,6 @@ class LRPExplainer(ExplainerAlgorithm):
         attr_rel = None
         if len(inputs) > 1:
             attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])
-        blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
-        if blocked:
-            raise UnsupportedModelError(
-                "relevance reached operations that LRP has no rule for: " + "; ".join(
-                    f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
-                ". Replace them with supported torch operations, or explain with another method")
         absorbed = mode.tally.total(mode.tally.absorbed)
         explained = float(start.sum())
         reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
@@ -501,33 +509,11 @@ class LRPExplainer(ExplainerAlgorithm):
         leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
         inputs = list(leaves.values())
         mode = RelevanceMode(self.composite, model)
-        want_edges = self.explainer_config.edge_mask_type is not None
-        recorder = _HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) if want_edges else None
-        if want_edges:
-            _ensure_hooks(model)
-        previous = getattr(_current, "recorder", None)
-        _current.recorder = recorder
-        try:
-            with torch.enable_grad(), mode:
-                for t in inputs:
-                    mode.mark(t)
-                out = model(leaves, edge_index, **kwargs)
-        finally:
-            _current.recorder = previous
-        if not isinstance(out, Tensor) or not mode.is_marked(out):
-            raise ValueError("the model's output must be a tensor (the output of the explained node type) that "
-                             "depends on x through autograd")
-        check_relevance_graph(out, inputs)
-        if recorder is not None:
-            recorder.check()
-        start = self._start(out, target, index)
-        grads = torch.autograd.grad(out, inputs, start, allow_unused=True)
+        recorder = _HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) \
+            if self.explainer_config.edge_mask_type is not None else None
+        out, start, grads = self._propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
+                                            target, index)
         node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
-        blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
-        if blocked:
-            raise UnsupportedModelError(
-                "relevance reached operations that LRP has no rule for: " + "; ".join(
-                    f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()))
         absorbed = mode.tally.total(mode.tally.absorbed)
         explained = float(start.sum())
         lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
