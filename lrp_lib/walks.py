@@ -1085,7 +1085,8 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
 
     .. math::  v_i = \arg\max_{v \notin S_{i-1}} R_\alpha(S_{i-1} \cup \{v\})
 
-    (signed relevance, :func:`subgraph_relevance` with ``alpha``; ties to the smallest node id), until
+    (signed relevance, :func:`subgraph_relevance` with ``alpha``; ties, up to 16 ulp of the largest
+    :math:`|R|` of the step, to the smallest node id: symmetric nodes tie exactly), until
     ``size`` nodes (default: all :math:`N`, as their code does).  The node score is the rank,
     :math:`\mathrm{score}(v_i) = N - i` (:math:`i = 0, 1, \dots`), as ``best_fo[fs] = nb_nodes - i`` in
     their ``get_feat_order_local_best_guess`` (``utils.py``, mode ``'extr'``); nodes never added (when
@@ -1129,7 +1130,9 @@ def _greedy(wm: WalkModel, size: int, alpha: float) -> GreedySubgraph:
         masks = chosen.expand(cand.numel(), n).clone()
         masks[torch.arange(cand.numel(), device=device), cand] = True
         rel = _masked_backward(wm, masks) if alpha == 0 else _alpha_relevance(wm, masks, alpha)
-        best = int(torch.argmax(rel))                                        # first maximum: smallest id
+        # ties (equal up to float rounding: symmetric nodes) go to the smallest id
+        tol = 16 * torch.finfo(rel.dtype).eps * float(rel.abs().max())
+        best = int((rel >= rel.max() - tol).nonzero()[0, 0])
         chosen[cand[best]] = True
         order.append(cand[best])
         rels.append(rel[best])

@@ -16,12 +16,15 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool, global_max_pool, global_mean_pool
 
 from lrp_lib.explain import Explainer, LRPExplainer
 from lrp_lib.rules import Epsilon, Gamma
-from lrp_lib.walks import WalkModel, all_walks, subgraph_relevance, top_walks, walk_relevance
+from lrp_lib.walks import (GreedySubgraph, WalkModel, all_walks, gamma_schedule, greedy_subgraph, subgraph_relevance,
+                            top_walks, walk_relevance, walk_scores)
 
 N, F_IN, HID, C, L = 6, 3, 4, 2, 3
 EDGES = [(0, 1), (1, 2), (2, 3), (3, 0), (2, 4), (4, 5), (1, 4)]
@@ -97,19 +100,22 @@ class Reference:
     """Dense forward of Net recording what both references need."""
 
     def __init__(self, model: Net, x, gamma=0.0, index=None, target=1):
-        self.gamma, self.index, self.target = gamma, index, target
+        """gamma: one value for every layer, or one per message-passing layer (layer t's applies to its
+        conv and the Linears after it: GIN's nn, the head after the last layer)."""
+        gammas = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma] * L
+        self.gamma, self.index, self.target = gammas[-1], index, target
         self.x = x
         self.layers = []
         h = x
         with torch.no_grad():
-            for conv in model.convs:
+            for conv, gamma in zip(model.convs, gammas):
                 terms, bias, ops = _layer_spec(conv)
                 z = sum(Cm @ h @ (W if W is not None else torch.eye(h.shape[1], dtype=h.dtype)) for Cm, W in terms)
                 zmod = sum(Cm @ h @ (_mod(W, gamma) if W is not None else torch.eye(h.shape[1], dtype=h.dtype))
                            for Cm, W in terms)
                 if bias is not None:
                     z, zmod = z + bias, zmod + _mod(bias, gamma)
-                rec = dict(h_in=h, terms=terms, z=z, zmod=zmod, ops=[])
+                rec = dict(h_in=h, terms=terms, z=z, zmod=zmod, ops=[], gamma=gamma)
                 a = z
                 for op in ops + [("relu",)]:  # the model's own ReLU after the conv
                     if op[0] == "relu":
@@ -173,6 +179,7 @@ class Reference:
         r = r_inp if self.node_level else _div(self.h[K], self.pooled * (N if self.mean else 1)) * r_inp
         for t in range(L, 0, -1):
             rec, K, J = self.layers[t - 1], walk[t], walk[t - 1]
+            g = rec["gamma"]
             for op in reversed(rec["ops"]):
                 if op[0] == "lin":
                     _, a, W, outmod = op
@@ -231,7 +238,7 @@ def test_walk_marginals_are_lrp_explainer_node_and_edge_relevance(kind, index):
                                             task_level="graph" if index is None else "node", return_type="raw"))
     target = torch.full((1 if index is None else N,), 1, dtype=torch.long)
     explanation = explainer(x, EDGE_INDEX, target=target, index=index)
-    torch.testing.assert_close(marginal, explanation.node_mask.view(-1), atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(marginal, explanation.node_relevance.view(-1), atol=1e-10, rtol=1e-8)
     torch.testing.assert_close(wm.node_relevance(), marginal, atol=1e-12, rtol=1e-9)
     # step marginals: the walks through J -> K at layer t; over layers, on the input's edges, LRPExplainer's
     edge_id = {(int(a), int(b)): e for e, (a, b) in enumerate(EDGE_INDEX.T.tolist())}
@@ -243,7 +250,7 @@ def test_walk_marginals_are_lrp_explainer_node_and_edge_relevance(kind, index):
             if (j, k) in edge_id:
                 edge_rel[edge_id[(j, k)]] += r
         assert abs(float(step_rel.sum()) - float(rel.sum())) < 1e-12  # every walk takes one step per layer
-    torch.testing.assert_close(edge_rel, explanation.edge_mask, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(edge_rel, explanation.edge_relevance, atol=1e-10, rtol=1e-8)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -404,7 +411,7 @@ def test_edge_weight_and_max_pool(kind):
     explainer = Explainer(model, algorithm=LRPExplainer(rule=Epsilon(0.0)), explanation_type="model",
                           node_mask_type="object",
                           model_config=dict(mode="regression", task_level="graph", return_type="raw"))
-    node = explainer(x, EDGE_INDEX, edge_weight=weight).node_mask.view(-1)
+    node = explainer(x, EDGE_INDEX, edge_weight=weight).node_relevance.view(-1)
     torch.testing.assert_close(torch.zeros(N, dtype=torch.float64).index_add_(0, walks[:, 0], rel), node,
                                atol=1e-10, rtol=1e-8)
 
@@ -521,3 +528,376 @@ def test_top_walks_on_a_larger_graph_with_biases(rule):
     top, top_rel = top_walks(model, x, edge_index, 10, rule, target=2)
     torch.testing.assert_close(top_rel.abs(), rel.abs().sort(descending=True).values[:10], atol=1e-14, rtol=1e-9)
     torch.testing.assert_close(walk_relevance(model, x, edge_index, top, rule, target=2), top_rel)
+
+
+# ------------------------------------------------------------ per-layer rules
+def test_rule_list_matches_the_per_layer_gamma_reference():
+    """One rule per layer: layer t's gamma on its conv and the Linears after it (GIN's nn; the head gets
+    the last layer's), checked against the nested reference with per-layer gammas."""
+    gammas = [3.0, 1.5, 0.5]
+    for kind in ("gin", "gcn"):
+        model, x = make(kind, bias=True, seed=2)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 1:
+                    p.uniform_(-0.3, 0.3)
+        ref = Reference(model, x, gamma=gammas)
+        walks = ref.walks()
+        expected = torch.tensor([ref.gamma_relevance(w.tolist()) for w in walks], dtype=torch.float64)
+        got = walk_relevance(model, x, EDGE_INDEX, walks, [Gamma(g, eps=0.0) for g in gammas], target=1)
+        torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-9)
+        # differs from any single gamma: the layers really get their own
+        for g in gammas:
+            assert not torch.allclose(got, walk_relevance(model, x, EDGE_INDEX, walks, Gamma(g, eps=0.0), target=1))
+    # a list of one rule repeated is that rule
+    model, x = make("gin", seed=3)
+    walks = all_walks(WalkModel(model, x, EDGE_INDEX, "z", target=1))
+    torch.testing.assert_close(walk_relevance(model, x, EDGE_INDEX, walks, ["z"] * L, target=1),
+                               walk_relevance(model, x, EDGE_INDEX, walks, "z", target=1), atol=0, rtol=0)
+    torch.testing.assert_close(walk_relevance(model, x, EDGE_INDEX, walks, [Gamma(0.25)] * L, target=1),
+                               walk_relevance(model, x, EDGE_INDEX, walks, Gamma(0.25), target=1), atol=0, rtol=0)
+
+
+def test_gamma_schedule_is_xiongs_linspace():
+    rules = gamma_schedule(3)
+    assert [type(r).__name__ for r in rules] == ["Gamma", "Gamma", "Epsilon"]
+    assert [r.gamma for r in rules[:2]] == [3.0, 1.5] and rules[2].eps == 0.0 and rules[0].eps == 1e-6
+    assert [r.gamma for r in gamma_schedule(5, 4.0, 0.0)[:4]] == [4.0, 3.0, 2.0, 1.0]
+    assert len(gamma_schedule(1)) == 1
+    with pytest.raises(ValueError, match="depth must be an int >= 1"):
+        gamma_schedule(0)
+
+
+def test_rule_list_errors_name_the_argument():
+    model, x = make("gcn")
+    with pytest.raises(ValueError, match=r"rule is a list of 2 rule\(s\), one per message-passing layer, but "
+                                         r"model.forward calls message-passing layer 3"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], ["z", "z"], target=1)
+    with pytest.raises(ValueError, match="rule is a list of 4 rules, one per message-passing layer, but "
+                                         r"model.forward calls 3 message-passing layer\(s\)"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], ["z"] * 4, target=1)
+    with pytest.raises(ValueError, match=r"rule\[1\]: rule must be an epsilon rule"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], ["z", "alpha2beta1", "z"], target=1)
+    with pytest.raises(ValueError, match="rule is an empty list"):
+        subgraph_relevance(model, x, EDGE_INDEX, [0, 1], [], target=1)
+
+
+# ------------------------------------------------------------ signed top walks
+@pytest.mark.parametrize("kind", ["gin", "gcn"])
+@pytest.mark.parametrize("index", LEVELS)
+def test_signed_top_walks_are_the_k_most_positive(kind, index):
+    model, x = make(kind, node_level=index is not None, seed=5)
+    wm = WalkModel(model, x, EDGE_INDEX, "gamma", index=index, target=1)
+    rel = wm.walk_relevance(all_walks(wm))
+    assert bool((rel < 0).any()) and bool((rel > 0).any())  # signed and |R| rankings differ here
+    for k in (1, 4, 30, 10_000):
+        top, top_rel = top_walks(model, x, EDGE_INDEX, k, "gamma", index=index, target=1, beam=2, signed=True)
+        expected = rel.sort(descending=True).values[:k]
+        torch.testing.assert_close(top_rel, expected, atol=1e-12, rtol=1e-9)
+        torch.testing.assert_close(wm.walk_relevance(top), top_rel)
+
+
+# ------------------------------------------------------------ walk scores
+def _brute_scores(walks, rel, edge_index, k, signed):
+    """From the definition: sort all walks, take k, loop over positions and steps."""
+    key = rel if signed else rel.abs()
+    order = sorted(range(len(rel)), key=lambda i: -float(key[i]))[:k]
+    node = [0.0] * N
+    edge = [0.0] * edge_index.shape[1]
+    pairs = [tuple(e) for e in edge_index.T.tolist()]
+    for i in order:
+        w, v = walks[i].tolist(), float(key[i])
+        for j in w:
+            node[j] += v
+        for t in range(len(w) - 1):
+            copies = [e for e, p in enumerate(pairs) if p == (w[t], w[t + 1])]
+            for e in copies:
+                edge[e] += v / len(copies)
+    return torch.tensor(node, dtype=torch.float64), torch.tensor(edge, dtype=torch.float64)
+
+
+def _untied_k(key, k):
+    """The smallest k' >= k whose k'-th and (k'+1)-th largest values differ (a unique top set)."""
+    v = key.sort(descending=True).values
+    while k < len(v) and abs(float(v[k - 1] - v[k])) < 1e-12:
+        k += 1
+    return k
+
+
+# a graph with a self-loop edge (2, 2) and two parallel copies of 0 -> 1
+EDGE_INDEX_LOOPS = torch.cat([EDGE_INDEX, torch.tensor([[2, 0], [2, 1]])], 1)
+
+
+@pytest.mark.parametrize("kind", ["gin", "gcn", "graphconv"])
+@pytest.mark.parametrize("index", LEVELS)
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.parametrize("edge_index", [EDGE_INDEX, EDGE_INDEX_LOOPS], ids=["plain", "loops"])
+def test_walk_scores_match_brute_force(kind, index, signed, edge_index):
+    model, x = make(kind, node_level=index is not None, seed=3)
+    rule = gamma_schedule(L)
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=1)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    key = rel if signed else rel.abs()
+    for k in (1, 7, 25):
+        k = _untied_k(key, k)
+        node, edge = walk_scores(model, x, edge_index, k, rule, index=index, target=1, signed=signed, beam=3)
+        exp_node, exp_edge = _brute_scores(walks, rel, edge_index, k, signed)
+        assert node.shape == (N,) and edge.shape == (edge_index.shape[1],) and node.dtype == torch.float64
+        torch.testing.assert_close(node, exp_node, atol=1e-13, rtol=1e-9)
+        torch.testing.assert_close(edge, exp_edge, atol=1e-13, rtol=1e-9)
+    if edge_index is EDGE_INDEX_LOOPS and index is None:
+        node, edge = walk_scores(model, x, edge_index, 10**6, rule, target=1, signed=signed)
+        assert float(edge[-2]) != 0 and float(edge[-1]) != 0          # the self-loop edge gets steps 2 -> 2
+        assert abs(float(edge[0] - edge[-1])) < 1e-15                # parallel copies share equally
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("index", LEVELS)
+def test_walk_scores_of_all_walks_conserve(kind, index):
+    """LRP-0, bias-free: k = all walks gives node scores summing to (L+1) x the output (each walk adds its R
+    once per position), node scores = the walks' marginals per position, edge scores = the step marginals
+    (WalkModel.step_relevance) summed over layers on the input's edges."""
+    model, x = make(kind, node_level=index is not None, seed=1)
+    y = float(model(x, EDGE_INDEX)[index if index is not None else 0, 1])
+    wm = WalkModel(model, x, EDGE_INDEX, "z", index=index, target=1)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    node, edge = walk_scores(model, x, EDGE_INDEX, len(walks), "z", index=index, target=1)
+    assert abs(float(node.sum()) - (L + 1) * y) < 1e-9 * max(1.0, abs(y))
+    positions = sum(torch.zeros(N, dtype=torch.float64).index_add_(0, walks[:, t], rel) for t in range(L + 1))
+    torch.testing.assert_close(node, positions, atol=1e-12, rtol=1e-9)
+    assert float(node.sum()) != 0
+    edge_id = {(int(a), int(b)): e for e, (a, b) in enumerate(EDGE_INDEX.T.tolist())}
+    steps_on_edges = torch.zeros(EDGE_INDEX.shape[1], dtype=torch.float64)
+    for steps, step_rel in wm.step_relevance():
+        for (j, k), r in zip(steps.tolist(), step_rel.tolist()):
+            if (j, k) in edge_id:
+                steps_on_edges[edge_id[(j, k)]] += r
+    torch.testing.assert_close(edge, steps_on_edges, atol=1e-12, rtol=1e-9)
+    non_self_steps = (walks[:, 1:] != walks[:, :-1]).sum(1).to(rel.dtype)  # EDGE_INDEX has no self-loop
+    assert abs(float(edge.sum()) - float((rel * non_self_steps).sum())) < 1e-12
+    # absolute: the same with |R|
+    node_abs, _ = walk_scores(model, x, EDGE_INDEX, len(walks), "z", index=index, target=1, signed=False)
+    assert abs(float(node_abs.sum()) - (L + 1) * float(rel.abs().sum())) < 1e-12
+
+
+# ------------------------------------------------------------ alpha subgraph relevance
+@pytest.mark.parametrize("kind", ["gin", "gcn"])
+@pytest.mark.parametrize("index", LEVELS)
+def test_alpha_subgraph_relevance_is_the_weighted_sum_over_walks(kind, index):
+    model, x = make(kind, node_level=index is not None, seed=4)
+    rule = gamma_schedule(L)
+    wm = WalkModel(model, x, EDGE_INDEX, rule, index=index, target=1)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    sets = [[0, 1, 2], [1, 2, 4, 5], [2], [0, 3, 5], list(range(N))]
+    for alpha in (0.0, 0.05, 0.5, 1.0):
+        masks = torch.zeros(len(sets), N, dtype=torch.bool)
+        for i, s in enumerate(sets):
+            inside = torch.isin(walks, torch.tensor(s))
+            weight = torch.tensor(alpha, dtype=torch.float64) ** (~inside).sum(1)
+            expected = float((rel * weight * inside.any(1)).sum())
+            got = subgraph_relevance(model, x, EDGE_INDEX, s, rule, index=index, target=1, alpha=alpha)
+            assert abs(float(got) - expected) < 1e-12, (alpha, s, float(got), expected)
+            masks[i, s] = True
+        batched = wm.subgraph_relevance(masks, alpha)
+        for i, s in enumerate(sets):
+            assert abs(float(batched[i]) - float(wm.subgraph_relevance(s, alpha))) < 1e-13
+    # alpha = 1: every walk through S
+    through = torch.isin(walks, torch.tensor([2])).any(1)
+    assert abs(float(wm.subgraph_relevance([2], 1.0)) - float(rel[through].sum())) < 1e-12
+
+
+# ------------------------------------------------------------ greedy subgraph search
+def _slow_greedy(model, x, edge_index, size, rule, alpha, index):
+    """The greedy loop of Xiong et al.'s get_feat_order_local_best_guess, one subgraph_relevance call per
+    candidate, candidates in ascending order, strict > (first maximum kept)."""
+    order, rels = [], []
+    while len(order) < size:
+        best, best_rel = None, -float("inf")
+        for v in range(N):
+            if v in order:
+                continue
+            r = float(subgraph_relevance(model, x, edge_index, order + [v], rule, index=index, target=1, alpha=alpha))
+            if r > best_rel:
+                best, best_rel = v, r
+        order.append(best)
+        rels.append(best_rel)
+    return order, rels
+
+
+@pytest.mark.parametrize("kind,rule", [("gin", "schedule"), ("gcn", "z"), ("graphconv", "gamma")])
+@pytest.mark.parametrize("index", LEVELS)
+@pytest.mark.parametrize("alpha", [0.0, 0.3])
+def test_greedy_subgraph_matches_a_slow_greedy_loop(kind, rule, index, alpha):
+    model, x = make(kind, node_level=index is not None, seed=3)
+    rule = gamma_schedule(L) if rule == "schedule" else rule
+    res = greedy_subgraph(model, x, EDGE_INDEX, rule=rule, alpha=alpha, index=index, target=1)
+    assert isinstance(res, GreedySubgraph)
+    order, rels = _slow_greedy(model, x, EDGE_INDEX, N, rule, alpha, index)
+    assert res.order.tolist() == order
+    torch.testing.assert_close(res.relevance, torch.tensor(rels, dtype=torch.float64), atol=1e-13, rtol=1e-10)
+    # the scores are the ranks: N for the first node added, 1 for the last
+    assert res.scores.tolist() == [float(N - order.index(v)) for v in range(N)]
+    # a shorter search is the prefix, the rest scores 0
+    part = greedy_subgraph(model, x, EDGE_INDEX, 3, rule=rule, alpha=alpha, index=index, target=1)
+    assert part.order.tolist() == order[:3]
+    assert sorted(part.scores.tolist()) == [0.0] * (N - 3) + [N - 2.0, N - 1.0, float(N)]
+
+
+@pytest.mark.parametrize("kind", ["gin", "gcn"])
+def test_greedy_subgraph_against_exhaustive_search_over_enumerated_walks(kind):
+    """Subset relevance from the walk enumeration (sum of R over walks inside S), every subset of size 1 and
+    2: the greedy first node is the best singleton, its pair is the best pair containing it (never better
+    than the exhaustive best pair), and each prefix's relevance is the sum over the walks inside it."""
+    model, x = make(kind, seed=2)
+    rule = gamma_schedule(L)
+    wm = WalkModel(model, x, EDGE_INDEX, rule, target=1)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+
+    def inside(s):
+        return float(rel[torch.isin(walks, torch.tensor(list(s))).all(1)].sum())
+
+    res = greedy_subgraph(model, x, EDGE_INDEX, rule=rule, target=1)
+    single = {v: inside([v]) for v in range(N)}
+    best = max(single.values())
+    assert int(res.order[0]) == min(v for v in range(N) if single[v] == best)
+    pairs = {s: inside(s) for s in itertools.combinations(range(N), 2)}
+    first = int(res.order[0])
+    best_with_first = max(r for s, r in pairs.items() if first in s)
+    assert abs(float(res.relevance[1]) - best_with_first) < 1e-13
+    assert float(res.relevance[1]) <= max(pairs.values()) + 1e-13
+    for i in range(N):
+        assert abs(float(res.relevance[i]) - inside(res.order[: i + 1].tolist())) < 1e-13
+    # all nodes: every walk; under LRP-0 bias-free, the output
+    res0 = greedy_subgraph(model, x, EDGE_INDEX, rule="z", target=1)
+    assert abs(float(res0.relevance[-1]) - float(model(x, EDGE_INDEX)[0, 1])) < 1e-12
+
+
+def test_walk_scores_and_greedy_bad_input_name_the_argument():
+    model, x = make("gcn")
+    for k in (0, -1, 1.5, None):
+        with pytest.raises(ValueError, match="k must be an int >= 1"):
+            walk_scores(model, x, EDGE_INDEX, k, "z", target=1)
+    with pytest.raises(TypeError, match="signed must be True or False"):
+        walk_scores(model, x, EDGE_INDEX, 3, "z", target=1, signed="yes")
+    for size in (0, N + 1, 2.5, True):
+        with pytest.raises(ValueError, match=rf"size must be an int in 1..{N}"):
+            greedy_subgraph(model, x, EDGE_INDEX, size, "z", target=1)
+    for alpha in (-0.1, 1.5, "0.1", float("nan")):
+        with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
+            greedy_subgraph(model, x, EDGE_INDEX, 2, "z", target=1, alpha=alpha)
+        with pytest.raises(ValueError, match=r"alpha must be a number in \[0, 1\]"):
+            subgraph_relevance(model, x, EDGE_INDEX, [0], "z", target=1, alpha=alpha)
+    with pytest.raises(ValueError, match="index must be a node id in 0..5, got 9"):
+        walk_scores(model, x, EDGE_INDEX, 3, "z", index=9, target=1)
+    with pytest.raises(ValueError, match="index must be a node id in 0..5, got -1"):
+        greedy_subgraph(model, x, EDGE_INDEX, 2, "z", index=-1, target=1)
+    with pytest.raises(ValueError, match="target=7 is not a column"):
+        greedy_subgraph(model, x, EDGE_INDEX, 2, "z", target=7)
+
+
+# ------------------------------------------------------------ BA-2Motifs-like GIN
+class XiongGIN(nn.Module):
+    """Xiong et al.'s BA-2Motifs GIN in PyG terms: 3 GIN layers (sum aggregation with the node itself;
+    2-layer MLPs with biases and ReLUs in the first two, one Linear to the 2 classes in the last), node
+    logits summed over the graph; ``head=True``: a Linear head after the pool instead."""
+
+    def __init__(self, features=10, hidden=20, head=False):
+        super().__init__()
+        def mlp(i, o):
+            return nn.Sequential(nn.Linear(i, o), nn.ReLU(), nn.Linear(o, o), nn.ReLU())
+        last = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU()) if head else nn.Linear(hidden, 2)
+        self.convs = nn.ModuleList([GINConv(mlp(features, hidden)), GINConv(mlp(hidden, hidden)), GINConv(last)])
+        self.head = nn.Linear(hidden, 2) if head else None
+
+    def forward(self, x, edge_index, batch=None):
+        for conv in self.convs:
+            x = conv(x, edge_index)
+        x = global_add_pool(x, batch)
+        return x if self.head is None else self.head(x)
+
+
+def ba_house(seed=0, n=20):
+    """A 20-node Barabasi-Albert tree (one edge per new node) with a house on nodes 20..24 attached to node 0."""
+    g = torch.Generator().manual_seed(seed)
+    edges = [(1, 0)]
+    for v in range(2, n):
+        edges.append((v, int(torch.randint(0, v, (1,), generator=g))))
+    edges += [(20, 21), (21, 22), (22, 23), (23, 20), (20, 24), (21, 24), (20, 0)]
+    ei = torch.tensor(edges).T
+    return torch.cat([ei, ei.flip(0)], 1), n + 5
+
+
+@pytest.mark.parametrize("head", [False, True])
+def test_ba_2motifs_gin_greedy_and_walk_scores(head):
+    torch.manual_seed(0)
+    model = XiongGIN(head=head).double().eval()
+    edge_index, n = ba_house()
+    x = torch.full((n, 10), 0.1, dtype=torch.float64)
+    rule = gamma_schedule(3)
+    wm = WalkModel(model, x, edge_index, rule, target=0)
+    assert wm.depth == 3
+    res = wm.greedy_subgraph(alpha=0.05)
+    assert sorted(res.order.tolist()) == list(range(n))
+    assert sorted(res.scores.tolist()) == [float(v) for v in range(1, n + 1)]
+    torch.testing.assert_close(res.relevance[-1], wm.subgraph_relevance(torch.ones(n, dtype=torch.bool), 0.05))
+    # the first three steps against the slow loop
+    for i in range(3):
+        cand = [v for v in range(n) if v not in res.order[:i].tolist()]
+        r = torch.stack([wm.subgraph_relevance(res.order[:i].tolist() + [v], 0.05) for v in cand])
+        chosen = cand.index(int(res.order[i]))
+        assert float(r[chosen]) >= float(r.max()) - 1e-15          # a maximum (symmetric nodes tie)
+        assert chosen == min(j for j in range(len(cand)) if float(r[j]) >= float(r.max()) - 1e-15)
+    node, edge = wm.walk_scores(50)
+    assert node.shape == (n,) and edge.shape == (edge_index.shape[1],)
+    _, top_rel = wm.top_walks(50, signed=True)
+    assert abs(float(node.sum()) - 4 * float(top_rel.sum())) < 1e-12
+    # conservation under LRP-0 (biases kept out of the walks: all walks + bias share = output, so compare
+    # the sum over walks with the subgraph relevance of all nodes, computed without enumeration)
+    wm0 = WalkModel(model, x, edge_index, "z", target=0)
+    walks = all_walks(wm0)
+    node_all, _ = wm0.walk_scores(len(walks))
+    assert abs(float(node_all.sum()) - 4 * float(wm0.subgraph_relevance(list(range(n))))) < 1e-9
+
+
+# ------------------------------------------------------------ a property over random graphs
+@st.composite
+def _random_graph(draw):
+    n = draw(st.integers(2, 6))
+    edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1, max_size=12))
+    kind = draw(st.sampled_from(KINDS))
+    seed = draw(st.integers(0, 2**16))
+    return n, torch.tensor(edges, dtype=torch.long).T, kind, seed
+
+
+@given(_random_graph())
+def test_property_walk_scores_and_greedy_conserve_on_random_graphs(case):
+    """Any graph (self-loops and parallel edges included), any supported conv, LRP-0 bias-free: the node
+    scores of all walks sum to (L+1) x the output, their edge scores are the sum over walks of R x the steps
+    along input edges, the greedy search's full set carries the output, its first node is the best
+    singleton, and the signed top walk is the largest walk relevance."""
+    n, edge_index, kind, seed = case
+    torch.manual_seed(seed)
+    model = Net(kind).double().eval()
+    x = torch.randn(n, F_IN, dtype=torch.float64)
+    y = float(model(x, edge_index)[0, 1])
+    wm = WalkModel(model, x, edge_index, "z", target=1)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    tol = 1e-9 * max(1.0, float(rel.abs().sum()))
+    node, edge = wm.walk_scores(len(walks))
+    assert abs(float(node.sum()) - (L + 1) * y) < (L + 1) * tol
+    edge_set = set(map(tuple, edge_index.T.tolist()))
+    along = torch.tensor([sum((a, b) in edge_set for a, b in zip(w[:-1], w[1:])) for w in walks.tolist()],
+                         dtype=torch.float64)
+    assert abs(float(edge.sum()) - float((rel * along).sum())) < L * tol
+    res = wm.greedy_subgraph()
+    assert abs(float(res.relevance[-1]) - y) < tol
+    assert sorted(res.scores.tolist()) == [float(v) for v in range(1, n + 1)]
+    singles = wm.subgraph_relevance(torch.eye(n, dtype=torch.bool))
+    assert abs(float(res.relevance[0]) - float(singles.max())) < 1e-12
+    _, top = wm.top_walks(1, signed=True)
+    assert abs(float(top[0]) - float(rel.max())) < 1e-12
