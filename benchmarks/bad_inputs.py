@@ -136,7 +136,7 @@ def conserved(expl, m, x, edge_index, **kw) -> bool:
 def explainer(m, phenomenon=False, **cfg):
     config = dict(mode="binary_classification", task_level="graph", return_type="raw")
     config.update(cfg)
-    return Explainer(m, algorithm=lrp_explain.LRPExplainer(), explanation_type="phenomenon" if phenomenon else "model",
+    return Explainer(m, algorithm=lrp_explain.LRPExplainer(mask="relevance"), explanation_type="phenomenon" if phenomenon else "model",
                      node_mask_type="attributes", edge_mask_type="object", model_config=config)
 
 

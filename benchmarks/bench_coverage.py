@@ -250,7 +250,7 @@ def _raised_in(e: BaseException) -> str:
 
 
 def default_algorithm():
-    return LRPExplainer(rule=Epsilon(0.0))
+    return LRPExplainer(rule=Epsilon(0.0), mask="relevance")
 
 
 def _sci(v: float | None):

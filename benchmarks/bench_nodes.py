@@ -156,7 +156,7 @@ def main() -> None:
     lrp_explainer(x, edge_index, index=index[:8])  # warm-up
     lrp_seconds, lrp_cpu, explanation = lrp_nodes(model, x, edge_index, index, args.chunk_size)
     lrp_subset_seconds, lrp_subset_cpu, _ = lrp_nodes(model, x, edge_index, subset, args.chunk_size)
-    nnz = explanation.node_relevance._nnz()
+    nnz = explanation.node_relevance_per_index._nnz()
     print(f"LRP per_index: {targets:,} targets in {lrp_seconds:.1f} s, {per_second(targets, lrp_seconds):.0f} nodes/s "
           f"({nnz / targets:.0f} subgraph nodes per target)", flush=True)
 

@@ -31,20 +31,41 @@ sets the few choices that are not per-weight rules.  The defaults, and why:
   is the linear map :math:`a x + c` it is (the same relevance as merging it into the preceding
   linear map, for the epsilon rule).
 
-Named composites: ``"epsilon"`` (the default), ``"z"`` (:math:`\epsilon = 0` everywhere: exact
-conservation on bias-free models), ``"gamma"`` (``Gamma(0.25)`` on every weight), ``"zplus"``.
+Rules per message-passing layer (``layers=``): the weights inside the :math:`i`-th
+``MessagePassing`` module of the model (counted in the order the model registers them, its
+submodules -- a GIN's MLP, a conv's ``lin`` -- included) can get a rule that depends on the depth,
+as the LRP-for-GNN literature does.  Named composites:
+
+========================  =====================================================================
+``"epsilon"``             :class:`~lrp_lib.rules.Epsilon` (:math:`10^{-6}`) on every weight (the
+                          default): LRP-0 up to the stabiliser.
+``"z"``                   :math:`\epsilon = 0` everywhere: exact conservation on bias-free models.
+``"gamma"``               ``Gamma(0.25)`` on every weight.
+``"zplus"``               :class:`~lrp_lib.rules.ZPlus` on every weight.
+``"gamma_sgnn"``          :math:`\gamma_i` decreasing linearly from 3 at the first
+                          message-passing layer to 0 at the last (``np.linspace(3, 0, L)``), the
+                          dense head at :math:`\epsilon`: the schedule of Xiong et al.'s sGNN-LRP
+                          code (ICML 2022, ``subgraph_relevance.py``).
+``"gamma_dig"``           :math:`\gamma = 2` in the first message-passing layer, :math:`\gamma = 1`
+                          in every other layer, dense layers included: DIG's GNN-LRP
+                          (``dig/xgraph/method/gnn_lrp.py``, after Schnake et al., 2021).
+``"layered"``             a layer-dependent composite after Kohlbrenner et al. (IJCNN 2020):
+                          ``Epsilon(0.1)`` on the dense layers at the top, ``Gamma(0.25)`` in the
+                          message-passing layers, the bounded :class:`~lrp_lib.rules.ZBox` rule
+                          in the first message-passing layer, whose input is the data.
+========================  =====================================================================
 """
 from __future__ import annotations
 
 import fnmatch
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
 from torch import nn
 
-from .rules import Rule, get_rule
+from .rules import Epsilon, Gamma, Rule, ZBox, get_rule
 from .validation import check_number
 
-__all__ = ["Composite", "get_composite"]
+__all__ = ["Composite", "get_composite", "NAMED_COMPOSITES"]
 
 _ATTENTION = ("cp", "uniform")
 
@@ -66,11 +87,21 @@ class Composite:
             (the usual LRP; the explanation reports it as ``bias_relevance``).  ``False``: they take
             none, the split is over the input-dependent terms alone and all relevance reaches the
             inputs (Zennit's ``zero_params="bias"``).
+        layers: the rule of the weights inside each message-passing layer: a sequence (rule of
+            layer 0, 1, ...; layers past its end get ``linear``) or a function ``(i, n) -> rule``
+            of the layer's index ``i`` and the model's number ``n`` of message-passing layers.
+            ``rules`` take precedence, then ``layers``, then ``linear``.
     """
 
     def __init__(self, linear: Rule | str = "epsilon", rules: Mapping | None = None, epsilon: float = 1e-6,
-                 attention: str = "cp", bias: bool = True):
+                 attention: str = "cp", bias: bool = True,
+                 layers: Sequence[Rule | str] | Callable[[int, int], Rule | str] | None = None):
         self.linear = get_rule(linear)
+        if layers is not None and not callable(layers):
+            if isinstance(layers, (str, Rule)) or not isinstance(layers, Sequence):
+                raise TypeError(f"layers must be a sequence of rules or a function (i, n) -> rule, got {layers!r}")
+            layers = tuple(get_rule(r) for r in layers)
+        self.layers = layers
         self.rules = []
         for key, rule in (rules or {}).items():
             if not (isinstance(key, str) or (isinstance(key, type) and issubclass(key, nn.Module))):
@@ -84,26 +115,49 @@ class Composite:
             raise TypeError(f"bias must be True or False, got {bias!r}")
         self.bias = bias
 
-    def rule_for(self, name: str, module: nn.Module) -> Rule:
-        """The rule of the weights owned by ``module`` (qualified name ``name``)."""
+    def rule_for(self, name: str, module: nn.Module, layer: tuple[int, int] | None = None) -> Rule:
+        """The rule of the weights owned by ``module`` (qualified name ``name``); ``layer``: ``(i, n)``
+        when the module belongs to the ``i``-th of the model's ``n`` message-passing layers."""
         for key, rule in self.rules:
             if isinstance(key, str) and fnmatch.fnmatchcase(name, key):
                 return rule
         for key, rule in self.rules:
             if isinstance(key, type) and isinstance(module, key):
                 return rule
+        if layer is not None and self.layers is not None:
+            i, n = layer
+            if callable(self.layers):
+                return get_rule(self.layers(i, n))
+            if i < len(self.layers):
+                return self.layers[i]
         return self.linear
 
     def __repr__(self):
         return (f"Composite(linear={self.linear!r}, rules={dict(self.rules)!r}, epsilon={self.epsilon!r}, "
-                f"attention={self.attention!r}, bias={self.bias!r})")
+                f"attention={self.attention!r}, bias={self.bias!r}, layers={self.layers!r})")
+
+
+def _linear_gamma(i: int, n: int) -> Rule:
+    """Xiong et al.'s schedule: gamma from 3 at the first of ``n`` layers down to 0 at the last."""
+    return Gamma(3.0 * (n - 1 - i) / (n - 1)) if n > 1 else Gamma(3.0)
+
+
+#: name -> function making the named composite (see the module docstring).
+NAMED_COMPOSITES: dict[str, Callable[[], Composite]] = {
+    "gamma_sgnn": lambda: Composite(linear=Epsilon(), layers=_linear_gamma),
+    "gamma_dig": lambda: Composite(linear=Gamma(1.0), layers=[Gamma(2.0)]),
+    "layered": lambda: Composite(linear=Epsilon(0.1), layers=lambda i, n: ZBox() if i == 0 else Gamma(0.25)),
+}
 
 
 def get_composite(composite: Composite | Rule | str) -> Composite:
     """A :class:`Composite` from a composite, a rule (used for every weight, with that rule's
     epsilon for the maps without weights) or a name: ``"epsilon"``, ``"z"``, ``"gamma"``,
-    ``"zplus"``, or any rule name of :func:`lrp_lib.rules.get_rule`."""
+    ``"zplus"``, ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"`` (see the module docstring), or
+    any rule name of :func:`lrp_lib.rules.get_rule`."""
     if isinstance(composite, Composite):
         return composite
+    if isinstance(composite, str) and composite.lower().replace("-", "_") in NAMED_COMPOSITES:
+        return NAMED_COMPOSITES[composite.lower().replace("-", "_")]()
     rule = get_rule(composite)
     return Composite(linear=rule, epsilon=getattr(rule, "eps", 1e-6))

@@ -61,12 +61,13 @@ from torch_geometric.nn import GCNConv, MessagePassing
 from . import ops
 from .composites import Composite, get_composite
 from .function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
+from .masks import check_mask_kind, relevance_mask
 from .primitives import EdgeMessageRelevance
 from .rules import Rule
 from .validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
 __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
-           "check_hetero_inputs"]
+           "check_hetero_inputs", "relevance_mask"]
 
 
 # ------------------------------------------------------------------ message hooks
@@ -336,22 +337,30 @@ class LRPExplainer(ExplainerAlgorithm):
             logit :math:`z_c` of the target class; ``"contrast"``, :math:`z_c - \frac{1}{K-1}
             \sum_{k \ne c} z_k`, the evidence for the class against the others (for two classes, the
             log-odds, which is what a one-logit binary model explains either way).
+        mask: what ``node_mask`` and ``edge_mask`` hold (:func:`lrp_lib.masks.relevance_mask`):
+            ``"abs"`` (default), :math:`|R| / \max |R|`, an importance in :math:`[0, 1]` that
+            PyG's plots, thresholds and metrics read as they read GNNExplainer's masks;
+            ``"positive"``, :math:`\max(R, 0) / \max R`; ``"relevance"``, the signed relevance
+            itself.  The signed relevance is always on the explanation as ``node_relevance`` and
+            ``edge_relevance``.
         per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its
             own (default False: one explanation of the sum of their outputs, as PyG's explainers).
-            The explanation then also holds ``node_relevance``, a sparse (len(index), N, F) tensor
-            (F = 1 for ``node_mask_type="object"``) whose slice ``i`` is the node mask of
-            ``index[i]`` alone, and ``edge_relevance``, sparse (len(index), E); ``node_mask`` and
-            ``edge_mask`` are their sums over the targets.  The targets are explained
+            The explanation then also holds ``node_relevance_per_index``, a sparse
+            (len(index), N, F) tensor (F = 1 for ``node_mask_type="object"``) whose slice ``i`` is
+            the node relevance of ``index[i]`` alone, and ``edge_relevance_per_index``, sparse
+            (len(index), E); ``node_relevance`` and ``edge_relevance`` are their sums over the
+            targets.  The targets are explained
             ``chunk_size`` at a time on the disjoint union of their ``num_hops``-hop subgraphs
             (one forward and one backward per chunk); ``num_hops`` defaults to the number of
             message-passing modules of the model plus one (a layer that normalises by degree, as
             GCN, needs the edges into the outermost nodes), and an error says if the subgraphs do
             not reproduce the model's output at the targets.
 
-    Masks: ``node_mask_type="attributes"`` gives the relevance of each input feature (N x F),
-    ``"object"`` its sum per node (N x 1); ``edge_mask_type="object"`` the relevance carried by each
-    edge's messages over all layers (E).  Relevance is signed and not normalised.  The explanation
-    also holds ``bias_relevance`` (what the biases and stabilisers kept, a number),
+    Relevance: ``node_relevance`` is the relevance of each input feature (N x F) for
+    ``node_mask_type="attributes"``, its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
+    edge mask) the relevance carried by each edge's messages over all layers (E).  Relevance is
+    signed and not normalised; ``node_mask`` and ``edge_mask`` hold the mask that ``mask`` makes of
+    it.  The explanation also holds ``bias_relevance`` (what the biases and stabilisers kept, a number),
     ``relevance_residual`` (the explained value minus the relevance of the inputs and of the biases:
     zero up to rounding unless relevance was lost at a detach or a zero output) and, when the model
     gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
@@ -365,8 +374,10 @@ class LRPExplainer(ExplainerAlgorithm):
     """
 
     def __init__(self, rule: Rule | str = "epsilon", per_index: bool = False, num_hops: int | None = None,
-                 chunk_size: int = 256, composite: Composite | None = None, explained: str = "logit"):
+                 chunk_size: int = 256, composite: Composite | None = None, explained: str = "logit",
+                 mask: str = "abs"):
         super().__init__()
+        self.mask = check_mask_kind(mask)
         if explained not in ("logit", "contrast"):
             raise ValueError(f"explained must be 'logit' or 'contrast', got {explained!r}")
         self.explained = explained
@@ -416,11 +427,20 @@ class LRPExplainer(ExplainerAlgorithm):
         return self._explanation(node_rel, edge_rel, **extra)
 
     def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
+        """The explanation of node relevance (N x F) and edge relevance: signed relevance and masks."""
         node_type = self.explainer_config.node_mask_type
-        node_mask = None if node_type is None else (
-            node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True))
-        edge_mask = edge_rel if self.explainer_config.edge_mask_type is not None else None
-        return Explanation(node_mask=node_mask, edge_mask=edge_mask, **extra)
+        node_rel = node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True)
+        return self._masked(node_rel, edge_rel, **extra)
+
+    def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
+        """node_relevance / edge_relevance (signed) and the node / edge masks that ``mask`` makes of them."""
+        node_mask = None if self.explainer_config.node_mask_type is None else relevance_mask(node_rel, self.mask)
+        if self.explainer_config.edge_mask_type is None:
+            edge_rel = None
+        extra = {"node_relevance": node_rel.detach(), **extra}
+        if edge_rel is not None:
+            extra["edge_relevance"] = edge_rel.detach()
+        return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
     def _propagate(self, model, mode: RelevanceMode, recorder, inputs: list, call, target, index):
         """The one forward (``call()``, inside ``mode``, with the message hooks recording into
@@ -519,11 +539,15 @@ class LRPExplainer(ExplainerAlgorithm):
         lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
         explanation = HeteroExplanation()
         node_type = self.explainer_config.node_mask_type
-        if node_type is not None:
-            explanation.set_value_dict("node_mask", {
-                k: r if node_type == MaskType.attributes else r.sum(-1, keepdim=True) for k, r in node_rel.items()})
+        node_rel = {k: (r if node_type == MaskType.attributes else r.sum(-1, keepdim=True)).detach()
+                    for k, r in node_rel.items()}
+        explanation.set_value_dict("node_relevance", node_rel)
+        if node_type is not None:  # one normalisation over all node types (and one over all edge types)
+            explanation.set_value_dict("node_mask", relevance_mask(node_rel, self.mask))
         if recorder is not None:
-            explanation.set_value_dict("edge_mask", {k: part.record for k, part in recorder.parts.items()})
+            edge_rel = {k: part.record.detach() for k, part in recorder.parts.items()}
+            explanation.set_value_dict("edge_relevance", edge_rel)
+            explanation.set_value_dict("edge_mask", relevance_mask(edge_rel, self.mask))
         dtype = start.dtype
         explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype)
         explanation.relevance_residual = torch.tensor(lost, dtype=dtype)
@@ -614,22 +638,21 @@ class LRPExplainer(ExplainerAlgorithm):
         node_index = torch.cat([torch.stack([g, i]) for g, i, _ in nodes], 1) if nodes else \
             torch.zeros(2, 0, dtype=torch.long, device=x.device)
         node_values = torch.cat([r for _, _, r in nodes]) if nodes else x.new_zeros(0, x.shape[1])
-        if self.explainer_config.node_mask_type == MaskType.object:
+        if self.explainer_config.node_mask_type != MaskType.attributes:
             node_values = node_values.sum(-1, keepdim=True)
-        node_mask = node_values.new_zeros(n, node_values.shape[1]).index_add_(0, node_index[1], node_values)
-        extra = {"node_relevance": torch.sparse_coo_tensor(node_index, node_values, (k, n, node_values.shape[1]),
-                                                           is_coalesced=True, check_invariants=False)}
-        edge_mask = None
+        node_values = node_values.detach()
+        node_rel = node_values.new_zeros(n, node_values.shape[1]).index_add_(0, node_index[1], node_values)
+        extra = {"node_relevance_per_index": torch.sparse_coo_tensor(
+            node_index, node_values, (k, n, node_values.shape[1]), is_coalesced=True, check_invariants=False)}
+        edge_rel = None
         if self.explainer_config.edge_mask_type is not None:
             edge_index_k = torch.cat([torch.stack([g, e]) for g, e, _ in edges], 1) if edges else \
                 torch.zeros(2, 0, dtype=torch.long, device=x.device)
-            edge_values = torch.cat([r for _, _, r in edges]) if edges else x.new_zeros(0)
-            edge_mask = edge_values.new_zeros(edge_index.shape[1]).index_add_(0, edge_index_k[1], edge_values)
-            extra["edge_relevance"] = torch.sparse_coo_tensor(edge_index_k, edge_values, (k, edge_index.shape[1])).coalesce()
-        if self.explainer_config.node_mask_type is None:
-            node_mask = None
-            del extra["node_relevance"]
-        return Explanation(node_mask=node_mask, edge_mask=edge_mask, **extra)
+            edge_values = (torch.cat([r for _, _, r in edges]) if edges else x.new_zeros(0)).detach()
+            edge_rel = edge_values.new_zeros(edge_index.shape[1]).index_add_(0, edge_index_k[1], edge_values)
+            extra["edge_relevance_per_index"] = torch.sparse_coo_tensor(
+                edge_index_k, edge_values, (k, edge_index.shape[1])).coalesce()
+        return self._masked(node_rel, edge_rel, **extra)
 
     def _start(self, out: Tensor, target: Tensor, index) -> Tensor:
         """The relevance of the outputs: the explained value where explained, else 0."""

@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
+from torch_geometric.nn import MessagePassing
 
 from .composites import Composite, get_composite
 from .primitives import (BilinearRelevance, BlockedRelevance, IdentityRelevance, LinearRelevance,
@@ -177,17 +178,22 @@ class RelevanceMode(TorchFunctionMode):
         self._leaves: list[Tensor] = []
         self._leaf_nodes: set | None = None
         self._reach: dict = {}
-        self._owners: dict[int, tuple[str, nn.Module]] = {}
+        # id(parameter) -> (owner's name, owner, (message-passing layer, number of them) or None)
+        self._owners: dict[int, tuple[str, nn.Module, tuple[int, int] | None]] = {}
         self._module_names: dict[int, str] = {}
         self._rules: dict[int, Any] = {}
         self._eps_rule = Epsilon(self.composite.epsilon)
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
+            layers = [name for name, module in model.named_modules() if isinstance(module, MessagePassing)]
+            layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
             for name, module in model.named_modules():
                 self._module_names[id(module)] = name
+                depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")),
+                             None)
                 for p in module.parameters(recurse=False):
-                    self._owners[id(p)] = (name, module)
+                    self._owners[id(p)] = (name, module, None if depth is None else (depth, len(layers)))
 
     # -------------------------------------------------------------- marks
     def mark(self, t):

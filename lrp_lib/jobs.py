@@ -261,8 +261,8 @@ class _PyGBatch:
         finally:
             capture.remove()
         out = _rows_of(capture.out, self.mode, n_graphs)
-        node = explanation.node_mask.detach().view(-1)
-        edge = explanation.edge_mask.detach().view(-1)
+        node = explanation.node_relevance.detach().view(-1)
+        edge = explanation.edge_relevance.detach().view(-1)
         if self.mode == "multiclass_classification":
             value = out.gather(1, target.view(-1, 1)).view(-1)
         elif self.mode == "binary_classification":

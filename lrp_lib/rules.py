@@ -42,6 +42,7 @@ its own share (it is not an input), so only bias-free maps conserve relevance ex
 """
 from __future__ import annotations
 
+import math
 import numbers
 import re
 from typing import Callable, Union
@@ -59,6 +60,7 @@ __all__ = [
     "Gamma",
     "AlphaBeta",
     "ZPlus",
+    "ZBox",
     "get_rule",
     "linear_map",
     "linear",
@@ -253,12 +255,65 @@ class ZPlus(AlphaBeta):
         return "ZPlus()"
 
 
-_NAMED = {"epsilon": Epsilon, "z": lambda: Epsilon(0.0), "gamma": Gamma, "zplus": ZPlus, "alphabeta": AlphaBeta}
+class ZBox(Rule):
+    r"""z\ :sup:`B` rule (Montavon et al., 2017): for inputs known to lie in a box :math:`[l, h]`.
+
+    .. math::  R_j = \sum_k \frac{x_j w_{jk} - l_j w_{jk}^+ - h_j w_{jk}^-}
+               {\sum_{j'} \big(x_{j'} w_{j'k} - l_{j'} w_{j'k}^+ - h_{j'} w_{j'k}^-\big)
+               + \epsilon} R_k
+
+    Each term :math:`(x_j - l_j) w^+_{jk} + (x_j - h_j) w^-_{jk}` is non-negative, so the
+    denominator is too and relevance keeps its sign.  The bias takes no share (it cancels, as in
+    Zennit's ``ZBox``).  It is meant for the first layer, whose inputs are the data
+    (Kohlbrenner et al., 2020, use it on pixels).
+
+    Args:
+        low, high: the bounds (numbers or tensors broadcasting against the input).  ``None``
+            (default): the range each input feature takes over the explained input's first
+            dimension (its nodes), widened to include 0 -- one-hot and constant features get
+            :math:`[0, 1]` and :math:`[0, c]`, so the box never collapses to a point.
+        eps: the stabiliser of the (non-negative) denominator.
+    """
+
+    def __init__(self, low: float | Tensor | None = None, high: float | Tensor | None = None, eps: float = 1e-6):
+        for name, bound in (("low", low), ("high", high)):
+            if bound is not None and not isinstance(bound, Tensor):
+                check_number(bound, name, -math.inf)
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
+            raise ValueError(f"low must not exceed high, got low={low:g}, high={high:g}")
+        self.low, self.high = low, high
+        self.eps = check_number(eps, "eps")
+
+    def bounds(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The box :math:`(l, h)` for input ``x``, each shaped like ``x``."""
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        low = torch.minimum(x.amin(0, keepdim=True), zero) if self.low is None else \
+            torch.as_tensor(self.low, dtype=x.dtype, device=x.device)
+        high = torch.maximum(x.amax(0, keepdim=True), zero) if self.high is None else \
+            torch.as_tensor(self.high, dtype=x.dtype, device=x.device)
+        if bool((low > x).any()) or bool((high < x).any()):
+            raise ValueError(f"ZBox: the input lies outside the box [low, high] ({float((low - x).max()):.3g} below "
+                             f"low or {float((x - high).max()):.3g} above high); widen the bounds")
+        return low.expand_as(x), high.expand_as(x)
+
+    def propagate(self, m, x, weight, bias, out, rel_out, op):
+        low, high = self.bounds(x)
+        w_pos, w_neg = _positive(weight), _negative(weight)
+        z = m(x, weight, None) - m(low, w_pos, None) - m(high, w_neg, None)
+        s = _share(op, rel_out, z, self.eps)
+        return x * m.vjp(s, x, weight) - low * m.vjp(s, x, w_pos) - high * m.vjp(s, x, w_neg)
+
+    def __repr__(self):
+        return f"ZBox(low={self.low!r}, high={self.high!r})"
+
+
+_NAMED = {"epsilon": Epsilon, "z": lambda: Epsilon(0.0), "gamma": Gamma, "zplus": ZPlus, "alphabeta": AlphaBeta,
+          "zbox": ZBox}
 _ALPHA_BETA = re.compile(r"^alpha(\d+(?:\.\d+)?)beta(\d+(?:\.\d+)?)$")
 
 
 def get_rule(rule: Rule | str) -> Rule:
-    """A :class:`Rule` from a rule or its name: ``"epsilon"``, ``"z"``, ``"gamma"``, ``"zplus"``,
+    """A :class:`Rule` from a rule or its name: ``"epsilon"``, ``"z"``, ``"gamma"``, ``"zplus"``, ``"zbox"``,
     ``"alpha_beta"`` (:math:`\\alpha = 2, \\beta = 1`), ``"alpha2beta1"`` (any ``alpha<a>beta<b>``
     with ``a - b = 1``); case, ``_``, ``-`` and ``+`` (``"z+"``) do not matter."""
     if isinstance(rule, Rule):

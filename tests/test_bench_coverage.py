@@ -104,7 +104,7 @@ def test_a_layer_without_a_rule_is_refused_naming_it():
 
 def test_doubled_relevance_is_wrong():
     model, inputs = case("GCNConv")
-    row = bc.check(model, inputs, "graph", algorithm=Doubled(rule=Epsilon(0.0)))
+    row = bc.check(model, inputs, "graph", algorithm=Doubled(rule=Epsilon(0.0), mask="relevance"))
     assert row["status"] == "wrong"
     y, _ = bc.reference(model, inputs, "graph")
     assert row["conservation_error"] == pytest.approx(abs(y) / max(1.0, abs(y)), rel=0.05)

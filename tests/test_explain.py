@@ -122,7 +122,7 @@ def test_bias_free_models_conserve_the_output(conv, mode):
     out = model(batch.x, batch.edge_index, batch.batch).detach().view(-1)
     if mode == "binary_classification":  # the log-odds of the target class: +z for 1, -z for 0
         out = torch.where(out > 0, out, -out)
-    per_graph = torch.zeros_like(out).index_add_(0, batch.batch, explanation.node_mask.sum(-1))
+    per_graph = torch.zeros_like(out).index_add_(0, batch.batch, explanation.node_relevance.sum(-1))
     torch.testing.assert_close(per_graph, out, rtol=1e-5, atol=1e-8)
 
 
@@ -137,7 +137,7 @@ def test_multiclass_starts_from_the_target_logit():
         e = exp(batch.x, batch.edge_index, batch=batch.batch)
     logits = model(batch.x, batch.edge_index, batch.batch).detach()
     expected = logits.gather(1, logits.argmax(1, keepdim=True)).view(-1)
-    per_graph = torch.zeros(3, dtype=torch.float64).index_add_(0, batch.batch, e.node_mask.view(-1))
+    per_graph = torch.zeros(3, dtype=torch.float64).index_add_(0, batch.batch, e.node_relevance.view(-1))
     torch.testing.assert_close(per_graph, expected)
 
 
@@ -201,10 +201,10 @@ def test_gcn_relevance_matches_the_slow_reference(rule, gamma):
     y, R_x, R_edge = reference_gcn_lrp(data.x, data.edge_index, model.conv, model.lin, gamma)
     e = explainer(model, rule=rule)(data.x, data.edge_index)
     assert float(e.prediction) == pytest.approx(y)
-    torch.testing.assert_close(e.node_mask, R_x)
-    torch.testing.assert_close(e.edge_mask, R_edge)
+    torch.testing.assert_close(e.node_relevance, R_x)
+    torch.testing.assert_close(e.edge_relevance, R_edge)
     if gamma == 0.0:
-        assert float(e.node_mask.sum()) == pytest.approx(y)
+        assert float(e.node_relevance.sum()) == pytest.approx(y)
 
 
 # ------------------------------------------------------------------ batches
@@ -219,9 +219,9 @@ def test_batched_equals_one_by_one(conv, pool):
         warnings.simplefilter("ignore")
         together = exp(batch.x, batch.edge_index, batch=batch.batch)
         singles = [exp(g.x, g.edge_index) for g in graphs]
-    torch.testing.assert_close(together.node_mask, torch.cat([s.node_mask for s in singles]))
-    torch.testing.assert_close(together.edge_mask, torch.cat([s.edge_mask for s in singles]))
-    assert together.edge_mask.abs().sum() > 0
+    torch.testing.assert_close(together.node_relevance, torch.cat([s.node_relevance for s in singles]))
+    torch.testing.assert_close(together.edge_relevance, torch.cat([s.edge_relevance for s in singles]))
+    assert together.edge_relevance.abs().sum() > 0
 
 
 # ------------------------------------------------------- lrp_lib.graph twin
@@ -268,8 +268,8 @@ def test_matches_the_lrp_lib_graph_layers():
     torch.testing.assert_close(h.u, model(batch.x, batch.edge_index, batch.batch))
     h.u.backward(h.u.detach())
     e = explainer(model, rule="z")(batch.x, batch.edge_index, batch=batch.batch)
-    torch.testing.assert_close(e.node_mask, data.x.grad)
-    torch.testing.assert_close(e.edge_mask, sum(t.grad.sum(-1) for t in intermediate))
+    torch.testing.assert_close(e.node_relevance, data.x.grad)
+    torch.testing.assert_close(e.edge_relevance, sum(t.grad.sum(-1) for t in intermediate))
 
 
 # -------------------------------------------------------------- bad input
@@ -344,9 +344,9 @@ def test_models_the_old_per_layer_rewrites_refused_are_explained(model):
     data = random_graphs(1)[0]
     e = explainer(model, rule="z")(data.x, data.edge_index)
     out = float(model(data.x, data.edge_index))
-    assert float(e.node_mask.sum() + e.bias_relevance) == pytest.approx(out, rel=1e-9, abs=1e-12)
+    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(out, rel=1e-9, abs=1e-12)
     assert abs(float(e.relevance_residual)) < 1e-9
-    assert torch.isfinite(e.edge_mask).all() and e.edge_mask.abs().sum() > 0
+    assert torch.isfinite(e.edge_relevance).all() and e.edge_relevance.abs().sum() > 0
 
 
 class Doubling(torch.autograd.Function):
@@ -450,9 +450,9 @@ def test_node_level_explanation_starts_from_the_indexed_nodes():
         one = exp(data.x, data.edge_index, index=2)
         two = exp(data.x, data.edge_index, index=torch.tensor([0, 2]))
         zero = exp(data.x, data.edge_index, index=0)
-    assert float(one.node_mask.sum()) == pytest.approx(float(out[2]))
-    torch.testing.assert_close(two.node_mask, one.node_mask + zero.node_mask)  # relevance is linear in R_out
-    torch.testing.assert_close(two.edge_mask, one.edge_mask + zero.edge_mask)
+    assert float(one.node_relevance.sum()) == pytest.approx(float(out[2]))
+    torch.testing.assert_close(two.node_relevance, one.node_relevance + zero.node_relevance)  # relevance is linear in R_out
+    torch.testing.assert_close(two.edge_relevance, one.edge_relevance + zero.edge_relevance)
 
 
 # ------------------------------------------------------------------ heterogeneous graphs
@@ -494,13 +494,13 @@ def test_a_heterogeneous_model_is_explained_per_node_and_edge_type():
                                                              return_type="raw"))(x, ei, index=1)
     assert isinstance(e, HeteroExplanation)
     out = float(model(x, ei)[1])
-    assert sum(float(e[t].node_mask.sum()) for t in x) == pytest.approx(out, rel=1e-9)
+    assert sum(float(e[t].node_relevance.sum()) for t in x) == pytest.approx(out, rel=1e-9)
     leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
     model(leaves, ei)[1].sum().backward()
     for t in x:
-        torch.testing.assert_close(e[t].node_mask, leaves[t] * leaves[t].grad)
-    assert all(e[k].edge_mask.shape == (v.shape[1],) for k, v in ei.items())
-    assert float(e[("a", "to", "b")].edge_mask.abs().sum()) > 0
+        torch.testing.assert_close(e[t].node_relevance, leaves[t] * leaves[t].grad)
+    assert all(e[k].edge_relevance.shape == (v.shape[1],) for k, v in ei.items())
+    assert float(e[("a", "to", "b")].edge_relevance.abs().sum()) > 0
     from lrp_lib.explain import Explainer as CheckingExplainer
     with pytest.raises(ValueError, match="edge types must be"):
         CheckingExplainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",

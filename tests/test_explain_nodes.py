@@ -58,21 +58,21 @@ def test_batched_equals_node_by_node(conv, node_mask_type):
     kwargs = {"edge_weight": edge_weight} if conv != "sage" else {}
     index = torch.tensor([0, 7, 7, 13, 39, 21, 2])  # a repeated target is explained twice
     batched = explainer(model, True, node_mask_type, chunk_size=3)(x, edge_index, index=index, **kwargs)
-    assert batched.node_relevance.shape[:2] == (index.numel(), x.shape[0])
-    nodes = batched.node_relevance.to_dense()
-    edges = batched.edge_relevance.to_dense()
+    assert batched.node_relevance_per_index.shape[:2] == (index.numel(), x.shape[0])
+    nodes = batched.node_relevance_per_index.to_dense()
+    edges = batched.edge_relevance_per_index.to_dense()
     single = explainer(model, False, node_mask_type)
     for i, t in enumerate(index.tolist()):
         one = single(x, edge_index, index=t, **kwargs)
-        torch.testing.assert_close(nodes[i], one.node_mask, rtol=0, atol=1e-9)
-        torch.testing.assert_close(edges[i], one.edge_mask, rtol=0, atol=1e-9)
-        assert float(one.node_mask.abs().sum()) > 0  # the comparison is not between zeros
+        torch.testing.assert_close(nodes[i], one.node_relevance, rtol=0, atol=1e-9)
+        torch.testing.assert_close(edges[i], one.edge_relevance, rtol=0, atol=1e-9)
+        assert float(one.node_relevance.abs().sum()) > 0  # the comparison is not between zeros
     # the masks are the sums over the targets: without repeats, the explanation of the sum of their outputs
     distinct = index.unique()
     batched = explainer(model, True, node_mask_type, chunk_size=3)(x, edge_index, index=distinct, **kwargs)
     together = single(x, edge_index, index=distinct, **kwargs)
-    torch.testing.assert_close(batched.node_mask, together.node_mask, rtol=0, atol=1e-9)
-    torch.testing.assert_close(batched.edge_mask, together.edge_mask, rtol=0, atol=1e-9)
+    torch.testing.assert_close(batched.node_relevance, together.node_relevance, rtol=0, atol=1e-9)
+    torch.testing.assert_close(batched.edge_relevance, together.edge_relevance, rtol=0, atol=1e-9)
 
 
 def test_a_target_whose_border_nodes_have_many_edges_outside():
@@ -84,7 +84,7 @@ def test_a_target_whose_border_nodes_have_many_edges_outside():
     x = torch.randn(10, 5, dtype=torch.float64)
     batched = explainer(model, True)(x, edge_index, index=torch.tensor([0]))
     one = explainer(model, False)(x, edge_index, index=0)
-    torch.testing.assert_close(batched.node_relevance.to_dense()[0], one.node_mask, rtol=0, atol=1e-9)
+    torch.testing.assert_close(batched.node_relevance_per_index.to_dense()[0], one.node_relevance, rtol=0, atol=1e-9)
 
 
 def test_too_few_hops_is_an_error():

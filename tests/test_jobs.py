@@ -136,8 +136,8 @@ def test_rows_equal_the_explainer_of_each_batch(tmp_path, factories):
             assert row["explained_value"] == pytest.approx(abs(float(logits[k])), rel=1e-6, abs=1e-6)
             # exactly: the job negates the relevance of the raw logit where class 0 is explained, which
             # equals LRPExplainer started from -z bit for bit (the backward is linear, negation exact)
-            assert torch.equal(torch.tensor(row["node_relevance"]), expl.node_mask.view(-1)[nodes])
-            assert torch.equal(torch.tensor(row["edge_relevance"]), expl.edge_mask[edges])
+            assert torch.equal(torch.tensor(row["node_relevance"]), expl.node_relevance.view(-1)[nodes])
+            assert torch.equal(torch.tensor(row["edge_relevance"]), expl.edge_relevance[edges])
             assert row["bias_relevance"] == pytest.approx(
                 row["explained_value"] - sum(row["node_relevance"]), abs=1e-5)
 

@@ -68,9 +68,9 @@ def test_bias_free_lrp0_conserves_each_graphs_output(specs, model, mode, dtype):
     batch = batch_of(specs, dtype)
     e = explainer(net, Epsilon(0.0), mode)(batch.x, batch.edge_index, batch=batch.batch)
     out = net(batch.x, batch.edge_index, batch.batch).detach()
-    per_graph = torch.zeros(len(specs), dtype=dtype).index_add_(0, batch.batch, e.node_mask.sum(-1))
+    per_graph = torch.zeros(len(specs), dtype=dtype).index_add_(0, batch.batch, e.node_relevance.sum(-1))
     expected = explained_value(out, mode)
-    close(per_graph, expected, TOL[dtype] * scale(e.node_mask, expected))
+    close(per_graph, expected, TOL[dtype] * scale(e.node_relevance, expected))
 
 
 @given(spec=graph_specs(), model=model_specs(bias=False, pools=(None,)), data=st.data(), dtype=dtypes)
@@ -80,7 +80,7 @@ def test_bias_free_lrp0_conserves_a_node_level_output(spec, model, data, dtype):
     index = data.draw(st.integers(0, spec.nodes - 1), label="index")
     e = explainer(net, Epsilon(0.0), task_level="node")(x, edge_index, index=index)
     expected = net(x, edge_index).detach()[index].sum()
-    close(e.node_mask.sum(), expected, TOL[dtype] * scale(e.node_mask, expected))
+    close(e.node_relevance.sum(), expected, TOL[dtype] * scale(e.node_relevance, expected))
 
 
 # ------------------------------------------------------------------ batching invariance
@@ -103,11 +103,11 @@ def test_a_batch_is_explained_as_its_graphs_one_by_one(specs, model, rule, mode,
     for s, w in zip(specs, weights):
         x, edge_index, _, _ = s.tensors(dtype)
         singles.append(exp(x, edge_index, **(dict(edge_weight=w) if weighted else {})))
-    node = torch.cat([s.node_mask for s in singles])
-    edge = torch.cat([s.edge_mask for s in singles])
+    node = torch.cat([s.node_relevance for s in singles])
+    edge = torch.cat([s.edge_relevance for s in singles])
     tol = TOL[dtype] * scale(node, edge)
-    close(together.node_mask, node, tol)
-    close(together.edge_mask, edge, tol)
+    close(together.node_relevance, node, tol)
+    close(together.edge_relevance, edge, tol)
 
 
 # ------------------------------------------------------------------ permutation equivariance
@@ -129,9 +129,9 @@ def test_relabelling_nodes_permutes_node_and_edge_relevance(spec, model, rule, w
     new_label = torch.argsort(perm)
     before = exp(x, edge_index, **(dict(edge_weight=w) if weighted else {}))
     after = exp(x[perm], new_label[edge_index][:, order], **(dict(edge_weight=w[order]) if weighted else {}))
-    tol = TOL[dtype] * scale(before.node_mask, before.edge_mask)
-    close(after.node_mask, before.node_mask[perm], tol)
-    close(after.edge_mask, before.edge_mask[order], tol)
+    tol = TOL[dtype] * scale(before.node_relevance, before.edge_relevance)
+    close(after.node_relevance, before.node_relevance[perm], tol)
+    close(after.edge_relevance, before.edge_relevance[order], tol)
 
 
 # ------------------------------------------------------------------ dtype agreement
@@ -150,11 +150,11 @@ def test_float32_agrees_with_float64(specs, model, rule):
     b32 = batch_of(specs, torch.float32)
     e32 = explainer(net32, rule)(b32.x, b32.edge_index, batch=b32.batch)
     e64 = explainer(net64, rule)(b32.x.double(), b32.edge_index, batch=b32.batch)
-    assert e32.node_mask.dtype == torch.float32 and e64.node_mask.dtype == torch.float64
-    assert e32.edge_mask.dtype == torch.float32 and e64.edge_mask.dtype == torch.float64
-    tol = 1e-3 * scale(e64.node_mask, e64.edge_mask)
-    close(e32.node_mask.double(), e64.node_mask, tol)
-    close(e32.edge_mask.double(), e64.edge_mask, tol)
+    assert e32.node_relevance.dtype == torch.float32 and e64.node_relevance.dtype == torch.float64
+    assert e32.edge_relevance.dtype == torch.float32 and e64.edge_relevance.dtype == torch.float64
+    tol = 1e-3 * scale(e64.node_relevance, e64.edge_relevance)
+    close(e32.node_relevance.double(), e64.node_relevance, tol)
+    close(e32.edge_relevance.double(), e64.edge_relevance, tol)
 
 
 # ------------------------------------------------------------------ LRP-0 = x * grad
@@ -174,10 +174,10 @@ def test_lrp0_equals_input_times_gradient_on_bias_free_models(specs, model, dtyp
     x = batch.x.clone().requires_grad_(True)
     w_leaf = w.clone().requires_grad_(True) if linear_in_w else None
     net(x, batch.edge_index, batch.batch, **(dict(edge_weight=w_leaf) if linear_in_w else {})).sum().backward()
-    tol = TOL[dtype] * scale(e.node_mask, e.edge_mask)
-    close(e.node_mask, x.detach() * x.grad, tol)
+    tol = TOL[dtype] * scale(e.node_relevance, e.edge_relevance)
+    close(e.node_relevance, x.detach() * x.grad, tol)
     if linear_in_w:
-        close(e.edge_mask, w * w_leaf.grad, tol)
+        close(e.edge_relevance, w * w_leaf.grad, tol)
 
 
 # ------------------------------------------------------------------ rule limits
@@ -189,9 +189,9 @@ def test_gamma_zero_is_epsilon(specs, model, dtype):
     for gamma, epsilon in ((Gamma(0.0, eps=0.0), Epsilon(0.0)), (Gamma(0.0), Epsilon())):
         g = explainer(net, gamma)(batch.x, batch.edge_index, batch=batch.batch)
         e = explainer(net, epsilon)(batch.x, batch.edge_index, batch=batch.batch)
-        tol = TOL[dtype] * scale(e.node_mask, e.edge_mask)
-        close(g.node_mask, e.node_mask, tol)
-        close(g.edge_mask, e.edge_mask, tol)
+        tol = TOL[dtype] * scale(e.node_relevance, e.edge_relevance)
+        close(g.node_relevance, e.node_relevance, tol)
+        close(g.edge_relevance, e.edge_relevance, tol)
 
 
 @given(specs=st.lists(graph_specs(), min_size=1, max_size=3), model=model_specs())
@@ -203,7 +203,7 @@ def test_epsilon_tends_to_lrp0(specs, model):
 
     def masks(eps):
         e = explainer(net, Epsilon(eps))(batch.x, batch.edge_index, batch=batch.batch)
-        return torch.cat([e.node_mask.view(-1), e.edge_mask.view(-1)])
+        return torch.cat([e.node_relevance.view(-1), e.edge_relevance.view(-1)])
 
     zero = masks(0.0)
     size = scale(zero)

@@ -385,3 +385,51 @@ def test_rule_names_normalise():
     assert rules.get_rule("alpha_beta") == rules.AlphaBeta(2.0, 1.0)
     assert rules.get_rule("Z+") == rules.ZPlus()
     assert rules.get_rule("alpha-2-beta-1") == rules.AlphaBeta(2.0, 1.0)
+
+
+# ----------------------------------------------------------------------- z^B
+def ref_zbox(x, W, low, high, R):
+    """z^B from its definition, one (sample, input, output) triple at a time."""
+    n, d = x.shape
+    k = W.shape[0]
+    out = torch.zeros_like(x)
+    for s in range(n):
+        for o in range(k):
+            terms = [float(x[s, j] * W[o, j] - low[s, j] * max(float(W[o, j]), 0.0) -
+                           high[s, j] * min(float(W[o, j]), 0.0)) for j in range(d)]
+            z = sum(terms) + 1e-6
+            for j in range(d):
+                out[s, j] += terms[j] / z * R[s, o]
+    return out
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_zbox_matches_definition_with_the_data_range_as_box(bias, gen):
+    x = torch.randn(5, 6, generator=gen, dtype=torch.float64)
+    W = torch.randn(3, 6, generator=gen, dtype=torch.float64)
+    b = torch.randn(3, generator=gen, dtype=torch.float64) if bias else None
+    out, R, Rx = relevance(lambda t: rules.linear(t, W, b, rule=rules.ZBox()), x)
+    low = torch.minimum(x.amin(0, keepdim=True), torch.zeros(())).expand_as(x)
+    high = torch.maximum(x.amax(0, keepdim=True), torch.zeros(())).expand_as(x)
+    torch.testing.assert_close(Rx, ref_zbox(x, W, low, high, R))
+    assert float(Rx.sum()) == pytest.approx(float(R.sum()), rel=1e-5)  # the bias takes nothing: all reaches x
+
+
+def test_zbox_with_given_bounds_and_constant_inputs(gen):
+    x = torch.ones(4, 3, dtype=torch.float64)  # constant features: the box [0, 1] (0 included), never a point
+    W = torch.randn(2, 3, generator=gen, dtype=torch.float64)
+    _, R, Rx = relevance(lambda t: rules.linear(t, W, None, rule=rules.ZBox()), x)
+    torch.testing.assert_close(Rx, ref_zbox(x, W, torch.zeros_like(x), torch.ones_like(x), R))
+    x = torch.rand(4, 3, generator=gen, dtype=torch.float64)
+    _, R, Rx = relevance(lambda t: rules.linear(t, W, None, rule=rules.ZBox(-1.0, 2.0)), x)
+    torch.testing.assert_close(Rx, ref_zbox(x, W, torch.full_like(x, -1.0), torch.full_like(x, 2.0), R))
+    assert rules.get_rule("zbox") == rules.ZBox()
+
+
+def test_zbox_refuses_inputs_outside_its_box_and_bad_bounds():
+    with pytest.raises(ValueError, match="low must not exceed high"):
+        rules.ZBox(1.0, 0.0)
+    x = torch.full((2, 3), 3.0, requires_grad=True)
+    y = rules.linear(x, torch.ones(1, 3), None, rule=rules.ZBox(0.0, 1.0))
+    with pytest.raises(ValueError, match="outside the box"):
+        y.backward(torch.ones_like(y))

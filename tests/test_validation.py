@@ -141,7 +141,7 @@ def test_detach_inside_the_model_reports_the_missing_amount():
     assert len(lost) == 1 and "did not reach x" in str(lost[0].message)
     amount = float(str(lost[0].message).split()[1])
     explained = float(m(x, ei).abs().sum())  # no biases: node relevance + lost = the explained logit
-    assert abs(float(expl.node_mask.sum()) + amount - explained) < 1e-3 * explained
+    assert abs(float(expl.node_relevance.sum()) + amount - explained) < 1e-3 * explained
     assert issubclass(LostRelevanceWarning, ops.LostRelevanceWarning)
 
 
