@@ -412,7 +412,12 @@ class LRPExplainer(ExplainerAlgorithm):
                 index=None, **kwargs) -> Explanation:
         training = _explainer_training_flag(model)
         try:
-            return self._explain(model, x, edge_index, target=target, index=index, **kwargs)
+            # the relevance is a backward: it runs with autograd on, also when the caller evaluates under
+            # torch.no_grad() or torch.inference_mode() (whose tensors cannot be saved for backward: copied)
+            with torch.inference_mode(False), torch.enable_grad():
+                x, edge_index, target, index = (_usable(t) for t in (x, edge_index, target, index))
+                kwargs = {k: _usable(v) for k, v in kwargs.items()}
+                return self._explain(model, x, edge_index, target=target, index=index, **kwargs)
         except BaseException:
             if training is not None:
                 model.train(training)
@@ -699,6 +704,15 @@ class LRPExplainer(ExplainerAlgorithm):
             keep[index] = True
             rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
         return rel
+
+
+def _usable(t):
+    """``t`` with every inference-mode tensor in it (a tensor or a dict of them) copied to a normal one."""
+    if isinstance(t, Tensor):
+        return t.clone() if t.is_inference() else t
+    if isinstance(t, dict):
+        return {k: _usable(v) for k, v in t.items()}
+    return t
 
 
 def _k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor, n: int):

@@ -131,7 +131,8 @@ def check_relevance_graph(out: Tensor, inputs: list[Tensor]) -> None:
         if t.grad_fn is not None:
             ends.add(t.grad_fn)
         elif t.requires_grad:
-            ends.add(t.view_as(t).grad_fn.next_functions[0][0])  # the leaf's AccumulateGrad node
+            with torch.enable_grad():  # the view records its grad_fn also under torch.no_grad()
+                ends.add(t.view_as(t).grad_fn.next_functions[0][0])  # the leaf's AccumulateGrad node
     reach: dict = {}
     stack = [out.grad_fn] if out.grad_fn is not None else []
     while stack:

@@ -506,3 +506,37 @@ def test_a_heterogeneous_model_is_explained_per_node_and_edge_type():
         CheckingExplainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
                   model_config=dict(mode="regression", task_level="node", return_type="raw"))(
             x, {("a", "to", "c"): ei[("a", "to", "b")]}, index=1)
+
+
+class NodeNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2, self.head = GCNConv(4, 6), GCNConv(6, 6), nn.Linear(6, 1)
+
+    def forward(self, x, edge_index):
+        return self.head(torch.relu(self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)))
+
+
+@pytest.mark.parametrize("per_index", [False, True])
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode", "inference_tensors"])
+def test_explaining_under_no_grad_or_inference_mode_gives_the_same_relevance(context, per_index):
+    """An evaluation loop under torch.no_grad() / inference_mode() (even with inference tensors as
+    input) gets the relevance it gets with autograd on."""
+    torch.manual_seed(0)
+    model = NodeNet().double().eval()
+    g = random_graphs(seed=5)[0]
+    ex = Explainer(model, algorithm=LRPExplainer(per_index=per_index), explanation_type="model",
+                   node_mask_type="attributes", edge_mask_type="object",
+                   model_config=dict(mode="regression", task_level="node", return_type="raw"))
+    index = torch.tensor([1, 3])
+    want = ex(g.x, g.edge_index, index=index)
+    if context == "no_grad":
+        with torch.no_grad():
+            got = ex(g.x, g.edge_index, index=index)
+    else:
+        with torch.inference_mode():
+            x, ei = (g.x.clone(), g.edge_index.clone()) if context == "inference_tensors" else (g.x, g.edge_index)
+            got = ex(x, ei, index=index)
+    torch.testing.assert_close(got.node_relevance, want.node_relevance, rtol=0, atol=0)
+    torch.testing.assert_close(got.edge_relevance, want.edge_relevance, rtol=0, atol=0)
+    assert float(want.node_relevance.abs().sum()) > 0
