@@ -585,6 +585,14 @@ def _nodewise_jacobian(u: Tensor, prev: Tensor, name: str) -> _Jacobian:
         if _elementwise(u, prev, diag):
             return _Jacobian("diag", diag)
     eye = torch.eye(d, dtype=u.dtype, device=u.device)
+    try:  # all d vector-Jacobian products in one batched backward
+        (cols,) = torch.autograd.grad(u, prev, eye.unsqueeze(1).expand(d, n, d), retain_graph=True,
+                                      allow_unused=True, is_grads_batched=True)
+        if cols is None:
+            cols = prev.new_zeros(d, *prev.shape)
+        return _Jacobian("full", cols.permute(1, 2, 0).detach())
+    except RuntimeError:  # an op without a batching rule: one product per feature
+        pass
     cols = []
     for k in range(d):
         (col,) = torch.autograd.grad(u, prev, eye[k].expand(n, d), retain_graph=True, allow_unused=True)

@@ -528,6 +528,9 @@ def test_top_walks_on_a_larger_graph_with_biases(rule):
     top, top_rel = top_walks(model, x, edge_index, 10, rule, target=2)
     torch.testing.assert_close(top_rel.abs(), rel.abs().sort(descending=True).values[:10], atol=1e-14, rtol=1e-9)
     torch.testing.assert_close(walk_relevance(model, x, edge_index, top, rule, target=2), top_rel)
+    top, top_rel = wm.top_walks(10, signed=True)
+    torch.testing.assert_close(top_rel, rel.sort(descending=True).values[:10], atol=1e-14, rtol=1e-9)
+    torch.testing.assert_close(wm.walk_relevance(top), top_rel)
 
 
 # ------------------------------------------------------------ per-layer rules
