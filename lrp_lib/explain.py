@@ -356,6 +356,12 @@ class LRPExplainer(ExplainerAlgorithm):
             GCN, needs the edges into the outermost nodes), and an error says if the subgraphs do
             not reproduce the model's output at the targets.
 
+    Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or
+    ``sigmoid`` (``return_type="probs"``/``"log_probs"``, or ``"raw"``) is explained from the input of
+    that function, its logits, as the LRP literature does (the probabilities couple the classes and
+    saturate); the explanation then says so in ``explained_output``.  A model declared with
+    ``"probs"``/``"log_probs"`` whose output is not such a function's is refused.
+
     Relevance: ``node_relevance`` is the relevance of each input feature (N x F) for
     ``node_mask_type="attributes"``, its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
     edge mask) the relevance carried by each edge's messages over all layers (E).  Relevance is
@@ -401,9 +407,6 @@ class LRPExplainer(ExplainerAlgorithm):
                              f"got {cfg.node_mask_type.value!r}")
         if cfg.edge_mask_type not in (None, MaskType.object):
             raise ValueError(f"LRPExplainer supports edge_mask_type None or 'object', got {cfg.edge_mask_type.value!r}")
-        if model_cfg.return_type != ModelReturnType.raw:
-            raise ValueError(f"LRPExplainer starts from raw model outputs: use return_type='raw', "
-                             f"got {model_cfg.return_type.value!r}")
         if model_cfg.task_level == ModelTaskLevel.edge:
             raise ValueError("LRPExplainer explains graph- and node-level tasks, not task_level='edge'")
         return True
@@ -467,11 +470,13 @@ class LRPExplainer(ExplainerAlgorithm):
                 "the model's output does not depend on x through autograd: model.forward detaches it "
                 "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
                 "propagated through the model's autograd graph, so remove the detach")
-        check_relevance_graph(out, inputs)
+        explained = self._logits(mode, out)
+        mode.explained_head = mode.head_of(out)[0] if explained is not out else None
+        check_relevance_graph(explained, inputs)
         if recorder is not None:
             recorder.check()
-        start = self._start(out, target, index)
-        grads = torch.autograd.grad(out, inputs, start, allow_unused=True)
+        start = self._start(explained, target, index)
+        grads = torch.autograd.grad(explained, inputs, start, allow_unused=True)
         blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
         if blocked:
             raise UnsupportedModelError(
@@ -479,6 +484,22 @@ class LRPExplainer(ExplainerAlgorithm):
                     f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
                 ". Replace them with supported torch operations, or explain with another method")
         return out, start, grads
+
+    def _logits(self, mode: RelevanceMode, out: Tensor) -> Tensor:
+        """What the relevance starts from: ``out``, or the logits of a classifier whose output is a
+        final softmax, log_softmax or sigmoid (the LRP literature explains the logit, before the
+        probabilities couple the classes)."""
+        head = mode.head_of(out)
+        classifier = self.model_config.mode != ModelMode.regression
+        if head is not None and (classifier or head[0] != "sigmoid"):
+            return head[1]
+        if self.model_config.return_type != ModelReturnType.raw:
+            raise ValueError(
+                f"return_type={self.model_config.return_type.value!r}: LRP explains the logits before the "
+                f"probabilities, but the model's output is not computed by a final softmax, log_softmax or "
+                f"sigmoid of them (its last operation is something else); return the logits and use "
+                f"return_type='raw'")
+        return out
 
     def _relevance(self, model, x, edge_index, target, index, checked=False, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward."""
@@ -519,6 +540,8 @@ class LRPExplainer(ExplainerAlgorithm):
                 f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=4)
         extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype),
                  "relevance_residual": torch.tensor(lost, dtype=x.dtype)}
+        if mode.explained_head is not None:
+            extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
         if attr_rel is not None:
             extra["edge_attr_relevance"] = attr_rel
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
@@ -554,6 +577,8 @@ class LRPExplainer(ExplainerAlgorithm):
             explanation.set_value_dict("edge_relevance", edge_rel)
             explanation.set_value_dict("edge_mask", relevance_mask(edge_rel, self.mask))
         dtype = start.dtype
+        if mode.explained_head is not None:
+            explanation.explained_output = f"the input of the model's final {mode.explained_head}"
         explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype)
         explanation.relevance_residual = torch.tensor(lost, dtype=dtype)
         return explanation

@@ -174,6 +174,7 @@ class RelevanceMode(TorchFunctionMode):
         super().__init__()
         self.composite = get_composite(composite)
         self.tally = Tally()
+        self._heads: dict[int, tuple[str, Tensor, Tensor]] = {}  # id(output) -> (function, its input, output)
         self.detached: set[str] = set()
         self._token = object()
         self._leaves: list[Tensor] = []
@@ -339,9 +340,21 @@ class RelevanceMode(TorchFunctionMode):
                 out = self.mark(self._identity(func, args, kwargs))
                 if name in _GATES or (name in _SIGN_FLIPS and any(self._is_gate(a) for a in args)):
                     self._gate(out)  # a sigmoid is a gate; so is its negation
-                return out
-            return self._blocked(func, name, args, kwargs)
-        return self.mark(handler(self, func, args, kwargs))
+            else:
+                out = self._blocked(func, name, args, kwargs)
+        else:
+            out = self.mark(handler(self, func, args, kwargs))
+        if name in _HEADS and isinstance(out, Tensor):
+            self._heads[id(out)] = (name, args[0], out)
+        return out
+
+    def head_of(self, out: Tensor) -> tuple[str, Tensor] | None:
+        """``(name, logits)`` if ``out`` is the output of a softmax, log_softmax or sigmoid computed in
+        this mode (a probability head), with ``logits`` its input; else ``None``."""
+        entry = self._heads.get(id(out))
+        if entry is None or entry[2] is not out:
+            return None
+        return entry[0], entry[1]
 
     def _get(self, func, args, kwargs):
         attr = getattr(getattr(func, "__self__", None), "__name__", "")
@@ -492,6 +505,8 @@ _COPY_INPLACE = frozenset({"__setitem__", "copy_", "fill_", "zero_", "index_copy
 #: "signal-take-all" rule of Arras et al. 2017 for LSTM/GRU gates, CP-LRP for attention).
 _GATES = frozenset({"sigmoid", "hardsigmoid"})
 _SIGN_FLIPS = frozenset({"neg", "__neg__", "negative"})
+#: Functions that turn logits into probabilities: a model ending in one is explained from its input.
+_HEADS = frozenset({"softmax", "log_softmax", "sigmoid"})
 
 _AUGMENTED = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}
 

@@ -376,7 +376,8 @@ class WithLogSoftmax(nn.Module):
         self.lin = nn.Linear(3, 2)
 
     def forward(self, x, edge_index, batch=None):
-        return F.log_softmax(self.lin(global_mean_pool(self.conv(x, edge_index), batch)), dim=-1)
+        # log_softmax inside the model (not as its output head) has no rule
+        return self.lin(global_mean_pool(F.log_softmax(self.conv(x, edge_index), dim=-1), batch))
 
 
 class WithAttentionModule(nn.Module):
@@ -419,9 +420,11 @@ def test_unsupported_operations_raise_a_clear_error(model, named):
 
 def test_unsupported_configurations_raise():
     model = make("gcn")
-    with pytest.raises(ValueError, match="return_type='raw'"):
+    data = random_graphs(1)[0]
+    with pytest.raises(ValueError, match="not computed by a final softmax, log_softmax or sigmoid"):
         Explainer(model, algorithm=LRPExplainer(), explanation_type="model", edge_mask_type="object",
-                  model_config=dict(mode="binary_classification", task_level="graph", return_type="probs"))
+                  model_config=dict(mode="binary_classification", task_level="graph", return_type="probs"))(
+            data.x, data.edge_index)
     with pytest.raises(ValueError, match="rule 'nope' is not known"):
         LRPExplainer(rule="nope")
     with pytest.raises(TypeError, match="composite must be a lrp_lib.composites.Composite"):
@@ -540,3 +543,75 @@ def test_explaining_under_no_grad_or_inference_mode_gives_the_same_relevance(con
     torch.testing.assert_close(got.node_relevance, want.node_relevance, rtol=0, atol=0)
     torch.testing.assert_close(got.edge_relevance, want.edge_relevance, rtol=0, atol=0)
     assert float(want.node_relevance.abs().sum()) > 0
+
+
+class Headed(nn.Module):
+    """A GCN classifier whose forward ends in ``head`` (as most PyG examples end in log_softmax)."""
+
+    def __init__(self, head, classes=3):
+        super().__init__()
+        self.conv1, self.conv2, self.lin = GCNConv(4, 6), GCNConv(6, 6), nn.Linear(6, classes)
+        self.head = head
+
+    def forward(self, x, edge_index, batch=None):
+        h = torch.relu(self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index))
+        return self.head(self.lin(global_mean_pool(h, batch)))
+
+
+HEADS = {"log_softmax": (lambda z: F.log_softmax(z, dim=-1), "log_probs"),
+         "softmax": (lambda z: torch.softmax(z, -1), "probs"),
+         "log_softmax as raw": (lambda z: z.log_softmax(-1), "raw")}
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_a_probability_head_is_explained_from_its_logits(head):
+    fn, return_type = HEADS[head]
+    batch = Batch.from_data_list(random_graphs(seed=2))
+
+    def explain(model, rt):
+        torch.manual_seed(0)
+        return Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
+                         edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                                    task_level="graph", return_type=rt))(
+            batch.x, batch.edge_index, batch=batch.batch)
+
+    torch.manual_seed(1)
+    logits = Headed(lambda z: z).double().eval()
+    headed = Headed(fn).double().eval()
+    headed.load_state_dict(logits.state_dict())
+    want, got = explain(logits, "raw"), explain(headed, return_type)
+    torch.testing.assert_close(got.node_relevance, want.node_relevance, rtol=0, atol=0)
+    torch.testing.assert_close(got.edge_relevance, want.edge_relevance, rtol=0, atol=0)
+    z = logits(batch.x, batch.edge_index, batch.batch).detach()
+    total = float(got.node_relevance.sum() + got.bias_relevance)
+    assert total == pytest.approx(float(z.max(-1).values.sum()), rel=1e-9)  # the logits, not the probabilities
+    assert got.explained_output == f"the input of the model's final {head.split()[0]}"
+    assert want.get("explained_output") is None
+
+
+@pytest.mark.parametrize("target", [0, 1])
+def test_a_sigmoid_head_of_a_binary_classifier_is_explained_from_its_log_odds(target):
+    torch.manual_seed(3)
+    logit = Headed(lambda z: z, classes=1).double().eval()
+    prob = Headed(torch.sigmoid, classes=1).double().eval()
+    prob.load_state_dict(logit.state_dict())
+    g = random_graphs(1, seed=4)[0]
+    explain = [Explainer(m, algorithm=LRPExplainer("z"), explanation_type="phenomenon", node_mask_type="object",
+                         model_config=dict(mode="binary_classification", task_level="graph", return_type=rt))
+               for m, rt in ((logit, "raw"), (prob, "probs"))]
+    t = torch.tensor([target])
+    want, got = (ex(g.x, g.edge_index, target=t) for ex in explain)
+    torch.testing.assert_close(got.node_relevance, want.node_relevance, rtol=0, atol=0)
+    z = float(logit(g.x, g.edge_index))
+    assert float(got.node_relevance.sum() + got.bias_relevance) == pytest.approx(z if target else -z, rel=1e-9)
+
+
+def test_a_regression_ending_in_a_sigmoid_is_explained_as_its_output():
+    torch.manual_seed(5)
+    model = Headed(torch.sigmoid, classes=1).double().eval()
+    g = random_graphs(1, seed=6)[0]
+    e = Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="object",
+                  model_config=dict(mode="regression", task_level="graph", return_type="raw"))(g.x, g.edge_index)
+    y = float(model(g.x, g.edge_index))
+    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(y, rel=1e-9)  # sigmoid: identity rule
+    assert e.get("explained_output") is None
