@@ -363,7 +363,8 @@ class LRPExplainer(ExplainerAlgorithm):
     ``"probs"``/``"log_probs"`` whose output is not such a function's is refused.
 
     Relevance: ``node_relevance`` is the relevance of each input feature (N x F) for
-    ``node_mask_type="attributes"``, its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
+    ``node_mask_type="attributes"``, its sum over the nodes (1 x F) for ``"common_attributes"``,
+    its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
     edge mask) the relevance carried by each edge's messages over all layers (E).  Relevance is
     signed and not normalised; ``node_mask`` and ``edge_mask`` hold the mask that ``mask`` makes of
     it.  The explanation also holds ``bias_relevance`` (what the biases and stabilisers kept, a number),
@@ -402,9 +403,9 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def supports(self) -> bool:
         cfg, model_cfg = self.explainer_config, self.model_config
-        if cfg.node_mask_type not in (None, MaskType.object, MaskType.attributes):
-            raise ValueError(f"LRPExplainer supports node_mask_type None, 'object' or 'attributes', "
-                             f"got {cfg.node_mask_type.value!r}")
+        if cfg.node_mask_type not in (None, MaskType.object, MaskType.attributes, MaskType.common_attributes):
+            raise ValueError(f"LRPExplainer supports node_mask_type None, 'object', 'attributes' or "
+                             f"'common_attributes', got {cfg.node_mask_type.value!r}")
         if cfg.edge_mask_type not in (None, MaskType.object):
             raise ValueError(f"LRPExplainer supports edge_mask_type None or 'object', got {cfg.edge_mask_type.value!r}")
         if model_cfg.task_level == ModelTaskLevel.edge:
@@ -436,9 +437,7 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
         """The explanation of node relevance (N x F) and edge relevance: signed relevance and masks."""
-        node_type = self.explainer_config.node_mask_type
-        node_rel = node_rel if node_type == MaskType.attributes else node_rel.sum(-1, keepdim=True)
-        return self._masked(node_rel, edge_rel, **extra)
+        return self._masked(_per_mask_type(node_rel, self.explainer_config.node_mask_type), edge_rel, **extra)
 
     def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
         """node_relevance / edge_relevance (signed) and the node / edge masks that ``mask`` makes of them."""
@@ -567,8 +566,7 @@ class LRPExplainer(ExplainerAlgorithm):
         lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
         explanation = HeteroExplanation()
         node_type = self.explainer_config.node_mask_type
-        node_rel = {k: (r if node_type == MaskType.attributes else r.sum(-1, keepdim=True)).detach()
-                    for k, r in node_rel.items()}
+        node_rel = {k: _per_mask_type(r, node_type).detach() for k, r in node_rel.items()}
         explanation.set_value_dict("node_relevance", node_rel)
         if node_type is not None:  # one normalisation over all node types (and one over all edge types)
             explanation.set_value_dict("node_mask", relevance_mask(node_rel, self.mask))
@@ -668,10 +666,12 @@ class LRPExplainer(ExplainerAlgorithm):
         node_index = torch.cat([torch.stack([g, i]) for g, i, _ in nodes], 1) if nodes else \
             torch.zeros(2, 0, dtype=torch.long, device=x.device)
         node_values = torch.cat([r for _, _, r in nodes]) if nodes else x.new_zeros(0, x.shape[1])
-        if self.explainer_config.node_mask_type != MaskType.attributes:
+        if self.explainer_config.node_mask_type not in (MaskType.attributes, MaskType.common_attributes):
             node_values = node_values.sum(-1, keepdim=True)
         node_values = node_values.detach()
         node_rel = node_values.new_zeros(n, node_values.shape[1]).index_add_(0, node_index[1], node_values)
+        if self.explainer_config.node_mask_type == MaskType.common_attributes:
+            node_rel = node_rel.sum(0, keepdim=True)
         extra = {"node_relevance_per_index": torch.sparse_coo_tensor(
             node_index, node_values, (k, n, node_values.shape[1]), is_coalesced=True, check_invariants=False)}
         edge_rel = None
@@ -729,6 +729,16 @@ class LRPExplainer(ExplainerAlgorithm):
             keep[index] = True
             rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
         return rel
+
+
+def _per_mask_type(node_rel: Tensor, node_type) -> Tensor:
+    """Relevance per feature (N x F) as the node mask type reads it: ``attributes`` N x F,
+    ``common_attributes`` summed over the nodes (1 x F), ``object`` (or no node mask) summed per node (N x 1)."""
+    if node_type == MaskType.attributes:
+        return node_rel
+    if node_type == MaskType.common_attributes:
+        return node_rel.sum(0, keepdim=True)
+    return node_rel.sum(-1, keepdim=True)
 
 
 def _usable(t):

@@ -615,3 +615,21 @@ def test_a_regression_ending_in_a_sigmoid_is_explained_as_its_output():
     y = float(model(g.x, g.edge_index))
     assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(y, rel=1e-9)  # sigmoid: identity rule
     assert e.get("explained_output") is None
+
+
+@pytest.mark.parametrize("per_index", [False, True])
+def test_common_attributes_is_each_features_relevance_summed_over_the_nodes(per_index):
+    torch.manual_seed(0)
+    model = NodeNet().double().eval()
+    g = random_graphs(seed=7)[0]
+
+    def explain(node_type):
+        return Explainer(model, algorithm=LRPExplainer(per_index=per_index), explanation_type="model",
+                         node_mask_type=node_type, model_config=dict(mode="regression", task_level="node",
+                                                                     return_type="raw"))(
+            g.x, g.edge_index, index=torch.tensor([0, 2]))
+
+    full, common = explain("attributes"), explain("common_attributes")
+    torch.testing.assert_close(common.node_relevance, full.node_relevance.sum(0, keepdim=True))
+    assert common.node_mask.shape == (1, g.x.shape[1])
+    torch.testing.assert_close(common.node_mask, common.node_relevance.abs() / common.node_relevance.abs().max())
