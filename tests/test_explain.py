@@ -633,3 +633,12 @@ def test_common_attributes_is_each_features_relevance_summed_over_the_nodes(per_
     torch.testing.assert_close(common.node_relevance, full.node_relevance.sum(0, keepdim=True))
     assert common.node_mask.shape == (1, g.x.shape[1])
     torch.testing.assert_close(common.node_mask, common.node_relevance.abs() / common.node_relevance.abs().max())
+
+
+def test_the_checked_explainer_is_the_top_level_entry_point():
+    import lrp_lib
+    from lrp_lib import composites, explain
+    assert lrp_lib.Explainer is explain.Explainer and lrp_lib.LRPExplainer is explain.LRPExplainer
+    assert lrp_lib.Composite is composites.Composite
+    with pytest.raises(AttributeError, match="has no attribute 'Explainers'"):
+        lrp_lib.Explainers  # noqa: B018
