@@ -253,6 +253,8 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
             _check_gcn_degree(model, x.shape[0], edge_index, value)
         elif name == "edge_attr":
             check_edge_values(value, edge_index.shape[1], "edge_attr")
+        elif name == "edge_label_index":
+            check_edge_index(value, x.shape[0], "edge_label_index")
         elif isinstance(value, Tensor):
             check_finite(value, name)
 
@@ -356,6 +358,12 @@ class LRPExplainer(ExplainerAlgorithm):
             GCN, needs the edges into the outermost nodes), and an error says if the subgraphs do
             not reproduce the model's output at the targets.
 
+    Link prediction (``task_level="edge"``): the model takes ``edge_label_index`` (as PyG's
+    ``link_pred`` examples) and gives one score per column; ``index`` selects the explained columns,
+    whose scores (the log-odds of the target class, for a binary classifier) are conserved onto the
+    node features and the edges of ``edge_index``.  A dot-product decoder is a product of the two
+    end points' embeddings: AttnLRP's uniform rule gives each end point half.
+
     Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or
     ``sigmoid`` (``return_type="probs"``/``"log_probs"``, or ``"raw"``) is explained from the input of
     that function, its logits, as the LRP literature does (the probabilities couple the classes and
@@ -408,8 +416,9 @@ class LRPExplainer(ExplainerAlgorithm):
                              f"'common_attributes', got {cfg.node_mask_type.value!r}")
         if cfg.edge_mask_type not in (None, MaskType.object):
             raise ValueError(f"LRPExplainer supports edge_mask_type None or 'object', got {cfg.edge_mask_type.value!r}")
-        if model_cfg.task_level == ModelTaskLevel.edge:
-            raise ValueError("LRPExplainer explains graph- and node-level tasks, not task_level='edge'")
+        if model_cfg.task_level == ModelTaskLevel.edge and self.per_index:
+            raise ValueError("per_index=True explains node-level tasks; for task_level='edge' use per_index=False "
+                             "(one explanation per call, index selecting the explained edges of edge_label_index)")
         return True
 
     def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,

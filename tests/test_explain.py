@@ -642,3 +642,60 @@ def test_the_checked_explainer_is_the_top_level_entry_point():
     assert lrp_lib.Composite is composites.Composite
     with pytest.raises(AttributeError, match="has no attribute 'Explainers'"):
         lrp_lib.Explainers  # noqa: B018
+
+
+class LinkPredictor(nn.Module):
+    """A GCN encoder with a dot-product decoder or an MLP decoder on the concatenated end points
+    (PyG's link_pred examples), bias-free: one score per column of ``edge_label_index``."""
+
+    def __init__(self, decoder="dot"):
+        super().__init__()
+        self.conv1, self.conv2 = GCNConv(4, 8, bias=False), GCNConv(8, 8, bias=False)
+        self.decoder = decoder
+        self.mlp = nn.Sequential(nn.Linear(16, 8, bias=False), nn.ReLU(), nn.Linear(8, 1, bias=False))
+
+    def forward(self, x, edge_index, edge_label_index):
+        z = self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+        src, dst = z[edge_label_index[0]], z[edge_label_index[1]]
+        if self.decoder == "dot":
+            return (src * dst).sum(-1)
+        return self.mlp(torch.cat([src, dst], -1)).view(-1)
+
+
+@pytest.mark.parametrize("decoder, share", [("dot", 0.5), ("mlp", 1.0)])
+@pytest.mark.parametrize("index", [1, [0, 2]])
+def test_link_prediction_explains_each_scored_edge(decoder, share, index):
+    """task_level='edge': the score of the explained columns of edge_label_index, conserved onto the
+    features; a bias-free piecewise-linear encoder under LRP-0 gives x * grad times the decoder's
+    degree share (the dot product of two embeddings splits uniformly: half to each end point)."""
+    torch.manual_seed(2)
+    model = LinkPredictor(decoder).double().eval()
+    g = random_graphs(seed=8)[0]
+    eli = torch.tensor([[0, 1, 3], [2, 3, 0]])
+    ex = Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
+                   edge_mask_type="object",
+                   model_config=dict(mode="binary_classification", task_level="edge", return_type="raw"))
+    score = model(g.x, g.edge_index, eli).detach()
+    target = (score > 0).long()
+    e = ex(g.x, g.edge_index, edge_label_index=eli, index=index, target=target)
+    rows = torch.tensor(index).view(-1)
+    explained = (score[rows] * (2 * target[rows] - 1)).sum()  # the log-odds of each edge's predicted class
+    assert float(e.node_relevance.sum()) == pytest.approx(float(explained), rel=1e-9)
+    leaf = g.x.clone().requires_grad_(True)
+    (model(leaf, g.edge_index, eli)[rows] * (2 * target[rows] - 1)).sum().backward()
+    torch.testing.assert_close(e.node_relevance, share * leaf * leaf.grad)
+    assert e.edge_mask.shape == (g.edge_index.shape[1],) and float(e.edge_mask.max()) == pytest.approx(1.0)
+
+
+def test_link_prediction_refuses_bad_edge_label_index_and_per_index():
+    model = LinkPredictor().double().eval()
+    g = random_graphs(seed=8)[0]
+    cfg = dict(mode="regression", task_level="edge", return_type="raw")
+    from lrp_lib import Explainer as CheckedExplainer  # checks the inputs before PyG's prediction pass
+    ex = CheckedExplainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="object",
+                          model_config=cfg)
+    with pytest.raises(IndexError, match="edge_label_index refers to nodes 0..99 but the graph has 4 nodes"):
+        ex(g.x, g.edge_index, edge_label_index=torch.tensor([[0, 99], [1, 2]]), index=0)
+    with pytest.raises(ValueError, match="per_index=True explains node-level tasks"):
+        Explainer(model, algorithm=LRPExplainer(per_index=True), explanation_type="model", node_mask_type="object",
+                  model_config=cfg)
