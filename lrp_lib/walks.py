@@ -422,7 +422,8 @@ class WalkModel:
                              "GINConv, SAGEConv) called in model.forward")
         if self._rules is not None and len(self._rules) != len(self.layers):
             raise ValueError(f"rule is a list of {len(self._rules)} rules, one per message-passing layer, but "
-                             f"model.forward calls {len(self.layers)} message-passing layer(s): give one rule per layer")
+                             f"model.forward calls {len(self.layers)} message-passing layer(s): give one rule per "
+                             f"layer")
         leaves = [self.x] + [layer.z_leaf for layer in self.layers]
         out = self.output
         last = self.layers[-1].z_leaf
