@@ -698,7 +698,7 @@ def _walks_backward(wm: WalkModel, walks: Tensor, pairs: list[Tensor]) -> Tensor
     return (wm.x.detach()[walks[:, 0]] * v).sum(-1)
 
 
-def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tensor, rule: Rule | str = "epsilon",
+def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tensor, rule: Rule | str | list = "epsilon",
                    *, index: int | None = None, target: int | None = None, **model_kwargs) -> Tensor:
     r"""The GNN-LRP relevance of each walk (see the module docstring for the definition).
 
@@ -761,7 +761,7 @@ def _node_mask(nodes, n: int) -> Tensor:
     return mask
 
 
-def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, rule: Rule | str = "epsilon", *,
+def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, rule: Rule | str | list = "epsilon", *,
                        index: int | None = None, target: int | None = None, alpha: float = 0.0,
                        **model_kwargs) -> Tensor:
     r"""The relevance of the node set :math:`S` = ``nodes``: the sum of the relevance of every walk
@@ -927,7 +927,7 @@ def _ub(wm: WalkModel, bounds: list[Tensor], t: int, walks: Tensor, v: Tensor, s
     return torch.maximum(top, -bottom)
 
 
-def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rule | str = "epsilon", *,
+def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule: Rule | str | list = "epsilon", *,
               index: int | None = None, target: int | None = None, beam: int | None = None,
               signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
     r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly,
