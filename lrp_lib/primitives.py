@@ -31,11 +31,14 @@ lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning`):
   on each product term, :math:`R_{A} = \tfrac12 A \odot (S B^\top)`,
   :math:`R_{B} = \tfrac12 B \odot (A^\top S)`, :math:`S = R / \mathrm{stab}(z)`.
 * :class:`SoftmaxRelevance` -- dense softmax :math:`s = \mathrm{softmax}(x)`: AttnLRP's rule
-  :math:`R_x = x \odot (R - s \textstyle\sum_j R_j)`.
+  :math:`R_x = x \odot (R - s \textstyle\sum_j R_j)`; a masked-out logit (:math:`x = -\infty`,
+  :math:`s = 0`) gets no relevance.
 * :class:`NormAffineRelevance` -- layer, group and instance norm
   :math:`y = \gamma\,\hat x + \beta`: the normalisation passes relevance unchanged (AttnLRP's
   LayerNorm rule), the affine part splits it, :math:`R_x = (y - \beta) \odot R / \mathrm{stab}(y)`;
   :math:`\beta` keeps its share.
+* :class:`JoinRelevance` -- ``torch.cat`` of marked tensors and constants: the marked ones get
+  their slices of :math:`R`, each constant keeps its slice (a bias's share, tallied).
 * :class:`BlockedRelevance` -- an operation without a rule: it passes no relevance and records
   how much reached it, so that the explainer can refuse the model instead of returning a
   wrong explanation.
@@ -61,7 +64,7 @@ from .rules import Epsilon, LinearMap, Rule
 
 __all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
            "ProductRelevance", "NormaliseRelevance", "BilinearRelevance", "SoftmaxRelevance",
-           "NormAffineRelevance", "BlockedRelevance", "EdgeMessageRelevance"]
+           "NormAffineRelevance", "JoinRelevance", "BlockedRelevance", "EdgeMessageRelevance"]
 
 
 class Tally:
@@ -272,7 +275,9 @@ class BilinearRelevance(torch.autograd.Function):
 
 
 class SoftmaxRelevance(torch.autograd.Function):
-    r"""Dense softmax along ``dim``: :math:`R_x = x \odot (R - s \sum_j R_j)` (AttnLRP)."""
+    r"""Dense softmax along ``dim``: :math:`R_x = x \odot (R - s \sum_j R_j)` (AttnLRP: Achtibat et al.,
+    "AttnLRP: Attention-Aware Layer-Wise Relevance Propagation for Transformers", ICML 2024);
+    a logit masked out with :math:`-\infty` (attention masks) has :math:`s = 0` and gets 0."""
 
     @staticmethod
     def forward(ctx, x: Tensor, dim: int, label: str, tally):
@@ -285,6 +290,8 @@ class SoftmaxRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         (x,), s = ctx.saved_tensors, ctx.out
+        # a masked-out logit (-inf, weight 0: attention masks) gets none, not -inf * 0 = nan
+        x = x.masked_fill(torch.isneginf(x), 0.0)
         rel = x * (rel_out - s * rel_out.sum(ctx.dim, keepdim=True))
         _absorbed(ctx.tally, ctx.label, rel_out, rel)  # the rule is not conservative: report the difference
         return rel, None, None, None
@@ -309,6 +316,28 @@ class NormAffineRelevance(torch.autograd.Function):
         rel = (out if beta is None else out - beta) * s
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
         return rel, None, None, None, None, None
+
+
+class JoinRelevance(torch.autograd.Function):
+    r"""``torch.cat(tensors, dim)`` where some of the joined tensors are constants (``marked[i]`` false):
+    the marked ones get their slice of :math:`R` (the gradient of a copy), each constant keeps its
+    slice :math:`\sum R_{\text{slice}}` as a bias keeps its share (added to ``tally.absorb(label)``),
+    instead of being lost unaccounted.  Example: PyG's ``Set2Set`` joins the first LSTM step's query,
+    computed from its zero start and the biases only, to the readout."""
+
+    @staticmethod
+    def forward(ctx, dim: int, marked: tuple, label: str, tally, *tensors: Tensor):
+        ctx.dim, ctx.marked, ctx.label, ctx.tally = dim, marked, label, tally
+        ctx.sizes = [t.shape[dim] for t in tensors]
+        return torch.cat(tensors, dim)
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        parts = rel_out.split(ctx.sizes, ctx.dim)
+        kept = [p.sum() for p, m in zip(parts, ctx.marked) if not m]
+        if kept and ctx.tally is not None:
+            ctx.tally.absorb(ctx.label, sum(kept))
+        return (None, None, None, None, *[p if m else None for p, m in zip(parts, ctx.marked)])
 
 
 class BlockedRelevance(torch.autograd.Function):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
-from torch import nn
+from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import GCNConv, global_add_pool
 
@@ -263,3 +263,451 @@ def test_a_softmax_used_as_a_value_is_not_counted_as_a_bias():
     R[:, 0] = s[:, 0]
     torch.testing.assert_close(rx, x * (R - s * R.sum(-1, keepdim=True)))
     assert mode.tally.absorbed == {}
+
+
+# ------------------------------------------------------------------ attention (nn.MultiheadAttention)
+def _z(attention="cp"):
+    return Composite(linear=Epsilon(0.0), epsilon=0.0, attention=attention)
+
+
+def _run_in_mode(module, composite, *inputs, **kwargs):
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    with RelevanceMode(composite, module) as mode:
+        for t in leaves:
+            mode.mark(t)
+        out = module(*leaves, **kwargs)
+    return leaves, out, mode
+
+
+MHA_CASES = {
+    "batch_first, key_padding_mask": (dict(batch_first=True), dict(key_padding_mask="bool")),
+    "seq first, float key_padding_mask": (dict(), dict(key_padding_mask="float")),
+    "2-d bool attn_mask, weights per head": (dict(batch_first=True), dict(attn_mask="bool2", average_attn_weights=False)),
+    "3-d float attn_mask and key_padding_mask": (dict(batch_first=True), dict(attn_mask="float3", key_padding_mask="bool")),
+    "causal": (dict(batch_first=True), dict(attn_mask="causal", is_causal=True)),
+    "cross attention, kdim/vdim": (dict(batch_first=True, kdim=3, vdim=5), dict()),
+    "no bias, 3 heads": (dict(batch_first=True, bias=False, num_heads=3), dict(key_padding_mask="bool")),
+    "unbatched": (dict(), dict(unbatched=True)),
+}
+
+
+def _mha_inputs(ctor, call, need_weights, g):
+    E, H, L, S, N = 6, ctor.pop("num_heads", 2), 4, 5, 2
+    mha = nn.MultiheadAttention(E, H, **ctor).double().eval()
+    with torch.no_grad():
+        for p in mha.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))  # biases non-zero too
+    bf = ctor.get("batch_first", False)
+    kd, vd = ctor.get("kdim", E), ctor.get("vdim", E)
+    cross = "kdim" in ctor
+    S = S if cross else L
+
+    def seq(n, d):
+        t = torch.randn(N, n, d, generator=g, dtype=torch.float64)
+        return t if bf else t.transpose(0, 1).contiguous()
+    q = seq(L, E)
+    k, v = (seq(S, kd), seq(S, vd)) if cross else (q, q)
+    kw = dict(need_weights=need_weights)
+    call = dict(call)
+    if call.pop("unbatched", False):
+        q = k = v = q[:, 0]
+    kpm = call.pop("key_padding_mask", None)
+    if kpm is not None:
+        pad = torch.zeros(N, S, dtype=torch.bool)
+        pad[1, -2:] = True
+        kw["key_padding_mask"] = pad if kpm == "bool" else torch.zeros(N, S, dtype=torch.float64).masked_fill(
+            pad, float("-inf")) + 0.3 * torch.rand(N, S, generator=g, dtype=torch.float64)
+    am = call.pop("attn_mask", None)
+    if am == "bool2":
+        kw["attn_mask"] = torch.rand(L, S, generator=g) > 0.7
+        kw["attn_mask"][:, 0] = False
+    elif am == "float3":
+        kw["attn_mask"] = torch.randn(N * H, L, S, generator=g, dtype=torch.float64)
+    elif am == "causal":
+        kw["attn_mask"] = nn.Transformer.generate_square_subsequent_mask(L, dtype=torch.float64)
+    kw.update(call)
+    return mha, (q, k, v), kw
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("case", list(MHA_CASES))
+def test_attention_written_out_in_the_mode_computes_torchs_output(case, need_weights):
+    """F.multi_head_attention_forward written out in torch ops (projections, scaled scores, masks,
+    softmax, A @ v, out-projection) gives torch's own output and weights to 1e-12 in float64."""
+    g = torch.Generator().manual_seed(len(case))
+    ctor, call = (dict(d) for d in MHA_CASES[case])
+    mha, (q, k, v), kw = _mha_inputs(ctor, call, need_weights, g)
+    with torch.no_grad():
+        ref_out, ref_w = mha(q, k, v, **kw)
+    leaves, (out, w), mode = _run_in_mode(mha, _z(), q, k, v, **kw)
+    assert type(out.grad_fn).__name__ != "BlockedRelevanceBackward"
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12)
+    else:
+        assert w is None
+    rel = torch.autograd.grad(out, leaves, out.detach(), allow_unused=True)
+    assert not mode.tally.blocked
+    total = sum(float(r.sum()) for r in rel if r is not None) + mode.tally.total(mode.tally.absorbed)
+    assert total == pytest.approx(float(out.detach().sum()), rel=1e-9)  # CP-LRP with LRP-0 conserves, biases included
+
+
+class AttentionNet(nn.Module):
+    """Linear -> self-attention -> + residual -> ReLU -> Linear, bias-free: with the attention weights
+    held constant it is piecewise linear in x."""
+
+    def __init__(self, width=6, heads=2, detach=False):
+        super().__init__()
+        self.inp = nn.Linear(3, width, bias=False)
+        self.attn = nn.MultiheadAttention(width, heads, bias=False, batch_first=True)
+        self.out = nn.Linear(width, 2, bias=False)
+        self.heads, self.detach = heads, detach
+
+    def attention(self, h, mask):
+        """The slow reference: the attention from its definition, weights optionally detached."""
+        N, L, E = h.shape
+        d = E // self.heads
+        wq, wk, wv = self.attn.in_proj_weight.chunk(3)
+        split = lambda t: t.view(N, L, self.heads, d).transpose(1, 2)  # noqa: E731
+        q, k, v = split(h @ wq.T), split(h @ wk.T), split(h @ wv.T)
+        scores = (q @ k.transpose(-1, -2)) / d ** 0.5
+        scores = scores.masked_fill(mask.view(N, 1, 1, L), float("-inf"))
+        a = torch.softmax(scores, -1)
+        a = a.detach() if self.detach else a
+        o = (a @ v).transpose(1, 2).reshape(N, L, E)
+        return o @ self.attn.out_proj.weight.T
+
+    def forward(self, x, mask, reference=False):
+        h = self.inp(x)
+        a = self.attention(h, mask) if reference else self.attn(h, h, h, key_padding_mask=mask, need_weights=False)[0]
+        return self.out(torch.relu(a + h)).sum(-1)
+
+
+def test_lrp0_with_cp_on_attention_is_input_times_gradient_with_the_weights_detached():
+    """CP-LRP holds the attention weights constant: under LRP-0 a bias-free attention net gets exactly
+    x * grad of the same net with its attention weights detached (a reference written from the
+    definition of attention, masked keys included), and conserves per sequence."""
+    torch.manual_seed(5)
+    model = AttentionNet().double()
+    x = torch.rand(2, 5, 3, dtype=torch.float64)
+    mask = torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True
+    leaves, out, mode = _run_in_mode(model, _z("cp"), x, mask=mask)
+    (rx,) = torch.autograd.grad(out, leaves, out.detach())
+    model.detach = True
+    with torch.no_grad():
+        torch.testing.assert_close(model(x, mask, reference=True), out.detach(), rtol=0, atol=1e-12)
+    leaf = x.clone().requires_grad_(True)
+    ref = model(leaf, mask, reference=True)
+    (g,) = torch.autograd.grad(ref, leaf, torch.ones_like(ref))  # LRP-0 from R = out: x * d(sum out)/dx
+    torch.testing.assert_close(rx, leaf.detach() * g, rtol=1e-10, atol=1e-12)
+    # conserved per sequence (attention mixes the positions of a sequence, never two sequences)
+    torch.testing.assert_close(rx.sum((-1, -2)), out.detach().sum(-1), rtol=1e-10, atol=1e-12)
+
+
+def test_attnlrp_uniform_attention_equals_the_rules_written_by_hand():
+    """attention="uniform" (AttnLRP): one head, LRP-0 everywhere, against the rules applied by hand:
+    out-projection (z-rule), A @ v (each product term split half and half), the softmax
+    R_s = s_logit * (R_A - A sum R_A), q k^T / sqrt(d) (half and half), the projections (z-rule)."""
+    torch.manual_seed(6)
+    E, L = 4, 5
+    mha = nn.MultiheadAttention(E, 1, bias=False, batch_first=True).double()
+    h = torch.randn(1, L, E, dtype=torch.float64)
+    leaves, (y, _), mode = _run_in_mode(mha, _z("uniform"), h, h, h, need_weights=False)
+    (rq, rk, rv) = torch.autograd.grad(y, leaves, y.detach())
+    wq, wk, wv = (w.detach() for w in mha.in_proj_weight.chunk(3))
+    wo = mha.out_proj.weight.detach()
+    x = h[0]
+    q, k, v = x @ wq.T, x @ wk.T, x @ wv.T
+    logits = (q / E ** 0.5) @ k.T
+    a = torch.softmax(logits, -1)
+    o = a @ v
+    out = o @ wo.T
+    r_o = o * ((out / out) @ wo)                          # R_out = out: the z-rule of the out-projection
+    s = r_o / o
+    r_a = 0.5 * a * (s @ v.T)                             # A_ij v_jf gets S_if A_ij v_jf, half to A_ij
+    r_v = 0.5 * v * (a.T @ s)
+    r_logits = logits * (r_a - a * r_a.sum(-1, keepdim=True))
+    s2 = r_logits / logits
+    r_qs = 0.5 * (q / E ** 0.5) * (s2 @ k)
+    r_k = 0.5 * k * (s2.T @ (q / E ** 0.5))
+    ref = [x * ((r_qs / q) @ wq), x * ((r_k / k) @ wk), x * ((r_v / v) @ wv)]
+    for got, want in zip((rq, rk, rv), ref):
+        torch.testing.assert_close(got[0], want, rtol=1e-9, atol=1e-12)
+    assert float(rk.abs().sum()) > 1e-3  # uniform: relevance flows through the scores (CP gives none)
+
+
+class GPSNet(nn.Module):
+    def __init__(self, channels=6, attn_type="multihead", norm="batch_norm"):
+        super().__init__()
+        from torch_geometric.nn import GINConv, GPSConv
+        self.inp = nn.Linear(4, channels)
+        mlp = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, channels))
+        self.gps = GPSConv(channels, GINConv(mlp), heads=2, attn_type=attn_type, norm=norm)
+        self.head = nn.Linear(channels, 1)
+
+    def forward(self, x, edge_index, batch=None):
+        from torch_geometric.nn import global_add_pool
+        return self.head(global_add_pool(self.gps(self.inp(x), edge_index, batch), batch))
+
+
+def _random_batch(seed=0, sizes=(4, 6, 5)):
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for n in sizes:
+        src, dst = torch.randint(0, n, (2, 2 * n), generator=g)
+        keep = src != dst
+        ei = torch.stack([torch.cat([src[keep], dst[keep]]), torch.cat([dst[keep], src[keep]])])
+        graphs.append(Data(x=torch.rand(n, 4, generator=g, dtype=torch.float64), edge_index=ei))
+    return Batch.from_data_list(graphs)
+
+
+def _graph_explainer(model, composite, node_mask_type="attributes"):
+    from torch_geometric.explain import Explainer
+    from lrp_lib.explain import LRPExplainer
+    return Explainer(model, algorithm=LRPExplainer(composite), explanation_type="model",
+                     node_mask_type=node_mask_type, edge_mask_type="object",
+                     model_config=dict(mode="regression", task_level="graph", return_type="raw"))
+
+
+@pytest.mark.parametrize("norm", ["batch_norm", None])
+def test_gpsconv_is_explained_and_conserves(norm):
+    """GPSConv(channels, GINConv(...), heads=2) in a model: LRPExplainer explains a batch of graphs of
+    different sizes (to_dense_batch pads them: the padded keys are masked); under LRP-0 with CP the
+    node relevance plus bias_relevance is each graph's output, and a graph's nodes get relevance only
+    from its own output (the padding never mixes graphs)."""
+    torch.manual_seed(7)
+    model = GPSNet(norm=norm).double().eval()
+    if norm:
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 1.5)
+    data = _random_batch()
+    e = _graph_explainer(model, _z())(data.x, data.edge_index, batch=data.batch)
+    out = model(data.x, data.edge_index, data.batch).detach()
+    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(float(out.sum()), rel=1e-9)
+    assert abs(float(e.relevance_residual)) < 1e-9
+    assert torch.isfinite(e.node_mask).all() and float(e.edge_mask.max()) == pytest.approx(1.0)
+    # graph 1 alone: the same node relevance as its rows in the batch, the other graphs' outputs aside
+    one = _random_batch(sizes=(4, 6, 5)).get_example(1)
+    e1 = _graph_explainer(model, _z())(one.x, one.edge_index)
+    torch.testing.assert_close(e1.node_relevance, e.node_relevance[data.batch == 1], rtol=1e-9, atol=1e-12)
+
+
+def test_transformer_encoder_layer_is_written_out_and_conserves_without_biases():
+    torch.manual_seed(8)
+    layer = nn.TransformerEncoderLayer(6, 2, dim_feedforward=8, batch_first=True, bias=False).double().eval()
+    x = torch.randn(2, 5, 6, dtype=torch.float64)
+    pad = torch.zeros(2, 5, dtype=torch.bool)
+    pad[0, -1] = True
+    with torch.no_grad():
+        ref = layer(x, src_key_padding_mask=pad)
+    leaves, out, mode = _run_in_mode(layer, _z(), x, src_key_padding_mask=pad)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    (rx,) = torch.autograd.grad(out, leaves, out.detach())
+    assert not mode.tally.blocked
+    # layer norms pass relevance unchanged (AttnLRP), biases absent: the total is conserved
+    assert float(rx.sum()) == pytest.approx(float(out.sum()), rel=1e-9)
+
+
+def test_attention_options_without_a_rule_are_refused_by_name():
+    torch.manual_seed(9)
+    x = torch.randn(1, 4, 6, dtype=torch.float64)
+    mha = nn.MultiheadAttention(6, 2, add_bias_kv=True, batch_first=True).double().eval()
+    leaves, (out, _), mode = _run_in_mode(mha, _z(), x, x, x, need_weights=False)
+    torch.autograd.grad(out, leaves, out.detach(), allow_unused=True)
+    assert any("multi_head_attention_forward with bias_k, bias_v" in k for k in mode.tally.blocked)
+    mha = nn.MultiheadAttention(6, 2, dropout=0.1, batch_first=True).double().train()
+    with pytest.raises(UnsupportedModelError, match=r"attention dropout \(p=0.1\) in training mode"):
+        _run_in_mode(mha, _z(), x, x, x)
+
+
+def test_performer_attention_stays_refused_with_the_operation_named():
+    """GPSConv(attn_type="performer") never forms the attention matrix: its FAVOR+ kernel multiplies
+    random features of q and k (einsum of input-dependent operands), so no weight can be held
+    constant; LRPExplainer refuses it naming the operation and module."""
+    torch.manual_seed(10)
+    model = GPSNet(attn_type="performer").double().eval()
+    data = _random_batch(sizes=(5,))
+    with pytest.raises(UnsupportedModelError, match=r"einsum of several input-dependent operands in module "
+                                                    r"'gps.attn.fast_attn' \(PerformerProjection\)"):
+        _graph_explainer(model, _z())(data.x, data.edge_index)
+
+
+# ------------------------------------------------------------------ recurrent layers (LSTM aggregation)
+RNN_CASES = {
+    "lstm": lambda: nn.LSTM(3, 4),
+    "lstm 2 layers, bidirectional, batch_first": lambda: nn.LSTM(3, 4, num_layers=2, bidirectional=True,
+                                                                 batch_first=True),
+    "lstm proj_size": lambda: nn.LSTM(3, 4, proj_size=2, batch_first=True),
+    "lstm without bias": lambda: nn.LSTM(3, 4, bias=False),
+    "gru 2 layers, bidirectional": lambda: nn.GRU(3, 4, num_layers=2, bidirectional=True),
+    "rnn tanh": lambda: nn.RNN(3, 4, batch_first=True),
+    "rnn relu": lambda: nn.RNN(3, 4, nonlinearity="relu"),
+}
+
+
+@pytest.mark.parametrize("initial_state", [False, True])
+@pytest.mark.parametrize("case", list(RNN_CASES))
+def test_recurrent_layers_written_out_in_the_mode_compute_torchs_output(case, initial_state):
+    """torch.lstm / gru / rnn_* written out step by step gives torch's output and final states to 1e-12
+    (float64), and conserves: relevance of the inputs + what the biases kept = the output (the gates
+    held constant, sums split in proportion, tanh the identity)."""
+    torch.manual_seed(11)
+    rnn = RNN_CASES[case]().double().eval()
+    bf = rnn.batch_first
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    x = x if bf else x.transpose(0, 1).contiguous()
+    dirs, layers = 1 + rnn.bidirectional, rnn.num_layers
+    inputs = [x]
+    if initial_state:
+        h0 = torch.randn(dirs * layers, 2, rnn.proj_size or 4, dtype=torch.float64)
+        c0 = torch.randn(dirs * layers, 2, 4, dtype=torch.float64)
+        inputs.append((h0, c0) if isinstance(rnn, nn.LSTM) else h0)
+    with torch.no_grad():
+        ref = rnn(*inputs)
+    leaves = [x.clone().requires_grad_(True)]
+    with RelevanceMode(_z(), rnn) as mode:
+        mode.mark(leaves[0])
+        out = rnn(leaves[0], *inputs[1:])
+    flat = lambda o: [o[0], *(o[1] if isinstance(o[1], tuple) else (o[1],))]  # noqa: E731
+    for got, want in zip(flat(out), flat(ref)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    (rx,) = torch.autograd.grad(out[0], leaves, out[0].detach())
+    assert not mode.tally.blocked
+    if not initial_state:  # a given initial state is a constant: its share is not tallied
+        total = float(rx.sum()) + mode.tally.total(mode.tally.absorbed)
+        assert total == pytest.approx(float(out[0].detach().sum()), rel=1e-9)
+
+
+def _lstm_lrp_reference(lstm: nn.LSTM, x: Tensor, r_out: Tensor) -> Tensor:
+    """LRP for a one-layer LSTM after Arras et al. (2017), written with explicit loops over time steps
+    and units (an independent implementation): the gates get nothing (signal-take-all),
+    c_t = f c_{t-1} + i g splits R_c in proportion to its two terms, h_t = o tanh(c_t) passes R_h to c_t,
+    the pre-activation of g splits by the z-rule over x_t, h_{t-1} and the biases (which keep theirs).
+    ``x``: (T, F) one sequence; ``r_out``: (T, H) the relevance of each output h_t."""
+    w_ih, w_hh = lstm.weight_ih_l0.detach(), lstm.weight_hh_l0.detach()
+    b = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
+    T, H = x.shape[0], w_hh.shape[1]
+    hs, cs, gs, fs, igs, pre = [torch.zeros(H, dtype=x.dtype)], [torch.zeros(H, dtype=x.dtype)], [], [], [], []
+    for t in range(T):
+        z = w_ih @ x[t] + w_hh @ hs[-1] + b
+        i, f, g, o = torch.sigmoid(z[:H]), torch.sigmoid(z[H:2 * H]), torch.tanh(z[2 * H:3 * H]), torch.sigmoid(z[3 * H:])
+        c = f * cs[-1] + i * g
+        fs.append(f * cs[-1]), igs.append(i * g), pre.append(z[2 * H:3 * H]), gs.append(g)
+        cs.append(c), hs.append(o * torch.tanh(c))
+    r_x = torch.zeros_like(x)
+    r_h = torch.zeros(H, dtype=x.dtype)
+    r_c = torch.zeros(H, dtype=x.dtype)
+    for t in range(T - 1, -1, -1):
+        r_h = r_h + r_out[t]
+        r_c = r_c + r_h                                   # h_t = o * tanh(c_t): all to c_t
+        c = cs[t + 1]
+        r_prev_c = torch.zeros(H, dtype=x.dtype)
+        r_pre = torch.zeros(H, dtype=x.dtype)
+        for j in range(H):
+            if c[j] != 0:
+                r_prev_c[j] = fs[t][j] / c[j] * r_c[j]
+                r_pre[j] = igs[t][j] / c[j] * r_c[j]      # i * g: all to g, identity to its pre-activation
+        new_r_h = torch.zeros(H, dtype=x.dtype)
+        for j in range(H):
+            zj = pre[t][j]
+            row_x, row_h = w_ih[2 * H + j], w_hh[2 * H + j]
+            for k in range(x.shape[1]):
+                r_x[t, k] += x[t, k] * row_x[k] / zj * r_pre[j]
+            for k in range(H):
+                new_r_h[k] += hs[t][k] * row_h[k] / zj * r_pre[j]
+        r_h, r_c = new_r_h, r_prev_c
+    return r_x
+
+
+def test_lstm_relevance_equals_a_loop_reference_of_arras_et_al():
+    torch.manual_seed(12)
+    lstm = nn.LSTM(3, 4).double().eval()
+    x = torch.randn(6, 1, 3, dtype=torch.float64)
+    leaf = x.clone().requires_grad_(True)
+    with RelevanceMode(_z(), lstm) as mode:
+        mode.mark(leaf)
+        out, _ = lstm(leaf)
+    start = torch.zeros_like(out)
+    start[-1] = out[-1].detach()  # explain the last output, as LSTMAggregation reads it
+    (rx,) = torch.autograd.grad(out, leaf, start)
+    ref = _lstm_lrp_reference(lstm, x[:, 0], start[:, 0])
+    torch.testing.assert_close(rx[:, 0], ref, rtol=1e-9, atol=1e-12)
+    assert float(rx[:-1].abs().sum()) > 1e-3  # earlier steps get relevance through the recurrence
+
+
+def test_lstm_cell_written_out():
+    torch.manual_seed(13)
+    cell = nn.LSTMCell(3, 4).double()
+    x, h, c = (torch.randn(2, d, dtype=torch.float64) for d in (3, 4, 4))
+    with torch.no_grad():
+        ref = cell(x, (h, c))
+    leaf = x.clone().requires_grad_(True)
+    with RelevanceMode(_z(), cell) as mode:
+        mode.mark(leaf)
+        got = cell(leaf, (h, c))
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert type(got[0].grad_fn).__name__ != "BlockedRelevanceBackward"
+
+
+class LSTMAggrNet(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        from torch_geometric.nn import SAGEConv, Set2Set
+        from torch_geometric.nn.aggr import LSTMAggregation
+        self.kind = kind
+        self.conv = SAGEConv(4, 5, aggr="lstm") if kind == "sage" else None
+        self.pool = {"set2set": lambda: Set2Set(4, processing_steps=3),
+                     "lstm_aggr": lambda: LSTMAggregation(4, 5)}.get(kind, lambda: None)()
+        self.head = nn.Linear({"sage": 5, "set2set": 8, "lstm_aggr": 5}[kind], 1)
+
+    def forward(self, x, edge_index, batch=None):
+        from torch_geometric.nn import global_add_pool
+        if batch is None:
+            batch = torch.zeros(x.shape[0], dtype=torch.long)
+        if self.kind == "sage":
+            return self.head(global_add_pool(torch.relu(self.conv(x, edge_index)), batch))
+        return self.head(self.pool(x, batch))
+
+
+@pytest.mark.parametrize("kind", ["sage", "set2set", "lstm_aggr"])
+def test_lstm_aggregations_are_explained_and_conserve(kind):
+    """SAGEConv(aggr="lstm"), Set2Set and LSTMAggregation: LRPExplainer explains them, and the node
+    relevance plus bias_relevance is the output (LRP-0, gates and attention held constant)."""
+    torch.manual_seed(14)
+    model = LSTMAggrNet(kind).double().eval()
+    data = _random_batch(seed=1)
+    # SAGEConv's LSTM needs the edges sorted by destination
+    perm = (data.edge_index[1] * data.num_nodes + data.edge_index[0]).argsort()
+    ei = data.edge_index[:, perm]
+    e = _graph_explainer(model, _z())(data.x, ei, batch=data.batch)
+    out = model(data.x, ei, data.batch).detach()
+    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(float(out.sum()), rel=1e-9)
+    assert abs(float(e.relevance_residual)) < 1e-9
+    assert float(e.node_relevance.abs().sum()) > 1e-3
+
+
+def test_a_joined_constant_keeps_its_share_but_a_detached_part_is_not_a_constant():
+    """torch.cat of an input-dependent tensor and a constant: the constant's slice is a bias's share
+    (tallied, so the total is conserved); a part the model detached is left unaccounted (lost)."""
+    torch.manual_seed(15)
+    lin = nn.Linear(5, 1, bias=False).double()
+    const = torch.rand(2, 2, dtype=torch.float64)
+    x = torch.rand(2, 3, dtype=torch.float64)
+    for detach in (False, True):
+        def model(t):
+            other = t[:, :2].detach() * 2 if detach else const
+            return lin(torch.cat([t, other], 1)).sum(-1)
+        out, (rx,), mode = relevance_of(model, x)
+        absorbed = mode.tally.total(mode.tally.absorbed)
+        w = lin.weight.detach()[0]
+        other = x[:, :2] * 2 if detach else const
+        torch.testing.assert_close(rx, x * w[:3])  # LRP-0 of a linear map: x_i w_i
+        if detach:
+            assert absorbed == 0.0 and mode.detached
+        else:
+            assert absorbed == pytest.approx(float((other * w[3:]).sum()), rel=1e-12)
+            assert float(rx.sum()) + absorbed == pytest.approx(float(out.sum()), rel=1e-12)

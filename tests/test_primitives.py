@@ -158,3 +158,35 @@ def test_share_stabilises_with_the_sign():
     z, R = torch.tensor([2.0, -2.0]), torch.tensor([1.0, 1.0])
     torch.testing.assert_close(P.share("t", R, z, 0.5), torch.tensor([1 / 2.5, 1 / -2.5]))
     assert Epsilon(0.5).eps == 0.5
+
+
+def test_softmax_rule_gives_masked_logits_nothing_and_stays_finite():
+    """A logit masked with -inf (attention masks) has weight 0: it gets 0, not -inf * 0 = nan; the
+    others get the rule of the softmax over the unmasked logits alone."""
+    x, R = rand(2, 5, seed=31), rand(2, 5, seed=32)
+    x[0, 1] = x[1, 3] = x[1, 4] = float("-inf")
+    keep = torch.isfinite(x)
+    R = R.masked_fill(~keep, 0.0)  # what a CP or uniform product passes back for weight 0
+    lx = leaf(x)
+    tally = P.Tally()
+    s = P.SoftmaxRelevance.apply(lx, -1, "softmax", tally)
+    (rx,) = torch.autograd.grad(s, lx, R)
+    assert torch.isfinite(rx).all() and (rx[~keep] == 0).all()
+    for n in range(2):
+        xs, rs = x[n][keep[n]], R[n][keep[n]]
+        sm = torch.softmax(xs, -1)
+        torch.testing.assert_close(rx[n][keep[n]], xs * (rs - sm * rs.sum()))
+    assert all(torch.isfinite(v) for v in tally.absorbed.values())
+
+
+def test_join_passes_slices_and_a_constant_keeps_its_share():
+    a, c, b, R = rand(3, 2, seed=33), rand(3, 4, seed=34), rand(3, 1, seed=35), rand(3, 7, seed=36)
+    la, lb = leaf(a), leaf(b)
+    tally = P.Tally()
+    out = P.JoinRelevance.apply(1, (True, False, True), "cat", tally, la, c, lb)
+    torch.testing.assert_close(out, torch.cat([a, c, b], 1))
+    ra, rb = torch.autograd.grad(out, (la, lb), R)
+    torch.testing.assert_close(ra, R[:, :2])
+    torch.testing.assert_close(rb, R[:, 6:])
+    assert tally.total(tally.absorbed) == pytest.approx(float(R[:, 2:6].sum()), rel=1e-12)
+    assert float(ra.sum() + rb.sum()) + tally.total(tally.absorbed) == pytest.approx(float(R.sum()), rel=1e-12)
