@@ -123,9 +123,12 @@ def finite(*ts) -> bool:
 
 
 def conserved(expl, m, x, edge_index, **kw) -> bool:
-    """The node relevance sums to |logit| per explained graph (target = the predicted class)."""
+    """The node relevance sums to |logit| per explained graph (target = the predicted class; a final
+    sigmoid is explained from its input, the logit)."""
     with torch.no_grad():
         out = m(x, edge_index, **kw)
+    if expl.get("explained_output") == "the input of the model's final sigmoid":
+        out = torch.logit(out.double())  # a probability head is explained from its logit
     node = expl.node_mask
     if not finite(node, expl.get("edge_mask")):
         return False
@@ -154,7 +157,7 @@ def case(name, entry, names, check=None):
 
 
 def explain_case(name, kind, names, x=None, edge_index=None, check="conserve", phenomenon=False,
-                 m=None, target=None, **kw):
+                 m=None, target=None, return_type="raw", **kw):
     """A case calling ``Explainer(model, LRPExplainer())(x, edge_index, **kw)``."""
     def run():
         mm = m() if callable(m) else model(kind)
@@ -163,7 +166,7 @@ def explain_case(name, kind, names, x=None, edge_index=None, check="conserve", p
         ei = gei if edge_index is None else (edge_index() if callable(edge_index) else edge_index)
         kwargs = {k: (v() if callable(v) else v) for k, v in kw.items()}
         extra = {"target": target} if target is not None else {}
-        expl = explainer(mm, phenomenon=phenomenon)(xx, ei, **extra, **kwargs)
+        expl = explainer(mm, phenomenon=phenomenon, return_type=return_type)(xx, ei, **extra, **kwargs)
         return expl, mm, xx, ei, kwargs
 
     def chk(res):
@@ -226,7 +229,8 @@ for kind in KINDS:
                  m=lambda k=kind: model(k, HalfDetached), check="conserve")
     explain_case("fully detached output", kind, ("detach", "model"), m=lambda k=kind: model(k, AllDetached),
                  check=None)
-    explain_case("sigmoid in forward", kind, (), m=lambda k=kind: model(k, Sigmoid), check="conserve")  # identity rule
+    explain_case("sigmoid in forward", kind, (), m=lambda k=kind: model(k, Sigmoid), check="conserve",
+                 return_type="probs")  # a probability head: explained from its logit
 
 for kind in ("GCN", "GraphConv"):
     W = torch.rand(EI.shape[1]) + 0.5
