@@ -15,9 +15,10 @@ Node level -- the GNNExplainer / PGExplainer lineage (Ying et al. 2019; Luo et a
   them with a second random edge to the tree), then 1 % random edges; 2 classes.
 * ``tree_grid`` (syn5 of gengraph): the same tree + 80 3x3 grids, then 10 % random edges; 2 classes.
 
-The model is Holdijk et al.'s NodeGCN (3 ``GCNConv`` of 20 units with ReLU, the three layers' outputs
-concatenated, a Linear head), trained with their settings (Adam, lr 0.001, gradient norm clipped at 2,
-up to 1000 epochs, 80/10/10 split, the epoch of best validation accuracy kept).  Instances: their ranges
+The model is Holdijk et al.'s NodeGCN (3 ``GCNConv`` of 20 units, each output L2-normalised then ReLU, the
+three layers' outputs concatenated, a Linear head), trained with their settings (Adam, lr 0.001, gradient
+norm clipped at 2, up to 1000 epochs, 80/10/10 split, the epoch of best validation accuracy kept; see
+``LINEAGE_TRAINING`` for the retries).  Instances: their ranges
 (``NODE_RANGES``).  Ground truth: an edge of a motif (both end points in the same motif, either direction).
 
 ``infection`` (Baldassarre & Azizpour 2019) keeps its own protocol: PyG's ``InfectionDataset``, a 3-layer
@@ -88,7 +89,7 @@ TASK_PROTOCOL = {**{t: "lineage_node" for t in LINEAGE_TASKS}, "infection": "inf
 
 
 #: PGExplainer trains on at most this many of the protocol's instances (the lineage: on all explained ones).
-PG_POOL = 100
+PG_POOL = 60
 
 
 def seed_all(seed: int) -> None:
@@ -102,11 +103,11 @@ def seed_all(seed: int) -> None:
 class HoldijkNodeGCN(nn.Module):
     """Holdijk et al.'s NodeGCN: 3 GCNConv of 20 units, ReLU, the three outputs concatenated, a Linear head.
 
-    (Their GNNExplainer-paper variant also L2-normalises each layer's output, their PGExplainer-paper variant
-    adds batch norm; both are left out, as in the brief of this benchmark: plain GCN + ReLU.)
-    ``edge_weight`` is optional (gradient explainers use it as a differentiable edge mask)."""
+    ``normalize=True``: their replication's model (``GNN_paper.py``), which L2-normalises each layer's output
+    before its ReLU (the benchmark's model); ``False``: plain GCN + ReLU (their PGExplainer-paper variant adds batch
+    norm instead).  ``edge_weight`` is optional (gradient explainers use it as a differentiable edge mask)."""
 
-    def __init__(self, in_features: int, classes: int, hidden: int = 20):
+    def __init__(self, in_features: int, classes: int, hidden: int = 20, normalize: bool = False):
         super().__init__()
         self.conv1 = GCNConv(in_features, hidden)
         self.relu1 = nn.ReLU()
@@ -115,11 +116,15 @@ class HoldijkNodeGCN(nn.Module):
         self.conv3 = GCNConv(hidden, hidden)
         self.relu3 = nn.ReLU()
         self.lin = nn.Linear(3 * hidden, classes)
+        self.normalize = normalize
+
+    def _n(self, h):
+        return F.normalize(h, p=2, dim=1) if self.normalize else h
 
     def embedding(self, x, edge_index, edge_weight=None):
-        h1 = self.relu1(self.conv1(x, edge_index, edge_weight))
-        h2 = self.relu2(self.conv2(h1, edge_index, edge_weight))
-        h3 = self.relu3(self.conv3(h2, edge_index, edge_weight))
+        h1 = self.relu1(self._n(self.conv1(x, edge_index, edge_weight)))
+        h2 = self.relu2(self._n(self.conv2(h1, edge_index, edge_weight)))
+        h3 = self.relu3(self._n(self.conv3(h2, edge_index, edge_weight)))
         return torch.cat([h1, h2, h3], dim=-1)
 
     def forward(self, x, edge_index, edge_weight=None):
@@ -398,14 +403,36 @@ def split(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return perm[:a], perm[a:b], perm[b:]
 
 
-#: Node-task training: Holdijk et al. use Adam with lr 0.001, <= 1000 epochs and stop 100 epochs after the best
-#: validation accuracy once it exceeds 0.99.  Without their L2 normalisation of each layer's output, lr 0.001 left
-#: the Tree-Grid motif nodes at 0.80 accuracy after 2000 epochs (lr 0.01: 0.85 and 0.97 on two seeds), and
-#: BA-Community never reaches 0.99 validation accuracy; so: lr 0.01, <= 2000 epochs, stop 300 epochs after the best.
-LINEAGE_TRAINING = dict(lr=0.01, epochs=2000, patience=300, clip=2.0,
-                        paper="Holdijk et al.: Adam lr 0.001, <= 1000 epochs, clip 2, early stopping 100 epochs "
-                              "once validation accuracy > 0.99")
+#: Node-task training: Holdijk et al.'s (Adam, lr 0.001, <= 1000 epochs, gradient norm clipped at 2, full batch,
+#: 80/10/10 split, the epoch of best validation accuracy kept, stopping 100 epochs after it once it exceeds 0.99).
+#: A GCN on constant features sometimes stalls near chance from one initialisation (Tree-Cycles: validation
+#: accuracy 0.56 on one seed of a pilot), so a model whose validation accuracy stays below ``retry_below`` is
+#: trained again from a new initialisation, at most ``attempts`` times, and the best by validation accuracy is
+#: kept (BA-Community, whose accuracy is lower by design, is not retried).
+LINEAGE_TRAINING = dict(lr=0.001, epochs=1000, patience=100, clip=2.0, attempts=3,
+                        retry_below={"ba_shapes": 0.9, "tree_cycles": 0.9, "tree_grid": 0.9, "ba_community": 0.0},
+                        model="Holdijk et al.'s NodeGCN of the GNNExplainer replication (L2 normalisation of each "
+                              "layer's output before its ReLU)")
 PATIENCE = LINEAGE_TRAINING["patience"]
+
+
+def train_lineage_retry(model: nn.Module, data: Data, seed: int, retry_below: float) -> dict:
+    """``train_lineage``; again from a new initialisation while validation accuracy < ``retry_below``."""
+    best_record, best_state = None, None
+    for attempt in range(LINEAGE_TRAINING["attempts"]):
+        if attempt:
+            torch.manual_seed(seed + 1000 * attempt)
+            for m in model.modules():
+                if hasattr(m, "reset_parameters") and m is not model:
+                    m.reset_parameters()
+        record = train_lineage(model, data, seed)
+        record["metrics"]["attempt"] = float(attempt)
+        if best_record is None or record["metrics"]["val_accuracy"] > best_record["metrics"]["val_accuracy"]:
+            best_record, best_state = record, {k: v.clone() for k, v in model.state_dict().items()}
+        if record["metrics"]["val_accuracy"] >= retry_below:
+            break
+    model.load_state_dict(best_state)
+    return best_record
 
 
 def train_lineage(model: nn.Module, data: Data, seed: int, epochs: int = LINEAGE_TRAINING["epochs"],
@@ -430,7 +457,7 @@ def train_lineage(model: nn.Module, data: Data, seed: int, epochs: int = LINEAGE
         if val > best:
             best, best_epoch = val, epoch
             best_state = {k: v.clone() for k, v in model.state_dict().items()}
-        if epoch - best_epoch > PATIENCE:
+        if epoch - best_epoch > PATIENCE and best > 0.99:
             break
     model.load_state_dict(best_state)
     model.eval()
@@ -438,7 +465,7 @@ def train_lineage(model: nn.Module, data: Data, seed: int, epochs: int = LINEAGE
         pred = model(data.x, data.edge_index).argmax(-1)
     acc = {k: float((pred[i] == data.y[i]).float().mean()) for k, i in
            (("train_accuracy", train_idx), ("val_accuracy", val_idx), ("test_accuracy", test_idx))}
-    return {"metrics": {**acc, "best_epoch": float(best_epoch)}}
+    return {"metrics": {**acc, "best_epoch": float(best_epoch), "lr": lr}}
 
 
 def train_infection(model, data, seed, epochs=1000):
@@ -568,8 +595,9 @@ def build_task(name: str, seed: int, instances: int | None = None, mutag_epochs:
         data = make_node_data(name, seed)
         classes = int(data.y.max()) + 1
         seed_all(seed)
-        model = HoldijkNodeGCN(data.num_features, classes)
-        record = _load_or_train(weights, model, lambda m: train_lineage(m, data, seed))
+        model = HoldijkNodeGCN(data.num_features, classes, normalize=True)
+        record = _load_or_train(weights, model, lambda m: train_lineage_retry(
+            m, data, seed, LINEAGE_TRAINING["retry_below"][name]))
         nodes = _subsample(list(NODE_RANGES[name]), instances, seed)
         with torch.no_grad():
             pred = model(data.x, data.edge_index).argmax(-1)

@@ -184,7 +184,7 @@ def test_fast_run_writes_every_method_with_protocol_intervals_and_anchors(tmp_pa
     task = data["results"]["tasks"]["ba_shapes"]
     assert task["protocol"] == "lineage_node" and task["subgraph_max_abs_error"] < 1e-4
     methods = task["methods"]
-    assert set(methods) == set(bq.all_methods()) - {"cam", "grad_cam"}  # node level: no read-out, no CAM
+    assert set(methods) == set(bq.all_methods()) - {"cam", "grad_cam"} - set(bq.WALK_METHODS)  # graph tasks only
     assert len([m for m in methods if m.startswith("lrp_")]) == 6 * 2 * 3
     for name, row in methods.items():
         assert 0.0 <= row["auroc"] <= 1.0 and row["ms"] > 0, name
