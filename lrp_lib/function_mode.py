@@ -955,16 +955,17 @@ def _cat(mode: RelevanceMode, func, args, kwargs):
     detached from the input (or computed from one) is no constant: then the relevance of every joined
     constant is left unaccounted, for the explainer's warning about what did not reach the input."""
     tensors = _arg(args, kwargs, 0, "tensors")
-    dim = _arg(args, kwargs, 1, "dim", 0)
+    dim = _arg(args, kwargs, 1, "dim", kwargs.get("axis", 0))
     name = func.__name__
     if (kwargs.get("out") is not None or not isinstance(tensors, (list, tuple)) or not tensors
             or not all(isinstance(t, Tensor) and t.is_floating_point() for t in tensors)
+            or len({(t.dtype, t.device) for t in tensors}) > 1 or not isinstance(dim, int)
             or all(mode.is_marked(t) for t in tensors) or mode._any_detached(tensors, {})):
         return func(*args, **kwargs)
+    marked = tuple(mode.is_marked(t) for t in tensors)
     if name == "stack":
         dim = dim if dim >= 0 else dim + tensors[0].dim() + 1
         tensors = [t.unsqueeze(dim) for t in tensors]
-    marked = tuple(mode.is_marked(t) for t in tensors)
     ref = tensors[0]
     joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
     dim = dim if dim >= 0 else dim + ref.dim()

@@ -711,3 +711,28 @@ def test_a_joined_constant_keeps_its_share_but_a_detached_part_is_not_a_constant
         else:
             assert absorbed == pytest.approx(float((other * w[3:]).sum()), rel=1e-12)
             assert float(rx.sum()) + absorbed == pytest.approx(float(out.sum()), rel=1e-12)
+
+
+@pytest.mark.parametrize("join", ["cat", "cat axis", "concat", "stack -1"])
+def test_every_way_of_joining_a_constant_conserves(join):
+    torch.manual_seed(16)
+    const = torch.rand(3, 2, dtype=torch.float64)
+    x = torch.rand(3, 2, dtype=torch.float64)
+    w = torch.rand(4, dtype=torch.float64)
+
+    def model(t):
+        if join == "cat":
+            h = torch.cat([const, t], 1)
+        elif join == "cat axis":
+            h = torch.cat((const, t), axis=1)
+        elif join == "concat":
+            h = torch.concat([const, t], dim=-1)
+        else:
+            h = torch.stack([const, t], -1).flatten(1)
+        return (h * w).sum(-1)
+    out, (rx,), mode = relevance_of(model, x)
+    absorbed = mode.tally.total(mode.tally.absorbed)
+    order = [0, 2, 1, 3] if join == "stack -1" else [0, 1, 2, 3]  # stack interleaves const, x
+    wc, wx = w[order[:2]], w[order[2:]]
+    torch.testing.assert_close(rx, x * wx)
+    assert absorbed == pytest.approx(float((const * wc).sum()), rel=1e-12)
