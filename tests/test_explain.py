@@ -384,7 +384,7 @@ class WithAttentionModule(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = GCNConv(4, 4)
-        self.attn = nn.MultiheadAttention(4, 2, batch_first=True)
+        self.attn = nn.MultiheadAttention(4, 2, batch_first=True, add_bias_kv=True)  # learnt extra keys: no rule
         self.lin = nn.Linear(4, 2)
 
     def forward(self, x, edge_index, batch=None):
@@ -404,7 +404,7 @@ class WithGRU(nn.Module):
 
 @pytest.mark.parametrize("model,named", [(WithCustomFunction, "through Doubling"),
                                          (WithLogSoftmax, "log_softmax in the model's own forward"),
-                                         (WithAttentionModule, "multi_head_attention_forward in module 'attn'")])
+                                         (WithAttentionModule, "multi_head_attention_forward with bias_k, bias_v in module 'attn'")])
 def test_unsupported_operations_raise_a_clear_error(model, named):
     model = model().double().eval()
     data = random_graphs(1)[0]
