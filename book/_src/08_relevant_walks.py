@@ -196,7 +196,9 @@ glue("mol_atoms", f"{graph.num_nodes}", display=False)
 # The molecule is small enough to list every walk of the four layers (self-loop steps included:
 # GCN adds a self-loop to every atom, so "stay at $j$" is a step too). We compute the relevance of
 # each with `walk_relevance` (epsilon rule, as in chapter 5) and check the two marginal
-# identities against `LRPExplainer`'s node and edge relevance of the same prediction.
+# identities against `LRPExplainer`'s signed node and edge relevance of the same prediction
+# (`node_relevance` and `edge_relevance`; its `node_mask` and `edge_mask` hold $|R| / \max |R|$ for
+# PyG's tools, no sums to compare).
 
 # %%
 lrp_config = dict(mode="binary_classification", task_level="graph", return_type="raw")
@@ -216,7 +218,7 @@ def marginals(net):
         edge.index_add_(0, ids, rel[step])
     lrp = Explainer(net, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
                     node_mask_type="object", edge_mask_type="object", model_config=lrp_config)(x64, ei)
-    return walks, rel, node, edge, lrp.node_mask.sum(-1), lrp.edge_mask
+    return walks, rel, node, edge, lrp.node_relevance.sum(-1), lrp.edge_relevance
 
 
 TOL = 1e-4  # relative to the largest value: the epsilon stabilisers sit at slightly different places
@@ -489,9 +491,9 @@ for g in m_test:
         for a, b in {(a, b) for a, b in zip(walk[:-1], walk[1:]) if a != b}:
             edge_w[ids[(a, b)]] += rw
     nodes_gt, edges_gt = g.node_mask.numpy(), g.edge_mask.numpy()
-    scores["node LRP (nodes)", cls].append(roc_auc_score(nodes_gt, e.node_mask.sum(-1).numpy()))
+    scores["node LRP (nodes)", cls].append(roc_auc_score(nodes_gt, e.node_relevance.sum(-1).numpy()))
     scores["walks (nodes)", cls].append(roc_auc_score(nodes_gt, node_w.numpy()))
-    scores["edge LRP (edges)", cls].append(roc_auc_score(edges_gt, e.edge_mask.numpy()))
+    scores["edge LRP (edges)", cls].append(roc_auc_score(edges_gt, e.edge_relevance.numpy()))
     scores["walks (edges)", cls].append(roc_auc_score(edges_gt, edge_w.numpy()))
 auc = {key: float(np.mean(v)) for key, v in scores.items()}
 print(f"correctly classified test graphs: {len(scores['walks (nodes)', 0])} houses, "
@@ -606,9 +608,9 @@ for g in inf_test[:100]:
                 node_w[j] += rw
             for a, b in {(a, b) for a, b in zip(walk[:-1], walk[1:]) if a != b}:
                 edge_w[ids[(a, b)]] += rw
-        inf_scores["node LRP (nodes)"].append(roc_auc_score(true_nodes[others], e.node_mask.sum(-1)[others]))
+        inf_scores["node LRP (nodes)"].append(roc_auc_score(true_nodes[others], e.node_relevance.sum(-1)[others]))
         inf_scores["walks (nodes)"].append(roc_auc_score(true_nodes[others], node_w[others]))
-        inf_scores["edge LRP (edges)"].append(roc_auc_score(true_edges, e.edge_mask))
+        inf_scores["edge LRP (edges)"].append(roc_auc_score(true_edges, e.edge_relevance))
         inf_scores["walks (edges)"].append(roc_auc_score(true_edges, edge_w))
 inf_auc = {m: float(np.mean(v)) for m, v in inf_scores.items()}
 print(f"{len(inf_scores['walks (nodes)'])} explained nodes")

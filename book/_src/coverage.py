@@ -50,7 +50,8 @@ glue("tol", f"{cov['results']['tolerance']:.0e}", display=False)
 #    ReLUs and max-aggregations without biases is linear on each of the regions cut out by its kinks:
 #    there, every layer's output is its Jacobian times its input, and LRP-0's proportional split of
 #    each linear map reproduces $x \odot \partial y / \partial x$ layer by layer. So for such a model the
-#    node relevance must equal $x \odot \nabla_x y$, computed by plain autograd on the unmodified
+#    node relevance (the explanation's signed `node_relevance`, not its `node_mask`, which holds
+#    $|R| / \max |R|$ for PyG's tools) must equal $x \odot \nabla_x y$, computed by plain autograd on the unmodified
 #    model, within the same tolerance. Whether a model is piecewise linear is decided automatically:
 #    it must be positively homogeneous, $f(a x) = a f(x)$ for $a > 0$ (checked for two values of $a$
 #    on the random inputs), and its gradient must not change when the input moves by a tiny random
@@ -100,7 +101,7 @@ for sigmoid in (False, True):
                           node_mask_type="attributes", edge_mask_type=None,
                           model_config=dict(mode="regression", task_level="graph", return_type="raw"))
     try:
-        relevance = explainer(x, edge_index).node_mask
+        relevance = explainer(x, edge_index).node_relevance
     except (TypeError, ValueError) as err:
         print(f"  LRPExplainer refuses: {type(err).__name__}")
         continue
@@ -298,7 +299,8 @@ display(tables["model"])
 # explained output is one node of the first type, or the sum over both types of their pooled
 # outputs, and conservation is over the relevance of both types. {glue:text}`hetero_ok` of the
 # {glue:text}`hetero_total` are ok at every task level. `LRPExplainer` returns a `HeteroExplanation`
-# with a node mask per node type and an edge mask per edge type. The edge masks need each layer to
+# with the signed relevance per node type (`node_relevance`) and per edge type (`edge_relevance`),
+# and beside each the mask PyG's tools read ($|R| / \max |R|$ over all types). The edge relevance needs each layer to
 # pass its messages along one of the input's `edge_index` tensors: a `HeteroConv` whose `GCNConv` adds
 # self-loops, and HGT, which joins all edge types into one index, are refused for edge masks and
 # explained without them.
