@@ -733,17 +733,10 @@ def _rnn_cell(mode: RelevanceMode, func, args, kwargs):
     b_ih = args[4] if len(args) > 4 else None
     b_hh = args[5] if len(args) > 5 else None
     with mode:
-        gi = F.linear(x, w_ih, b_ih)
-        gh = F.linear(h, w_hh, b_hh)
         if func.__name__ == "gru_cell":
-            i_r, i_z, i_n = gi.chunk(3, 1)
-            h_r, h_z, h_n = gh.chunk(3, 1)
-            r = torch.sigmoid(i_r + h_r)
-            z = torch.sigmoid(i_z + h_z)
-            n = torch.tanh(i_n + r * h_n)
-            return (1 - z) * n + z * h
+            return _gru_step(x, h, w_ih, w_hh, b_ih, b_hh)
         act = torch.tanh if func.__name__ == "rnn_tanh_cell" else torch.relu
-        return act(gi + gh)
+        return act(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh))
 
 
 def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):

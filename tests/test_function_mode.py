@@ -638,19 +638,26 @@ def test_lstm_relevance_equals_a_loop_reference_of_arras_et_al():
     assert float(rx[:-1].abs().sum()) > 1e-3  # earlier steps get relevance through the recurrence
 
 
-def test_lstm_cell_written_out():
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+def test_recurrent_cells_written_out(cell):
+    """nn.LSTMCell / GRUCell / RNNCell inside the mode: torch's values to 1e-12, and relevance reaches x."""
     torch.manual_seed(13)
-    cell = nn.LSTMCell(3, 4).double()
+    module = {"lstm": lambda: nn.LSTMCell(3, 4), "gru": lambda: nn.GRUCell(3, 4),
+              "rnn_tanh": lambda: nn.RNNCell(3, 4), "rnn_relu": lambda: nn.RNNCell(3, 4, nonlinearity="relu")}[cell]()
+    module = module.double()
     x, h, c = (torch.randn(2, d, dtype=torch.float64) for d in (3, 4, 4))
+    state = (h, c) if cell == "lstm" else h
     with torch.no_grad():
-        ref = cell(x, (h, c))
+        ref = module(x, state)
     leaf = x.clone().requires_grad_(True)
-    with RelevanceMode(_z(), cell) as mode:
+    with RelevanceMode(_z(), module) as mode:
         mode.mark(leaf)
-        got = cell(leaf, (h, c))
+        got = module(leaf, state)
+    got, ref = (got, ref) if cell == "lstm" else ((got,), (ref,))
     for a, b in zip(got, ref):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
-    assert type(got[0].grad_fn).__name__ != "BlockedRelevanceBackward"
+    (rx,) = torch.autograd.grad(got[0], leaf, got[0].detach())
+    assert not mode.tally.blocked and torch.isfinite(rx).all() and float(rx.abs().sum()) > 0
 
 
 class LSTMAggrNet(nn.Module):
