@@ -8,12 +8,13 @@
 # and compare with the NO$_2$/NH$_2$ bonds {cite}`luo2020pgexplainer`.
 #
 # This chapter trains a plain graph convolutional network {cite}`kipf2017gcn` with PyTorch
-# Geometric {cite}`fey2019pyg`, and explains its predictions four ways: GNNExplainer, which
+# Geometric {cite}`fey2019pyg`, and explains its predictions five ways: GNNExplainer, which
 # *optimises* a soft edge mask {cite}`ying2019gnnexplainer`; gradient saliency
-# {cite}`simonyan2014deep`; Integrated Gradients {cite}`sundararajan2017axiomatic` through Captum
-# {cite}`kokhlikyan2020captum`; and LRP, with the autograd trick of the earlier chapters packaged as
-# a PyG explainer algorithm, `lrp_lib.explain.LRPExplainer`, that works on the model *as it is*.
-# A fifth method, TracIn {cite}`pruthi2020tracin`, answers a different question: which *training
+# {cite}`simonyan2014deep`; Gradient $\times$ Input and Integrated Gradients
+# {cite}`sundararajan2017axiomatic` through Captum {cite}`kokhlikyan2020captum`; and LRP, with the
+# autograd trick of the earlier chapters packaged as a PyG explainer algorithm,
+# `lrp_lib.explain.LRPExplainer`, that works on the model *as it is*.
+# A sixth method, TracIn {cite}`pruthi2020tracin`, answers a different question: which *training
 # molecules* pushed the model towards this prediction.
 #
 # ```{admonition} Audience & Objectives
@@ -21,9 +22,11 @@
 # This chapter assumes the relevance ops of the first chapter and some familiarity with PyTorch
 # Geometric's `Data`, `DataLoader` and message passing. After reading it you should be able to
 # - load Mutagenicity with its NO2/NH2 ground truth aligned to PyG's edges;
-# - explain a stock PyG model with `Explainer(model, algorithm=LRPExplainer(), ...)` and read node
-#   and edge relevance;
-# - explain the same prediction with GNNExplainer, saliency and Integrated Gradients, and find
+# - explain a stock PyG model with `Explainer(model, algorithm=LRPExplainer(), ...)`, read the
+#   signed node and edge relevance (`node_relevance`, `edge_relevance`), and know what the masks
+#   that PyG's own tools read (`node_mask`, `edge_mask`) hold instead;
+# - explain the same prediction with GNNExplainer, saliency, Gradient $\times$ Input and Integrated
+#   Gradients, say how close LRP-epsilon is to Gradient $\times$ Input on a ReLU network, and find
 #   the training molecules that support or oppose it with TracIn;
 # - compare explainers with ground-truth AUROC, fidelity and cost, and say what each number does
 #   and does not tell you.
@@ -36,6 +39,7 @@ warnings.filterwarnings("ignore")  # import-time notes of the libraries (tqdm, d
 
 import copy
 import inspect
+import io
 import random
 
 
@@ -52,6 +56,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import train_test_split
 from torch_geometric.data import Batch
 from torch_geometric.explain import Explainer, GNNExplainer
+from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.explain.metric import fidelity
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, global_mean_pool
@@ -194,10 +199,10 @@ print(f"test accuracy of the trained model: {test_accuracy:.3f}")
 glue("test_accuracy", f"{test_accuracy:.3f}", display=False)
 
 # %% [markdown]
-# ## One mutagen, four explanations
+# ## One mutagen, five explanations
 #
 # We pick a test mutagen with a nitro group that the model classifies correctly, and ask each
-# method for a score per (directed) edge. All four explain the same quantity: the **log-odds of the
+# method for a score per (directed) edge. All five explain the same quantity: the **log-odds of the
 # predicted class**. For a mutagen predicted as such that is $-z$, minus the logit, so positive
 # scores are evidence *for* "mutagen".
 
@@ -242,16 +247,21 @@ glue("n_evaluation", f"{len(evaluation)}", display=False)
 # edge $j \to i$, summed over features and over the four layers, is the edge's relevance (a hook on
 # each message-passing layer records it). The relevance starts from the explained output: $\pm z$,
 # the log-odds of the predicted class.
+#
+# The explanation holds this signed relevance as `node_relevance` (one number per atom here,
+# `node_mask_type="object"`) and `edge_relevance` (one per directed edge); it is what this chapter
+# adds up, colours and ranks. Its `node_mask` and `edge_mask` hold something else, $|R| / \max |R|$,
+# the form PyG's own tools expect (a section below shows the difference).
 
 # %%
 model_config = dict(mode="binary_classification", task_level="graph", return_type="raw")
 lrp_explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
                           node_mask_type="object", edge_mask_type="object", model_config=model_config)
 explanation = lrp_explainer(graph.x, graph.edge_index)
-print(f"node_mask {tuple(explanation.node_mask.shape)}, edge_mask {tuple(explanation.edge_mask.shape)}, "
-      f"target {explanation.target.tolist()}")
+print(f"node_relevance {tuple(explanation.node_relevance.shape)}, edge_relevance "
+      f"{tuple(explanation.edge_relevance.shape)}, target {explanation.target.tolist()}")
 explained = -logits[pick]
-node_total = explanation.node_mask.sum().item()
+node_total = explanation.node_relevance.sum().item()
 bias_share = float(explanation.bias_relevance)
 print(f"explained log-odds of 'mutagen'  {explained:7.3f}")
 print(f"relevance of the atoms (nodes)   {node_total:7.3f}")
@@ -283,7 +293,7 @@ glue("bias_direction", "against" if bias_share < 0 else "for", display=False)
 test_mutagens = Batch.from_data_list(evaluation).to(device)
 node_level = lrp_explainer(test_mutagens.x, test_mutagens.edge_index, batch=test_mutagens.batch)
 per_graph_nodes = torch.zeros(len(evaluation), device=device).index_add_(
-    0, test_mutagens.batch, node_level.node_mask.sum(-1)).cpu()
+    0, test_mutagens.batch, node_level.node_relevance.sum(-1)).cpu()
 per_graph_logodds = node_level.prediction.view(-1).cpu() * torch.where(node_level.target.view(-1).cpu() == 1, 1, -1)
 biases = per_graph_logodds - per_graph_nodes
 print(f"{len(evaluation)} molecules: bias relevance median {biases.median():.2f}, negative for "
@@ -298,14 +308,15 @@ glue("bias_negative", f"{int((biases < 0).sum())}", display=False)
 # between molecules and methods, but do not read it as a decomposition of the probability.
 #
 # A graph is never explained in isolation by accident: explaining a whole batch does one forward
-# and one backward for all graphs, and gives the same masks as one graph at a time, because graphs
-# in a batch exchange no messages.
+# and one backward for all graphs, and gives the same relevance as one graph at a time, because
+# graphs in a batch exchange no messages.
 
 # %%
 batch = Batch.from_data_list(evaluation[:8]).to(device)
 together = lrp_explainer(batch.x, batch.edge_index, batch=batch.batch)
-one_by_one = torch.cat([lrp_explainer(g.x.to(device), g.edge_index.to(device)).edge_mask for g in evaluation[:8]])
-print("batched == one by one:", torch.allclose(together.edge_mask, one_by_one, rtol=1e-4, atol=1e-6))
+one_by_one = torch.cat([lrp_explainer(g.x.to(device), g.edge_index.to(device)).edge_relevance
+                        for g in evaluation[:8]])
+print("batched == one by one:", torch.allclose(together.edge_relevance, one_by_one, rtol=1e-4, atol=1e-6))
 
 # %% [markdown]
 # ### Any model: composites, attention, your own layers
@@ -354,9 +365,9 @@ any_explainer = Explainer(other, algorithm=LRPExplainer(composite=composite), ex
 g64 = graph.to("cpu")
 e = any_explainer(g64.x.double(), g64.edge_index)
 value = float(e.prediction) * (1 if int(e.target) == 1 else -1)
-print(f"explained log-odds {value:.4f} = atoms {float(e.node_mask.sum()):.4f} "
+print(f"explained log-odds {value:.4f} = atoms {float(e.node_relevance.sum()):.4f} "
       f"+ biases {float(e.bias_relevance):.4f}")
-print(f"edges with relevance: {int((e.edge_mask != 0).sum())} of {g64.edge_index.shape[1]}")
+print(f"edges with relevance: {int((e.edge_relevance != 0).sum())} of {g64.edge_index.shape[1]}")
 
 # %% [markdown]
 # What the mechanism cannot propagate through, it refuses, naming the operation and the module: a
@@ -365,7 +376,7 @@ print(f"edges with relevance: {int((e.edge_mask != 0).sum())} of {g64.edge_index
 # over every convolution and model of PyG.
 
 # %% [markdown]
-# ### GNNExplainer, saliency and Integrated Gradients
+# ### GNNExplainer, saliency, Gradient $\times$ Input and Integrated Gradients
 #
 # GNNExplainer {cite}`ying2019gnnexplainer` learns a soft mask $\sigma(M)$ over the edges that
 # keeps the prediction while staying small, by 200 steps of gradient descent on
@@ -386,6 +397,15 @@ print(f"edges with relevance: {int((e.edge_mask != 0).sum())} of {g64.edge_index
 # whose sum over edges is $f(\mathbf 1) - f(\mathbf 0)$ (completeness). Captum wants a function of the
 # mask; ours evaluates a whole stack of masks in one forward by batching copies of the molecule,
 # so IG's 50 steps cost one pass.
+#
+# Gradient $\times$ Input multiplies each input by the derivative of the explained output with
+# respect to it: $x_{jf}\, \partial f / \partial x_{jf}$ for a node feature. It comes from Captum's
+# `InputXGradient` through PyG's `CaptumExplainer`, which puts its edge mask, all ones, on the
+# *messages* of every layer (PyG's explain mode) rather than on the edge weights that GCN normalises
+# by degree, so an edge's score is $\sum_t m^{(t)}_{ji}\, \partial f / \partial m^{(t)}_{ji}$ over its
+# messages $m^{(t)}_{ji}$: the very place where LRP's edge relevance lives. `CaptumExplainer` explains
+# a binary model's probability (it asks for `return_type="probs"`); to have it explain the logit $z$
+# the model is declared a regression, and the sign is flipped for "mutagen" as for LRP.
 
 # %%
 def log_odds(graph, edge_masks, target):
@@ -409,6 +429,22 @@ def integrated_gradients(graph, target, steps=50):
     return ig.attribute(mask, baselines=torch.zeros_like(mask), n_steps=steps, internal_batch_size=steps)[0]
 
 
+def grad_x_input_explainer(net):
+    return Explainer(net, algorithm=CaptumExplainer("InputXGradient"), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="regression", task_level="graph", return_type="raw"))
+
+
+grad_x_input_of = grad_x_input_explainer(model)
+
+
+def grad_x_input(graph, target, explainer=grad_x_input_of):
+    """Gradient x Input of the log-odds of `target`: (x * df/dx summed per atom, m * df/dm per edge)."""
+    e = explainer(graph.x, graph.edge_index)
+    sign = 1 if int(target) == 1 else -1
+    return sign * e.node_mask.sum(-1).detach(), sign * e.edge_mask.detach()
+
+
 def gnn_explain(graph, epochs=200, seed=0):
     """GNNExplainer's edge mask, optimised in float64: in float32 its 200 Adam steps drift from one
     CPU to another far enough to reorder close edges; in float64 they agree to the printed digits."""
@@ -429,10 +465,11 @@ scores = {
     "GNNExplainer": gnn_explain(graph),
     "saliency": saliency(graph, target),
     "Integrated Gradients": integrated_gradients(graph, target),
-    "LRP": explanation.edge_mask,
+    "Grad x Input": grad_x_input(graph, target)[1],
+    "LRP": explanation.edge_relevance,
 }
 truth = graph.edge_gt.cpu()
-print(f"{'method':22s} {'AUROC vs NO2/NH2':>17s}   top-4 bonds")
+print(f"{'method':22s} {'AUROC vs NO2/NH2':>17s}   top-4 bonds (by score)")
 for name, s in scores.items():
     s = s.detach().cpu()
     top = s.argsort(descending=True, stable=True)[:4]
@@ -456,16 +493,18 @@ glue("lrp_top_bond_sentence",
 # The same scores on the molecule, drawn as chemists draw it (RDKit's 2D depiction; hydrogens are
 # atoms of this data set, so they are drawn). `lrp_lib.datasets.mutagenicity.to_rdkit` builds the
 # molecule from the atom and bond labels, and `lrp_lib.plotting.bond_values` adds the scores of a
-# bond's two directed edges. The first panel marks the ground-truth bonds in yellow. Each method gets its own colour scale, centred at zero, with a
-# colour bar that says what it shows; the LRP panel also colours the atoms by their node relevance,
-# on the same scale as its bonds.
+# bond's two directed edges. The first panel marks the ground-truth bonds in yellow. Each method
+# gets its own colour scale, centred at zero, with a colour bar that says what it shows; the LRP and
+# Gradient $\times$ Input panels also colour the atoms by their node scores, on the same scale as
+# their bonds.
 
 # %% tags=["hide-input"]
 cpu_graph = graph.cpu()
 mol = to_rdkit(cpu_graph)
 marked = np.flatnonzero(bond_values(mol, cpu_graph.edge_index, cpu_graph.edge_gt.float(), combine="max"))
 panels = {
-    "LRP": ("relevance of the log-odds\n(LRP; atoms and bonds)", explanation.node_mask.sum(-1)),
+    "LRP": ("relevance of the log-odds\n(LRP; atoms and bonds)", explanation.node_relevance.sum(-1)),
+    "Grad x Input": ("x * gradient of the log-odds\n(atoms and bonds)", grad_x_input(graph, target)[0]),
     "GNNExplainer": ("edge mask (GNNExplainer),\nsum of both directions", None),
     "saliency": ("|gradient| of the log-odds\n(saliency), both directions", None),
     "Integrated Gradients": ("attribution of the log-odds\n(Integrated Gradients)", None),
@@ -475,17 +514,141 @@ draw_molecule(mol, marked_bonds=marked, ax=axes[0, 0], title="ground truth: NO$_
 for ax, (name, (label, atoms)) in zip(axes.flat[1:], panels.items()):
     bonds = bond_values(mol, cpu_graph.edge_index, scores[name].detach().cpu())
     draw_molecule(mol, None if atoms is None else atoms.detach().cpu(), bonds, ax=ax, label=label, title=name)
-axes[2, 1].set_axis_off()
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # Red is evidence for "mutagen" (or, for GNNExplainer's mask and saliency, which are never
-# negative, simply a large value), blue evidence against, white none. The four methods answer
+# negative, simply a large value), blue evidence against, white none. The methods answer
 # different questions -- GNNExplainer: which edges suffice to keep the prediction; saliency: which
-# edge weights the output is most *sensitive* to; Integrated Gradients and LRP: how the output
-# *splits* over the edges -- and it shows in how concentrated or spread out the maps are.
-# {glue:text}`lrp_top_bond_sentence`
+# edge weights the output is most *sensitive* to; Gradient $\times$ Input, Integrated Gradients and
+# LRP: how the output *splits* over the edges -- and it shows in how concentrated or spread out the
+# maps are. {glue:text}`lrp_top_bond_sentence` The LRP and Gradient $\times$ Input panels look
+# alike, and the next section says why.
+#
+# ### LRP-epsilon and Gradient $\times$ Input
+#
+# For a network of linear maps and ReLUs, LRP-0 (the epsilon rule with $\epsilon = 0$) *is*
+# Gradient $\times$ Input {cite}`montavon2019lrp`: a ReLU passes relevance $a\, \partial f / \partial a$
+# on unchanged, and the share $x_j w_{jk} / z_k$ of a linear map times $z_k\, \partial f / \partial
+# z_k$ is $x_j w_{jk}\, \partial f / \partial z_k$, which summed over $k$ is $x_j\, \partial f /
+# \partial x_j$. The biases change neither side: they take their share of the relevance, and the
+# gradient does not see them. This GCN is such a network (dropout is off when it explains), so the
+# only difference is the stabiliser, $z_k + \epsilon\, \mathrm{sign}(z_k)$ with $\epsilon = 10^{-6}$,
+# which matters where a pre-activation $z_k$ is tiny. The cell checks both statements on every test
+# mutagen of the evaluation set, on a float64 copy of the model so that the comparison is not
+# rounding: the largest difference per molecule, relative to the largest Gradient $\times$ Input of
+# that molecule, for atoms and for edges.
+
+# %%
+model64 = GCN(dataset.num_features, hidden=64).double().to(device).eval()  # the same weights in float64
+model64.load_state_dict(model.state_dict())
+grad_x_input_64 = grad_x_input_explainer(model64)
+
+
+def lrp_64(rule):
+    return Explainer(model64, algorithm=LRPExplainer(rule=rule), explanation_type="model",
+                     node_mask_type="object", edge_mask_type="object", model_config=model_config)
+
+
+def largest_difference(lrp, graphs):
+    """Max over the graphs of max |LRP - Grad x Input| / max |Grad x Input|, for atoms and for edges."""
+    nodes, edges = [], []
+    for g in graphs:
+        g = g.clone().to(device)
+        g.x = g.x.double()
+        e = lrp(g.x, g.edge_index)
+        gx_nodes, gx_edges = grad_x_input(g, int(e.target), grad_x_input_64)
+        nodes.append(float((e.node_relevance.view(-1) - gx_nodes).abs().max() / gx_nodes.abs().max()))
+        edges.append(float((e.edge_relevance - gx_edges).abs().max() / gx_edges.abs().max()))
+    return max(nodes), max(edges)
+
+
+eps_nodes, eps_edges = largest_difference(lrp_64("epsilon"), evaluation)
+zero_nodes, zero_edges = largest_difference(lrp_64("z"), evaluation)
+print(f"largest relative difference to Grad x Input over {len(evaluation)} molecules:")
+print(f"  LRP-epsilon (1e-6): atoms {100 * eps_nodes:.2g}%, edges {100 * eps_edges:.2g}%")
+print(f"  LRP-0:              atoms below 1e-6: {zero_nodes < 1e-6}, edges below 1e-6: {zero_edges < 1e-6}")
+glue("gxi_eps_nodes", f"{100 * eps_nodes:.2g}%", display=False)
+glue("gxi_eps_edges", f"{100 * eps_edges:.2g}%", display=False)
+glue("gxi_zero_agree", "agree" if max(zero_nodes, zero_edges) < 1e-6 else "do not agree", display=False)
+
+# %% [markdown]
+# LRP-epsilon and Gradient $\times$ Input differ by at most {glue:text}`gxi_eps_nodes` of the
+# largest atom score and {glue:text}`gxi_eps_edges` of the largest edge score of any molecule, and
+# with $\epsilon = 0$ they {glue:text}`gxi_zero_agree` to within $10^{-6}$ (the edge scores pass
+# through PyG's float32 edge mask). On this model, then, LRP's default rule *is* Gradient $\times$
+# Input, computed in one relevance backward instead of a gradient; the two part ways where the
+# rules do, as with gamma or z$^+$ on the weights (chapter 3), or where a model is not piecewise
+# linear (attention, gates, a sigmoid inside, see [Which PyG models can be
+# explained](coverage.ipynb)).
+#
+# ### The masks PyG's tools read
+#
+# PyG's own tools expect an importance in $[0, 1]$, as GNNExplainer's masks are:
+# `visualize_feature_importance` draws bars from zero up, `threshold` keeps the largest entries,
+# `fidelity` multiplies the mask into the input. So an LRP explanation's `node_mask` and `edge_mask`
+# hold $|R| / \max |R|$ by default (`LRPExplainer(mask="abs")`; `"positive"` keeps only the evidence
+# for the class, `"relevance"` the signed values), while `node_relevance` and `edge_relevance` keep
+# the sign. Below, the picked molecule explained per feature (`node_mask_type="attributes"`, one
+# feature per element), passed to PyG's `visualize_feature_importance` as it is, beside the same
+# explanation's signed `node_relevance` summed per element, in the same order.
+
+# %%
+lrp_features = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
+                         node_mask_type="attributes", edge_mask_type="object", model_config=model_config)
+features = lrp_features(graph.x, graph.edge_index)
+present = sorted(set(graph.x.argmax(-1).tolist()))
+print(f"node_mask in [{float(features.node_mask.min()):.0f}, {float(features.node_mask.max()):.0f}], "
+      f"node_relevance in [{float(features.node_relevance.min()):.2f}, {float(features.node_relevance.max()):.2f}]")
+k = int(graph.edge_gt.sum())
+kept = features.threshold(threshold_type="topk", value=k).edge_mask.nonzero().view(-1)
+kept_relevance = features.edge_relevance[kept]
+print(f"threshold(threshold_type='topk', value={k}) keeps edges {kept.tolist()}, "
+      f"signed relevance {[round(float(r), 3) for r in kept_relevance]}")
+signed_per_element = features.node_relevance.sum(0).cpu()
+against = [ATOMS[f] for f in present if signed_per_element[f] < 0]
+glue("mask_against", " and ".join(against) if against else "none", display=False)
+glue("mask_against_verb", "argue" if len(against) != 1 else "argues", display=False)
+kept_negative = int((kept_relevance < 0).sum())
+glue("topk_k", f"{k}", display=False)
+glue("topk_sentence",
+     "all of them carry positive relevance here, so on this molecule the mask's top edges are also "
+     "the strongest evidence for the class" if kept_negative == 0 else
+     f"{kept_negative} of them carry negative relevance: evidence against the class that the mask "
+     "ranks as important", display=False)
+
+# %% tags=["hide-input"]
+png = io.BytesIO()
+with plt.rc_context({"font.size": 30, "axes.titlesize": 30, "axes.labelsize": 30, "xtick.labelsize": 24,
+                     "ytick.labelsize": 30}):  # PyG's own plot, 10 x 7 inches: large type to be read when shrunk
+    features.visualize_feature_importance(path=png, feat_labels=ATOMS, top_k=len(present))
+png.seek(0)
+order = sorted(present, key=lambda f: -float(features.node_mask[:, f].sum()))  # PyG's order: largest first
+fig, (left, right) = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 3.0), gridspec_kw=dict(width_ratios=[1.4, 1]))
+left.imshow(plt.imread(png))
+left.set_axis_off()
+left.set_title("node_mask (|R| / max |R|) in\nPyG's visualize_feature_importance", fontsize=9)
+values = [float(signed_per_element[f]) for f in order]
+bars = right.barh([ATOMS[f] for f in order], values, color=["tab:red" if v > 0 else "tab:blue" for v in values])
+right.bar_label(bars, labels=[f"{v:+.2f}" for v in values], fontsize=8, padding=2)
+right.axvline(0, color="black", linewidth=0.8)
+right.invert_yaxis()
+right.set_xlim(min(values + [0]) * 1.7, max(values + [0]) * 1.45)
+right.set_xlabel("relevance for 'mutagen'")
+right.set_title("node_relevance (signed),\nsummed per element", fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# PyG's bars say how much each element's atoms matter, all of it counted as importance; the signed
+# bars say which way: here {glue:text}`mask_against` {glue:text}`mask_against_verb` *against*
+# "mutagen", which PyG's plot draws as importance pointing the same way as the evidence for it.
+# `threshold` reads the mask too:
+# the top {glue:text}`topk_k` edges it keeps are the edges of largest $|R|$, and
+# {glue:text}`topk_sentence`. Hand `node_mask` and `edge_mask` to PyG's plots, thresholds and
+# metrics; read evidence for and against, and add it up, from `node_relevance` and
+# `edge_relevance`.
 #
 # ## Which training molecules support this prediction? TracIn
 #
@@ -654,8 +817,12 @@ plt.show()
 #   suffice);
 # - **milliseconds per explanation**, from the benchmark below.
 #
-# LRP, saliency and Integrated Gradients are cheap, so the chapter computes their quality here, on
-# every build.
+# LRP, saliency, Gradient $\times$ Input and Integrated Gradients are cheap, so the chapter computes
+# their quality here, on every build. LRP's edges are ranked by their signed `edge_relevance`, as in
+# the figures; one more row ranks them by the default `edge_mask`, $|R| / \max |R|$, which puts
+# strong evidence *against* the class as high as evidence for it. Fidelity reads the explanation's
+# `edge_mask`, which the cell below replaces by each method's hard top-$k$ mask (1 on the $k$ kept
+# edges, 0 elsewhere).
 
 # %%
 def hard_top_k(scores, k):
@@ -683,14 +850,16 @@ def evaluate(masks):
 
 
 all_graphs = Batch.from_data_list(evaluation).to(device)
-lrp_masks = edge_only(all_graphs.x, all_graphs.edge_index, batch=all_graphs.batch).edge_mask
-lrp_masks = lrp_masks.split(all_graphs.edge_index.new_tensor([g.edge_index.shape[1] for g in evaluation]).tolist())
+lrp_relevance = edge_only(all_graphs.x, all_graphs.edge_index, batch=all_graphs.batch).edge_relevance
+lrp_relevance = lrp_relevance.split([g.edge_index.shape[1] for g in evaluation])
 targets = [int(z > 0) for z in logits]
 live = {
-    "LRP (LRPExplainer)": evaluate(lrp_masks),
+    "LRP (LRPExplainer)": evaluate(lrp_relevance),
+    "LRP, |R| (the default edge_mask)": evaluate([r.abs() for r in lrp_relevance]),
     "saliency (Captum)": evaluate([saliency(g.clone().to(device), t) for g, t in zip(evaluation, targets)]),
     "Integrated Gradients (Captum, 50 steps)": evaluate([integrated_gradients(g.clone().to(device), t)
                                                          for g, t in zip(evaluation, targets)]),
+    "Grad x Input (Captum)": evaluate([grad_x_input(g.clone().to(device), t)[1] for g, t in zip(evaluation, targets)]),
     "ground truth itself": evaluate([g.edge_gt.float() for g in evaluation]),
 }
 sizes = [int(g.edge_gt.sum()) for g in evaluation]
@@ -706,12 +875,12 @@ glue("k_max", f"{max(sizes)}", display=False)
 # GNNExplainer needs 200 optimisation steps per molecule, too slow to rerun on every build of the
 # book, and timings depend on the machine. Both come from `benchmarks/bench_explainers.py`: the
 # script loads this chapter's stored model (`load_or_train("mutagenicity-gcn", ...)`, the same
-# weights), explains the same molecules with all four methods through the same APIs, one molecule
-# at a time and interleaved, so that the load of the machine falls on all of them alike, runs
-# GNNExplainer as its users do (float32, 200 epochs), and writes
+# weights), explains the same molecules with LRP, saliency, Integrated Gradients and GNNExplainer
+# through the same APIs, one molecule at a time and interleaved, so that the load of the machine
+# falls on all of them alike, runs GNNExplainer as its users do (float32, 200 epochs), and writes
 # `benchmarks/results/explainers.json` with a description of the machine. The next cell reads that
-# file and prints the one comparison table: quality computed above for LRP, saliency and
-# Integrated Gradients, quality of GNNExplainer and all timings from the file.
+# file and prints the one comparison table: quality computed above for LRP, saliency, Gradient
+# $\times$ Input and Integrated Gradients, quality of GNNExplainer and all timings from the file.
 
 # %%
 bench = load_results("explainers", repository=globals().get("REPOSITORY"))
@@ -724,6 +893,8 @@ rows = [  # (name in the table, quality (AUROC, fid+, fid-), key of the timing i
     ("saliency (Captum)", live["saliency (Captum)"], "saliency (Captum)"),
     ("Integrated Gradients (50 steps)", live["Integrated Gradients (Captum, 50 steps)"],
      "Integrated Gradients (Captum, 50 steps)"),
+    ("Grad x Input (Captum)", live["Grad x Input (Captum)"], None),
+    ("LRP, |R| (the default edge_mask)", live["LRP, |R| (the default edge_mask)"], None),
     (f"GNNExplainer ({measured['gnnexplainer_epochs']} epochs)*",
      tuple(timed[gnn_name][k] for k in ("auroc", "fidelity_plus", "fidelity_minus")), gnn_name),
     ("ground truth itself", live["ground truth itself"], None),
@@ -736,14 +907,15 @@ display(results_table(table, [("method", "method"), ("AUROC vs NO2/NH2", "auroc"
                               ("fidelity+", "fid_plus", "{:.3f}"), ("fidelity-", "fid_minus", "{:.3f}"),
                               ("ms per explanation", "ms", "{:.2f}"), ("vs GNNExplainer", "speedup", "{:,.0f}x")]))
 display(Markdown("\\* GNNExplainer's quality is read from the benchmark file; every other quality is computed "
-                 "above. " + machine_note(bench)))
+                 "above. The benchmark does not time Gradient $\\times$ Input, one gradient like saliency, nor "
+                 "the absolute value of LRP's relevance. " + machine_note(bench)))
 same = all(abs(timed[key]["auroc"] - quality[0]) < 5e-4 for _, quality, key in rows[:4])
 print("the benchmark's AUROCs of LRP, saliency and IG agree with the ones computed above:", same)
 
-ranking = sorted([(rows[i][0].strip(" *"), rows[i][1][0]) for i in (0, 2, 3, 4)], key=lambda r: -r[1])
+ranking = sorted([(rows[i][0].strip(" *"), rows[i][1][0]) for i in (0, 2, 3, 4, 6)], key=lambda r: -r[1])
 glue("auroc_ranking", ", ".join(f"{n} {a:.3f}" for n, a in ranking), display=False)
 glue("auroc_best", ranking[0][0], display=False)
-for key, (name, quality, _) in zip(("lrp", "lrp_batch", "saliency", "ig", "gnnexp", "gt"), rows):
+for key, (name, quality, _) in zip(("lrp", "lrp_batch", "saliency", "ig", "gxi", "lrp_abs", "gnnexp", "gt"), rows):
     glue(f"{key}_fid_plus", f"{quality[1]:.3f}", display=False)
     glue(f"{key}_fid_minus", f"{quality[2]:.3f}", display=False)
 glue("lrp_fid_plus_pct", f"{100 * live['LRP (LRPExplainer)'][1]:.0f}%", display=False)
@@ -759,6 +931,23 @@ glue("ms_lrp_batch", f"{ms['LRP (LRPExplainer), whole set in one batch']:.2f}", 
 glue("speedup_lrp", f"{timed['LRP (LRPExplainer)']['speedup_vs_gnnexplainer']:,.0f}", display=False)
 glue("speedup_lrp_batch", f"{timed['LRP (LRPExplainer), whole set in one batch']['speedup_vs_gnnexplainer']:,.0f}",
      display=False)
+lrp_auroc, gxi_auroc = live["LRP (LRPExplainer)"][0], live["Grad x Input (Captum)"][0]
+glue("lrp_auroc", f"{lrp_auroc:.3f}", display=False)
+glue("gxi_auroc", f"{gxi_auroc:.3f}", display=False)
+glue("lrp_abs_auroc", f"{live['LRP, |R| (the default edge_mask)'][0]:.3f}", display=False)
+glue("gxi_vs_lrp", "the same AUROC" if f"{lrp_auroc:.3f}" == f"{gxi_auroc:.3f}" else
+     "AUROCs that differ only in the last digit shown (the stabiliser reorders a few nearly tied edges)"
+     if abs(gxi_auroc - lrp_auroc) < 0.002 else f"AUROCs {abs(gxi_auroc - lrp_auroc):.3f} apart", display=False)
+abs_lower = live["LRP, |R| (the default edge_mask)"][0] < lrp_auroc
+glue("abs_vs_signed", "lower" if abs_lower else "higher", display=False)
+relevance_all = torch.cat(lrp_relevance).cpu()
+marked_all = torch.cat([g.edge_gt for g in evaluation]).bool()
+share_negative = float(marked_all[relevance_all < 0].float().mean())
+share_positive = float(marked_all[relevance_all > 0].float().mean())
+glue("abs_reason", f"{100 * share_negative:.0f}% of the edges with negative relevance are NO₂/NH₂ bonds, against "
+     f"{100 * share_positive:.0f}% of those with positive relevance, so the absolute value "
+     + ("ranks more unmarked edges up" if share_negative < share_positive else "ranks more marked edges up"),
+     display=False)
 glue("lrp_vs_saliency_cost", "more" if ms["LRP (LRPExplainer)"] > ms["saliency (Captum)"] else "less",
      display=False)
 glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['torch_threads']} torch thread; "
@@ -768,6 +957,13 @@ glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['to
 # ### What the numbers say, and what they do not
 #
 # **Agreement with the chemists.** Ranked by mean ground-truth AUROC: {glue:text}`auroc_ranking`.
+# Gradient $\times$ Input and LRP, the same up to $\epsilon$, get {glue:text}`gxi_vs_lrp`
+# ({glue:text}`gxi_auroc` and {glue:text}`lrp_auroc`). Ranked by the default mask,
+# $|R|$, LRP's AUROC is {glue:text}`lrp_abs_auroc`, {glue:text}`abs_vs_signed` than by the signed
+# relevance: {glue:text}`abs_reason`. This is one
+# model on one data set; [Benchmarking explanations](09_benchmarking_explanations.ipynb) ranks the
+# same kinds of methods over many tasks, seeds and models, and where its order differs from this
+# one, it is the broader measurement.
 # None comes close to 1, and that is not (only) the explainers' fault: the model was never told
 # about nitro groups. Its test accuracy of {glue:text}`test_accuracy` leaves room for other cues,
 # and {glue:text}`n_predicted_nonmutagen` of the {glue:text}`n_evaluation` test mutagens are
@@ -813,9 +1009,14 @@ glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['to
 #   through raises an error that names it.
 # - Edge relevance is the relevance carried by each edge's messages, summed over layers; it is signed
 #   (evidence for or against the explained class) and, for a bias-free model, the node relevance adds
-#   up to the explained log-odds.
+#   up to the explained log-odds. The explanation keeps it as `node_relevance` and `edge_relevance`;
+#   its `node_mask` and `edge_mask` hold $|R| / \max |R|$, the importance in $[0, 1]$ that PyG's
+#   plots, thresholds and metrics read.
+# - On a ReLU network LRP-0 is Gradient $\times$ Input, and LRP-epsilon with a small $\epsilon$ is
+#   within a fraction of a percent of it.
 # - GNNExplainer optimises a mask per molecule; saliency and Integrated Gradients differentiate an
-#   edge-weight mask; TracIn ranks training molecules instead of bonds.
+#   edge-weight mask, Gradient $\times$ Input a mask on the messages; TracIn ranks training molecules
+#   instead of bonds.
 # - Ground-truth AUROC measures agreement with chemists' alerts, fidelity measures what the model
 #   needs; they can disagree, and cost differs by orders of magnitude.
 # - Further: LRP for graph networks was introduced by {cite}`baldassarre2019explainability`;
