@@ -72,7 +72,7 @@ __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceW
 
 # ------------------------------------------------------------------ message hooks
 _current = threading.local()       # the explanation running in this thread (its _EdgeRecorder)
-_hooked: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+_hooked: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 _hook_lock = threading.Lock()
 
 
@@ -92,12 +92,17 @@ def _propagate_hook(module, inputs):
 
 
 def _ensure_hooks(model: nn.Module) -> None:
-    """Register the message hooks on every MessagePassing module of ``model`` (once per module)."""
+    """Register the message hooks on every MessagePassing module of ``model`` (once per module: a
+    module that has them already -- also a ``copy.deepcopy`` of a hooked one, which copies its
+    hooks -- gets no second set)."""
     with _hook_lock:
         for m in model.modules():
             if isinstance(m, MessagePassing) and m not in _hooked:
-                _hooked[m] = (m.register_message_forward_hook(_message_hook),
-                              m.register_propagate_forward_pre_hook(_propagate_hook))
+                if not any(h is _message_hook for h in m._message_forward_hooks.values()):
+                    m.register_message_forward_hook(_message_hook)
+                if not any(h is _propagate_hook for h in m._propagate_forward_pre_hooks.values()):
+                    m.register_propagate_forward_pre_hook(_propagate_hook)
+                _hooked[m] = True
 
 
 class _EdgeRecorder:

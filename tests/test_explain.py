@@ -699,3 +699,23 @@ def test_link_prediction_refuses_bad_edge_label_index_and_per_index():
     with pytest.raises(ValueError, match="per_index=True explains node-level tasks"):
         Explainer(model, algorithm=LRPExplainer(per_index=True), explanation_type="model", node_mask_type="object",
                   model_config=cfg)
+
+
+def test_a_deep_copy_of_an_explained_model_gets_the_same_edge_relevance():
+    """The message hooks travel with copy.deepcopy; the copy must not get a second set (it doubled
+    the edge relevance)."""
+    import copy
+    torch.manual_seed(0)
+    model = NodeNet().double().eval()
+    g = random_graphs(seed=9)[0]
+
+    def explain(m):
+        return Explainer(m, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="object",
+                         edge_mask_type="object",
+                         model_config=dict(mode="regression", task_level="node", return_type="raw"))(
+            g.x, g.edge_index, index=1)
+
+    first = explain(model)
+    again = explain(copy.deepcopy(model))
+    torch.testing.assert_close(again.edge_relevance, first.edge_relevance, rtol=0, atol=0)
+    assert float(first.edge_relevance.abs().sum()) > 0
