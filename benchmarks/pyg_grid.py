@@ -225,6 +225,17 @@ def _mask_problems(e, combo, data) -> list[str]:
     return out
 
 
+class _Logged(logging.Handler):
+    """The messages PyG logs while an explainer is set up (why an algorithm refuses the settings)."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
 def algorithm(method):
     """The algorithm of ``method`` (a name of :data:`METHODS`; an ``ExplainerAlgorithm`` is used as it is,
     and checked as LRP)."""
@@ -248,18 +259,23 @@ def run_one(combo: dict, method: str = "lrp") -> dict:
     target = target_for(combo, model, data, kwargs) if combo["explanation_type"] == "phenomenon" else None
     row = dict(combo, method=method if isinstance(method, str) else type(method).__name__)
     t0 = time.perf_counter()
+    logged = _Logged()
+    logging.getLogger().addHandler(logged)
     try:
         ex = Explainer(model, algorithm=algorithm(method), **explainer_kwargs(combo))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             e = ex(data.x, data.edge_index, target=target, index=index, **kwargs)
     except (UnsupportedModelError, ValueError, TypeError, NotImplementedError) as err:
-        row.update(status="refused", detail=f"{type(err).__name__}: {err}")
+        # PyG's algorithms log why they do not support the settings, then raise a generic error
+        row.update(status="refused", detail=" ".join([*logged.messages, f"{type(err).__name__}: {err}"]))
         return row
     except Exception as err:  # noqa: BLE001 -- a crash is what this grid looks for
         row.update(status="crash", detail=f"{type(err).__name__}: {err} | "
                    + traceback.format_exc(limit=-2).strip().replace("\n", " / ")[-400:])
         return row
+    finally:
+        logging.getLogger().removeHandler(logged)
     row["seconds"] = round(time.perf_counter() - t0, 4)
     problems = _mask_problems(e, combo, data)
     if not isinstance(method, str) or method == "lrp":
@@ -323,6 +339,17 @@ def run_grid(methods, models, dtype):
     return summary, rows, invalid
 
 
+def compact_table(rows, methods) -> dict:
+    """One line per valid combination: its settings, then each method's status (the messages are in
+    the summary, counted): ``"GCN node binary_classification raw model - object": "works works refused"``."""
+    keys = ("model", "task_level", "mode", "return_type", "explanation_type", "node_mask_type", "edge_mask_type")
+    table: dict[str, list] = {}
+    for r in rows:
+        table.setdefault(" ".join(str(r[k] or "-") for k in keys), []).append(r["status"])
+    return {"columns": " ".join(keys) + ": " + " ".join(methods),
+            "rows": {k: " ".join(v) for k, v in table.items()}}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -333,7 +360,8 @@ def main(argv=None):
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    logging.disable(logging.ERROR)  # PyG logs each unsupported setting before raising: the rows keep it
+    for handler in logging.getLogger().handlers:  # PyG logs each unsupported setting: the rows keep it, not stderr
+        handler.setLevel(logging.CRITICAL)
     methods, models, dtypes = args.methods.split(","), tuple(args.models.split(",")), args.dtypes.split(",")
     results = {}
     for k, name in enumerate(dtypes):
@@ -341,7 +369,7 @@ def main(argv=None):
         print(f"{name}: {summary['valid']} valid combinations, {summary['invalid']} rejected by PyG")
         for m in methods:
             print(f"  {m:16s} {summary['counts'][m]}")
-        results[name] = dict(summary=summary, rows=rows, invalid=invalid) if k == 0 else dict(summary=summary)
+        results[name] = dict(summary=summary, table=compact_table(rows, methods)) if k == 0 else dict(summary=summary)
     if not args.no_write:
         from results_file import write_results
         path = write_results("pyg_grid", results, settings=dict(methods=methods, models=list(models), dtypes=dtypes,

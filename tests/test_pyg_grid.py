@@ -95,3 +95,12 @@ def test_a_refusal_is_recorded_with_its_message():
     ex = Explainer(model, algorithm=LRPExplainer(), **pg.explainer_kwargs(combo))
     with pytest.raises(Exception, match="einsum of several input-dependent operands"):
         ex(data.x, data.edge_index, index=index, **kwargs)
+
+
+def test_another_algorithms_refusal_keeps_pygs_reason():
+    """PyG logs why an algorithm does not support the settings and raises a generic error: the row keeps both."""
+    combo = dict(model="GCN", task_level="node", mode="binary_classification", return_type="raw",
+                 explanation_type="model", node_mask_type="object", edge_mask_type=None)
+    row = pg.run_one(combo, "captum_saliency")
+    assert row["status"] == "refused"
+    assert "expects 'node_mask_type' to be 'None' or 'attributes' (got 'object')" in row["detail"]
