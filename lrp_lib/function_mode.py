@@ -26,6 +26,7 @@ sums, means, ``scatter_add``, ``index_add``,            epsilon rule (proportion
 ``a + b``, ``a - b``                                   proportional to the terms
 elementwise functions, ``x * c``, ``x / c``            identity
 ``a * b`` (both marked)                                uniform (CP-LRP for attention weights)
+``prod``, ``scatter_reduce`` prod (``MulAggregation``)  uniform over the factors, R / n
 ``a / b`` (both marked)                                denominator held constant
 ``A @ B`` (both marked)                                uniform on each product term
 ``softmax``                                            AttnLRP's softmax rule
@@ -55,7 +56,7 @@ from torch_geometric.nn import MessagePassing
 
 from .composites import Composite, get_composite
 from .primitives import (BilinearRelevance, BlockedRelevance, IdentityRelevance, JoinRelevance, LinearRelevance,
-                         NormAffineRelevance, NormaliseRelevance, ProductRelevance, SoftmaxRelevance,
+                         NormAffineRelevance, UniformProductRelevance, NormaliseRelevance, ProductRelevance, SoftmaxRelevance,
                          SumRelevance, Tally, WeightRelevance)
 from .rules import Epsilon, LinearMap
 
@@ -671,6 +672,15 @@ def _scatter_reduce(mode: RelevanceMode, func, args, kwargs):
         const = inp.detach()
         return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self),
                            None, f"scatter_reduce ({reduce}) in {mode.module_label()}")
+    if reduce == "prod" and mode.is_marked(src) and not mode.is_marked(inp) and index.shape == src.shape:
+        # each group's product: its factors share its relevance uniformly; the constant start value takes none
+        const = inp.detach()
+        counts = torch.zeros(const.shape, dtype=torch.long, device=const.device).scatter_add(
+            dim, index, torch.ones_like(index))
+        return UniformProductRelevance.apply(
+            src, lambda s: const.scatter_reduce(dim, index, s, "prod", include_self=include_self), counts,
+            lambda t: t.gather(dim, index), f"scatter_reduce (prod) of empty groups in {mode.module_label()}",
+            mode.tally)
     return mode._blocked(func, f"scatter_reduce ({reduce})", args, kwargs)
 
 
@@ -705,6 +715,27 @@ def _div(mode: RelevanceMode, func, args, kwargs):
     if mode.is_marked(a) and mode.is_marked(b):
         return mode._gate(NormaliseRelevance.apply(a, b))
     return mode._identity(func, args, kwargs)
+
+
+def _prod(mode: RelevanceMode, func, args, kwargs):
+    """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim``
+    (:class:`~lrp_lib.primitives.UniformProductRelevance`); ``torch.prod(x)`` over all elements."""
+    x = args[0]
+    dim = _arg(args, kwargs, 1, "dim")
+    keepdim = _arg(args, kwargs, 2, "keepdim", False)
+    if kwargs.get("dtype") is not None:
+        return mode._blocked(func, "prod with dtype", args, kwargs)
+    if dim is None:
+        counts = torch.full((), x.numel(), dtype=torch.long, device=x.device)
+        return UniformProductRelevance.apply(x, torch.prod, counts, lambda t: t.expand(x.shape), "prod", mode.tally)
+    d = dim % x.dim()
+    shape = list(x.shape)
+    shape[d] = 1
+    counts = torch.full(shape if keepdim else shape[:d] + shape[d + 1:], x.shape[d], dtype=torch.long,
+                        device=x.device)
+    return UniformProductRelevance.apply(x, lambda t: torch.prod(t, d, keepdim), counts,
+                                         lambda t: (t if keepdim else t.unsqueeze(d)).expand(x.shape),
+                                         f"prod in {mode.module_label()}", mode.tally)
 
 
 def _max_min(mode: RelevanceMode, func, args, kwargs):
@@ -1033,7 +1064,7 @@ _HANDLERS: dict[str, Callable] = {
     "gru_cell": _rnn_cell, "rnn_tanh_cell": _rnn_cell, "rnn_relu_cell": _rnn_cell, "lstm_cell": _lstm_cell,
     "lstm": _rnn, "gru": _rnn, "rnn_tanh": _rnn, "rnn_relu": _rnn,
     "multi_head_attention_forward": _multi_head_attention,
-    "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _cat,
+    "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _cat, "prod": _prod,
     "batch_norm": _batch_norm,
     "layer_norm": _norm_affine(3, False), "group_norm": _norm_affine(3, True),
     "instance_norm": _norm_affine(4, True), "rms_norm": _norm_affine(99, False),

@@ -37,6 +37,8 @@ lost, with a :class:`~lrp_lib.ops.LostRelevanceWarning`):
   :math:`y = \gamma\,\hat x + \beta`: the normalisation passes relevance unchanged (AttnLRP's
   LayerNorm rule), the affine part splits it, :math:`R_x = (y - \beta) \odot R / \mathrm{stab}(y)`;
   :math:`\beta` keeps its share.
+* :class:`UniformProductRelevance` -- a product of :math:`n` marked factors (``torch.prod``,
+  the ``"prod"`` scatter of ``MulAggregation``): the uniform rule :math:`R_i = R / n` (AttnLRP).
 * :class:`JoinRelevance` -- ``torch.cat`` of marked tensors and constants: the marked ones get
   their slices of :math:`R`, each constant keeps its slice (a bias's share, tallied).
 * :class:`BlockedRelevance` -- an operation without a rule: it passes no relevance and records
@@ -64,7 +66,7 @@ from .rules import Epsilon, LinearMap, Rule
 
 __all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
            "ProductRelevance", "NormaliseRelevance", "BilinearRelevance", "SoftmaxRelevance",
-           "NormAffineRelevance", "JoinRelevance", "BlockedRelevance", "EdgeMessageRelevance"]
+           "NormAffineRelevance", "UniformProductRelevance", "JoinRelevance", "BlockedRelevance", "EdgeMessageRelevance"]
 
 
 class Tally:
@@ -315,6 +317,32 @@ class NormAffineRelevance(torch.autograd.Function):
         s = share(ctx.label, rel_out, out, ctx.eps)
         rel = (out if beta is None else out - beta) * s
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
+        return rel, None, None, None, None, None
+
+
+class UniformProductRelevance(torch.autograd.Function):
+    r"""A product of several input-dependent factors per output (``torch.prod`` along a dimension, the
+    ``"prod"`` scatter reduction of PyG's ``MulAggregation``): AttnLRP's uniform rule for the product of
+    :math:`n` factors, :math:`R_i = R / n` for each factor :math:`i` of the output (Achtibat et al.,
+    "AttnLRP", ICML 2024: multiplication of :math:`N` inputs); a constant factor (the ones a
+    scatter starts from) takes none.  ``fn(x)`` computes the output, ``counts`` the number of
+    factors of each output element, ``spread(t)`` sends a tensor of the output's shape to the
+    factors' (gather, expand).  Outputs without factors (empty groups, the constant start value)
+    keep their relevance, tallied as ``label``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, fn: Callable, counts: Tensor, spread: Callable, label: str, tally):
+        out = fn(x)
+        ctx.counts, ctx.spread, ctx.label, ctx.tally = counts, spread, label, tally
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        counts = ctx.counts.to(rel_out.dtype)
+        empty = counts == 0
+        rel = ctx.spread(torch.where(empty, torch.zeros_like(rel_out), rel_out / counts.clamp(min=1)))
+        if ctx.tally is not None and bool(empty.any()):
+            ctx.tally.absorb(ctx.label, rel_out[empty].sum())
         return rel, None, None, None, None, None
 
 

@@ -743,3 +743,25 @@ def test_every_way_of_joining_a_constant_conserves(join):
     wc, wx = w[order[:2]], w[order[2:]]
     torch.testing.assert_close(rx, x * wx)
     assert absorbed == pytest.approx(float((const * wc).sum()), rel=1e-12)
+
+
+def test_product_aggregation_and_prod_split_uniformly_over_the_factors():
+    """PyG's MulAggregation (scatter_reduce prod) and torch.prod: every factor of a product gets the same
+    share R / n (AttnLRP's rule for a product of n inputs), against a loop over the groups."""
+    from torch_geometric.nn.aggr import MulAggregation
+    torch.manual_seed(17)
+    x = torch.rand(6, 2, dtype=torch.float64) + 0.5
+    index = torch.tensor([0, 0, 0, 1, 3, 3])
+    agg = MulAggregation()
+    out, (rx,), mode = relevance_of(lambda t: agg(t, index, dim_size=4), x)
+    torch.testing.assert_close(out, agg(x, index, dim_size=4))
+    n = torch.bincount(index, minlength=4).double()
+    torch.testing.assert_close(rx, out.detach()[index] / n[index].view(-1, 1))
+    assert not mode.tally.blocked
+    assert float(rx.sum()) + mode.tally.total(mode.tally.absorbed) == pytest.approx(float(out.sum()), rel=1e-12)
+    for dim, keepdim in ((0, False), (1, True), (None, False)):
+        f = (lambda t: torch.prod(t)) if dim is None else (lambda t: torch.prod(t, dim, keepdim=keepdim))
+        out, (rx,), _ = relevance_of(f, x)
+        k = x.numel() if dim is None else x.shape[dim]
+        want = (out.detach() if dim is None else (out.detach() if keepdim else out.detach().unsqueeze(dim))) / k
+        torch.testing.assert_close(rx, want.expand(x.shape))

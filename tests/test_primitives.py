@@ -190,3 +190,22 @@ def test_join_passes_slices_and_a_constant_keeps_its_share():
     torch.testing.assert_close(rb, R[:, 6:])
     assert tally.total(tally.absorbed) == pytest.approx(float(R[:, 2:6].sum()), rel=1e-12)
     assert float(ra.sum() + rb.sum()) + tally.total(tally.absorbed) == pytest.approx(float(R.sum()), rel=1e-12)
+
+
+def test_uniform_product_gives_each_factor_an_equal_share_and_empty_groups_keep_theirs():
+    """scatter (prod) of 5 rows into 4 groups, one empty: each factor gets R_group / n_group (a loop
+    over the rows from the rule's definition), the empty group's relevance is tallied."""
+    x, R = rand(5, 3, seed=41), rand(4, 3, seed=42)
+    index = torch.tensor([0, 0, 1, 3, 3]).view(-1, 1).expand(5, 3)
+    ones = torch.ones(4, 3, dtype=torch.float64)
+    counts = torch.zeros(4, 3, dtype=torch.long).scatter_add(0, index, torch.ones_like(index))
+    lx, tally = leaf(x), P.Tally()
+    out = P.UniformProductRelevance.apply(lx, lambda s: ones.scatter_reduce(0, index, s, "prod"), counts,
+                                          lambda t: t.gather(0, index), "empty", tally)
+    torch.testing.assert_close(out, ones.scatter_reduce(0, index, x, "prod"))
+    (rx,) = torch.autograd.grad(out, lx, R)
+    n = {0: 2, 1: 1, 3: 2}
+    ref = torch.stack([R[g] / n[g] for g in (0, 0, 1, 3, 3)])
+    torch.testing.assert_close(rx, ref)
+    assert tally.total(tally.absorbed) == pytest.approx(float(R[2].sum()), rel=1e-12)
+    assert float(rx.sum()) + tally.total(tally.absorbed) == pytest.approx(float(R.sum()), rel=1e-12)
