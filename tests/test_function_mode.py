@@ -765,3 +765,20 @@ def test_product_aggregation_and_prod_split_uniformly_over_the_factors():
         k = x.numel() if dim is None else x.shape[dim]
         want = (out.detach() if dim is None else (out.detach() if keepdim else out.detach().unsqueeze(dim))) / k
         torch.testing.assert_close(rx, want.expand(x.shape))
+
+
+def test_gpsconv_with_attnlrp_uniform_attention_accounts_for_the_output():
+    """attention="uniform" (AttnLRP): half of A v's relevance goes through the softmax to the scores and
+    on to q and k; the softmax rule does not conserve, and the explanation says by how much
+    (relevance_residual), so inputs + biases + residual is still the output; CP and uniform differ."""
+    torch.manual_seed(18)
+    model = GPSNet(norm=None).double().eval()
+    data = _random_batch(seed=2, sizes=(5, 4))
+    out = float(model(data.x, data.edge_index, data.batch).sum())
+    with pytest.warns(UserWarning, match="did not reach x"):
+        e = _graph_explainer(model, _z("uniform"))(data.x, data.edge_index, batch=data.batch)
+    total = float(e.node_relevance.sum() + e.bias_relevance + e.relevance_residual)
+    assert total == pytest.approx(out, rel=1e-9)
+    assert torch.isfinite(e.node_relevance).all()
+    cp = _graph_explainer(model, _z("cp"))(data.x, data.edge_index, batch=data.batch)
+    assert float((cp.node_relevance - e.node_relevance).abs().max()) > 1e-6
