@@ -719,3 +719,22 @@ def test_a_deep_copy_of_an_explained_model_gets_the_same_edge_relevance():
     again = explain(copy.deepcopy(model))
     torch.testing.assert_close(again.edge_relevance, first.edge_relevance, rtol=0, atol=0)
     assert float(first.edge_relevance.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("level", ["node", "graph", "edge"])
+def test_the_defaults_follow_the_task_level_and_what_is_given_wins(level):
+    from lrp_lib.composites import get_composite
+    from lrp_lib.explain import DEFAULTS
+    want = DEFAULTS["graph" if level == "graph" else "node"]
+    algorithm = LRPExplainer()
+    Explainer(NodeNet().double(), algorithm=algorithm, explanation_type="model", node_mask_type="object",
+              model_config=dict(mode="regression", task_level=level, return_type="raw"))
+    assert algorithm.rule == get_composite(want["rule"]).linear
+    assert repr(algorithm.composite) == repr(get_composite(want["rule"]))
+    assert (algorithm.explained, algorithm.mask) == (want["explained"], want["mask"])
+    given = LRPExplainer(rule="zplus", explained="contrast", mask="positive")
+    Explainer(NodeNet().double(), algorithm=given, explanation_type="model", node_mask_type="object",
+              model_config=dict(mode="regression", task_level=level, return_type="raw"))
+    assert (repr(given.rule), given.explained, given.mask) == ("ZPlus()", "contrast", "positive")
+    with pytest.raises(ValueError, match="pass either rule or composite, not both"):
+        LRPExplainer(rule="zplus", composite=get_composite("gamma"))
