@@ -71,6 +71,8 @@ BASELINES = {
     "cam": "CAM: each node's exact share of the class logit through the read-out (graph tasks)",
     "grad_cam": "Grad-CAM (Pope et al. 2019) on the last hidden node embedding (graph tasks)",
     "gnnexplainer": "GNNExplainer (PyG), edge mask, settings of Holdijk et al.'s replication configs",
+    "gnnexplainer_orig": "GNNExplainer (PyG), edge mask, the settings of Ying et al.'s original code (Adam lr 0.1, "
+                         "100 epochs, size 0.005, entropy 1.0)",
     "pgexplainer": "PGExplainer (PyG), trained on the explained instances (training time shared out over them)",
     "random": "uniform random scores",
 }
@@ -107,6 +109,8 @@ EXPLAINER_SETTINGS = {
                          pg=dict(epochs=30, lr=0.0003, edge_size=0.005, edge_ent=1.0, temp=[5.0, 5.0], bias=0.0)),
 }
 PYG_DEFAULTS = dict(gnn=dict(epochs=100, lr=0.01), pg=dict(epochs=30, lr=0.003))
+#: GNNExplainer as Ying et al.'s code runs it (explainer_main.py defaults, explain.py coefficients).
+GNN_ORIGINAL = dict(epochs=100, lr=0.1, edge_size=0.005, edge_ent=1.0)
 
 _LUO = "Luo et al. 2020 (PGExplainer), Table 2: edge AUROC, their GCN"
 _MIX = "MixupExplainer (KDD 2023), main table; Holdijk et al.'s ground-truth loaders"
@@ -304,6 +308,10 @@ class Methods:
         self.ex["gnnexplainer"] = explainer(
             GNNExplainer(epochs=gs["epochs"], lr=gs["lr"], **{k: v for k, v in gs.items() if k not in ("epochs", "lr")}),
             None, "object", m=copy.deepcopy(model))
+        go = GNN_ORIGINAL if not settings.get("fast") else {**GNN_ORIGINAL, "epochs": 10}
+        self.ex["gnnexplainer_orig"] = explainer(
+            GNNExplainer(epochs=go["epochs"], lr=go["lr"], edge_size=go["edge_size"], edge_ent=go["edge_ent"]),
+            None, "object", m=copy.deepcopy(model))
         pg_coeffs = {k: v for k, v in ps.items() if k not in ("epochs", "lr")}
         if "bias" in pg_coeffs:
             pg_coeffs["bias"] = max(pg_coeffs["bias"], 1e-4)  # PyG samples log(eps) - log(1 - eps): keep eps > 0
@@ -459,6 +467,7 @@ def run_task(name, seeds, methods, instances=None, fast=False, mutag_epochs=50, 
     if fast:
         settings["gnn"]["epochs"] = min(settings["gnn"]["epochs"], 10)
         settings["pg"]["epochs"] = min(settings["pg"]["epochs"], 2)
+        settings["fast"] = True
     per_seed = {m: [] for m in methods}
     times = {m: [] for m in methods}
     failures = {}
@@ -653,6 +662,9 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="folder for quality.json (default benchmarks/results)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--update", action="store_true", help="merge this run's tasks and methods into the existing "
+                        "quality.json (rows of the methods run replace theirs; the models must be the same) instead "
+                        "of writing a new file")
     parser.add_argument("--reannotate", action="store_true", help="re-derive the published numbers and the summary "
                         "of the existing quality.json (in --out) without measuring anything")
     args = parser.parse_args(argv)
@@ -702,6 +714,38 @@ def main(argv=None):
                        "masks of an LRP configuration share one call; PGExplainer's training is shared out over "
                        "the instances")
     results = {}
+    if args.update:
+        import json
+        import results_file
+        path = results_file.RESULTS / "quality.json"
+        base = json.loads(path.read_text())
+
+        def write_merged(done):
+            merged = base["results"]["tasks"]
+            for t, r in done.items():
+                if t in merged:
+                    old = merged[t]
+                    if old["metrics_per_seed"] != r["metrics_per_seed"] or old["instances_per_seed"] != r["instances_per_seed"]:
+                        raise RuntimeError(f"--update: {t} was measured on other models or instances; rerun it whole")
+                    old["methods"].update(r["methods"])
+                    old.setdefault("failures", {}).update(r["failures"])
+                    for key in ("explainer_settings", "explainer_settings_paper"):
+                        old[key] = r[key]
+                    annotate(t, old)
+                else:
+                    merged[t] = r
+            base["results"]["summary"] = summarise(merged)
+            for m in methods:
+                base["settings"]["methods"][m] = methods_all[m]
+            updates = base["settings"].setdefault("updates", [])
+            entry = {"command": "python " + " ".join(["benchmarks/bench_quality.py", *sys.argv[1:]]),
+                     "tasks": list(done), "methods": methods, "machine": results_file.machine_info()}
+            if updates and updates[-1]["command"] == entry["command"]:
+                updates[-1] = entry
+            else:
+                updates.append(entry)
+            path.write_text(json.dumps(base, indent=2) + "\n")
+            return path
     for t in tasks:
         start = time.perf_counter()
         inst = args.graph_instances if (args.graph_instances and t not in qt.NODE_TASKS) else args.instances
@@ -715,8 +759,12 @@ def main(argv=None):
             f"{m} {row[m]['auroc']:.3f}" for m in ("random", "saliency", "grad_x_input", "gnnexplainer", "pgexplainer",
                                                   "lrp_epsilon_logit_abs", "lrp_gamma_sgnn_contrast_abs") if m in row),
               flush=True)
+        if args.update:
+            write_merged(results)
+        else:
+            write_results("quality", {"tasks": results, "summary": summarise(results)}, settings)
+    path = write_merged(results) if args.update else \
         write_results("quality", {"tasks": results, "summary": summarise(results)}, settings)
-    path = write_results("quality", {"tasks": results, "summary": summarise(results)}, settings)
     print(f"wrote {path}", file=sys.stderr)
     return results
 
