@@ -22,44 +22,35 @@
 # - **silently wrong**: a result with NaN or Inf, or one that fails the check, with no such message;
 # - **obscure crash**: any other exception, typically from deep inside torch or PyG.
 #
-# The same script was run on the library before its inputs were checked; both runs are stored in
-# `benchmarks/results/bad_inputs.json`, and everything below is read from that file.
+# Everything below is read from the file it writes, `benchmarks/results/bad_inputs.json`, and
+# `tests/test_validation.py` runs the same catalogue.
 
 # %% tags=["hide-input"]
-from IPython.display import Markdown, display
+from IPython.display import display
 from myst_nb import glue
 
 from lrp_lib.results import load_results, results_table
 
-REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the file is found locally
-bad = load_results("bad_inputs", repository=REPO)["results"]
-before, after = bad["before"], bad["after"]
+REPO = globals().get(
+    "REPOSITORY"
+)  # defined by the Colab cell; elsewhere the file is found locally
+run = load_results("bad_inputs", repository=REPO)["results"]["after"]
 CLASSES = ("clear error", "works", "silently wrong", "obscure crash")
-glue("cases", str(len(after["cases"])), display=False)
-for label, run in (("before", before), ("after", after)):
-    for k in CLASSES:
-        glue(f"{label}_{k.replace(' ', '_')}", str(run["counts"][k]), display=False)
+glue("cases", str(len(run["cases"])), display=False)
+for k in CLASSES:
+    glue(k.replace(" ", "_"), str(run["counts"][k]), display=False)
+display(results_table([{"outcome": k, "cases": run["counts"][k]} for k in CLASSES],
+                      [("outcome", "outcome", None), ("cases", "cases", "{:d}")]))
 
 # %% [markdown]
-# ## Before and after
+# Of the {glue:text}`cases` cases, {glue:text}`clear_error` get a clear error and
+# {glue:text}`works` work; {glue:text}`silently_wrong` give a silently wrong result and
+# {glue:text}`obscure_crash` crash with a message that does not name the problem.
 #
-# Of the {glue:text}`cases` cases, the library before the checks gave
-# {glue:text}`before_clear_error` clear errors and {glue:text}`before_works` correct results, but
-# {glue:text}`before_silently_wrong` results were silently wrong and {glue:text}`before_obscure_crash`
-# calls crashed with a message that does not name the problem. Now {glue:text}`after_clear_error`
-# are clear errors, {glue:text}`after_works` work, {glue:text}`after_silently_wrong` are silently
-# wrong and {glue:text}`after_obscure_crash` crash obscurely.
-
-# %% tags=["hide-input"]
-display(results_table(
-    [{"outcome": k, "before": before["counts"][k], "after": after["counts"][k]} for k in CLASSES],
-    [("outcome", "outcome", None), ("before the checks", "before", "{:d}"), ("now", "after", "{:d}")]))
-
-# %% [markdown]
-# Some of the cases that work now were refused before: PyG accepts an `edge_index` of dtype
-# `torch.int32`, and so does `lrp_lib` now. A `.detach()` inside the model is not an error, since the
-# rest of the output can still be explained, but the relevance that it keeps from the inputs is
-# reported with its amount in a `LostRelevanceWarning`.
+# Some unusual inputs simply work: PyG accepts an `edge_index` of dtype `torch.int32`, and so does
+# `lrp_lib`. A `.detach()` inside the model is not an error, since the rest of the output can still
+# be explained, but the relevance that it keeps from the inputs is reported with its amount in a
+# `LostRelevanceWarning`.
 #
 # ## Checking the inputs before PyG's prediction pass
 #
@@ -70,35 +61,79 @@ display(results_table(
 # ```python
 # from lrp_lib.explain import Explainer, LRPExplainer, check_inputs
 #
-# check_inputs(model, data.x, data.edge_index, batch=data.batch)   # before PyG's Explainer, or
-# explainer = Explainer(model, algorithm=LRPExplainer(), ...)      # PyG's Explainer that checks first
+# check_inputs(model, data.x, data.edge_index, batch=data.batch)  # before PyG's Explainer, or
+# explainer = Explainer(model, algorithm=LRPExplainer(), ...)     # PyG's Explainer, checking first
 # ```
 #
-# `lrp_lib.explain.Explainer` is PyG's class with the check added before the prediction pass, and it
-# restores the model's training flag when the explanation fails (PyG's leaves the model in eval
-# mode). The catalogue calls it where the library provides it.
+# `lrp_lib.explain.Explainer` (also `lrp_lib.Explainer`) is PyG's class with the check added before
+# the prediction pass, and it restores the model's training flag when the explanation fails (PyG's
+# leaves the model in eval mode). The catalogue calls it where the library provides it.
 #
 # ## Every case
 #
-# What each case gets now, and what it got before the checks; the message is cut after its first
+# Through PyG's `Explainer`, each case runs on the GCN, GIN, GraphConv and GraphSAGE models (some
+# only on the models that take the argument); the message is the first model's, cut after its first
 # words.
 
 # %% tags=["hide-input"]
-old = {(c["entry"], c["case"]): c["outcome"] for c in before["cases"]}
-
-
-def start(message, width=60):
-    message = message.replace("|", "/").replace("`", "'")
+def start(message, width=64):
+    message = message.replace("|", "/").replace("`", "'").replace("*", "x")
     return message if len(message) <= width else message[:width - 1] + "…"
 
 
-display(results_table(
-    [dict(case=c["case"], entry=c["entry"].replace("Explainer(LRPExplainer) on ", "Explainer, "),
-          now=c["outcome"], before=old.get((c["entry"], c["case"]), "-"),
-          message=f"`{start(c['message'])}`" if c["message"] else "")
-     for c in after["cases"]],
-    [("case", "case", None), ("entry point", "entry", None), ("now", "now", None),
-     ("before", "before", None), ("message (start)", "message", None)]))
+PREFIX = "Explainer(LRPExplainer) on "
+grouped = {}
+for c in run["cases"]:
+    if c["entry"].startswith(PREFIX):
+        grouped.setdefault(c["case"], []).append(c)
+rows = []
+for case, hits in grouped.items():
+    outcomes = sorted({h["outcome"] for h in hits})
+    models = [h["entry"][len(PREFIX):] for h in hits]
+    rows.append(
+        dict(
+            case=case,
+            models="all four" if len(models) == 4 else ", ".join(models),
+            outcome=" / ".join(outcomes),
+            message=start(hits[0]["message"]),
+        )
+    )
+display(
+    results_table(
+        rows,
+        [
+            ("case", "case"),
+            ("models", "models"),
+            ("outcome", "outcome"),
+            ("message (start)", "message"),
+        ],
+    )
+)
+
+# %% [markdown]
+# The relevance ops, the rules and the Graph Network layers check their arguments the same way:
+
+# %% tags=["hide-input"]
+display(
+    results_table(
+        [
+            dict(
+                entry=f"`{c['entry']}`",
+                case=c["case"],
+                outcome=c["outcome"],
+                message=start(c["message"]),
+            )
+            for c in run["cases"]
+            if not c["entry"].startswith(PREFIX)
+        ],
+        [
+            ("entry point", "entry"),
+            ("case", "case"),
+            ("outcome", "outcome"),
+            ("message (start)", "message"),
+        ],
+    )
+)
 
 # %% [markdown]
 # ## Summary
@@ -109,4 +144,4 @@ display(results_table(
 #   an `edge_index` or a batch is checked the same way everywhere.
 # - With PyG's `Explainer`, call `check_inputs` first or use `lrp_lib.explain.Explainer`.
 # - `tests/test_validation.py` runs every case of the catalogue, so a change that makes one of them
-#   silently wrong again fails the tests.
+#   silently wrong fails the tests.
