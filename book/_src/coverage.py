@@ -14,7 +14,9 @@
 import re
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm, imported by torch_geometric
+warnings.filterwarnings(
+    "ignore", message="IProgress not found"
+)  # tqdm, imported by torch_geometric
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from IPython.display import display
@@ -27,7 +29,9 @@ from lrp_lib.explain import LRPExplainer
 from lrp_lib.results import load_results, results_table
 from lrp_lib.rules import Epsilon
 
-REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the file is found locally
+REPO = globals().get(
+    "REPOSITORY"
+)  # defined by the Colab cell; elsewhere the file is found locally
 cov = load_results("coverage", repository=REPO)
 rows = cov["results"]["rows"]
 STATUSES = ("ok", "refused", "wrong", "crash", "skipped")
@@ -73,13 +77,19 @@ glue("tol", f"{cov['results']['tolerance']:.0e}", display=False)
 # %%
 torch.manual_seed(0)
 x = torch.randn(6, 4, dtype=torch.float64)
-edge_index = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 5, 0], [1, 0, 2, 1, 4, 3, 5, 4, 0, 5]])
+edge_index = torch.tensor(
+    [[0, 1, 1, 2, 3, 4, 4, 5, 5, 0], [1, 0, 2, 1, 4, 3, 5, 4, 0, 5]]
+)
 
 
 class TinyGCN(nn.Module):
     def __init__(self, sigmoid=False):
         super().__init__()
-        self.conv, self.head, self.sigmoid = GCNConv(4, 4, bias=False), nn.Linear(4, 1, bias=False), sigmoid
+        self.conv, self.head, self.sigmoid = (
+            GCNConv(4, 4, bias=False),
+            nn.Linear(4, 1, bias=False),
+            sigmoid,
+        )
 
     def forward(self, x, edge_index):
         out = self.head(global_add_pool(F.relu(self.conv(x, edge_index)), None))
@@ -96,18 +106,30 @@ def input_times_gradient(model):
 for sigmoid in (False, True):
     model = TinyGCN(sigmoid).double().eval()
     y, xg = input_times_gradient(model)
-    print(f"sigmoid={sigmoid}: x*grad sums to the output: {abs(float(xg.sum()) - y) < 1e-8}")
-    explainer = Explainer(model, algorithm=LRPExplainer(rule=Epsilon(0.0)), explanation_type="model",
-                          node_mask_type="attributes", edge_mask_type=None,
-                          model_config=dict(mode="regression", task_level="graph", return_type="raw"))
+    print(
+        f"sigmoid={sigmoid}: x*grad sums to the output: {abs(float(xg.sum()) - y) < 1e-8}"
+    )
+    explainer = Explainer(
+        model,
+        algorithm=LRPExplainer(rule=Epsilon(0.0)),
+        explanation_type="model",
+        node_mask_type="attributes",
+        edge_mask_type=None,
+        model_config=dict(mode="regression", task_level="graph", return_type="raw"),
+    )
     try:
         relevance = explainer(x, edge_index).node_relevance
     except (TypeError, ValueError) as err:
         print(f"  LRPExplainer refuses: {type(err).__name__}")
         continue
-    print(f"  LRP-0 relevance sums to the output: {abs(float(relevance.sum()) - y) < 1e-8}")
+    print(
+        f"  LRP-0 relevance sums to the output: {abs(float(relevance.sum()) - y) < 1e-8}"
+    )
     if not sigmoid:
-        print(f"  LRP-0 relevance equals x*grad: {bool((relevance - xg).abs().max() < 1e-8)}")
+        print(
+            "  LRP-0 relevance equals x*grad:"
+            f" {bool((relevance - xg).abs().max() < 1e-8)}"
+        )
 
 # %% [markdown]
 # `bench_coverage.py` runs these checks through its function `check`, and
@@ -129,7 +151,6 @@ count = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
 for s in STATUSES:
     glue(f"rows_{s}", str(count[s]), display=False)
 glue("rows_total", str(len(rows)), display=False)
-baseline = cov["results"].get("baseline")
 
 layers = {}
 for r in rows:
@@ -151,18 +172,20 @@ glue("layers_total", str(len(per_layer)), display=False)
 for s in STATUSES:
     glue(f"layers_{s}", str(sum(v == s for v in per_layer.values())), display=False)
 
-summary = [{"status": s, "rows": count[s], "layers": sum(v == s for v in per_layer.values())}
-           for s in STATUSES]
-columns = [("status", "status"), ("explanations (rows)", "rows", "{:d}"),
-           ("layers and models (worst row)", "layers", "{:d}")]
-if baseline:
-    for entry in summary:
-        entry["before"] = baseline["counts"][entry["status"]]
-    columns.insert(1, ("rows, per-layer rewrites (before)", "before", "{:d}"))
-    columns[2] = ("rows, generic mechanism (now)", "rows", "{:d}")
-    for s in STATUSES:
-        glue(f"before_{s}", str(baseline["counts"][s]), display=False)
-display(results_table(summary, columns))
+summary = [
+    {"status": s, "rows": count[s], "layers": sum(v == s for v in per_layer.values())}
+    for s in STATUSES
+]
+display(
+    results_table(
+        summary,
+        [
+            ("status", "status"),
+            ("explanations (rows)", "rows", "{:d}"),
+            ("layers and models (worst row)", "layers", "{:d}"),
+        ],
+    )
+)
 
 # %% [markdown]
 # Of the {glue:text}`rows_total` explanations (a layer or model at one task level, with or without
@@ -173,12 +196,9 @@ display(results_table(summary, columns))
 # are refused somewhere, {glue:text}`layers_wrong` are wrong somewhere and {glue:text}`layers_crash`
 # crash; {glue:text}`layers_skipped` could not be built generically.
 #
-# Before the generic mechanism, `LRPExplainer` rewrote four layers one by one (GCN, GraphConv, GIN and
-# GraphSAGE convolutions, with linear maps, ReLU and the global pools) and refused everything else:
-# {glue:text}`before_ok` rows were ok and {glue:text}`before_refused` refused. Now it runs the
-# unmodified model and sends every torch function on an input-dependent tensor to a relevance rule,
-# so it needs no list of layers; what it cannot handle it still refuses, naming the operation and the
-# module.
+# `LRPExplainer` runs the unmodified model and sends every torch function on an input-dependent
+# tensor to a relevance rule, so it needs no list of layers; what it cannot handle it refuses,
+# naming the operation and the module.
 #
 # In the tables below, each cell is the outcome at one task level with or without `edge_attr`
 # (a dash: the layer does not take it, or, for `edge_attr`, requires it; *wrong (warned)*: the
@@ -189,8 +209,12 @@ display(results_table(summary, columns))
 # of a refused, wrong or crashed row.
 
 # %% tags=["hide-input"]
-CELLS = [("graph", "graph", False), ("graph + edge_attr", "graph", True), ("node", "node", False),
-         ("node + edge_attr", "node", True)]
+CELLS = [
+    ("graph", "graph", False),
+    ("graph + edge_attr", "graph", True),
+    ("node", "node", False),
+    ("node + edge_attr", "node", True),
+]
 
 
 def layer_table(family):
@@ -198,28 +222,39 @@ def layer_table(family):
     for name, lr in layers.items():
         if lr[0]["family"] != family or per_layer[name] == "skipped":
             continue
-        entry = {"layer": f"`{name}`", "kwargs": lr[0]["kwargs"]}
+        kwargs = lr[0]["kwargs"]
+        entry = {"layer": f"`{name}`" + (f" ({kwargs})" if kwargs else "")}
         for label, level, ea in CELLS:
             hit = [r for r in lr if r["level"] == level and r["edge_attr"] == ea]
-            notes = [] if not hit or hit[0]["status"] != "wrong" else \
-                ["accounted"] * bool(hit[0].get("accounted")) + ["warned"] * bool(hit[0].get("warnings"))
-            entry[label] = None if not hit else hit[0]["status"] + (f" ({', '.join(notes)})" if notes else "")
+            notes = (
+                []
+                if not hit or hit[0]["status"] != "wrong"
+                else ["accounted"] * bool(hit[0].get("accounted"))
+                + ["warned"] * bool(hit[0].get("warnings"))
+            )
+            entry[label] = (
+                None
+                if not hit
+                else hit[0]["status"] + (f" ({', '.join(notes)})" if notes else "")
+            )
         pl = {r.get("piecewise_linear") for r in lr if r["status"] in ("ok", "wrong")}
         entry["piecewise linear"] = ("yes" if pl == {True} else "no" if pl == {False} else
                                      "partly" if pl - {None} else None)
         bad = [r for r in lr if r["status"] in ("refused", "wrong", "crash")]
-        entry["reason"] = short(bad[0]["reason"]) if bad else ""
+        entry["reason"] = short(bad[0]["reason"], 90) if bad else ""
         out.append(entry)
     glue(f"{family}_total", str(len(out)), display=False)
     glue(f"{family}_ok", str(sum(per_layer[n] == "ok" for n, lr in layers.items()
                                  if lr[0]["family"] == family)), display=False)
-    return results_table(out, [("layer", "layer"), ("constructor", "kwargs")] +
+    return results_table(out, [("layer (constructor arguments)", "layer")] +
                          [(label, label) for label, _, _ in CELLS] +
                          [("piecewise linear", "piecewise linear"), ("reason", "reason")])
 
 
-tables = {family: layer_table(family)
-          for family in ("conv", "aggregation", "primitive", "attention", "model", "hetero")}
+tables = {
+    family: layer_table(family)
+    for family in ("conv", "aggregation", "primitive", "attention", "model", "hetero")
+}
 
 # %% [markdown]
 # ## Convolution layers
@@ -322,14 +357,40 @@ display(tables["hetero"])
 # *node relevance alone* is the outcome of that second try.
 
 # %% tags=["hide-input"]
-failing = [{"layer": f"`{name}`", "outcome": per_layer[name],
-            "rows": ", ".join(f"{r['level']}{' + edge_attr' if r['edge_attr'] else ''}: {r['status']}"
-                              for r in lr if r["status"] != "ok"),
-            "alone": ", ".join(sorted({r["without_edge_mask"]["status"] for r in lr if "without_edge_mask" in r})),
-            "reason": short(next(r["reason"] for r in lr if r["status"] in ("refused", "wrong", "crash")), 160)}
-           for name, lr in layers.items() if per_layer[name] in ("refused", "wrong", "crash")]
-display(results_table(failing, [("layer", "layer"), ("outcome", "outcome"), ("rows", "rows"),
-                                ("node relevance alone", "alone"), ("reason", "reason")]))
+failing = [
+    {
+        "layer": f"`{name}`",
+        "outcome": per_layer[name],
+        "rows": ", ".join(
+            f"{r['level']}{' + edge_attr' if r['edge_attr'] else ''}: {r['status']}"
+            for r in lr
+            if r["status"] != "ok"
+        ),
+        "alone": ", ".join(
+            sorted(
+                {r["without_edge_mask"]["status"] for r in lr if "without_edge_mask" in r}
+            )
+        ),
+        "reason": short(
+            next(r["reason"] for r in lr if r["status"] in ("refused", "wrong", "crash")),
+            160,
+        ),
+    }
+    for name, lr in layers.items()
+    if per_layer[name] in ("refused", "wrong", "crash")
+]
+display(
+    results_table(
+        failing,
+        [
+            ("layer", "layer"),
+            ("outcome", "outcome"),
+            ("rows", "rows"),
+            ("node relevance alone", "alone"),
+            ("reason", "reason"),
+        ],
+    )
+)
 
 # %% [markdown]
 # ## What was skipped
@@ -339,9 +400,18 @@ display(results_table(failing, [("layer", "layer"), ("outcome", "outcome"), ("ro
 # rather than left out silently.
 
 # %% tags=["hide-input"]
-skipped = [{"layer": f"`{name}`", "family": lr[0]["family"], "reason": short(lr[0]["reason"], 140)}
-           for name, lr in layers.items() if per_layer[name] == "skipped"]
-display(results_table(skipped, [("name", "layer"), ("kind", "family"), ("reason", "reason")]))
+skipped = [
+    {
+        "layer": f"`{name}`",
+        "family": lr[0]["family"],
+        "reason": short(lr[0]["reason"], 140),
+    }
+    for name, lr in layers.items()
+    if per_layer[name] == "skipped"
+]
+display(
+    results_table(skipped, [("name", "layer"), ("kind", "family"), ("reason", "reason")])
+)
 
 # %% [markdown]
 # ## Reproducing the table
