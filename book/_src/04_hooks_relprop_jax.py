@@ -32,7 +32,9 @@ import os
 import textwrap
 import warnings
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX on the CPU: no "no GPU/TPU found" message
+os.environ.setdefault(
+    "JAX_PLATFORMS", "cpu"
+)  # JAX on the CPU: no "no GPU/TPU found" message
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import logging
 
@@ -42,6 +44,7 @@ logging.getLogger("jax").setLevel(logging.ERROR)
 # %%
 import jax
 from IPython.display import Markdown, display
+from myst_nb import glue
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -50,7 +53,9 @@ from lrp_lib import jax_lrp, ops, rules
 from lrp_lib import relprop as rp
 from lrp_lib.ops import LostRelevanceWarning
 
-jax.config.update("jax_enable_x64", True)  # float64 in JAX too, so that 1e-6 comparisons are meaningful
+jax.config.update(
+    "jax_enable_x64", True
+)  # float64 in JAX too, so that 1e-6 comparisons are meaningful
 torch.manual_seed(0)
 np.set_printoptions(precision=4, suppress=True, linewidth=120)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -170,7 +175,14 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", LostRelevanceWarning)
     Ra, Rb = both.relprop(R2)
 print(textwrap.fill(f"warning: {caught[0].message}", 90, subsequent_indent="    "))
-print("normalised, batch of 2:  total", round(float(Ra.sum() + Rb.sum()), 4), " sample 1: R_a", show(Ra[1]), "R_b", show(Rb[1]))
+print(
+    "normalised, batch of 2:  total",
+    round(float(Ra.sum() + Rb.sum()), 4),
+    " sample 1: R_a",
+    show(Ra[1]),
+    "R_b",
+    show(Rb[1]),
+)
 alone = rp.Add()
 alone([a[1:], b[1:]])
 Ra1, Rb1 = alone.relprop(R2[1:])
@@ -190,9 +202,18 @@ print("normalised, sample 1 alone:                R_a", show(Ra1[0]), "R_b", sho
 pool = rp.IndexSelect()
 print("B[:, [0]] =", show(pool(B, 1, torch.zeros(1, dtype=torch.int32))).ravel())
 print("relprop:  ", show(pool.relprop(torch.tensor([[1.0], [0.0]]))).tolist())
-print("JAX:      ", show(jax_lrp.IndexSelect().relprop(jnp.array([[1.0], [0.0]]), Bj, 1, jnp.zeros(1, dtype=jnp.int32))).tolist())
+print(
+    "JAX:      ",
+    show(
+        jax_lrp.IndexSelect().relprop(
+            jnp.array([[1.0], [0.0]]), Bj, 1, jnp.zeros(1, dtype=jnp.int32)
+        )
+    ).tolist(),
+)
 b = B.clone().to(device).requires_grad_()
-ops.index_select(b, 1, torch.zeros(1, dtype=torch.long, device=device)).backward(torch.tensor([[1.0], [0.0]], device=device))
+ops.index_select(b, 1, torch.zeros(1, dtype=torch.long, device=device)).backward(
+    torch.tensor([[1.0], [0.0]], device=device)
+)
 print("lrp_lib:  ", show(b.grad).tolist())
 
 # %% [markdown]
@@ -203,11 +224,17 @@ print("lrp_lib:  ", show(b.grad).tolist())
 # %%
 clone = rp.Clone()
 copies = clone(B, 2)
-R_copies = [torch.tensor([[0.5, 0.5], [0.0, 0.0]]), torch.tensor([[0.0, 0.25], [0.25, 0.5]])]
+R_copies = [
+    torch.tensor([[0.5, 0.5], [0.0, 0.0]]),
+    torch.tensor([[0.0, 0.25], [0.25, 0.5]]),
+]
 print("Clone.relprop:\n", show(clone.relprop(R_copies)))
 b = B.clone().to(device).requires_grad_()
 everything = torch.arange(2, device=device)
-uses = [ops.index_select(b, 0, everything), ops.index_select(b, 0, everything)]  # b used twice
+uses = [
+    ops.index_select(b, 0, everything),
+    ops.index_select(b, 0, everything),
+]  # b used twice
 torch.autograd.backward(uses, [r.to(device) for r in R_copies])
 print("autograd's own fan-out (lrp_lib):\n", show(b.grad))
 
@@ -228,51 +255,58 @@ print("autograd's own fan-out (lrp_lib):\n", show(b.grad))
 # The sums need no contribution tensor: since $(xw)^+ = x^+ w^+ + x^- w^-$, the positive part is two
 # linear maps of clamped inputs and weights, and each share is again a vector-Jacobian product.
 #
-# The original notebook applied a Flax `Dense(2)` layer to $x = (1, \dots, 1) \in \mathbb{R}^{20}$ and printed the
-# relevance for $R = (1, 0)$. Its kernel came from `PRNGKey(0)` under the JAX of 2022; today's JAX
-# draws different numbers from the same key, so we load the first column that notebook printed. The
-# printout stops after the first digits of row 18; rows 18 and 19 received no relevance, so their
-# weights are $\le 0$, and any such values give the same relevance (we use $-0.36075$ and $0$).
+# The original notebook applied a Flax `Dense(2)` layer to $x = (1, \dots, 1) \in \mathbb{R}^{20}$
+# and printed the relevance for $R = (1, 0)$. With $x = 1$ every contribution is a weight, so the
+# answer can be checked by hand: each positive weight $w_{j1}$ of the first output gets
+# $w_{j1} / \sum_i w_{i1}^+$, the negative ones nothing. Below, the same layer with a kernel written
+# out (a key of `jax.random` draws different numbers in different JAX versions), and that check.
 
 # %%
-original_kernel_column = [
-    1.53342038e-01, 4.70121145e-01, 1.80420190e-01, -1.62113383e-01, -1.18919984e-01,
-    -4.10243064e-01, 4.96547073e-02, -2.19073966e-01, 1.54693127e-02, -3.89764100e-01,
-    -3.79199862e-01, 3.24670374e-01, 1.44210760e-04, -3.36234242e-01, -1.40488684e-01,
-    -2.11226270e-02, 9.56470072e-02, -9.69679356e-02, -3.6075e-01, 0.0,
-]
-original_printed_relevance = [
-    1.1891876e-01, 3.6458510e-01, 1.3991822e-01, 0, 0, 0, 3.8507875e-02, 0, 1.1996655e-02, 0,
-    0, 2.5178614e-01, 1.1183733e-04, 0, 0, 0, 7.4175507e-02, 0, 0, 0,
-]
-dense = jax_lrp.Dense(2)
+first_column = np.array([0.15, 0.47, 0.18, -0.16, -0.12, -0.41, 0.05, -0.22, 0.02, -0.39,
+                         -0.38, 0.32, 0.01, -0.34, -0.14, -0.02, 0.10, -0.10, -0.36, 0.0])
+second_column = np.linspace(-0.3, 0.3, 20)  # does not matter for R = (1, 0)
+kernel = jnp.array(np.stack([first_column, second_column], axis=1))  # (in, out), as Flax
+dense = jax_lrp.Dense(2, use_bias=False)
 x20 = jnp.ones((1, 20))
-fresh = dense.init(jax.random.PRNGKey(0), x20)["params"]  # the second column does not matter for R = (1, 0)
-kernel = jnp.stack([jnp.array(original_kernel_column), fresh["kernel"][:, 1]], axis=1)
-bound = dense.bind({"params": {"kernel": kernel, "bias": fresh["bias"]}})
+bound = dense.bind({"params": {"kernel": kernel}})
 R20 = bound.relprop(jnp.array([[1.0, 0.0]]), x20, rule="alpha_beta", alpha=1.0)
 print(show(R20[0]))
-print("same as the original notebook's printout (to 1e-7):", bool(np.abs(np.asarray(R20[0]) - original_printed_relevance).max() < 1e-7))
+by_hand = np.clip(first_column, 0, None) / np.clip(first_column, 0, None).sum()
+print(
+    "equals w+ / sum(w+) (to 1e-6):",
+    bool(np.abs(np.asarray(R20[0]) - by_hand).max() < 1e-6),
+)
 print("total:", round(float(R20.sum()), 4))
+glue("ab_w0", f"{first_column[0]:.2f}", display=False)
+glue("ab_wsum", f"{np.clip(first_column, 0, None).sum():.2f}", display=False)
+glue("ab_r0", f"{by_hand[0]:.4f}", display=False)
 
 # %% [markdown]
-# With $x = 1$ every contribution is a weight, so each positive weight gets its share of the sum of
-# positive weights ($0.1533 / 1.2894 = 0.1189$) and the negative ones get nothing. The same layer in
+# The first weight, {glue:text}`ab_w0`, gets {glue:text}`ab_w0` / {glue:text}`ab_wsum` =
+# {glue:text}`ab_r0` of the relevance; the negative weights get none. The same layer in
 # the two PyTorch implementations, `rp.Linear` and the autograd op `rules.linear` with
 # `rules.AlphaBeta(1, 0)` from the chapter on convolutions:
 
 # %%
-W20 = torch.tensor(np.asarray(kernel).T)  # torch's (out, in) layout, float64
+W20 = torch.tensor(np.asarray(kernel).T, dtype=torch.float64)  # torch's (out, in) layout
 lin = rp.Linear(20, 2, bias=False, dtype=torch.float64)
 with torch.no_grad():
     lin.weight.copy_(W20)
 lin(torch.ones(1, 20, dtype=torch.float64))
-by_hooks = lin.relprop(torch.tensor([[1.0, 0.0]], dtype=torch.float64), rule="alpha_beta", alpha=1.0)
+by_hooks = lin.relprop(
+    torch.tensor([[1.0, 0.0]], dtype=torch.float64), rule="alpha_beta", alpha=1.0
+)
 x = torch.ones(1, 20, dtype=torch.float64, device=device, requires_grad=True)
 rules.linear(x, W20.to(device), rule=rules.AlphaBeta(alpha=1.0, beta=0.0)).backward(
     torch.tensor([[1.0, 0.0]], dtype=torch.float64, device=device))
-print("relprop hooks == JAX:  ", bool(np.abs(by_hooks.numpy() - np.asarray(R20)).max() < 1e-6))
-print("autograd trick == JAX: ", bool(np.abs(x.grad.cpu().numpy() - np.asarray(R20)).max() < 1e-6))
+print(
+    "relprop hooks == JAX:  ",
+    bool(np.abs(by_hooks.numpy() - np.asarray(R20)).max() < 1e-6),
+)
+print(
+    "autograd trick == JAX: ",
+    bool(np.abs(x.grad.cpu().numpy() - np.asarray(R20)).max() < 1e-6),
+)
 
 # %% [markdown]
 # ## A small MLP, three ways
@@ -285,7 +319,10 @@ print("autograd trick == JAX: ", bool(np.abs(x.grad.cpu().numpy() - np.asarray(R
 # %%
 gen = torch.Generator().manual_seed(0)
 sizes = [6, 8, 8, 3]
-weights = [torch.randn(o, i, generator=gen, dtype=torch.float64) / i ** 0.5 for i, o in zip(sizes[:-1], sizes[1:])]
+weights = [
+    torch.randn(o, i, generator=gen, dtype=torch.float64) / i**0.5
+    for i, o in zip(sizes[:-1], sizes[1:])
+]
 x = torch.randn(4, 6, generator=gen, dtype=torch.float64)
 
 # 1. relprop modules: a Sequential that walks itself backwards
@@ -302,7 +339,12 @@ R_out = out * (out == out.max(dim=1, keepdim=True).values)
 
 # 2. Flax: an MLP module whose relprop runs the forward again to collect the inputs
 mlp = jax_lrp.MLP(features=sizes[1:], use_bias=False)
-params = {"params": {f"layers_{2 * k}": {"kernel": jnp.asarray(W.T.numpy())} for k, W in enumerate(weights)}}
+params = {
+    "params": {
+        f"layers_{2 * k}": {"kernel": jnp.asarray(W.T.numpy())}
+        for k, W in enumerate(weights)
+    }
+}
 xj, Rj = jnp.asarray(x.numpy()), jnp.asarray(R_out.numpy())
 
 
@@ -312,18 +354,30 @@ def autograd_trick(rule):
     h = leaf
     for k, W in enumerate(weights):
         W = W.to(device)
-        h = ops.linear_eps(h, W, eps=1e-9) if rule == "epsilon" else rules.linear(h, W, rule=rules.AlphaBeta(1.0, 0.0))
+        h = (
+            ops.linear_eps(h, W, eps=1e-9)
+            if rule == "epsilon"
+            else rules.linear(h, W, rule=rules.AlphaBeta(1.0, 0.0))
+        )
         h = ops.relu(h) if k < len(weights) - 1 else h
     h.backward(R_out.to(device))
     return leaf.grad.cpu()
 
 
-for rule, kwargs in [("epsilon", dict(rule="epsilon", eps=1e-9)), ("alpha=1, beta=0", dict(rule="alpha_beta", alpha=1.0, beta=0.0))]:
+for rule, kwargs in [
+    ("epsilon", dict(rule="epsilon", eps=1e-9)),
+    ("alpha=1, beta=0", dict(rule="alpha_beta", alpha=1.0, beta=0.0)),
+]:
     by_hooks = net.relprop(R_out, **kwargs)
-    by_jax = torch.from_numpy(np.array(mlp.apply(params, Rj, xj, method=jax_lrp.MLP.relprop, **kwargs)))
+    by_jax = torch.from_numpy(
+        np.array(mlp.apply(params, Rj, xj, method=jax_lrp.MLP.relprop, **kwargs))
+    )
     by_trick = autograd_trick("epsilon" if rule == "epsilon" else "alpha_beta")
-    print(f"{rule}: max |hooks - trick| < 1e-6: {bool((by_hooks - by_trick).abs().max() < 1e-6)}, "
-          f"max |JAX - trick| < 1e-6: {bool((by_jax - by_trick).abs().max() < 1e-6)}")
+    print(
+        f"{rule}: max |hooks - trick| < 1e-6:"
+        f" {bool((by_hooks - by_trick).abs().max() < 1e-6)}, max |JAX - trick| < 1e-6:"
+        f" {bool((by_jax - by_trick).abs().max() < 1e-6)}"
+    )
     print(f"    total in {float(by_trick.sum()):.4f}, total out {float(R_out.sum()):.4f}")
     print(show(by_trick))
 
@@ -374,8 +428,10 @@ from lrp_lib.results import load_results, machine_note, results_table
 impl = load_results("implementations", repository=globals().get("REPOSITORY"))
 display(Markdown(machine_note(impl)))
 settings = impl["settings"]
-print(f"MLP: {settings['layers']} bias-free layers of {settings['width']}, ReLU, batch {settings['batch']:,}, "
-      f"float32, median of {settings['repeats']} interleaved runs")
+print(
+    f"MLP: {settings['layers']} bias-free layers of {settings['width']}, ReLU, batch"
+    f" {settings['batch']:,}, float32, median of {settings['repeats']} interleaved runs"
+)
 results_table(impl["results"], [
     ("implementation", "label"),
     ("time (ms)", "time_ms", ",.1f"),
@@ -390,12 +446,28 @@ for rule in ("epsilon", "alpha1_beta0"):
     for name in ("relprop hooks", "JAX/Flax eager", "JAX/Flax jit"):
         key = f"impl_{rule}_{name.split()[0].replace('/', '').lower()}_{name.split()[-1]}"
         glue(key, f"{by[rule, name]['ratio_to_autograd_trick']:.2f}x", display=False)
-    glue(f"impl_{rule}_trick_vs_gradient", f"{by[rule, 'autograd trick']['ratio_to_gradient']:.2f}x", display=False)
-deviations = [r["max_deviation_float64"] for r in impl["results"] if r["max_deviation_float64"] is not None]
+    glue(
+        f"impl_{rule}_trick_vs_gradient",
+        f"{by[rule, 'autograd trick']['ratio_to_gradient']:.2f}x",
+        display=False,
+    )
+deviations = [
+    r["max_deviation_float64"]
+    for r in impl["results"]
+    if r["max_deviation_float64"] is not None
+]
 glue("impl_max_deviation", f"{max(deviations):.1e}", display=False)
 eps_rows = [r for r in impl["results"] if r["rule"] == "epsilon"]
-glue("impl_eps_fastest", min(eps_rows, key=lambda r: r["time_ms"])["implementation"], display=False)
-glue("impl_eps_slowest", max(eps_rows, key=lambda r: r["time_ms"])["implementation"], display=False)
+glue(
+    "impl_eps_fastest",
+    min(eps_rows, key=lambda r: r["time_ms"])["implementation"],
+    display=False,
+)
+glue(
+    "impl_eps_slowest",
+    max(eps_rows, key=lambda r: r["time_ms"])["implementation"],
+    display=False,
+)
 
 # %% [markdown]
 # The last column is the largest deviation of the float32 result from the same rule in float64,
