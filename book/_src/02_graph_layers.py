@@ -32,7 +32,9 @@ import copy
 import random
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm, imported by torch_geometric
+warnings.filterwarnings(
+    "ignore", message="IProgress not found"
+)  # tqdm, imported by torch_geometric
 
 import matplotlib.pyplot as plt
 from tqdm.auto import trange
@@ -42,9 +44,19 @@ from torch import nn
 from torch_geometric.data import Batch, Data
 
 import lrp_lib
-from lrp_lib.graph import (EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU, read_relevance,
-                           relevance_inputs)
-from lrp_lib.graph import compose_with_ops  # the teaching version of a layer, built from lrp_lib.ops
+from lrp_lib.graph import (
+    EdgeLinear,
+    EdgeReLU,
+    GlobalLinear,
+    GlobalReLU,
+    NodeLinear,
+    NodeReLU,
+    read_relevance,
+    relevance_inputs,
+)
+from lrp_lib.graph import (
+    compose_with_ops,
+)  # the teaching version of a layer, built from lrp_lib.ops
 from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
 from lrp_lib.pretrained import load_or_train
 
@@ -59,7 +71,8 @@ book_style()
 
 def backward_graph(fn, names=None, depth=0):
     """The names of the backward nodes below ``fn``, one per line, indented by depth.  A leaf
-    (``AccumulateGrad``) is labelled with its name in ``names`` ({tensor: name}), if given."""
+    (``AccumulateGrad``) is labelled with its name in ``names`` ({tensor: name}), if given.
+    """
     if fn is None:
         return "  " * depth + "None"
     label = type(fn).__name__
@@ -154,7 +167,9 @@ print(graph)
 
 # %%
 edge_layer = EdgeLinear(1, edge_features=3, global_features=7, bias=False).to(device)
-inp = relevance_inputs(graph)   # a copy whose x, edge_attr and u are leaves that require grad
+inp = relevance_inputs(
+    graph
+)  # a copy whose x, edge_attr and u are leaves that require grad
 
 out_gradient = edge_layer(inp)
 with lrp_lib.relevance():
@@ -165,7 +180,9 @@ print("outside the context:")
 print(backward_graph(out_gradient.edge_attr.grad_fn, names))
 print("\ninside the context:")
 print(backward_graph(out_relevance.edge_attr.grad_fn, names))
-print("\nsame forward values:", torch.equal(out_gradient.edge_attr, out_relevance.edge_attr))
+print(
+    "\nsame forward values:", torch.equal(out_gradient.edge_attr, out_relevance.edge_attr)
+)
 
 # %% [markdown]
 # Outside, autograd records its own `MmBackward0`, `IndexSelectBackward0` and `AddBackward0`:
@@ -207,12 +224,17 @@ def explain(layer, data):
 
 
 def report(layers, data):
-    print(f"{'configuration':36s} {'R out':>7s} {'nodes':>7s} {'edges':>7s} {'globals':>7s} {'bias':>7s}  conserved")
+    print(
+        f"{'configuration':36s} {'R out':>7s} {'nodes':>7s} {'edges':>7s} {'globals':>7s}"
+        f" {'bias':>7s}  conserved"
+    )
     for name, layer in layers.items():
         t = explain(layer.to(device), data)
         ok = abs(t["total"] + t["bias"] - t["out"]) < 1e-4 * max(1.0, abs(t["out"]))
-        print(f"{name:36s} {t['out']:7.3f} {t['nodes']:7.3f} {t['edges']:7.3f} {t['globals']:7.3f} "
-              f"{t['bias']:7.3f}  {'yes' if ok else 'NO'}")
+        print(
+            f"{name:36s} {t['out']:7.3f} {t['nodes']:7.3f} {t['edges']:7.3f}"
+            f" {t['globals']:7.3f} {t['bias']:7.3f}  {'yes' if ok else 'NO'}"
+        )
 
 
 # %% [markdown]
@@ -220,13 +242,18 @@ def report(layers, data):
 
 # %%
 torch.manual_seed(1)
-report({
-    "edge": EdgeLinear(1, edge_features=3, bias=False),
-    "edge + global": EdgeLinear(1, edge_features=3, global_features=7, bias=False),
-    "edge + send + global": EdgeLinear(1, edge_features=3, sender_features=5, global_features=7, bias=False),
-    "edge + send + recv + global": EdgeLinear(1, 3, 5, 5, 7, bias=False),
-    "edge + send + recv + global, bias": EdgeLinear(1, 3, 5, 5, 7, bias=True),
-}, graph)
+report(
+    {
+        "edge": EdgeLinear(1, edge_features=3, bias=False),
+        "edge + global": EdgeLinear(1, edge_features=3, global_features=7, bias=False),
+        "edge + send + global": EdgeLinear(
+            1, edge_features=3, sender_features=5, global_features=7, bias=False
+        ),
+        "edge + send + recv + global": EdgeLinear(1, 3, 5, 5, 7, bias=False),
+        "edge + send + recv + global, bias": EdgeLinear(1, 3, 5, 5, 7, bias=True),
+    },
+    graph,
+)
 
 # %% [markdown]
 # Without a bias the input relevance adds up to the output relevance in every configuration; it
@@ -271,15 +298,28 @@ print("composed ops and one function agree (float32, within 1e-6):", difference 
 
 # %%
 torch.manual_seed(2)
-report({
-    "node": NodeLinear(1, node_features=5, bias=False),
-    "node + global": NodeLinear(1, node_features=5, global_features=7, bias=False),
-    "node + in + global, sum": NodeLinear(1, 5, 3, None, 7, aggregation="sum", bias=False),
-    "node + in + out + global, sum": NodeLinear(1, 5, 3, 3, 7, aggregation="sum", bias=False),
-    "node + in + out + global, max": NodeLinear(1, 5, 3, 3, 7, aggregation="max", bias=False),
-    "node + in + out + global, mean": NodeLinear(1, 5, 3, 3, 7, aggregation="mean", bias=False),
-    "node + in + out + global, sum, bias": NodeLinear(1, 5, 3, 3, 7, aggregation="sum", bias=True),
-}, graph)
+report(
+    {
+        "node": NodeLinear(1, node_features=5, bias=False),
+        "node + global": NodeLinear(1, node_features=5, global_features=7, bias=False),
+        "node + in + global, sum": NodeLinear(
+            1, 5, 3, None, 7, aggregation="sum", bias=False
+        ),
+        "node + in + out + global, sum": NodeLinear(
+            1, 5, 3, 3, 7, aggregation="sum", bias=False
+        ),
+        "node + in + out + global, max": NodeLinear(
+            1, 5, 3, 3, 7, aggregation="max", bias=False
+        ),
+        "node + in + out + global, mean": NodeLinear(
+            1, 5, 3, 3, 7, aggregation="mean", bias=False
+        ),
+        "node + in + out + global, sum, bias": NodeLinear(
+            1, 5, 3, 3, 7, aggregation="sum", bias=True
+        ),
+    },
+    graph,
+)
 
 # %% [markdown]
 # Node 0 receives two edges and nodes 2, 3 none, so their incoming aggregate is zero and that
@@ -294,14 +334,27 @@ report({
 
 # %%
 torch.manual_seed(3)
-report({
-    "global": GlobalLinear(1, global_features=7, bias=False),
-    "node + global, sum": GlobalLinear(1, node_features=5, global_features=7, aggregation="sum", bias=False),
-    "node + edge + global, sum": GlobalLinear(1, 5, 3, 7, aggregation="sum", bias=False),
-    "node + edge + global, max": GlobalLinear(1, 5, 3, 7, aggregation="max", bias=False),
-    "node + edge + global, mean": GlobalLinear(1, 5, 3, 7, aggregation="mean", bias=False),
-    "node + edge + global, sum, bias": GlobalLinear(1, 5, 3, 7, aggregation="sum", bias=True),
-}, graph)
+report(
+    {
+        "global": GlobalLinear(1, global_features=7, bias=False),
+        "node + global, sum": GlobalLinear(
+            1, node_features=5, global_features=7, aggregation="sum", bias=False
+        ),
+        "node + edge + global, sum": GlobalLinear(
+            1, 5, 3, 7, aggregation="sum", bias=False
+        ),
+        "node + edge + global, max": GlobalLinear(
+            1, 5, 3, 7, aggregation="max", bias=False
+        ),
+        "node + edge + global, mean": GlobalLinear(
+            1, 5, 3, 7, aggregation="mean", bias=False
+        ),
+        "node + edge + global, sum, bias": GlobalLinear(
+            1, 5, 3, 7, aggregation="sum", bias=True
+        ),
+    },
+    graph,
+)
 
 # %% [markdown]
 # ## Batches, and a graph without edges
@@ -314,9 +367,19 @@ report({
 
 # %%
 torch.manual_seed(4)
-small = [Data(x=torch.rand(n, 5), edge_attr=torch.rand(len(s), 3), u=torch.rand(1, 7),
-              edge_index=torch.tensor([s, r], dtype=torch.long).view(2, -1))
-         for n, s, r in [(4, [0, 2, 3], [1, 0, 0]), (3, [], []), (5, [0, 1, 2, 3, 4], [1, 2, 3, 4, 0])]]
+small = [
+    Data(
+        x=torch.rand(n, 5),
+        edge_attr=torch.rand(len(s), 3),
+        u=torch.rand(1, 7),
+        edge_index=torch.tensor([s, r], dtype=torch.long).view(2, -1),
+    )
+    for n, s, r in [
+        (4, [0, 2, 3], [1, 0, 0]),
+        (3, [], []),
+        (5, [0, 1, 2, 3, 4], [1, 2, 3, 4, 0]),
+    ]
+]
 batch = Batch.from_data_list(small).to(device)
 layer = GlobalLinear(2, 5, 3, 7, aggregation="sum", bias=False).to(device)
 inp = relevance_inputs(batch)
@@ -326,7 +389,9 @@ out.backward(out.detach())
 rel = read_relevance(inp)
 print("relevance of each graph's outputs:", out.detach().sum(1).cpu().numpy())
 print("relevance reaching each graph:    ", rel.per_graph().cpu().numpy())
-print("edge relevance of the edgeless graph:", rel.edge[rel.edge_graph == 1].cpu().numpy())
+print(
+    "edge relevance of the edgeless graph:", rel.edge[rel.edge_graph == 1].cpu().numpy()
+)
 
 # %% [markdown]
 # ## Training and explaining one deep Graph Network
@@ -341,11 +406,29 @@ print("edge relevance of the edgeless graph:", rel.edge[rel.edge_graph == 1].cpu
 # %% tags=["train"]
 def block(f_in_edge, f_in_node, f_in_global, f, aggregation):
     return nn.Sequential(
-        EdgeLinear(f, edge_features=f_in_edge, sender_features=f_in_node, receiver_features=f_in_node,
-                   global_features=f_in_global), EdgeReLU(),
-        NodeLinear(f, node_features=f_in_node, incoming_features=f, global_features=f_in_global,
-                   aggregation=aggregation), NodeReLU(),
-        GlobalLinear(f, node_features=f, edge_features=f, global_features=f_in_global, aggregation="sum"),
+        EdgeLinear(
+            f,
+            edge_features=f_in_edge,
+            sender_features=f_in_node,
+            receiver_features=f_in_node,
+            global_features=f_in_global,
+        ),
+        EdgeReLU(),
+        NodeLinear(
+            f,
+            node_features=f_in_node,
+            incoming_features=f,
+            global_features=f_in_global,
+            aggregation=aggregation,
+        ),
+        NodeReLU(),
+        GlobalLinear(
+            f,
+            node_features=f,
+            edge_features=f,
+            global_features=f_in_global,
+            aggregation="sum",
+        ),
         GlobalReLU(),
     )
 
@@ -355,7 +438,9 @@ class DeepGN(nn.Module):
         super().__init__()
         self.encoder = block(3, 5, 7, f, "sum")
         self.hidden = block(f, f, f, f, "max")          # one block, used three times
-        self.decoder = GlobalLinear(1, node_features=f, edge_features=f, global_features=f, aggregation="sum")
+        self.decoder = GlobalLinear(
+            1, node_features=f, edge_features=f, global_features=f, aggregation="sum"
+        )
 
     def forward(self, data):
         data = self.encoder(data)
@@ -370,12 +455,18 @@ def random_graph(gen):
     edge_index = torch.randint(0, n, (2, m), generator=gen)
     x = torch.rand(n, 5, generator=gen)
     target = (x[edge_index[0], 0] * x[edge_index[1], 0]).sum().view(1, 1)
-    return Data(x=x, edge_attr=torch.rand(m, 3, generator=gen), u=torch.rand(1, 7, generator=gen),
-                edge_index=edge_index, y=target)
+    return Data(
+        x=x,
+        edge_attr=torch.rand(m, 3, generator=gen),
+        u=torch.rand(1, 7, generator=gen),
+        edge_index=edge_index,
+        y=target,
+    )
 
 
 def train_deep_gn(model, steps=101):
-    """Full-batch Adam on the 256 training graphs, with ordinary gradients (outside the context)."""
+    """Full-batch Adam on the 256 training graphs, with ordinary gradients
+    (outside the context)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in trange(steps, desc="training"):
@@ -384,8 +475,13 @@ def train_deep_gn(model, steps=101):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    return {"metrics": {"first_step_loss": losses[0], "middle_step_loss": losses[steps // 2],
-                        "last_step_loss": losses[-1]}}
+    return {
+        "metrics": {
+            "first_step_loss": losses[0],
+            "middle_step_loss": losses[steps // 2],
+            "last_step_loss": losses[-1],
+        }
+    }
 
 
 gen = torch.Generator().manual_seed(0)
@@ -394,8 +490,11 @@ torch.manual_seed(0)
 model = DeepGN().to(device)
 record = load_or_train("graph-layers-deep-gn", model, train_deep_gn)
 m = record["metrics"]
-print(f"mean squared error at steps 0, 50, 100: {m['first_step_loss']:.3f}, {m['middle_step_loss']:.3f}, "
-      f"{m['last_step_loss']:.3f}  ({record['source']} weights)")
+print(
+    f"mean squared error at steps 0, 50, 100: {m['first_step_loss']:.3f},"
+    f" {m['middle_step_loss']:.3f}, {m['last_step_loss']:.3f}  ({record['source']}"
+    " weights)"
+)
 print(f"target variance {train.y.var().item():.3f}")
 
 # %% [markdown]
@@ -416,12 +515,19 @@ with lrp_lib.relevance():
     prediction = exact(inp).u
 prediction.backward(prediction.detach())
 rel = read_relevance(inp)
-bias_share = sum(float(p.grad.sum()) for name, p in exact.named_parameters() if name.endswith("bias"))
+bias_share = sum(
+    float(p.grad.sum()) for name, p in exact.named_parameters() if name.endswith("bias")
+)
 t = rel.totals()
 print(f"prediction {prediction.item():.4f}")
-print(f"nodes {t['nodes']:.4f}  edges {t['edges']:.4f}  globals {t['globals']:.4f}  biases {bias_share:.4f}")
-print(f"inputs + biases = {t['total'] + bias_share:.4f}, "
-      f"equal to the prediction within 1e-12: {abs(t['total'] + bias_share - prediction.item()) < 1e-12}")
+print(
+    f"nodes {t['nodes']:.4f}  edges {t['edges']:.4f}  globals {t['globals']:.4f}  biases"
+    f" {bias_share:.4f}"
+)
+print(
+    f"inputs + biases = {t['total'] + bias_share:.4f}, equal to the prediction within"
+    f" 1e-12: {abs(t['total'] + bias_share - prediction.item()) < 1e-12}"
+)
 print("node relevance:", rel.node.cpu().numpy())
 print("edge relevance:", rel.edge.cpu().numpy())
 
@@ -445,7 +551,10 @@ with lrp_lib.relevance():
     out = exact(inp).u
 out.backward(out.detach())
 t = read_relevance(inp).totals()
-print(f"output {out.item():.4f}   inputs {t['total']:.4f}   equal within 1e-12: {abs(out.item() - t['total']) < 1e-12}")
+print(
+    f"output {out.item():.4f}   inputs {t['total']:.4f}   equal within 1e-12:"
+    f" {abs(out.item() - t['total']) < 1e-12}"
+)
 
 # %% [markdown]
 # ## Drawing the explanation
@@ -498,9 +607,16 @@ ratio = {row["measure"]: row["ratio"] for row in graph_bench["results"]}
 glue("graph_backward_ratio", f"{ratio['backward_time']:.2f}", display=False)
 glue("graph_saved_ratio", f"{ratio['saved_for_backward']:.2f}", display=False)
 glue("graph_peak_ratio", f"{ratio['peak_rss_increase']:.2f}", display=False)
-results_table(graph_bench["results"], [("measure", "label"), ("unit", "unit"),
-                                       ("gradient", "gradient", "{:,.1f}"), ("relevance", "relevance", "{:,.1f}"),
-                                       ("relevance / gradient", "ratio", "{:.2f}x")])
+results_table(
+    graph_bench["results"],
+    [
+        ("measure", "label"),
+        ("unit", "unit"),
+        ("gradient", "gradient", "{:,.1f}"),
+        ("relevance", "relevance", "{:,.1f}"),
+        ("relevance / gradient", "ratio", "{:.2f}x"),
+    ],
+)
 
 # %% [markdown]
 # In that run the relevance backward took {glue:text}`graph_backward_ratio` times as long as the
