@@ -40,23 +40,31 @@ from lrp_lib.plotting import BOOK_WIDTH, book_style
 from lrp_lib.pretrained import load_or_train
 from lrp_lib.residual import ResidualBlock
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
+warnings.filterwarnings(
+    "ignore", message="IProgress not found"
+)  # tqdm.auto without ipywidgets
 from tqdm.auto import trange  # noqa: E402  (progress bar when retraining)
 
-with warnings.catch_warnings():  # captum imports tqdm.auto, which warns without ipywidgets
+with (
+    warnings.catch_warnings()
+):  # captum imports tqdm.auto, which warns without ipywidgets
     warnings.simplefilter("ignore")
     from captum.attr import LRP
 torch.manual_seed(0)
 np.random.seed(0)
 random.seed(0)
-torch.set_num_threads(1)  # the layers here are tiny: threads only add overhead (and make runs differ)
+torch.set_num_threads(
+    1
+)  # the layers here are tiny: threads only add overhead (and make runs differ)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 book_style()
 
 
 def show(t, decimals=4):
     """A tensor as a rounded numpy array (on the CPU, without grad)."""
-    return np.round(t.detach().cpu().double().numpy(), decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return (
+        np.round(t.detach().cpu().double().numpy(), decimals) + 0.0
+    )  # + 0.0 turns -0.0 into 0.0
 
 
 # %% [markdown]
@@ -81,7 +89,7 @@ c = F.conv2d(x, w, padding=1)
 c.backward(torch.ones_like(c))
 print("w grad (how many windows each kernel entry sees):\n", show(w.grad))
 print("x grad (sum of the kernel entries that touch each pixel):\n", show(x.grad))
-# the input gradient is the kernel behind the backward of a convolution, callable on its own
+# the input gradient: the kernel behind the backward of a convolution, callable alone
 same = torch.nn.grad.conv2d_input(x.shape, w.detach(), torch.ones_like(c), padding=1)
 print("equals torch.nn.grad.conv2d_input:", torch.allclose(same, x.grad))
 
@@ -106,7 +114,8 @@ print("equals torch.nn.grad.conv2d_input:", torch.allclose(same, x.grad))
 
 # %%
 class ZRuleFunction(torch.autograd.Function):
-    """The original notebook's generic z-rule: forward is ``func(input, *args)``, backward is
+    """The original notebook's generic z-rule: forward is ``func(input, *args)``,
+    backward is
     ``x * J^T (R / z)``, the VJP taken by autograd on a recomputed forward."""
 
     @staticmethod
@@ -125,7 +134,11 @@ class ZRuleFunction(torch.autograd.Function):
         return (None, leaf.detach() * vjp) + (None,) * len(ctx.args)
 
 
-x = torch.tensor([[-1.0, -1.0, 1.0, 1.0]] * 4, device=device).view(1, 1, 4, 4).requires_grad_()
+x = (
+    torch.tensor([[-1.0, -1.0, 1.0, 1.0]] * 4, device=device)
+    .view(1, 1, 4, 4)
+    .requires_grad_()
+)
 w = torch.ones(1, 1, 3, 3, device=device)
 f = ZRuleFunction.apply(F.conv2d, x, w, None, 1, 1)
 print("f:\n", show(f))
@@ -148,7 +161,12 @@ print("total:", round(float(x.grad.sum()), 4), "= number of outputs:", f.numel()
 x2 = x.detach().clone().requires_grad_()
 f2 = rules.conv2d(x2, w, padding=1, rule="z")
 f2.sum().backward()
-print("same output:", torch.equal(f2, f), " same relevance:", torch.allclose(x2.grad, x.grad))
+print(
+    "same output:",
+    torch.equal(f2, f),
+    " same relevance:",
+    torch.allclose(x2.grad, x.grad),
+)
 
 # %% [markdown]
 # ## Rules for any linear map
@@ -180,9 +198,19 @@ for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out.sum().backward()
-    print(f"{rule!r}: first row {show(xr.grad[0, 0, 0], 3)}, total {float(xr.grad.sum()):.3f}")
+    print(
+        f"{rule!r}: first row {show(xr.grad[0, 0, 0], 3)}, total"
+        f" {float(xr.grad.sum()):.3f}"
+    )
     for warning in caught:
-        print(textwrap.fill(f"warning: {warning.message}", 90, initial_indent="   ", subsequent_indent="     "))
+        print(
+            textwrap.fill(
+                f"warning: {warning.message}",
+                90,
+                initial_indent="   ",
+                subsequent_indent="     ",
+            )
+        )
 
 # %% [markdown]
 # The outputs of the first column ($-4, -6, -6, -4$) are made of negative contributions only: z+
@@ -210,7 +238,10 @@ for label, with_skip in [("branch only  g(x)", False), ("plain  g(x) + x", True)
     x = torch.ones(1, 1, 4, 4, device=device, requires_grad=True)
     g = rules.conv2d(x, w, padding=1, rule="z")
     (g + x if with_skip else g).backward(torch.ones(1, 1, 4, 4, device=device))
-    print(f"{label}: corner {float(x.grad[0, 0, 0, 0]):.4f}, total {float(x.grad.sum()):.4f} (R given: 16)")
+    print(
+        f"{label}: corner {float(x.grad[0, 0, 0, 0]):.4f}, total"
+        f" {float(x.grad.sum()):.4f} (R given: 16)"
+    )
 
 # %% [markdown]
 # With the plain `+`, the corner pixel gets $1.6944 = 0.6944 + 1$: its full relevance through the
@@ -246,16 +277,21 @@ from sklearn.model_selection import train_test_split
 digits = load_digits()
 images = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
 labels = torch.tensor(digits.target)
-x_train, x_test, y_train, y_test = train_test_split(images, labels, test_size=0.25, random_state=0,
-                                                    stratify=labels)
+x_train, x_test, y_train, y_test = train_test_split(
+    images, labels, test_size=0.25, random_state=0, stratify=labels
+)
 print("train", tuple(x_train.shape), " test", tuple(x_test.shape))
 
 
 class ResidualCNN(nn.Module):
-    """stem conv -> residual block (8x8) -> avg pool -> residual block (4x4) -> global avg pool -> dense.
+    """stem conv -> residual block (8x8) -> avg pool -> residual block (4x4)
+    -> global avg pool -> dense.
 
-    ``forward(x)`` is the ordinary network.  ``forward(x, rule)`` runs the same weights through
-    relevance ops: ``rule`` for every convolution, the epsilon rule for pooling and the dense layer."""
+    ``forward(x)`` is the ordinary network.  ``forward(x, rule)`` runs the same weights
+    through
+    relevance ops: ``rule`` for every convolution, the epsilon rule for pooling and the
+    dense layer.
+    """
 
     def __init__(self, channels=24, classes=10):
         super().__init__()
@@ -269,10 +305,17 @@ class ResidualCNN(nn.Module):
             h = self.block2(F.avg_pool2d(h, 2))
             return self.fc(F.avg_pool2d(h, 4).flatten(1))
         eps = rules.Epsilon(1e-6)
-        h = ops.relu(rules.conv2d(x, self.stem.weight, self.stem.bias, padding=1, rule=rule))
+        h = ops.relu(
+            rules.conv2d(x, self.stem.weight, self.stem.bias, padding=1, rule=rule)
+        )
         h = self.block1(h, rule=rule)
         h = self.block2(rules.avg_pool2d(h, 2, rule=eps), rule=rule)
-        return rules.linear(rules.avg_pool2d(h, 4, rule=eps).flatten(1), self.fc.weight, self.fc.bias, rule=eps)
+        return rules.linear(
+            rules.avg_pool2d(h, 4, rule=eps).flatten(1),
+            self.fc.weight,
+            self.fc.bias,
+            rule=eps,
+        )
 
 
 def train_cnn(model, epochs=20, batch=32):
@@ -287,13 +330,20 @@ def train_cnn(model, epochs=20, batch=32):
         total = 0.0
         for i in range(0, len(x_train), batch):
             idx = perm[i:i + batch]
-            loss = F.cross_entropy(model(x_train[idx].to(device)), y_train[idx].to(device))
+            loss = F.cross_entropy(
+                model(x_train[idx].to(device)), y_train[idx].to(device)
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
             schedule.step()
             total += float(loss) * len(idx)
-    return {"metrics": {"last_epoch_train_loss": total / len(x_train), "test_accuracy": test_accuracy(model)}}
+    return {
+        "metrics": {
+            "last_epoch_train_loss": total / len(x_train),
+            "test_accuracy": test_accuracy(model),
+        }
+    }
 
 
 def test_accuracy(model):
@@ -305,8 +355,10 @@ def test_accuracy(model):
 torch.manual_seed(0)
 model = ResidualCNN().to(device)
 record = load_or_train("digits-residual-cnn", model, train_cnn)
-print(f"training loss in the last epoch: {record['metrics']['last_epoch_train_loss']:.3f} "
-      f"({record['source']} weights)")
+print(
+    f"training loss in the last epoch: {record['metrics']['last_epoch_train_loss']:.3f} "
+    f"({record['source']} weights)"
+)
 accuracy = test_accuracy(model)
 print(f"test accuracy: {accuracy:.2f}  (at least 0.95: {accuracy >= 0.95})")
 
@@ -315,7 +367,9 @@ print(f"test accuracy: {accuracy:.2f}  (at least 0.95: {accuracy >= 0.95})")
 
 # %%
 with torch.no_grad():
-    same = torch.allclose(model(x_test.to(device), rule="epsilon"), model(x_test.to(device)), atol=1e-5)
+    same = torch.allclose(
+        model(x_test.to(device), rule="epsilon"), model(x_test.to(device)), atol=1e-5
+    )
 print("relevance network gives the same logits:", same)
 
 # %% [markdown]
@@ -337,7 +391,11 @@ def explain(model, x, rule):
         out.gather(1, target[:, None]).sum().backward()
     else:             # relevance: start from the predicted logit itself
         out.backward(out.detach() * F.one_hot(target, out.shape[1]))
-    return leaf.grad.detach().cpu(), out.detach().gather(1, target[:, None]).squeeze(1).cpu(), target.cpu()
+    return (
+        leaf.grad.detach().cpu(),
+        out.detach().gather(1, target[:, None]).squeeze(1).cpu(),
+        target.cpu(),
+    )
 
 
 sample = x_test[[0, 1, 3, 7, 12, 20]]
@@ -345,7 +403,11 @@ maps = {}
 gradient, logit, predicted = explain(model, sample, None)
 maps["gradient"] = gradient
 maps["gradient x input"] = gradient * sample
-for name, rule in [("epsilon", rules.Epsilon(1e-6)), ("gamma (0.25)", rules.Gamma(0.25)), ("z+", rules.ZPlus())]:
+for name, rule in [
+    ("epsilon", rules.Epsilon(1e-6)),
+    ("gamma (0.25)", rules.Gamma(0.25)),
+    ("z+", rules.ZPlus()),
+]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         maps[name], _, _ = explain(model, sample, rule)
@@ -354,22 +416,32 @@ for name, rule in [("epsilon", rules.Epsilon(1e-6)), ("gamma (0.25)", rules.Gamm
 print("predicted:", predicted.tolist(), " true:", y_test[[0, 1, 3, 7, 12, 20]].tolist())
 
 # %% tags=["hide-input"]
-shown = range(4)  # the first four digits of the sample; each map scaled by its own largest |value|
-fig, axes = plt.subplots(len(shown), len(maps) + 1, figsize=(BOOK_WIDTH, 1.3 * len(shown) + 0.9),
-                         gridspec_kw={"hspace": 0.08, "wspace": 0.06})
+shown = range(
+    4
+)  # the first four digits of the sample; each map scaled by its own largest |value|
+fig, axes = plt.subplots(
+    len(shown),
+    len(maps) + 1,
+    figsize=(BOOK_WIDTH, 1.3 * len(shown) + 0.9),
+    gridspec_kw={"hspace": 0.08, "wspace": 0.06},
+)
 for i in shown:
     axes[i, 0].imshow(sample[i, 0], cmap="gray_r")
     axes[i, 0].set_ylabel(f"predicted {int(predicted[i])}")
     for j, (name, m) in enumerate(maps.items(), start=1):
         limit = float(m[i].abs().max()) or 1.0
         image = axes[i, j].imshow(m[i, 0] / limit, cmap="bwr", vmin=-1, vmax=1)
-        if i == 0:
-            axes[i, j].set_title(name)
-axes[0, 0].set_title("digit")
+        if i == 0:  # two short lines, so that neighbouring titles do not overlap
+            axes[i, j].set_title(
+                name.replace(" x ", "\nx ").replace(" (", "\n("), fontsize=9
+            )
+axes[0, 0].set_title("digit", fontsize=9)
 for ax in axes.flat:
     ax.set_xticks([])
     ax.set_yticks([])
-bar = fig.colorbar(image, ax=axes[:, 1:], orientation="horizontal", fraction=0.05, pad=0.03, aspect=40)
+bar = fig.colorbar(
+    image, ax=axes[:, 1:], orientation="horizontal", fraction=0.05, pad=0.03, aspect=40
+)
 bar.set_label("pixel relevance of the predicted logit (gradient: its derivative),\n"
               "divided by the largest |value| of its map")
 plt.show()
@@ -424,9 +496,16 @@ class PlainCNN(nn.Module):
 
     def __init__(self, residual):
         super().__init__()
-        convs = [residual.stem, residual.block1.conv1, residual.block1.conv2, residual.block2.conv1,
-                 residual.block2.conv2]
-        self.convs = nn.ModuleList([nn.Conv2d(c.in_channels, c.out_channels, 3, padding=1) for c in convs])
+        convs = [
+            residual.stem,
+            residual.block1.conv1,
+            residual.block1.conv2,
+            residual.block2.conv1,
+            residual.block2.conv2,
+        ]
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(c.in_channels, c.out_channels, 3, padding=1) for c in convs]
+        )
         self.relus = nn.ModuleList([nn.ReLU() for _ in convs])
         self.pool1, self.pool2 = nn.AvgPool2d(2), nn.AvgPool2d(4)
         self.fc = nn.Linear(residual.fc.in_features, residual.fc.out_features)
@@ -436,25 +515,46 @@ class PlainCNN(nn.Module):
                 mine.bias.copy_(theirs.bias)
 
     def forward(self, x, rule=None):
-        conv = (lambda i, h: self.relus[i](self.convs[i](h))) if rule is None else (
-            lambda i, h: ops.relu(rules.conv2d(h, self.convs[i].weight, self.convs[i].bias, padding=1, rule=rule)))
-        pool = (lambda p, h: p(h)) if rule is None else (lambda p, h: rules.avg_pool2d(h, p.kernel_size, rule=rule))
+        conv = (
+            (lambda i, h: self.relus[i](self.convs[i](h)))
+            if rule is None
+            else (
+                lambda i, h: ops.relu(
+                    rules.conv2d(
+                        h, self.convs[i].weight, self.convs[i].bias, padding=1, rule=rule
+                    )
+                )
+            )
+        )
+        pool = (
+            (lambda p, h: p(h))
+            if rule is None
+            else (lambda p, h: rules.avg_pool2d(h, p.kernel_size, rule=rule))
+        )
         h = conv(2, conv(1, conv(0, x)))
         h = conv(4, conv(3, pool(self.pool1, h)))
         h = pool(self.pool2, h).flatten(1)
-        return self.fc(h) if rule is None else rules.linear(h, self.fc.weight, self.fc.bias, rule=rule)
+        return (
+            self.fc(h)
+            if rule is None
+            else rules.linear(h, self.fc.weight, self.fc.bias, rule=rule)
+        )
 
 
 plain = PlainCNN(model).double().cpu().eval()
 x64 = x_test[:64].double()
 target = plain(x64).argmax(1)
-captum_relevance = LRP(plain).attribute(x64.clone().requires_grad_(True), target=target).detach()
+captum_relevance = (
+    LRP(plain).attribute(x64.clone().requires_grad_(True), target=target).detach()
+)
 leaf = x64.clone().requires_grad_(True)
 out = plain(leaf, rule=rules.Epsilon(1e-9))
 out.backward(out.detach() * F.one_hot(target, 10))
 difference = float((leaf.grad - captum_relevance).abs().max())
 print(f"largest relevance: {float(captum_relevance.abs().max()):.3f}")
-print(f"max |lrp_lib - captum| over 64 digits (float64): below 1e-10: {difference < 1e-10}")
+print(
+    f"max |lrp_lib - captum| over 64 digits (float64): below 1e-10: {difference < 1e-10}"
+)
 
 # %% [markdown]
 # They agree to rounding error; `tests/test_rules.py` asserts the same on a separate CNN to
@@ -475,23 +575,41 @@ from lrp_lib.results import load_results, machine_note, results_table
 
 conv_bench = load_results("conv", repository=globals().get("REPOSITORY"))
 display(Markdown(machine_note(conv_bench)))
-columns = [("variant", "variant"), ("forward + backward (ms)", "time_ms", "{:.1f}"), ("time ratio", "time_ratio", "{:.2f}x"),
-           ("saved for backward (KiB)", "saved_kib", "{:,.0f}"), ("saved ratio", "saved_ratio", "{:.2f}x"),
-           ("peak RSS (MiB)", "peak_rss_mib", "{:.1f}"), ("RSS ratio", "rss_ratio", "{:.2f}x")]
+columns = [
+    ("variant", "variant"),
+    ("forward + backward (ms)", "time_ms", "{:.1f}"),
+    ("time ratio", "time_ratio", "{:.2f}x"),
+    ("saved for backward (KiB)", "saved_kib", "{:,.0f}"),
+    ("saved ratio", "saved_ratio", "{:.2f}x"),
+    ("peak RSS (MiB)", "peak_rss_mib", "{:.1f}"),
+    ("RSS ratio", "rss_ratio", "{:.2f}x"),
+]
 conv_rows = {(r["table"], r["variant"]): r for r in conv_bench["results"]}
 display(Markdown("**Residual CNN: relevance against the gradient**"))
-display(results_table([r for r in conv_bench["results"] if r["table"] == "residual"], columns))
+display(
+    results_table([r for r in conv_bench["results"] if r["table"] == "residual"], columns)
+)
 display(Markdown("**CNN without skips: `lrp_lib` against Captum**"))
-display(results_table([r for r in conv_bench["results"] if r["table"] == "captum"], columns))
+display(
+    results_table([r for r in conv_bench["results"] if r["table"] == "captum"], columns)
+)
 
 eps, captum = conv_rows["residual", "epsilon"], conv_rows["captum", "captum LRP"]
 glue("conv_eps_time", f"{eps['time_ratio']:.2f}", display=False)
-glue("conv_gamma_time", f"{conv_rows['residual', 'gamma']['time_ratio']:.2f}", display=False)
+glue(
+    "conv_gamma_time",
+    f"{conv_rows['residual', 'gamma']['time_ratio']:.2f}",
+    display=False,
+)
 glue("conv_zplus_time", f"{conv_rows['residual', 'z+']['time_ratio']:.2f}", display=False)
 glue("conv_saved", f"{eps['saved_ratio']:.2f}", display=False)
 glue("conv_rss", f"{eps['rss_ratio']:.2f}", display=False)
 glue("captum_time", f"{captum['time_ratio']:.2f}", display=False)
-glue("captum_faster_or_slower", "slower" if captum["time_ratio"] > 1 else "faster", display=False)
+glue(
+    "captum_faster_or_slower",
+    "slower" if captum["time_ratio"] > 1 else "faster",
+    display=False,
+)
 glue("captum_rss", f"{captum['rss_ratio']:.2f}", display=False)
 
 # %% [markdown]
