@@ -64,7 +64,9 @@ import torch
 from lrp_lib import ops
 
 torch.manual_seed(0)
-np.set_printoptions(formatter={"float_kind": "{:5.2f}".format, "int_kind": "{:5d}".format}, linewidth=150)
+np.set_printoptions(
+    formatter={"float_kind": "{:5.2f}".format, "int_kind": "{:5d}".format}, linewidth=150
+)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -120,7 +122,9 @@ class AddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         a, b, out = ctx.saved_tensors
-        share = torch.where(out != 0, rel_out / out, torch.zeros_like(out))  # R / z, 0 where z = 0
+        share = torch.where(
+            out != 0, rel_out / out, torch.zeros_like(out)
+        )  # R / z, 0 where z = 0
         return share * a, share * b
 
 
@@ -129,7 +133,10 @@ c = AddRelevance.apply(a, b)
 c.backward(unit_relevance(c))
 print(show(a), "+", show(b), "---->", show(c))
 print(show(a.grad), " ", show(b.grad), "<----", show(unit_relevance(c)))
-print("conserved:", np.isclose(show(a.grad).sum() + show(b.grad).sum(), show(unit_relevance(c)).sum()))
+print(
+    "conserved:",
+    np.isclose(show(a.grad).sum() + show(b.grad).sum(), show(unit_relevance(c)).sum()),
+)
 
 # %% [markdown]
 # The library version also handles broadcasting both ways: when a bias vector is added to a batch,
@@ -143,7 +150,12 @@ y = ops.add(x, bias)
 y.backward(unit_relevance(y))
 print("x relevance\n", show(x.grad))
 print("bias relevance", show(bias.grad))
-print("total in  ", round(float(x.grad.sum() + bias.grad.sum()), 4), " total out", float(unit_relevance(y).sum()))
+print(
+    "total in  ",
+    round(float(x.grad.sum() + bias.grad.sum()), 4),
+    " total out",
+    float(unit_relevance(y).sum()),
+)
 
 # %% [markdown]
 # ## Sum
@@ -173,7 +185,13 @@ for kwargs in [dict(dim=0), dict(dim=0, keepdim=True), dict(dim=1)]:
     print(kwargs)
     print(show(a), "---->", show(out))
     print(show(a.grad), "<----", show(unit_relevance(out)))
-    print("in", round(float(a.grad.sum()), 4), "out", float(unit_relevance(out).sum()), end="\n\n")
+    print(
+        "in",
+        round(float(a.grad.sum()), 4),
+        "out",
+        float(unit_relevance(out).sum()),
+        end="\n\n",
+    )
 
 # %% [markdown]
 # ## Scatter operations
@@ -294,7 +312,13 @@ print(show(x.grad), "<----", show(unit_relevance(y)))
 def explain_linear(weight, bias, x_values, eps=1e-6):
     weight = torch.tensor(weight, dtype=torch.float, device=device)
     bias = None if bias is None else torch.tensor(bias, dtype=torch.float, device=device)
-    print("W", show(weight), *(["b", show(bias)] if bias is not None else []), sep="\n", end="\n\n")
+    print(
+        "W",
+        show(weight),
+        *(["b", show(bias)] if bias is not None else []),
+        sep="\n",
+        end="\n\n",
+    )
     x = leaf(x_values)
     y = ops.linear_eps(x, weight, bias, eps=eps)
     y.backward(unit_relevance(y))
@@ -346,7 +370,9 @@ for eps in [0.0, 0.01, 0.1, 1.0]:
     x = leaf([[5.0, 4.9]])
     y = ops.linear_eps(x, torch.tensor([[1.0, -1.0]], device=device), eps=eps)
     y.backward(torch.ones_like(y))
-    print(f"eps={eps:<5} relevance {show(x.grad).round(2)}  total {float(x.grad.sum()):.3f}")
+    print(
+        f"eps={eps:<5} relevance {show(x.grad).round(2)}  total {float(x.grad.sum()):.3f}"
+    )
 
 # %% [markdown]
 # ## Copying ops: index select, cat, repeat
@@ -424,8 +450,15 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     out.backward(torch.ones_like(out))
 for w in caught:
-    print(textwrap.fill(f"{w.category.__name__}: {w.message}", 90, subsequent_indent="    "))
-print("relevance in:", float(torch.ones_like(out).sum()), " relevance of the inputs:", round(float(src.grad.sum()), 4))
+    print(
+        textwrap.fill(f"{w.category.__name__}: {w.message}", 90, subsequent_indent="    ")
+    )
+print(
+    "relevance in:",
+    float(torch.ones_like(out).sum()),
+    " relevance of the inputs:",
+    round(float(src.grad.sum()), 4),
+)
 
 # %% [markdown]
 # In a trained network this is rare for sums of many real-valued terms, but common after a ReLU
@@ -466,7 +499,10 @@ print(show(u), "+", show(v), "---->", show(z), end="\n\n")
 rel_out = unit_relevance(z)
 z.backward(rel_out)
 print(show(a.grad), " ", show(b.grad), "<----", show(rel_out))
-print(f"  {float(a.grad.sum()):.4f}  +  {float(b.grad.sum()):.4f}  ==  {float(rel_out.sum()):.4f}")
+print(
+    f"  {float(a.grad.sum()):.4f}  +  {float(b.grad.sum()):.4f}  == "
+    f" {float(rel_out.sum()):.4f}"
+)
 
 # %% [markdown]
 # The total is conserved: $0.3684 + 1.6316 = 2$. Individual relevances can be negative: output 1 of
