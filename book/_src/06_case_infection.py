@@ -32,7 +32,9 @@ import random
 import textwrap
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
+warnings.filterwarnings(
+    "ignore", message="IProgress not found"
+)  # tqdm's notebook notice, via PyG
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -91,16 +93,23 @@ test_set = infection(200, min_nodes=10, max_nodes=30, seed=1)
 
 def describe(graphs):
     b = Batch.from_data_list(graphs)
-    return (f"{len(graphs)} graphs, {b.num_nodes} nodes, {b.num_edges} edges;\n       "
-            f"sick {b.sick.float().mean():.3f}, immune {b.immune.float().mean():.3f}, "
-            f"infected {b.y.mean():.3f}, virtual edges {b.virtual.float().mean():.3f},\n       "
-            f"explained nodes {len(explained_nodes(b))}")
+    return (
+        f"{len(graphs)} graphs, {b.num_nodes} nodes, {b.num_edges} edges;\n       sick"
+        f" {b.sick.float().mean():.3f}, immune {b.immune.float().mean():.3f}, infected"
+        f" {b.y.mean():.3f}, virtual edges {b.virtual.float().mean():.3f},\n      "
+        f" explained nodes {len(explained_nodes(b))}"
+    )
 
 print("train:", describe(train_set))
 print("test: ", describe(test_set))
 g = test_set[0]
-print(textwrap.fill("one test graph: " + ", ".join(f"{key} {list(value.shape)}" for key, value in g),
-                    width=90, subsequent_indent="    "))
+print(
+    textwrap.fill(
+        "one test graph: " + ", ".join(f"{key} {list(value.shape)}" for key, value in g),
+        width=90,
+        subsequent_indent="    ",
+    )
+)
 
 # %% [markdown]
 # ## The model
@@ -122,7 +131,8 @@ print(textwrap.fill("one test graph: " + ", ".join(f"{key} {list(value.shape)}" 
 
 # %%
 class InfectionGN(nn.Module):
-    """Encoder, one message-passing block (sum, mean or max aggregation), node read-out."""
+    """Encoder, one message-passing block (sum, mean or max aggregation),
+    node read-out."""
 
     def __init__(self, aggregation="max"):
         super().__init__()
@@ -130,15 +140,26 @@ class InfectionGN(nn.Module):
             graph.EdgeLinear(4, edge_features=2, bias=False), graph.EdgeReLU(),
             graph.NodeLinear(8, node_features=4, bias=False), graph.NodeReLU())
         self.message = nn.Sequential(
-            graph.EdgeLinear(8, edge_features=4, sender_features=8, bias=False), graph.EdgeReLU())
+            graph.EdgeLinear(8, edge_features=4, sender_features=8, bias=False),
+            graph.EdgeReLU(),
+        )
         self.update = nn.Sequential(
-            graph.NodeLinear(8, node_features=8, incoming_features=8, aggregation=aggregation, bias=False),
-            graph.NodeReLU())
+            graph.NodeLinear(
+                8,
+                node_features=8,
+                incoming_features=8,
+                aggregation=aggregation,
+                bias=False,
+            ),
+            graph.NodeReLU(),
+        )
         self.readout = graph.NodeLinear(1, node_features=8, bias=True)
 
     def forward(self, data, edge_weight=None):
         data = self.message(self.encode(data))
-        if edge_weight is not None:  # scale each message (used by GNNExplainer's edge mask)
+        if (
+            edge_weight is not None
+        ):  # scale each message (used by GNNExplainer's edge mask)
             data = data.clone()
             data.edge_attr = data.edge_attr * edge_weight.view(-1, 1)
         return self.readout(self.update(data)).x.view(-1)  # one logit per node
@@ -155,10 +176,13 @@ print(model)
 
 # %% tags=["train"]
 def train_infection(model, epochs=10):
-    """Adam on the training graphs with ordinary gradients; returns the first and last epoch's loss."""
+    """Adam on the training graphs with ordinary gradients; returns the first and
+    last epoch's loss."""
     torch.manual_seed(0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    loader = DataLoader(train_set, batch_size=50, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        train_set, batch_size=50, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     losses = []
     for epoch in trange(epochs, desc="training"):
         total = 0.0
@@ -174,16 +198,27 @@ def train_infection(model, epochs=10):
     test = Batch.from_data_list(test_set).to(device)
     with torch.no_grad():
         logits = model(test).cpu()
-    return {"metrics": {"first_epoch_loss": losses[0], "last_epoch_loss": losses[-1],
-                        "test_accuracy": ((logits > 0).float() == test.y.cpu()).float().mean().item(),
-                        "test_auroc": roc_auc_score(test.y.cpu(), logits)}}
+    return {
+        "metrics": {
+            "first_epoch_loss": losses[0],
+            "last_epoch_loss": losses[-1],
+            "test_accuracy": ((logits > 0).float() == test.y.cpu()).float().mean().item(),
+            "test_auroc": roc_auc_score(test.y.cpu(), logits),
+        }
+    }
 
 
 record = load_or_train("infection-gn", model, train_infection)
 for p in model.parameters():
     p.requires_grad_(False)
-loss_first, loss_last = record["metrics"]["first_epoch_loss"], record["metrics"]["last_epoch_loss"]
-print(f"mean training loss: epoch 1 {loss_first:.2f}, epoch 10 " + ("< 0.01" if loss_last < 0.01 else f"{loss_last:.2f}"))
+loss_first, loss_last = (
+    record["metrics"]["first_epoch_loss"],
+    record["metrics"]["last_epoch_loss"],
+)
+print(
+    f"mean training loss: epoch 1 {loss_first:.2f}, epoch 10 "
+    + ("< 0.01" if loss_last < 0.01 else f"{loss_last:.2f}")
+)
 
 test_batch = Batch.from_data_list(test_set).to(device)
 with torch.no_grad():
@@ -230,14 +265,19 @@ glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 
 # %%
 def backward_scores(model, data, nodes, method):
-    """Node and edge scores (k x N, k x E) explaining the logits of `nodes` of one graph `data`."""
+    """Node and edge scores (k x N, k x E) explaining the logits of `nodes` of one
+    graph `data`."""
     k, n, e = len(nodes), data.num_nodes, data.num_edges
-    copies = graph.relevance_inputs(Batch.from_data_list([data] * k).to(device), ("x", "edge_attr"))
+    copies = graph.relevance_inputs(
+        Batch.from_data_list([data] * k).to(device), ("x", "edge_attr")
+    )
     target = torch.as_tensor(nodes, device=device) + torch.arange(k, device=device) * n
     if method == "lrp":
         with lrp_lib.relevance():
             out = model(copies)
-        start = torch.zeros_like(out).index_copy(0, target, out[target].detach())  # R = logit at v
+        start = torch.zeros_like(out).index_copy(
+            0, target, out[target].detach()
+        )  # R = logit at v
     else:
         if method == "guided backprop":
             with guided_backprop(model):
@@ -265,7 +305,8 @@ def backward_scores(model, data, nodes, method):
 
 # %%
 class PyGNodeModel(nn.Module):
-    """`forward(x, edge_index, edge_attr)` for PyG's Explainer; applies its edge mask to the messages."""
+    """`forward(x, edge_index, edge_attr)` for PyG's Explainer; applies its edge mask
+    to the messages."""
 
     def __init__(self, model):
         super().__init__()
@@ -277,11 +318,15 @@ class PyGNodeModel(nn.Module):
         if self.mask_slot.explain and self.mask_slot._edge_mask is not None:
             weight = self.mask_slot._edge_mask
             weight = weight.sigmoid() if self.mask_slot._apply_sigmoid else weight
-        out = self.model(Data(x=x, edge_index=edge_index, edge_attr=edge_attr), edge_weight=weight)
+        out = self.model(
+            Data(x=x, edge_index=edge_index, edge_attr=edge_attr), edge_weight=weight
+        )
         return out.view(-1, 1)
 
 
-model64 = copy.deepcopy(model).double()  # GNNExplainer optimises: in float64 its masks agree on every CPU
+model64 = copy.deepcopy(
+    model
+).double()  # GNNExplainer optimises: in float64 its masks agree on every CPU
 explainer = Explainer(
     PyGNodeModel(model64), algorithm=GNNExplainer(epochs=100, lr=0.01),
     explanation_type="model", node_mask_type="object", edge_mask_type="object",
@@ -289,17 +334,23 @@ explainer = Explainer(
 
 
 def gnnexplainer_scores(data, node):
-    """GNNExplainer's node and edge masks for the logit of `node`, optimised in float64."""
+    """GNNExplainer's node and edge masks for the logit of `node`, optimised in
+    float64."""
     torch.manual_seed(0)  # the masks start random
     data = data.clone().to(device)  # a copy: keep the stored graph on the CPU
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)  # PyG creates the mask parameters in the default dtype
+    torch.set_default_dtype(
+        torch.float64
+    )  # PyG creates the mask parameters in the default dtype
     try:
         explanation = explainer(data.x.double(), data.edge_index, index=int(node),
                                 edge_attr=data.edge_attr.double())
     finally:
         torch.set_default_dtype(default)
-    return explanation.node_mask.view(-1).float().cpu(), explanation.edge_mask.float().cpu()
+    return (
+        explanation.node_mask.view(-1).float().cpu(),
+        explanation.edge_mask.float().cpu(),
+    )
 
 # %% [markdown]
 # Before scoring, a check that LRP does what it promises on this model: for every infected node
@@ -316,8 +367,10 @@ with torch.no_grad():
     logit = model(g.clone().to(device)).cpu()[nodes]
 print(f"read-out bias b = {model.readout.bias.item():.3f}")
 for v, r_nodes, r_edges, l in zip(nodes, node_rel, edge_rel, logit):
-    print(f"node {v:2d}: logit {l:7.3f} = relevance on nodes {r_nodes.sum():7.3f} "
-          f"+ on edges {r_edges.sum():6.3f} + the rest {l - r_nodes.sum() - r_edges.sum():6.3f}")
+    print(
+        f"node {v:2d}: logit {l:7.3f} = relevance on nodes {r_nodes.sum():7.3f} + on"
+        f" edges {r_edges.sum():6.3f} + the rest {l - r_nodes.sum() - r_edges.sum():6.3f}"
+    )
 
 # %% [markdown]
 # ## Scoring against the ground truth
@@ -360,14 +413,23 @@ for data in test_set[:n_graphs]:
                 node_s, edge_s = scores[m][0][j], scores[m][1][j]
             auroc[m]["nodes"].append(roc_auc_score(true_nodes[field], node_s[field]))
             if not true_edges[into_v].all():
-                auroc[m]["edges"].append(roc_auc_score(true_edges[into_v], edge_s[into_v]))
+                auroc[m]["edges"].append(
+                    roc_auc_score(true_edges[into_v], edge_s[into_v])
+                )
 
-print(f"{'method':16s} {'node AUROC':>11s} {'edge AUROC':>11s} {'nodes':>6s} {'edge cases':>11s}")
+print(
+    f"{'method':16s} {'node AUROC':>11s} {'edge AUROC':>11s} {'nodes':>6s}"
+    f" {'edge cases':>11s}"
+)
 for m in methods:
     a = auroc[m]
     print(f"{m:16s} {np.mean(a['nodes']):11.3f} {np.mean(a['edges']):11.3f} "
           f"{len(a['nodes']):6d} {len(a['edges']):11d}")
-mean_auroc = {(m, part): float(np.mean(auroc[m][part])) for m in methods for part in ("nodes", "edges")}
+mean_auroc = {
+    (m, part): float(np.mean(auroc[m][part]))
+    for m in methods
+    for part in ("nodes", "edges")
+}
 for (m, part), value in mean_auroc.items():
     glue(f"inf_auroc_{m.replace(' ', '_')}_{part}", f"{value:.3f}", display=False)
 glue("inf_graphs", f"{n_graphs}", display=False)
@@ -410,14 +472,25 @@ def case(sick, immune, senders, virtual):
                            generator=np.random.default_rng(0))
 
 cases = {
-    "virtual contact": case([True, True, False, False], [False] * 4, [0, 1, 2], [True, False, False]),
-    "immune": case([True, False, False, False], [False, False, False, True], [0, 1, 2], [False, False, False]),
-    "two sick contacts": case([True, True, False, False], [False] * 4, [0, 1, 2], [False, False, False]),
+    "virtual contact": case(
+        [True, True, False, False], [False] * 4, [0, 1, 2], [True, False, False]
+    ),
+    "immune": case(
+        [True, False, False, False],
+        [False, False, False, True],
+        [0, 1, 2],
+        [False, False, False],
+    ),
+    "two sick contacts": case(
+        [True, True, False, False], [False] * 4, [0, 1, 2], [False, False, False]
+    ),
 }
 for name, data in cases.items():
     with torch.no_grad():
         p = torch.sigmoid(model(data.clone().to(device))).cpu()
-    print(f"{name:18s} label of node 3: {int(data.y[3])}, predicted probability {p[3]:.3f}")
+    print(
+        f"{name:18s} label of node 3: {int(data.y[3])}, predicted probability {p[3]:.3f}"
+    )
 
 # %%
 case_scores = {}
@@ -441,7 +514,10 @@ pos = {0: (-1.0, 1.0), 1: (-1.0, 0.0), 2: (-1.0, -1.0), 3: (0.6, 0.0)}
 
 
 def node_labels(data):
-    return [f"{v}{'S' if data.sick[v] else ''}{'I' if data.immune[v] else ''}" for v in range(data.num_nodes)]
+    return [
+        f"{v}{'S' if data.sick[v] else ''}{'I' if data.immune[v] else ''}"
+        for v in range(data.num_nodes)
+    ]
 
 
 # One colour scale per method (row), shared by the three cases. The gradient methods and
@@ -457,30 +533,59 @@ score_label = {
 }
 fig, axes = plt.subplots(len(methods), len(cases), figsize=(BOOK_WIDTH, 9.6))
 for row, m in enumerate(methods):
-    vmax = max(float(torch.cat(case_scores[name, m]).abs().max()) for name in cases) or 1.0
+    vmax = (
+        max(float(torch.cat(case_scores[name, m]).abs().max()) for name in cases) or 1.0
+    )
     signed = m == "lrp"
     for col, (name, data) in enumerate(cases.items()):
         node_s, edge_s = case_scores[name, m]
         ax = axes[row, col]
-        draw_graph(data, node_relevance=node_s, edge_relevance=edge_s, labels=False, pos=pos,
-                   ax=ax, vmax=vmax, cmap="RdBu_r" if signed else nonnegative_cmap, colorbar=False,
-                   node_size=520, edge_width=2.5)
+        draw_graph(
+            data,
+            node_relevance=node_s,
+            edge_relevance=edge_s,
+            labels=False,
+            pos=pos,
+            ax=ax,
+            vmax=vmax,
+            cmap="RdBu_r" if signed else nonnegative_cmap,
+            colorbar=False,
+            node_size=520,
+            edge_width=2.5,
+        )
         for v, text in enumerate(node_labels(data)):  # white text on dark nodes
             ax.text(*pos[v], text, ha="center", va="center", fontsize=9,
                     color="white" if abs(float(node_s[v])) > 0.6 * vmax else "black")
         for k in range(data.num_edges):  # a dashed line along each virtual edge
             if data.virtual[k]:
                 s = int(data.edge_index[0, k])
-                ax.plot([pos[s][0], pos[3][0]], [pos[s][1], pos[3][1]], ls="--", color="black", lw=0.8, zorder=0.5)
+                ax.plot(
+                    [pos[s][0], pos[3][0]],
+                    [pos[s][1], pos[3][1]],
+                    ls="--",
+                    color="black",
+                    lw=0.8,
+                    zorder=0.5,
+                )
         ax.set_xlim(-1.35, 0.95)
         ax.set_ylim(-1.35, 1.35)
         if row == 0:
             ax.set_title(name)
         if col == 0:
-            ax.text(-0.08, 0.5, {"lrp": "LRP", "gnnexplainer": "GNNExplainer"}.get(m, m), transform=ax.transAxes, rotation=90, ha="right", va="center")
+            ax.text(
+                -0.08,
+                0.5,
+                {"lrp": "LRP", "gnnexplainer": "GNNExplainer"}.get(m, m),
+                transform=ax.transAxes,
+                rotation=90,
+                ha="right",
+                va="center",
+            )
     mappable = ScalarMappable(Normalize(-vmax, vmax), "RdBu_r") if signed else \
         ScalarMappable(Normalize(0.0, vmax), half_cmap)
-    fig.colorbar(mappable, ax=list(axes[row]), label=score_label[m], shrink=0.85, pad=0.02)
+    fig.colorbar(
+        mappable, ax=list(axes[row]), label=score_label[m], shrink=0.85, pad=0.02
+    )
 plt.show()
 
 # %% [markdown]
@@ -520,8 +625,11 @@ with torch.no_grad():
     encoded = model.encode[1](model.encode[0](test_batch)).edge_attr.cpu()
 all_zero = (encoded == 0).all(1)
 virtual = test_batch.virtual.cpu()
-print(f"edge encodings that are all zero: virtual edges {all_zero[virtual].float().mean():.3f}, "
-      f"in-person edges {all_zero[~virtual].float().mean():.3f}")
+print(
+    "edge encodings that are all zero: virtual edges"
+    f" {all_zero[virtual].float().mean():.3f}, in-person edges"
+    f" {all_zero[~virtual].float().mean():.3f}"
+)
 
 # %% [markdown]
 # ## Summary
