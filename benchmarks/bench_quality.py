@@ -566,6 +566,38 @@ def annotate(name: str, result: dict) -> dict:
     return result
 
 
+def _without_out(command: str) -> str:
+    """A command line without its ``--out FOLDER`` (a local path)."""
+    parts = command.split()
+    keep = [p for i, p in enumerate(parts) if p != "--out" and (i == 0 or parts[i - 1] != "--out")]
+    return " ".join(keep)
+
+
+def update_from(path: Path, other: Path) -> Path:
+    """Merge into ``path`` the method rows that ``--update`` runs wrote into ``other`` (same models checked)."""
+    import json
+    data, extra = json.loads(path.read_text()), json.loads(other.read_text())
+    runs = extra["settings"].get("updates", [])
+    if not runs:
+        raise ValueError(f"{other} holds no --update run")
+    tasks = data["results"]["tasks"]
+    for run in runs:
+        for t in run["tasks"]:
+            mine, theirs = tasks.get(t), extra["results"]["tasks"][t]
+            if mine is None or mine["metrics_per_seed"] != theirs["metrics_per_seed"] or \
+                    mine["instances_per_seed"] != theirs["instances_per_seed"]:
+                raise RuntimeError(f"{t}: {other} was measured on other models or instances")
+            for m in run["methods"]:
+                if m in theirs["methods"]:
+                    mine["methods"][m] = theirs["methods"][m]
+                    data["settings"]["methods"][m] = extra["settings"]["methods"][m]
+            annotate(t, mine)
+        data["settings"].setdefault("updates", []).append({**run, "command": _without_out(run["command"])})
+    data["results"]["summary"] = summarise(tasks)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
 def reannotate(path: Path) -> Path:
     """Re-derive the published numbers and the summary of a finished results file from its measured numbers.
 
@@ -665,9 +697,16 @@ def main(argv=None):
     parser.add_argument("--update", action="store_true", help="merge this run's tasks and methods into the existing "
                         "quality.json (rows of the methods run replace theirs; the models must be the same) instead "
                         "of writing a new file")
+    parser.add_argument("--update-from", default=None, metavar="FILE",
+                        help="merge the rows of the methods that an --update run wrote into FILE (a copy of "
+                             "quality.json, run in parallel) into quality.json, without measuring anything")
     parser.add_argument("--reannotate", action="store_true", help="re-derive the published numbers and the summary "
                         "of the existing quality.json (in --out) without measuring anything")
     args = parser.parse_args(argv)
+    if args.update_from:
+        folder = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"
+        print(f"merged into {update_from(folder / 'quality.json', Path(args.update_from))}", file=sys.stderr)
+        return None
     if args.reannotate:
         folder = Path(args.out) if args.out else Path(__file__).resolve().parent / "results"
         print(f"re-annotated {reannotate(folder / 'quality.json')}", file=sys.stderr)

@@ -213,3 +213,28 @@ def test_reannotate_puts_the_published_number_beside_the_measured_one_and_keeps_
                     "note": "edge AUROC of a GCN: compare with our edge AUROC", "difference": round(0.7 - 0.926, 4),
                     "within_0.05": False, "in_reference_notes": False}]
     assert out["results"]["summary"]["overall"]["winner"] == "lrp_epsilon_logit_abs"
+
+
+def test_update_from_merges_the_updated_methods_only_onto_the_same_models(tmp_path):
+    row = {"auroc": 0.6, "ci95": [0.5, 0.7], "auroc_per_seed": [0.6], "ms": 1.0, "failed": 0}
+    task = {"level": "node", "metrics_per_seed": [{"test_accuracy": 0.9}], "instances_per_seed": [3],
+            "methods": {"lrp_epsilon_logit_abs": dict(row), "grad_x_input": dict(row), "random": dict(row, auroc=0.5)}}
+    base = {"benchmark": "quality", "command": "c", "machine": {}, "settings": {"methods": {}},
+            "results": {"tasks": {"ba_shapes": json.loads(json.dumps(task))}}}
+    other = json.loads(json.dumps(base))
+    other["results"]["tasks"]["ba_shapes"]["methods"]["gnnexplainer_orig"] = dict(row, auroc=0.93)
+    other["results"]["tasks"]["ba_shapes"]["methods"]["grad_x_input"] = dict(row, auroc=0.99)  # not updated: ignored
+    other["settings"]["methods"]["gnnexplainer_orig"] = "GNNExplainer, original settings"
+    other["settings"]["updates"] = [{"command": "python benchmarks/bench_quality.py --update --out /tmp/x",
+                                     "tasks": ["ba_shapes"], "methods": ["gnnexplainer_orig"], "machine": {}}]
+    (tmp_path / "quality.json").write_text(json.dumps(base))
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    bq.update_from(tmp_path / "quality.json", tmp_path / "other.json")
+    out = json.loads((tmp_path / "quality.json").read_text())
+    methods = out["results"]["tasks"]["ba_shapes"]["methods"]
+    assert methods["gnnexplainer_orig"]["auroc"] == 0.93 and methods["grad_x_input"]["auroc"] == 0.6
+    assert out["settings"]["updates"][0]["command"] == "python benchmarks/bench_quality.py --update"
+    other["results"]["tasks"]["ba_shapes"]["metrics_per_seed"] = [{"test_accuracy": 0.8}]  # another model
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(RuntimeError, match="other models"):
+        bq.update_from(tmp_path / "quality.json", tmp_path / "other.json")
