@@ -25,7 +25,9 @@ import tempfile
 import warnings
 from pathlib import Path
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
+warnings.filterwarnings(
+    "ignore", message="IProgress not found"
+)  # tqdm's notebook notice, via PyG
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +40,9 @@ from lrp_lib.datasets import mutagenicity
 from lrp_lib.pretrained import load_or_train
 from lrp_lib.results import load_results, machine_note, results_table
 
-REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the file is found locally
+REPO = globals().get(
+    "REPOSITORY"
+)  # defined by the Colab cell; elsewhere the file is found locally
 
 # %% [markdown]
 # ## A job on Mutagenicity
@@ -48,15 +52,20 @@ REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the f
 # (positive: nonmutagen).
 
 # %%
-from lrp_lib.models import MutagenicityGCN as GCN  # chapter 5's class, written once in the library
-
+from lrp_lib.models import (
+    MutagenicityGCN as GCN,
+)  # chapter 5's class, written once in the library
 
 def stored_only(model):
-    raise RuntimeError("this page explains chapter 5's stored model: build it with LRP_BOOK_RETRAIN=1 "
-                       "python tools/nb.py book/_src/05_explaining_gnns.py")
+    raise RuntimeError(
+        "this page explains chapter 5's stored model: build it with LRP_BOOK_RETRAIN=1 "
+        "python tools/nb.py book/_src/05_explaining_gnns.py"
+    )
 
 
-dataset = mutagenicity()  # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+dataset = (
+    mutagenicity()
+)  # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
 model = GCN(dataset.num_features, hidden=64)
 load_or_train("mutagenicity-gcn", model, stored_only, retrain=False)
 print(f"{len(dataset)} molecules; the model from lrp_lib/weights/mutagenicity-gcn.pt")
@@ -69,8 +78,14 @@ print(f"{len(dataset)} molecules; the model from lrp_lib/weights/mutagenicity-gc
 
 # %%
 work = Path(tempfile.mkdtemp())
-summary = lrp_lib.explain_dataset(model, dataset[:100], work / "mutagenicity", mode="binary_classification",
-                                  batch_size=32, progress=False)
+summary = lrp_lib.explain_dataset(
+    model,
+    dataset[:100],
+    work / "mutagenicity",
+    mode="binary_classification",
+    batch_size=32,
+    progress=False,
+)
 print({k: v for k, v in summary.items() if k != "out"})
 print(sorted(p.name for p in (work / "mutagenicity").iterdir()))
 
@@ -84,9 +99,15 @@ print(sorted(p.name for p in (work / "mutagenicity").iterdir()))
 rows = lrp_lib.read_explanations(work / "mutagenicity")
 print(rows.schema)
 first = rows.slice(0, 1).to_pylist()[0]
-print(f"graph {first['graph_id']}: class {first['target']} explained, value {first['explained_value']:.3f}, "
-      f"{len(first['node_relevance'])} atoms, {len(first['edge_relevance'])} directed bonds")
-print(f"atom relevance sums to {sum(first['node_relevance']):.3f}, bias relevance {first['bias_relevance']:.3f}")
+print(
+    f"graph {first['graph_id']}: class {first['target']} explained, value"
+    f" {first['explained_value']:.3f}, {len(first['node_relevance'])} atoms,"
+    f" {len(first['edge_relevance'])} directed bonds"
+)
+print(
+    f"atom relevance sums to {sum(first['node_relevance']):.3f}, bias relevance"
+    f" {first['bias_relevance']:.3f}"
+)
 
 # %% [markdown]
 # The columns:
@@ -141,11 +162,17 @@ try:
     lrp_lib.explain_dataset(model, FailsAt(70), work / "resumed", **job)
 except RuntimeError as err:
     print("first run:", err)
-print("rows written before the crash:", lrp_lib.read_explanations(work / "resumed").num_rows)
+print(
+    "rows written before the crash:", lrp_lib.read_explanations(work / "resumed").num_rows
+)
 summary = lrp_lib.explain_dataset(model, FailsAt(None), work / "resumed", **job)
 print(f"second run: {summary['skipped']} batches skipped, {summary['written']} written")
-print("same rows as the uninterrupted job:",
-      lrp_lib.read_explanations(work / "resumed").equals(lrp_lib.read_explanations(work / "mutagenicity")))
+print(
+    "same rows as the uninterrupted job:",
+    lrp_lib.read_explanations(work / "resumed").equals(
+        lrp_lib.read_explanations(work / "mutagenicity")
+    ),
+)
 
 # %% [markdown]
 # The arguments that shape the rows (the number of graphs, `batch_size`, `mode`, `target`, `rule`)
@@ -236,8 +263,16 @@ gpu_b = load_results("jobs_gpu", repository=REPO)
 print(machine_note(gpu_b))
 display(results_table(gpu_b["results"]["rows"], COLUMNS))
 gpu_by_name = {r["dataset"]: r for r in gpu_b["results"]["rows"]}
-glue("jobs_gpu_mutag_rate", f"{gpu_by_name['Mutagenicity']['job_molecules_per_s']:,.0f}", display=False)
-glue("jobs_gpu_mutag_forward", f"{gpu_by_name['Mutagenicity']['forward_molecules_per_s']:,.0f}", display=False)
+glue(
+    "jobs_gpu_mutag_rate",
+    f"{gpu_by_name['Mutagenicity']['job_molecules_per_s']:,.0f}",
+    display=False,
+)
+glue(
+    "jobs_gpu_mutag_forward",
+    f"{gpu_by_name['Mutagenicity']['forward_molecules_per_s']:,.0f}",
+    display=False,
+)
 glue("jobs_gpu_name", gpu_b["machine"].get("gpu", "a GPU"), display=False)
 
 # %% [markdown]
