@@ -27,7 +27,9 @@ import inspect
 import random
 import warnings
 
-warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
+warnings.filterwarnings(
+    "ignore", message="IProgress not found"
+)  # tqdm's notebook notice, via PyG
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -43,7 +45,12 @@ from tqdm.auto import trange
 import lrp_lib
 from lrp_lib import graph
 from lrp_lib.datasets import esol
-from lrp_lib.datasets.esol import ATOM_TYPES, EDGE_FEATURES, NODE_FEATURES, smiles_to_graph
+from lrp_lib.datasets.esol import (
+    ATOM_TYPES,
+    EDGE_FEATURES,
+    NODE_FEATURES,
+    smiles_to_graph,
+)
 from lrp_lib.plotting import BOOK_DPI, BOOK_WIDTH, bond_values, book_style, draw_molecule
 from lrp_lib.pretrained import load_or_train
 
@@ -72,20 +79,34 @@ random.seed(0)
 # - $y$ = the measured log solubility.
 
 # %%
-molecules = esol()  # $LRP_DATA_ROOT/delaney-processed.csv, or downloaded to ~/.cache/lrp_lib/data
+molecules = (
+    esol()
+)  # $LRP_DATA_ROOT/delaney-processed.csv, or downloaded to ~/.cache/lrp_lib/data
 y_all = torch.cat([m.y for m in molecules])
 print(f"{len(molecules)} molecules, {sum(m.num_nodes for m in molecules)} atoms")
-print(f"log solubility from {y_all.min():.2f} to {y_all.max():.2f}, mean {y_all.mean():.2f}, std {y_all.std():.2f}")
+print(
+    f"log solubility from {y_all.min():.2f} to {y_all.max():.2f}, mean"
+    f" {y_all.mean():.2f}, std {y_all.std():.2f}"
+)
 print("node features:", ", ".join(NODE_FEATURES))
 print("edge features:", ", ".join(EDGE_FEATURES))
 phenol = next(m for m in molecules if m.name == "Phenol")
-print(phenol.name, phenol.smiles, phenol.num_nodes, "atoms,", phenol.num_edges, "directed edges")
+print(
+    phenol.name,
+    phenol.smiles,
+    phenol.num_nodes,
+    "atoms,",
+    phenol.num_edges,
+    "directed edges",
+)
 
 # %% [markdown]
 # A random split, the same in every run (a permutation from a fixed generator): 80% for training, 10% for validation, 10% for testing.
 
 # %%
-order = torch.randperm(len(molecules), generator=torch.Generator().manual_seed(0)).tolist()
+order = torch.randperm(
+    len(molecules), generator=torch.Generator().manual_seed(0)
+).tolist()
 n_tenth = len(molecules) // 10
 val_set = [molecules[i] for i in order[:n_tenth]]
 test_set = [molecules[i] for i in order[n_tenth:2 * n_tenth]]
@@ -111,7 +132,9 @@ print(f"train {len(train_set)}, validation {len(val_set)}, test {len(test_set)}"
 # trains from scratch only when `LRP_BOOK_RETRAIN=1` is set.
 
 # %% tags=["train"]
-from lrp_lib.models import SolubilityGN  # written once in the library: later pages load these weights
+from lrp_lib.models import (
+    SolubilityGN,
+)  # written once in the library: later pages load these weights
 
 print(inspect.getsource(SolubilityGN))
 
@@ -127,9 +150,12 @@ model = SolubilityGN().to(device)
 
 
 def train_solubility(model, epochs=15):
-    """Adam with ordinary gradients; validation RMSE after epochs 5, 10 and 15, test RMSE at the end."""
+    """Adam with ordinary gradients; validation RMSE after epochs 5, 10 and 15,
+    test RMSE at the end."""
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    loader = DataLoader(train_set, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        train_set, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     metrics = {}
     for epoch in trange(epochs, desc="training"):
         model.train()
@@ -147,21 +173,30 @@ def train_solubility(model, epochs=15):
 record = load_or_train("esol-gn", model, train_solubility)
 for p in model.parameters():
     p.requires_grad_(False)
-print("validation RMSE after epochs 5, 10, 15: "
-      + ", ".join(f"{record['metrics'][f'validation_rmse_epoch_{e}']:.2f}" for e in (5, 10, 15)))
+print(
+    "validation RMSE after epochs 5, 10, 15: "
+    + ", ".join(
+        f"{record['metrics'][f'validation_rmse_epoch_{e}']:.2f}" for e in (5, 10, 15)
+    )
+)
 
 # %%
 test_rmse = rmse(model, test_set)
 mean_train = torch.cat([m.y for m in train_set]).mean()
 baseline = torch.cat([m.y for m in test_set]).sub(mean_train).pow(2).mean().sqrt().item()
-print(f"test RMSE {test_rmse:.2f} log units (predicting the training mean: {baseline:.2f})")
+print(
+    f"test RMSE {test_rmse:.2f} log units (predicting the training mean: {baseline:.2f})"
+)
 
-# Delaney's own ESOL equation (a linear model on logP, weight, rotatable bonds and aromatic
-# proportion) is a column of the same csv: its error on the same test molecules
+# Delaney's own ESOL equation (a linear model on logP, weight, rotatable bonds and
+# aromatic proportion) is a column of the same csv: its error on the same test molecules
 import csv
 from lrp_lib.datasets.esol import FILENAME, default_root
 with open(default_root() / FILENAME, newline="") as f:  # rows in the order of `molecules`
-    esol_equation = [float(r["ESOL predicted log solubility in mols per litre"]) for r in csv.DictReader(f)]
+    esol_equation = [
+        float(r["ESOL predicted log solubility in mols per litre"])
+        for r in csv.DictReader(f)
+    ]
 delaney = torch.tensor([esol_equation[i] for i in order[n_tenth:2 * n_tenth]])
 delaney_rmse = (delaney - torch.cat([m.y for m in test_set])).pow(2).mean().sqrt().item()
 print(f"Delaney's ESOL equation on the same test molecules: RMSE {delaney_rmse:.2f}")
@@ -191,16 +226,23 @@ glue("esol_delaney_rmse", f"{delaney_rmse:.2f}", display=False)
 
 # %%
 def explain(graphs):
-    """LRP of each molecule's prediction: (predictions, per-atom list, per-bond list, bias shares)."""
-    batch = graph.relevance_inputs(Batch.from_data_list(graphs).to(device), ("x", "edge_attr"))
+    """LRP of each molecule's prediction: (predictions, per-atom list, per-bond list,
+    bias shares)."""
+    batch = graph.relevance_inputs(
+        Batch.from_data_list(graphs).to(device), ("x", "edge_attr")
+    )
     with lrp_lib.relevance():
         out = model(batch)
     out.backward(out.detach())  # R = the prediction of each molecule
     rel = graph.read_relevance(batch)
     atoms = rel.node.cpu().split([g.num_nodes for g in graphs])
     edges = rel.edge.cpu().split([g.num_edges for g in graphs])
-    bonds = [torch.as_tensor(bond_values(Chem.MolFromSmiles(g.smiles), g.edge_index, e))  # per RDKit bond
-             for g, e in zip(graphs, edges)]
+    bonds = [
+        torch.as_tensor(
+            bond_values(Chem.MolFromSmiles(g.smiles), g.edge_index, e)
+        )  # per RDKit bond
+        for g, e in zip(graphs, edges)
+    ]
     bias = out.detach().cpu() - rel.per_graph().cpu()
     return out.detach().cpu(), atoms, bonds, bias
 
@@ -219,10 +261,14 @@ with warnings.catch_warnings(record=True) as caught:
     pred, atom_rel, bond_rel, bias_rel = explain(graphs)
 print(f"lost-relevance warnings: {len(caught)}")
 measured = {m.smiles: m.y.item() for m in molecules}
-for (name, smiles), p, a, b, c in zip(examples.items(), pred, atom_rel, bond_rel, bias_rel):
+for (name, smiles), p, a, b, c in zip(
+    examples.items(), pred, atom_rel, bond_rel, bias_rel
+):
     known = f"{measured[smiles]:6.2f}" if smiles in measured else "   n/a"
-    print(f"{name:18s} measured {known}  predicted {p:6.2f} = atoms {a.sum():6.2f} + bonds {b.sum():5.2f}"
-          f" + bias {c:5.2f}")
+    print(
+        f"{name:18s} measured {known}  predicted {p:6.2f} = atoms {a.sum():6.2f} + bonds"
+        f" {b.sum():5.2f} + bias {c:5.2f}"
+    )
 
 # the numbers the discussion below names
 def signed(value, digits=2):
@@ -231,8 +277,12 @@ def signed(value, digits=2):
     return text.lstrip("-") if float(text) == 0 else text.replace("-", "\u2212")
 
 
-example = {name: (p.item(), a, b) for name, p, a, b in zip(examples, pred, atom_rel, bond_rel)}
-atom_of = {name: Chem.MolFromSmiles(smiles).GetAtoms() for name, smiles in examples.items()}
+example = {
+    name: (p.item(), a, b) for name, p, a, b in zip(examples, pred, atom_rel, bond_rel)
+}
+atom_of = {
+    name: Chem.MolFromSmiles(smiles).GetAtoms() for name, smiles in examples.items()
+}
 
 
 def atoms_where(name, test):
@@ -249,21 +299,35 @@ benzene_c = example["benzene"][1]
 phenol_o = atoms_where("phenol", lambda a: a.GetSymbol() == "O")[0]
 phenol_c_o = atoms_where("phenol", is_ring_carbon_next_to("O"))[0]
 pcp_c_o = atoms_where("pentachlorophenol", is_ring_carbon_next_to("O"))[0]
-pna_n = atoms_where("p-nitroaniline", lambda a: a.GetSymbol() == "N" and a.GetTotalNumHs() == 2)[0]
+pna_n = atoms_where(
+    "p-nitroaniline", lambda a: a.GetSymbol() == "N" and a.GetTotalNumHs() == 2
+)[0]
 pna_c_n = atoms_where("p-nitroaniline", lambda a: a.GetSymbol() == "C" and any(
     n.GetTotalNumHs() == 2 for n in a.GetNeighbors()))[0]
 pcp_cl = atoms_where("pentachlorophenol", lambda a: a.GetSymbol() == "Cl")
-sucrose_oh = atoms_where("sucrose", lambda a: a.GetSymbol() == "O" and a.GetTotalNumHs() == 1)
-sucrose_other_o = atoms_where("sucrose", lambda a: a.GetSymbol() == "O" and a.GetTotalNumHs() == 0)
+sucrose_oh = atoms_where(
+    "sucrose", lambda a: a.GetSymbol() == "O" and a.GetTotalNumHs() == 1
+)
+sucrose_other_o = atoms_where(
+    "sucrose", lambda a: a.GetSymbol() == "O" and a.GetTotalNumHs() == 0
+)
 sucrose_c = atoms_where("sucrose", lambda a: a.GetSymbol() == "C")
 ethanol = dict(zip(["CH3", "CH2", "O"], example["ethanol"][1].tolist()))
-print(f"benzene carbons {benzene_c.min():.3f} to {benzene_c.max():.3f}; phenol: O {phenol_o:.3f}, "
-      f"its ring carbon {phenol_c_o:.3f}")
-print(f"pentachlorophenol: ring carbon at O {pcp_c_o:.3f}, Cl {pcp_cl.min():.3f} to {pcp_cl.max():.3f}")
+print(
+    f"benzene carbons {benzene_c.min():.3f} to {benzene_c.max():.3f}; phenol: O"
+    f" {phenol_o:.3f}, its ring carbon {phenol_c_o:.3f}"
+)
+print(
+    f"pentachlorophenol: ring carbon at O {pcp_c_o:.3f}, Cl {pcp_cl.min():.3f} to"
+    f" {pcp_cl.max():.3f}"
+)
 print(f"p-nitroaniline: NH2 {pna_n:.3f}, its ring carbon {pna_c_n:.3f}")
-print(f"sucrose: {len(sucrose_oh)} hydroxyl O from {sucrose_oh.min():.3f} to {sucrose_oh.max():.3f}, "
-      f"other O {sucrose_other_o.min():.3f} to {sucrose_other_o.max():.3f},\n         C {sucrose_c.min():.3f} to "
-      f"{sucrose_c.max():.3f}")
+print(
+    f"sucrose: {len(sucrose_oh)} hydroxyl O from {sucrose_oh.min():.3f} to"
+    f" {sucrose_oh.max():.3f}, other O {sucrose_other_o.min():.3f} to"
+    f" {sucrose_other_o.max():.3f},\n         C {sucrose_c.min():.3f} to"
+    f" {sucrose_c.max():.3f}"
+)
 print("ethanol:", ", ".join(f"{k} {v:.3f}" for k, v in ethanol.items()))
 
 for key, value in {
@@ -280,9 +344,17 @@ for key, value in {
 }.items():
     glue(f"esol_{key}", signed(value), display=False)
 glue("esol_sucrose_oh", f"{len(sucrose_oh)}", display=False)
-for key, value in {"benzene_c": benzene_c[0], "phenol_o": phenol_o, "phenol_c_o": phenol_c_o,
-                   "pcp_c_o": pcp_c_o, "pna_n": pna_n, "pna_c_n": pna_c_n, "ethanol_ch3": ethanol["CH3"],
-                   "ethanol_ch2": ethanol["CH2"], "ethanol_o": ethanol["O"]}.items():
+for key, value in {
+    "benzene_c": benzene_c[0],
+    "phenol_o": phenol_o,
+    "phenol_c_o": phenol_c_o,
+    "pcp_c_o": pcp_c_o,
+    "pna_n": pna_n,
+    "pna_c_n": pna_c_n,
+    "ethanol_ch3": ethanol["CH3"],
+    "ethanol_ch2": ethanol["CH2"],
+    "ethanol_o": ethanol["O"],
+}.items():
     glue(f"esol_{key}", signed(value), display=False)
 
 # %% [markdown]
@@ -306,21 +378,45 @@ def extent(mol):
 width_px = BOOK_WIDTH * BOOK_DPI
 panels = {"sucrose": (0, 0, 780, 255)} | {
     name: (265 * (k % 3), 300 + 285 * (k // 3), 250, 235)
-    for k, name in enumerate(["benzene", "phenol", "pentachlorophenol", "ethanol", "p-nitroaniline"])}
+    for k, name in enumerate(
+        ["benzene", "phenol", "pentachlorophenol", "ethanol", "p-nitroaniline"]
+    )
+}
 height_px = max(y + h for _, y, _, h in panels.values()) + 45
 mols = {name: Chem.MolFromSmiles(smiles) for name, smiles in examples.items()}
-fit = {name: min((panels[name][2] * 0.84) / extent(mol)[0], (panels[name][3] * 0.84) / extent(mol)[1])
-       for name, mol in mols.items()}
+fit = {
+    name: min(
+        (panels[name][2] * 0.84) / extent(mol)[0],
+        (panels[name][3] * 0.84) / extent(mol)[1],
+    )
+    for name, mol in mols.items()
+}
 px_per_unit = min(fit.values())
-vmax = max(max(float(a.abs().max()), float(b.abs().max()) if len(b) else 0.0) for a, b in zip(atom_rel, bond_rel))
+vmax = max(
+    max(float(a.abs().max()), float(b.abs().max()) if len(b) else 0.0)
+    for a, b in zip(atom_rel, bond_rel)
+)
 fig = plt.figure(figsize=(width_px / BOOK_DPI, height_px / BOOK_DPI))
 for (name, mol), p, a, b in zip(mols.items(), pred, atom_rel, bond_rel):
-    assert mol.GetNumAtoms() == len(a) and mol.GetNumBonds() == len(b), name  # node i is atom i
+    assert mol.GetNumAtoms() == len(a) and mol.GetNumBonds() == len(
+        b
+    ), name  # node i is atom i
     x, y, w, h = panels[name]
-    ax = fig.add_axes([x / width_px, 1 - (y + 40 + h) / height_px, w / width_px, h / height_px])
+    ax = fig.add_axes(
+        [x / width_px, 1 - (y + 40 + h) / height_px, w / width_px, h / height_px]
+    )
     padding = 0.5 * (1 - px_per_unit / fit[name] * 0.84)
-    scale = draw_molecule(mol, a, b, ax=ax, vmax=vmax, colorbar=False, size=(w, h), padding=padding,
-                          title=f"{name}\npredicted {p:.2f}")
+    scale = draw_molecule(
+        mol,
+        a,
+        b,
+        ax=ax,
+        vmax=vmax,
+        colorbar=False,
+        size=(w, h),
+        padding=padding,
+        title=f"{name}\npredicted {p:.2f}",
+    )
 cax = fig.add_axes([(265 * 2 + 20) / width_px, 1 - (300 + 285 + 40 + 130) / height_px,
                     220 / width_px, 14 / height_px])
 fig.colorbar(scale, cax=cax, orientation="horizontal",
@@ -372,9 +468,15 @@ element = x_all[:, :len(ATOM_TYPES) + 1].argmax(1)
 names = ATOM_TYPES + ["other"]
 atoms_abs, bonds_abs = torch.cat(atom_all).abs().sum(), torch.cat(bond_all).abs().sum()
 bond_share = (bonds_abs / (atoms_abs + bonds_abs)).item()
-print(f"per molecule on average: atoms {torch.cat(atom_all).sum() / len(molecules):.3f}, "
-      f"bonds {torch.cat(bond_all).sum() / len(molecules):.3f}, read-out bias {bias_all.mean():.3f}")
-print(f"share of the bonds in the absolute relevance of atoms and bonds: {100 * bond_share:.1f} %")
+print(
+    f"per molecule on average: atoms {torch.cat(atom_all).sum() / len(molecules):.3f},"
+    f" bonds {torch.cat(bond_all).sum() / len(molecules):.3f}, read-out bias"
+    f" {bias_all.mean():.3f}"
+)
+print(
+    "share of the bonds in the absolute relevance of atoms and bonds:"
+    f" {100 * bond_share:.1f} %"
+)
 glue("esol_bias_mean", signed(bias_all.mean(), 3), display=False)
 glue("esol_bond_share", f"{100 * bond_share:.0f} %", display=False)
 glue("esol_molecules", f"{len(molecules):,}", display=False)
@@ -383,29 +485,53 @@ rows = []
 for k, name in enumerate(names):
     r = r_all[element == k]
     if len(r):
-        rows.append((name, len(r), r.mean().item(), r.std().item() if len(r) > 1 else 0.0, r.sum().item()))
+        rows.append(
+            (
+                name,
+                len(r),
+                r.mean().item(),
+                r.std().item() if len(r) > 1 else 0.0,
+                r.sum().item(),
+            )
+        )
         print(f"{name:8s} {len(r):6d} {r.mean():8.3f} {rows[-1][3]:7.3f} {r.sum():9.1f}")
 stats = {row[0]: row for row in rows}
 for name in ("C", "N", "O", "S", "Cl"):
     glue(f"esol_mean_{name}", signed(stats[name][2]), display=False)
 glue("esol_std_Cl", f"{stats['Cl'][3]:.3f}", display=False)
-halogens = sorted(["F", "Cl", "Br", "I"], key=lambda h: -stats[h][2])  # least negative first
+halogens = sorted(
+    ["F", "Cl", "Br", "I"], key=lambda h: -stats[h][2]
+)  # least negative first
 glue("esol_halogen_order", ", ".join(halogens), display=False)
 glue("esol_halogen_size", "the order of their size" if halogens == ["F", "Cl", "Br", "I"]
      else "not quite the order of their size", display=False)
 # carbon by environment
 aromatic = x_all[:, NODE_FEATURES.index("aromatic")] == 1
 hydrogens = x_all[:, 12:16].argmax(1)
-for label, mask in [("C aromatic", (element == 0) & aromatic), ("C aliphatic", (element == 0) & ~aromatic),
-                    ("O with H", (element == 2) & (hydrogens > 0)), ("O without H", (element == 2) & (hydrogens == 0)),
-                    ("N with H", (element == 1) & (hydrogens > 0)), ("N without H", (element == 1) & (hydrogens == 0))]:
-    print(f"{label:12s} {int(mask.sum()):6d} atoms, mean relevance {r_all[mask].mean():7.3f}")
+for label, mask in [
+    ("C aromatic", (element == 0) & aromatic),
+    ("C aliphatic", (element == 0) & ~aromatic),
+    ("O with H", (element == 2) & (hydrogens > 0)),
+    ("O without H", (element == 2) & (hydrogens == 0)),
+    ("N with H", (element == 1) & (hydrogens > 0)),
+    ("N without H", (element == 1) & (hydrogens == 0)),
+]:
+    print(
+        f"{label:12s} {int(mask.sum()):6d} atoms, mean relevance"
+        f" {r_all[mask].mean():7.3f}"
+    )
     glue(f"esol_env_{label.replace(' ', '_')}", signed(r_all[mask].mean()), display=False)
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(BOOK_WIDTH, 3.4))
 labels, means, stds = [r[0] for r in rows], [r[2] for r in rows], [r[3] for r in rows]
-ax.bar(labels, means, yerr=stds, color=["tab:red" if m > 0 else "tab:blue" for m in means], capsize=3)
+ax.bar(
+    labels,
+    means,
+    yerr=stds,
+    color=["tab:red" if m > 0 else "tab:blue" for m in means],
+    capsize=3,
+)
 ax.axhline(0, color="black", lw=0.8)
 ax.set_ylabel("mean LRP relevance per atom\n(log solubility units)")
 ax.set_title("Atom relevance by element over ESOL (error bars: one std)")
