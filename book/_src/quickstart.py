@@ -169,10 +169,11 @@ glue("qs_bias", f"{bias:.2f}", display=False)
 
 # %% [markdown]
 # The nodes carry {glue:text}`qs_nodes` of the logit {glue:text}`qs_logit` and the biases
-# {glue:text}`qs_bias`. (How much the biases hold varies from node to node; here every feature is 1,
-# so the nodes differ only in where they sit in the graph.) PyG's tools work on the masks as on any explainer's: keep the twelve edges
-# with the largest relevance (a house has six edges, twelve directed ones) and ask how many lie in
-# the node's house.
+# {glue:text}`qs_bias`. (How much the biases hold varies from node to node; here every feature is
+# 1, so the nodes differ only in where they sit in the graph.) PyG's tools read the masks as they
+# read any explainer's: keep the twelve edges with the largest relevance (a house has six edges,
+# twelve directed ones) and count how many lie in a house. The figure draws what the model's three
+# layers see around the node, coloured by the signed relevance.
 
 # %%
 top = explanation.threshold(threshold_type="topk", value=12)
