@@ -146,11 +146,16 @@ ANCHORS = {
     "alkane_carbonyl": {"cam": [(0.913, _SL, True, ""),
                                 (0.975, "Sanchez-Lengeling et al. 2020 results CSV, mean", False, "CAM on an MPNN")]},
 }
+# Ying et al.'s GNNExplainer figures were measured with their code's own settings: gnnexplainer_orig runs those.
+for _t in ("ba_shapes", "ba_community", "tree_cycles", "tree_grid", "mutagenicity"):
+    ANCHORS[_t]["gnnexplainer_orig"] = ANCHORS[_t]["gnnexplainer"]
 #: Published numbers added here from the papers' tables, not from the project's reference notes (their values
 #: were not re-checked against a primary artefact): (task, method, value).
 NOT_IN_NOTES = {("ba_community", "gnnexplainer", 0.836), ("ba_community", "pgexplainer", 0.945),
                 ("tree_cycles", "pgexplainer", 0.987), ("tree_cycles", "gnnexplainer", 0.948),
                 ("tree_grid", "gnnexplainer", 0.875), ("tree_grid", "pgexplainer", 0.907),
+                ("ba_community", "gnnexplainer_orig", 0.836), ("tree_cycles", "gnnexplainer_orig", 0.948),
+                ("tree_grid", "gnnexplainer_orig", 0.875),
                 ("ba_2motifs", "gnnexplainer", 0.742), ("ba_2motifs", "pgexplainer", 0.926)}
 SELECTION_RULE = ("declared before the run: every LRP configuration (composite x explained x mask) is ranked "
                   "among all methods on each task by its mean AUROC over seeds (average ranks for ties); the "

@@ -46,7 +46,8 @@ TITLES = {"ba_shapes": "BA-Shapes", "ba_community": "BA-Community", "tree_cycles
           "mutagenicity": "Mutagenicity", "benzene": "Benzene", "fluoride_carbonyl": "Fluoride-Carbonyl",
           "alkane_carbonyl": "Alkane-Carbonyl", "amine_ether_benzene": "Amine-Ether-Benzene"}
 BASE = {"saliency": "saliency", "grad_x_input": "Grad x Input", "integrated_gradients": "Integrated Gradients",
-        "cam": "CAM", "grad_cam": "Grad-CAM", "gnnexplainer": "GNNExplainer", "pgexplainer": "PGExplainer",
+        "cam": "CAM", "grad_cam": "Grad-CAM", "gnnexplainer": "GNNExplainer",
+        "gnnexplainer_orig": "GNNExplainer (original settings)", "pgexplainer": "PGExplainer",
         "sgnn_greedy": "sGNN-LRP greedy", "sgnn_greedy_alpha": "sGNN-LRP greedy (alpha)",
         "top_walks": "top walks (GNN-LRP)", "random": "random"}
 COMPOSITE = {"epsilon": "epsilon", "zplus": "z+", "gamma": "gamma", "gamma_sgnn": "gamma 3->0 (sGNN)",
@@ -179,9 +180,10 @@ display(results_table(rows, [("task", "task"), ("GNNExplainer", "gnn"), ("PGExpl
 # (quality-heatmap)=
 # ## Results
 #
-# The mean AUROC of the main methods on every task (rows), the LRP configurations chosen below
-# among them; the full tables, with every LRP configuration, the 95 % intervals and the time per
-# explanation, are folded under the figure.
+# The mean AUROC of the main methods on every task (rows): the LRP configurations chosen below, the
+# library's default (epsilon, logit, abs), signed LRP-0, and the best LRP configuration of each task
+# (a different one per row), then the other methods. The full tables, with every LRP configuration,
+# the 95 % intervals and the time per explanation, are folded under the figure.
 
 # %%
 overall, node_sel, graph_sel = summary["overall"], summary["node_level"], summary["graph_level"]
@@ -190,11 +192,13 @@ for key in [overall["winner"], node_sel["winner"] if node_sel else None, graph_s
             "lrp_epsilon_logit_abs", "lrp_epsilon_logit_relevance", "lrp_gamma_sgnn_logit_relevance"]:
     if key and key not in lrp_shown:
         lrp_shown.append(key)
-main = lrp_shown + [m for m in BASE if any(m in tasks[t]["methods"] for t in order)]
+main = lrp_shown + ["lrp_best"] + [m for m in BASE if any(m in tasks[t]["methods"] for t in order)]
 grid = np.full((len(order), len(main)), np.nan)
 for i, t in enumerate(order):
     for j, m in enumerate(main):
-        if m in tasks[t]["methods"]:
+        if m == "lrp_best":  # the best of all LRP configurations on this task (a different one per task)
+            grid[i, j] = max(v["auroc"] for k, v in tasks[t]["methods"].items() if k.startswith("lrp_"))
+        elif m in tasks[t]["methods"]:
             grid[i, j] = tasks[t]["methods"][m]["auroc"]
 fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(main), 0.9 + 0.42 * len(order)))
 im = ax.imshow(grid, cmap="viridis", vmin=0.3, vmax=1.0, aspect="auto")
@@ -203,7 +207,8 @@ for i in range(len(order)):
         if not np.isnan(grid[i, j]):
             ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
                     color="white" if grid[i, j] < 0.75 else "black")
-ax.set_xticks(range(len(main)), [name(m) for m in main], rotation=60, ha="right", fontsize=8)
+ax.set_xticks(range(len(main)), [name(m) if m != "lrp_best" else "LRP, best configuration per task"
+                                  for m in main], rotation=60, ha="right", fontsize=8)
 ax.set_yticks(range(len(order)), [f"{TITLES[t]} ({tasks[t]['protocol']})" for t in order], fontsize=8)
 fig.colorbar(im, ax=ax, fraction=0.03, label="mean AUROC over seeds")
 ax.set_title("Ground-truth AUROC, each task under its own protocol")
@@ -260,12 +265,13 @@ attr = [r["random"] for r in rows if r["protocol"] == "graph_attribution"]
 if attr:
     glue("random_attr_lo", f"{min(attr):.3f}", display=False)
     glue("random_attr_hi", f"{max(attr):.3f}", display=False)
-glue("gap_floor", "0.15", display=False)
+glue("gap_sentence", "so every task separates a method that finds the motif from one that does not by "
+     "more than 0.15." if min(gaps) > 0.15 else "so not every task separates methods by more than 0.15: "
+     "the rows below that margin rank explainers by little more than noise.", display=False)
 
 # %% [markdown]
-# On every task the best method is at least {glue:text}`min_gap` above random (the smallest margin
-# is on {glue:text}`min_gap_task`): every task separates a method that finds the motif from one that
-# does not by more than {glue:text}`gap_floor`, a margin none of the intervals comes near. On the molecular tasks random scores between {glue:text}`random_attr_lo` and
+# On every task the best method is {glue:text}`min_gap` or more above random (the smallest margin is on
+# {glue:text}`min_gap_task`); {glue:text}`gap_sentence` On the molecular tasks random scores between {glue:text}`random_attr_lo` and
 # {glue:text}`random_attr_hi`: the best-of-alternatives rule rewards any ranking a little.
 #
 # (quality-published)=
@@ -276,6 +282,24 @@ glue("gap_floor", "0.15", display=False)
 # seeds); *same protocol* says whether the published figure was measured the way ours is:
 
 # %%
+def why_not(t, m, p):
+    """The reason (a key of the list below the table) a published number is not reproduced."""
+    if not p["same_protocol"]:
+        return "another protocol"
+    if t == "ba_2motifs":
+        return "Xiong's training and scoring"
+    if t in ("benzene", "fluoride_carbonyl", "alkane_carbonyl", "amine_ether_benzene"):
+        return "median of a sweep"
+    if m.startswith("gnnexplainer"):  # do the original code's settings reproduce the figure on this task?
+        orig = tasks[t]["methods"].get("gnnexplainer_orig", {}).get("published", [])
+        if any(q["value"] == p["value"] and q["within_0.05"] for q in orig):
+            return "GNNExplainer's optimisation"
+        return "another model"
+    if m == "pgexplainer":
+        return "PGExplainer's training"
+    return "another model"
+
+
 rows = []
 for t in order:
     for m, r in tasks[t]["methods"].items():
@@ -286,11 +310,13 @@ for t in order:
                          "ours": q["auroc"], "lo": ci(q, 0), "hi": ci(q, 1), "published": p["value"],
                          "diff": p["difference"], "ok": "yes" if p["within_0.05"] else "no",
                          "same": "yes" if p["same_protocol"] else "no",
+                         "why": None if p["within_0.05"] else why_not(t, m, p),
                          "source": p["source"] + (f" ({p['note']})" if p["note"] else "")})
 display(results_table(rows, [("task", "task"), ("method", "method"), ("compared", "what"), ("ours", "ours", "{:.3f}"),
                              ("95 % low", "lo", "{:.3f}"), ("95 % high", "hi", "{:.3f}"),
                              ("published", "published", "{:.3f}"), ("ours - published", "diff", "{:+.3f}"),
-                             ("within 0.05", "ok"), ("same protocol", "same"), ("source", "source")]))
+                             ("within 0.05", "ok"), ("same protocol", "same"), ("source", "source"),
+                             ("why not (see below)", "why")]))
 same = [r for r in rows if r["same"] == "yes"]
 glue("n_anchor", str(len(same)), display=False)
 glue("n_anchor_ok", str(sum(r["ok"] == "yes" for r in same)), display=False)
@@ -307,21 +333,59 @@ display(results_table(elsewhere, [("task", "task"), ("method", "method"), ("publ
 
 # %% [markdown]
 # {glue:text}`n_anchor_ok` of the {glue:text}`n_anchor` published numbers measured under our
-# protocol are reproduced within {glue:text}`tol_published`. Where not, the reasons are these:
+# protocol are reproduced within {glue:text}`tol_published`. The last column names the reason for
+# each that is not:
 #
-# - **PGExplainer's paper figures on the lineage tasks** were not reproducible from the paper alone
-#   (Holdijk et al., 2021); their re-implementations, which we follow, score higher on BA-Shapes and
-#   lower on Tree-Cycles than the paper. Two published numbers for one method and protocol bracket
-#   the run-to-run variation of an explainer that is trained per seed.
-# - **GNNExplainer** here is PyG's implementation with the replication's epochs and coefficients,
-#   explaining the edge mask only; the original also learned a feature mask and ran with a different
-#   optimiser schedule, and its paper ran each explanation once on one model.
-# - **BA-2Motifs** (Xiong et al.): their GNNExplainer is their own dense-mask variant (500 steps),
-#   and their gradient and CAM baselines are scored through a greedy node *ordering* of the
-#   explanation rather than the node scores themselves; their GIN was trained with SGD one graph at
-#   a time. Our GIN is theirs in architecture but trained with Adam in batches.
-# - **The molecular tasks** (Sanchez-Lengeling et al.): the published figures are medians over their
-#   hyperparameter sweep of GCNs; ours is one GCN per seed.
+# - **PGExplainer's training.** PGExplainer's paper figures were not reproducible from the paper
+#   alone (Holdijk et al., 2021), and on Tree-Cycles the paper and a re-implementation under the same
+#   protocol (MixupExplainer, 2023) are themselves far apart: an explainer that is *trained* per model
+#   and seed varies from run to run, as its wide intervals here show. Ours trains on at most sixty of
+#   the protocol's instances per seed, with the replication's epochs and coefficients.
+# - **GNNExplainer's optimisation.** The replication's configurations use learning rates far below
+#   the original code's, so in a hundred epochs the edge mask moves little from its random start;
+#   the rows *GNNExplainer (original settings)* run the original learning rate and coefficients on
+#   the same instances. Where that row reproduces the paper and the replication's settings do not,
+#   the settings are the reason.
+# - **Another model.** Where neither GNNExplainer's settings reproduce the paper, and on Tree-Cycles
+#   for the gradient, the published figure explains another trained model of the task: the protocol
+#   is the same, the model and its training data are not. On Tree-Cycles and Tree-Grid every method
+#   here, LRP included, stays below the published figures of the task.
+# - **Xiong's training and scoring.** On BA-2Motifs their GIN was trained with SGD one graph at a
+#   time, their GNNExplainer is their own dense-mask variant, and their baselines are scored through
+#   a greedy node *ordering* of the explanation rather than its node scores. Our GINs, the same
+#   architecture trained with Adam in batches, reach the same accuracy but not the same explanations
+#   on every seed ({ref}`per seed below <quality-seeds>`).
+# - **Median of a sweep.** The molecular figures are medians over Sanchez-Lengeling et al.'s sweep of
+#   GCN hyperparameters; ours is one GCN per seed.
+# - **Another protocol.** Luo et al.'s BA-2Motifs figures are edge AUROCs of a GCN; they sit beside
+#   our edge AUROC of a GIN for orientation only.
+#
+# (quality-seeds)=
+# ### One task, five models
+#
+# Faber et al. (2021) warn that a model may reach its accuracy without the planted motif. BA-2Motifs
+# shows how much the *model* decides: the GINs of the different seeds classify the test graphs
+# equally well, yet the same explainer finds the motif on one seed's model and not on another's.
+
+# %%
+t = "ba_2motifs"
+if t in tasks:
+    meth = tasks[t]["methods"]
+    best_lrp = max((m for m in meth if m.startswith("lrp_")), key=lambda m: meth[m]["auroc"])
+    picks = [best_lrp] + [m for m in ("sgnn_greedy", "saliency", "cam", "gnnexplainer", "pgexplainer") if m in meth]
+    rows = []
+    for i, metrics in enumerate(tasks[t]["metrics_per_seed"]):
+        rows.append({"seed": i, "acc": metrics["test_accuracy"],
+                     **{m: meth[m]["auroc_per_seed"][i] for m in picks if len(meth[m]["auroc_per_seed"]) > i}})
+    display(results_table(rows, [("seed", "seed", "{}"), ("test accuracy", "acc", "{:.3f}")]
+                          + [(name(m), m, "{:.3f}") for m in picks]))
+    spread = [max(meth[m]["auroc_per_seed"]) - min(meth[m]["auroc_per_seed"]) for m in picks]
+    glue("seed_spread", f"{max(spread):.2f}", display=False)
+
+# %% [markdown]
+# The AUROC of one method moves by up to {glue:text}`seed_spread` between seeds whose models are
+# equally accurate, more than most differences between methods on one model: the interval over seeds
+# is part of the result, and a single published model is one draw.
 #
 # (quality-default)=
 # ## Choosing LRP's default
@@ -404,8 +468,18 @@ for t in order:
 display(results_table(rows, [("task", "task"), ("wins there", "winner"), ("its AUROC", "wa", "{:.3f}"),
                              ("default - winner", "d", "{:+.3f}"), ("best LRP configuration there", "bl"),
                              ("its AUROC", "bla", "{:.3f}"), ("model test accuracy", "acc", "{:.3f}")]))
+winners = sorted({r["winner"] for r in rows})
+glue("loss_sentence", "; ".join(f"{r['task']}: {r['winner']} (the default {r['d']:+.3f})" for r in rows) + "."
+     if rows else "none.", display=False)
+glue("loss_winners", ", ".join(winners) if winners else "none", display=False)
 
 # %% [markdown]
+# The tasks and the method that beats the default there: {glue:text}`loss_sentence` The methods that
+# win there are {glue:text}`loss_winners`. Where PGExplainer wins, it is an explainer *trained* on the
+# protocol's instances of that very model (at least sixty nodes per seed), and its intervals are wide;
+# where the best LRP configuration of the task differs from the default, the choice of rule closes
+# part of the gap, at no extra cost.
+#
 # (quality-time)=
 # ## Time per explanation
 #
@@ -469,17 +543,42 @@ display(results_table(rows, [("model and task", "kind"), ("best LRP configuratio
                              ("its mean AUROC", "default_a", "{:.3f}"), ("evidence", "evidence")]))
 
 # %% [markdown]
-# How to read it:
+# (quality-choices)=
+# The two choices besides the rule, task by task: the best LRP AUROC with each mask and with each
+# explained quantity (over all composites).
+
+# %%
+rows = []
+for t in order:
+    meth = tasks[t]["methods"]
+    row = {"task": TITLES[t]}
+    for part in ("abs", "positive", "relevance"):
+        row[part] = max(v["auroc"] for m, v in meth.items() if m.startswith("lrp_") and m.endswith("_" + part))
+    for part in ("logit", "contrast"):
+        row[part] = max(v["auroc"] for m, v in meth.items() if m.startswith("lrp_") and f"_{part}_" in m)
+    rows.append(row)
+display(results_table(rows, [("task", "task"), ("mask abs", "abs", "{:.3f}"), ("mask positive", "positive", "{:.3f}"),
+                             ("mask relevance (signed)", "relevance", "{:.3f}"), ("explained logit", "logit", "{:.3f}"),
+                             ("explained contrast", "contrast", "{:.3f}")]))
+glue("n_abs_best", str(sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in rows)), display=False)
+glue("n_signed_best", str(sum(r["relevance"] > r["abs"] for r in rows)), display=False)
+glue("n_contrast_better", str(sum(r["contrast"] > r["logit"] for r in rows)), display=False)
+
+# %% [markdown]
+# The absolute mask is the best (or tied) on {glue:text}`n_abs_best` of the {glue:text}`n_tasks`
+# tasks and the signed relevance beats it on {glue:text}`n_signed_best`; explaining the contrast beats
+# the logit on {glue:text}`n_contrast_better`. How to read the decision table:
 #
 # - **Which rule.** The composites differ in how they treat the negative contributions inside the
 #   message-passing layers; the ranking of {ref}`the default selection <quality-default>` shows which
 #   survive across tasks, the {ref}`full tables <quality-heatmap>` show the task-by-task cost of each.
-# - **Which quantity.** Explaining the contrast $z_c - \frac{1}{K-1}\sum_{k\ne c} z_k$ rather than
+# - **Which quantity** ({ref}`evidence <quality-choices>`). Explaining the contrast $z_c - \frac{1}{K-1}\sum_{k\ne c} z_k$ rather than
 #   the logit removes the evidence that the target class shares with the others; it matters on the
 #   multi-class node tasks and coincides with the log-odds on two-class tasks.
-# - **Which mask.** AUROC ranks, so a signed mask ranks strong *negative* evidence last; the
-#   absolute mask ranks it with the positive evidence, the positive mask ties it with the irrelevant.
-#   Which is right depends on whether the planted pattern acts for or against the explained class.
+# - **Which mask** ({ref}`evidence <quality-choices>`). AUROC ranks, so a signed mask ranks strong
+#   *negative* evidence last; the absolute mask ranks it with the positive evidence, the positive mask
+#   ties it with the irrelevant. Which is right depends on whether the planted pattern acts for or
+#   against the explained class.
 # - **Which method.** Where a mask-optimising explainer (PGExplainer) wins, it answers another
 #   question -- which small subgraph keeps the prediction -- at many times the cost; where the model
 #   does not use the motif, no method should find it ({ref}`accuracy beside each task <quality-protocols>`).
@@ -491,7 +590,9 @@ display(results_table(rows, [("model and task", "kind"), ("best LRP configuratio
 # - The baselines here are checked against their published numbers under the same protocol before
 #   LRP is compared with them; the table above says which reproduce and why the others do not.
 # - The default LRP configuration is chosen by a rule declared before the run (best mean rank over
-#   tasks), overall and per task level; the tables show where it loses and to which method.
+#   tasks): {glue:text}`winner` over all tasks, {glue:text}`node_winner` over the node-level and
+#   {glue:text}`graph_winner` over the graph-level ones. Where it loses by more than
+#   {glue:text}`tol_best`, the winner is {glue:text}`loss_winners`.
 # - One LRP explanation costs a forward and a backward pass.
 #
 # ## Exercises
