@@ -70,8 +70,9 @@ book_style()
 
 
 def backward_graph(fn, names=None, depth=0):
-    """The names of the backward nodes below ``fn``, one per line, indented by depth.  A leaf
-    (``AccumulateGrad``) is labelled with its name in ``names`` ({tensor: name}), if given.
+    """The names of the backward nodes below ``fn``, one per line, indented by depth.
+    A leaf (``AccumulateGrad``) is labelled with its name in ``names`` ({tensor: name}),
+    if given.
     """
     if fn is None:
         return "  " * depth + "None"

@@ -366,7 +366,8 @@ for key, value in {
 
 # %% tags=["hide-input"]
 def extent(mol):
-    """Width and height of RDKit's 2D depiction of mol, in its coordinate units (bond length 1.5)."""
+    """Width and height of RDKit's 2D depiction of mol, in its coordinate units
+    (bond length 1.5)."""
     mol = Chem.Mol(mol)
     rdDepictor.Compute2DCoords(mol, canonOrient=True, sampleSeed=0, forceRDKit=True)
     xy = mol.GetConformer().GetPositions()[:, :2]
