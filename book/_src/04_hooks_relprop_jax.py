@@ -270,7 +270,7 @@ dense = jax_lrp.Dense(2, use_bias=False)
 x20 = jnp.ones((1, 20))
 bound = dense.bind({"params": {"kernel": kernel}})
 R20 = bound.relprop(jnp.array([[1.0, 0.0]]), x20, rule="alpha_beta", alpha=1.0)
-print(show(R20[0]))
+print(show(R20[0]).reshape(2, 10))  # the 20 inputs in two rows of ten
 by_hand = np.clip(first_column, 0, None) / np.clip(first_column, 0, None).sum()
 print(
     "equals w+ / sum(w+) (to 1e-6):",

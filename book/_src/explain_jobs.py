@@ -31,7 +31,7 @@ warnings.filterwarnings(
 
 import torch
 import torch.nn.functional as F
-from IPython.display import display
+from IPython.display import Markdown, display
 from myst_nb import glue
 from torch_geometric.nn import GCNConv, global_mean_pool
 
@@ -87,7 +87,8 @@ summary = lrp_lib.explain_dataset(
     progress=False,
 )
 print({k: v for k, v in summary.items() if k != "out"})
-print(sorted(p.name for p in (work / "mutagenicity").iterdir()))
+files = sorted(p.name for p in (work / "mutagenicity").iterdir())
+print(len(files), "files:", ", ".join(files[:3]), "...", files[-1])
 
 # %% [markdown]
 # Each batch is one Parquet file with one row group, and the manifest records which batches are
@@ -230,7 +231,7 @@ COLUMNS = [
     ("job / gradient", "job_over_gradient", "{:.2f}x"),
     ("Parquet", "parquet_bytes", lambda b: f"{b / 1e6:.1f} MB")]
 jobs_b = load_results("jobs", repository=REPO)
-print(machine_note(jobs_b))
+display(Markdown(machine_note(jobs_b)))
 display(results_table(jobs_b["results"]["rows"], COLUMNS))
 by_name = {r["dataset"]: r for r in jobs_b["results"]["rows"]}
 for key, name in (("mutag", "Mutagenicity"), ("esol", "ESOL")):
@@ -260,7 +261,7 @@ glue("jobs_threads", str(jobs_b["machine"]["torch_threads"]), display=False)
 
 # %% tags=["hide-input"]
 gpu_b = load_results("jobs_gpu", repository=REPO)
-print(machine_note(gpu_b))
+display(Markdown(machine_note(gpu_b)))
 display(results_table(gpu_b["results"]["rows"], COLUMNS))
 gpu_by_name = {r["dataset"]: r for r in gpu_b["results"]["rows"]}
 glue(
