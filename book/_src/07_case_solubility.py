@@ -374,8 +374,9 @@ def extent(mol):
     return xy.max(0) - xy.min(0) + 1.6  # plus room for the atom labels and highlights
 
 
-# Each panel is drawn at the pixel size it is shown at, and all six molecules at one scale (the
-# largest scale at which each still fits its panel): a panel's padding grows as its molecule shrinks.
+# Each panel is drawn at the pixel size it is shown at, and all six molecules at one scale
+# (the largest scale at which each still fits its panel): a panel's padding grows as its
+# molecule shrinks.
 width_px = BOOK_WIDTH * BOOK_DPI
 panels = {"sucrose": (0, 0, 780, 255)} | {
     name: (265 * (k % 3), 300 + 285 * (k // 3), 250, 235)

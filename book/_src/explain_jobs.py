@@ -88,7 +88,7 @@ summary = lrp_lib.explain_dataset(
 )
 print({k: v for k, v in summary.items() if k != "out"})
 files = sorted(p.name for p in (work / "mutagenicity").iterdir())
-print(len(files), "files:", ", ".join(files[:3]), "...", files[-1])
+print(len(files), "files:", ", ".join(files[:2]), "...", files[-1])
 
 # %% [markdown]
 # Each batch is one Parquet file with one row group, and the manifest records which batches are
