@@ -131,12 +131,13 @@ explainer = Explainer(
 
 with torch.no_grad():
     predicted = model(data.x, data.edge_index).argmax(-1)
-node = int(
-    test_nodes[(data.y[test_nodes] == 3) & (predicted[test_nodes] == 3)][0]
-)  # in a house
+correct = test_nodes[predicted[test_nodes] == data.y[test_nodes]]
+node = int(correct[data.y[correct] == 3][0])  # a correctly classified node of a house
 explanation = explainer(data.x, data.edge_index, index=node)
 print(f"node {node}: class {int(explanation.target[node])} explained, "
       f"from {explanation.explained_output}")
+print("rule of every weight (the default for this task level):", explainer.algorithm.rule)
+glue("qs_rule", explainer.algorithm.defaults["rule"], display=False)
 
 # %% [markdown]
 # ## What the explanation holds
@@ -217,7 +218,8 @@ plt.show()
 #
 # ## Which rule?
 #
-# Start with the default, `LRPExplainer()`: the epsilon rule on the logit, masks of $|R|$. Other
-# choices are one argument away: `rule="gamma"`, `"z"` or `"zplus"`, a `Composite` with a rule per
+# Start with the default, `LRPExplainer()`: the {glue:text}`qs_rule` rule on the logit, masks of
+# $|R|$, the choice that ranked best per task level over the benchmark tasks. Other choices are one
+# argument away: `rule="epsilon"`, `"gamma"`, `"z"` or `"zplus"`, a `Composite` with a rule per
 # layer, `explained="contrast"`. Which one wins for which kind of model and task, measured against
 # ground truth: [Which rule, which quantity, which method](09_benchmarking_explanations.ipynb).
