@@ -37,11 +37,12 @@ submodules -- a GIN's MLP, a conv's ``lin`` -- included) can get a rule that dep
 as the LRP-for-GNN literature does.  Named composites:
 
 ========================  =====================================================================
-``"epsilon"``             :class:`~lrp_lib.rules.Epsilon` (:math:`10^{-6}`) on every weight (the
-                          default): LRP-0 up to the stabiliser.
+``"epsilon"``             :class:`~lrp_lib.rules.Epsilon` (:math:`10^{-6}`) on every weight (a
+                          ``Composite()``'s default): LRP-0 up to the stabiliser.
 ``"z"``                   :math:`\epsilon = 0` everywhere: exact conservation on bias-free models.
 ``"gamma"``               ``Gamma(0.25)`` on every weight.
-``"zplus"``               :class:`~lrp_lib.rules.ZPlus` on every weight.
+``"zplus"``               :class:`~lrp_lib.rules.ZPlus` on every weight (``LRPExplainer``'s
+                          default, chosen by the benchmark of chapter 9).
 ``"gamma_sgnn"``          :math:`\gamma_i` decreasing linearly from 3 at the first
                           message-passing layer to 0 at the last (``np.linspace(3, 0, L)``), the
                           dense head at :math:`\epsilon`: the schedule of Xiong et al.'s sGNN-LRP

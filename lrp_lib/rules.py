@@ -246,10 +246,39 @@ class ZPlus(AlphaBeta):
 
     For :math:`x \ge 0` this is :math:`x_j w_{jk}^+ / \sum_{j'} x_{j'} w_{j'k}^+`: one VJP of the
     map with weights :math:`w^+`.
+
+    A unit :math:`k` that receives relevance but has no positive contribution (its denominator is
+    0: every :math:`x_j w_{jk} \le 0` and :math:`b_k \le 0`; in a graph network this happens when a
+    signed split upstream, an aggregation or a sum, hands relevance to a negative message) falls
+    back to LRP-0 for that unit, :math:`R_j = x_j w_{jk} / z_k \cdot R_k`, instead of losing its
+    relevance; only a unit whose output is 0 as well loses it (with a warning).
     """
 
     def __init__(self):
         super().__init__(1.0, 0.0)
+
+    def propagate(self, m, x, weight, bias, out, rel_out, op):
+        x_neg = x.clamp(max=0)
+        x_pos = x if _is_zero(x_neg) else x.clamp(min=0)
+        pairs = [(xp, wp) for xp, wp in ((x_pos, _positive(weight)), (x_neg, _negative(weight)))
+                 if not _is_zero(xp) and not _is_zero(wp)]
+        b = None if bias is None else bias.clamp(min=0)
+        if pairs:
+            z = m(pairs[0][0], pairs[0][1], b)
+            for xp, wp in pairs[1:]:
+                z = z + m(xp, wp, None)
+        else:
+            z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
+        none = (z == 0) & (rel_out != 0)
+        s = torch.where(z == 0, torch.zeros_like(rel_out), rel_out / torch.where(z == 0, torch.ones_like(z), z))
+        rel = torch.zeros_like(x)
+        for xp, wp in pairs:
+            rel = rel + xp * m.vjp(s, x, wp)
+        if bool(none.any()):  # no positive contribution: LRP-0 for these units
+            fallback = _share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
+                              torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
+            rel = rel + x * m.vjp(fallback, x, weight)
+        return rel
 
     def __repr__(self):
         return "ZPlus()"

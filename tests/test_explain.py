@@ -409,7 +409,7 @@ def test_unsupported_operations_raise_a_clear_error(model, named):
     model = model().double().eval()
     data = random_graphs(1)[0]
     with pytest.raises(UnsupportedModelError, match=named):
-        Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
+        Explainer(model, algorithm=LRPExplainer("epsilon"), explanation_type="model", node_mask_type="attributes",
                   edge_mask_type="object", model_config=dict(mode="multiclass_classification", task_level="graph",
                                                              return_type="raw"))(data.x, data.edge_index,
                                                                                  target=torch.tensor([0]))

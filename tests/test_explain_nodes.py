@@ -44,6 +44,7 @@ def graph(n=40, e=160, seed=0):
 
 
 def explainer(model, per_index, node_mask_type="attributes", **kw):
+    kw = {"rule": "epsilon", **kw}  # the mechanics of per_index, under the rule whose relevance reaches every node
     return Explainer(model, algorithm=LRPExplainer(per_index=per_index, **kw), explanation_type="model",
                      node_mask_type=node_mask_type, edge_mask_type="object",
                      model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))

@@ -119,7 +119,8 @@ def test_rows_equal_the_explainer_of_each_batch(tmp_path, factories):
     assert [pq.ParquetFile(p).metadata.num_row_groups for p in parts] == [1] * 5
     assert [pq.ParquetFile(p).metadata.num_rows for p in parts] == [8, 8, 8, 8, 5]
 
-    explainer = Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="object",
+    explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
+                          node_mask_type="object",
                           edge_mask_type="object",
                           model_config=dict(mode="binary_classification", task_level="graph", return_type="raw"))
     rows = as_rows(table)

@@ -183,11 +183,15 @@ def test_fidelity_unfaithfulness_and_characterization_on_the_topk_subgraph():
     e = ex(x, edge_index, target=target, index=3)
     pos, neg = fidelity(ex, e)
     assert 0.0 <= pos <= 1.0 and 0.0 <= neg <= 1.0
-    # by hand: the prediction at node 3 with only the kept nodes/edges, and with only the others
+    # by hand: the prediction at node 3 with the masks multiplied into the features and the messages
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
     keep_x, keep_e = e.node_mask, e.edge_mask
     with torch.no_grad():
-        explained = m(x * keep_x, edge_index[:, keep_e > 0]).argmax(-1)[3]
-        complement = m(x * (1 - keep_x), edge_index[:, keep_e == 0]).argmax(-1)[3]
+        set_masks(m, keep_e, edge_index, apply_sigmoid=False)
+        explained = m(x * keep_x, edge_index).argmax(-1)[3]
+        set_masks(m, 1 - keep_e, edge_index, apply_sigmoid=False)
+        complement = m(x * (1 - keep_x), edge_index).argmax(-1)[3]
+        clear_masks(m)
     assert pos == pytest.approx(float(complement != target[3]))
     assert neg == pytest.approx(float(explained != target[3]))
     score = characterization_score(torch.tensor(pos), torch.tensor(neg))

@@ -58,6 +58,11 @@ def ref_rule(rule, X, A, b, R):
         c_g = X[:, None, :] * A_g[None]
         z = c_g.sum(2) + bias + rule.gamma * bias.clamp(min=0)
         return split(c_g, torch.where(z == 0, z, stab(z, rule.eps)), R)
+    if isinstance(rule, rules.ZPlus):  # units without a positive contribution fall back to LRP-0
+        pos = c.clamp(min=0)
+        z_pos = pos.sum(2) + bias.clamp(min=0)
+        none = z_pos == 0
+        return split(pos, z_pos, R) + split(c, c.sum(2) + bias, torch.where(none, R, torch.zeros_like(R)))
     if isinstance(rule, rules.AlphaBeta):
         pos, neg = c.clamp(min=0), c.clamp(max=0)
         z_pos, z_neg = pos.sum(2) + bias.clamp(min=0), neg.sum(2) + bias.clamp(max=0)
@@ -433,3 +438,19 @@ def test_zbox_refuses_inputs_outside_its_box_and_bad_bounds():
     y = rules.linear(x, torch.ones(1, 3), None, rule=rules.ZBox(0.0, 1.0))
     with pytest.raises(ValueError, match="outside the box"):
         y.backward(torch.ones_like(y))
+
+
+def test_zplus_falls_back_to_lrp0_for_a_unit_without_positive_contributions():
+    """A unit whose every contribution is negative (no positive bias) gets LRP-0 instead of losing
+    its relevance; the other unit keeps z+."""
+    x = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    W = torch.tensor([[-1.0, -0.5], [1.0, -1.0]], dtype=torch.float64)  # unit 0: -1 - 1 = -2; unit 1: 1 - 2
+    R = torch.tensor([[3.0, 5.0]], dtype=torch.float64)
+    leaf = x.clone().requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is lost, so nothing warns
+        rules.linear(leaf, W, None, rule=rules.ZPlus()).backward(R)
+    unit0 = torch.tensor([-1.0, -1.0]) / -2.0 * 3.0  # LRP-0: x_j w_0j / z_0 * R_0
+    unit1 = torch.tensor([1.0, 0.0]) / 1.0 * 5.0     # z+: only x_0 w_10 > 0
+    torch.testing.assert_close(leaf.grad[0], (unit0 + unit1).double())
+    assert float(leaf.grad.sum()) == pytest.approx(8.0)
