@@ -134,7 +134,7 @@ def main():
     graphs = graphs[: args.limit] if args.limit else graphs
     with torch.no_grad():
         targets = [int(model(g.x, g.edge_index).view(-1) > 0) for g in graphs]
-    lrp = Explainer(model, algorithm=LRPExplainer(mask="relevance"), explanation_type="model", node_mask_type=None,
+    lrp = Explainer(model, algorithm=LRPExplainer(rule="epsilon", mask="relevance"), explanation_type="model", node_mask_type=None,
                     edge_mask_type="object", model_config=MODEL_CONFIG)
     gnnexp = Explainer(model, algorithm=GNNExplainer(epochs=args.gnnexplainer_epochs), explanation_type="model",
                        node_mask_type=None, edge_mask_type="object", model_config=MODEL_CONFIG)
