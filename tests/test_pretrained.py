@@ -124,7 +124,10 @@ def test_model_and_train_are_checked(folder):
 
 
 def test_tolerances_cover_the_stored_metrics():
-    files = sorted(pretrained.weights_folder().glob("*.pt"))
+    # the chapters' models; benchmarks/bench_quality.py's (quality_*) record its training run (epochs,
+    # learning rate, attempts) and are checked by its own tests, not retrained from a chapter
+    files = sorted(p for p in pretrained.weights_folder().glob("*.pt") if not p.stem.startswith("quality_"))
+    assert len(files) >= 8
     for path in files:
         for metric in pretrained.load_record(path.stem)["record"]["metrics"]:
             tolerance(metric)

@@ -222,4 +222,4 @@ plt.show()
 # $|R|$, the choice that ranked best per task level over the benchmark tasks. Other choices are one
 # argument away: `rule="epsilon"`, `"gamma"`, `"z"` or `"zplus"`, a `Composite` with a rule per
 # layer, `explained="contrast"`. Which one wins for which kind of model and task, measured against
-# ground truth: [Which rule, which quantity, which method](09_benchmarking_explanations.ipynb).
+# ground truth: {ref}`Which rule, which quantity, which method <quality-decision>`.
