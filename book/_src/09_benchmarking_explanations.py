@@ -41,17 +41,41 @@ tasks = quality["results"]["tasks"]
 summary = quality["results"]["summary"]
 settings = quality["settings"]
 
-TITLES = {"ba_shapes": "BA-Shapes", "ba_community": "BA-Community", "tree_cycles": "Tree-Cycles",
-          "tree_grid": "Tree-Grid", "infection": "Infection", "ba_2motifs": "BA-2Motifs",
-          "mutagenicity": "Mutagenicity", "benzene": "Benzene", "fluoride_carbonyl": "Fluoride-Carbonyl",
-          "alkane_carbonyl": "Alkane-Carbonyl", "amine_ether_benzene": "Amine-Ether-Benzene"}
-BASE = {"saliency": "saliency", "grad_x_input": "Grad x Input", "integrated_gradients": "Integrated Gradients",
-        "cam": "CAM", "grad_cam": "Grad-CAM", "gnnexplainer": "GNNExplainer",
-        "gnnexplainer_orig": "GNNExplainer (original settings)", "pgexplainer": "PGExplainer",
-        "sgnn_greedy": "sGNN-LRP greedy", "sgnn_greedy_alpha": "sGNN-LRP greedy (alpha)",
-        "top_walks": "top walks (GNN-LRP)", "random": "random"}
-COMPOSITE = {"epsilon": "epsilon", "zplus": "z+", "gamma": "gamma", "gamma_sgnn": "gamma 3->0 (sGNN)",
-             "gamma_dig": "gamma 2,1 (DIG)", "layered": "layered"}
+TITLES = {
+    "ba_shapes": "BA-Shapes",
+    "ba_community": "BA-Community",
+    "tree_cycles": "Tree-Cycles",
+    "tree_grid": "Tree-Grid",
+    "infection": "Infection",
+    "ba_2motifs": "BA-2Motifs",
+    "mutagenicity": "Mutagenicity",
+    "benzene": "Benzene",
+    "fluoride_carbonyl": "Fluoride-Carbonyl",
+    "alkane_carbonyl": "Alkane-Carbonyl",
+    "amine_ether_benzene": "Amine-Ether-Benzene",
+}
+BASE = {
+    "saliency": "saliency",
+    "grad_x_input": "Grad x Input",
+    "integrated_gradients": "Integrated Gradients",
+    "cam": "CAM",
+    "grad_cam": "Grad-CAM",
+    "gnnexplainer": "GNNExplainer",
+    "gnnexplainer_orig": "GNNExplainer (original settings)",
+    "pgexplainer": "PGExplainer",
+    "sgnn_greedy": "sGNN-LRP greedy",
+    "sgnn_greedy_alpha": "sGNN-LRP greedy (alpha)",
+    "top_walks": "top walks (GNN-LRP)",
+    "random": "random",
+}
+COMPOSITE = {
+    "epsilon": "epsilon",
+    "zplus": "z+",
+    "gamma": "gamma",
+    "gamma_sgnn": "gamma 3->0 (sGNN)",
+    "gamma_dig": "gamma 2,1 (DIG)",
+    "layered": "layered",
+}
 
 
 def name(key):
@@ -61,7 +85,7 @@ def name(key):
     if key.startswith("lrp_"):
         for c in sorted(COMPOSITE, key=len, reverse=True):
             if key.startswith(f"lrp_{c}_"):
-                explained, mask = key[len(f"lrp_{c}_"):].split("_")
+                explained, mask = key[len(f"lrp_{c}_") :].split("_")
                 return f"LRP {COMPOSITE[c]}, {explained}, {mask}"
     return key
 
@@ -72,12 +96,21 @@ def ci(row, i):
 
 
 order = [t for t in TITLES if t in tasks]
-print(f"{len(order)} tasks, {settings['seeds']} seeds each, {len(settings['methods'])} methods")
-print("explained instances per seed:", ", ".join(f"{TITLES[t]} {tasks[t]['instances_per_seed'][0]}" for t in order))
+print(
+    f"{len(order)} tasks, {settings['seeds']} seeds each, {len(settings['methods'])} methods"
+)
+print(
+    "explained instances per seed:",
+    ", ".join(f"{TITLES[t]} {tasks[t]['instances_per_seed'][0]}" for t in order),
+)
 glue("n_tasks", str(len(order)), display=False)
 glue("n_seeds", str(settings["seeds"]), display=False)
 glue("n_methods", str(len(settings["methods"])), display=False)
-glue("n_lrp_configs", str(sum(m.startswith("lrp_") for m in settings["methods"])), display=False)
+glue(
+    "n_lrp_configs",
+    str(sum(m.startswith("lrp_") for m in settings["methods"])),
+    display=False,
+)
 
 # %% [markdown]
 # (quality-protocols)=
@@ -116,20 +149,41 @@ glue("n_lrp_configs", str(sum(m.startswith("lrp_") for m in settings["methods"])
 
 # %%
 rows = [{"protocol": k, "description": v} for k, v in settings["protocols"].items()]
-display(results_table(rows, [("protocol", "protocol"), ("what is scored", "description")]))
+display(
+    results_table(rows, [("protocol", "protocol"), ("what is scored", "description")])
+)
 rows = []
 for t in order:
     per = tasks[t]["metrics_per_seed"]
-    rows.append({"task": TITLES[t], "protocol": tasks[t]["protocol"], "model": tasks[t]["model"],
-                 "test": np.mean([m["test_accuracy"] for m in per]),
-                 "explained": np.mean([m["explained_accuracy"] for m in per]),
-                 "n": sum(tasks[t]["instances_per_seed"])})
-display(results_table(rows, [("task", "task"), ("protocol", "protocol"), ("model", "model"),
-                             ("test accuracy", "test", "{:.3f}"),
-                             ("accuracy on the explained instances", "explained", "{:.3f}"),
-                             ("instances over all seeds", "n", "{}")]))
-display(results_table([{"k": k, "v": v} for k, v in settings["models"].items()],
-                      [("models", "k"), ("architecture and training", "v")]))
+    rows.append(
+        {
+            "task": TITLES[t],
+            "protocol": tasks[t]["protocol"],
+            "model": tasks[t]["model"],
+            "test": np.mean([m["test_accuracy"] for m in per]),
+            "explained": np.mean([m["explained_accuracy"] for m in per]),
+            "n": sum(tasks[t]["instances_per_seed"]),
+        }
+    )
+display(
+    results_table(
+        rows,
+        [
+            ("task", "task"),
+            ("protocol", "protocol"),
+            ("model", "model"),
+            ("test accuracy", "test", "{:.3f}"),
+            ("accuracy on the explained instances", "explained", "{:.3f}"),
+            ("instances over all seeds", "n", "{}"),
+        ],
+    )
+)
+display(
+    results_table(
+        [{"k": k, "v": v} for k, v in settings["models"].items()],
+        [("models", "k"), ("architecture and training", "v")],
+    )
+)
 
 # %% [markdown]
 # A seed fixes the generated data, the model's initialisation and training, and the explainers'
@@ -151,14 +205,26 @@ display(results_table([{"k": k, "v": v} for k, v in settings["models"].items()],
 
 # %%
 lrp = settings["lrp"]
-rows = [{"part": "composite (rule=)", "key": k, "what": v} for k, v in lrp["composites"].items()]
+rows = [
+    {"part": "composite (rule=)", "key": k, "what": v}
+    for k, v in lrp["composites"].items()
+]
 rows += [{"part": "explained=", "key": k, "what": v} for k, v in lrp["explained"].items()]
 rows += [{"part": "mask=", "key": k, "what": v} for k, v in lrp["masks"].items()]
 display(results_table(rows, [("choice", "part"), ("value", "key"), ("meaning", "what")]))
 others = {k: v for k, v in settings["methods"].items() if not k.startswith("lrp_")}
-display(results_table([{"k": name(k), "v": v} for k, v in others.items()], [("other method", "k"), ("what", "v")]))
+display(
+    results_table(
+        [{"k": name(k), "v": v} for k, v in others.items()],
+        [("other method", "k"), ("what", "v")],
+    )
+)
 dropped = settings["dropped_methods"]
-display(results_table([{"k": k, "v": v} for k, v in dropped.items()], [("left out", "k"), ("why", "v")]))
+display(
+    results_table(
+        [{"k": k, "v": v} for k, v in dropped.items()], [("left out", "k"), ("why", "v")]
+    )
+)
 
 # %% [markdown]
 # GNNExplainer and PGExplainer run with the settings of Holdijk et al.'s replication configurations
@@ -172,9 +238,19 @@ display(results_table([{"k": k, "v": v} for k, v in dropped.items()], [("left ou
 rows = []
 for t in order:
     s = tasks[t]["explainer_settings"]
-    rows.append({"task": TITLES[t], "gnn": ", ".join(f"{k} {v}" for k, v in s["gnn"].items()),
-                 "pg": ", ".join(f"{k} {v}" for k, v in s["pg"].items())})
-display(results_table(rows, [("task", "task"), ("GNNExplainer", "gnn"), ("PGExplainer (training)", "pg")]))
+    rows.append(
+        {
+            "task": TITLES[t],
+            "gnn": ", ".join(f"{k} {v}" for k, v in s["gnn"].items()),
+            "pg": ", ".join(f"{k} {v}" for k, v in s["pg"].items()),
+        }
+    )
+display(
+    results_table(
+        rows,
+        [("task", "task"), ("GNNExplainer", "gnn"), ("PGExplainer (training)", "pg")],
+    )
+)
 
 # %% [markdown]
 # (quality-heatmap)=
@@ -186,18 +262,36 @@ display(results_table(rows, [("task", "task"), ("GNNExplainer", "gnn"), ("PGExpl
 # the 95 % intervals and the time per explanation, are folded under the figure.
 
 # %%
-overall, node_sel, graph_sel = summary["overall"], summary["node_level"], summary["graph_level"]
+overall, node_sel, graph_sel = (
+    summary["overall"],
+    summary["node_level"],
+    summary["graph_level"],
+)
 lrp_shown = []
-for key in [overall["winner"], node_sel["winner"] if node_sel else None, graph_sel["winner"] if graph_sel else None,
-            "lrp_epsilon_logit_abs", "lrp_epsilon_logit_relevance", "lrp_gamma_sgnn_logit_relevance"]:
+for key in [
+    overall["winner"],
+    node_sel["winner"] if node_sel else None,
+    graph_sel["winner"] if graph_sel else None,
+    "lrp_epsilon_logit_abs",
+    "lrp_epsilon_logit_relevance",
+    "lrp_gamma_sgnn_logit_relevance",
+]:
     if key and key not in lrp_shown:
         lrp_shown.append(key)
-main = lrp_shown + ["lrp_best"] + [m for m in BASE if any(m in tasks[t]["methods"] for t in order)]
+main = (
+    lrp_shown
+    + ["lrp_best"]
+    + [m for m in BASE if any(m in tasks[t]["methods"] for t in order)]
+)
 grid = np.full((len(order), len(main)), np.nan)
 for i, t in enumerate(order):
     for j, m in enumerate(main):
-        if m == "lrp_best":  # the best of all LRP configurations on this task (a different one per task)
-            grid[i, j] = max(v["auroc"] for k, v in tasks[t]["methods"].items() if k.startswith("lrp_"))
+        if (
+            m == "lrp_best"
+        ):  # the best of all LRP configurations on this task (a different one per task)
+            grid[i, j] = max(
+                v["auroc"] for k, v in tasks[t]["methods"].items() if k.startswith("lrp_")
+            )
         elif m in tasks[t]["methods"]:
             grid[i, j] = tasks[t]["methods"][m]["auroc"]
 fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(main), 0.9 + 0.42 * len(order)))
@@ -205,28 +299,55 @@ im = ax.imshow(grid, cmap="viridis", vmin=0.3, vmax=1.0, aspect="auto")
 for i in range(len(order)):
     for j in range(len(main)):
         if not np.isnan(grid[i, j]):
-            ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if grid[i, j] < 0.75 else "black")
-ax.set_xticks(range(len(main)), [name(m) if m != "lrp_best" else "LRP, best configuration per task"
-                                  for m in main], rotation=60, ha="right", fontsize=8)
-ax.set_yticks(range(len(order)), [f"{TITLES[t]} ({tasks[t]['protocol']})" for t in order], fontsize=8)
+            ax.text(
+                j,
+                i,
+                f"{grid[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if grid[i, j] < 0.75 else "black",
+            )
+ax.set_xticks(
+    range(len(main)),
+    [name(m) if m != "lrp_best" else "LRP, best configuration per task" for m in main],
+    rotation=60,
+    ha="right",
+    fontsize=8,
+)
+ax.set_yticks(
+    range(len(order)),
+    [f"{TITLES[t]} ({tasks[t]['protocol']})" for t in order],
+    fontsize=8,
+)
 fig.colorbar(im, ax=ax, fraction=0.03, label="mean AUROC over seeds")
 ax.set_title("Ground-truth AUROC, each task under its own protocol")
 plt.tight_layout()
 plt.show()
+
 
 # %% tags=["hide-output"]
 def full_table(t):
     rows = []
     for m, r in sorted(tasks[t]["methods"].items(), key=lambda kv: -kv[1]["auroc"]):
         pub = "; ".join(f"{p['value']:.3f}" for p in r.get("published", []))
-        row = {"method": name(m), "auroc": r["auroc"], "lo": ci(r, 0), "hi": ci(r, 1), "ms": r["ms"],
-               "published": pub or None}
+        row = {
+            "method": name(m),
+            "auroc": r["auroc"],
+            "lo": ci(r, 0),
+            "hi": ci(r, 1),
+            "ms": r["ms"],
+            "published": pub or None,
+        }
         if "edge_auroc" in r:
             row["edge"] = r["edge_auroc"]["auroc"]
         rows.append(row)
-    cols = [("method", "method"), ("AUROC", "auroc", "{:.3f}"), ("95 % low", "lo", "{:.3f}"),
-            ("95 % high", "hi", "{:.3f}")]
+    cols = [
+        ("method", "method"),
+        ("AUROC", "auroc", "{:.3f}"),
+        ("95 % low", "lo", "{:.3f}"),
+        ("95 % high", "hi", "{:.3f}"),
+    ]
     if any("edge" in r for r in rows):
         cols.append(("edge AUROC", "edge", "{:.3f}"))
     cols += [("ms per explanation", "ms", "{:.1f}"), ("published", "published")]
@@ -234,7 +355,11 @@ def full_table(t):
 
 
 for t in order:
-    display(Markdown(f"**{TITLES[t]}** ({tasks[t]['protocol']}; test accuracy {tasks[t]['accuracy']:.3f})"))
+    display(
+        Markdown(
+            f"**{TITLES[t]}** ({tasks[t]['protocol']}; test accuracy {tasks[t]['accuracy']:.3f})"
+        )
+    )
     display(full_table(t))
 display(Markdown(machine_note(quality)))
 
@@ -250,14 +375,37 @@ display(Markdown(machine_note(quality)))
 rows = []
 for t in order:
     r = tasks[t]["methods"]["random"]
-    best = max((m for m in tasks[t]["methods"] if m != "random"), key=lambda m: tasks[t]["methods"][m]["auroc"])
-    rows.append({"task": TITLES[t], "protocol": tasks[t]["protocol"], "random": r["auroc"], "lo": ci(r, 0),
-                 "hi": ci(r, 1), "best": name(best), "best_auroc": tasks[t]["methods"][best]["auroc"],
-                 "gap": tasks[t]["methods"][best]["auroc"] - r["auroc"]})
-display(results_table(rows, [("task", "task"), ("protocol", "protocol"), ("random", "random", "{:.3f}"),
-                             ("95 % low", "lo", "{:.3f}"), ("95 % high", "hi", "{:.3f}"),
-                             ("best method", "best"), ("its AUROC", "best_auroc", "{:.3f}"),
-                             ("best - random", "gap", "{:+.3f}")]))
+    best = max(
+        (m for m in tasks[t]["methods"] if m != "random"),
+        key=lambda m: tasks[t]["methods"][m]["auroc"],
+    )
+    rows.append(
+        {
+            "task": TITLES[t],
+            "protocol": tasks[t]["protocol"],
+            "random": r["auroc"],
+            "lo": ci(r, 0),
+            "hi": ci(r, 1),
+            "best": name(best),
+            "best_auroc": tasks[t]["methods"][best]["auroc"],
+            "gap": tasks[t]["methods"][best]["auroc"] - r["auroc"],
+        }
+    )
+display(
+    results_table(
+        rows,
+        [
+            ("task", "task"),
+            ("protocol", "protocol"),
+            ("random", "random", "{:.3f}"),
+            ("95 % low", "lo", "{:.3f}"),
+            ("95 % high", "hi", "{:.3f}"),
+            ("best method", "best"),
+            ("its AUROC", "best_auroc", "{:.3f}"),
+            ("best - random", "gap", "{:+.3f}"),
+        ],
+    )
+)
 gaps = [r["gap"] for r in rows]
 glue("min_gap", f"{min(gaps):.3f}", display=False)
 glue("min_gap_task", rows[int(np.argmin(gaps))]["task"], display=False)
@@ -265,9 +413,17 @@ attr = [r["random"] for r in rows if r["protocol"] == "graph_attribution"]
 if attr:
     glue("random_attr_lo", f"{min(attr):.3f}", display=False)
     glue("random_attr_hi", f"{max(attr):.3f}", display=False)
-glue("gap_sentence", "so every task separates a method that finds the motif from one that does not by "
-     "more than 0.15." if min(gaps) > 0.15 else "so not every task separates methods by more than 0.15: "
-     "the rows below that margin rank explainers by little more than noise.", display=False)
+glue(
+    "gap_sentence",
+    (
+        "so every task separates a method that finds the motif from one that does not by "
+        "more than 0.15."
+        if min(gaps) > 0.15
+        else "so not every task separates methods by more than 0.15: "
+        "the rows below that margin rank explainers by little more than noise."
+    ),
+    display=False,
+)
 
 # %% [markdown]
 # On every task the best method is {glue:text}`min_gap` or more above random (the smallest margin is on
@@ -282,6 +438,7 @@ glue("gap_sentence", "so every task separates a method that finds the motif from
 # protocol. Every published number the results file carries, beside ours (mean and interval over
 # seeds); *same protocol* says whether the published figure was measured the way ours is:
 
+
 # %%
 def why_not(t, m, p):
     """The reason (a key of the list below the table) a published number is not reproduced."""
@@ -291,14 +448,18 @@ def why_not(t, m, p):
         return "Xiong's training and scoring"
     if t in ("benzene", "fluoride_carbonyl", "alkane_carbonyl", "amine_ether_benzene"):
         return "median of a sweep"
-    if m.startswith("gnnexplainer"):  # do the original code's settings reproduce the figure on this task?
+    if m.startswith(
+        "gnnexplainer"
+    ):  # do the original code's settings reproduce the figure on this task?
         orig = tasks[t]["methods"].get("gnnexplainer_orig", {}).get("published", [])
         if any(q["value"] == p["value"] and q["within_0.05"] for q in orig):
             return "GNNExplainer's optimisation"
         return "another model"
     if m == "pgexplainer":
         flat = sum(v == 0.5 for v in tasks[t]["methods"][m]["auroc_per_seed"])
-        return "PGExplainer's training" + (f" (a constant mask on {flat} of the seeds)" if flat else "")
+        return "PGExplainer's training" + (
+            f" (a constant mask on {flat} of the seeds)" if flat else ""
+        )
     return "another model"
 
 
@@ -308,17 +469,41 @@ for t in order:
         for p in r.get("published", []):
             edge = p.get("compared_with") == "edge_auroc"
             q = r["edge_auroc"] if edge else r
-            rows.append({"task": TITLES[t], "method": name(m), "what": "edge AUROC" if edge else "AUROC",
-                         "ours": q["auroc"], "lo": ci(q, 0), "hi": ci(q, 1), "published": p["value"],
-                         "diff": p["difference"], "ok": "yes" if p["within_0.05"] else "no",
-                         "same": "yes" if p["same_protocol"] else "no",
-                         "why": None if p["within_0.05"] else why_not(t, m, p),
-                         "source": p["source"] + (f" ({p['note']})" if p["note"] else "")})
-display(results_table(rows, [("task", "task"), ("method", "method"), ("compared", "what"), ("ours", "ours", "{:.3f}"),
-                             ("95 % low", "lo", "{:.3f}"), ("95 % high", "hi", "{:.3f}"),
-                             ("published", "published", "{:.3f}"), ("ours - published", "diff", "{:+.3f}"),
-                             ("within 0.05", "ok"), ("same protocol", "same"), ("source", "source"),
-                             ("why not (see below)", "why")]))
+            rows.append(
+                {
+                    "task": TITLES[t],
+                    "method": name(m),
+                    "what": "edge AUROC" if edge else "AUROC",
+                    "ours": q["auroc"],
+                    "lo": ci(q, 0),
+                    "hi": ci(q, 1),
+                    "published": p["value"],
+                    "diff": p["difference"],
+                    "ok": "yes" if p["within_0.05"] else "no",
+                    "same": "yes" if p["same_protocol"] else "no",
+                    "why": None if p["within_0.05"] else why_not(t, m, p),
+                    "source": p["source"] + (f" ({p['note']})" if p["note"] else ""),
+                }
+            )
+display(
+    results_table(
+        rows,
+        [
+            ("task", "task"),
+            ("method", "method"),
+            ("compared", "what"),
+            ("ours", "ours", "{:.3f}"),
+            ("95 % low", "lo", "{:.3f}"),
+            ("95 % high", "hi", "{:.3f}"),
+            ("published", "published", "{:.3f}"),
+            ("ours - published", "diff", "{:+.3f}"),
+            ("within 0.05", "ok"),
+            ("same protocol", "same"),
+            ("source", "source"),
+            ("why not (see below)", "why"),
+        ],
+    )
+)
 same = [r for r in rows if r["same"] == "yes"]
 glue("n_anchor", str(len(same)), display=False)
 glue("n_anchor_ok", str(sum(r["ok"] == "yes" for r in same)), display=False)
@@ -327,11 +512,32 @@ elsewhere = []
 for t in order:
     for m, ps in tasks[t].get("published_elsewhere", {}).items():
         for p in ps:
-            elsewhere.append({"task": TITLES[t], "method": m, "value": p["value"], "source": p["source"],
-                              "note": p["note"]})
-display(Markdown("Published numbers of methods not run here (the best known figure on the task):"))
-display(results_table(elsewhere, [("task", "task"), ("method", "method"), ("published", "value", "{:.3f}"),
-                                  ("source", "source"), ("note", "note")]))
+            elsewhere.append(
+                {
+                    "task": TITLES[t],
+                    "method": m,
+                    "value": p["value"],
+                    "source": p["source"],
+                    "note": p["note"],
+                }
+            )
+display(
+    Markdown(
+        "Published numbers of methods not run here (the best known figure on the task):"
+    )
+)
+display(
+    results_table(
+        elsewhere,
+        [
+            ("task", "task"),
+            ("method", "method"),
+            ("published", "value", "{:.3f}"),
+            ("source", "source"),
+            ("note", "note"),
+        ],
+    )
+)
 
 # %% [markdown]
 # {glue:text}`n_anchor_ok` of the {glue:text}`n_anchor` published numbers measured under our
@@ -374,15 +580,37 @@ display(results_table(elsewhere, [("task", "task"), ("method", "method"), ("publ
 t = "ba_2motifs"
 if t in tasks:
     meth = tasks[t]["methods"]
-    best_lrp = max((m for m in meth if m.startswith("lrp_")), key=lambda m: meth[m]["auroc"])
-    picks = [best_lrp] + [m for m in ("sgnn_greedy", "saliency", "cam", "gnnexplainer", "pgexplainer") if m in meth]
+    best_lrp = max(
+        (m for m in meth if m.startswith("lrp_")), key=lambda m: meth[m]["auroc"]
+    )
+    picks = [best_lrp] + [
+        m
+        for m in ("sgnn_greedy", "saliency", "cam", "gnnexplainer", "pgexplainer")
+        if m in meth
+    ]
     rows = []
     for i, metrics in enumerate(tasks[t]["metrics_per_seed"]):
-        rows.append({"seed": i, "acc": metrics["test_accuracy"],
-                     **{m: meth[m]["auroc_per_seed"][i] for m in picks if len(meth[m]["auroc_per_seed"]) > i}})
-    display(results_table(rows, [("seed", "seed", "{}"), ("test accuracy", "acc", "{:.3f}")]
-                          + [(name(m), m, "{:.3f}") for m in picks]))
-    spread = [max(meth[m]["auroc_per_seed"]) - min(meth[m]["auroc_per_seed"]) for m in picks]
+        rows.append(
+            {
+                "seed": i,
+                "acc": metrics["test_accuracy"],
+                **{
+                    m: meth[m]["auroc_per_seed"][i]
+                    for m in picks
+                    if len(meth[m]["auroc_per_seed"]) > i
+                },
+            }
+        )
+    display(
+        results_table(
+            rows,
+            [("seed", "seed", "{}"), ("test accuracy", "acc", "{:.3f}")]
+            + [(name(m), m, "{:.3f}") for m in picks],
+        )
+    )
+    spread = [
+        max(meth[m]["auroc_per_seed"]) - min(meth[m]["auroc_per_seed"]) for m in picks
+    ]
     glue("seed_spread", f"{max(spread):.2f}", display=False)
 
 # %% [markdown]
@@ -402,19 +630,51 @@ if t in tasks:
 # %%
 print(summary["rule"])
 rows = []
-for label, sel in (("all tasks", overall), ("node-level tasks", node_sel), ("graph-level tasks", graph_sel)):
+for label, sel in (
+    ("all tasks", overall),
+    ("node-level tasks", node_sel),
+    ("graph-level tasks", graph_sel),
+):
     if sel:
-        rows.append({"tasks": label, "winner": name(sel["winner"]), "rank": sel["winner_mean_rank"],
-                     "n": len(sel["tasks"]), "ms": sel["configurations"][sel["winner"]]["ms"]})
-display(results_table(rows, [("selection over", "tasks"), ("default", "winner"), ("mean rank", "rank", "{:.2f}"),
-                             ("tasks", "n", "{}"), ("median ms", "ms", "{:.1f}")]))
+        rows.append(
+            {
+                "tasks": label,
+                "winner": name(sel["winner"]),
+                "rank": sel["winner_mean_rank"],
+                "n": len(sel["tasks"]),
+                "ms": sel["configurations"][sel["winner"]]["ms"],
+            }
+        )
+display(
+    results_table(
+        rows,
+        [
+            ("selection over", "tasks"),
+            ("default", "winner"),
+            ("mean rank", "rank", "{:.2f}"),
+            ("tasks", "n", "{}"),
+            ("median ms", "ms", "{:.1f}"),
+        ],
+    )
+)
 top = list(overall["configurations"].items())[:8]
-display(results_table([{"c": name(k), "r": v["mean_rank"], "ms": v["ms"]} for k, v in top],
-                      [("best LRP configurations, all tasks", "c"), ("mean rank", "r", "{:.2f}"),
-                       ("median ms", "ms", "{:.1f}")]))
+display(
+    results_table(
+        [{"c": name(k), "r": v["mean_rank"], "ms": v["ms"]} for k, v in top],
+        [
+            ("best LRP configurations, all tasks", "c"),
+            ("mean rank", "r", "{:.2f}"),
+            ("median ms", "ms", "{:.1f}"),
+        ],
+    )
+)
 nl = overall["non_lrp_mean_rank"]
-display(results_table([{"m": name(k), "r": v} for k, v in sorted(nl.items(), key=lambda kv: kv[1])],
-                      [("other methods", "m"), ("mean rank over the tasks they run on", "r", "{:.2f}")]))
+display(
+    results_table(
+        [{"m": name(k), "r": v} for k, v in sorted(nl.items(), key=lambda kv: kv[1])],
+        [("other methods", "m"), ("mean rank over the tasks they run on", "r", "{:.2f}")],
+    )
+)
 glue("winner", name(overall["winner"]), display=False)
 glue("winner_rank", f"{overall['winner_mean_rank']:.2f}", display=False)
 glue("node_winner", name(node_sel["winner"]) if node_sel else "-", display=False)
@@ -432,13 +692,31 @@ glue("n_rankers", str(len(tasks[order[0]]["methods"])), display=False)
 rows = []
 for t in order:
     p = overall["per_task"][t]
-    rows.append({"task": TITLES[t], "w": p["winner_auroc"], "best": name(p["best_non_lrp"]), "b": p["best_non_lrp_auroc"],
-                 "close": "yes" if p["within_0.01_of_best_non_lrp"] else "no",
-                 "gxi": "yes" if p["better_than_grad_x_input"] else "no", "top": name(p["best_method"])})
-display(results_table(rows, [("task", "task"), ("default's AUROC", "w", "{:.3f}"),
-                             ("best non-LRP method", "best"), ("its AUROC", "b", "{:.3f}"),
-                             ("default within 0.01", "close"), ("default > Grad x Input", "gxi"),
-                             ("best method overall", "top")]))
+    rows.append(
+        {
+            "task": TITLES[t],
+            "w": p["winner_auroc"],
+            "best": name(p["best_non_lrp"]),
+            "b": p["best_non_lrp_auroc"],
+            "close": "yes" if p["within_0.01_of_best_non_lrp"] else "no",
+            "gxi": "yes" if p["better_than_grad_x_input"] else "no",
+            "top": name(p["best_method"]),
+        }
+    )
+display(
+    results_table(
+        rows,
+        [
+            ("task", "task"),
+            ("default's AUROC", "w", "{:.3f}"),
+            ("best non-LRP method", "best"),
+            ("its AUROC", "b", "{:.3f}"),
+            ("default within 0.01", "close"),
+            ("default > Grad x Input", "gxi"),
+            ("best method overall", "top"),
+        ],
+    )
+)
 glue("n_close", str(sum(r["close"] == "yes" for r in rows)), display=False)
 glue("n_gxi", str(sum(r["gxi"] == "yes" for r in rows)), display=False)
 glue("tol_best", "0.01", display=False)
@@ -464,16 +742,45 @@ for t in order:
     if p["within_0.01_of_best_non_lrp"]:
         continue
     meth = tasks[t]["methods"]
-    best_lrp = max((m for m in meth if m.startswith("lrp_")), key=lambda m: meth[m]["auroc"])
-    rows.append({"task": TITLES[t], "winner": name(p["best_non_lrp"]), "wa": p["best_non_lrp_auroc"],
-                 "d": p["winner_auroc"] - p["best_non_lrp_auroc"], "bl": name(best_lrp),
-                 "bla": meth[best_lrp]["auroc"], "acc": tasks[t]["accuracy"]})
-display(results_table(rows, [("task", "task"), ("wins there", "winner"), ("its AUROC", "wa", "{:.3f}"),
-                             ("default - winner", "d", "{:+.3f}"), ("best LRP configuration there", "bl"),
-                             ("its AUROC", "bla", "{:.3f}"), ("model test accuracy", "acc", "{:.3f}")]))
+    best_lrp = max(
+        (m for m in meth if m.startswith("lrp_")), key=lambda m: meth[m]["auroc"]
+    )
+    rows.append(
+        {
+            "task": TITLES[t],
+            "winner": name(p["best_non_lrp"]),
+            "wa": p["best_non_lrp_auroc"],
+            "d": p["winner_auroc"] - p["best_non_lrp_auroc"],
+            "bl": name(best_lrp),
+            "bla": meth[best_lrp]["auroc"],
+            "acc": tasks[t]["accuracy"],
+        }
+    )
+display(
+    results_table(
+        rows,
+        [
+            ("task", "task"),
+            ("wins there", "winner"),
+            ("its AUROC", "wa", "{:.3f}"),
+            ("default - winner", "d", "{:+.3f}"),
+            ("best LRP configuration there", "bl"),
+            ("its AUROC", "bla", "{:.3f}"),
+            ("model test accuracy", "acc", "{:.3f}"),
+        ],
+    )
+)
 winners = sorted({r["winner"] for r in rows})
-glue("loss_sentence", "; ".join(f"{r['task']}: {r['winner']} (the default {r['d']:+.3f})" for r in rows) + "."
-     if rows else "none.", display=False)
+glue(
+    "loss_sentence",
+    (
+        "; ".join(f"{r['task']}: {r['winner']} (the default {r['d']:+.3f})" for r in rows)
+        + "."
+        if rows
+        else "none."
+    ),
+    display=False,
+)
 glue("loss_winners", ", ".join(winners) if winners else "none", display=False)
 
 # %% [markdown]
@@ -491,11 +798,22 @@ glue("loss_winners", ", ".join(winners) if winners else "none", display=False)
 
 # %%
 rows = []
-for m in [overall["winner"], "lrp_epsilon_logit_abs"] + [k for k in BASE if k != "random"]:
+for m in [overall["winner"], "lrp_epsilon_logit_abs"] + [
+    k for k in BASE if k != "random"
+]:
     ms = [tasks[t]["methods"][m]["ms"] for t in order if m in tasks[t]["methods"]]
     if ms and m not in [r["key"] for r in rows]:
         rows.append({"key": m, "m": name(m), "ms": float(np.median(ms)), "n": len(ms)})
-display(results_table(rows, [("method", "m"), ("median ms per explanation", "ms", "{:.1f}"), ("tasks", "n", "{}")]))
+display(
+    results_table(
+        rows,
+        [
+            ("method", "m"),
+            ("median ms per explanation", "ms", "{:.1f}"),
+            ("tasks", "n", "{}"),
+        ],
+    )
+)
 display(Markdown(machine_note(quality)))
 t_lrp = next(r["ms"] for r in rows if r["key"] == overall["winner"])
 for k in ("gnnexplainer", "pgexplainer", "integrated_gradients"):
@@ -517,32 +835,84 @@ for k in ("gnnexplainer", "pgexplainer", "integrated_gradients"):
 # and where the evidence is in this chapter.
 
 # %%
-GROUPS = [("node classification, GCN (lineage)", "node", ["ba_shapes", "ba_community", "tree_cycles", "tree_grid"],
-           "quality-heatmap"),
-          ("node classification, GCN, informative features (Infection)", "node", ["infection"], "quality-heatmap"),
-          ("graph classification, GIN with sum read-out (BA-2Motifs)", "graph", ["ba_2motifs"], "quality-published"),
-          ("graph classification, GCN with max + mean read-out (Mutagenicity)", "graph", ["mutagenicity"],
-           "quality-published"),
-          ("graph classification, GCN with mean read-out (molecules)", "graph",
-           ["benzene", "fluoride_carbonyl", "alkane_carbonyl", "amine_ether_benzene"], "quality-losses")]
+GROUPS = [
+    (
+        "node classification, GCN (lineage)",
+        "node",
+        ["ba_shapes", "ba_community", "tree_cycles", "tree_grid"],
+        "quality-heatmap",
+    ),
+    (
+        "node classification, GCN, informative features (Infection)",
+        "node",
+        ["infection"],
+        "quality-heatmap",
+    ),
+    (
+        "graph classification, GIN with sum read-out (BA-2Motifs)",
+        "graph",
+        ["ba_2motifs"],
+        "quality-published",
+    ),
+    (
+        "graph classification, GCN with max + mean read-out (Mutagenicity)",
+        "graph",
+        ["mutagenicity"],
+        "quality-published",
+    ),
+    (
+        "graph classification, GCN with mean read-out (molecules)",
+        "graph",
+        ["benzene", "fluoride_carbonyl", "alkane_carbonyl", "amine_ether_benzene"],
+        "quality-losses",
+    ),
+]
 rows = []
 for label, level, names, anchor in GROUPS:
     names = [t for t in names if t in tasks]
     if not names:
         continue
-    common = [m for m in tasks[names[0]]["methods"]  # in the file's order: ties break the same way every run
-              if m != "random" and all(m in tasks[t]["methods"] for t in names)]
-    mean = {m: float(np.mean([tasks[t]["methods"][m]["auroc"] for t in names])) for m in common}
+    common = [
+        m
+        for m in tasks[names[0]][
+            "methods"
+        ]  # in the file's order: ties break the same way every run
+        if m != "random" and all(m in tasks[t]["methods"] for t in names)
+    ]
+    mean = {
+        m: float(np.mean([tasks[t]["methods"][m]["auroc"] for t in names]))
+        for m in common
+    }
     best_lrp = max((m for m in mean if m.startswith("lrp_")), key=mean.get)
     best_any = max(mean, key=mean.get)
     default = (node_sel if level == "node" else graph_sel) or overall
-    rows.append({"kind": label, "lrp": name(best_lrp), "lrp_a": mean[best_lrp], "any": name(best_any),
-                 "any_a": mean[best_any], "default": name(default["winner"]),
-                 "default_a": mean.get(default["winner"]), "evidence": f"[{anchor}](#{anchor})"})
-display(results_table(rows, [("model and task", "kind"), ("best LRP configuration", "lrp"),
-                             ("its mean AUROC", "lrp_a", "{:.3f}"), ("best method", "any"),
-                             ("its mean AUROC", "any_a", "{:.3f}"), ("level default", "default"),
-                             ("its mean AUROC", "default_a", "{:.3f}"), ("evidence", "evidence")]))
+    rows.append(
+        {
+            "kind": label,
+            "lrp": name(best_lrp),
+            "lrp_a": mean[best_lrp],
+            "any": name(best_any),
+            "any_a": mean[best_any],
+            "default": name(default["winner"]),
+            "default_a": mean.get(default["winner"]),
+            "evidence": f"[{anchor}](#{anchor})",
+        }
+    )
+display(
+    results_table(
+        rows,
+        [
+            ("model and task", "kind"),
+            ("best LRP configuration", "lrp"),
+            ("its mean AUROC", "lrp_a", "{:.3f}"),
+            ("best method", "any"),
+            ("its mean AUROC", "any_a", "{:.3f}"),
+            ("level default", "default"),
+            ("its mean AUROC", "default_a", "{:.3f}"),
+            ("evidence", "evidence"),
+        ],
+    )
+)
 
 # %% [markdown]
 # (quality-choices)=
@@ -555,16 +925,40 @@ for t in order:
     meth = tasks[t]["methods"]
     row = {"task": TITLES[t]}
     for part in ("abs", "positive", "relevance"):
-        row[part] = max(v["auroc"] for m, v in meth.items() if m.startswith("lrp_") and m.endswith("_" + part))
+        row[part] = max(
+            v["auroc"]
+            for m, v in meth.items()
+            if m.startswith("lrp_") and m.endswith("_" + part)
+        )
     for part in ("logit", "contrast"):
-        row[part] = max(v["auroc"] for m, v in meth.items() if m.startswith("lrp_") and f"_{part}_" in m)
+        row[part] = max(
+            v["auroc"]
+            for m, v in meth.items()
+            if m.startswith("lrp_") and f"_{part}_" in m
+        )
     rows.append(row)
-display(results_table(rows, [("task", "task"), ("mask abs", "abs", "{:.3f}"), ("mask positive", "positive", "{:.3f}"),
-                             ("mask relevance (signed)", "relevance", "{:.3f}"), ("explained logit", "logit", "{:.3f}"),
-                             ("explained contrast", "contrast", "{:.3f}")]))
-glue("n_abs_best", str(sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in rows)), display=False)
+display(
+    results_table(
+        rows,
+        [
+            ("task", "task"),
+            ("mask abs", "abs", "{:.3f}"),
+            ("mask positive", "positive", "{:.3f}"),
+            ("mask relevance (signed)", "relevance", "{:.3f}"),
+            ("explained logit", "logit", "{:.3f}"),
+            ("explained contrast", "contrast", "{:.3f}"),
+        ],
+    )
+)
+glue(
+    "n_abs_best",
+    str(sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in rows)),
+    display=False,
+)
 glue("n_signed_best", str(sum(r["relevance"] > r["abs"] for r in rows)), display=False)
-glue("n_contrast_better", str(sum(r["contrast"] > r["logit"] for r in rows)), display=False)
+glue(
+    "n_contrast_better", str(sum(r["contrast"] > r["logit"] for r in rows)), display=False
+)
 
 # %% [markdown]
 # The absolute mask is the best (or tied) on {glue:text}`n_abs_best` of the {glue:text}`n_tasks`
