@@ -344,7 +344,7 @@ class LRPExplainer(ExplainerAlgorithm):
 
     Args:
         rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see
-            below), ``"epsilon"`` (:math:`\epsilon = 10^{-6}`: on a ReLU network this is
+            below), ``"epsilon"`` (:math:`\epsilon = 10^{-6}`: on a bias-free ReLU network this is
             Gradient :math:`\times` Input), ``"z"`` (:math:`\epsilon = 0`: exact conservation),
             ``"gamma"``, the depth schedules ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"``
             (:mod:`lrp_lib.composites`), or any :class:`lrp_lib.rules.Rule` (``Epsilon(0.1)``).
