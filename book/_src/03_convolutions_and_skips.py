@@ -214,9 +214,12 @@ for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
 
 # %% [markdown]
 # The outputs of the first column ($-4, -6, -6, -4$) are made of negative contributions only: z+
-# has nothing to split them by, so their 4 units of relevance are lost (with a warning) and the
-# total is 12. Alpha-beta loses the same 4 units in its positive part and, for the outputs of the
-# last column, which have no negative contribution, its negative part: $2 \cdot 12 - 1 \cdot 12 = 12$.
+# has nothing to split them by. `ZPlus` then falls back to the z-rule for those outputs alone, so
+# their 4 units of relevance go to the negative pixels that made them and the total stays 16 (the
+# first two pixels of the first row get relevance only through that fallback). Alpha-beta, as
+# defined, has no such fallback: it loses the same 4 units in its positive part (with a warning)
+# and, for the outputs of the last column, which have no negative contribution, its negative part:
+# $2 \cdot 12 - 1 \cdot 12 = 12$.
 # These rules are meant for layers that see both signs of weights, after a ReLU; the conservation
 # tests run them on such layers.
 #
