@@ -196,25 +196,20 @@ class NodeGCN(nn.Module):
         self.relus = nn.ModuleList(nn.ReLU() for _ in range(layers))
         self.head = nn.Linear(hidden, classes)
 
-    def forward(self, x, edge_index, edge_weight=None):
-        for conv, relu in zip(self.convs, self.relus):
-            x = relu(conv(x, edge_index, edge_weight))
-        return self.head(x)
-
-
-class GraphGCN(nn.Module):
-    """The molecular tasks' GCN: GCN layers with ReLU, a global mean pool and a linear head."""
-
-    def __init__(self, in_features: int, classes: int, hidden: int = 64, layers: int = 3):
-        super().__init__()
-        self.convs = nn.ModuleList(GCNConv(in_features if i == 0 else hidden, hidden) for i in range(layers))
-        self.relus = nn.ModuleList(nn.ReLU() for _ in range(layers))
-        self.head = nn.Linear(hidden, classes)
-
     def node_embedding(self, x, edge_index, edge_weight=None):
         for conv, relu in zip(self.convs, self.relus):
             x = relu(conv(x, edge_index, edge_weight))
         return x
+
+    def forward(self, x, edge_index, edge_weight=None):
+        return self.head(self.node_embedding(x, edge_index, edge_weight))
+
+
+class GraphGCN(NodeGCN):
+    """The molecular tasks' GCN: NodeGCN's layers, a global mean pool before the linear head."""
+
+    def __init__(self, in_features: int, classes: int, hidden: int = 64, layers: int = 3):
+        super().__init__(in_features, classes, hidden, layers)
 
     def forward(self, x, edge_index, batch=None, edge_weight=None):
         return self.head(global_mean_pool(self.node_embedding(x, edge_index, edge_weight), batch))
