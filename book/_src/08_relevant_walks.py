@@ -441,9 +441,10 @@ def gin_accuracy(model, graphs):
         return float((model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean())
 
 
-def train_gin(model, epochs=60):
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    loader = DataLoader(m_train, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
+def train_graph_classifier(model, train, test, lr, epochs):
+    """Adam on the cross-entropy of the class scores, batches of 64; the record load_or_train stores."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loader = DataLoader(train, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
     for _ in tqdm(range(epochs), desc="training"):
         model.train()
         total = 0.0
@@ -452,9 +453,13 @@ def train_gin(model, epochs=60):
             loss = F.cross_entropy(model(b.x, b.edge_index, b.batch), b.y)
             loss.backward()
             optimizer.step()
-            total += float(loss) * b.num_graphs
+            total += float(loss.detach()) * b.num_graphs
     model.eval()
-    return {"metrics": {"last_epoch_train_loss": total / len(m_train), "test_accuracy": gin_accuracy(model, m_test)}}
+    return {"metrics": {"last_epoch_train_loss": total / len(train), "test_accuracy": gin_accuracy(model, test)}}
+
+
+def train_gin(model):
+    return train_graph_classifier(model, m_train, m_test, lr=3e-3, epochs=60)
 
 
 seed_everything(0)
@@ -576,21 +581,9 @@ x_train, x_test = [with_ones(g) for g in m_train], [with_ones(g) for g in m_test
 
 
 # %% tags=["train"]
-def train_xiong(model, epochs=100):
+def train_xiong(model):
     """Adam at lr 1e-3 for 100 epochs (Xiong et al.'s settings), cross-entropy on the two class scores."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loader = DataLoader(x_train, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
-    for _ in tqdm(range(epochs), desc="training"):
-        model.train()
-        total = 0.0
-        for b in loader:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(b.x, b.edge_index, b.batch), b.y)
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach()) * b.num_graphs
-    model.eval()
-    return {"metrics": {"last_epoch_train_loss": total / len(x_train), "test_accuracy": gin_accuracy(model, x_test)}}
+    return train_graph_classifier(model, x_train, x_test, lr=1e-3, epochs=100)
 
 
 seed_everything(0)
