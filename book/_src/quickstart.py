@@ -41,9 +41,8 @@ torch.set_num_threads(
 )  # a small graph gains nothing from threads; and sums in one fixed order
 
 # %%
-seed_everything(
-    0
-)  # PyG's: Python's, NumPy's and torch's generators (the graph generator uses NumPy)
+# seeds Python's, NumPy's and torch's generators (PyG's graph generator uses NumPy)
+seed_everything(0)
 generated = ExplainerDataset(graph_generator=BAGraph(num_nodes=300, num_edges=5),
                              motif_generator="house", num_motifs=80)[0]
 data = Data(
@@ -220,6 +219,6 @@ plt.show()
 #
 # Start with the default, `LRPExplainer()`: the {glue:text}`qs_rule` rule on the logit, masks of
 # $|R|$, the choice that ranked best per task level over the benchmark tasks. Other choices are one
-# argument away: `rule="epsilon"`, `"gamma"`, `"z"` or `"zplus"`, a `Composite` with a rule per
+# argument away: `rule="epsilon"`, `"gamma"`, `"z"` or `"gamma_sgnn"`, a `Composite` with a rule per
 # layer, `explained="contrast"`. Which one wins for which kind of model and task, measured against
 # ground truth: {ref}`Which rule, which quantity, which method <quality-decision>`.
