@@ -37,7 +37,7 @@ def pytest_unconfigure(config):
 
 
 # ------------------------------------------------------------------ Hypothesis profiles
-# The property-based tests (tests/test_properties_*.py) run under the profile named by
+# The property-based tests (tests/*/test_properties_*.py) run under the profile named by
 # $HYPOTHESIS_PROFILE: "ci" (the default) draws few examples from a fixed seed, so every run of CI
 # tests the same inputs and a failure reproduces; "thorough" draws 500 fresh random examples per
 # property (minutes): run it before a release or after changing a rule. Neither writes an example

@@ -9,7 +9,7 @@ automatically into one of four classes:
 * ``silently wrong``: a result that is NaN/Inf or fails the check, with no such message;
 * ``obscure crash``: any other exception.
 
-The explainer cases use ``lrp_lib.explain.Explainer`` (PyG's ``Explainer`` that checks the inputs
+The explainer cases use ``lrp_lib.explain.explainer.Explainer`` (PyG's ``Explainer`` that checks the inputs
 before its prediction pass) where the library has it, else PyG's own ``Explainer``: what a user of
 that version of the library would call.
 
@@ -34,9 +34,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import lrp_lib  # noqa: E402  (from PYTHONPATH: the checkout being measured)
-from lrp_lib import explain as lrp_explain  # noqa: E402
-from lrp_lib import graph as lrp_graph  # noqa: E402
-from lrp_lib import ops, rules  # noqa: E402
+from lrp_lib.explain import explainer as lrp_explain  # noqa: E402
+from lrp_lib.teach import graph as lrp_graph  # noqa: E402
+from lrp_lib.teach import ops  # noqa: E402
+from lrp_lib.core import rules
 from torch_geometric.data import Batch, Data  # noqa: E402
 from torch_geometric.explain import Explainer as PyGExplainer  # noqa: E402
 from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool  # noqa: E402
@@ -388,7 +389,7 @@ def gn_graph(**over):
 def _gn(layer, data):
     torch.manual_seed(0)
     data = lrp_graph.relevance_inputs(data)
-    with lrp_lib.relevance():
+    with lrp_lib.teach.relevance():
         out = layer(data)
     t = out.get({"EdgeLinear": "edge_attr", "NodeLinear": "x", "GlobalLinear": "u"}[type(layer).__name__])
     t.backward(t.detach())

@@ -42,9 +42,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lrp_lib import ops, rules
-from lrp_lib.ops import LostRelevanceWarning
-from lrp_lib.residual import ResidualBlock
+from lrp_lib.teach import ops
+from lrp_lib.core import rules
+from lrp_lib.teach.ops import LostRelevanceWarning
+from lrp_lib.teach.residual import ResidualBlock
 
 import memory  # benchmarks/memory.py, beside this script
 import results_file  # benchmarks/results_file.py

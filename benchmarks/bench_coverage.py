@@ -44,7 +44,7 @@ stores the statuses of an earlier run (the library before the generic mechanism)
 ``--keep-baseline`` carries over the one already stored, ``--library-note`` says which lrp_lib
 was measured.  A full run takes
 well under three minutes on one thread.  ``check`` is the checking function that
-``tests/test_bench_coverage.py`` also calls with deliberately wrong explainers.
+``tests/benchmarks/test_bench_coverage.py`` also calls with deliberately wrong explainers.
 """
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ import torch_geometric.nn.aggr as pyg_aggr
 import torch_geometric.nn.conv as pyg_conv
 import torch_geometric.nn.models as pyg_models
 
-from lrp_lib.explain import LRPExplainer, UnsupportedModelError
-from lrp_lib.rules import Epsilon
+from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
+from lrp_lib.core.rules import Epsilon
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_file import write_results  # noqa: E402

@@ -3,7 +3,7 @@
     python benchmarks/bench_explainers.py [--gnnexplainer-epochs 200] [--limit N]
 
 Loads the chapter's trained GCN (book/_src/05_explaining_gnns.py) from its stored weights,
-``lrp_lib/weights/mutagenicity-gcn.pt``, with ``lrp_lib.pretrained.load_or_train`` (a strict state
+``lrp_lib/book/weights/mutagenicity-gcn.pt``, with ``lrp_lib.book.pretrained.load_or_train`` (a strict state
 dict: the model class below must match the chapter's), so the figures are about the model the
 chapter explains.  Then it explains every test mutagen that has an NO2 / NH2 group with LRPExplainer (one graph at a
 time, and all of them in one batch), gradient saliency and Integrated Gradients (Captum, on the
@@ -34,9 +34,9 @@ from torch_geometric.explain.metric import fidelity
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, global_mean_pool
 
-from lrp_lib.datasets import mutagenicity
-from lrp_lib.explain import LRPExplainer
-from lrp_lib.pretrained import RETRAIN_ENV, load_or_train
+from lrp_lib.book.datasets import mutagenicity
+from lrp_lib.explain.explainer import LRPExplainer
+from lrp_lib.book.pretrained import RETRAIN_ENV, load_or_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_file import write_results  # noqa: E402
@@ -45,7 +45,7 @@ MODEL_CONFIG = dict(mode="binary_classification", task_level="graph", return_typ
 
 
 # ---------------------------------------------------------- the chapter's model
-from lrp_lib.models import MutagenicityGCN as GCN  # noqa: E402  (chapter 5's class)
+from lrp_lib.book.models import MutagenicityGCN as GCN  # noqa: E402  (chapter 5's class)
 
 
 def seed_everything(seed=0):

@@ -6,7 +6,7 @@
 A four-block Graph Network (each block: EdgeLinear on edge, sender, receiver and global
 features, ReLU; NodeLinear on node, incoming (sum) and global features, ReLU; GlobalLinear on
 node and edge (sum) and global features, ReLU) on one random graph, float32, CPU.  The same
-model runs its forward once outside and once inside ``lrp_lib.relevance()``; we time the
+model runs its forward once outside and once inside ``lrp_lib.teach.relevance()``; we time the
 backward from the global output (and the forward, for context) and measure memory.
 
 Time: the two modes alternate in one process, ``--repeats`` times each; the table gives the
@@ -41,8 +41,8 @@ from torch import nn
 from torch_geometric.data import Data
 
 import lrp_lib
-from lrp_lib.graph import EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU
-from lrp_lib.ops import LostRelevanceWarning
+from lrp_lib.teach.graph import EdgeLinear, EdgeReLU, GlobalLinear, GlobalReLU, NodeLinear, NodeReLU
+from lrp_lib.teach.ops import LostRelevanceWarning
 
 import memory  # benchmarks/memory.py, beside this script
 import results_file  # benchmarks/results_file.py
@@ -69,7 +69,7 @@ def setup(nodes: int, edges: int, features: int, blocks: int):
 
 
 def forward(model, data, relevance: bool):
-    with lrp_lib.relevance(relevance):
+    with lrp_lib.teach.relevance(relevance):
         return model(data).u
 
 

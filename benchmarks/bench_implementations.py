@@ -9,8 +9,8 @@ since every implementation needs one) for the same input and the same output rel
 * plain gradient: ``torch`` forward + ``backward`` (the baseline);
 * lrp_lib autograd trick: ``ops.linear_eps`` (or ``rules.linear`` for alpha-beta) / ``ops.relu``
   forward + ``backward``;
-* relprop hooks: ``lrp_lib.relprop.Sequential`` forward (hooks store inputs) + ``relprop``;
-* JAX / Flax eager and ``jax.jit``-compiled: ``lrp_lib.jax_lrp.MLP.relprop`` (forward inside).
+* relprop hooks: ``lrp_lib.teach.relprop.Sequential`` forward (hooks store inputs) + ``relprop``;
+* JAX / Flax eager and ``jax.jit``-compiled: ``lrp_lib.teach.jax_lrp.MLP.relprop`` (forward inside).
 
 The same rows follow for the alpha-beta rule (alpha=1, beta=0).
 Repetitions are interleaved (one of each in turn) and the median is reported.  Before timing,
@@ -30,9 +30,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lrp_lib import ops  # noqa: E402
-from lrp_lib import relprop as rp  # noqa: E402
-from lrp_lib import rules  # noqa: E402
+from lrp_lib.teach import ops  # noqa: E402
+from lrp_lib.teach import relprop as rp  # noqa: E402
+from lrp_lib.core import rules  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_file  # noqa: E402  (benchmarks/results_file.py)
@@ -67,7 +67,7 @@ def main():
     import jax
     import jax.numpy as jnp
 
-    from lrp_lib import jax_lrp as jl
+    from lrp_lib.teach import jax_lrp as jl
 
     Ws, x = build(args.batch, args.width, args.layers)
 

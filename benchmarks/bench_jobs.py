@@ -5,8 +5,8 @@
     python benchmarks/bench_jobs.py --device cuda   # on a GPU: writes benchmarks/results/jobs_gpu.json
 
 Runs ``lrp_lib.explain_dataset`` on every molecule of Mutagenicity (4,337 graphs; the GCN of
-chapter 5, ``book/_src/05_explaining_gnns.py``, loaded from ``lrp_lib/weights/mutagenicity-gcn.pt``,
-explained by ``LRPExplainer``) and of ESOL (1,128 graphs; the ``lrp_lib.graph`` network of chapter
+chapter 5, ``book/_src/05_explaining_gnns.py``, loaded from ``lrp_lib/book/weights/mutagenicity-gcn.pt``,
+explained by ``LRPExplainer``) and of ESOL (1,128 graphs; the ``lrp_lib.teach.graph`` network of chapter
 7, ``book/_src/07_case_solubility.py``, from ``esol-gn.pt``, explained in relevance mode), into a
 fresh folder each time, and times the whole job: loading batches, one forward and one backward per
 batch, and writing the Parquet part files and manifests.  Beside it, the same batches run a plain
@@ -22,7 +22,7 @@ also serve the command line::
     lrp-explain --model benchmarks/bench_jobs.py:mutagenicity_model \\
         --dataset benchmarks/bench_jobs.py:mutagenicity_dataset --out mutagenicity-lrp/ \\
         --mode binary_classification --batch-size 256
-    torchrun --nproc_per_node 2 -m lrp_lib.jobs --model ... (the same arguments)
+    torchrun --nproc_per_node 2 -m lrp_lib.explain.jobs --model ... (the same arguments)
 """
 from __future__ import annotations
 
@@ -40,16 +40,16 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, global_mean_pool
 
 import lrp_lib
-from lrp_lib import jobs
-from lrp_lib import graph
-from lrp_lib.pretrained import RETRAIN_ENV, load_or_train
+from lrp_lib.explain import jobs
+from lrp_lib.teach import graph
+from lrp_lib.book.pretrained import RETRAIN_ENV, load_or_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_file import write_results  # noqa: E402
 
 
 # ------------------------------------------------------- chapter 5's model
-from lrp_lib.models import MutagenicityGCN as GCN, SolubilityGN  # noqa: E402  (the chapters' classes)
+from lrp_lib.book.models import MutagenicityGCN as GCN, SolubilityGN  # noqa: E402  (the chapters' classes)
 
 
 def _refuse(name, chapter):
@@ -60,7 +60,7 @@ def _refuse(name, chapter):
 
 
 def mutagenicity_dataset():
-    from lrp_lib.datasets import mutagenicity
+    from lrp_lib.book.datasets import mutagenicity
     return mutagenicity()
 
 
@@ -71,7 +71,7 @@ def mutagenicity_model():
 
 
 def esol_dataset():
-    from lrp_lib.datasets import esol
+    from lrp_lib.book.datasets import esol
     return esol()
 
 
@@ -87,7 +87,7 @@ CASES = {
     "Mutagenicity": dict(model=mutagenicity_model, dataset=mutagenicity_dataset, mode="binary_classification",
                          explained="GCN of chapter 5, LRPExplainer (epsilon)"),
     "ESOL": dict(model=esol_model, dataset=esol_dataset, mode="regression",
-                 explained="lrp_lib.graph network of chapter 7, relevance mode"),
+                 explained="lrp_lib.teach.graph network of chapter 7, relevance mode"),
 }
 
 

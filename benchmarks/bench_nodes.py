@@ -43,8 +43,8 @@ from torch_geometric.explain import Explainer, GNNExplainer
 from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.nn import GCNConv
 
-from lrp_lib.explain import LRPExplainer
-from lrp_lib.function_mode import RelevanceMode
+from lrp_lib.explain.explainer import LRPExplainer
+from lrp_lib.explain.function_mode import RelevanceMode
 
 import results_file  # benchmarks/results_file.py
 

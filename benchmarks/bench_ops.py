@@ -16,7 +16,7 @@ The figures are printed as a table and written to ``benchmarks/results/ops.json`
 
 Cases: ``linear_eps`` at N = 100,000, in = out = 64 against ``torch.nn.functional.linear``;
 the three scatter ops on 1,000,000 elements against the plain (gradient) scatters of
-``lrp_lib.scatter``; and the epsilon rule of the original notebook *Hijacking autograd for
+``lrp_lib.teach.scatter``; and the epsilon rule of the original notebook *Hijacking autograd for
 LRP* (chapter 1), which materialises an N x in x out tensor, against ``linear_eps`` at a size where it fits.
 
 Width sweep (rows with ``"group": "width_sweep"``): ``linear_eps`` against ``F.linear`` (weights
@@ -44,7 +44,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from lrp_lib import ops, scatter
+from lrp_lib.teach import ops, scatter
 
 import memory  # benchmarks/memory.py, beside this script
 import results_file  # benchmarks/results_file.py
@@ -71,12 +71,12 @@ class OriginalLinearEpsilon(torch.autograd.Function):
 
 #: What each case compares: (the "relevance" columns, the "gradient" columns).
 COMPARES = {
-    "linear_eps": ("lrp_lib.ops.linear_eps", "torch.nn.functional.linear"),
-    "linear_eps_wide": ("lrp_lib.ops.linear_eps", "torch.nn.functional.linear"),
-    "scatter_add": ("lrp_lib.ops.scatter_add", "lrp_lib.scatter.scatter_add"),
-    "scatter_mean": ("lrp_lib.ops.scatter_mean", "lrp_lib.scatter.scatter_mean"),
-    "scatter_max": ("lrp_lib.ops.scatter_max", "lrp_lib.scatter.scatter_max"),
-    "original_eps": ("epsilon rule with N x in x out contributions (original notebook)", "lrp_lib.ops.linear_eps"),
+    "linear_eps": ("lrp_lib.teach.ops.linear_eps", "torch.nn.functional.linear"),
+    "linear_eps_wide": ("lrp_lib.teach.ops.linear_eps", "torch.nn.functional.linear"),
+    "scatter_add": ("lrp_lib.teach.ops.scatter_add", "lrp_lib.teach.scatter.scatter_add"),
+    "scatter_mean": ("lrp_lib.teach.ops.scatter_mean", "lrp_lib.teach.scatter.scatter_mean"),
+    "scatter_max": ("lrp_lib.teach.ops.scatter_max", "lrp_lib.teach.scatter.scatter_max"),
+    "original_eps": ("epsilon rule with N x in x out contributions (original notebook)", "lrp_lib.teach.ops.linear_eps"),
 }
 
 

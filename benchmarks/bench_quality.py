@@ -5,7 +5,7 @@
 
 For each task (``benchmarks/quality_tasks.py``) and seed (a seed fixes the data, the model's training and
 the explainers' randomness): generate the data, train the model (or load
-``lrp_lib/weights/quality_<task>_s<seed>.pt``), take the protocol's instances, explain each with every
+``lrp_lib/book/weights/quality_<task>_s<seed>.pt``), take the protocol's instances, explain each with every
 method (one instance at a time, the methods taking turns) and score against the ground truth by AUROC
 under the task family's protocol (``quality_tasks.PROTOCOLS``).  Node-level methods run on the 4-hop
 subgraph of the explained node (a 3-layer GCN's output there is that of the full graph: checked per node).
@@ -13,7 +13,7 @@ subgraph of the explained node (a 3-layer GCN's output there is that of the full
 Methods: every LRP configuration (composite x explained quantity x mask, ``LRP_COMPOSITES``), Captum's
 saliency, Grad x Input and Integrated Gradients (through PyG's ``CaptumExplainer``), CAM and Grad-CAM on
 graph tasks, PyG's GNNExplainer and PGExplainer with the settings of Holdijk et al.'s replication configs
-(``EXPLAINER_SETTINGS``), uniform random scores, and the walk-based methods of ``lrp_lib.walks`` named
+(``EXPLAINER_SETTINGS``), uniform random scores, and the walk-based methods of ``lrp_lib.explain.walks`` named
 in ``WALK_METHODS``.  Per (task, method): the AUROC per seed, its mean and 95 % Student-t interval over
 seeds, the median ms per explanation and the published number under the same protocol (``ANCHORS``).
 Then the default LRP configuration by the rule declared in ``SELECTION_RULE``.
@@ -46,9 +46,9 @@ from torch_geometric.explain import Explainer  # noqa: E402
 from torch_geometric.explain.algorithm import CaptumExplainer, GNNExplainer, PGExplainer  # noqa: E402
 from torch_geometric.nn import MessagePassing  # noqa: E402
 
-from lrp_lib.composites import Composite  # noqa: E402
-from lrp_lib.explain import LRPExplainer  # noqa: E402
-from lrp_lib.rules import Epsilon, Gamma, ZBox  # noqa: E402
+from lrp_lib.core.composites import Composite  # noqa: E402
+from lrp_lib.explain.explainer import LRPExplainer  # noqa: E402
+from lrp_lib.core.rules import Epsilon, Gamma, ZBox  # noqa: E402
 
 LRP_COMPOSITES = {
     "epsilon": "epsilon rule (1e-6) on every weight (LRP-0 up to the stabiliser)",
@@ -76,10 +76,10 @@ BASELINES = {
     "pgexplainer": "PGExplainer (PyG), trained on the explained instances (training time shared out over them)",
     "random": "uniform random scores",
 }
-#: Walk-based methods of lrp_lib.walks: method key -> (description, "module:function").  The function is called
+#: Walk-based methods of lrp_lib.explain.walks: method key -> (description, "module:function").  The function is called
 #: as fn(model, x, edge_index, target=int, index=None) and returns a dict with "node" (N,) and/or "edge" (E,)
-#: scores (higher = more relevant).  Graph tasks only.  Filled in when lrp_lib.walks provides them.
-from walk_methods import METHODS as WALK_METHODS  # noqa: E402  (lrp_lib.walks: sGNN-LRP greedy search, top walks)
+#: scores (higher = more relevant).  Graph tasks only.  Filled in when lrp_lib.explain.walks provides them.
+from walk_methods import METHODS as WALK_METHODS  # noqa: E402  (lrp_lib.explain.walks: sGNN-LRP greedy search, top walks)
 DROPPED = {"graphmask": "PyG's GraphMaskExplainer trains a mask per explanation and was the slowest method of the "
                         "previous run (about 10x GNNExplainer); the paper's budget does not fit this run, and it "
                         "has no published number under these protocols",
@@ -166,9 +166,9 @@ SELECTION_RULE = ("declared before the run: every LRP configuration (composite x
 # ---------------------------------------------------------------------------------------------- helpers
 
 def relevance_mask(relevance: torch.Tensor, kind: str) -> torch.Tensor:
-    """``lrp_lib.explain.relevance_mask`` when the library has it, else the same transform here."""
+    """``lrp_lib.explain.explainer.relevance_mask`` when the library has it, else the same transform here."""
     try:
-        from lrp_lib.explain import relevance_mask as lib
+        from lrp_lib.explain.explainer import relevance_mask as lib
     except ImportError:
         lib = None
     if lib is not None:

@@ -15,8 +15,8 @@ whole graph:
 
 * **gradient**: ``torch.autograd.grad(model(x, edge_index)[index, target], x)``, one forward and
   one backward, no explainer around it: the floor the others are divided by;
-* **LRP**: ``Explainer(model, algorithm=lrp_lib.explain.LRPExplainer(), ...)``, where ``Explainer``
-  is ``lrp_lib.explain.Explainer`` (PyG's, with the inputs checked before the prediction pass for
+* **LRP**: ``Explainer(model, algorithm=lrp_lib.explain.explainer.LRPExplainer(), ...)``, where ``Explainer``
+  is ``lrp_lib.explain.explainer.Explainer`` (PyG's, with the inputs checked before the prediction pass for
   LRP and the training flag restored), for all three explainers;
 * **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``;
 * **Integrated Gradients**: ``Explainer(model, algorithm=CaptumExplainer("IntegratedGradients",
@@ -55,7 +55,7 @@ import warnings
 import torch
 from torch_geometric.explain.algorithm import CaptumExplainer
 
-from lrp_lib.explain import Explainer, LRPExplainer
+from lrp_lib.explain.explainer import Explainer, LRPExplainer
 
 import results_file  # benchmarks/results_file.py
 from bench_nodes import GCN  # the same 3-layer GCN as the many-nodes benchmark

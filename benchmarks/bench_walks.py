@@ -1,4 +1,4 @@
-"""GNN-LRP walks: lrp_lib.walks against naive per-walk enumeration, as the graph and the depth grow.
+"""GNN-LRP walks: lrp_lib.explain.walks against naive per-walk enumeration, as the graph and the depth grow.
 
     python benchmarks/bench_walks.py            # 10 to 10,000 nodes, depth 2 to 5 (a few minutes)
     python benchmarks/bench_walks.py --fast     # a quick run: fewer sizes, smaller naive budget
@@ -11,7 +11,7 @@ sum to the output (checked on every graph where all walks are enumerated).
 
 What is timed, side by side in one process (median of ``--repeats`` runs each):
 
-* ``walk_relevance``: ``lrp_lib.walks.walk_relevance`` of every walk (enumerated with
+* ``walk_relevance``: ``lrp_lib.explain.walks.walk_relevance`` of every walk (enumerated with
   ``all_walks``, enumeration included), when there are at most ``--max-walks`` of them;
   ``walk_relevance_1k``: of 1,000 random walks (cost per walk at every size);
 * ``subgraph``: ``subgraph_relevance`` of one connected node set S of ``--subgraph`` nodes
@@ -46,7 +46,7 @@ from torch_geometric.nn import GCNConv, global_add_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import barabasi_albert_graph
 
-from lrp_lib.walks import WalkModel, all_walks, subgraph_relevance, top_walks, walk_relevance
+from lrp_lib.explain.walks import WalkModel, all_walks, subgraph_relevance, top_walks, walk_relevance
 
 import results_file  # benchmarks/results_file.py
 

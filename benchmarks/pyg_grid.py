@@ -48,7 +48,7 @@ from torch_geometric.explain import Explainer
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.nn import GATConv, GCNConv, GINConv, GPSConv, global_add_pool
 
-from lrp_lib.explain import LRPExplainer, UnsupportedModelError
+from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -498,7 +498,7 @@ def molecules(name: str, root: str | os.PathLike | None = None) -> tuple[list[Da
     """The molecules of a graph-attribution task with ``y`` = the stored rule label and ``atom_gt`` (atoms, k)."""
     import csv
 
-    from lrp_lib.datasets.esol import smiles_to_graph
+    from lrp_lib.book.datasets.esol import smiles_to_graph
     root = Path(root or os.environ.get("LRP_DATA_ROOT", "")) / "graph-attribution" / MOLECULE_FOLDERS[name]
     if not root.is_dir():
         raise FileNotFoundError(f"{root} not found: set LRP_DATA_ROOT to the folder holding graph-attribution/")
@@ -567,7 +567,7 @@ def graph_accuracy(model: nn.Module, graphs: list[Data]) -> float:
 # -------------------------------------------------------------------------------------------- loading
 
 def _load_or_train(name: str, model: nn.Module, train) -> dict:
-    from lrp_lib.pretrained import load_or_train, weights_path
+    from lrp_lib.book.pretrained import load_or_train, weights_path
     retrain = True if not weights_path(name).exists() else None
     return load_or_train(name, model, train, retrain=retrain)
 
@@ -581,7 +581,7 @@ def _subsample(items: list, k: int | None, seed: int) -> list:
 
 
 def build_task(name: str, seed: int, instances: int | None = None, mutag_epochs: int = 50) -> Task:
-    """Generate the data, train (or load ``lrp_lib/weights/quality_<name>_s<seed>.pt``) the model, pick instances.
+    """Generate the data, train (or load ``lrp_lib/book/weights/quality_<name>_s<seed>.pt``) the model, pick instances.
 
     ``instances``: at most that many instances (evenly spaced over the protocol's list); None: all."""
     weights = f"quality_{name}_s{seed}"
@@ -652,7 +652,7 @@ def build_task(name: str, seed: int, instances: int | None = None, mutag_epochs:
 def mutagenicity_task(seed: int, instances: int | None, epochs: int) -> Task:
     """Holdijk et al.'s GraphGCN on Mutagenicity (80/10/10 split of a seeded shuffle, best validation epoch);
     explained: mutagens (label 0) with NO2/NH2 ground truth edges, drawn from the whole data set as theirs."""
-    from lrp_lib.datasets import mutagenicity
+    from lrp_lib.book.datasets import mutagenicity
     dataset = mutagenicity()
     graphs = [Data(x=g.x, edge_index=g.edge_index, y=g.y, edge_gt=g.edge_gt.float()) for g in dataset]
     tr, va, te = split(len(graphs), seed)

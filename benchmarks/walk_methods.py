@@ -1,4 +1,4 @@
-"""Higher-order LRP explanations of ``lrp_lib.walks`` as scored methods of ``bench_quality.py``.
+"""Higher-order LRP explanations of ``lrp_lib.explain.walks`` as scored methods of ``bench_quality.py``.
 
 Each function takes ``(model, x, edge_index, target=int, index=None)`` and returns a dict with node
 (and edge) scores, higher meaning more relevant:
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch_geometric.nn import MessagePassing
 
-from lrp_lib.walks import gamma_schedule, greedy_subgraph, walk_scores
+from lrp_lib.explain.walks import gamma_schedule, greedy_subgraph, walk_scores
 
 #: Walks kept by ``top_walks``.
 TOP_WALKS = 25

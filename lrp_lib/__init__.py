@@ -1,17 +1,39 @@
+"""Layer-wise Relevance Propagation for PyTorch Geometric models.
+
+The package has four parts, and imports point one way (``book`` -> ``explain`` -> ``core`` and
+``teach`` -> ``core``):
+
+* :mod:`lrp_lib.core`: the arithmetic every explanation shares: the stabiliser, the rules, the
+  composites that assign them, input validation;
+* :mod:`lrp_lib.explain`: the product: any PyG model explained through its own ``forward``
+  (``RelevanceMode``), the ``LRPExplainer`` algorithm for PyG's ``Explainer``, relevant walks and
+  data-set jobs;
+* :mod:`lrp_lib.teach`: the small implementations the first chapters build on purpose (one
+  autograd op per rule, Graph Network layers, relprop and JAX versions);
+* :mod:`lrp_lib.book`: what the book's pages share: models, stored weights, data sets, plots,
+  benchmark tables.
+
+``from lrp_lib import LRPExplainer, Explainer, Composite, explain_dataset`` imports what most
+users need; PyG is loaded on first use only.
+"""
+import importlib
+
 __version__ = '0.1.0'
-from .mode import relevance, is_relevance_mode
+
+_LAZY = {
+    "LRPExplainer": "lrp_lib.explain.explainer",
+    "Explainer": "lrp_lib.explain.explainer",
+    "Composite": "lrp_lib.core.composites",
+    "explain_dataset": "lrp_lib.explain.jobs",
+    "read_explanations": "lrp_lib.explain.jobs",
+}
+_SUBPACKAGES = ("core", "explain", "teach", "book")
+__all__ = [*_LAZY, *_SUBPACKAGES]
 
 
 def __getattr__(name):
-    # lrp_lib.explain_dataset / read_explanations load lrp_lib.jobs (PyG, pyarrow) on first use only,
-    # lrp_lib.Explainer / LRPExplainer / Composite load PyG on first use only
-    if name in ("explain_dataset", "read_explanations"):
-        from . import jobs
-        return getattr(jobs, name)
-    if name in ("Explainer", "LRPExplainer"):
-        from . import explain
-        return getattr(explain, name)
-    if name == "Composite":
-        from . import composites
-        return composites.Composite
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'lrp_lib' has no attribute {name!r}")

@@ -1,5 +1,11 @@
+"""Fixtures shared by every test folder; tests/ is on the path for property_strategies."""
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # property_strategies
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 

@@ -1,4 +1,4 @@
-"""Hypothesis strategies shared by the property-based tests (tests/test_properties_*.py).
+"""Hypothesis strategies shared by the property-based tests (tests/*/test_properties_*.py).
 
 Graphs are drawn as a *spec* (node count, edge list, a seed for the features) and turned into
 tensors of a chosen dtype, so one drawn graph can be explained in float32 and in float64 alike.

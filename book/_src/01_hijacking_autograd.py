@@ -24,7 +24,7 @@
 # - state the proportional (LRP-0) and epsilon rules and the conservation property they give;
 # - write a `torch.autograd.Function` whose backward propagates relevance instead of gradient;
 # - predict where relevance is conserved, where a bias absorbs it, and where it is lost;
-# - use the ops of `lrp_lib.ops` (`add`, `sum`, `scatter_add`, `scatter_mean`, `scatter_max`,
+# - use the ops of `lrp_lib.teach.ops` (`add`, `sum`, `scatter_add`, `scatter_mean`, `scatter_max`,
 #   `linear_eps`, `index_select`, `cat`, `repeat_tensor`, `relu`) to explain a composed computation.
 # ```
 #
@@ -61,7 +61,7 @@ import warnings
 import numpy as np
 import torch
 
-from lrp_lib import ops
+from lrp_lib.teach import ops
 
 torch.manual_seed(0)
 np.set_printoptions(
@@ -109,7 +109,7 @@ print(show(a.grad), " ", show(b.grad), "<----", show(unit_relevance(c)))
 # %% [markdown]
 # For relevance we want the split $R_a = \frac{a}{a+b} R_c$ and $R_b = \frac{b}{a+b} R_c$. Written
 # as an autograd function the whole op is a few lines; here it is once, in full, to show the
-# pattern (`lrp_lib.ops.add` is the same with argument checks and broadcasting):
+# pattern (`lrp_lib.teach.ops.add` is the same with argument checks and broadcasting):
 
 # %%
 class AddRelevance(torch.autograd.Function):
@@ -208,7 +208,7 @@ for kwargs in [dict(dim=0), dict(dim=0, keepdim=True), dict(dim=1)]:
 # $R_{i} = \frac{x_i}{\sum_{k: \text{idx}_k = \text{idx}_i} x_k} R_{\text{idx}_i}$.
 
 # %%
-from lrp_lib import scatter
+from lrp_lib.teach import scatter
 
 src = leaf([1, 1, 1, 1, 2, 6, 1, 1, -2])
 index = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2, 2], device=device)
@@ -380,7 +380,7 @@ for eps in [0.0, 0.01, 0.1, 1.0]:
 # Some ops only move or copy values. A copy carries the relevance of its original, and when an
 # input is copied several times its copies' relevances add up. That is exactly what the gradient
 # of these ops does, so for them relevance and gradient coincide; `lrp_lib` still provides them as
-# relevance ops so that a network can be built from `lrp_lib.ops` alone, with the argument checks.
+# relevance ops so that a network can be built from `lrp_lib.teach.ops` alone, with the argument checks.
 #
 # `index_select` gathers entries (in a graph network: the features of each edge's sender):
 
@@ -468,7 +468,7 @@ print(
 #
 # ## Putting things together
 #
-# A small computation built only from `lrp_lib.ops`: two vectors are added, the sum is aggregated
+# A small computation built only from `lrp_lib.teach.ops`: two vectors are added, the sum is aggregated
 # into three groups, two linear maps read the groups, and their outputs are added. One
 # `.backward()` walks all of it. Epsilon is $10^{-6}$, small against every output here.
 

@@ -20,7 +20,7 @@
 # message passing (PyG's `Data`, `edge_index`, `batch`). After it you should be able to
 # - write the edge, node and global updates of a Graph Network and say which copies and
 #   aggregations each contains;
-# - switch a model between gradient and relevance with `with lrp_lib.relevance():`, and explain
+# - switch a model between gradient and relevance with `with lrp_lib.teach.relevance():`, and explain
 #   why the forward values do not change;
 # - read the relevance of every node, edge and graph after one backward pass, and check
 #   conservation per group and per graph;
@@ -44,7 +44,7 @@ from torch import nn
 from torch_geometric.data import Batch, Data
 
 import lrp_lib
-from lrp_lib.graph import (
+from lrp_lib.teach.graph import (
     EdgeLinear,
     EdgeReLU,
     GlobalLinear,
@@ -54,11 +54,11 @@ from lrp_lib.graph import (
     read_relevance,
     relevance_inputs,
 )
-from lrp_lib.graph import (
+from lrp_lib.teach.graph import (
     compose_with_ops,
-)  # the teaching version of a layer, built from lrp_lib.ops
-from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
-from lrp_lib.pretrained import load_or_train
+)  # the teaching version of a layer, built from lrp_lib.teach.ops
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style, draw_graph
+from lrp_lib.book.pretrained import load_or_train
 
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -141,8 +141,8 @@ def leaf_names(layer, data):
 # fraction of the memory. With $\epsilon > 0$ the stabiliser acts once, on the whole $z$, as in
 # the epsilon rule of an ordinary linear layer.
 #
-# So `lrp_lib.graph` implements each layer twice over the same parameters: from plain torch
-# operations (and `lrp_lib.scatter`) outside the relevance mode, as one relevance function inside it.
+# So `lrp_lib.teach.graph` implements each layer twice over the same parameters: from plain torch
+# operations (and `lrp_lib.teach.scatter`) outside the relevance mode, as one relevance function inside it.
 #
 # ## An example graph
 #
@@ -162,8 +162,8 @@ print(graph)
 # %% [markdown]
 # ## One model, two modes
 #
-# A layer reads `lrp_lib.is_relevance_mode()` in its forward. Here is the same `EdgeLinear`,
-# reading the edge and the global features, called outside and inside `with lrp_lib.relevance():`.
+# A layer reads `lrp_lib.teach.is_relevance_mode()` in its forward. Here is the same `EdgeLinear`,
+# reading the edge and the global features, called outside and inside `with lrp_lib.teach.relevance():`.
 # We print the names of the backward nodes that autograd recorded.
 
 # %%
@@ -173,7 +173,7 @@ inp = relevance_inputs(
 )  # a copy whose x, edge_attr and u are leaves that require grad
 
 out_gradient = edge_layer(inp)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     out_relevance = edge_layer(inp)
 
 names = leaf_names(edge_layer, inp)
@@ -215,7 +215,7 @@ def explain(layer, data):
     """Relevance of one layer on ``data``, starting from its output: per-group totals."""
     layer.zero_grad(set_to_none=True)
     inp = relevance_inputs(data)
-    with lrp_lib.relevance():
+    with lrp_lib.teach.relevance():
         out = getattr(layer(inp), ATTR[type(layer)])
     out.backward(out.detach())
     totals = read_relevance(inp).totals()
@@ -266,7 +266,7 @@ report(
 # %%
 full = EdgeLinear(1, 3, 5, 5, 7, bias=True, eps=0.0).to(device)
 inp = relevance_inputs(graph)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     composed = compose_with_ops(full, inp).edge_attr
 print(backward_graph(composed.grad_fn, leaf_names(full, inp)))
 
@@ -283,7 +283,7 @@ composed.backward(composed.detach())
 by_ops = [inp[a].grad.clone() for a in ("x", "edge_attr", "u")] + [full.bias.grad.clone()]
 full.zero_grad(set_to_none=True)
 inp = relevance_inputs(graph)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     fused = full(inp).edge_attr
 print(backward_graph(fused.grad_fn, leaf_names(full, inp)))
 fused.backward(fused.detach())
@@ -384,7 +384,7 @@ small = [
 batch = Batch.from_data_list(small).to(device)
 layer = GlobalLinear(2, 5, 3, 7, aggregation="sum", bias=False).to(device)
 inp = relevance_inputs(batch)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     out = layer(inp).u
 out.backward(out.detach())
 rel = read_relevance(inp)
@@ -512,7 +512,7 @@ for m in exact.modules():
     if isinstance(m, (EdgeLinear, NodeLinear, GlobalLinear)):
         m.eps = 0.0
 inp = relevance_inputs(graph64)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     prediction = exact(inp).u
 prediction.backward(prediction.detach())
 rel = read_relevance(inp)
@@ -548,7 +548,7 @@ for m in exact.modules():
     if isinstance(m, (EdgeLinear, NodeLinear, GlobalLinear)):
         m.bias = None
 inp = relevance_inputs(graph64)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     out = exact(inp).u
 out.backward(out.detach())
 t = read_relevance(inp).totals()
@@ -560,13 +560,13 @@ print(
 # %% [markdown]
 # ## Drawing the explanation
 #
-# `lrp_lib.plotting.draw_graph` draws a graph with networkx and matplotlib, nodes and edges
+# `lrp_lib.book.plotting.draw_graph` draws a graph with networkx and matplotlib, nodes and edges
 # coloured by relevance on a diverging colormap centred at zero (red: evidence for the output,
 # blue: against, white: none). Nodes and edges share one scale.
 
 # %%
 inp = relevance_inputs(graph)
-with lrp_lib.relevance():
+with lrp_lib.teach.relevance():
     prediction = model(inp).u
 prediction.backward(prediction.detach())
 rel = read_relevance(inp)
@@ -600,7 +600,7 @@ plt.show()
 # %% tags=["hide-input"]
 from myst_nb import glue
 from IPython.display import Markdown, display
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 graph_bench = load_results("graph", repository=globals().get("REPOSITORY"))
 display(Markdown(machine_note(graph_bench)))
@@ -636,7 +636,7 @@ results_table(
 #   the epsilon rule of the whole update as one linear map. At $\epsilon = 0$ both give the same
 #   relevance, but the fused function keeps only its inputs and output for the backward.
 # - The same layer objects train with true gradients and explain with relevance: the mode is chosen
-#   by `with lrp_lib.relevance():` during the forward pass, and the forward values are identical.
+#   by `with lrp_lib.teach.relevance():` during the forward pass, and the forward values are identical.
 # - Without biases, relevance is conserved exactly (up to the epsilon stabiliser), per group and
 #   per graph, through aggregations, ReLUs and a block applied several times. A bias takes the
 #   share $b/z$ of each output's relevance.

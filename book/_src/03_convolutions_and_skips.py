@@ -17,7 +17,7 @@
 # - say what the gradient of a convolution with respect to its input is, and why the LRP rules for
 #   a convolution need nothing more;
 # - state the epsilon, gamma, alpha-beta and z+ rules and compute them with one VJP each, for any
-#   linear map (`lrp_lib.rules`);
+#   linear map (`lrp_lib.core.rules`);
 # - explain why a plain `+` on a skip connection double counts relevance and fix it with `ops.add`;
 # - explain a residual CNN trained on handwritten digits and read the heatmaps of different rules;
 # - check an LRP implementation against Captum, knowing Captum's conventions.
@@ -35,10 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lrp_lib import ops, rules
-from lrp_lib.plotting import BOOK_WIDTH, book_style
-from lrp_lib.pretrained import load_or_train
-from lrp_lib.residual import ResidualBlock
+from lrp_lib.teach import ops
+from lrp_lib.core import rules
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style
+from lrp_lib.book.pretrained import load_or_train
+from lrp_lib.teach.residual import ResidualBlock
 
 warnings.filterwarnings(
     "ignore", message="IProgress not found"
@@ -153,7 +154,7 @@ print("total:", round(float(x.grad.sum()), 4), "= number of outputs:", f.numel()
 # each negative pixel is responsible for a negative output with the same sign, and the rule
 # hands relevance in proportion to that responsibility. The 16 units of relevance are conserved.
 #
-# `lrp_lib.rules.conv2d` does the same with torch's argument conventions, and more cheaply: it
+# `lrp_lib.core.rules.conv2d` does the same with torch's argument conventions, and more cheaply: it
 # keeps the output of the forward (no second forward) and calls the convolution's input-gradient
 # kernel directly for the VJP. The result is the same.
 
@@ -174,7 +175,7 @@ print(
 # Different rules pick different contributions to split by. Writing $t^+ = \max(t, 0)$,
 # $t^- = \min(t, 0)$ and $z_k$ for the output (bias included) {cite}`montavon2019lrp,bach2015pixel`:
 #
-# | rule | `lrp_lib.rules` | $R_j = \sum_k \ldots R_k$ |
+# | rule | `lrp_lib.core.rules` | $R_j = \sum_k \ldots R_k$ |
 # | --- | --- | --- |
 # | epsilon (z-rule for $\epsilon = 0$) | `Epsilon(eps)`, `"epsilon"`, `"z"` | $\dfrac{x_j w_{jk}}{z_k + \epsilon\,\mathrm{sign}(z_k)}$ |
 # | gamma | `Gamma(gamma, eps)`, `"gamma"` | $\dfrac{x_j (w_{jk} + \gamma w_{jk}^+)}{\sum_{j'} x_{j'} (w_{j'k} + \gamma w_{j'k}^+) + b_k + \gamma b_k^+}$ |
@@ -262,7 +263,7 @@ print("with ops.add:\n", show(x.grad), "\ntotal", round(float(x.grad.sum()), 4))
 # %% [markdown]
 # The total is 16 again. The corner pixel's output is $4 + 1 = 5$: it keeps $1/5$ through the skip
 # and its branch share is split by the z-rule as before. The rule for users is short: **write every
-# skip connection as `ops.add(branch, skip)`**. `lrp_lib.residual.ResidualBlock` does so: `block(x)`
+# skip connection as `ops.add(branch, skip)`**. `lrp_lib.teach.residual.ResidualBlock` does so: `block(x)`
 # is the ordinary block $\mathrm{relu}(x + \mathrm{conv}_2(\mathrm{relu}(\mathrm{conv}_1(x))))$ for
 # training, and `block(x, rule=...)` the same weights through relevance ops.
 #
@@ -560,7 +561,7 @@ print(
 )
 
 # %% [markdown]
-# They agree to rounding error; `tests/test_rules.py` asserts the same on a separate CNN to
+# They agree to rounding error; `tests/core/test_rules.py` asserts the same on a separate CNN to
 # $10^{-5}$ in float64. The rules differ in one corner: where an output is exactly 0, `lrp_lib`
 # drops its relevance and warns (`LostRelevanceWarning`), while Captum divides by $\epsilon$.
 #
@@ -574,7 +575,7 @@ print(
 
 # %% tags=["hide-input"]
 from myst_nb import glue
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 conv_bench = load_results("conv", repository=globals().get("REPOSITORY"))
 display(Markdown(machine_note(conv_bench)))
@@ -633,7 +634,7 @@ glue("captum_rss", f"{captum['rss_ratio']:.2f}", display=False)
 # - A convolution, like a dense layer, is a sum of contributions $x \cdot w$; its input gradient is
 #   the VJP $J^\top v$, and every LRP rule here is $x \odot J^\top(R/z)$ for a suitable map and
 #   denominator: one VJP per rule (per part for alpha-beta), memory O(input + output).
-# - `lrp_lib.rules` gives the epsilon/z, gamma, alpha-beta and z+ rules for `linear`, `conv1d/2d/3d`,
+# - `lrp_lib.core.rules` gives the epsilon/z, gamma, alpha-beta and z+ rules for `linear`, `conv1d/2d/3d`,
 #   `avg_pool2d` and any linear map, with torch's argument conventions.
 # - A plain `+` on a skip connection gives the whole relevance to both paths and double counts it;
 #   `ops.add` splits it in proportion and conserves it. Residual networks need nothing else.

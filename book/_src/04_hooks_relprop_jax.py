@@ -49,9 +49,10 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from lrp_lib import jax_lrp, ops, rules
-from lrp_lib import relprop as rp
-from lrp_lib.ops import LostRelevanceWarning
+from lrp_lib.teach import jax_lrp, ops
+from lrp_lib.core import rules
+from lrp_lib.teach import relprop as rp
+from lrp_lib.teach.ops import LostRelevanceWarning
 
 jax.config.update(
     "jax_enable_x64", True
@@ -89,10 +90,10 @@ def show(t):
 #     return self.X * C[0]
 # ```
 #
-# `lrp_lib.relprop` holds these modules (`MatMul`, `Add`, `IndexSelect`, `Clone`, `ReLU`, `Linear`,
-# `Sequential`), and `lrp_lib.jax_lrp` the JAX / Flax port. `safe_divide(a, b, eps)` returns
+# `lrp_lib.teach.relprop` holds these modules (`MatMul`, `Add`, `IndexSelect`, `Clone`, `ReLU`, `Linear`,
+# `Sequential`), and `lrp_lib.teach.jax_lrp` the JAX / Flax port. `safe_divide(a, b, eps)` returns
 # $a / (b + \epsilon\,\mathrm{sign}(b))$ where $b \ne 0$ and $0$ where $b = 0$ (relevance that
-# reaches a zero output is lost, and a `LostRelevanceWarning` says so, as in `lrp_lib.ops`).
+# reaches a zero output is lost, and a `LostRelevanceWarning` says so, as in `lrp_lib.teach.ops`).
 # The original notebook's version added $+10^{-9}$ on both sides of zero; that changes nothing
 # printed here.
 #
@@ -191,7 +192,7 @@ print("normalised, sample 1 alone:                R_a", show(Ra1[0]), "R_b", sho
 # %% [markdown]
 # The total is back to 4 although the element-wise split lost one unit at $[0, 0]$, and sample 1
 # receives different relevance depending on whether sample 0 is in the batch. The JAX port does the
-# same (the tests check it to $10^{-12}$). `lrp_lib.ops.add` keeps the element-wise split, which
+# same (the tests check it to $10^{-12}$). `lrp_lib.teach.ops.add` keeps the element-wise split, which
 # never mixes samples; for skip connections see the chapter on convolutions and skip connections.
 #
 # ### Copies: index select and clone
@@ -391,7 +392,7 @@ for rule, kwargs in [
 # Two smaller differences by design, worth knowing before you compare numbers across code bases:
 #
 # - **The bias in alpha-beta.** `rp.Linear` and `jax_lrp.Dense` leave the bias out of $z^\pm$, like the
-#   original notebook and Chefer et al.'s code; `lrp_lib.rules.AlphaBeta` counts it as the contribution of a constant
+#   original notebook and Chefer et al.'s code; `lrp_lib.core.rules.AlphaBeta` counts it as the contribution of a constant
 #   input 1 (as Zennit does {cite}`anders2021zennit`), so its share leaves the explanation. Without
 #   a bias they agree, as above.
 # - **JAX's float32 by default.** Without `jax_enable_x64`, JAX computes in float32 and the epsilon
@@ -400,7 +401,7 @@ for rule, kwargs in [
 #
 # ## Three designs compared
 #
-# | | relprop hooks (`lrp_lib.relprop`) | JAX / Flax (`lrp_lib.jax_lrp`) | autograd trick (`lrp_lib.ops`, `lrp_lib.rules`) |
+# | | relprop hooks (`lrp_lib.teach.relprop`) | JAX / Flax (`lrp_lib.teach.jax_lrp`) | autograd trick (`lrp_lib.teach.ops`, `lrp_lib.core.rules`) |
 # | --- | --- | --- | --- |
 # | what is stored in the forward | every module's input (a forward hook) | nothing: `relprop` gets the inputs again, or runs the forward again (`MLP.relprop`) | what each op's backward needs (`ctx.save_for_backward`) |
 # | who walks the graph backwards | the model, by hand: `Sequential.relprop` or a hand-written `relprop` calling the modules in reverse | the model, by hand, in Python (traced once under `jax.jit`) | autograd: one `.backward(R)` |
@@ -423,7 +424,7 @@ for rule, kwargs in [
 # %% tags=["hide-input"]
 from myst_nb import glue
 
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 impl = load_results("implementations", repository=globals().get("REPOSITORY"))
 display(Markdown(machine_note(impl)))

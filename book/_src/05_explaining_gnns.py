@@ -13,7 +13,7 @@
 # {cite}`simonyan2014deep`; Gradient $\times$ Input and Integrated Gradients
 # {cite}`sundararajan2017axiomatic` through Captum {cite}`kokhlikyan2020captum`; and LRP, with the
 # autograd trick of the earlier chapters packaged as a PyG explainer algorithm,
-# `lrp_lib.explain.LRPExplainer`, that works on the model *as it is*.
+# `lrp_lib.explain.explainer.LRPExplainer`, that works on the model *as it is*.
 # A sixth method, TracIn {cite}`pruthi2020tracin`, answers a different question: which *training
 # molecules* pushed the model towards this prediction.
 #
@@ -64,12 +64,12 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, global_mean_pool
 from tqdm.auto import tqdm
 
-from lrp_lib.datasets import mutagenicity
-from lrp_lib.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
-from lrp_lib.explain import LRPExplainer
-from lrp_lib.plotting import BOOK_WIDTH, bond_values, book_style, draw_molecule
-from lrp_lib.pretrained import load_or_train
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.datasets import mutagenicity
+from lrp_lib.book.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
+from lrp_lib import LRPExplainer
+from lrp_lib.book.plotting import BOOK_WIDTH, bond_values, book_style, draw_molecule
+from lrp_lib.book.pretrained import load_or_train
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 book_style()
 
@@ -91,7 +91,7 @@ seed_everything(0)
 #
 # Mutagenicity {cite}`kazius2005mutagenicity` holds 4,337 molecules labelled mutagen (label 0) or
 # nonmutagen (label 1). Atoms are nodes with a one-hot element type (14 elements), bonds are pairs
-# of directed edges. `lrp_lib.datasets.mutagenicity` loads it through PyG's `TUDataset` and adds
+# of directed edges. `lrp_lib.book.datasets.mutagenicity` loads it through PyG's `TUDataset` and adds
 # the ground truth of the PGExplainer paper {cite}`luo2020pgexplainer` as `edge_gt`: 1 on the edges
 # of NO$_2$ and NH$_2$ groups. The ground truth is a file with one line per edge of the raw edge
 # list; PyG drops self-loops and re-sorts the edges when it reads the data, so the loader runs the
@@ -129,12 +129,12 @@ print(int(marked.sum()), "marked directed edges:", dict(sorted(pairs.items())))
 # The classifier is four `GCNConv` layers with ReLU, a global mean pool, dropout and two linear
 # layers, written as anyone would write it in PyG. The single output is a logit: positive means
 # "nonmutagen" (label 1), negative "mutagen". The model takes an optional `edge_weight`, which the
-# gradient methods below use as a differentiable edge mask. The class lives in `lrp_lib.models`, so
+# gradient methods below use as a differentiable edge mask. The class lives in `lrp_lib.book.models`, so
 # that later pages and the benchmarks load the weights trained here into the very same
 # architecture; the cell prints its code.
 
 # %%
-from lrp_lib.models import MutagenicityGCN as GCN
+from lrp_lib.book.models import MutagenicityGCN as GCN
 
 print(inspect.getsource(GCN))
 
@@ -148,7 +148,7 @@ print(inspect.getsource(GCN))
 # enough to be worth explaining.
 #
 # The book stores the trained weights, the checkpoints and the training history in
-# `lrp_lib/weights/mutagenicity-gcn.pt` and loads them, so that every reader's CPU shows the same
+# `lrp_lib/book/weights/mutagenicity-gcn.pt` and loads them, so that every reader's CPU shows the same
 # numbers (training itself drifts in the last digits from one CPU to another). Setting
 # `LRP_BOOK_RETRAIN=1` trains from scratch instead, with a progress bar.
 
@@ -233,9 +233,9 @@ glue("n_evaluation", f"{len(evaluation)}", display=False)
 #
 # `LRPExplainer` is a `torch_geometric.explain.ExplainerAlgorithm`, so it plugs into PyG's
 # `Explainer` like GNNExplainer does. It runs the model's own `forward`, unchanged, inside a
-# `RelevanceMode` (`lrp_lib.function_mode`): a `torch.overrides.TorchFunctionMode` that sees every
+# `RelevanceMode` (`lrp_lib.explain.function_mode`): a `torch.overrides.TorchFunctionMode` that sees every
 # torch function the model calls on tensors that depend on the input, and computes each one with a
-# relevance primitive (`lrp_lib.primitives`) whose backward is an LRP rule. Nothing is patched: the
+# relevance primitive (`lrp_lib.explain.primitives`) whose backward is an LRP rule. Nothing is patched: the
 # mode lives on the calling thread only. A `GCNConv` runs, in PyG's order, a linear map
 # $h_j = W x_j$, messages $\hat a_{ij} h_j$ and their sum $z_i = \sum_{j \in \mathcal N(i) \cup \{i\}}
 # \hat a_{ij} h_j$, then adds its bias $b$, with $\hat a_{ij} = 1 / \sqrt{\hat d_i \hat d_j}$. The
@@ -281,7 +281,7 @@ glue("bias_direction", "against" if bias_share < 0 else "for", display=False)
 # linear layers are not inputs, so their share leaves the graph. The explainer adds up what they
 # kept, `explanation.bias_relevance`, so the atoms and the biases together account for the whole
 # log-odds (the last line is zero up to the stabiliser). For a bias-free model the atoms alone do,
-# which `tests/test_explain.py` checks.
+# which `tests/explain/test_explain.py` checks.
 #
 # On this molecule the atoms carry {glue:text}`node_relevance` of relevance for "mutagen", the
 # model's log-odds are {glue:text}`explained_logodds`, and the biases take the difference,
@@ -325,7 +325,7 @@ print("batched == one by one:", torch.allclose(together.edge_relevance, one_by_o
 #
 # Because the rules attach to torch operations and not to a list of layers, the same explainer
 # explains a model it has never seen. Which rule each weight gets is a *composite*
-# (`lrp_lib.composites.Composite`, after Zennit's): a mapping from module types or name patterns to
+# (`lrp_lib.core.composites.Composite`, after Zennit's): a mapping from module types or name patterns to
 # rules, plus the two choices that are not per weight. The defaults: epsilon for every weight;
 # proportional splits for sums, means and aggregations; the winner for max; the identity for
 # elementwise functions (ReLU, tanh, a sigmoid head); half each for a product of two input-dependent
@@ -341,8 +341,8 @@ print("batched == one by one:", torch.allclose(together.edge_relevance, one_by_o
 # %%
 from torch_geometric.nn import BatchNorm, GATConv, GraphConv, global_add_pool  # noqa: E402
 
-from lrp_lib.composites import Composite  # noqa: E402
-from lrp_lib.rules import Gamma  # noqa: E402
+from lrp_lib.core.composites import Composite  # noqa: E402
+from lrp_lib.core.rules import Gamma  # noqa: E402
 
 
 class AnyModel(torch.nn.Module):
@@ -538,8 +538,8 @@ glue("nitroso_note", "Nitroso groups are themselves structural alerts for mutage
 
 # %% [markdown]
 # The same scores on the molecule, drawn as chemists draw it (RDKit's 2D depiction; hydrogens are
-# atoms of this data set, so they are drawn). `lrp_lib.datasets.mutagenicity.to_rdkit` builds the
-# molecule from the atom and bond labels, and `lrp_lib.plotting.bond_values` adds the scores of a
+# atoms of this data set, so they are drawn). `lrp_lib.book.datasets.mutagenicity.to_rdkit` builds the
+# molecule from the atom and bond labels, and `lrp_lib.book.plotting.bond_values` adds the scores of a
 # bond's two directed edges. The first panel marks the ground-truth bonds in yellow. Each method
 # gets its own colour scale, centred at zero, with a colour bar that says what it shows; the LRP and
 # Gradient $\times$ Input panels also colour the atoms by their node scores, on the same scale as
@@ -1087,7 +1087,7 @@ from torch_geometric.transforms import RandomLinkSplit  # noqa: E402
 from torch_geometric.utils import k_hop_subgraph, negative_sampling, stochastic_blockmodel_graph  # noqa: E402
 
 from lrp_lib import Explainer as CheckedExplainer  # noqa: E402  PyG's Explainer, the inputs checked first
-from lrp_lib.plotting import draw_graph  # noqa: E402
+from lrp_lib.book.plotting import draw_graph  # noqa: E402
 
 seed_everything(0)
 blocks = [40, 40, 40, 40]
@@ -1225,7 +1225,7 @@ plt.show()
 #
 # ## Summary
 #
-# - `lrp_lib.datasets.mutagenicity` loads Mutagenicity through PyG's `TUDataset` with the
+# - `lrp_lib.book.datasets.mutagenicity` loads Mutagenicity through PyG's `TUDataset` with the
 #   NO$_2$/NH$_2$ ground truth carried through PyG's self-loop removal and edge sorting, so `edge_gt`
 #   lines up with `edge_index` (every marked edge joins N with O or H).
 # - `LRPExplainer` brings LRP to unmodified PyG models through PyG's own `Explainer`: the model's
@@ -1257,7 +1257,7 @@ plt.show()
 #
 # ## Exercises
 #
-# 1. Explain the same molecules with `LRPExplainer(rule=Gamma(0.25))` (from `lrp_lib.rules`). Does
+# 1. Explain the same molecules with `LRPExplainer(rule=Gamma(0.25))` (from `lrp_lib.core.rules`). Does
 #    the ground-truth AUROC change? Which bonds change sign?
 # 2. Replace `global_mean_pool` by `global_max_pool` in the model, retrain, and compare the LRP edge
 #    maps. Where does the max pool send the relevance?

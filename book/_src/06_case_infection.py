@@ -15,14 +15,14 @@
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This chapter assumes the graph-network layers of `lrp_lib.graph` and the relevance mode
-# (`with lrp_lib.relevance():`) from the earlier chapters. After reading it you should be able to
+# This chapter assumes the graph-network layers of `lrp_lib.teach.graph` and the relevance mode
+# (`with lrp_lib.teach.relevance():`) from the earlier chapters. After reading it you should be able to
 # - generate the infection data set and read its ground-truth explanations;
-# - build and train a graph network on `lrp_lib.graph` layers with ordinary gradients, and explain
+# - build and train a graph network on `lrp_lib.teach.graph` layers with ordinary gradients, and explain
 #   the same model with LRP by switching the mode;
 # - explain many nodes of one graph in a single backward pass by batching copies of the graph;
 # - compute sensitivity, guided backprop and GNNExplainer explanations of the same model, and
-#   plug an `lrp_lib.graph` model into PyG's `Explainer`;
+#   plug an `lrp_lib.teach.graph` model into PyG's `Explainer`;
 # - score explanations against ground truth with AUROC, and say what each method gets wrong.
 # ```
 
@@ -51,12 +51,12 @@ from torch_geometric.nn import MessagePassing
 from tqdm.auto import trange
 
 import lrp_lib
-from lrp_lib import graph
-from lrp_lib.datasets import infection
-from lrp_lib.datasets.infection import explained_nodes, ground_truth, infection_graph
-from lrp_lib.guided_backprop import guided_backprop
-from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
-from lrp_lib.pretrained import load_or_train
+from lrp_lib.teach import graph
+from lrp_lib.book.datasets import infection
+from lrp_lib.book.datasets.infection import explained_nodes, ground_truth, infection_graph
+from lrp_lib.teach.guided_backprop import guided_backprop
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style, draw_graph
+from lrp_lib.book.pretrained import load_or_train
 
 book_style()
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -82,7 +82,7 @@ random.seed(0)
 # of Baldassarre and Azizpour {cite}`baldassarre2019explainability` put them on the lowest node ids, which in a Barabási-Albert graph are the hubs, so a model
 # could have learned "hubs are sick" instead of reading the features.
 #
-# `lrp_lib.datasets.infection` generates the graphs reproducibly (its `seed` argument fixes the
+# `lrp_lib.book.datasets.infection` generates the graphs reproducibly (its `seed` argument fixes the
 # random numbers). Each graph carries boolean masks
 # `sick`, `immune`, `virtual` and `gt_edge_mask` next to the features, so the ground truth
 # survives batching.
@@ -125,7 +125,7 @@ print(
 # 3. a **node read-out**, the logit $\ell_v = w^\top h_v + b$.
 #
 # One hop is all the task needs, and the max aggregation fits "is there at least one sick
-# in-person contact". The layers come from `lrp_lib.graph`; the only addition is an optional
+# in-person contact". The layers come from `lrp_lib.teach.graph`; the only addition is an optional
 # `edge_weight` that scales the messages before they are aggregated, which GNNExplainer will need
 # below.
 
@@ -169,7 +169,7 @@ model = InfectionGN("max").to(device)
 print(model)
 
 # %% [markdown]
-# Training uses ordinary gradients: outside `lrp_lib.relevance()` the layers are plain torch
+# Training uses ordinary gradients: outside `lrp_lib.teach.relevance()` the layers are plain torch
 # operations. Ten epochs of Adam on 1,000 graphs take a few seconds on a CPU. As in every chapter,
 # `load_or_train` loads the weights the book stores (so that the outputs below are the same on
 # every machine) and trains from scratch only when `LRP_BOOK_RETRAIN=1` is set.
@@ -241,7 +241,7 @@ glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 #
 # We explain the logit $\ell_v$ of one node $v$, and score each node and edge of its graph.
 #
-# - **LRP.** Run the forward pass inside `lrp_lib.relevance()`, start the backward pass from
+# - **LRP.** Run the forward pass inside `lrp_lib.teach.relevance()`, start the backward pass from
 #   $R = \ell_v$ at node $v$ (zero elsewhere), and read the relevance of each input feature from
 #   `.grad`. A node's (edge's) score is the sum over its features. The relevances add up to
 #   $\ell_v$ minus the read-out bias's share (conservation, up to the tiny share the stabiliser
@@ -253,7 +253,7 @@ glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 #   inputs would change the output if moved, not which ones produced it.
 # - **Guided backprop** {cite}`springenberg2015striving`: the gradient with the negative signals
 #   dropped at every ReLU, $\partial_{in} = [x > 0] \max(\partial_{out}, 0)$; scored like the
-#   gradient. `lrp_lib.guided_backprop` swaps the model's ReLU layers for the guided op inside a
+#   gradient. `lrp_lib.teach.guided_backprop` swaps the model's ReLU layers for the guided op inside a
 #   `with guided_backprop(model):` block.
 # - **GNNExplainer** {cite}`ying2019gnnexplainer`: learns a soft mask over edges (and here over
 #   nodes) that keeps the prediction while being small; the mask values are the scores.
@@ -273,7 +273,7 @@ def backward_scores(model, data, nodes, method):
     )
     target = torch.as_tensor(nodes, device=device) + torch.arange(k, device=device) * n
     if method == "lrp":
-        with lrp_lib.relevance():
+        with lrp_lib.teach.relevance():
             out = model(copies)
         start = torch.zeros_like(out).index_copy(
             0, target, out[target].detach()
@@ -298,7 +298,7 @@ def backward_scores(model, data, nodes, method):
 # `Data` object. The edge mask is the subtle part: PyG does not pass the mask to the model.
 # Instead `set_masks` looks for `MessagePassing` modules inside the model, stores the mask on
 # each (`module._edge_mask`) and sets `module.explain = True`; PyG's own layers then multiply every
-# message by `sigmoid(mask)`. `lrp_lib.graph` layers are not `MessagePassing` modules, so the
+# message by `sigmoid(mask)`. `lrp_lib.teach.graph` layers are not `MessagePassing` modules, so the
 # wrapper carries an empty `MessagePassing` whose only job is to receive the mask, and hands
 # `sigmoid(mask)` to the model's `edge_weight`, which scales the messages $m_k$ before the max.
 # Without it GNNExplainer's edge mask would never touch the computation.
@@ -635,9 +635,9 @@ print(
 # ## Summary
 #
 # - The infection data set has exact ground-truth explanations: for each infected non-sick node,
-#   its sick in-person contacts. `lrp_lib.datasets.infection` generates it reproducibly, with the
+#   its sick in-person contacts. `lrp_lib.book.datasets.infection` generates it reproducibly, with the
 #   sick and immune nodes placed at random rather than on the hubs.
-# - A graph network built from `lrp_lib.graph` layers trains with ordinary gradients and is
+# - A graph network built from `lrp_lib.teach.graph` layers trains with ordinary gradients and is
 #   explained with LRP by switching the mode; nothing in the model changes.
 # - Batching copies of a graph explains many of its nodes in one backward pass.
 # - Against the ground truth, LRP ranks the true causes highest for both nodes and edges. The

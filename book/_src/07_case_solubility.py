@@ -12,9 +12,9 @@
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This chapter assumes the graph-network layers of `lrp_lib.graph` and the relevance mode from the
+# This chapter assumes the graph-network layers of `lrp_lib.teach.graph` and the relevance mode from the
 # earlier chapters, and the infection case study. After reading it you should be able to
-# - load ESOL as PyTorch Geometric graphs with atom, bond and molecule features (`lrp_lib.datasets.esol`);
+# - load ESOL as PyTorch Geometric graphs with atom, bond and molecule features (`lrp_lib.book.datasets.esol`);
 # - train a graph-network regressor with ordinary gradients and explain its predictions with LRP;
 # - explain every molecule of a data set in one backward pass;
 # - turn relevance into per-atom and per-bond pictures of a molecule, and into a per-element
@@ -43,16 +43,16 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import trange
 
 import lrp_lib
-from lrp_lib import graph
-from lrp_lib.datasets import esol
-from lrp_lib.datasets.esol import (
+from lrp_lib.teach import graph
+from lrp_lib.book.datasets import esol
+from lrp_lib.book.datasets.esol import (
     ATOM_TYPES,
     EDGE_FEATURES,
     NODE_FEATURES,
     smiles_to_graph,
 )
-from lrp_lib.plotting import BOOK_DPI, BOOK_WIDTH, bond_values, book_style, draw_molecule
-from lrp_lib.pretrained import load_or_train
+from lrp_lib.book.plotting import BOOK_DPI, BOOK_WIDTH, bond_values, book_style, draw_molecule
+from lrp_lib.book.pretrained import load_or_train
 
 RDLogger.DisableLog("rdApp.*")
 book_style()
@@ -66,7 +66,7 @@ random.seed(0)
 #
 # ESOL {cite}`delaney2004esol` lists 1,128 organic molecules with their measured solubility in
 # water, as $\log_{10}$ of mol/L (from $-11.6$, nearly insoluble, to $+1.6$). It is part of
-# MoleculeNet {cite}`wu2018moleculenet`. `lrp_lib.datasets.esol()` reads MoleculeNet's csv from
+# MoleculeNet {cite}`wu2018moleculenet`. `lrp_lib.book.datasets.esol()` reads MoleculeNet's csv from
 # `$LRP_DATA_ROOT` when that is set and downloads it otherwise, and parses each SMILES string with
 # RDKit into a graph:
 #
@@ -116,7 +116,7 @@ print(f"train {len(train_set)}, validation {len(val_set)}, test {len(test_set)}"
 # %% [markdown]
 # ## The model
 #
-# A graph network in the style of the paper, on `lrp_lib.graph` layers: an encoder for atoms and
+# A graph network in the style of the paper, on `lrp_lib.teach.graph` layers: an encoder for atoms and
 # bonds, two message-passing blocks with sum aggregation, and a read-out that **sums** the atom
 # embeddings of each molecule and maps them to one number,
 #
@@ -132,7 +132,7 @@ print(f"train {len(train_set)}, validation {len(val_set)}, test {len(test_set)}"
 # trains from scratch only when `LRP_BOOK_RETRAIN=1` is set.
 
 # %% tags=["train"]
-from lrp_lib.models import (
+from lrp_lib.book.models import (
     SolubilityGN,
 )  # written once in the library: later pages load these weights
 
@@ -191,7 +191,7 @@ print(
 # Delaney's own ESOL equation (a linear model on logP, weight, rotatable bonds and
 # aromatic proportion) is a column of the same csv: its error on the same test molecules
 import csv
-from lrp_lib.datasets.esol import FILENAME, default_root
+from lrp_lib.book.datasets.esol import FILENAME, default_root
 with open(default_root() / FILENAME, newline="") as f:  # rows in the order of `molecules`
     esol_equation = [
         float(r["ESOL predicted log solubility in mols per litre"])
@@ -231,7 +231,7 @@ def explain(graphs):
     batch = graph.relevance_inputs(
         Batch.from_data_list(graphs).to(device), ("x", "edge_attr")
     )
-    with lrp_lib.relevance():
+    with lrp_lib.teach.relevance():
         out = model(batch)
     out.backward(out.detach())  # R = the prediction of each molecule
     rel = graph.read_relevance(batch)
@@ -358,7 +358,7 @@ for key, value in {
     glue(f"esol_{key}", signed(value), display=False)
 
 # %% [markdown]
-# The drawings are RDKit 2D depictions, as chemists draw molecules, with `lrp_lib.plotting.draw_molecule`:
+# The drawings are RDKit 2D depictions, as chemists draw molecules, with `lrp_lib.book.plotting.draw_molecule`:
 # atoms and bonds are coloured on one zero-centred scale shared by all six molecules, red for
 # positive relevance (towards soluble), blue for negative. A graph's node $i$ is RDKit's atom $i$
 # (the graphs are built from `Chem.MolFromSmiles`, hydrogens implicit), and `bond_values` adds the
@@ -574,9 +574,9 @@ plt.show()
 #
 # ## Summary
 #
-# - `lrp_lib.datasets.esol` turns the ESOL csv into PyG graphs with atom, bond and molecule
+# - `lrp_lib.book.datasets.esol` turns the ESOL csv into PyG graphs with atom, bond and molecule
 #   features, reading a local copy when `LRP_DATA_ROOT` is set.
-# - A graph network on `lrp_lib.graph` layers reaches a test RMSE of {glue:text}`esol_test_rmse`
+# - A graph network on `lrp_lib.teach.graph` layers reaches a test RMSE of {glue:text}`esol_test_rmse`
 #   log units after a short training with ordinary gradients (predicting the mean:
 #   {glue:text}`esol_baseline_rmse`); the same model is
 #   explained with LRP by switching the mode.

@@ -14,7 +14,7 @@
 # The reference implementation runs one backward pass per walk, so its cost grows exponentially
 # with depth. Xiong et al. showed that the relevance of a whole subgraph {cite}`xiong2022sgnnlrp`
 # and the most relevant walks {cite}`xiong2023walksearch` can be had without enumerating walks.
-# `lrp_lib.walks` does both with the autograd trick of the first chapters.
+# `lrp_lib.explain.walks` does both with the autograd trick of the first chapters.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
@@ -22,7 +22,7 @@
 # `LRPExplainer`). After it you can
 # - write the relevance of a walk and say why the walks' relevances sum to the output;
 # - get node and edge relevance back as marginals of walk relevance, and check it numerically;
-# - find the top-$k$ walks of a prediction with `lrp_lib.walks.top_walks` and draw them on a molecule;
+# - find the top-$k$ walks of a prediction with `lrp_lib.explain.walks.top_walks` and draw them on a molecule;
 # - score a node set with `subgraph_relevance` in polynomial time;
 # - judge walk explanations against node and edge explanations on BA-2Motifs, where the ground truth
 #   is a motif, and on the Infection graphs, where it is a path;
@@ -60,15 +60,15 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, GINConv, GraphConv, global_add_pool, global_mean_pool
 from tqdm.auto import tqdm
 
-from lrp_lib.datasets import mutagenicity
-from lrp_lib.datasets.infection import explained_nodes, ground_truth, infection
-from lrp_lib.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
-from lrp_lib.explain import LRPExplainer
-from lrp_lib.plotting import BOOK_WIDTH, book_style, depict, draw_graph
-from lrp_lib.models import MutagenicityGCN
-from lrp_lib.pretrained import load_or_train
-from lrp_lib.results import load_results, machine_note, results_table
-from lrp_lib.walks import (WalkModel, all_walks, gamma_schedule, greedy_subgraph, subgraph_relevance, top_walks,
+from lrp_lib.book.datasets import mutagenicity
+from lrp_lib.book.datasets.infection import explained_nodes, ground_truth, infection
+from lrp_lib.book.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
+from lrp_lib import LRPExplainer
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style, depict, draw_graph
+from lrp_lib.book.models import MutagenicityGCN
+from lrp_lib.book.pretrained import load_or_train
+from lrp_lib.book.results import load_results, machine_note, results_table
+from lrp_lib.explain.walks import (WalkModel, all_walks, gamma_schedule, greedy_subgraph, subgraph_relevance, top_walks,
                             walk_relevance, walk_scores)
 
 book_style()
@@ -131,7 +131,7 @@ seed_everything(0)
 # {cite}`xiong2022sgnnlrp`: by the same distributivity it is one LRP backward pass in which every
 # layer's messages are restricted to pairs inside $S$.
 #
-# **How `lrp_lib.walks` computes it.** One forward pass with the rule's gradient trick (the value
+# **How `lrp_lib.explain.walks` computes it.** One forward pass with the rule's gradient trick (the value
 # unchanged, the gradient the rule) records each layer's message coefficients and the rule-Jacobian
 # of the node-wise parts (ReLU, GIN's MLP) node by node. A walk's relevance is then a product of
 # small matrices, batched over walks; a subgraph's relevance is one masked backward; and `top_walks`
@@ -939,7 +939,7 @@ glue("t_naive_sub_1000", f"{t1000['naive_subgraph_s']:.1f}" if t1000["naive_subg
 #    fast does it approach the exact node relevance? Plot the error against $k$.
 # 3. Switch the molecule's explanation to the gamma rule (`rule="gamma"`). Which of the top walks
 #    change? Do the marginals still equal `LRPExplainer(rule="gamma")`? (Read the docstring of
-#    `lrp_lib.walks` for GraphConv before generalising.)
+#    `lrp_lib.explain.walks` for GraphConv before generalising.)
 # 4. On BA-2Motifs, score each graph's motif with `subgraph_relevance` (the motif's node set) and
 #    compare with a random set of five connected nodes of the BA part. How often does the motif win?
 # 5. Run `python benchmarks/bench_walks.py --fast` on your machine and compare the slopes of

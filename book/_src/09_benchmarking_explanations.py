@@ -32,8 +32,8 @@ import numpy as np
 from IPython.display import Markdown, display
 from myst_nb import glue
 
-from lrp_lib.plotting import book_style
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.plotting import book_style
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 book_style()
 quality = load_results("quality", repository=globals().get("REPOSITORY"))
@@ -201,7 +201,7 @@ display(
 #
 # LRP is run in every combination of a rule composite, the explained quantity and the mask, each a
 # method of its own ({glue:text}`n_lrp_configs` in all); the three masks are transforms of one
-# explanation (`lrp_lib.explain.relevance_mask`), so they share one call and one time:
+# explanation (`lrp_lib.explain.explainer.relevance_mask`), so they share one call and one time:
 
 # %%
 lrp = settings["lrp"]

@@ -23,13 +23,13 @@
 # - **obscure crash**: any other exception, typically from deep inside torch or PyG.
 #
 # Everything below is read from the file it writes, `benchmarks/results/bad_inputs.json`, and
-# `tests/test_validation.py` runs the same catalogue.
+# `tests/core/test_validation.py` runs the same catalogue.
 
 # %% tags=["hide-input"]
 from IPython.display import display
 from myst_nb import glue
 
-from lrp_lib.results import load_results, results_table
+from lrp_lib.book.results import load_results, results_table
 
 REPO = globals().get(
     "REPOSITORY"
@@ -59,13 +59,13 @@ display(results_table([{"outcome": k, "cases": run["counts"][k]} for k in CLASSE
 # `LRPExplainer` sees it. Two ways to get the error that names the argument instead:
 #
 # ```python
-# from lrp_lib.explain import Explainer, LRPExplainer, check_inputs
+# from lrp_lib.explain.explainer import Explainer, LRPExplainer, check_inputs
 #
 # check_inputs(model, data.x, data.edge_index, batch=data.batch)  # before PyG's Explainer, or
 # explainer = Explainer(model, algorithm=LRPExplainer(), ...)     # PyG's Explainer, checking first
 # ```
 #
-# `lrp_lib.explain.Explainer` (also `lrp_lib.Explainer`) is PyG's class with the check added before
+# `lrp_lib.explain.explainer.Explainer` (also `lrp_lib.Explainer`) is PyG's class with the check added before
 # the prediction pass, and it restores the model's training flag when the explanation fails (PyG's
 # leaves the model in eval mode). The catalogue calls it where the library provides it.
 #
@@ -140,8 +140,8 @@ display(
 #
 # - A wrong explanation looks like a right one, so `lrp_lib` refuses what it cannot explain, with a
 #   message that names the argument and the fix.
-# - The checks live in one module, `lrp_lib.validation`, used by every entry point, so an epsilon,
+# - The checks live in one module, `lrp_lib.core.validation`, used by every entry point, so an epsilon,
 #   an `edge_index` or a batch is checked the same way everywhere.
-# - With PyG's `Explainer`, call `check_inputs` first or use `lrp_lib.explain.Explainer`.
-# - `tests/test_validation.py` runs every case of the catalogue, so a change that makes one of them
+# - With PyG's `Explainer`, call `check_inputs` first or use `lrp_lib.explain.explainer.Explainer`.
+# - `tests/core/test_validation.py` runs every case of the catalogue, so a change that makes one of them
 #   silently wrong fails the tests.

@@ -25,9 +25,9 @@ from torch import nn
 from torch_geometric.explain import Explainer
 from torch_geometric.nn import GCNConv, global_add_pool
 
-from lrp_lib.explain import LRPExplainer
-from lrp_lib.results import load_results, results_table
-from lrp_lib.rules import Epsilon
+from lrp_lib import LRPExplainer
+from lrp_lib.book.results import load_results, results_table
+from lrp_lib.core.rules import Epsilon
 
 REPO = globals().get(
     "REPOSITORY"
@@ -133,7 +133,7 @@ for sigmoid in (False, True):
 
 # %% [markdown]
 # `bench_coverage.py` runs these checks through its function `check`, and
-# `tests/test_bench_coverage.py` makes sure that the checks can fail: an explainer whose relevance is
+# `tests/benchmarks/test_bench_coverage.py` makes sure that the checks can fail: an explainer whose relevance is
 # doubled, one that returns the bare gradient, input times gradient through a sigmoid, and one that
 # spreads the output evenly over the nodes (it conserves, but is not LRP-0 on a piecewise-linear
 # model) are all classified *wrong*.
@@ -423,4 +423,4 @@ display(
 #
 # The script runs in well under three minutes on one CPU thread. Its constructor table (`CONVS`,
 # `AGGREGATIONS`, `PRIMITIVE_FNS`, `MODELS`, `HETERO`) is the place to add a layer; a layer that PyG adds to `__all__` and the table
-# lacks is reported at the start of the run and fails `tests/test_bench_coverage.py`.
+# lacks is reported at the start of the run and fails `tests/benchmarks/test_bench_coverage.py`.

@@ -36,9 +36,9 @@ from myst_nb import glue
 from torch_geometric.nn import GCNConv, global_mean_pool
 
 import lrp_lib
-from lrp_lib.datasets import mutagenicity
-from lrp_lib.pretrained import load_or_train
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.datasets import mutagenicity
+from lrp_lib.book.pretrained import load_or_train
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 REPO = globals().get(
     "REPOSITORY"
@@ -52,7 +52,7 @@ REPO = globals().get(
 # (positive: nonmutagen).
 
 # %%
-from lrp_lib.models import (
+from lrp_lib.book.models import (
     MutagenicityGCN as GCN,
 )  # chapter 5's class, written once in the library
 
@@ -68,7 +68,7 @@ dataset = (
 )  # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
 model = GCN(dataset.num_features, hidden=64)
 load_or_train("mutagenicity-gcn", model, stored_only, retrain=False)
-print(f"{len(dataset)} molecules; the model from lrp_lib/weights/mutagenicity-gcn.pt")
+print(f"{len(dataset)} molecules; the model from lrp_lib/book/weights/mutagenicity-gcn.pt")
 
 # %% [markdown]
 # One call explains the first molecules of the data set, batch by batch, and writes them to a folder.
@@ -121,10 +121,10 @@ print(
 # - `node_relevance`: one number per atom, the relevance of its features summed;
 # - `edge_relevance`: one number per directed edge. For a PyG model it is the relevance that the
 #   edge's messages carry over all layers: it flows on into the nodes, so it is *part of* the node
-#   relevance. For a model of `lrp_lib.graph` layers (chapter 7) it is the relevance of the edge's own
+#   relevance. For a model of `lrp_lib.teach.graph` layers (chapter 7) it is the relevance of the edge's own
 #   input features, beside the nodes;
 # - `bias_relevance`: the explained value minus the relevance of the inputs (the node sum for a PyG
-#   model; nodes, edges and global features for an `lrp_lib.graph` model). It is what the biases
+#   model; nodes, edges and global features for an `lrp_lib.teach.graph` model). It is what the biases
 #   kept, plus the share that the stabiliser $\epsilon$ absorbed.
 #
 # One backward pass explains a whole batch because the graphs of a batch exchange no messages. For a
@@ -180,7 +180,7 @@ print(
 # are recorded in the manifest; resuming with a different one is refused with a message that names
 # it, instead of mixing two jobs in one folder. The tests kill the command-line job with `SIGKILL`
 # in the middle of a run and check that the resumed output equals an uninterrupted run exactly
-# (`tests/test_jobs.py`).
+# (`tests/explain/test_jobs.py`).
 #
 # ## The command line, and many processes
 #
@@ -194,14 +194,14 @@ print(
 #     --out mutagenicity-lrp/ --mode binary_classification --batch-size 256
 # ```
 #
-# `python -m lrp_lib.jobs` is the same command. When one process is not enough, `torchrun` starts
+# `python -m lrp_lib.explain.jobs` is the same command. When one process is not enough, `torchrun` starts
 # several; each becomes one rank of a `torch.distributed` process group (gloo on the CPU, NCCL on
 # GPUs, where rank $r$ uses the GPU `LOCAL_RANK`):
 #
 # ```bash
-# torchrun --nproc_per_node 4 -m lrp_lib.jobs --model ... --dataset ... --out mutagenicity-lrp/ ...
+# torchrun --nproc_per_node 4 -m lrp_lib.explain.jobs --model ... --dataset ... --out mutagenicity-lrp/ ...
 # # several machines: the same command on each, with --nnodes, --node_rank and --master_addr
-# torchrun --nnodes 2 --node_rank 0 --master_addr host0 --nproc_per_node 8 -m lrp_lib.jobs ...
+# torchrun --nnodes 2 --node_rank 0 --master_addr host0 --nproc_per_node 8 -m lrp_lib.explain.jobs ...
 # ```
 #
 # With `batch_size` $s$, batch $b$ holds the graphs $bs, \dots, (b + 1)s - 1$, whatever the number of
@@ -216,7 +216,7 @@ print(
 # ## What it costs
 #
 # `benchmarks/bench_jobs.py` runs the whole job on every molecule of Mutagenicity (the GCN above,
-# explained by `LRPExplainer`) and of ESOL (the `lrp_lib.graph` network of the chapter
+# explained by `LRPExplainer`) and of ESOL (the `lrp_lib.teach.graph` network of the chapter
 # [Solubility](07_case_solubility.ipynb), explained in relevance mode), loading the batches,
 # explaining them and writing the Parquet files. For comparison it runs the same batches through a
 # plain forward pass and through a forward and backward pass for the input gradient, the least that

@@ -20,8 +20,8 @@ import numpy as np
 from IPython.display import Markdown, display
 from myst_nb import glue
 
-from lrp_lib.plotting import BOOK_WIDTH, book_style
-from lrp_lib.results import load_results, machine_note, results_table
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style
+from lrp_lib.book.results import load_results, machine_note, results_table
 
 book_style()
 REPO = globals().get(
@@ -143,11 +143,11 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## The relevance ops (`lrp_lib.ops`)
+# ## The relevance ops (`lrp_lib.teach.ops`)
 #
 # `benchmarks/bench_ops.py` compares each op's relevance backward with the plain autograd backward of
 # the same computation: `ops.linear_eps` with `torch.nn.functional.linear`, the scatter ops with the
-# plain scatters of `lrp_lib.scatter`. *Backward ratio* times only `.backward()`; *fwd+bwd ratio*
+# plain scatters of `lrp_lib.teach.scatter`. *Backward ratio* times only `.backward()`; *fwd+bwd ratio*
 # times forward and backward, which is what computing an explanation costs. The memory columns are the
 # peak RSS increase of one forward and backward, each in a fresh process. The last row compares the
 # epsilon rule of the original notebook *Hijacking autograd for LRP*, which builds the N x in x out
@@ -285,7 +285,7 @@ g("sweep_kept_fb_max", max(r["saved_output_fwd_bwd_ratio"] for r in sweep))
 # `benchmarks/bench_graph.py` runs a Graph Network of four blocks (each block: `EdgeLinear` on edge,
 # sender, receiver and global features, ReLU; `NodeLinear` on node, incoming (sum) and global
 # features, ReLU; `GlobalLinear` on node, edge (sum) and global features, ReLU) on one random graph,
-# float32. The same model runs outside and inside `lrp_lib.relevance()`; the backward starts from the
+# float32. The same model runs outside and inside `lrp_lib.teach.relevance()`; the backward starts from the
 # global output. The gradient backward also computes the weight gradients, as in training; the
 # relevance backward gives the weights none.
 
@@ -341,12 +341,12 @@ g(
 # through the copies and aggregations, with $s = R / (z + \epsilon\,\mathrm{sign}(z))$. It saves only
 # the inputs (alive anyway), the index tensors, its output and, for a max aggregation, the argmax; its
 # forward sums the terms in place. With $\epsilon = 0$ it gives exactly the relevance of the layer
-# composed from `lrp_lib.ops` (`tests/test_graph.py` checks this for every configuration). That
+# composed from `lrp_lib.teach.ops` (`tests/teach/test_graph.py` checks this for every configuration). That
 # composition, the teaching version of the chapter [The autograd trick for graph
 # layers](02_graph_layers.ipynb), keeps far more: every proportional `ops.add` keeps both of its
 # terms and their sum.
 #
-# ## Convolutions and skip connections (`lrp_lib.rules`)
+# ## Convolutions and skip connections (`lrp_lib.core.rules`)
 #
 # `benchmarks/bench_conv.py` uses the residual CNN of the chapter [Convolutions and skip
 # connections](03_convolutions_and_skips.ipynb) (a 3x3 convolution to 24 channels, two residual blocks

@@ -32,8 +32,8 @@ from torch_geometric.datasets.graph_generator import BAGraph
 from torch_geometric.nn import GCNConv
 from torch_geometric.utils import k_hop_subgraph
 
-from lrp_lib.plotting import BOOK_WIDTH, book_style, draw_graph
-from lrp_lib.pretrained import load_or_train
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style, draw_graph
+from lrp_lib.book.pretrained import load_or_train
 
 book_style()
 torch.set_num_threads(

@@ -1,0 +1,12 @@
+"""The arithmetic every explanation shares: the rules (:mod:`~lrp_lib.core.rules`), the
+composites that assign them to layers (:mod:`~lrp_lib.core.composites`) and the checks of
+user input (:mod:`~lrp_lib.core.validation`).  Imports nothing else from :mod:`lrp_lib`."""
+import importlib
+
+_MODULES = ("rules", "composites", "validation")
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

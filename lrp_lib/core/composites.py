@@ -1,0 +1,164 @@
+r"""Composites: which rule each part of a model gets (Zennit's design, for graph networks).
+
+A :class:`Composite` maps the weights of a model to :class:`~lrp_lib.core.rules.Rule` objects -- by
+module type or by the module's qualified name (a glob pattern such as ``"convs.0.*"``) -- and
+sets the few choices that are not per-weight rules.  The defaults, and why:
+
+* **Linear maps with a weight** (``Linear``, PyG ``Linear``, the ``lin`` of every conv,
+  convolutions, ``x @ W``): ``linear`` (default :class:`~lrp_lib.core.rules.Epsilon` with
+  :math:`\epsilon = 10^{-6}`).  Epsilon with a small :math:`\epsilon` is LRP-0 up to the
+  stabiliser: on a bias-free piecewise-linear model it equals input :math:`\times` gradient
+  and conserves the output, the property the book's tests check.  ``Gamma`` and ``ZPlus``
+  can be chosen for all weights or per module.
+* **Maps without a weight** -- sums, means, ``scatter_add`` (sum and mean aggregation, sum and
+  mean pooling), a product with the adjacency matrix, batch norm in eval mode: the epsilon
+  rule with the composite's ``epsilon``, which splits each output over its terms in
+  proportion (the coefficients are data, not parameters, so :math:`\gamma` and z+ do not apply).
+* **Max and min** (max aggregation, max pooling): the winner takes all (the gradient's choice).
+* **Elementwise functions** (ReLU, GELU, SiLU, tanh, a sigmoid head, products with a constant):
+  the identity rule, relevance passes unchanged.
+* **Gates** -- the output of a sigmoid (and ``1 - z`` of one) multiplying a signal, as in GRU and
+  LSTM cells and gated convolutions: the gate is held constant and the signal takes all the
+  relevance ("signal-take-all", Arras et al., 2017), as for attention below.
+* **Other products of two input-dependent factors** (FiLM, ``h * h``): AttnLRP's uniform rule, half each.
+* **Attention** -- a factor that is a normalised weight (the output of a softmax, PyG's
+  ``softmax`` over the edges, any ``a / b`` with a data-dependent ``b``): ``attention="cp"``
+  (default) holds it constant, CP-LRP (Ali et al., 2022), so all relevance goes to the values
+  and none through the attention scores; ``attention="uniform"`` gives it half (AttnLRP),
+  which then flows on through the scores.
+* **Normalisation** -- layer, group and instance norm: the normalisation passes relevance
+  unchanged and the affine part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode
+  is the linear map :math:`a x + c` it is (the same relevance as merging it into the preceding
+  linear map, for the epsilon rule).
+
+Rules per message-passing layer (``layers=``): the weights inside the :math:`i`-th
+``MessagePassing`` module of the model (counted in the order the model registers them, its
+submodules -- a GIN's MLP, a conv's ``lin`` -- included) can get a rule that depends on the depth,
+as the LRP-for-GNN literature does.  Named composites:
+
+========================  =====================================================================
+``"epsilon"``             :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`) on every weight (a
+                          ``Composite()``'s default): LRP-0 up to the stabiliser.
+``"z"``                   :math:`\epsilon = 0` everywhere: exact conservation on bias-free models.
+``"gamma"``               ``Gamma(0.25)`` on every weight.
+``"zplus"``               :class:`~lrp_lib.core.rules.ZPlus` on every weight (``LRPExplainer``'s
+                          default, chosen by the benchmark of chapter 9).
+``"gamma_sgnn"``          :math:`\gamma_i` decreasing linearly from 3 at the first
+                          message-passing layer to 0 at the last (``np.linspace(3, 0, L)``), the
+                          dense head at :math:`\epsilon`: the schedule of Xiong et al.'s sGNN-LRP
+                          code (ICML 2022, ``subgraph_relevance.py``).
+``"gamma_dig"``           :math:`\gamma = 2` in the first message-passing layer, :math:`\gamma = 1`
+                          in every other layer, dense layers included: DIG's GNN-LRP
+                          (``dig/xgraph/method/gnn_lrp.py``, after Schnake et al., 2021).
+``"layered"``             a layer-dependent composite after Kohlbrenner et al. (IJCNN 2020):
+                          ``Epsilon(0.1)`` on the dense layers at the top, ``Gamma(0.25)`` in the
+                          message-passing layers, the bounded :class:`~lrp_lib.core.rules.ZBox` rule
+                          in the first message-passing layer, whose input is the data.
+========================  =====================================================================
+"""
+from __future__ import annotations
+
+import fnmatch
+from typing import Callable, Mapping, Sequence
+
+from torch import nn
+
+from lrp_lib.core.rules import Epsilon, Gamma, Rule, ZBox, get_rule
+from lrp_lib.core.validation import check_number
+
+__all__ = ["Composite", "get_composite", "NAMED_COMPOSITES"]
+
+_ATTENTION = ("cp", "uniform")
+
+
+class Composite:
+    """Rules for the weights of a model, and the choices that are not per-weight rules.
+
+    Args:
+        linear: the rule of every weight that ``rules`` does not name (a :class:`Rule` or its name).
+        rules: ``{module type or glob pattern of the qualified module name: rule}``; the first
+            entry that matches the module owning a weight wins (names before types: put the most
+            specific first).  Example: ``{"conv1.*": "gamma", nn.Linear: Epsilon(0.01)}``.
+        epsilon: the stabiliser of the maps without weights (sums, aggregations, pools) and of
+            the elementwise affine maps (norms).  ``0`` conserves exactly (a zero output then
+            loses its relevance, with a warning).
+        attention: ``"cp"`` (normalised weights held constant) or ``"uniform"`` (half the
+            product's relevance).
+        bias: ``True`` (default): biases and other constant terms take their share of each split
+            (the usual LRP; the explanation reports it as ``bias_relevance``).  ``False``: they take
+            none, the split is over the input-dependent terms alone and all relevance reaches the
+            inputs (Zennit's ``zero_params="bias"``).
+        layers: the rule of the weights inside each message-passing layer: a sequence (rule of
+            layer 0, 1, ...; layers past its end get ``linear``) or a function ``(i, n) -> rule``
+            of the layer's index ``i`` and the model's number ``n`` of message-passing layers.
+            ``rules`` take precedence, then ``layers``, then ``linear``.
+    """
+
+    def __init__(self, linear: Rule | str = "epsilon", rules: Mapping | None = None, epsilon: float = 1e-6,
+                 attention: str = "cp", bias: bool = True,
+                 layers: Sequence[Rule | str] | Callable[[int, int], Rule | str] | None = None):
+        self.linear = get_rule(linear)
+        if layers is not None and not callable(layers):
+            if isinstance(layers, (str, Rule)) or not isinstance(layers, Sequence):
+                raise TypeError(f"layers must be a sequence of rules or a function (i, n) -> rule, got {layers!r}")
+            layers = tuple(get_rule(r) for r in layers)
+        self.layers = layers
+        self.rules = []
+        for key, rule in (rules or {}).items():
+            if not (isinstance(key, str) or (isinstance(key, type) and issubclass(key, nn.Module))):
+                raise TypeError(f"rules keys must be module types or name patterns (str), got {key!r}")
+            self.rules.append((key, get_rule(rule)))
+        self.epsilon = check_number(epsilon, "epsilon")
+        if attention not in _ATTENTION:
+            raise ValueError(f"attention must be one of {_ATTENTION}, got {attention!r}")
+        self.attention = attention
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be True or False, got {bias!r}")
+        self.bias = bias
+
+    def rule_for(self, name: str, module: nn.Module, layer: tuple[int, int] | None = None) -> Rule:
+        """The rule of the weights owned by ``module`` (qualified name ``name``); ``layer``: ``(i, n)``
+        when the module belongs to the ``i``-th of the model's ``n`` message-passing layers."""
+        for key, rule in self.rules:
+            if isinstance(key, str) and fnmatch.fnmatchcase(name, key):
+                return rule
+        for key, rule in self.rules:
+            if isinstance(key, type) and isinstance(module, key):
+                return rule
+        if layer is not None and self.layers is not None:
+            i, n = layer
+            if callable(self.layers):
+                return get_rule(self.layers(i, n))
+            if i < len(self.layers):
+                return self.layers[i]
+        return self.linear
+
+    def __repr__(self):
+        return (f"Composite(linear={self.linear!r}, rules={dict(self.rules)!r}, epsilon={self.epsilon!r}, "
+                f"attention={self.attention!r}, bias={self.bias!r}, layers={self.layers!r})")
+
+
+def _linear_gamma(i: int, n: int) -> Rule:
+    """Xiong et al.'s schedule: gamma from 3 at the first of ``n`` layers down to 0 at the last."""
+    return Gamma(3.0 * (n - 1 - i) / (n - 1)) if n > 1 else Gamma(3.0)
+
+
+#: name -> function making the named composite (see the module docstring).
+NAMED_COMPOSITES: dict[str, Callable[[], Composite]] = {
+    "gamma_sgnn": lambda: Composite(linear=Epsilon(), layers=_linear_gamma),
+    "gamma_dig": lambda: Composite(linear=Gamma(1.0), layers=[Gamma(2.0)]),
+    "layered": lambda: Composite(linear=Epsilon(0.1), layers=lambda i, n: ZBox() if i == 0 else Gamma(0.25)),
+}
+
+
+def get_composite(composite: Composite | Rule | str) -> Composite:
+    """A :class:`Composite` from a composite, a rule (used for every weight, with that rule's
+    epsilon for the maps without weights) or a name: ``"epsilon"``, ``"z"``, ``"gamma"``,
+    ``"zplus"``, ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"`` (see the module docstring), or
+    any rule name of :func:`lrp_lib.core.rules.get_rule`."""
+    if isinstance(composite, Composite):
+        return composite
+    if isinstance(composite, str) and composite.lower().replace("-", "_") in NAMED_COMPOSITES:
+        return NAMED_COMPOSITES[composite.lower().replace("-", "_")]()
+    rule = get_rule(composite)
+    return Composite(linear=rule, epsilon=getattr(rule, "eps", 1e-6))

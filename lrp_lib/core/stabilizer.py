@@ -1,0 +1,97 @@
+r"""The arithmetic every proportional LRP rule shares: one stabiliser and one share.
+
+A proportional rule gives each input the part of an output's relevance that its contribution
+:math:`z_{ij}` makes of the output :math:`z_j`:
+
+.. math::  R_i = \sum_j \frac{z_{ij}}{z_j} R_j .
+
+:func:`stabilize` adds :math:`\epsilon\,\mathrm{sign}(z_j)` to the denominator (the epsilon
+rule); :func:`relevance_share` computes :math:`R_j / z_j`, warns with
+:class:`LostRelevanceWarning` and the amount where a zero denominator drops relevance, and
+raises where the relevance is NaN or Inf.  Every rule of :mod:`lrp_lib.core.rules`, every
+primitive of :mod:`lrp_lib.explain` and every op of :mod:`lrp_lib.teach.ops` divides through
+these two functions.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from torch import Tensor
+
+__all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite"]
+
+
+class LostRelevanceWarning(UserWarning):
+    """Relevance reached an output equal to zero and could not be redistributed."""
+
+
+def raise_not_finite(op: str) -> None:
+    raise ValueError(
+        f"{op}: the relevance is NaN or Inf: an input (x, src, a or b), a weight or the relevance sent "
+        f"into the backward contains NaN or Inf values; check them with torch.isfinite(x).all()")
+
+
+def warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
+    """Warn if relevance was sent into outputs flagged by the boolean mask ``zero``; raise if
+    that relevance is NaN or Inf (``NaN != 0`` is true, but it is no amount that was lost)."""
+    lost = torch.where(zero, rel_out, rel_out.new_zeros(()))  # what reached the zero outputs
+    ends = torch.aminmax(lost) if lost.numel() else (lost.new_zeros(()), lost.new_zeros(()))
+    low, high = float(ends[0]), float(ends[1])
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise_not_finite(op)
+    if low != 0 or high != 0:
+        amount = float(lost.abs().sum())
+        warnings.warn(
+            f"{op}: relevance of total magnitude {amount:.4g} reached outputs equal to zero "
+            f"and was lost (a zero output cannot be split in proportion to its inputs)",
+            LostRelevanceWarning,
+            stacklevel=3,
+        )
+
+
+def stabilize(z: Tensor, eps: float) -> Tensor:
+    r"""The one stabiliser of :mod:`lrp_lib`: :math:`z + \epsilon\,\mathrm{sign}(z)` with
+    :math:`\mathrm{sign}(0) = +1` (Zennit's convention; a negative zero, ``-0.0``, gets
+    :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor
+    (one ``copysign`` and one add); ``eps = 0`` returns ``z`` itself."""
+    if not eps:
+        return z
+    return torch.copysign(z.new_tensor(float(eps)), z).add_(z)
+
+
+def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
+    r"""Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``; pass
+    :func:`stabilize` ``(out, eps)``): the factor :math:`R_k / z_k` that every proportional rule
+    multiplies by a contribution.
+
+    Where the denominator is 0 the share is 0: that relevance is lost, with a warning (with a
+    stabilised denominator, :math:`\epsilon > 0`, this never happens).  A given ``denom`` is a
+    scratch tensor of the caller's and is overwritten with the result.  Cost: one division and
+    one count of the zeros of the denominator; the masking and the warning only run when a zero
+    exists.
+    """
+    d = out if denom is None else denom
+    zero = d == 0 if int(torch.count_nonzero(d)) < d.numel() else None
+    share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)
+    if zero is not None:
+        warn_lost(op, zero, rel_out)
+        share = share.masked_fill_(zero, 0)
+    # NaN or Inf in the inputs, the weights or rel_out. The output is checked too: an infinite
+    # input whose share is 0 (R = 0 on an infinite z) would otherwise turn into 0 * inf = NaN
+    # when the share is multiplied back onto the input.
+    if not all_finite(share, out):
+        raise_not_finite(op)
+    return share
+
+
+def all_finite(*tensors: Tensor) -> bool:
+    """Whether no tensor among ``tensors`` contains NaN or Inf.
+
+    One read-only pass per tensor (``torch.aminmax``: NaN propagates to both ends, an infinity
+    is the minimum or the maximum) and a single synchronisation, instead of ``torch.isfinite``,
+    which allocates and fills a boolean tensor after a separate ``abs``.  Empty tensors are finite.
+    """
+    ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
+    return not ends or bool(torch.isfinite(torch.stack(ends)).all())

@@ -1,0 +1,557 @@
+r"""Explain a whole data set as a job: stream batches, write relevance to Parquet, resume, shard.
+
+.. code-block:: python
+
+    from lrp_lib import explain_dataset, read_explanations
+    explain_dataset(model, dataset, out="explanations/", mode="binary_classification", batch_size=128)
+    table = read_explanations("explanations/")          # a pyarrow.Table, one row per graph
+
+or from a shell, with the model and the data set named by ``module:callable`` (or ``file.py:callable``)::
+
+    lrp-explain --model my_models:load_gcn --dataset my_data:load_molecules --out explanations/ \
+        --mode binary_classification --batch-size 128
+    torchrun --nproc_per_node 4 -m lrp_lib.explain.jobs --model ... --dataset ... --out explanations/ ...
+
+What a row holds (one per graph, the columns of :data:`COLUMNS`):
+
+* ``graph_id`` -- the graph's index in the data set;
+* ``target`` -- the class explained (``-1`` for a regression);
+* ``explained_value`` -- the output the relevance starts from: the raw logit of the target class
+  (multiclass), :math:`\pm` the logit of a binary model (the log-odds of the target class), or the
+  regression value;
+* ``node_relevance`` -- one number per node, the relevance of its input features summed;
+* ``edge_relevance`` -- one number per edge: for a PyTorch Geometric model the relevance carried
+  by the edge's messages over all layers (it ends at the nodes, so it is *part of* the node
+  relevance); for an :mod:`lrp_lib.teach.graph` model the relevance of the edge's input features
+  ``edge_attr`` (an input of its own, *beside* the nodes);
+* ``bias_relevance`` -- the explained value minus the relevance of the inputs: minus the node sum
+  (PyG model), or minus the node, edge and global sums (:mod:`lrp_lib.teach.graph` model).  It is what
+  the biases kept, plus the share that the stabiliser :math:`\epsilon` absorbed.
+
+How it runs.  The graphs are split into batches of ``batch_size`` consecutive graph ids; batch
+``b`` holds ids ``b * batch_size`` to ``(b + 1) * batch_size - 1``.  Every batch is explained
+with one forward and one backward pass (for a multiclass model explaining its own prediction, a
+prediction pass comes first) and written to its own Parquet file ``part-<b>.parquet`` with one
+row group, first to a temporary file and then renamed (``os.replace``, atomic), so a file either
+holds a whole batch or does not exist.  After each batch the process's manifest
+``manifest-rank<r>.json`` (written the same way) records it.
+
+Resuming.  Run the same call again: the batches that the manifests (and the part files) record
+are skipped, the others are explained.  A job killed at any point therefore loses nothing that
+was written and duplicates nothing; the arguments that change the rows (data set size,
+``batch_size``, ``mode``, ``target``, ``rule``) must be the same, or the job refuses to mix
+outputs and says which argument differs.
+
+Sharding.  Under ``torch.distributed`` (``torchrun``; the command line starts the process group,
+gloo on the CPU and NCCL on GPUs) rank ``r`` of ``w`` explains the batches ``b`` with
+``b % w == r``, each rank on its own device (``cuda:<LOCAL_RANK>`` when there are GPUs), writing its
+own part files and manifest.  The batches are the same as in one process, so the union of the
+ranks' rows equals the single-process output, and a job may be resumed with another number of
+processes.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["explain_dataset", "read_explanations", "COLUMNS", "MODES", "main"]
+
+#: The columns of every part file, in order.
+COLUMNS = ("graph_id", "target", "explained_value", "bias_relevance", "node_relevance", "edge_relevance")
+MODES = ("binary_classification", "multiclass_classification", "regression")
+FORMAT = 1
+_SETTINGS = ("num_graphs", "batch_size", "mode", "target", "rule", "backend")
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.compute
+        import pyarrow.parquet
+    except ImportError as err:
+        raise ImportError(f"lrp_lib.explain.jobs writes and reads Parquet with pyarrow, which is not installed ({err}): "
+                          "pip install pyarrow (or pip install 'lrp_lib[jobs]')") from None
+    return pyarrow
+
+
+# ------------------------------------------------------------------ arguments
+def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
+    """The indexable data set (and the loader's batch size, when a loader is given)."""
+    from torch.utils.data import DataLoader as TorchLoader
+    if isinstance(dataset_or_loader, TorchLoader):
+        sampler = getattr(dataset_or_loader, "sampler", None)
+        if not isinstance(sampler, torch.utils.data.SequentialSampler):
+            raise ValueError("dataset_or_loader: a DataLoader must not shuffle (shuffle=False, no sampler), "
+                             "because graphs are identified by their index in loader.dataset")
+        return dataset_or_loader.dataset, dataset_or_loader.batch_size
+    if not hasattr(dataset_or_loader, "__getitem__") or not hasattr(dataset_or_loader, "__len__"):
+        raise TypeError(f"dataset_or_loader must be a data set (len() and indexing give graphs) or a "
+                        f"torch_geometric.loader.DataLoader, got {type(dataset_or_loader).__name__}")
+    return dataset_or_loader, None
+
+
+def _backend(model: nn.Module) -> str:
+    """'graph' for a model built from lrp_lib.teach.graph layers (it takes the whole Data), else 'pyg'."""
+    from lrp_lib.teach import graph
+    kinds = (graph.EdgeLinear, graph.NodeLinear, graph.GlobalLinear, graph.EdgeReLU, graph.NodeReLU,
+             graph.GlobalReLU)
+    return "graph" if any(isinstance(m, kinds) for m in model.modules()) else "pyg"
+
+
+def _check_args(model, mode, target, batch_size, rule, backend):
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if isinstance(target, bool) or not (target in ("prediction", "label") or isinstance(target, int)):
+        raise ValueError(f"target must be 'prediction', 'label' or a class index (int), got {target!r}")
+    if isinstance(target, int) and target < 0:
+        raise ValueError(f"target must be a class index >= 0, got {target}")
+    if mode == "regression" and target != "prediction":
+        raise ValueError(f"target must be 'prediction' for mode='regression' (the output itself is "
+                         f"explained), got {target!r}")
+    if mode == "binary_classification" and isinstance(target, int) and target > 1:
+        raise ValueError(f"target must be 0 or 1 for mode='binary_classification', got {target}")
+    if backend == "graph" and rule is not None:
+        raise ValueError("rule: an lrp_lib.teach.graph model carries its rules in its layers; pass rule=None "
+                         f"(got {rule!r})")
+
+
+def _rule_name(rule, backend: str) -> str | None:
+    """The rule as recorded in the manifest: its repr (``Epsilon(eps=1e-06)``), so that ``None``,
+    ``"epsilon"`` and ``Epsilon()`` resume one another; checks ``rule`` (the error names it)."""
+    if backend == "graph":
+        return None
+    from lrp_lib.core.rules import get_rule
+    return repr(get_rule("epsilon" if rule is None else rule))
+
+
+# ------------------------------------------------------------------ files
+def _write_atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _part_name(b: int) -> str:
+    return f"part-{b:06d}.parquet"
+
+
+def _manifest_path(out: Path, rank: int) -> Path:
+    return out / f"manifest-rank{rank:05d}.json"
+
+
+def _read_manifests(out: Path) -> list[tuple[Path, dict]]:
+    found = []
+    for path in sorted(out.glob("manifest-rank*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:  # cannot happen with atomic writes; say so if it does
+            raise ValueError(f"{path}: not valid JSON ({err}); the job's manifests are written atomically, "
+                             "so the file was changed by something else") from None
+        found.append((path, data))
+    return found
+
+
+def _check_settings(out: Path, manifests, settings: dict) -> None:
+    for path, data in manifests:
+        old = data.get("settings", {})
+        for key in _SETTINGS:
+            if old.get(key) != settings[key]:
+                name = {"num_graphs": "dataset_or_loader (its number of graphs)",
+                        "backend": "model (its kind)"}.get(key, key)
+                raise ValueError(
+                    f"out={str(out)!r} holds a job run with {key}={old.get(key)!r} ({path.name}), but this call "
+                    f"has {key}={settings[key]!r}: {name} differs. Rerun with the same arguments to resume, "
+                    f"or choose a new out")
+
+
+# ------------------------------------------------------------------ explaining one batch
+def _resolve_target(target_spec, batch, n_graphs: int, device, predicted):
+    """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label",
+    else the constant class ``target_spec``."""
+    if target_spec == "prediction":
+        return predicted()
+    if target_spec == "label":
+        return batch.y.view(-1).long()
+    return torch.full((n_graphs,), target_spec, dtype=torch.long, device=device)
+
+
+class _Capture:
+    """Keeps the model's output of the explaining forward pass (a forward hook; no extra pass)."""
+
+    def __init__(self, model: nn.Module):
+        self.out = None
+        self.handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.out = output
+
+    def remove(self):
+        self.handle.remove()
+
+
+def _rows_of(out, mode: str, n_graphs: int) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"model: explain_dataset needs a model that returns a tensor, got {type(out).__name__}")
+    out = out.detach()
+    if out.dim() == 0 or out.shape[0] != n_graphs:
+        raise ValueError(f"model: explain_dataset explains graph-level models (one output row per graph), but the "
+                         f"model gave {tuple(out.shape)} for a batch of {n_graphs} graphs; node-level models "
+                         "are not supported")
+    if mode == "multiclass_classification":
+        if out.dim() != 2:
+            raise ValueError(f"mode='multiclass_classification' expects outputs of shape (graphs, classes), "
+                             f"got {tuple(out.shape)}")
+        return out
+    if out.dim() == 2 and out.shape[1] == 1:
+        out = out[:, 0]
+    if out.dim() != 1:
+        raise ValueError(f"mode={mode!r} expects one output per graph, got shape {tuple(out.shape)}; "
+                         "use mode='multiclass_classification' for several columns")
+    return out
+
+
+class _PyGBatch:
+    """LRPExplainer through lrp_lib.explain.explainer.Explainer, explanation_type='phenomenon': one forward, one backward."""
+
+    def __init__(self, model, mode, rule):
+        from lrp_lib.explain.explainer import Explainer, LRPExplainer
+        self.model, self.mode = model, mode
+        # Binary and regression models are explained from the raw output itself (mode 'regression'):
+        # the relevance of target 0 is then the exact negative of that of target 1 (LRP's backward is
+        # linear in the output relevance, and negation is exact in floating point), so the model's
+        # own prediction needs no extra forward pass.
+        inner = "multiclass_classification" if mode == "multiclass_classification" else "regression"
+        self.explainer = Explainer(
+            model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule),
+            explanation_type="phenomenon", node_mask_type="object", edge_mask_type="object",
+            model_config=dict(mode=inner, task_level="graph", return_type="raw"))
+
+    def __call__(self, batch, target_spec):
+        n_graphs = int(batch.num_graphs)
+        target = None
+        if self.mode == "multiclass_classification":
+            def predicted():
+                with torch.no_grad():
+                    return self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
+            target = _resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
+        capture = _Capture(self.model)
+        try:
+            explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch,
+                                         target=target if target is not None else
+                                         torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device))
+        finally:
+            capture.remove()
+        out = _rows_of(capture.out, self.mode, n_graphs)
+        node = explanation.node_relevance.detach().view(-1)
+        edge = explanation.edge_relevance.detach().view(-1)
+        if self.mode == "multiclass_classification":
+            value = out.gather(1, target.view(-1, 1)).view(-1)
+        elif self.mode == "binary_classification":
+            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
+            if target.numel() != n_graphs or (target.numel() and int(target.max()) > 1) or \
+                    (target.numel() and int(target.min()) < 0):
+                raise ValueError("target='label' needs one label 0 or 1 per graph in data.y for "
+                                 "mode='binary_classification'")
+            sign = target.to(out.dtype) * 2 - 1
+            value = sign * out
+            node = node * sign[batch.batch]
+            edge = edge * sign[batch.batch[batch.edge_index[0]]]
+        else:
+            target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
+            value = out
+        node_sum = torch.zeros(n_graphs, dtype=node.dtype, device=node.device).index_add_(0, batch.batch, node)
+        return target, value, value - node_sum, node, edge
+
+
+class _GraphBatch:
+    """A model of lrp_lib.teach.graph layers: lrp_lib.teach.relevance(), one forward, one backward."""
+
+    def __init__(self, model, mode):
+        self.model, self.mode = model, mode
+
+    def __call__(self, batch, target_spec):
+        from lrp_lib.teach import graph
+        from lrp_lib.teach.mode import relevance
+        data = graph.relevance_inputs(batch, ("x", "edge_attr", "u"))
+        with torch.enable_grad(), relevance():
+            raw = self.model(data)
+        n_graphs = int(batch.num_graphs)
+        out = _rows_of(raw, self.mode, n_graphs)
+        if self.mode == "multiclass_classification":
+            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: out.argmax(-1))
+            start = torch.zeros_like(out).scatter_(1, target.view(-1, 1), out.gather(1, target.view(-1, 1)))
+            value = start.sum(1)
+        elif self.mode == "binary_classification":
+            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
+            value = start = (target.to(out.dtype) * 2 - 1) * out
+        else:
+            target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
+            value = start = out
+        raw.backward(start.view_as(raw))
+        rel = graph.read_relevance(data)
+        node = rel.node if rel.node is not None else torch.zeros(batch.num_nodes, device=out.device)
+        edge = rel.edge if rel.edge is not None else torch.zeros(batch.edge_index.shape[1], device=out.device)
+        return target, value, value - rel.per_graph().to(value.dtype), node, edge
+
+
+# ------------------------------------------------------------------ the job
+def _distributed() -> tuple[int, int]:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _default_device(rank_local: int | None = None) -> torch.device:
+    if torch.cuda.is_available():
+        local = int(os.environ.get("LOCAL_RANK", 0)) if rank_local is None else rank_local
+        return torch.device("cuda", local % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _table(ids: Sequence[int], target, value, bias, node, edge, batch):
+    pa = _pyarrow()
+    node_counts = torch.bincount(batch.batch, minlength=len(ids)).tolist()
+    edge_counts = torch.bincount(batch.batch[batch.edge_index[0]], minlength=len(ids)).tolist()
+    nodes = node.detach().cpu().split(node_counts)
+    # PyG's Batch keeps each graph's edges together, in the order of the graphs
+    edges = edge.detach().cpu().split(edge_counts)
+    float_type = pa.float64() if node.dtype == torch.float64 else pa.float32()
+    return pa.table({
+        "graph_id": pa.array(list(ids), pa.int64()),
+        "target": pa.array(target.cpu().tolist(), pa.int64()),
+        "explained_value": pa.array(value.detach().double().cpu().tolist(), pa.float64()),
+        "bias_relevance": pa.array(bias.detach().double().cpu().tolist(), pa.float64()),
+        "node_relevance": pa.array([t.numpy() for t in nodes], pa.list_(float_type)),
+        "edge_relevance": pa.array([t.numpy() for t in edges], pa.list_(float_type)),
+    })
+
+
+def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batch_size: int | None = None,
+                    target="prediction", rule=None, device=None, progress: bool = True,
+                    num_workers: int = 0) -> dict:
+    """Explain every graph of a data set with LRP and write the relevance to Parquet files in ``out``.
+
+    Args:
+        model: a graph-level model: a PyTorch Geometric model called as
+            ``model(x, edge_index, batch=batch)`` (explained by :class:`lrp_lib.explain.explainer.LRPExplainer`),
+            or a model of :mod:`lrp_lib.teach.graph` layers called as ``model(data)`` (explained in
+            :func:`lrp_lib.teach.relevance` mode).  It is moved to ``device`` and put in eval mode.
+        dataset_or_loader: a data set (``len()`` and ``dataset[i]`` give a ``Data``) or a
+            non-shuffling ``torch_geometric.loader.DataLoader`` (its ``batch_size`` is used when
+            ``batch_size`` is not given).  A graph's id is its index.
+        out: the folder of the output (created; an existing job there is resumed).
+        mode: ``"binary_classification"`` (one logit per graph), ``"multiclass_classification"``
+            (one column per class) or ``"regression"``.
+        batch_size: graphs per batch (= per part file and row group); default 64.
+        target: ``"prediction"`` (the model's own prediction: the class with the largest logit,
+            class 1 where a binary logit is > 0, the regression value), ``"label"`` (``data.y``) or a
+            class index.
+        rule: the LRP rule of a PyG model's linear maps (default epsilon); ``None`` for an
+            :mod:`lrp_lib.teach.graph` model, whose layers carry their rules.
+        device: where to run; default ``cuda:<LOCAL_RANK>`` when CUDA is available, else the CPU.
+        progress: show a tqdm progress bar on stderr (rank 0 only).
+        num_workers: DataLoader worker processes.
+
+    Returns a summary: ``{"out", "rank", "world_size", "batches", "skipped", "written", "graphs"}``
+    (the counts of this process).  Read the rows with :func:`read_explanations`.
+    """
+    from torch_geometric.loader import DataLoader
+    from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
+
+    _pyarrow()
+    dataset, loader_batch = _dataset_of(dataset_or_loader)
+    if batch_size is None:
+        batch_size = loader_batch or 64
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool, got {progress!r}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    backend = _backend(model) if isinstance(model, nn.Module) else None
+    _check_args(model, mode, target, batch_size, rule, backend)
+    rule_name = _rule_name(rule, backend)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
+    out.mkdir(parents=True, exist_ok=True)
+    rank, world = _distributed()
+    device = _default_device() if device is None else torch.device(device)
+
+    n = len(dataset)
+    settings = {"num_graphs": n, "batch_size": batch_size, "mode": mode, "target": target,
+                "rule": rule_name,
+                "backend": backend}
+    manifests = _read_manifests(out)
+    _check_settings(out, manifests, settings)
+    done = {int(b) for _, m in manifests for b in m.get("batches", {})}
+    mine_path = _manifest_path(out, rank)
+    mine = next((m for p, m in manifests if p == mine_path), None)
+    record = dict(mine["batches"]) if mine else {}
+    # a part file without a manifest entry (killed between the two renames) is redone: same name, same rows
+
+    num_batches = (n + batch_size - 1) // batch_size
+    todo = [b for b in range(rank, num_batches, world) if b not in done]
+    summary = {"out": str(out), "rank": rank, "world_size": world, "batches": len(range(rank, num_batches, world)),
+               "skipped": len(range(rank, num_batches, world)) - len(todo), "written": 0, "graphs": 0}
+    if not todo:
+        return summary
+
+    pq = _pyarrow().parquet
+    for stale in [f".{_part_name(b)}.*.tmp" for b in todo] + [f".{mine_path.name}.*.tmp"]:
+        for path in out.glob(stale):  # left by a killed run of this rank
+            path.unlink(missing_ok=True)
+    model.to(device)
+    training = model.training
+    model.eval()
+    explain = _GraphBatch(model, mode) if backend == "graph" else _PyGBatch(model, mode, rule)
+    ids_of = [list(range(b * batch_size, min(n, (b + 1) * batch_size))) for b in todo]
+    subset = torch.utils.data.Subset(dataset, [i for ids in ids_of for i in ids])
+    # the loader's batches are exactly ids_of: every job batch but the data set's last is full,
+    # and that one comes last in todo
+    loader = DataLoader(subset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    bar = tqdm(total=len(todo), desc=f"explaining (rank {rank}/{world})" if world > 1 else "explaining",
+               unit="batch", file=sys.stderr, disable=not progress or rank != 0)
+    try:
+        for b, ids, batch in zip(todo, ids_of, loader):
+            if int(batch.num_graphs) != len(ids):  # cannot happen; guards the alignment above
+                raise RuntimeError(f"batch {b}: the loader gave {int(batch.num_graphs)} graphs, expected {len(ids)}")
+            batch = batch.to(device)
+            target_t, value, bias, node, edge = explain(batch, target)
+            table = _table(ids, target_t, value, bias, node, edge, batch)
+            _write_atomic(out / _part_name(b), lambda p: pq.write_table(table, p, row_group_size=len(ids)))
+            record[str(b)] = {"file": _part_name(b), "first_id": ids[0], "last_id": ids[-1], "rows": len(ids)}
+            payload = {"format": FORMAT, "rank": rank, "world_size": world, "settings": settings,
+                       "batches": dict(sorted(record.items(), key=lambda kv: int(kv[0])))}
+            _write_atomic(mine_path, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n"))
+            summary["written"] += 1
+            summary["graphs"] += len(ids)
+            bar.update(1)
+    finally:
+        bar.close()
+        model.train(training)
+    return summary
+
+
+def read_explanations(out, *, check: bool = True):
+    """All rows a job wrote to ``out``, sorted by graph id, as a ``pyarrow.Table``.
+
+    Reads the part files that the manifests record.  With ``check`` (default), raises
+    ``ValueError`` when a graph id occurs twice or a recorded part file is missing.
+    """
+    pa = _pyarrow()
+    pc, pq = pa.compute, pa.parquet
+    out = Path(out)
+    if not out.is_dir():
+        raise FileNotFoundError(f"out: {str(out)!r} is not a folder written by explain_dataset")
+    files = {}
+    for path, m in _read_manifests(out):
+        for b, entry in m.get("batches", {}).items():
+            files[int(b)] = out / entry["file"]
+    if not files:
+        return pa.table({c: [] for c in COLUMNS})
+    missing = [str(p) for p in files.values() if not p.exists()]
+    if missing and check:
+        raise ValueError(f"out: the manifests record part files that are missing: {missing[:3]}")
+    table = pa.concat_tables([pq.read_table(files[b]) for b in sorted(files) if files[b].exists()])
+    table = table.take(pc.sort_indices(table, [("graph_id", "ascending")]))
+    if check and len(table):
+        ids = table.column("graph_id")
+        if pc.count_distinct(ids).as_py() != len(table):
+            raise ValueError("out: a graph id occurs in more than one row")
+    return table
+
+
+# ------------------------------------------------------------------ command line
+def _load(spec: str, what: str):
+    """``module:attr`` or ``path/to/file.py:attr``; a callable is called without arguments."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ValueError(f"--{what} must be 'module:callable' or 'file.py:callable', got {spec!r}")
+    where, attr = spec.rsplit(":", 1)
+    if where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise ValueError(f"--{what}: no file {where!r}")
+        name = f"_lrp_job_{what}_{path.stem}"
+        module = sys.modules.get(name)
+        if module is None:
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(module_spec)
+            # registered, so that LRPExplainer finds the functions the model's module imported (its pools)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    if not hasattr(module, attr):
+        raise ValueError(f"--{what}: {where!r} has no attribute {attr!r}")
+    obj = getattr(module, attr)
+    return obj() if callable(obj) and not isinstance(obj, nn.Module) else obj
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="lrp-explain", description="Explain every graph of a data set with LRP; Parquet output, "
+        "resumable (rerun the same command), sharded under torchrun.")
+    parser.add_argument("--model", required=True, help="module:callable (or file.py:callable) giving the model")
+    parser.add_argument("--dataset", required=True, help="module:callable (or file.py:callable) giving the data set")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--mode", required=True, choices=MODES)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--target", default="prediction", help="'prediction', 'label' or a class index")
+    parser.add_argument("--rule", default=None, help="LRP rule of a PyG model: epsilon (default) or gamma")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads per process (torchrun sets OMP_NUM_THREADS=1 itself)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    target = int(args.target) if args.target.lstrip("-").isdigit() else args.target
+
+    import torch.distributed as dist
+    started = False
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() and (args.device is None or "cuda" in args.device) else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(_default_device())
+        dist.init_process_group(backend)
+        started = True
+    try:
+        model = _load(args.model, "model")
+        dataset = _load(args.dataset, "dataset")
+        summary = explain_dataset(model, dataset, args.out, mode=args.mode, batch_size=args.batch_size,
+                                  target=target, rule=args.rule, device=args.device,
+                                  progress=not args.no_progress)
+        if started:
+            dist.barrier()
+        print(json.dumps(summary), file=sys.stderr)
+    finally:
+        if started:
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

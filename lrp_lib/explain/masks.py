@@ -1,0 +1,81 @@
+r"""From signed relevance to the masks that PyTorch Geometric's tools read.
+
+LRP's relevance is signed and sums (with the biases' share) to the explained output: a node can
+hold evidence *against* the class.  PyG's explanation tools expect something else -- an
+importance in :math:`[0, 1]`, larger meaning more important, as GNNExplainer's masks:
+
+* ``visualize_feature_importance`` draws bars from zero up (negative bars fall off the plot);
+* ``visualize_graph`` scales edge opacity by the mask (the most negative edge becomes invisible);
+* ``Explanation.threshold`` (``hard``, ``topk``) keeps entries by value, negatives last;
+* ``fidelity`` and ``unfaithfulness`` multiply the mask into the inputs, so it must lie in
+  :math:`[0, 1]`.
+
+:func:`relevance_mask` turns relevance :math:`R` into such a mask.  The kinds:
+
+``"abs"``
+    :math:`m = |R| / \max |R|`: evidence for and against both count as important.
+``"positive"``
+    :math:`m = \max(R, 0) / \max R`: only evidence for the explained output counts.
+``"relevance"``
+    :math:`m = R`: the signed relevance itself (PyG's tools then misread negative entries).
+
+The maximum is taken over the whole mask (all nodes and features, or all edges); a mask whose
+maximum is zero stays zero.  :class:`~lrp_lib.explain.explainer.LRPExplainer` keeps the signed relevance on
+the explanation as ``node_relevance`` and ``edge_relevance`` whatever the mask holds.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["MASKS", "relevance_mask"]
+
+#: The kinds of mask :func:`relevance_mask` makes.
+MASKS = ("abs", "positive", "relevance")
+
+
+def check_mask_kind(kind) -> str:
+    """``kind`` if it is one of :data:`MASKS`, else a ``ValueError`` naming the argument ``mask``."""
+    if not isinstance(kind, str) or kind not in MASKS:
+        raise ValueError(f"mask must be one of {', '.join(repr(m) for m in MASKS)}, got {kind!r}")
+    return kind
+
+
+def relevance_mask(relevance: Tensor | dict | None, kind: str = "abs") -> Tensor | dict | None:
+    r"""The mask of kind ``kind`` (``"abs"``, ``"positive"`` or ``"relevance"``) of ``relevance``.
+
+    ``relevance``: a tensor, or a dict of tensors (a heterogeneous graph: one per node or edge
+    type), normalised by the one maximum over all of them.  ``None`` gives ``None``.
+
+    .. math::  \text{abs: } m = \frac{|R|}{\max |R|}, \qquad
+               \text{positive: } m = \frac{\max(R, 0)}{\max R}, \qquad
+               \text{relevance: } m = R
+    """
+    kind = check_mask_kind(kind)
+    if relevance is None:
+        return None
+    if isinstance(relevance, dict):
+        parts = {k: _transform(v, kind) for k, v in relevance.items()}
+        if kind == "relevance":
+            return parts
+        top = max((float(v.max()) for v in parts.values() if v.numel()), default=0.0)
+        return {k: _scale(v, top) for k, v in parts.items()}
+    if not isinstance(relevance, Tensor):
+        raise TypeError(f"relevance must be a tensor or a dict of tensors, got {type(relevance).__name__}")
+    part = _transform(relevance, kind)
+    if kind == "relevance":
+        return part
+    return _scale(part, float(part.max()) if part.numel() else 0.0)
+
+
+def _transform(r: Tensor, kind: str) -> Tensor:
+    r = r.detach()
+    if kind == "abs":
+        return r.abs()
+    if kind == "positive":
+        return r.clamp(min=0)
+    return r
+
+
+def _scale(m: Tensor, top: float) -> Tensor:
+    return m / top if top > 0 else torch.zeros_like(m)

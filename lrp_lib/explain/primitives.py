@@ -1,0 +1,409 @@
+r"""Relevance rules for the primitives that any PyTorch model is built from.
+
+:mod:`lrp_lib.explain.function_mode` intercepts every torch function a model calls while it is
+explained and sends each one here.  Each primitive is a :class:`torch.autograd.Function`
+whose forward is the ordinary operation and whose backward takes the relevance :math:`R` of
+the output and returns the relevance of the inputs that depend on the explained input
+("marked" inputs); constant inputs (weights, biases, normalisation coefficients, the
+adjacency) get none.  The rules, with :math:`z` the output and
+:math:`\mathrm{stab}(z) = z + \epsilon\,\mathrm{sign}(z)` (where :math:`z = 0` the relevance is
+lost, with a :class:`~lrp_lib.core.stabilizer.LostRelevanceWarning`):
+
+* :class:`LinearRelevance` -- a map linear in one marked input :math:`x`, plus constants
+  (sums, means, ``scatter_add``, ``index_add``, an adjacency matrix product, a batch norm in
+  eval mode): the epsilon rule :math:`R_x = x \odot J^\top\big(R / \mathrm{stab}(z)\big)`.
+  A constant term (a bias, a non-zero buffer scattered into) keeps its share.
+* :class:`WeightRelevance` -- a map with a weight (``F.linear``, ``x @ W``, convolutions):
+  the composite's :class:`~lrp_lib.core.rules.Rule` for that weight (epsilon, gamma, z+, ...).
+* :class:`SumRelevance` -- :math:`z = a + b` with broadcasting: each term gets its share
+  :math:`R_a = a \odot R / \mathrm{stab}(z)` (summed over broadcast dimensions); a constant
+  term (a bias) keeps its share.
+* :class:`IdentityRelevance` -- an elementwise function of one marked input
+  (ReLU, GELU, SiLU, tanh, sigmoid, exp, a product with a constant, ...):
+  :math:`R_x = R` (the identity rule of AttnLRP, Achtibat et al., 2024).
+* :class:`ProductRelevance` -- :math:`z = a \odot b` with both factors marked: the uniform
+  rule :math:`R_a = R_b = R / 2` (AttnLRP); if one factor is a normalised weight (attention)
+  and the composite says ``attention="cp"``, CP-LRP (Ali et al., 2022): the weight is held
+  constant, :math:`R_{other} = R`, :math:`R_{weight} = 0`.
+* :class:`NormaliseRelevance` -- :math:`z = a / b` with both marked (softmax, normalisation
+  by a data-dependent sum or norm): the denominator is held constant, :math:`R_a = R`.
+* :class:`BilinearRelevance` -- :math:`z = A B` with both matrices marked: the uniform rule
+  on each product term, :math:`R_{A} = \tfrac12 A \odot (S B^\top)`,
+  :math:`R_{B} = \tfrac12 B \odot (A^\top S)`, :math:`S = R / \mathrm{stab}(z)`.
+* :class:`SoftmaxRelevance` -- dense softmax :math:`s = \mathrm{softmax}(x)`: AttnLRP's rule
+  :math:`R_x = x \odot (R - s \textstyle\sum_j R_j)`; a masked-out logit (:math:`x = -\infty`,
+  :math:`s = 0`) gets no relevance.
+* :class:`NormAffineRelevance` -- layer, group and instance norm
+  :math:`y = \gamma\,\hat x + \beta`: the normalisation passes relevance unchanged (AttnLRP's
+  LayerNorm rule), the affine part splits it, :math:`R_x = (y - \beta) \odot R / \mathrm{stab}(y)`;
+  :math:`\beta` keeps its share.
+* :class:`UniformProductRelevance` -- a product of :math:`n` marked factors (``torch.prod``,
+  the ``"prod"`` scatter of ``MulAggregation``): the uniform rule :math:`R_i = R / n` (AttnLRP).
+* :class:`JoinRelevance` -- ``torch.cat`` of marked tensors and constants: the marked ones get
+  their slices of :math:`R`, each constant keeps its slice (a bias's share, tallied).
+* :class:`BlockedRelevance` -- an operation without a rule: it passes no relevance and records
+  how much reached it, so that the explainer can refuse the model instead of returning a
+  wrong explanation.
+
+The functions keep their output as ``ctx.out`` (not through ``save_for_backward``): a model that
+later changes that output in place (``h += bias``) goes through
+:meth:`lrp_lib.explain.function_mode.RelevanceMode` which first gives the function a copy, so the backward
+sees the value it computed.
+
+Every function that keeps a share (a bias, the stabiliser) adds the amount to a
+:class:`Tally`, so the explainer can report where the relevance that did not reach the
+inputs went.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from lrp_lib.core.stabilizer import stabilize
+from lrp_lib.core.rules import Epsilon, LinearMap, Rule
+
+__all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
+           "ProductRelevance", "NormaliseRelevance", "BilinearRelevance", "SoftmaxRelevance",
+           "NormAffineRelevance", "UniformProductRelevance", "JoinRelevance", "BlockedRelevance", "EdgeMessageRelevance"]
+
+
+class Tally:
+    """Amounts of relevance kept by constants (biases, the stabiliser) or blocked, per label.
+
+    Filled during the backward pass (which runs in the thread that called it); read with
+    :meth:`total` afterwards.  Values stay tensors until read, so no synchronisation per op."""
+
+    def __init__(self):
+        self.absorbed: dict[str, Tensor] = {}
+        self.blocked: dict[str, Tensor] = {}
+
+    @staticmethod
+    def _add(table: dict, label: str, amount: Tensor) -> None:
+        amount = amount.detach().double()
+        table[label] = table[label] + amount if label in table else amount
+
+    def absorb(self, label: str, amount: Tensor) -> None:
+        self._add(self.absorbed, label, amount)
+
+    def block(self, label: str, amount: Tensor) -> None:
+        self._add(self.blocked, label, amount)
+
+    @staticmethod
+    def total(table: dict) -> float:
+        return float(sum(table.values())) if table else 0.0
+
+    def read(self, table: dict) -> dict[str, float]:
+        return {k: float(v) for k, v in table.items()}
+
+
+def share(op: str, rel_out: Tensor, z: Tensor, eps: float) -> Tensor:
+    r""":math:`R / \mathrm{stab}(z)`, :math:`\mathrm{stab}(z) = z + \epsilon\,\mathrm{sign}(z)`
+    (:func:`lrp_lib.core.stabilizer.stabilize`, the one stabiliser of :mod:`lrp_lib`); with :math:`\epsilon = 0`,
+    0 where :math:`z = 0` (that relevance is lost).  No check and no synchronisation per operation:
+    the explainer accounts once, at the end, for what did not arrive (``relevance_residual``, and a
+    warning with its amount) and checks that the relevance is finite."""
+    if eps:
+        return rel_out / stabilize(z, eps)
+    return torch.where(z == 0, torch.zeros_like(rel_out), rel_out / torch.where(z == 0, torch.ones_like(z), z))
+
+
+def _to_shape(rel: Tensor, shape) -> Tensor:
+    """Relevance of a broadcast input: summed over the dimensions it was broadcast along."""
+    return rel if rel.shape == shape else rel.sum_to_size(shape)
+
+
+def _absorbed(tally: Tally | None, label: str, rel_out: Tensor, *rel_in: Tensor) -> None:
+    if tally is not None:
+        kept = rel_out.sum()
+        for r in rel_in:
+            if r is not None:
+                kept = kept - r.sum()
+        tally.absorb(label, kept)
+
+
+class LinearRelevance(torch.autograd.Function):
+    r"""``fn(x)``, linear in ``x`` up to a constant term: the epsilon rule
+    :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))`, :math:`J^\top` given by ``vjp`` (or autograd)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
+                keep_constant: bool = True):
+        out = fn(x)
+        ctx.fn, ctx.vjp, ctx.eps, ctx.label, ctx.tally, ctx.keep = fn, vjp, eps, label, tally, keep_constant
+        ctx.save_for_backward(x)
+        ctx.out = out.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (x,), out = ctx.saved_tensors, ctx.out
+        if not ctx.keep:  # the constant term takes no share: split over J x alone
+            out = out - ctx.fn(torch.zeros_like(x))
+        s = share(ctx.label, rel_out, out, ctx.eps)
+        if ctx.vjp is not None:
+            g = ctx.vjp(s)
+        else:
+            with torch.enable_grad():
+                leaf = x.detach().requires_grad_(True)
+                (g,) = torch.autograd.grad(ctx.fn(leaf), leaf, s)
+        rel = x * g
+        _absorbed(ctx.tally, ctx.label, rel_out, rel)
+        return rel, None, None, None, None, None, None
+
+
+class WeightRelevance(torch.autograd.Function):
+    """``m(x, weight, bias)`` with ``rule.propagate`` in backward (the composite's rule for that weight)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, m: LinearMap, rule: Rule, label: str, tally,
+                keep_bias: bool = True):
+        out = m(x, weight, bias)
+        ctx.m, ctx.rule, ctx.label, ctx.tally, ctx.keep = m, rule, label, tally, keep_bias
+        ctx.save_for_backward(x, weight, bias)
+        ctx.out = out.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (x, weight, bias), out = ctx.saved_tensors, ctx.out
+        if not ctx.keep and bias is not None:  # the bias takes no share
+            bias, out = None, ctx.m(x, weight, None)
+        if type(ctx.rule) is Epsilon:  # the common case, without the per-op checks of Rule.propagate
+            rel = x * ctx.m.vjp(share(ctx.label, rel_out, out, ctx.rule.eps), x, weight)
+        else:
+            rel = ctx.rule.propagate(ctx.m, x, weight, bias, out, rel_out, ctx.label)
+        _absorbed(ctx.tally, ctx.label, rel_out, rel)
+        return rel, None, None, None, None, None, None, None
+
+
+class SumRelevance(torch.autograd.Function):
+    r""":math:`z = a + b`: :math:`R_a = a \odot R/\mathrm{stab}(z)`, the same for :math:`b`;
+    ``marked`` says which terms depend on the input (the others keep their share)."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, marked: tuple, eps: float, label: str, tally):
+        out = a + b
+        ctx.marked, ctx.eps, ctx.label, ctx.tally = marked, eps, label, tally
+        ctx.save_for_backward(a, b)
+        ctx.out = out.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (a, b), out = ctx.saved_tensors, ctx.out
+        s = share(ctx.label, rel_out, out, ctx.eps)
+        ra = _to_shape(a * s, a.shape) if ctx.marked[0] else None
+        rb = _to_shape(b * s, b.shape) if ctx.marked[1] else None
+        _absorbed(ctx.tally, ctx.label, rel_out, ra, rb)
+        return ra, rb, None, None, None, None
+
+
+class IdentityRelevance(torch.autograd.Function):
+    r"""``fn(x)``, elementwise in ``x``: :math:`R_x = R` (summed over broadcast dimensions)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, fn: Callable):
+        ctx.shape = x.shape
+        return fn(x)
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        return _to_shape(rel_out, ctx.shape), None
+
+
+class ProductRelevance(torch.autograd.Function):
+    r""":math:`z = a \odot b`, both marked: ``weights=(wa, wb)`` the fraction of :math:`R` each gets
+    (``(0.5, 0.5)`` uniform; ``(1, 0)`` CP-LRP with :math:`b` held constant)."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, weights: tuple):
+        ctx.shapes, ctx.weights = (a.shape, b.shape), weights
+        return a * b
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (sa, sb), (wa, wb) = ctx.shapes, ctx.weights
+        ra = _to_shape(rel_out * wa, sa) if wa else torch.zeros(sa, dtype=rel_out.dtype, device=rel_out.device)
+        rb = _to_shape(rel_out * wb, sb) if wb else torch.zeros(sb, dtype=rel_out.dtype, device=rel_out.device)
+        return ra, rb, None
+
+
+class NormaliseRelevance(torch.autograd.Function):
+    r""":math:`z = a / b`, both marked: the denominator is held constant, :math:`R_a = R`, :math:`R_b = 0`."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor):
+        ctx.shapes = (a.shape, b.shape)
+        return a / b
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        sa, sb = ctx.shapes
+        return _to_shape(rel_out, sa), torch.zeros(sb, dtype=rel_out.dtype, device=rel_out.device)
+
+
+class BilinearRelevance(torch.autograd.Function):
+    r""":math:`Z = A B` (matrix product, batched), both marked: each product term
+    :math:`A_{ik} B_{kj}` gets its share of :math:`R_{ij}`, split ``weights`` between the factors."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor, weights: tuple, eps: float, label: str, tally):
+        out = torch.matmul(a, b)
+        ctx.weights, ctx.eps, ctx.label, ctx.tally = weights, eps, label, tally
+        ctx.save_for_backward(a, b)
+        ctx.out = out.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (a, b), out = ctx.saved_tensors, ctx.out
+        wa, wb = ctx.weights
+        s = share(ctx.label, rel_out, out, ctx.eps)
+        a2 = a.unsqueeze(0) if a.dim() == 1 else a
+        b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+        s2 = s
+        if a.dim() == 1:
+            s2 = s2.unsqueeze(-2)
+        if b.dim() == 1:
+            s2 = s2.unsqueeze(-1)
+        ra = a2 * (s2 @ b2.transpose(-1, -2)) * wa
+        rb = b2 * (a2.transpose(-1, -2) @ s2) * wb
+        ra = _to_shape(ra.reshape(ra.shape[-a.dim():]) if a.dim() == 1 else ra, a.shape)
+        rb = _to_shape(rb.squeeze(-1) if b.dim() == 1 else rb, b.shape)
+        _absorbed(ctx.tally, ctx.label, rel_out, ra, rb)
+        return ra, rb, None, None, None, None
+
+
+class SoftmaxRelevance(torch.autograd.Function):
+    r"""Dense softmax along ``dim``: :math:`R_x = x \odot (R - s \sum_j R_j)` (AttnLRP: Achtibat et al.,
+    "AttnLRP: Attention-Aware Layer-Wise Relevance Propagation for Transformers", ICML 2024);
+    a logit masked out with :math:`-\infty` (attention masks) has :math:`s = 0` and gets 0."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int, label: str, tally):
+        s = torch.softmax(x, dim)
+        ctx.dim, ctx.label, ctx.tally = dim, label, tally
+        ctx.save_for_backward(x)
+        ctx.out = s.detach()
+        return s
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (x,), s = ctx.saved_tensors, ctx.out
+        # a masked-out logit (-inf, weight 0: attention masks) gets none, not -inf * 0 = nan
+        x = x.masked_fill(torch.isneginf(x), 0.0)
+        rel = x * (rel_out - s * rel_out.sum(ctx.dim, keepdim=True))
+        _absorbed(ctx.tally, ctx.label, rel_out, rel)  # the rule is not conservative: report the difference
+        return rel, None, None, None
+
+
+class NormAffineRelevance(torch.autograd.Function):
+    r""":math:`y = \mathrm{fn}(x) = \gamma \hat x + \beta` (a layer/group/instance norm):
+    :math:`R_x = (y - \beta) \odot R / \mathrm{stab}(y)`; :math:`\beta` keeps its share."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, fn: Callable, beta: Tensor | None, eps: float, label: str, tally):
+        out = fn(x)
+        ctx.eps, ctx.label, ctx.tally = eps, label, tally
+        ctx.save_for_backward(beta)
+        ctx.out = out.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (beta,), out = ctx.saved_tensors, ctx.out
+        s = share(ctx.label, rel_out, out, ctx.eps)
+        rel = (out if beta is None else out - beta) * s
+        _absorbed(ctx.tally, ctx.label, rel_out, rel)
+        return rel, None, None, None, None, None
+
+
+class UniformProductRelevance(torch.autograd.Function):
+    r"""A product of several input-dependent factors per output (``torch.prod`` along a dimension, the
+    ``"prod"`` scatter reduction of PyG's ``MulAggregation``): AttnLRP's uniform rule for the product of
+    :math:`n` factors, :math:`R_i = R / n` for each factor :math:`i` of the output (Achtibat et al.,
+    "AttnLRP", ICML 2024: multiplication of :math:`N` inputs); a constant factor (the ones a
+    scatter starts from) takes none.  ``fn(x)`` computes the output, ``counts`` the number of
+    factors of each output element, ``spread(t)`` sends a tensor of the output's shape to the
+    factors' (gather, expand).  Outputs without factors (empty groups, the constant start value)
+    keep their relevance, tallied as ``label``."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, fn: Callable, counts: Tensor, spread: Callable, label: str, tally):
+        out = fn(x)
+        ctx.counts, ctx.spread, ctx.label, ctx.tally = counts, spread, label, tally
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        counts = ctx.counts.to(rel_out.dtype)
+        empty = counts == 0
+        rel = ctx.spread(torch.where(empty, torch.zeros_like(rel_out), rel_out / counts.clamp(min=1)))
+        if ctx.tally is not None and bool(empty.any()):
+            ctx.tally.absorb(ctx.label, rel_out[empty].sum())
+        return rel, None, None, None, None, None
+
+
+class JoinRelevance(torch.autograd.Function):
+    r"""``torch.cat(tensors, dim)`` where some of the joined tensors are constants (``marked[i]`` false):
+    the marked ones get their slice of :math:`R` (the gradient of a copy), each constant keeps its
+    slice :math:`\sum R_{\text{slice}}` as a bias keeps its share (added to ``tally.absorb(label)``),
+    instead of being lost unaccounted.  Example: PyG's ``Set2Set`` joins the first LSTM step's query,
+    computed from its zero start and the biases only, to the readout."""
+
+    @staticmethod
+    def forward(ctx, dim: int, marked: tuple, label: str, tally, *tensors: Tensor):
+        ctx.dim, ctx.marked, ctx.label, ctx.tally = dim, marked, label, tally
+        ctx.sizes = [t.shape[dim] for t in tensors]
+        return torch.cat(tensors, dim)
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        parts = rel_out.split(ctx.sizes, ctx.dim)
+        kept = [p.sum() for p, m in zip(parts, ctx.marked) if not m]
+        if kept and ctx.tally is not None:
+            ctx.tally.absorb(ctx.label, sum(kept))
+        return (None, None, None, None, *[p if m else None for p, m in zip(parts, ctx.marked)])
+
+
+class BlockedRelevance(torch.autograd.Function):
+    """An operation without a relevance rule: outputs computed beforehand (``outputs``), no
+    relevance to the inputs; the amount that reached the outputs goes to ``tally.block(label)``."""
+
+    @staticmethod
+    def forward(ctx, label: str, tally: Tally, n_out: int, *tensors: Tensor):
+        ctx.label, ctx.tally, ctx.n_out = label, tally, n_out
+        ctx.in_shapes = [(t.shape, t.dtype, t.device) for t in tensors[n_out:]]
+        outs = tuple(t.clone() for t in tensors[:n_out])  # copies: the model may change them in place
+        return outs if n_out > 1 else outs[0]
+
+    @staticmethod
+    def backward(ctx, *rel_out):
+        amount = sum(r.abs().sum() for r in rel_out if r is not None)
+        if isinstance(amount, Tensor):
+            ctx.tally.block(ctx.label, amount)
+        zeros = [torch.zeros(s, dtype=d, device=dev) for s, d, dev in ctx.in_shapes]
+        return (None, None, None, *([None] * ctx.n_out), *zeros)
+
+
+class EdgeMessageRelevance(torch.autograd.Function):
+    r"""The messages of a message-passing layer, unchanged; backward adds each message's relevance
+    :math:`\sum_f R_{e f}` to ``record[edge_id[e]]`` (entries with ``edge_id < 0`` are not edges of
+    the explained graph, e.g. added self-loops) and passes :math:`R` on unchanged."""
+
+    @staticmethod
+    def forward(ctx, messages: Tensor, edge_id: Tensor, record: Tensor, node_dim: int):
+        ctx.record, ctx.node_dim = record, node_dim
+        ctx.save_for_backward(edge_id)
+        return messages.view_as(messages)
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        (edge_id,) = ctx.saved_tensors
+        moved = rel_out.movedim(ctx.node_dim, 0)
+        per_edge = moved.sum(tuple(range(1, moved.dim()))) if moved.dim() > 1 else moved
+        keep = edge_id >= 0
+        ctx.record.index_add_(0, edge_id[keep], per_edge[keep].to(ctx.record.dtype))
+        return rel_out, None, None, None

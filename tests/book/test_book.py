@@ -1,0 +1,112 @@
+"""The book's own conventions: every chapter is in the table of contents, starts with the
+Colab-only install cell pointing at the repository named in _config.yml, and stores no output
+that would make nbval flaky."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = sorted((ROOT / "book").glob("*.ipynb"))  # the numbered chapters and the other pages
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    return files
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no chapter notebooks found in book/"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_is_in_the_toc(path):
+    assert f"book/{path.stem}" in toc_files()
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_colab_cell_follows_the_title_installs_only_in_colab_from_the_configured_repository(path):
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    cells = json.loads(path.read_text())["cells"]
+    title, install = cells[0], cells[1]
+    assert title["cell_type"] == "markdown" and "".join(title["source"]).startswith("# "), "title first"
+    source = "".join(install["source"])
+    assert '"google.colab" in sys.modules' in source
+    assert f'REPOSITORY = "{repo}"' in source and "git+{REPOSITORY}" in source
+    assert "torch" not in re.sub(r"torch_geometric", "", source.split("pip")[1]), "must not reinstall torch"
+    assert "remove-cell" in install["metadata"].get("tags", []), "the rendered book does not show it"
+    assert "RuntimeError" in source, "a failed install says what to do"
+    others = ["".join(c["source"]) for c in cells[2:] if c["cell_type"] == "code"]
+    assert not any("google.colab" in s and "pip" in s for s in others), "one install cell per chapter"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_stored_outputs_are_machine_independent(path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        assert cell.get("execution_count") is not None or not "".join(cell["source"]).strip(), f"cell {i} never ran"
+        for out in cell.get("outputs", []):
+            assert out.get("name") != "stderr", f"cell {i} stored stderr output"
+            assert out["output_type"] != "error", f"cell {i} stored an error"
+            text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            assert not re.search(r"0x[0-9a-fA-F]{6,}", text), f"cell {i}: memory address"
+            assert not re.search(r"/work/|/tmp/|/root/|/home/|site-packages", text), f"cell {i}: a local path"
+            assert not re.search(r"\d+(\.\d+)?\s?(it/s|s/it)", text), f"cell {i}: progress bar"
+
+
+# A measured number: at least two decimals (0.716, -3.15, 1.19x). The text may quote the literature
+# (a line with a citation) and math; everything else that is measured must come from a cell (glue,
+# or a table rendered from benchmarks/results).
+NUMBER = re.compile(r"(?<![\w.])[-\u2212]?\d+\.\d{2,}(?![\d.])")
+CITED = re.compile(r"\{cite|et al\.|reported", re.I)
+
+
+def typed_numbers(markdown_lines, outputs):
+    found = []
+    for line in markdown_lines:
+        if CITED.search(line) or line.strip().startswith("$$"):
+            continue
+        bare = re.sub(r"`[^`]*`", "", re.sub(r"\$[^$]*\$", "", line))
+        bare = re.sub(r"(?i)\b(pytorch|torch|python|jupyter[- ]book|version)\s*[=v]?\s*[\d.]+", "", bare)
+        found += [(n, line.strip()) for n in NUMBER.findall(bare) if n.replace("\u2212", "-").lstrip("-") not in outputs]
+    return found
+
+
+def stored_text(nb):
+    texts = []
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            texts.append("".join(out.get("text", "")))
+            for key, value in out.get("data", {}).items():
+                if key.startswith("text/") or key.startswith("application/papermill.record/text"):
+                    texts.append("".join(value) if isinstance(value, list) else str(value))
+    return "\n".join(texts)
+
+
+PAGES = sorted((ROOT / "book").glob("*.ipynb")) + sorted((ROOT / "book").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_no_measured_number_is_typed_into_prose(path):
+    if path.suffix == ".md":
+        lines, outputs = path.read_text().splitlines(), ""
+    else:
+        nb = json.loads(path.read_text())
+        lines = [l for c in nb["cells"] if c["cell_type"] == "markdown" for l in "".join(c["source"]).splitlines()]
+        outputs = stored_text(nb)
+    typed = typed_numbers(lines, outputs)
+    assert not typed, "numbers typed into prose that no cell produces (glue them): " + "; ".join(
+        f"{n} in {line[:80]!r}" for n, line in typed[:5])
+
+
+def test_the_typed_number_check_catches_a_typed_number():
+    assert typed_numbers(["LRP scores 0.716 here"], "0.612") == [("0.716", "LRP scores 0.716 here")]
+    assert typed_numbers(["LRP scores 0.716 here"], "auroc 0.716") == []
+    assert typed_numbers(["GNNExplainer 0.925 {cite}`ying2019`", "$x = 1.25$", "PyTorch 2.13"], "") == []
