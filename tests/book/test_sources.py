@@ -1,0 +1,74 @@
+"""Each chapter notebook agrees with its source: ``book/_src/NAME.py`` is what gets edited and
+``tools/nb.py`` builds ``book/NAME.ipynb`` from it, so an edit made in Jupyter or Colab would be
+lost at the next build.  These tests fail on any cell whose source, type or tags differ."""
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = sorted((ROOT / "book" / "_src").glob("*.py"))
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def _nb_tool():
+    spec = importlib.util.spec_from_file_location("nb_tool", ROOT / "tools" / "nb.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NB = _nb_tool()
+
+
+def cells_of_source(src: Path):
+    """The cells ``tools/nb.py`` writes for ``src``, as (type, source, tags)."""
+    cells = NB.parse(src.read_text())
+    cells = cells[:1] + [NB.colab_cell()] + cells[1:]
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in cells]
+
+
+def cells_of_notebook(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+
+
+def differences(expected, stored):
+    """Human-readable differences between two cell lists (empty when they agree)."""
+    out = []
+    if len(expected) != len(stored):
+        out.append(f"{len(expected)} cells in the source, {len(stored)} in the notebook")
+    for i, (a, b) in enumerate(zip(expected, stored)):
+        if a != b:
+            what = [name for name, x, y in zip(("type", "source", "tags"), a, b) if x != y]
+            first = next((k for k, (x, y) in enumerate(zip(a[1], b[1])) if x != y), min(len(a[1]), len(b[1])))
+            out.append(f"cell {i}: {', '.join(what)} differ (source from character {first}: "
+                       f"{a[1][first:first + 40]!r} vs {b[1][first:first + 40]!r})")
+    return out
+
+
+def test_every_notebook_has_a_source_and_every_source_a_notebook():
+    assert [p.stem for p in SOURCES] == [p.stem for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_notebook_cells_equal_those_built_from_the_source(src):
+    notebook = ROOT / "book" / f"{src.stem}.ipynb"
+    problems = differences(cells_of_source(src), cells_of_notebook(notebook))
+    assert not problems, (f"{notebook.name} and _src/{src.name} disagree; edit the source and rebuild with "
+                          f"`python tools/nb.py book/_src/{src.name}`:\n  " + "\n  ".join(problems))
+
+
+def test_the_check_catches_an_edit_made_in_the_notebook(tmp_path):
+    src = SOURCES[0]
+    nb = nbformat.read(ROOT / "book" / f"{src.stem}.ipynb", as_version=4)
+    code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and i > 1)
+    nb.cells[code].source += "\nprint('edited in Colab')"
+    nb.cells[0].metadata["tags"] = ["hide-input"]
+    stored = [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]
+    problems = differences(cells_of_source(src), stored)
+    assert len(problems) == 2
+    assert problems[0].startswith("cell 0: tags differ") and problems[1].startswith(f"cell {code}: source differ")
+    assert "edited in Colab" in problems[1]
+    assert differences(cells_of_source(src), stored[:-1])[0].endswith("in the notebook")
