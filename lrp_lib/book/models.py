@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import GCNConv, global_mean_pool  # module level: LRPExplainer finds the pool here
+from torch_geometric.nn import GCNConv, global_mean_pool
 
 from lrp_lib.teach import graph
 from lrp_lib.book.datasets.esol import EDGE_FEATURES, NODE_FEATURES
