@@ -53,8 +53,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.datasets import ExplainerDataset, InfectionDataset
 from torch_geometric.datasets.graph_generator import BAGraph, ERGraph
 from torch_geometric.datasets.motif_generator import CycleMotif, HouseMotif
-from torch_geometric.nn import (GCNConv, GINConv, global_add_pool, global_max_pool,  # noqa: F401 (module level:
-                                global_mean_pool)                                     # LRPExplainer finds pools)
+from torch_geometric.nn import GCNConv, GINConv, global_add_pool, global_max_pool, global_mean_pool  # noqa: F401
 from torch_geometric.utils import k_hop_subgraph
 
 LINEAGE_TASKS = ["ba_shapes", "ba_community", "tree_cycles", "tree_grid"]
