@@ -38,6 +38,7 @@ from lrp_lib.explain import explainer as lrp_explain  # noqa: E402
 from lrp_lib.teach import graph as lrp_graph  # noqa: E402
 from lrp_lib.teach import ops  # noqa: E402
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from torch_geometric.data import Batch, Data  # noqa: E402
 from torch_geometric.explain import Explainer as PyGExplainer  # noqa: E402
 from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool  # noqa: E402
@@ -359,7 +360,7 @@ def _rule_linear(rule, x=None):
     torch.manual_seed(0)
     x = torch.rand(4, 3, requires_grad=True) if x is None else x
     w = torch.randn(2, 3)
-    out = rules.linear(x, w, None, rule=rule)
+    out = linear_maps.linear(x, w, None, rule=rule)
     out.backward(out.detach())
     return out, x.grad
 
@@ -369,12 +370,12 @@ def rule_conserves(res):
     return finite(out, g) and math.isclose(float(g.sum()), float(out.sum() * 0 + (out.detach() ** 2 / out.detach().abs().add(1e-6)).sum()), rel_tol=1e-3)
 
 
-_case("rule 'z'", "rules.linear", (), lambda: _rule_linear("z"), check=lambda r: finite(*r))
-_case("rule 'alpha2beta1'", "rules.linear", (), lambda: _rule_linear("alpha2beta1"), check=lambda r: finite(*r))
-_case("NaN in x (relevance NaN)", "rules.linear", ("x", "NaN"),
+_case("rule 'z'", "linear_maps.linear", (), lambda: _rule_linear("z"), check=lambda r: finite(*r))
+_case("rule 'alpha2beta1'", "linear_maps.linear", (), lambda: _rule_linear("alpha2beta1"), check=lambda r: finite(*r))
+_case("NaN in x (relevance NaN)", "linear_maps.linear", ("x", "NaN"),
       lambda: _rule_linear("epsilon", nan_at(torch.rand(4, 3)).requires_grad_(True)))
-_case("weight of wrong shape", "rules.linear", ("weight", "x"),
-      lambda: rules.linear(torch.rand(4, 3), torch.randn(2, 4)))
+_case("weight of wrong shape", "linear_maps.linear", ("weight", "x"),
+      lambda: linear_maps.linear(torch.rand(4, 3), torch.randn(2, 4)))
 
 
 # ------------------------------------------------------------ graph layers

@@ -44,6 +44,7 @@ from torch import nn
 
 from lrp_lib.teach import ops
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.teach.ops import LostRelevanceWarning
 from lrp_lib.teach.residual import ResidualBlock
 
@@ -67,10 +68,10 @@ class ResidualCNN(nn.Module):
             h = self.block2(F.avg_pool2d(h, 2))
             return self.fc(F.avg_pool2d(h, 4).flatten(1))
         eps = rules.Epsilon(1e-6)
-        h = ops.relu(rules.conv2d(x, self.stem.weight, self.stem.bias, padding=1, rule=rule))
+        h = ops.relu(linear_maps.conv2d(x, self.stem.weight, self.stem.bias, padding=1, rule=rule))
         h = self.block1(h, rule=rule)
-        h = self.block2(rules.avg_pool2d(h, 2, rule=eps), rule=rule)
-        return rules.linear(rules.avg_pool2d(h, 4, rule=eps).flatten(1), self.fc.weight, self.fc.bias, rule=eps)
+        h = self.block2(linear_maps.avg_pool2d(h, 2, rule=eps), rule=rule)
+        return linear_maps.linear(linear_maps.avg_pool2d(h, 4, rule=eps).flatten(1), self.fc.weight, self.fc.bias, rule=eps)
 
 
 class PlainCNN(nn.Module):
@@ -87,11 +88,11 @@ class PlainCNN(nn.Module):
         h = x
         for i in range(5):
             if i == 3:
-                h = self.pool1(h) if rule is None else rules.avg_pool2d(h, 2, rule=rule)
+                h = self.pool1(h) if rule is None else linear_maps.avg_pool2d(h, 2, rule=rule)
             c = self.convs[i]
-            h = self.relus[i](c(h)) if rule is None else ops.relu(rules.conv2d(h, c.weight, c.bias, padding=1, rule=rule))
-        h = (self.pool2(h) if rule is None else rules.avg_pool2d(h, 4, rule=rule)).flatten(1)
-        return self.fc(h) if rule is None else rules.linear(h, self.fc.weight, self.fc.bias, rule=rule)
+            h = self.relus[i](c(h)) if rule is None else ops.relu(linear_maps.conv2d(h, c.weight, c.bias, padding=1, rule=rule))
+        h = (self.pool2(h) if rule is None else linear_maps.avg_pool2d(h, 4, rule=rule)).flatten(1)
+        return self.fc(h) if rule is None else linear_maps.linear(h, self.fc.weight, self.fc.bias, rule=rule)
 
 
 VARIANTS = {  # name: (network, rule or None for the gradient, or "captum")

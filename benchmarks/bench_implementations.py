@@ -7,7 +7,7 @@ seeded random weights, float32.  Each row times one full relevance pass (forward
 since every implementation needs one) for the same input and the same output relevance:
 
 * plain gradient: ``torch`` forward + ``backward`` (the baseline);
-* lrp_lib autograd trick: ``ops.linear_eps`` (or ``rules.linear`` for alpha-beta) / ``ops.relu``
+* lrp_lib autograd trick: ``ops.linear_eps`` (or ``linear_maps.linear`` for alpha-beta) / ``ops.relu``
   forward + ``backward``;
 * relprop hooks: ``lrp_lib.teach.relprop.Sequential`` forward (hooks store inputs) + ``relprop``;
 * JAX / Flax eager and ``jax.jit``-compiled: ``lrp_lib.teach.jax_lrp.MLP.relprop`` (forward inside).
@@ -33,6 +33,7 @@ import torch  # noqa: E402
 from lrp_lib.teach import ops  # noqa: E402
 from lrp_lib.teach import relprop as rp  # noqa: E402
 from lrp_lib.core import rules  # noqa: E402
+from lrp_lib.teach import linear_maps  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_file  # noqa: E402  (benchmarks/results_file.py)
@@ -99,7 +100,7 @@ def main():
         leaf = x.clone().requires_grad_()
         t = leaf
         for k, W in enumerate(Ws):
-            t = rules.linear(t, W, rule=rules.AlphaBeta(alpha=1.0, beta=0.0))
+            t = linear_maps.linear(t, W, rule=rules.AlphaBeta(alpha=1.0, beta=0.0))
             t = ops.relu(t) if k < len(Ws) - 1 else t
         t.backward(R)
         return leaf.grad
@@ -140,7 +141,7 @@ def main():
         ("epsilon: relprop hooks", lambda: hooks(**eps)),
         ("epsilon: JAX/Flax eager", lambda: jax_eager(**eps)),
         ("epsilon: JAX/Flax jit", lambda: jax_jit(**eps)),
-        ("alpha=1, beta=0: lrp_lib autograd trick (rules.linear)", autograd_trick_alpha1_beta0),
+        ("alpha=1, beta=0: lrp_lib autograd trick (linear_maps.linear)", autograd_trick_alpha1_beta0),
         ("alpha=1, beta=0: relprop hooks", lambda: hooks(**ab)),
         ("alpha=1, beta=0: JAX/Flax eager", lambda: jax_eager(**ab)),
         ("alpha=1, beta=0: JAX/Flax jit", lambda: jax_jit(**ab)),

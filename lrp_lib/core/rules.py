@@ -1,4 +1,4 @@
-r"""LRP rules for any linear map: dense layers, convolutions, average pooling.
+r"""The LRP rules of :mod:`lrp_lib`, each declared once: how a linear map splits relevance.
 
 A linear layer computes :math:`z_k = \sum_j x_j w_{jk} + b_k`; the term :math:`x_j w_{jk}`
 is input :math:`j`'s *contribution* to output :math:`k`.  Every rule here redistributes the
@@ -43,16 +43,14 @@ its own share (it is not an input), so only bias-free maps conserve relevance ex
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from typing import Callable, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import LostRelevanceWarning, relevance_share, stabilize
-from lrp_lib.core.validation import check_linear, check_number, check_tensor
+from lrp_lib.core.stabilizer import relevance_share
+from lrp_lib.core.validation import check_number
 
 __all__ = [
     "Rule",
@@ -62,12 +60,8 @@ __all__ = [
     "ZPlus",
     "ZBox",
     "get_rule",
-    "linear_map",
-    "linear",
-    "conv1d",
-    "conv2d",
-    "conv3d",
-    "avg_pool2d",
+    "LinearMap",
+    "LinearMapRelevance",
 ]
 
 Weight = Union[Tensor, float]  # a weight tensor, or a scale for maps without weights
@@ -125,12 +119,6 @@ def _is_zero(t: Weight | None) -> bool:
     return t == 0.0 if isinstance(t, float) else not bool(t.any())
 
 
-def _share(op: str, rel_out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
-    """``rel_out / (z + eps * sign(z))``; where ``z == 0`` the share is 0: that relevance is
-    lost, with a :class:`~lrp_lib.core.stabilizer.LostRelevanceWarning` (the helper of :mod:`lrp_lib.core.stabilizer`)."""
-    return relevance_share(op, rel_out, z, stabilize(z, eps) if eps else None)
-
-
 # ----------------------------------------------------------------------- rules
 class Rule:
     """Base class: ``propagate`` returns the input relevance of one linear map."""
@@ -167,7 +155,7 @@ class Epsilon(Rule):
         self.eps = check_number(eps, "eps")
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        return x * m.vjp(_share(op, rel_out, out, self.eps), x, weight)
+        return x * m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight)
 
 
 class Gamma(Rule):
@@ -190,7 +178,7 @@ class Gamma(Rule):
         w = weight + self.gamma * _positive(weight)
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         z = m(x, w, b)
-        return x * m.vjp(_share(op, rel_out, z, self.eps), x, w)
+        return x * m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w)
 
 
 class AlphaBeta(Rule):
@@ -233,7 +221,7 @@ class AlphaBeta(Rule):
                 z_i = m(xp, wp, b if i == 0 else None)
                 z = z_i if i == 0 else z + z_i
             part = f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})"
-            s = _share(part, rel_out, z) * coefficient
+            s = relevance_share(part, rel_out, z) * coefficient
             for xp, wp in pairs:
                 rel = rel + xp * m.vjp(s, x, wp)
         return rel
@@ -270,13 +258,13 @@ class ZPlus(AlphaBeta):
         else:
             z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
         none = (z == 0) & (rel_out != 0)
-        s = torch.where(z == 0, torch.zeros_like(rel_out), rel_out / torch.where(z == 0, torch.ones_like(z), z))
+        s = relevance_share(op, rel_out, z, check=False)  # 0 where z = 0: the fallback below
         rel = torch.zeros_like(x)
         for xp, wp in pairs:
             rel = rel + xp * m.vjp(s, x, wp)
         if bool(none.any()):  # no positive contribution: LRP-0 for these units
-            fallback = _share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
-                              torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
+            fallback = relevance_share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
+                                       torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
             rel = rel + x * m.vjp(fallback, x, weight)
         return rel
 
@@ -329,7 +317,7 @@ class ZBox(Rule):
         low, high = self.bounds(x)
         w_pos, w_neg = _positive(weight), _negative(weight)
         z = m(x, weight, None) - m(low, w_pos, None) - m(high, w_neg, None)
-        s = _share(op, rel_out, z, self.eps)
+        s = relevance_share(op, rel_out, z, eps=self.eps)
         return x * m.vjp(s, x, weight) - low * m.vjp(s, x, w_pos) - high * m.vjp(s, x, w_neg)
 
     def __repr__(self):
@@ -363,167 +351,44 @@ def get_rule(rule: Rule | str) -> Rule:
 
 # ------------------------------------------------------------- the generic op
 class LinearMapRelevance(torch.autograd.Function):
-    """Forward: ``m(x, weight, bias)``.  Backward: ``rule.propagate`` (the input relevance);
-    the weight and bias get none.  Saved: input, weight, bias, output."""
+    r"""The one relevance function of a linear map (the product's primitives and chapter 3's
+    :mod:`lrp_lib.teach.linear_maps` both apply it).
+
+    Forward: ``m(x, weight, bias)`` (``weight=None``: a map without weights, scale 1).
+    Backward: ``rule.propagate`` (the input relevance); the weight and the bias get none.
+
+    Arguments after ``rule``: ``op`` (the name in warnings and in the tally), ``tally`` (an
+    object with ``absorb(label, amount)``, given :math:`\sum R_{out} - \sum R_x`, the share the
+    bias and the stabiliser kept; ``None``: not counted), ``keep_bias`` (``False``: the bias, or a
+    weight-free map's constant term :math:`f(0)`, takes no share: the split is over
+    :math:`z - b`), ``check`` (``False``: the epsilon rule divides without the per-op warning
+    and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
+    callers that account once at the end).  Saved: the input, weight and bias; the output is
+    kept as ``ctx.out`` (a model may change it in place afterwards).
+    """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, m, rule, op):
+    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True):
         out = m(x, 1.0 if weight is None else weight, bias)
-        ctx.m, ctx.rule, ctx.op = m, rule, op
-        ctx.save_for_backward(x, weight, bias, out)
+        ctx.m, ctx.rule, ctx.op, ctx.tally, ctx.keep, ctx.check = m, rule, op, tally, keep_bias, check
+        ctx.save_for_backward(x, weight, bias)
+        ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
-        x, weight, bias, out = ctx.saved_tensors
+        (x, weight, bias), out, m = ctx.saved_tensors, ctx.out, ctx.m
         w = 1.0 if weight is None else weight
-        rel_in = ctx.rule.propagate(ctx.m, x, w, bias, out, rel_out, ctx.op)
-        return rel_in, None, None, None, None, None
-
-
-def linear_map(x: Tensor, fn: Callable, weight: Tensor | None = None, bias: Tensor | None = None,
-               rule: Rule | str = "epsilon", vjp: Callable | None = None) -> Tensor:
-    r"""Any linear map with an LRP rule in backward.
-
-    With a ``weight``, ``fn(x, weight, bias)`` must be linear in ``x`` and in ``weight`` with
-    contributions :math:`x_j w_{jk}` (a dense layer, a convolution); without, ``fn(x)`` is a
-    fixed linear map whose coefficients must be non-negative for the rules other than
-    epsilon (pooling, sums).  ``vjp(v, x, weight)`` (``vjp(v, x)`` without weight) returns
-    :math:`J^\top v` of the bias-free map; by default autograd computes it, rerunning ``fn``.
-    """
-    check_tensor(x, "x")
-    if weight is not None:
-        check_tensor(weight, "weight")
-    if bias is not None:
-        check_tensor(bias, "bias")
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    m = LinearMap(fn, vjp, has_weight=weight is not None)
-    return LinearMapRelevance.apply(x, weight, bias, m, get_rule(rule), getattr(fn, "__name__", "linear_map"))
-
-
-# ---------------------------------------------------------------- dense layer
-def _linear_vjp(v, x, weight):
-    return v @ weight
-
-
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, rule: Rule | str = "epsilon") -> Tensor:
-    r"""``F.linear(x, weight, bias)`` (``x @ weight.T + bias``) with an LRP rule in backward.
-
-    Contributions :math:`x_j w_{kj}`; the VJP is :math:`R/z \mapsto (R/z) W`.  ``x`` may have
-    any leading batch dimensions.  Epsilon (:math:`\epsilon = 10^{-6}`) by default.
-    """
-    check_linear(x, weight, bias)
-    m = LinearMap(F.linear, _linear_vjp)
-    return LinearMapRelevance.apply(x, weight, bias, m, get_rule(rule), "linear")
-
-
-def _check_bias(bias, n: int, what: str) -> None:
-    if bias is not None:
-        check_tensor(bias, "bias")
-        if bias.shape != (n,):
-            raise ValueError(f"bias must have shape ({n},) to match weight's {what}, got {tuple(bias.shape)}")
-
-
-# ---------------------------------------------------------------- convolution
-_CONV = {1: (F.conv1d, torch.nn.grad.conv1d_input), 2: (F.conv2d, torch.nn.grad.conv2d_input),
-         3: (F.conv3d, torch.nn.grad.conv3d_input)}
-
-
-def _tuple(value, d: int, name: str, minimum: int) -> tuple[int, ...]:
-    values = (value,) * d if isinstance(value, numbers.Integral) and not isinstance(value, bool) else value
-    if (not isinstance(values, (tuple, list)) or len(values) != d
-            or any(isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum for v in values)):
-        raise ValueError(f"{name} must be an int >= {minimum} or a tuple of {d} such ints, got {value!r}")
-    return tuple(int(v) for v in values)
-
-
-def _conv(d: int, x, weight, bias, stride, padding, dilation, groups, rule) -> Tensor:
-    name = f"conv{d}d"
-    check_tensor(x, "x")
-    check_tensor(weight, "weight")
-    if weight.dim() != d + 2:
-        raise ValueError(f"weight must be {d + 2}-D (out_channels, in_channels/groups, *kernel), "
-                         f"got shape {tuple(weight.shape)}")
-    if x.dim() not in (d + 1, d + 2):
-        raise ValueError(f"x must be {d + 2}-D (N, C_in, *spatial) or {d + 1}-D unbatched, got shape {tuple(x.shape)}")
-    if isinstance(groups, bool) or not isinstance(groups, numbers.Integral) or groups < 1:
-        raise ValueError(f"groups must be a positive int, got {groups!r}")
-    channels = x.shape[-d - 1]
-    if channels != weight.shape[1] * groups:
-        raise ValueError(f"x has {channels} input channels but weight expects in_channels/groups="
-                         f"{weight.shape[1]} with groups={groups} (x {tuple(x.shape)}, weight {tuple(weight.shape)})")
-    if weight.shape[0] % groups:
-        raise ValueError(f"weight's out_channels ({weight.shape[0]}) must be divisible by groups={groups}")
-    _check_bias(bias, weight.shape[0], "out_channels")
-    stride = _tuple(stride, d, "stride", 1)
-    dilation = _tuple(dilation, d, "dilation", 1)
-    forward, input_grad = _CONV[d]
-    if isinstance(padding, str):
-        if padding not in ("valid", "same"):
-            raise ValueError(f"padding must be 'valid', 'same', an int or a tuple of {d} ints, got {padding!r}")
-        vjp = None  # torch's input-gradient helper takes numbers only: let autograd do it
-    else:
-        padding = _tuple(padding, d, "padding", 0)
-
-        def vjp(v, inp, w):
-            return input_grad(inp.shape, w, v, stride, padding, dilation, groups)
-
-    def fn(inp, w, b):
-        return forward(inp, w, b, stride, padding, dilation, groups)
-
-    fn.__name__ = name
-    unbatched = x.dim() == d + 1
-    if unbatched:
-        x = x.unsqueeze(0)
-    out = LinearMapRelevance.apply(x, weight, bias, LinearMap(fn, vjp), get_rule(rule), name)
-    return out.squeeze(0) if unbatched else out
-
-
-def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rule: Rule | str = "epsilon"):
-    r"""``F.conv1d`` with an LRP rule in backward (arguments as in torch; epsilon by default).
-    Contributions :math:`x_{c, i + \ldots} w_{o, c, \ldots}`; the VJP is the convolution's input gradient."""
-    return _conv(1, x, weight, bias, stride, padding, dilation, groups, rule)
-
-
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rule: Rule | str = "epsilon"):
-    r"""``F.conv2d`` with an LRP rule in backward (arguments as in torch; epsilon by default).
-
-    Output :math:`z_{o,p} = \sum_{c,q} x_{c,\,s p + d q - \mathrm{pad}}\, w_{o,c,q} + b_o`; each
-    term is one contribution, and :math:`J^\top v` is ``torch.nn.grad.conv2d_input`` (the
-    kernel behind the convolution's input gradient), so no contribution tensor is built.
-    """
-    return _conv(2, x, weight, bias, stride, padding, dilation, groups, rule)
-
-
-def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, rule: Rule | str = "epsilon"):
-    r"""``F.conv3d`` with an LRP rule in backward (arguments as in torch; epsilon by default)."""
-    return _conv(3, x, weight, bias, stride, padding, dilation, groups, rule)
-
-
-# -------------------------------------------------------------------- pooling
-def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0, rule: Rule | str = "epsilon") -> Tensor:
-    r"""``F.avg_pool2d`` (``count_include_pad=True``) with an LRP rule in backward.
-
-    Each output is :math:`\frac{1}{k_h k_w}\sum x`: contributions :math:`x_j / (k_h k_w)`, so
-    with the epsilon rule a window's relevance is split in proportion to its inputs.  All
-    coefficients are positive: z+ and gamma reduce to the z-rule on :math:`x^+`, resp. to
-    epsilon.  The VJP is the pooling's own input gradient.
-    """
-    check_tensor(x, "x")
-    if x.dim() not in (3, 4):
-        raise ValueError(f"x must be 4-D (N, C, H, W) or 3-D unbatched, got shape {tuple(x.shape)}")
-    kernel_size = _tuple(kernel_size, 2, "kernel_size", 1)
-    stride = kernel_size if stride is None else _tuple(stride, 2, "stride", 1)
-    padding = _tuple(padding, 2, "padding", 0)
-    if any(2 * p > k for p, k in zip(padding, kernel_size)):
-        raise ValueError(f"padding {padding} must be at most half of kernel_size {kernel_size}")
-
-    def avg_pool2d(inp):
-        return F.avg_pool2d(inp, kernel_size, stride, padding)
-
-    def vjp(v, inp):
-        return torch.ops.aten.avg_pool2d_backward(v, inp, kernel_size, stride, padding, False, True, None)
-
-    return LinearMapRelevance.apply(x, None, None, LinearMap(avg_pool2d, vjp, has_weight=False),
-                                    get_rule(rule), "avg_pool2d")
+        if not ctx.keep:  # the constant term takes no share: split over J x alone
+            if bias is not None:
+                bias, out = None, m(x, w, None)
+            elif not m.has_weight:
+                out = out - m(torch.zeros_like(x), w, None)
+        if not ctx.check and type(ctx.rule) is Epsilon:  # the common case, unchecked
+            s = relevance_share(ctx.op, rel_out, out, eps=ctx.rule.eps, check=False)
+            rel = x * m.vjp(s, x, w)
+        else:
+            rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
+        if ctx.tally is not None:
+            ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
+        return rel, None, None, None, None, None, None, None, None

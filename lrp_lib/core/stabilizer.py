@@ -6,11 +6,12 @@ A proportional rule gives each input the part of an output's relevance that its 
 .. math::  R_i = \sum_j \frac{z_{ij}}{z_j} R_j .
 
 :func:`stabilize` adds :math:`\epsilon\,\mathrm{sign}(z_j)` to the denominator (the epsilon
-rule); :func:`relevance_share` computes :math:`R_j / z_j`, warns with
+rule); :func:`relevance_share` computes :math:`R_j / z_j` (stabilised with ``eps``), warns with
 :class:`LostRelevanceWarning` and the amount where a zero denominator drops relevance, and
-raises where the relevance is NaN or Inf.  Every rule of :mod:`lrp_lib.core.rules`, every
-primitive of :mod:`lrp_lib.explain` and every op of :mod:`lrp_lib.teach.ops` divides through
-these two functions.
+raises where the relevance is NaN or Inf (``check=False``: neither, for callers that account
+once at the end).  Every rule of :mod:`lrp_lib.core.rules`, every primitive of
+:mod:`lrp_lib.explain` and every op of :mod:`lrp_lib.teach` that uses this convention divides
+through these two functions.
 """
 from __future__ import annotations
 
@@ -61,17 +62,30 @@ def stabilize(z: Tensor, eps: float) -> Tensor:
     return torch.copysign(z.new_tensor(float(eps)), z).add_(z)
 
 
-def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None) -> Tensor:
-    r"""Relevance per unit of output, ``rel_out / denom`` (``denom`` defaults to ``out``; pass
-    :func:`stabilize` ``(out, eps)``): the factor :math:`R_k / z_k` that every proportional rule
-    multiplies by a contribution.
+def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None, *,
+                    eps: float = 0.0, check: bool = True) -> Tensor:
+    r"""Relevance per unit of output, :math:`R_k / \mathrm{stab}(z_k)`, the factor that every
+    proportional rule multiplies by a contribution; :math:`\mathrm{stab}(z) = z` for
+    ``eps = 0``, else :func:`stabilize` ``(z, eps)``.  ``denom`` (default: ``stabilize(out, eps)``)
+    is a scratch tensor of the caller's and is overwritten with the result.
 
-    Where the denominator is 0 the share is 0: that relevance is lost, with a warning (with a
-    stabilised denominator, :math:`\epsilon > 0`, this never happens).  A given ``denom`` is a
-    scratch tensor of the caller's and is overwritten with the result.  Cost: one division and
-    one count of the zeros of the denominator; the masking and the warning only run when a zero
-    exists.
+    Where the denominator is 0 the share is 0: that relevance is lost (with a stabilised
+    denominator, :math:`\epsilon > 0`, this never happens).
+
+    ``check=True`` (the teaching ops, the chapters' rules): a :class:`LostRelevanceWarning` with
+    the amount lost, and a ``ValueError`` where the relevance is NaN or Inf.  Cost: one division
+    and one count of the zeros of the denominator; the masking and the warning only run when a
+    zero exists.  ``check=False`` (the product's primitives, whose explainer accounts once, at the
+    end, for what did not arrive and checks that the relevance is finite): no check and no
+    synchronisation, a ``torch.where`` where ``eps = 0``.
     """
+    if denom is None and eps:
+        denom = stabilize(out, eps)
+    if not check:
+        if denom is not None:
+            return rel_out / denom
+        nonzero = torch.where(out == 0, torch.ones_like(out), out)
+        return torch.where(out == 0, torch.zeros_like(rel_out), rel_out / nonzero)
     d = out if denom is None else denom
     zero = d == 0 if int(torch.count_nonzero(d)) < d.numel() else None
     share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)

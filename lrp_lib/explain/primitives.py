@@ -9,13 +9,15 @@ adjacency) get none.  The rules, with :math:`z` the output and
 :math:`\mathrm{stab}(z) = z + \epsilon\,\mathrm{sign}(z)` (where :math:`z = 0` the relevance is
 lost, with a :class:`~lrp_lib.core.stabilizer.LostRelevanceWarning`):
 
-* :class:`LinearRelevance` -- a map linear in one marked input :math:`x`, plus constants
-  (sums, means, ``scatter_add``, ``index_add``, an adjacency matrix product, a batch norm in
-  eval mode): the epsilon rule :math:`R_x = x \odot J^\top\big(R / \mathrm{stab}(z)\big)`.
-  A constant term (a bias, a non-zero buffer scattered into) keeps its share.
-* :class:`WeightRelevance` -- a map with a weight (``F.linear``, ``x @ W``, convolutions):
-  the composite's :class:`~lrp_lib.core.rules.Rule` for that weight (epsilon, gamma, z+, ...).
-* :class:`SumRelevance` -- :math:`z = a + b` with broadcasting: each term gets its share
+* :class:`~lrp_lib.core.rules.LinearMapRelevance` (the one function of every linear map, from
+  :mod:`lrp_lib.core.rules`) -- a map with a weight (``F.linear``, ``x @ W``, convolutions): the
+  composite's :class:`~lrp_lib.core.rules.Rule` for that weight (epsilon, gamma, z+, ...); a
+  map linear in one marked input :math:`x` plus constants, without a weight (sums, means,
+  ``scatter_add``, ``index_add``, an adjacency matrix product, a batch norm in eval mode),
+  through :func:`linear_relevance`: the epsilon rule
+  :math:`R_x = x \odot J^\top\big(R / \mathrm{stab}(z)\big)`.  A constant term (a bias, a
+  non-zero buffer scattered into) keeps its share.
+* :class:`AddRelevance` -- :math:`z = a + b` with broadcasting: each term gets its share
   :math:`R_a = a \odot R / \mathrm{stab}(z)` (summed over broadcast dimensions); a constant
   term (a bias) keeps its share.
 * :class:`IdentityRelevance` -- an elementwise function of one marked input
@@ -50,6 +52,11 @@ later changes that output in place (``h += bias``) goes through
 :meth:`lrp_lib.explain.function_mode.RelevanceMode` which first gives the function a copy, so the backward
 sees the value it computed.
 
+Every division by an output goes through :func:`lrp_lib.core.stabilizer.relevance_share` with
+``check=False`` (no check and no synchronisation per operation: the explainer accounts once, at
+the end, for what did not arrive, ``relevance_residual`` and a warning with its amount, and
+checks that the relevance is finite).
+
 Every function that keeps a share (a bias, the stabiliser) adds the amount to a
 :class:`Tally`, so the explainer can report where the relevance that did not reach the
 inputs went.
@@ -61,10 +68,10 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import stabilize
-from lrp_lib.core.rules import Epsilon, LinearMap, Rule
+from lrp_lib.core.rules import Epsilon, LinearMap, LinearMapRelevance
+from lrp_lib.core.stabilizer import relevance_share
 
-__all__ = ["Tally", "share", "LinearRelevance", "WeightRelevance", "SumRelevance", "IdentityRelevance",
+__all__ = ["Tally", "linear_relevance", "LinearMapRelevance", "AddRelevance", "IdentityRelevance",
            "ProductRelevance", "NormaliseRelevance", "BilinearRelevance", "SoftmaxRelevance",
            "NormAffineRelevance", "UniformProductRelevance", "JoinRelevance", "BlockedRelevance", "EdgeMessageRelevance"]
 
@@ -98,17 +105,6 @@ class Tally:
         return {k: float(v) for k, v in table.items()}
 
 
-def share(op: str, rel_out: Tensor, z: Tensor, eps: float) -> Tensor:
-    r""":math:`R / \mathrm{stab}(z)`, :math:`\mathrm{stab}(z) = z + \epsilon\,\mathrm{sign}(z)`
-    (:func:`lrp_lib.core.stabilizer.stabilize`, the one stabiliser of :mod:`lrp_lib`); with :math:`\epsilon = 0`,
-    0 where :math:`z = 0` (that relevance is lost).  No check and no synchronisation per operation:
-    the explainer accounts once, at the end, for what did not arrive (``relevance_residual``, and a
-    warning with its amount) and checks that the relevance is finite."""
-    if eps:
-        return rel_out / stabilize(z, eps)
-    return torch.where(z == 0, torch.zeros_like(rel_out), rel_out / torch.where(z == 0, torch.ones_like(z), z))
-
-
 def _to_shape(rel: Tensor, shape) -> Tensor:
     """Relevance of a broadcast input: summed over the dimensions it was broadcast along."""
     return rel if rel.shape == shape else rel.sum_to_size(shape)
@@ -123,62 +119,17 @@ def _absorbed(tally: Tally | None, label: str, rel_out: Tensor, *rel_in: Tensor)
         tally.absorb(label, kept)
 
 
-class LinearRelevance(torch.autograd.Function):
-    r"""``fn(x)``, linear in ``x`` up to a constant term: the epsilon rule
-    :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))`, :math:`J^\top` given by ``vjp`` (or autograd)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
-                keep_constant: bool = True):
-        out = fn(x)
-        ctx.fn, ctx.vjp, ctx.eps, ctx.label, ctx.tally, ctx.keep = fn, vjp, eps, label, tally, keep_constant
-        ctx.save_for_backward(x)
-        ctx.out = out.detach()
-        return out
-
-    @staticmethod
-    def backward(ctx, rel_out):
-        (x,), out = ctx.saved_tensors, ctx.out
-        if not ctx.keep:  # the constant term takes no share: split over J x alone
-            out = out - ctx.fn(torch.zeros_like(x))
-        s = share(ctx.label, rel_out, out, ctx.eps)
-        if ctx.vjp is not None:
-            g = ctx.vjp(s)
-        else:
-            with torch.enable_grad():
-                leaf = x.detach().requires_grad_(True)
-                (g,) = torch.autograd.grad(ctx.fn(leaf), leaf, s)
-        rel = x * g
-        _absorbed(ctx.tally, ctx.label, rel_out, rel)
-        return rel, None, None, None, None, None, None
+def linear_relevance(x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
+                     keep_constant: bool = True) -> Tensor:
+    r"""``fn(x)``, linear in ``x`` up to a constant term, with the epsilon rule
+    :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))` in backward: the weight-free case of
+    :class:`~lrp_lib.core.rules.LinearMapRelevance` (:math:`J^\top` given by ``vjp(v)``, or
+    autograd).  ``keep_constant=False``: the constant term :math:`f(0)` takes no share."""
+    m = LinearMap(fn, None if vjp is None else (lambda v, _x: vjp(v)), has_weight=False)
+    return LinearMapRelevance.apply(x, None, None, m, Epsilon(eps), label, tally, keep_constant, False)
 
 
-class WeightRelevance(torch.autograd.Function):
-    """``m(x, weight, bias)`` with ``rule.propagate`` in backward (the composite's rule for that weight)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, m: LinearMap, rule: Rule, label: str, tally,
-                keep_bias: bool = True):
-        out = m(x, weight, bias)
-        ctx.m, ctx.rule, ctx.label, ctx.tally, ctx.keep = m, rule, label, tally, keep_bias
-        ctx.save_for_backward(x, weight, bias)
-        ctx.out = out.detach()
-        return out
-
-    @staticmethod
-    def backward(ctx, rel_out):
-        (x, weight, bias), out = ctx.saved_tensors, ctx.out
-        if not ctx.keep and bias is not None:  # the bias takes no share
-            bias, out = None, ctx.m(x, weight, None)
-        if type(ctx.rule) is Epsilon:  # the common case, without the per-op checks of Rule.propagate
-            rel = x * ctx.m.vjp(share(ctx.label, rel_out, out, ctx.rule.eps), x, weight)
-        else:
-            rel = ctx.rule.propagate(ctx.m, x, weight, bias, out, rel_out, ctx.label)
-        _absorbed(ctx.tally, ctx.label, rel_out, rel)
-        return rel, None, None, None, None, None, None, None
-
-
-class SumRelevance(torch.autograd.Function):
+class AddRelevance(torch.autograd.Function):
     r""":math:`z = a + b`: :math:`R_a = a \odot R/\mathrm{stab}(z)`, the same for :math:`b`;
     ``marked`` says which terms depend on the input (the others keep their share)."""
 
@@ -193,7 +144,7 @@ class SumRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         (a, b), out = ctx.saved_tensors, ctx.out
-        s = share(ctx.label, rel_out, out, ctx.eps)
+        s = relevance_share(ctx.label, rel_out, out, eps=ctx.eps, check=False)
         ra = _to_shape(a * s, a.shape) if ctx.marked[0] else None
         rb = _to_shape(b * s, b.shape) if ctx.marked[1] else None
         _absorbed(ctx.tally, ctx.label, rel_out, ra, rb)
@@ -260,7 +211,7 @@ class BilinearRelevance(torch.autograd.Function):
     def backward(ctx, rel_out):
         (a, b), out = ctx.saved_tensors, ctx.out
         wa, wb = ctx.weights
-        s = share(ctx.label, rel_out, out, ctx.eps)
+        s = relevance_share(ctx.label, rel_out, out, eps=ctx.eps, check=False)
         a2 = a.unsqueeze(0) if a.dim() == 1 else a
         b2 = b.unsqueeze(-1) if b.dim() == 1 else b
         s2 = s
@@ -314,7 +265,7 @@ class NormAffineRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         (beta,), out = ctx.saved_tensors, ctx.out
-        s = share(ctx.label, rel_out, out, ctx.eps)
+        s = relevance_share(ctx.label, rel_out, out, eps=ctx.eps, check=False)
         rel = (out if beta is None else out - beta) * s
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
         return rel, None, None, None, None, None
@@ -407,3 +358,19 @@ class EdgeMessageRelevance(torch.autograd.Function):
         keep = edge_id >= 0
         ctx.record.index_add_(0, edge_id[keep], per_edge[keep].to(ctx.record.dtype))
         return rel_out, None, None, None
+
+
+# The names of before the merge, for the importers that still use them (lrp_lib.explain.function_mode).
+def _linear_relevance_apply(x, fn, vjp, eps, label, tally, keep_constant=True):
+    return linear_relevance(x, fn, vjp, eps, label, tally, keep_constant)
+
+
+LinearRelevance = type("LinearRelevance", (), {"apply": staticmethod(_linear_relevance_apply)})
+
+
+def _weight_relevance_apply(x, weight, bias, m, rule, label, tally, keep_bias=True):
+    return LinearMapRelevance.apply(x, weight, bias, m, rule, label, tally, keep_bias, False)
+
+
+WeightRelevance = type("WeightRelevance", (), {"apply": staticmethod(_weight_relevance_apply)})
+SumRelevance = AddRelevance

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from lrp_lib.teach import ops
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 
 __all__ = ["ResidualBlock", "skip_add"]
 
@@ -38,7 +39,7 @@ class ResidualBlock(nn.Module):
     shape (padding ``kernel_size // 2``, ``channels`` in and out).
 
     ``forward(x)`` runs the ordinary block (torch ops: train it, take plain gradients);
-    ``forward(x, rule)`` runs the same weights through :func:`lrp_lib.core.rules.conv2d` with
+    ``forward(x, rule)`` runs the same weights through :func:`lrp_lib.teach.linear_maps.conv2d` with
     ``rule``, :func:`lrp_lib.teach.ops.relu` and :func:`skip_add`, so ``.backward(R)`` propagates
     relevance and conserves it across the skip (exactly for a bias-free block with a
     conserving rule).
@@ -62,5 +63,5 @@ class ResidualBlock(nn.Module):
 
     @staticmethod
     def _conv(conv: nn.Conv2d, x: Tensor, rule) -> Tensor:
-        return rules.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation,
+        return linear_maps.conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation,
                             conv.groups, rule=rule)

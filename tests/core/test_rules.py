@@ -11,6 +11,7 @@ from torch import nn
 
 from lrp_lib.teach import ops
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.teach.ops import LostRelevanceWarning
 
 
@@ -90,7 +91,7 @@ def relevance(fn, x, seed=1):
 def test_linear_matches_definition(rule, bias, gen):
     x, W = torch.randn(5, 12, generator=gen, dtype=torch.float64), torch.randn(4, 12, generator=gen, dtype=torch.float64)
     b = torch.randn(4, generator=gen, dtype=torch.float64) if bias else None
-    out, R, Rx = relevance(lambda t: rules.linear(t, W, b, rule=rule), x)
+    out, R, Rx = relevance(lambda t: linear_maps.linear(t, W, b, rule=rule), x)
     torch.testing.assert_close(out, F.linear(x, W, b))
     torch.testing.assert_close(Rx, ref_rule(rule, x, W, b, R))
 
@@ -114,7 +115,7 @@ def test_conv_matches_definition(case, rule, gen):
     x = torch.randn((2,) + in_shape, generator=gen, dtype=torch.float64)
     w = torch.randn(w_shape, generator=gen, dtype=torch.float64)
     b = torch.randn(w_shape[0], generator=gen, dtype=torch.float64)
-    conv = getattr(rules, f"conv{d}d")
+    conv = getattr(linear_maps, f"conv{d}d")
     with warnings.catch_warnings():  # few, random contributions: some z+ or z- are 0 (the reference drops them too)
         warnings.simplefilter("ignore", LostRelevanceWarning)
         out, R, Rx = relevance(lambda t: conv(t, w, b, stride, padding, dilation, groups, rule=rule), x)
@@ -131,7 +132,7 @@ def test_avg_pool_matches_definition(rule, gen):
     x = torch.randn(2, 2, 6, 5, generator=gen, dtype=torch.float64)
     with warnings.catch_warnings():  # windows with no input of one sign lose that part (as in the reference)
         warnings.simplefilter("ignore", LostRelevanceWarning)
-        out, R, Rx = relevance(lambda t: rules.avg_pool2d(t, (3, 2), stride=(2, 1), padding=(1, 0), rule=rule), x)
+        out, R, Rx = relevance(lambda t: linear_maps.avg_pool2d(t, (3, 2), stride=(2, 1), padding=(1, 0), rule=rule), x)
     torch.testing.assert_close(out, F.avg_pool2d(x, (3, 2), (2, 1), (1, 0)))
     # a 2-channel depthwise convolution with the constant kernel 1/6 is the same map
     A, _ = conv_matrix((2, 6, 5), torch.full((2, 1, 3, 2), 1 / 6, dtype=torch.float64), (2, 1), (1, 0), (1, 1), 2)
@@ -143,18 +144,18 @@ def test_avg_pool_matches_definition(rule, gen):
 def test_generic_linear_map_with_autograd_vjp(rule, gen):
     """A map given only as a function (cumulative sum, non-negative coefficients)."""
     x = torch.randn(3, 5, generator=gen, dtype=torch.float64)
-    out, R, Rx = relevance(lambda t: rules.linear_map(t, lambda u: u.cumsum(-1), rule=rule), x)
+    out, R, Rx = relevance(lambda t: linear_maps.linear_map(t, lambda u: u.cumsum(-1), rule=rule), x)
     torch.testing.assert_close(out, x.cumsum(-1))
     torch.testing.assert_close(Rx, ref_rule(rule, x, torch.ones(5, 5, dtype=torch.float64).tril(), None, R))
     # with a weight: fn(x, w, b) and no vjp given
     W = torch.randn(4, 5, generator=gen, dtype=torch.float64)
-    _, R, Rx = relevance(lambda t: rules.linear_map(t, F.linear, W, rule=rule), x)
+    _, R, Rx = relevance(lambda t: linear_maps.linear_map(t, F.linear, W, rule=rule), x)
     torch.testing.assert_close(Rx, ref_rule(rule, x, W, None, R))
 
 
 def test_linear_epsilon_equals_ops_linear_eps(gen):
     x, W, b = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in [(4, 5), (3, 5), (3,)])
-    _, R, mine = relevance(lambda t: rules.linear(t, W, b, rule=rules.Epsilon(0.01)), x)
+    _, R, mine = relevance(lambda t: linear_maps.linear(t, W, b, rule=rules.Epsilon(0.01)), x)
     _, _, theirs = relevance(lambda t: ops.linear_eps(t, W, b, eps=0.01), x)
     torch.testing.assert_close(mine, theirs)
 
@@ -163,11 +164,11 @@ def test_same_padding_and_unbatched(gen):
     x = torch.randn(2, 3, 6, 6, generator=gen, dtype=torch.float64)
     w = torch.randn(4, 3, 3, 3, generator=gen, dtype=torch.float64)
     for rule in [rules.Epsilon(0.0), rules.Gamma(0.5)]:
-        _, R, same = relevance(lambda t: rules.conv2d(t, w, padding="same", rule=rule), x)
-        _, _, one = relevance(lambda t: rules.conv2d(t, w, padding=1, rule=rule), x)
+        _, R, same = relevance(lambda t: linear_maps.conv2d(t, w, padding="same", rule=rule), x)
+        _, _, one = relevance(lambda t: linear_maps.conv2d(t, w, padding=1, rule=rule), x)
         torch.testing.assert_close(same, one)
-        _, R1, single = relevance(lambda t: rules.conv2d(t, w, padding=1, rule=rule), x[0])
-        _, _, batched = relevance(lambda t: rules.conv2d(t, w, padding=1, rule=rule), x[:1])
+        _, R1, single = relevance(lambda t: linear_maps.conv2d(t, w, padding=1, rule=rule), x[0])
+        _, _, batched = relevance(lambda t: linear_maps.conv2d(t, w, padding=1, rule=rule), x[:1])
         assert single.shape == (3, 6, 6)
         torch.testing.assert_close(single, batched[0])
 
@@ -176,9 +177,9 @@ def test_same_padding_and_unbatched(gen):
 def small_cnn(x, convs, lin, rule):
     h = x
     for i, w in enumerate(convs):
-        h = ops.relu(rules.conv2d(h, w, padding=1, stride=1 + (i == 1), rule=rule))
-    h = rules.avg_pool2d(h, 2, rule="z")  # positive coefficients, x >= 0: no negative part for alpha-beta
-    return rules.linear(h.flatten(1), lin, rule=rule)
+        h = ops.relu(linear_maps.conv2d(h, w, padding=1, stride=1 + (i == 1), rule=rule))
+    h = linear_maps.avg_pool2d(h, 2, rule="z")  # positive coefficients, x >= 0: no negative part for alpha-beta
+    return linear_maps.linear(h.flatten(1), lin, rule=rule)
 
 
 @pytest.mark.parametrize("rule", [rules.Epsilon(0.0), rules.Gamma(0.25, eps=0.0), rules.AlphaBeta(2, 1),
@@ -199,7 +200,7 @@ def test_bias_free_network_conserves(rule, gen):
 
 def test_epsilon_absorbs_relevance():
     x = torch.tensor([[1.0, 1.0]], requires_grad=True)
-    out = rules.linear(x, torch.tensor([[1.0, 1.0]]), rule=rules.Epsilon(2.0))  # z = 2: shares 1/(2+2)
+    out = linear_maps.linear(x, torch.tensor([[1.0, 1.0]]), rule=rules.Epsilon(2.0))  # z = 2: shares 1/(2+2)
     out.backward(torch.ones_like(out))
     torch.testing.assert_close(x.grad, torch.tensor([[0.25, 0.25]]))
 
@@ -211,7 +212,7 @@ def same_as_printed(t, printed):
 
 def test_seed_z_rule_example():
     x = torch.tensor([[-1.0, -1.0, 1.0, 1.0]] * 4).view(1, 1, 4, 4).requires_grad_()
-    f = rules.conv2d(x, torch.ones(1, 1, 3, 3), None, 1, 1, rule="z")
+    f = linear_maps.conv2d(x, torch.ones(1, 1, 3, 3), None, 1, 1, rule="z")
     assert f.tolist() == [[[[-4.0, -2.0, 2.0, 4.0], [-6.0, -3.0, 3.0, 6.0]] * 1 + [[-6.0, -3.0, 3.0, 6.0], [-4.0, -2.0, 2.0, 4.0]]]]
     f.sum().backward()
     assert same_as_printed(x.grad[0, 0], [[1.25, 0.4167, 0.4167, 1.25], [1.75, 0.5833, 0.5833, 1.75],
@@ -224,12 +225,12 @@ def test_seed_skip_connection_double_counts():
     branch = branch + branch[::-1]
     for skip in (False, True):
         x = torch.ones(1, 1, 4, 4, requires_grad=True)
-        f = rules.conv2d(x, torch.ones(1, 1, 3, 3), None, 1, 1, rule="z")
+        f = linear_maps.conv2d(x, torch.ones(1, 1, 3, 3), None, 1, 1, rule="z")
         (f + x if skip else f).backward(torch.ones(1, 1, 4, 4))
         assert same_as_printed(x.grad[0, 0], [[v + skip for v in row] for row in branch])
     assert float(x.grad.sum()) == pytest.approx(32.0)  # every unit of relevance counted twice
     x = torch.ones(1, 1, 4, 4, requires_grad=True)
-    ops.add(rules.conv2d(x, torch.ones(1, 1, 3, 3), None, 1, 1, rule="z"), x).backward(torch.ones(1, 1, 4, 4))
+    ops.add(linear_maps.conv2d(x, torch.ones(1, 1, 3, 3), None, 1, 1, rule="z"), x).backward(torch.ones(1, 1, 4, 4))
     assert float(x.grad.sum()) == pytest.approx(16.0)
     # corner: 1/5 through the skip; the branch's shares f/(f+1) of the four outputs it feeds, split by z-rule
     assert float(x.grad[0, 0, 0, 0]) == pytest.approx(1 / 5 + (1 / 5 + 2 / 7 + 1 / 10), abs=1e-6)
@@ -237,21 +238,23 @@ def test_seed_skip_connection_double_counts():
 
 # ---------------------------------------------------------------------- memory
 def test_saves_only_input_weight_and_output(gen):
-    """O(input + output): nothing but x, the weight, the bias and the output is kept for backward."""
+    """O(input + output): nothing but x, the weight, the bias and the output is kept for backward
+    (the output as ``ctx.out``, a detached view of the returned tensor: no copy)."""
     x = torch.randn(8, 3, 10, 10, generator=gen, requires_grad=True)
     w, b = torch.randn(5, 3, 3, 3, generator=gen), torch.randn(5, generator=gen)
     for rule in RULES:
         saved = []
         with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
-            out = rules.conv2d(x, w, b, padding=1, rule=rule)
-        assert sorted(saved) == sorted([x.numel(), w.numel(), b.numel(), out.numel()])
+            out = linear_maps.conv2d(x, w, b, padding=1, rule=rule)
+        assert sorted(saved) == sorted([x.numel(), w.numel(), b.numel()])
+        assert out.grad_fn.out.data_ptr() == out.data_ptr()
 
 
 def test_second_backward_equals_first(gen):
     x = torch.randn(2, 2, 5, 5, generator=gen, requires_grad=True)
     w = torch.randn(3, 2, 3, 3, generator=gen)
     for rule in RULES:
-        out = rules.conv2d(x, w, padding=1, rule=rule)
+        out = linear_maps.conv2d(x, w, padding=1, rule=rule)
         first, = torch.autograd.grad(out, x, torch.ones_like(out), retain_graph=True)
         second, = torch.autograd.grad(out, x, torch.ones_like(out))
         assert torch.equal(first, second)
@@ -261,15 +264,15 @@ def test_second_backward_equals_first(gen):
 def test_lost_relevance_warns():
     x = torch.tensor([[1.0, -1.0]], requires_grad=True)
     with pytest.warns(LostRelevanceWarning, match="linear: relevance of total magnitude 1"):
-        rules.linear(x, torch.ones(1, 2), rule="z").backward(torch.ones(1, 1))
+        linear_maps.linear(x, torch.ones(1, 2), rule="z").backward(torch.ones(1, 1))
     x = torch.tensor([[1.0, 2.0]], requires_grad=True)  # no negative contribution: beta's share is lost
     with pytest.warns(LostRelevanceWarning):
-        rules.linear(x, torch.ones(1, 2), rule="alpha2beta1").backward(torch.ones(1, 1))
+        linear_maps.linear(x, torch.ones(1, 2), rule="alpha2beta1").backward(torch.ones(1, 1))
     torch.testing.assert_close(x.grad, torch.tensor([[2 / 3, 4 / 3]]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         y = torch.tensor([[1.0, 2.0]], requires_grad=True)
-        rules.linear(y, torch.ones(1, 2), rule="zplus").backward(torch.ones(1, 1))  # beta = 0: nothing lost
+        linear_maps.linear(y, torch.ones(1, 2), rule="zplus").backward(torch.ones(1, 1))  # beta = 0: nothing lost
 
 
 # ------------------------------------------------------------------- captum
@@ -288,8 +291,8 @@ class PlainCNN(nn.Module):
     def lrp(self, x, rule):
         h = x
         for conv in (self.conv1, self.conv2, self.conv3):
-            h = ops.relu(rules.conv2d(h, conv.weight, conv.bias, conv.stride, conv.padding, rule=rule))
-        return rules.linear(rules.avg_pool2d(h, 4, rule=rule).flatten(1), self.fc.weight, self.fc.bias, rule=rule)
+            h = ops.relu(linear_maps.conv2d(h, conv.weight, conv.bias, conv.stride, conv.padding, rule=rule))
+        return linear_maps.linear(linear_maps.avg_pool2d(h, 4, rule=rule).flatten(1), self.fc.weight, self.fc.bias, rule=rule)
 
 
 def test_matches_captum_lrp_epsilon():
@@ -314,26 +317,26 @@ def test_matches_captum_lrp_epsilon():
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: rules.conv2d(torch.ones(1, 3, 5, 5), torch.ones(2, 2, 3, 3)), ValueError, "3 input channels"),
-        (lambda: rules.conv2d(torch.ones(1, 4, 5, 5), torch.ones(3, 2, 3, 3), groups=2), ValueError, "divisible by groups"),
-        (lambda: rules.conv2d(torch.ones(1, 2, 5, 5), torch.ones(3, 2, 3)), ValueError, "weight must be 4-D"),
-        (lambda: rules.conv2d(torch.ones(5, 5), torch.ones(3, 1, 3, 3)), ValueError, "x must be 4-D"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), torch.ones(2)), ValueError, r"bias must have shape \(3,\)"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), stride=0), ValueError, "stride must be"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), padding=(1, 1, 1)), ValueError, "padding must be"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), padding="full"), ValueError, "padding must be"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), dilation=-1), ValueError, "dilation must be"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), groups=0), ValueError, "groups must be"),
-        (lambda: rules.conv2d(torch.ones(1, 1, 5, 5, dtype=torch.long), torch.ones(3, 1, 3, 3)), TypeError, "x must be a floating"),
-        (lambda: rules.conv1d(torch.ones(1, 2, 5), torch.ones(3, 2, 3, 3)), ValueError, "weight must be 3-D"),
-        (lambda: rules.linear(torch.ones(2, 3), torch.ones(4, 5)), ValueError, "in_features=5"),
-        (lambda: rules.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(3)), ValueError, "bias must have shape"),
-        (lambda: rules.linear(torch.ones(2, 3), torch.ones(3)), ValueError, "weight must be 2-D"),
-        (lambda: rules.linear(torch.ones(2, 3), torch.ones(4, 3), rule="lrp"), ValueError, "rule 'lrp' is not known"),
-        (lambda: rules.linear(torch.ones(2, 3), torch.ones(4, 3), rule=0.1), TypeError, "rule must be"),
-        (lambda: rules.avg_pool2d(torch.ones(1, 1, 4, 4), 2, padding=2), ValueError, "at most half"),
-        (lambda: rules.avg_pool2d(torch.ones(4, 4), 2), ValueError, "x must be 4-D"),
-        (lambda: rules.linear_map(torch.ones(2), "cumsum"), TypeError, "fn must be callable"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 3, 5, 5), torch.ones(2, 2, 3, 3)), ValueError, "3 input channels"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 4, 5, 5), torch.ones(3, 2, 3, 3), groups=2), ValueError, "divisible by groups"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 2, 5, 5), torch.ones(3, 2, 3)), ValueError, "weight must be 4-D"),
+        (lambda: linear_maps.conv2d(torch.ones(5, 5), torch.ones(3, 1, 3, 3)), ValueError, "x must be 4-D"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), torch.ones(2)), ValueError, r"bias must have shape \(3,\)"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), stride=0), ValueError, "stride must be"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), padding=(1, 1, 1)), ValueError, "padding must be"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), padding="full"), ValueError, "padding must be"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), dilation=-1), ValueError, "dilation must be"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5), torch.ones(3, 1, 3, 3), groups=0), ValueError, "groups must be"),
+        (lambda: linear_maps.conv2d(torch.ones(1, 1, 5, 5, dtype=torch.long), torch.ones(3, 1, 3, 3)), TypeError, "x must be a floating"),
+        (lambda: linear_maps.conv1d(torch.ones(1, 2, 5), torch.ones(3, 2, 3, 3)), ValueError, "weight must be 3-D"),
+        (lambda: linear_maps.linear(torch.ones(2, 3), torch.ones(4, 5)), ValueError, "in_features=5"),
+        (lambda: linear_maps.linear(torch.ones(2, 3), torch.ones(4, 3), torch.ones(3)), ValueError, "bias must have shape"),
+        (lambda: linear_maps.linear(torch.ones(2, 3), torch.ones(3)), ValueError, "weight must be 2-D"),
+        (lambda: linear_maps.linear(torch.ones(2, 3), torch.ones(4, 3), rule="lrp"), ValueError, "rule 'lrp' is not known"),
+        (lambda: linear_maps.linear(torch.ones(2, 3), torch.ones(4, 3), rule=0.1), TypeError, "rule must be"),
+        (lambda: linear_maps.avg_pool2d(torch.ones(1, 1, 4, 4), 2, padding=2), ValueError, "at most half"),
+        (lambda: linear_maps.avg_pool2d(torch.ones(4, 4), 2), ValueError, "x must be 4-D"),
+        (lambda: linear_maps.linear_map(torch.ones(2), "cumsum"), TypeError, "fn must be callable"),
         (lambda: rules.Epsilon(-1e-3), ValueError, "eps must be"),
         (lambda: rules.Gamma(-0.5), ValueError, "gamma must be"),
         (lambda: rules.AlphaBeta(2, 0.5), ValueError, "alpha - beta must be 1"),
@@ -361,9 +364,9 @@ def test_cuda_matches_cpu(gen):
     x = torch.rand(2, 3, 7, 7, generator=gen, dtype=torch.float64)
     w = torch.randn(4, 3, 3, 3, generator=gen, dtype=torch.float64)
     for rule in RULES:
-        _, R, cpu = relevance(lambda t: rules.conv2d(t, w, stride=2, padding=1, rule=rule), x)
+        _, R, cpu = relevance(lambda t: linear_maps.conv2d(t, w, stride=2, padding=1, rule=rule), x)
         leaf = x.cuda().requires_grad_(True)
-        rules.conv2d(leaf, w.cuda(), stride=2, padding=1, rule=rule).backward(R.cuda())
+        linear_maps.conv2d(leaf, w.cuda(), stride=2, padding=1, rule=rule).backward(R.cuda())
         torch.testing.assert_close(leaf.grad.cpu(), cpu)
 
 
@@ -383,7 +386,7 @@ def test_one_stabiliser_and_no_lost_relevance_when_eps_is_positive():
     x = torch.tensor([[1.0, -1.0]], requires_grad=True)  # z = 0 exactly
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # eps > 0: nothing is lost, so no warning
-        rules.linear(x, torch.ones(1, 2), rule=rules.Epsilon(0.1)).backward(torch.ones(1, 1))
+        linear_maps.linear(x, torch.ones(1, 2), rule=rules.Epsilon(0.1)).backward(torch.ones(1, 1))
     torch.testing.assert_close(x.grad, torch.tensor([[10.0, -10.0]]))
 
 
@@ -414,7 +417,7 @@ def test_zbox_matches_definition_with_the_data_range_as_box(bias, gen):
     x = torch.randn(5, 6, generator=gen, dtype=torch.float64)
     W = torch.randn(3, 6, generator=gen, dtype=torch.float64)
     b = torch.randn(3, generator=gen, dtype=torch.float64) if bias else None
-    out, R, Rx = relevance(lambda t: rules.linear(t, W, b, rule=rules.ZBox()), x)
+    out, R, Rx = relevance(lambda t: linear_maps.linear(t, W, b, rule=rules.ZBox()), x)
     low = torch.minimum(x.amin(0, keepdim=True), torch.zeros(())).expand_as(x)
     high = torch.maximum(x.amax(0, keepdim=True), torch.zeros(())).expand_as(x)
     torch.testing.assert_close(Rx, ref_zbox(x, W, low, high, R))
@@ -424,10 +427,10 @@ def test_zbox_matches_definition_with_the_data_range_as_box(bias, gen):
 def test_zbox_with_given_bounds_and_constant_inputs(gen):
     x = torch.ones(4, 3, dtype=torch.float64)  # constant features: the box [0, 1] (0 included), never a point
     W = torch.randn(2, 3, generator=gen, dtype=torch.float64)
-    _, R, Rx = relevance(lambda t: rules.linear(t, W, None, rule=rules.ZBox()), x)
+    _, R, Rx = relevance(lambda t: linear_maps.linear(t, W, None, rule=rules.ZBox()), x)
     torch.testing.assert_close(Rx, ref_zbox(x, W, torch.zeros_like(x), torch.ones_like(x), R))
     x = torch.rand(4, 3, generator=gen, dtype=torch.float64)
-    _, R, Rx = relevance(lambda t: rules.linear(t, W, None, rule=rules.ZBox(-1.0, 2.0)), x)
+    _, R, Rx = relevance(lambda t: linear_maps.linear(t, W, None, rule=rules.ZBox(-1.0, 2.0)), x)
     torch.testing.assert_close(Rx, ref_zbox(x, W, torch.full_like(x, -1.0), torch.full_like(x, 2.0), R))
     assert rules.get_rule("zbox") == rules.ZBox()
 
@@ -436,7 +439,7 @@ def test_zbox_refuses_inputs_outside_its_box_and_bad_bounds():
     with pytest.raises(ValueError, match="low must not exceed high"):
         rules.ZBox(1.0, 0.0)
     x = torch.full((2, 3), 3.0, requires_grad=True)
-    y = rules.linear(x, torch.ones(1, 3), None, rule=rules.ZBox(0.0, 1.0))
+    y = linear_maps.linear(x, torch.ones(1, 3), None, rule=rules.ZBox(0.0, 1.0))
     with pytest.raises(ValueError, match="outside the box"):
         y.backward(torch.ones_like(y))
 
@@ -450,7 +453,7 @@ def test_zplus_falls_back_to_lrp0_for_a_unit_without_positive_contributions():
     leaf = x.clone().requires_grad_(True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing is lost, so nothing warns
-        rules.linear(leaf, W, None, rule=rules.ZPlus()).backward(R)
+        linear_maps.linear(leaf, W, None, rule=rules.ZPlus()).backward(R)
     unit0 = torch.tensor([-1.0, -1.0]) / -2.0 * 3.0  # LRP-0: x_j w_0j / z_0 * R_0
     unit1 = torch.tensor([1.0, 0.0]) / 1.0 * 5.0     # z+: only x_0 w_10 > 0
     torch.testing.assert_close(leaf.grad[0], (unit0 + unit1).double())

@@ -104,7 +104,7 @@ def test_the_same_relevance_as_the_ops_written_by_hand():
     x = torch.rand(3, 4, dtype=torch.float64)
     composite = Composite(linear=Epsilon(1e-3), rules={"0": Gamma(0.25, eps=1e-3)}, epsilon=1e-3)
     out, (rx,), _ = relevance_of(model, x, composite=composite)
-    from lrp_lib.core import rules
+    from lrp_lib.teach import linear_maps as rules
     leaf = x.clone().requires_grad_(True)
     h = rules.linear(leaf, model[0].weight.detach(), model[0].bias.detach(), rule=Gamma(0.25, eps=1e-3))
     y = rules.linear(ops.relu(h), model[2].weight.detach(), model[2].bias.detach(), rule=Epsilon(1e-3))

@@ -4,6 +4,7 @@ import torch
 
 from lrp_lib.explain import primitives as P
 from lrp_lib.core.rules import Epsilon, Gamma, LinearMap
+from lrp_lib.core.stabilizer import relevance_share
 
 
 def rand(*shape, seed=0, positive=False):
@@ -19,7 +20,7 @@ def leaf(t):
 def test_sum_splits_in_proportion_and_a_constant_keeps_its_share():
     a, b, R = rand(4, 3, seed=1), rand(3, seed=2), rand(4, 3, seed=3)
     la, tally = leaf(a), P.Tally()
-    z = P.SumRelevance.apply(la, b, (True, False), 0.0, "add", tally)
+    z = P.AddRelevance.apply(la, b, (True, False), 0.0, "add", tally)
     (ra,) = torch.autograd.grad(z, la, R)
     zz = a + b
     ref_a = torch.tensor([[a[i, j] / zz[i, j] * R[i, j] for j in range(3)] for i in range(4)], dtype=torch.float64)
@@ -32,7 +33,7 @@ def test_sum_splits_in_proportion_and_a_constant_keeps_its_share():
 def test_sum_of_two_marked_terms_with_broadcasting():
     a, b, R = rand(4, 3, seed=4), rand(1, 3, seed=5), rand(4, 3, seed=6)
     la, lb = leaf(a), leaf(b)
-    z = P.SumRelevance.apply(la, lb, (True, True), 0.0, "add", None)
+    z = P.AddRelevance.apply(la, lb, (True, True), 0.0, "add", None)
     ra, rb = torch.autograd.grad(z, (la, lb), R)
     zz = a + b
     torch.testing.assert_close(ra, a / zz * R)
@@ -45,16 +46,16 @@ def test_linear_relevance_is_the_epsilon_rule_of_the_map():
     x, index, R, eps = rand(6, 2, seed=7), torch.tensor([0, 0, 1, 2, 2, 2]), rand(3, 2, seed=8), 0.05
     lx, tally = leaf(x), P.Tally()
     idx = index.view(-1, 1).expand(6, 2)
-    out = P.LinearRelevance.apply(lx, lambda t: torch.zeros(3, 2, dtype=t.dtype).scatter_add(0, idx, t),
-                                  lambda v: v.gather(0, idx), eps, "scatter_add", tally)
+    out = P.linear_relevance(lx, lambda t: torch.zeros(3, 2, dtype=t.dtype).scatter_add(0, idx, t),
+                             lambda v: v.gather(0, idx), eps, "scatter_add", tally)
     (rx,) = torch.autograd.grad(out, lx, R)
     z = torch.zeros(3, 2, dtype=torch.float64).index_add_(0, index, x)
     ref = torch.stack([x[j] / (z[index[j]] + eps * z[index[j]].sign()) * R[index[j]] for j in range(6)])
     torch.testing.assert_close(rx, ref)
     assert tally.total(tally.absorbed) == pytest.approx(float(R.sum() - ref.sum()))
     # without a vjp, autograd computes the same
-    out2 = P.LinearRelevance.apply(lx, lambda t: torch.zeros(3, 2, dtype=t.dtype).scatter_add(0, idx, t), None, eps,
-                                   "scatter_add", None)
+    out2 = P.linear_relevance(lx, lambda t: torch.zeros(3, 2, dtype=t.dtype).scatter_add(0, idx, t), None, eps,
+                              "scatter_add", None)
     torch.testing.assert_close(torch.autograd.grad(out2, lx, R)[0], ref)
 
 
@@ -62,7 +63,7 @@ def test_weight_relevance_applies_the_rule():
     x, W, R = rand(5, 4, seed=9, positive=True), rand(3, 4, seed=10), rand(5, 3, seed=11)
     m = LinearMap(torch.nn.functional.linear, lambda v, x_, w: v @ w)
     lx = leaf(x)
-    out = P.WeightRelevance.apply(lx, W, None, m, Gamma(0.5, eps=0.0), "linear", None)
+    out = P.LinearMapRelevance.apply(lx, W, None, m, Gamma(0.5, eps=0.0), "linear", None, True, False)
     (rx,) = torch.autograd.grad(out, lx, R)
     Wg = W + 0.5 * W.clamp(min=0)
     zg = x @ Wg.T
@@ -154,10 +155,25 @@ def test_edge_messages_record_each_edges_relevance():
                                                     R[0].sum() + R[3].sum()]))
 
 
-def test_share_stabilises_with_the_sign():
-    z, R = torch.tensor([2.0, -2.0]), torch.tensor([1.0, 1.0])
-    torch.testing.assert_close(P.share("t", R, z, 0.5), torch.tensor([1 / 2.5, 1 / -2.5]))
+def test_unchecked_share_stabilises_with_the_sign_and_drops_zero_outputs():
+    """The primitives' division: R / (z + eps sign z), sign(0) = +1; with eps = 0, 0 where z = 0
+    (no warning: the explainer accounts for it at the end)."""
+    z, R = torch.tensor([2.0, -2.0, 0.0]), torch.tensor([1.0, 1.0, 1.0])
+    torch.testing.assert_close(relevance_share("t", R, z, eps=0.5, check=False),
+                               torch.tensor([1 / 2.5, 1 / -2.5, 1 / 0.5]))
+    torch.testing.assert_close(relevance_share("t", R, z, check=False), torch.tensor([0.5, -0.5, 0.0]))
     assert Epsilon(0.5).eps == 0.5
+
+
+def test_linear_relevance_without_the_constant_splits_over_jx_alone():
+    """keep_constant=False: a buffer scattered into takes no share, R_j = x_j / (J x)_i R_i."""
+    x, index, R = rand(4, 2, seed=40, positive=True), torch.tensor([0, 0, 1, 1]), rand(2, 2, seed=41)
+    base, idx = torch.full((2, 2), 3.0, dtype=torch.float64), index.view(-1, 1).expand(4, 2)
+    lx = leaf(x)
+    out = P.linear_relevance(lx, lambda t: base.scatter_add(0, idx, t), None, 0.0, "scatter_add", None, False)
+    (rx,) = torch.autograd.grad(out, lx, R)
+    jx = torch.zeros(2, 2, dtype=torch.float64).index_add_(0, index, x)
+    torch.testing.assert_close(rx, torch.stack([x[j] / jx[index[j]] * R[index[j]] for j in range(4)]))
 
 
 def test_softmax_rule_gives_masked_logits_nothing_and_stays_finite():

@@ -13,6 +13,7 @@ import torch
 from lrp_lib.teach import ops
 from lrp_lib.teach import relprop as rp
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.teach.ops import LostRelevanceWarning
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -185,10 +186,10 @@ def test_mlp_alpha1_beta0_implementations_agree(jl, x64):
     R = winner_relevance(Ws, x)
     by_hooks, by_jax = three_relevances(jl, Ws, x, R, rule="alpha_beta", alpha=1.0, beta=0.0)
     reference = ref_alpha1_beta0(Ws, x, R)
-    leaf = x.clone().requires_grad_()  # the autograd trick: lrp_lib.core.rules.linear with AlphaBeta(1, 0)
+    leaf = x.clone().requires_grad_()  # the autograd trick: lrp_lib.teach.linear_maps.linear with AlphaBeta(1, 0)
     h = leaf
     for k, W in enumerate(Ws):
-        h = rules.linear(h, W, rule=rules.AlphaBeta(alpha=1.0, beta=0.0))
+        h = linear_maps.linear(h, W, rule=rules.AlphaBeta(alpha=1.0, beta=0.0))
         h = ops.relu(h) if k < len(Ws) - 1 else h
     h.backward(R)
     torch.testing.assert_close(leaf.grad, reference, rtol=1e-6, atol=1e-6)

@@ -15,6 +15,7 @@ from torch_geometric.utils import scatter as pyg_scatter
 
 from lrp_lib.teach import ops
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.core.rules import Epsilon, Gamma
 from property_strategies import DTYPES, TOL, scale
 
@@ -128,7 +129,7 @@ def test_lrp0_of_a_bias_free_convolution_is_input_times_gradient(channels, out, 
     x = torch.randn(2, channels, size, size, generator=g, dtype=torch.float64).to(dtype)
     w = torch.randn(out, channels, kernel, kernel, generator=g, dtype=torch.float64).to(dtype)
     a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
-    z = rules.conv2d(a, w, None, stride=stride, padding=padding, rule=Epsilon(0.0))
+    z = linear_maps.conv2d(a, w, None, stride=stride, padding=padding, rule=Epsilon(0.0))
     z.backward(z.detach())
     F.conv2d(b, w, None, stride=stride, padding=padding).sum().backward()
     close(a.grad, x * b.grad, TOL[dtype] * scale(a.grad, z))
@@ -147,7 +148,7 @@ def linear_case(draw_seed, rows, fin, fout, bias, dtype):
 
 def linear_relevance(x, w, b, rel, rule):
     leaf = x.clone().requires_grad_(True)
-    rules.linear(leaf, w, b, rule=rule).backward(rel)
+    linear_maps.linear(leaf, w, b, rule=rule).backward(rel)
     return leaf.grad
 
 
@@ -163,7 +164,7 @@ def test_gamma_zero_is_epsilon_on_a_linear_map(seed, rows, fin, fout, bias, dtyp
 @given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 5), fin=st.integers(1, 5), fout=st.integers(1, 5),
        bias=st.booleans(), eps=st.sampled_from([0.0, 1e-6, 0.01, 1.0]), dtype=dtypes)
 def test_linear_eps_and_rules_epsilon_are_the_same_rule(seed, rows, fin, fout, bias, eps, dtype):
-    """ops.linear_eps(eps) and rules.linear(rule=Epsilon(eps)) are two routes to one rule."""
+    """ops.linear_eps(eps) and linear_maps.linear(rule=Epsilon(eps)) are two routes to one rule."""
     x, w, b, rel = linear_case(seed, rows, fin, fout, bias, dtype)
     leaf = x.clone().requires_grad_(True)
     ops.linear_eps(leaf, w, b, eps).backward(rel)

@@ -10,6 +10,7 @@ import torch
 from lrp_lib.teach import ops
 from lrp_lib.teach import relprop as rp
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.teach.ops import LostRelevanceWarning
 
 
@@ -218,7 +219,7 @@ def relprop_mlp(weights):
 
 def autograd_mlp(x, weights, eps=None, rule=None):
     for k, W in enumerate(weights):
-        x = ops.linear_eps(x, W, eps=eps) if rule is None else rules.linear(x, W, rule=rule)
+        x = ops.linear_eps(x, W, eps=eps) if rule is None else linear_maps.linear(x, W, rule=rule)
         if k < len(weights) - 1:
             x = ops.relu(x)
     return x

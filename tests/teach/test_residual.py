@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.teach.ops import LostRelevanceWarning
 from lrp_lib.teach.residual import ResidualBlock, skip_add
 from test_rules import conv_matrix, ref_rule
@@ -64,8 +65,8 @@ def test_bias_free_block_conserves_and_plus_double_counts(rule):
 
     # the same block with a plain `+` on the skip: the relevance is counted twice
     plain = x.clone().requires_grad_(True)
-    h = F.relu(rules.conv2d(plain, block.conv1.weight, padding=1, rule=rule))
-    g = rules.conv2d(h, block.conv2.weight, padding=1, rule=rule)
+    h = F.relu(linear_maps.conv2d(plain, block.conv1.weight, padding=1, rule=rule))
+    g = linear_maps.conv2d(h, block.conv2.weight, padding=1, rule=rule)
     y = g + plain
     R = y.detach() * (y > 0)
     with pytest.warns(LostRelevanceWarning):  # where the branch's output is 0 it cannot take its copy
