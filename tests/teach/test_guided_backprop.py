@@ -127,14 +127,15 @@ def test_mode_restores_the_model_and_leaves_values_alone():
     data = Data(x=torch.randn(4, 3), edge_attr=torch.randn(3, 2), edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]))
     before = model(data)
     with guided_backprop(model):
-        assert model.edge_relu.fn is guided_relu and model.node_relu.fn is guided_relu
+        assert len(model.edge_relu._forward_hooks) == len(model.node_relu._forward_hooks) == 1
         torch.testing.assert_close(model(data), before)  # same forward values
-    assert model.edge_relu.fn is torch.relu and model.node_relu.fn is torch.relu
+    assert model.edge_relu.fn is torch.relu and model.node_relu.fn is torch.relu  # never swapped
+    assert not model.edge_relu._forward_hooks and not model.node_relu._forward_hooks
     relu = nn.ReLU()
     with pytest.raises(RuntimeError, match="boom"):
         with guided_backprop(nn.Sequential(relu)):
             raise RuntimeError("boom")
-    assert "forward" not in vars(relu)  # restored after an exception too
+    assert "forward" not in vars(relu) and not relu._forward_hooks  # removed after an exception too
 
 
 def test_errors():
