@@ -1,8 +1,20 @@
 """The product: LRP for any PyTorch Geometric model, run through the model's own ``forward``.
 
 * :mod:`~lrp_lib.explain.function_mode`: ``RelevanceMode``, the ``TorchFunctionMode`` that sends
-  every torch function the model calls to a relevance primitive;
+  every torch function the model calls to a relevance primitive (dispatch, tracking of the
+  input-dependent tensors);
+* :mod:`~lrp_lib.explain.op_tables`: which torch functions and autograd nodes pass relevance as
+  they are; :mod:`~lrp_lib.explain.graph_check`: ``UnsupportedModelError`` and
+  ``check_relevance_graph``;
+* :mod:`~lrp_lib.explain.handlers`: the rule of each torch function with one of its own (linear
+  maps, products, convolutions, reductions, scatters, arithmetic, softmax, norms);
+  :mod:`~lrp_lib.explain.recurrent`: RNN/LSTM/GRU and multi-head attention written out;
 * :mod:`~lrp_lib.explain.primitives`: the relevance primitives, each a ``torch.autograd.Function``;
+* :mod:`~lrp_lib.explain.edges`: edge relevance through message hooks;
+* :mod:`~lrp_lib.explain.inputs`: ``check_inputs`` and ``check_hetero_inputs``;
+* :mod:`~lrp_lib.explain.targets`: the explained output and its start relevance;
+* :mod:`~lrp_lib.explain.propagate`: one forward and one backward;
+* :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks;
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``, and ``Explainer``
   with the inputs checked first;
 * :mod:`~lrp_lib.explain.masks`: signed relevance to the masks PyG's plots and metrics read;
@@ -13,7 +25,8 @@ Imports :mod:`lrp_lib.core` only.
 """
 import importlib
 
-_MODULES = ("function_mode", "primitives", "explainer", "masks", "walks", "jobs")
+_MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
+            "targets", "propagate", "subgraphs", "explainer", "masks", "walks", "jobs")
 
 
 def __getattr__(name):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["MASKS", "relevance_mask"]
+__all__ = ["MASKS", "relevance_mask", "per_mask_type"]
 
 #: The kinds of mask :func:`relevance_mask` makes.
 MASKS = ("abs", "positive", "relevance")
@@ -79,3 +79,14 @@ def _transform(r: Tensor, kind: str) -> Tensor:
 
 def _scale(m: Tensor, top: float) -> Tensor:
     return m / top if top > 0 else torch.zeros_like(m)
+
+
+def per_mask_type(node_rel: Tensor, node_type) -> Tensor:
+    """Relevance per feature (N x F) as the node mask type reads it: ``attributes`` N x F,
+    ``common_attributes`` summed over the nodes (1 x F), ``object`` (or no node mask) summed per node (N x 1)."""
+    from torch_geometric.explain.config import MaskType
+    if node_type == MaskType.attributes:
+        return node_rel
+    if node_type == MaskType.common_attributes:
+        return node_rel.sum(0, keepdim=True)
+    return node_rel.sum(-1, keepdim=True)

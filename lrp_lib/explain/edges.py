@@ -1,0 +1,191 @@
+r"""Edge relevance: which message of each layer is which input edge.
+
+A hook on each ``MessagePassing`` module (``register_message_forward_hook``) passes its
+messages through :class:`~lrp_lib.explain.primitives.EdgeMessageRelevance`, which adds the
+relevance of the messages of edge :math:`j \to i`, summed over features, to that edge: the edge
+relevance is the relevance carried by each edge's messages, summed over layers.  Self-loops that
+a layer adds (GCN, GAT) are not edges of the input: their share stays with the node.  The hooks
+are registered once per module (:func:`ensure_hooks`) and do nothing outside a
+:func:`recording` block of the same thread.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+
+from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.primitives import EdgeMessageRelevance
+
+__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording"]
+
+
+_current = threading.local()       # the explanation running in this thread (its EdgeRecorder)
+_hooked: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
+_hook_lock = threading.Lock()
+
+
+def _message_hook(module, inputs, out):
+    recorder = getattr(_current, "recorder", None)
+    if recorder is None:
+        return None
+    return recorder.messages(module, out)
+
+
+def _propagate_hook(module, inputs):
+    recorder = getattr(_current, "recorder", None)
+    if recorder is not None:
+        recorder.propagated[id(module)] += 1
+        recorder.edges_of[id(module)] = inputs[0]  # the edge_index this layer passes messages along
+    return None
+
+
+def ensure_hooks(model: nn.Module) -> None:
+    """Register the message hooks on every MessagePassing module of ``model`` (once per module: a
+    module that has them already -- also a ``copy.deepcopy`` of a hooked one, which copies its
+    hooks -- gets no second set)."""
+    with _hook_lock:
+        for m in model.modules():
+            if isinstance(m, MessagePassing) and m not in _hooked:
+                if not any(h is _message_hook for h in m._message_forward_hooks.values()):
+                    m.register_message_forward_hook(_message_hook)
+                if not any(h is _propagate_hook for h in m._propagate_forward_pre_hooks.values()):
+                    m.register_propagate_forward_pre_hook(_propagate_hook)
+                _hooked[m] = True
+
+
+class EdgeRecorder:
+    """The edge relevance of one explanation: which message of each layer is which input edge."""
+
+    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index: Tensor, dtype):
+        self.mode, self.edge_index = mode, edge_index
+        self.record = torch.zeros(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
+        self.propagated, self.messaged = Counter(), Counter()
+        self.unaligned: dict[str, int] = {}
+        self._ids: dict[int, tuple] = {}
+        self.edges_of: dict[int, Tensor] = {}
+
+    def edge_ids(self, edges) -> Tensor | None:
+        """The input edge of each edge of ``edges`` (the edge_index a layer propagates along): the
+        same edge (source, target), its k-th copy for the k-th copy; -1 for an edge that is not in
+        the input (a self-loop that the layer added)."""
+        if edges is self.edge_index:
+            return torch.arange(edges.shape[1], device=edges.device)
+        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
+                or edges.is_floating_point():
+            return None
+        key = id(edges)
+        if key not in self._ids:
+            self._ids[key] = (edges, self._match(edges.long()))
+        return self._ids[key][1]
+
+    def _match(self, edges: Tensor) -> Tensor:
+        ref = self.edge_index
+        # the usual layout (PyG's add_self_loops / add_remaining_self_loops): the input's edges that
+        # are not loops, in order, then one loop per node; checked exactly, in O(E)
+        loop = ref[0] == ref[1]
+        kept = ref[:, ~loop]
+        k = edges.shape[1] - kept.shape[1]
+        if k >= 0 and torch.equal(edges[:, :kept.shape[1]], kept):
+            nodes = torch.arange(k, device=edges.device)
+            if torch.equal(edges[0, kept.shape[1]:], nodes) and torch.equal(edges[1, kept.shape[1]:], nodes) and \
+                    (not bool(loop.any()) or int(ref[0, loop].max()) < k):
+                ids = torch.arange(ref.shape[1], device=ref.device)
+                loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
+                loops[ref[0, loop]] = ids[loop]
+                return torch.cat([ids[~loop], loops])
+        n = int(max(int(ref.max()) if ref.numel() else 0, int(edges.max()) if edges.numel() else 0)) + 1
+        m = max(ref.shape[1], edges.shape[1]) + 1
+
+        def ranked(ei):  # key (source, target) and the rank of each copy of a repeated edge
+            k = ei[0] * n + ei[1]
+            order = torch.argsort(k, stable=True)
+            sk = k[order]
+            rank = torch.arange(k.numel(), device=k.device) - torch.searchsorted(sk, sk)
+            combined = torch.empty_like(k)
+            combined[order] = sk * m + rank
+            return combined
+        ref_keys, keys = ranked(ref), ranked(edges)
+        order = torch.argsort(ref_keys)
+        sorted_keys = ref_keys[order]
+        pos = torch.searchsorted(sorted_keys, keys).clamp(max=max(sorted_keys.numel() - 1, 0))
+        if sorted_keys.numel() == 0:
+            return torch.full((edges.shape[1],), -1, dtype=torch.long, device=edges.device)
+        found = sorted_keys[pos] == keys
+        return torch.where(found, order[pos], torch.full_like(pos, -1))
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        ids = self.edge_ids(self.edges_of.get(id(module)))
+        if ids is None or ids.numel() != out.shape[dim]:
+            self.unaligned[self.names[id(module)]] = out.shape[dim]
+            return None
+        return self.mode.mark(EdgeMessageRelevance.apply(out, ids, self.record, dim))
+
+    def check(self) -> None:
+        silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
+        problems = [f"'{n}' passes {c} messages for the {self.edge_index.shape[1]} input edges" for n, c in
+                    self.unaligned.items()]
+        problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
+        if problems:
+            raise UnsupportedModelError(
+                f"edge relevance needs each message of a layer to belong to an input edge, but {'; '.join(problems)}. "
+                f"Pass edge_index as a plain (2, E) tensor, or explain with edge_mask_type=None")
+
+
+class HeteroEdgeRecorder(EdgeRecorder):
+    """Edge relevance of a heterogeneous graph: a layer's messages belong to the edge type whose
+    ``edge_index`` (the very tensor of the input dict) it propagates along."""
+
+    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index_dict: dict, dtype):
+        self.parts = {k: EdgeRecorder(mode, model, v, dtype) for k, v in edge_index_dict.items()}
+        self.mode = mode
+        self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
+        self.propagated, self.messaged = Counter(), Counter()
+        self.unaligned: dict[str, int] = {}
+        self.edges_of: dict[int, Tensor] = {}
+        self.edge_index = None
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        edges = self.edges_of.get(id(module))
+        for part in self.parts.values():
+            if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
+                ids = torch.arange(edges.shape[1], device=edges.device)
+                return self.mode.mark(EdgeMessageRelevance.apply(out, ids, part.record, dim))
+        self.unaligned[self.names[id(module)]] = out.shape[dim]
+        return None
+
+    def check(self) -> None:
+        silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
+        problems = [f"'{n}' passes {c} messages along an edge_index that is not one of the input's" for n, c in
+                    self.unaligned.items()]
+        problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
+        if problems:
+            raise UnsupportedModelError(
+                f"edge relevance of a heterogeneous graph needs each layer to pass messages along one of the "
+                f"input's edge_index tensors, but {'; '.join(problems)}. Explain with edge_mask_type=None")
+
+
+
+@contextmanager
+def recording(recorder):
+    """Inside the block, the message hooks of this thread record into ``recorder`` (None: nothing)."""
+    previous = getattr(_current, "recorder", None)
+    _current.recorder = recorder
+    try:
+        yield recorder
+    finally:
+        _current.recorder = previous

@@ -1,0 +1,349 @@
+"""The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
+
+A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the
+relevance primitive (:mod:`lrp_lib.explain.primitives`) that fits it: linear maps, matrix products,
+convolutions and ``einsum`` with a weight get the composite's rule for that weight
+(:meth:`~lrp_lib.explain.function_mode.RelevanceMode.weighted`); sums, means, pools, scatters and
+``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.function_mode.RelevanceMode.linear`); sums
+of two terms a proportional split; products of two input-dependent factors the uniform rule
+(attention weights held constant under CP-LRP); ``softmax`` AttnLRP's rule; batch, layer, group and
+instance norms the identity through the normalisation.  The table of the rules is in
+:mod:`lrp_lib.explain.function_mode`; recurrent layers and attention are in
+:mod:`lrp_lib.explain.recurrent`.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lrp_lib.explain.primitives import (BilinearRelevance, IdentityRelevance, JoinRelevance, NormAffineRelevance,
+                                        NormaliseRelevance, SoftmaxRelevance, UniformProductRelevance)
+
+if TYPE_CHECKING:  # annotations only: the mode imports this module
+    from lrp_lib.explain.function_mode import RelevanceMode
+
+__all__ = ["HANDLERS", "arg"]
+
+
+def arg(args, kwargs, i, name, default=None):
+    if name in kwargs:
+        return kwargs[name]
+    return args[i] if len(args) > i else default
+
+
+def _linear(mode: RelevanceMode, func, args, kwargs):
+    x, weight, bias = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
+    if mode.is_marked(weight) or mode.is_marked(bias):
+        return mode.blocked(func, "linear with an input-dependent weight", args, kwargs)
+    return mode.weighted(x, weight, bias, F.linear, lambda v, x_, w: v @ w, "linear")
+
+
+def _matmul(mode: RelevanceMode, func, args, kwargs):
+    a, b = args[0], args[1]
+    if func is torch.Tensor.__rmatmul__:
+        a, b = b, a
+    ma, mb = mode.is_marked(a), mode.is_marked(b)
+    if ma and mb:
+        ga, gb = mode.is_gate(a), mode.is_gate(b)
+        if mode.composite.attention == "cp" and ga != gb:
+            weights = (0.0, 1.0) if ga else (1.0, 0.0)
+        else:
+            weights = (0.5, 0.5)
+        if a.is_sparse or b.is_sparse:
+            return mode.blocked(func, "sparse matmul of two input-dependent tensors", args, kwargs)
+        return BilinearRelevance.apply(a, b, weights, mode.composite.epsilon, f"matmul in {mode.module_label()}",
+                                       mode.tally)
+    plain = torch.matmul if func in (torch.Tensor.__matmul__, torch.Tensor.__rmatmul__) else func
+    if ma:
+        return mode.weighted(a, b, None, lambda x, w, bias: plain(x, w) if bias is None else plain(x, w) + bias,
+                             None, "matmul")
+    return mode.weighted(b, a, None, lambda x, w, bias: plain(w, x) if bias is None else plain(w, x) + bias,
+                         None, "matmul")
+
+
+def _addmm(mode: RelevanceMode, func, args, kwargs):
+    """``beta * input + alpha * (mat1 @ mat2)``: the product by the weight's rule, then the sum in
+    proportion to its two terms (a constant ``input`` is a bias and keeps its share)."""
+    inp, a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "mat1"), arg(args, kwargs, 2, "mat2")
+    beta, alpha = kwargs.get("beta", 1), kwargs.get("alpha", 1)
+    ma, mb = mode.is_marked(a), mode.is_marked(b)
+    if ma and mb:
+        return mode.blocked(func, "addmm of two input-dependent matrices", args, kwargs)
+    if not (ma or mb):
+        return mode.sum_terms(inp, (torch.mm(a, b) * alpha).detach(), beta, 1.0, op="addmm")
+    if ma:
+        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, None, "addmm")
+    else:
+        part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, None, "addmm")
+    part = mode.mark(part)
+    if alpha != 1:
+        part = mode.mark(IdentityRelevance.apply(part, lambda t: t * alpha))
+    return mode.sum_terms(part, inp, 1.0, beta, op="addmm")
+
+
+def _conv(mode: RelevanceMode, func, args, kwargs):
+    x, weight = args[0], arg(args, kwargs, 1, "weight")
+    bias = arg(args, kwargs, 2, "bias")
+    rest = args[3:]
+    extra = {k: v for k, v in kwargs.items() if k not in ("weight", "bias")}
+    if mode.is_marked(weight) or mode.is_marked(bias):
+        return mode.blocked(func, func.__name__, args, kwargs)
+    return mode.weighted(x, weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra), None, func.__name__)
+
+
+def _einsum(mode: RelevanceMode, func, args, kwargs):
+    eq, ops = args[0], list(args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:])
+    marked = [i for i, o in enumerate(ops) if mode.is_marked(o)]
+    if len(ops) != 2 or len(marked) != 1:
+        return mode.blocked(func, "einsum of several input-dependent operands", args, kwargs)
+    i = marked[0]
+    other = ops[1 - i]
+
+    def fn(x, w, b):
+        pair = (x, w) if i == 0 else (w, x)
+        out = torch.einsum(eq, *pair)
+        return out if b is None else out + b
+    return mode.weighted(ops[i], other, None, fn, None, "einsum")
+
+
+def _reduction(mode: RelevanceMode, func, args, kwargs):
+    """sum, mean, nansum, cumsum (linear in their one input)."""
+    x = args[0]
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__)
+
+
+def _mean(mode: RelevanceMode, func, args, kwargs):
+    """A mean is a sum (split in proportion, stabilised at the sum) divided by a count (identity),
+    as PyG's mean aggregation computes it, so both give the same relevance."""
+    x = args[0]
+    if kwargs.get("dtype") is not None:
+        return _reduction(mode, func, args, kwargs)
+    rest = {k: v for k, v in kwargs.items()}
+    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), None, "mean"))
+    count = x.numel() // max(total.numel(), 1) if x.numel() else 1
+    return IdentityRelevance.apply(total, lambda t: t / count)
+
+
+def _pool(mode: RelevanceMode, func, args, kwargs):
+    x = args[0]
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__)
+
+
+def _scatter_add(mode: RelevanceMode, func, args, kwargs):
+    inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
+                            arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
+    mi, ms = mode.is_marked(inp), mode.is_marked(src)
+    if ms:
+        zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
+        vjp = (lambda v: v.gather(dim, index)) if index.shape == src.shape else None
+        out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp,
+                          "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}")
+        return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
+    return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
+
+
+def _index_add(mode: RelevanceMode, func, args, kwargs):
+    inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
+                            arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "source"))
+    alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
+    mi, ms = mode.is_marked(inp), mode.is_marked(src)
+    if ms:
+        zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
+        out = mode.linear(src, lambda s: zeros.index_add(dim, index, s, alpha=alpha),
+                          lambda v: v.index_select(dim, index) * alpha,
+                          "index_add" if mi else f"index_add into a constant in {mode.module_label()}")
+        return mode.sum_terms(inp, mode.mark(out), op="index_add") if mi else out
+    return mode.sum_terms(inp, torch.zeros_like(inp.detach()).index_add(dim, index, src.detach(), alpha=alpha),
+                          op="index_add")
+
+
+def _scatter_reduce(mode: RelevanceMode, func, args, kwargs):
+    inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
+                            arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
+    reduce = arg(args, kwargs, 4, "reduce")
+    include_self = arg(args, kwargs, 5, "include_self", True)
+    if reduce in ("amax", "amin"):
+        return func(*args, **kwargs)
+    if reduce in ("sum", "mean") and mode.is_marked(src) and not mode.is_marked(inp):
+        const = inp.detach()
+        return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self),
+                           None, f"scatter_reduce ({reduce}) in {mode.module_label()}")
+    if reduce == "prod" and mode.is_marked(src) and not mode.is_marked(inp) and index.shape == src.shape:
+        # each group's product: its factors share its relevance uniformly; the constant start value takes none
+        const = inp.detach()
+        counts = torch.zeros(const.shape, dtype=torch.long, device=const.device).scatter_add(
+            dim, index, torch.ones_like(index))
+        return UniformProductRelevance.apply(
+            src, lambda s: const.scatter_reduce(dim, index, s, "prod", include_self=include_self), counts,
+            lambda t: t.gather(dim, index), f"scatter_reduce (prod) of empty groups in {mode.module_label()}",
+            mode.tally)
+    return mode.blocked(func, f"scatter_reduce ({reduce})", args, kwargs)
+
+
+def _add(mode: RelevanceMode, func, args, kwargs):
+    a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
+    alpha = kwargs.get("alpha", 1)
+    name = func.__name__
+    if name == "__radd__":
+        a, b = b, a
+    if name in ("sub", "subtract", "__sub__"):
+        return mode.sum_terms(a, b, 1.0, -alpha, op="sub")
+    if name == "__rsub__":
+        return mode.sum_terms(b, a, 1.0, -1.0, op="sub")
+    if name == "rsub":
+        return mode.sum_terms(b, a, 1.0, -alpha, op="sub")
+    return mode.sum_terms(a, b, 1.0, alpha, op="add")
+
+
+def _mul(mode: RelevanceMode, func, args, kwargs):
+    a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
+    if mode.is_marked(a) and mode.is_marked(b):
+        return mode.product(a, b)
+    return mode.identity(func, args, kwargs)
+
+
+def _div(mode: RelevanceMode, func, args, kwargs):
+    if kwargs.get("rounding_mode") is not None:
+        return mode.blocked(func, "div with rounding_mode", args, kwargs)
+    a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
+    if func.__name__ == "__rtruediv__":
+        a, b = b, a
+    if mode.is_marked(a) and mode.is_marked(b):
+        return mode.gate(NormaliseRelevance.apply(a, b))
+    return mode.identity(func, args, kwargs)
+
+
+def _prod(mode: RelevanceMode, func, args, kwargs):
+    """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim``
+    (:class:`~lrp_lib.explain.primitives.UniformProductRelevance`); ``torch.prod(x)`` over all elements."""
+    x = args[0]
+    dim = arg(args, kwargs, 1, "dim")
+    keepdim = arg(args, kwargs, 2, "keepdim", False)
+    if kwargs.get("dtype") is not None:
+        return mode.blocked(func, "prod with dtype", args, kwargs)
+    if dim is None:
+        counts = torch.full((), x.numel(), dtype=torch.long, device=x.device)
+        return UniformProductRelevance.apply(x, torch.prod, counts, lambda t: t.expand(x.shape), "prod", mode.tally)
+    d = dim % x.dim()
+    shape = list(x.shape)
+    shape[d] = 1
+    counts = torch.full(shape if keepdim else shape[:d] + shape[d + 1:], x.shape[d], dtype=torch.long,
+                        device=x.device)
+    return UniformProductRelevance.apply(x, lambda t: torch.prod(t, d, keepdim), counts,
+                                         lambda t: (t if keepdim else t.unsqueeze(d)).expand(x.shape),
+                                         f"prod in {mode.module_label()}", mode.tally)
+
+
+def _max_min(mode: RelevanceMode, func, args, kwargs):
+    """``max``/``min``: the winner takes all; ties split evenly (as ``amax`` and PyG's max
+    aggregation do), so a graph alone and in a batch get the same relevance."""
+    x = args[0]
+    dim = arg(args, kwargs, 1, "dim")
+    if dim is None or isinstance(dim, Tensor):  # a full reduction, or the elementwise max of two tensors
+        if dim is None and len(args) == 1 and not kwargs:
+            return (torch.amax if func.__name__ == "max" else torch.amin)(x)
+        return func(*args, **kwargs)
+    keepdim = arg(args, kwargs, 2, "keepdim", False)
+    with torch.no_grad():
+        indices = func(x, dim, keepdim).indices
+    values = (torch.amax if func.__name__ == "max" else torch.amin)(x, dim, keepdim)
+    return (torch.return_types.max if func.__name__ == "max" else torch.return_types.min)((values, indices))
+
+
+def _cat(mode: RelevanceMode, func, args, kwargs):
+    """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant
+    (not input-dependent: an LSTM state computed from biases alone, a fixed embedding) keeps its slice
+    as a bias does (:class:`~lrp_lib.explain.primitives.JoinRelevance`).  A joined tensor that the model
+    detached from the input (or computed from one) is no constant: then the relevance of every joined
+    constant is left unaccounted, for the explainer's warning about what did not reach the input."""
+    tensors = arg(args, kwargs, 0, "tensors")
+    dim = arg(args, kwargs, 1, "dim", kwargs.get("axis", 0))
+    name = func.__name__
+    if (kwargs.get("out") is not None or not isinstance(tensors, (list, tuple)) or not tensors
+            or not all(isinstance(t, Tensor) and t.is_floating_point() for t in tensors)
+            or len({(t.dtype, t.device) for t in tensors}) > 1 or not isinstance(dim, int)
+            or all(mode.is_marked(t) for t in tensors) or mode.any_detached(tensors, {})):
+        return func(*args, **kwargs)
+    marked = tuple(mode.is_marked(t) for t in tensors)
+    if name == "stack":
+        dim = dim if dim >= 0 else dim + tensors[0].dim() + 1
+        tensors = [t.unsqueeze(dim) for t in tensors]
+    ref = tensors[0]
+    joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
+    dim = dim if dim >= 0 else dim + ref.dim()
+    return JoinRelevance.apply(dim, marked, f"constant joined by {name} in {mode.module_label()}", mode.tally,
+                               *joined)
+
+
+def _softmax(mode: RelevanceMode, func, args, kwargs):
+    x = args[0]
+    dim = arg(args, kwargs, 1, "dim")
+    if dim is None:
+        return mode.blocked(func, "softmax without dim", args, kwargs)
+    if kwargs.get("dtype") is not None:
+        x = mode.mark(IdentityRelevance.apply(x, lambda t: t.to(kwargs["dtype"])))
+    # AttnLRP's softmax rule does not conserve: what it does not pass on is left to the explanation's
+    # relevance_residual (and its warning), not counted as a bias
+    return mode.gate(SoftmaxRelevance.apply(x, dim, f"softmax in {mode.module_label()}", None))
+
+
+def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
+    if t is None:
+        return None
+    return t.detach().view(1, -1, *([1] * (x.dim() - 2))) if x.dim() > 1 else t.detach()
+
+
+def _batch_norm(mode: RelevanceMode, func, args, kwargs):
+    if func is not F.batch_norm:
+        return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
+    x = args[0]
+    names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+    p = {n: arg(args, kwargs, i, n) for i, n in enumerate(names)}
+    p["eps"] = 1e-5 if p["eps"] is None else p["eps"]
+    label = f"batch_norm in {mode.module_label()}"
+    if p["training"] or p["running_mean"] is None:
+        return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs),
+                                         _channel_view(p["bias"], x) if mode.composite.bias else None,
+                                         mode.composite.epsilon, label, mode.tally)
+    scale = (p["running_var"].detach() + p["eps"]).rsqrt()
+    if p["weight"] is not None:
+        scale = scale * p["weight"].detach()
+    scale = _channel_view(scale, x)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), lambda v: v * scale, label)
+
+
+def _norm_affine(bias_index: int, channel: bool):
+    def handler(mode: RelevanceMode, func, args, kwargs):
+        x = args[0]
+        bias = arg(args, kwargs, bias_index, "bias")
+        beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())
+        if not mode.composite.bias:
+            beta = None
+        return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs), beta, mode.composite.epsilon,
+                                         f"{func.__name__} in {mode.module_label()}", mode.tally)
+    return handler
+
+
+HANDLERS: dict[str, Callable] = {
+    "linear": _linear,
+    "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "mv": _matmul, "__matmul__": _matmul, "__rmatmul__": _matmul,
+    "addmm": _addmm,
+    "conv1d": _conv, "conv2d": _conv, "conv3d": _conv,
+    "einsum": _einsum,
+    "sum": _reduction, "mean": _mean, "nansum": _reduction, "cumsum": _reduction,
+    "avg_pool1d": _pool, "avg_pool2d": _pool, "avg_pool3d": _pool, "adaptive_avg_pool1d": _pool,
+    "adaptive_avg_pool2d": _pool, "adaptive_avg_pool3d": _pool,
+    "scatter_add": _scatter_add, "index_add": _index_add, "scatter_reduce": _scatter_reduce,
+    "add": _add, "__add__": _add, "__radd__": _add, "sub": _add, "subtract": _add, "__sub__": _add,
+    "__rsub__": _add, "rsub": _add,
+    "mul": _mul, "multiply": _mul, "__mul__": _mul, "__rmul__": _mul,
+    "div": _div, "divide": _div, "true_divide": _div, "__truediv__": _div, "__rtruediv__": _div,
+    "softmax": _softmax, "max": _max_min, "min": _max_min,
+    "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _cat, "prod": _prod,
+    "batch_norm": _batch_norm,
+    "layer_norm": _norm_affine(3, False), "group_norm": _norm_affine(3, True),
+    "instance_norm": _norm_affine(4, True), "rms_norm": _norm_affine(99, False),
+}

@@ -1,0 +1,139 @@
+"""Checking the inputs before anything runs: :func:`check_inputs` (homogeneous graphs) and
+:func:`check_hetero_inputs` (dicts of node and edge types), each error naming the argument and the
+fix; and what the explainer learns from the call it runs in (:func:`inputs_checked`,
+:func:`explainer_training_flag`, :func:`usable`)."""
+from __future__ import annotations
+
+import sys
+import threading
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.explain import Explainer as PyGExplainer
+from torch_geometric.nn import GCNConv
+
+from lrp_lib.core.validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
+
+__all__ = ["check_inputs", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
+           "explainer_training_flag", "usable"]
+
+_current = threading.local()  # the inputs that Explainer checked in this thread, just before the algorithm
+
+
+def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> None:
+    """Raise an error naming the argument (and the fix) unless the inputs can be explained.
+
+    Checks that ``model`` is a module; ``x`` a finite floating point (num_nodes, num_features)
+    tensor with at least one node; ``edge_index`` an integer (2, E) tensor (torch.long or
+    torch.int32) within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node, with no
+    edge joining two graphs; ``edge_weight`` one finite value per edge; ``edge_attr`` one finite row
+    per edge; any other floating point tensor argument finite.
+
+    :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of
+    the unmodified model, where a bad input fails with an error from inside PyG (or gives NaN).  So
+    call it before the explainer, with the same arguments::
+
+        check_inputs(model, data.x, data.edge_index, batch=data.batch)
+        explanation = explainer(data.x, data.edge_index, batch=data.batch)
+
+    or use :class:`Explainer` (PyG's ``Explainer``, which calls it before that pass).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    x = check_node_features(x, "x")
+    edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
+    for name, value in kwargs.items():
+        if value is None:
+            continue
+        if name == "batch":
+            check_batch(value, x.shape[0], edge_index, "batch")
+        elif name == "edge_weight":
+            check_edge_values(value, edge_index.shape[1], "edge_weight", one_dimensional=True)
+            _check_gcn_degree(model, x.shape[0], edge_index, value)
+        elif name == "edge_attr":
+            check_edge_values(value, edge_index.shape[1], "edge_attr")
+        elif name == "edge_label_index":
+            check_edge_index(value, x.shape[0], "edge_label_index")
+        elif isinstance(value, Tensor):
+            check_finite(value, name)
+
+
+def check_hetero_inputs(x: dict, edge_index: dict) -> None:
+    """:func:`check_inputs` for a heterogeneous graph: ``x`` a dict of node type -> features,
+    ``edge_index`` a dict of (source type, relation, target type) -> (2, E) tensor."""
+    if not isinstance(edge_index, dict):
+        raise TypeError(f"x is a dict (a heterogeneous graph), so edge_index must be a dict of edge type -> "
+                        f"(2, E) tensor, got {type(edge_index).__name__}")
+    for node_type, value in x.items():
+        check_node_features(value, f"x[{node_type!r}]")
+    for edge_type, value in edge_index.items():
+        if not isinstance(edge_type, tuple) or len(edge_type) != 3 or edge_type[0] not in x or edge_type[2] not in x:
+            raise ValueError(f"edge_index has the key {edge_type!r}: edge types must be (source type, relation, "
+                             f"target type) with both node types in x ({sorted(x)})")
+        check_edge_index(value, max(x[edge_type[0]].shape[0], x[edge_type[2]].shape[0]), f"edge_index[{edge_type!r}]")
+
+
+def _check_gcn_degree(model: nn.Module, n: int, edge_index: Tensor, edge_weight: Tensor) -> None:
+    """GCN's normalisation :math:`\\hat d^{-1/2}` is NaN where edge weights make a node's weighted
+    degree (self-loop included) negative: say so, naming the node, instead of a NaN relevance."""
+    for m in model.modules():
+        if isinstance(m, GCNConv) and m.normalize:
+            src, dst = edge_index.long()
+            loop = src == dst
+            w = edge_weight.detach().to(torch.float64)
+            deg = torch.zeros(n, dtype=torch.float64, device=w.device).index_add_(0, dst[~loop], w[~loop])
+            if m.add_self_loops:
+                fill = torch.full((n,), 2.0 if m.improved else 1.0, dtype=torch.float64, device=w.device)
+                fill[src[loop]] = w[loop]
+                deg = deg + fill
+            else:
+                deg = deg.index_add_(0, dst[loop], w[loop])
+            if bool((deg < 0).any()):
+                node = int((deg < 0).nonzero()[0, 0])
+                raise ValueError(
+                    f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
+                    f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
+                    f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
+            return
+
+
+def checked_by_explainer(x, edge_index) -> bool:
+    """Whether :class:`~lrp_lib.explain.explainer.Explainer` checked these very tensors just before calling the algorithm."""
+    done = getattr(_current, "checked", None)
+    return done is not None and done[0] is x and done[1] is edge_index
+
+
+def explainer_training_flag(model: nn.Module) -> bool | None:
+    """The training flag that PyG's ``Explainer.__call__`` saved before putting ``model`` in eval
+    mode (its local ``training``), found on the call stack; None if not called from there."""
+    frame = sys._getframe(1)
+    for _ in range(16):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if (frame.f_code.co_name == "__call__" and isinstance(owner, PyGExplainer)
+                and owner.model is model and isinstance(frame.f_locals.get("training"), bool)):
+            return frame.f_locals["training"]
+    return None
+
+
+@contextmanager
+def inputs_checked(x, edge_index):
+    """Inside the block, :func:`checked_by_explainer` is true for these very tensors (None: for none)."""
+    previous = getattr(_current, "checked", None)
+    _current.checked = None if x is None else (x, edge_index)
+    try:
+        yield
+    finally:
+        _current.checked = previous
+
+
+def usable(t):
+    """``t`` with every inference-mode tensor in it (a tensor or a dict of them) copied to a normal one."""
+    if isinstance(t, Tensor):
+        return t.clone() if t.is_inference() else t
+    if isinstance(t, dict):
+        return {k: usable(v) for k, v in t.items()}
+    return t

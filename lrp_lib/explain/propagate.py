@@ -1,0 +1,49 @@
+"""One forward and one backward: :func:`propagate` runs the model inside a
+:class:`~lrp_lib.explain.function_mode.RelevanceMode` (with the message hooks recording edge
+relevance), refuses what relevance cannot pass through, and sends the explained output's
+relevance back to the inputs."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.explain.config import ModelConfig
+
+from lrp_lib.explain.edges import ensure_hooks, recording
+from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
+from lrp_lib.explain.targets import explained_logits, start_relevance
+
+__all__ = ["propagate"]
+
+
+def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
+              model_config: ModelConfig, explained: str = "logit"):
+    """The one forward (``call()``, inside ``mode``, with the message hooks recording into
+    ``recorder``) and the one backward from the explained output: (output, start relevance,
+    relevance of each of ``inputs``).  Refuses what the relevance cannot pass through."""
+    if recorder is not None:
+        ensure_hooks(model)
+    with recording(recorder), torch.enable_grad(), mode:
+        for t in inputs:
+            mode.mark(t)
+        out = call()
+    if not isinstance(out, Tensor) or not mode.is_marked(out):
+        raise ValueError(
+            "the model's output does not depend on x through autograd: model.forward detaches it "
+            "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
+            "propagated through the model's autograd graph, so remove the detach")
+    head = explained_logits(mode, out, model_config)
+    mode.explained_head = mode.head_of(out)[0] if head is not out else None
+    check_relevance_graph(head, inputs)
+    if recorder is not None:
+        recorder.check()
+    start = start_relevance(head, target, index, model_config, explained)
+    grads = torch.autograd.grad(head, inputs, start, allow_unused=True)
+    blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
+    if blocked:
+        raise UnsupportedModelError(
+            "relevance reached operations that LRP has no rule for: " + "; ".join(
+                f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
+            ". Replace them with supported torch operations, or explain with another method")
+    return out, start, grads

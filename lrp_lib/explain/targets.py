@@ -1,0 +1,97 @@
+r"""What the relevance starts from: the explained output.
+
+:func:`explained_logits` picks the tensor (the model's output, or the logits before a final
+softmax, log_softmax or sigmoid); :func:`start_relevance` the relevance of each of its entries (the
+target class's logit, a contrast, a signed binary logit, a regression value; zero outside the
+explained rows).  :class:`~lrp_lib.explain.explainer.LRPExplainer` runs both; so can any other
+explanation that starts where it does.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+from torch_geometric.explain.config import ModelConfig, ModelMode, ModelReturnType
+
+if TYPE_CHECKING:
+    from lrp_lib.explain.function_mode import RelevanceMode
+
+__all__ = ["explained_logits", "start_relevance"]
+
+
+def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig) -> Tensor:
+    """What the relevance starts from: ``out``, or the logits of a classifier whose output is a
+    final softmax, log_softmax or sigmoid (the LRP literature explains the logit, before the
+    probabilities couple the classes)."""
+    head = mode.head_of(out)
+    classifier = model_config.mode != ModelMode.regression
+    if head is not None and (classifier or head[0] != "sigmoid"):
+        return head[1]
+    if model_config.return_type != ModelReturnType.raw:
+        raise ValueError(
+            f"return_type={model_config.return_type.value!r}: LRP explains the logits before the "
+            f"probabilities, but the model's output is not computed by a final softmax, log_softmax or "
+            f"sigmoid of them (its last operation is something else); return the logits and use "
+            f"return_type='raw'")
+    return out
+
+
+def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig,
+                    explained: str = "logit") -> Tensor:
+    r"""The relevance of the outputs ``out`` (the model's output, or the logits before its
+    probability head): the explained value where explained, else 0.
+
+    * multiclass: the logit :math:`z_c` of the target class ``c`` of each explained row
+      (``explained="logit"``), or :math:`z_c - \frac{1}{K-1}\sum_{k \ne c} z_k`
+      (``explained="contrast"``);
+    * binary (one logit :math:`z` per row): :math:`+z` for target 1, :math:`-z` for target 0 (the
+      log-odds of the target class);
+    * regression: the output itself.
+
+    ``index`` (None: every row) selects the explained rows; ``target`` holds one class label per
+    row (or, for a multiclass model with ``index``, one per explained row).  Errors name the
+    argument: a float target, one of the wrong length, a label out of range."""
+    out_d = out.detach()
+    mode = model_config.mode
+    if mode != ModelMode.regression:
+        if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
+            got = target.dtype if isinstance(target, Tensor) else type(target).__name__
+            raise TypeError(f"target must be an integer tensor of class labels, got {got}")
+        if target.numel() != out_d.shape[0] and not (index is not None and mode == ModelMode.multiclass_classification):
+            raise ValueError(f"target has {target.numel()} entries but the model gives {out_d.shape[0]} output "
+                             f"row(s): pass one label per row")
+        classes = out_d.shape[-1] if mode == ModelMode.multiclass_classification else 2
+        if target.numel() and (int(target.min()) < 0 or int(target.max()) >= classes):
+            allowed = "0 or 1 (binary_classification: the class to explain)" if classes == 2 and \
+                mode == ModelMode.binary_classification else f"0..{classes - 1} (one per output column)"
+            raise ValueError(f"target must contain only {allowed}, got values "
+                             f"{int(target.min())}..{int(target.max())}")
+    if mode == ModelMode.multiclass_classification:
+        rel = torch.zeros_like(out_d)
+        target = target.view(-1)
+        rows = torch.arange(out_d.shape[0], device=out.device)
+        if index is not None:
+            rows = rows[index].view(-1)
+            target = target[index].view(-1) if target.numel() == out_d.shape[0] else target
+        if explained == "contrast" and out_d.shape[-1] > 1:
+            # z_c - mean_{k != c} z_k: the epsilon rule of that (bias-free) linear map of the logits
+            k = out_d.shape[-1]
+            w = torch.full((rows.numel(), k), -1.0 / (k - 1), dtype=out_d.dtype, device=out.device)
+            w[torch.arange(rows.numel(), device=out.device), target] = 1.0
+            rel[rows] = out_d[rows] * w
+        else:
+            rel[rows, target] = out_d[rows, target]
+        return rel
+    if mode == ModelMode.binary_classification:
+        if out_d.shape[-1] != 1 and out_d.dim() > 1:
+            raise ValueError(f"binary_classification expects one logit per row, got output shape {tuple(out_d.shape)}")
+        sign = target.view(out_d.shape[0], *([1] * (out_d.dim() - 1))).to(out_d.dtype) * 2 - 1
+        rel = sign * out_d
+    else:
+        rel = out_d.clone()
+    if index is not None:
+        keep = torch.zeros(out_d.shape[0], dtype=torch.bool, device=out.device)
+        keep[index] = True
+        rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
+    return rel
