@@ -37,6 +37,7 @@ from torch import nn
 
 from lrp_lib.teach import ops
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.book.plotting import BOOK_WIDTH, book_style
 from lrp_lib.book.pretrained import load_or_train
 from lrp_lib.teach.residual import ResidualBlock
@@ -154,13 +155,13 @@ print("total:", round(float(x.grad.sum()), 4), "= number of outputs:", f.numel()
 # each negative pixel is responsible for a negative output with the same sign, and the rule
 # hands relevance in proportion to that responsibility. The 16 units of relevance are conserved.
 #
-# `lrp_lib.core.rules.conv2d` does the same with torch's argument conventions, and more cheaply: it
+# `lrp_lib.teach.linear_maps.conv2d` does the same with torch's argument conventions, and more cheaply: it
 # keeps the output of the forward (no second forward) and calls the convolution's input-gradient
 # kernel directly for the VJP. The result is the same.
 
 # %%
 x2 = x.detach().clone().requires_grad_()
-f2 = rules.conv2d(x2, w, padding=1, rule="z")
+f2 = linear_maps.conv2d(x2, w, padding=1, rule="z")
 f2.sum().backward()
 print(
     "same output:",
@@ -195,7 +196,7 @@ print(
 # %%
 for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
     xr = x.detach().clone().requires_grad_()
-    out = rules.conv2d(xr, w, padding=1, rule=rule)
+    out = linear_maps.conv2d(xr, w, padding=1, rule=rule)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out.sum().backward()
@@ -224,9 +225,9 @@ for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
 # These rules are meant for layers that see both signs of weights, after a ReLU; the conservation
 # tests run them on such layers.
 #
-# The same function serves every linear map: `rules.linear`, `rules.conv1d`, `rules.conv2d`
-# (with stride, padding, dilation, groups), `rules.conv3d`, `rules.avg_pool2d`, and
-# `rules.linear_map(x, fn, ...)` for a map you only have as a function (autograd then takes the VJP
+# The same function serves every linear map: `linear_maps.linear`, `linear_maps.conv1d`, `linear_maps.conv2d`
+# (with stride, padding, dilation, groups), `linear_maps.conv3d`, `linear_maps.avg_pool2d`, and
+# `linear_maps.linear_map(x, fn, ...)` for a map you only have as a function (autograd then takes the VJP
 # by rerunning `fn`). The tests check each rule on each map against the rule's definition written
 # out contribution by contribution.
 #
@@ -240,7 +241,7 @@ for rule in [rules.Epsilon(0.0), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
 w = torch.ones(1, 1, 3, 3, device=device)
 for label, with_skip in [("branch only  g(x)", False), ("plain  g(x) + x", True)]:
     x = torch.ones(1, 1, 4, 4, device=device, requires_grad=True)
-    g = rules.conv2d(x, w, padding=1, rule="z")
+    g = linear_maps.conv2d(x, w, padding=1, rule="z")
     (g + x if with_skip else g).backward(torch.ones(1, 1, 4, 4, device=device))
     print(
         f"{label}: corner {float(x.grad[0, 0, 0, 0]):.4f}, total"
@@ -256,7 +257,7 @@ for label, with_skip in [("branch only  g(x)", False), ("plain  g(x) + x", True)
 
 # %%
 x = torch.ones(1, 1, 4, 4, device=device, requires_grad=True)
-y = ops.add(rules.conv2d(x, w, padding=1, rule="z"), x)
+y = ops.add(linear_maps.conv2d(x, w, padding=1, rule="z"), x)
 y.backward(torch.ones_like(y))
 print("with ops.add:\n", show(x.grad), "\ntotal", round(float(x.grad.sum()), 4))
 
@@ -310,12 +311,12 @@ class ResidualCNN(nn.Module):
             return self.fc(F.avg_pool2d(h, 4).flatten(1))
         eps = rules.Epsilon(1e-6)
         h = ops.relu(
-            rules.conv2d(x, self.stem.weight, self.stem.bias, padding=1, rule=rule)
+            linear_maps.conv2d(x, self.stem.weight, self.stem.bias, padding=1, rule=rule)
         )
         h = self.block1(h, rule=rule)
-        h = self.block2(rules.avg_pool2d(h, 2, rule=eps), rule=rule)
-        return rules.linear(
-            rules.avg_pool2d(h, 4, rule=eps).flatten(1),
+        h = self.block2(linear_maps.avg_pool2d(h, 2, rule=eps), rule=rule)
+        return linear_maps.linear(
+            linear_maps.avg_pool2d(h, 4, rule=eps).flatten(1),
             self.fc.weight,
             self.fc.bias,
             rule=eps,
@@ -524,7 +525,7 @@ class PlainCNN(nn.Module):
             if rule is None
             else (
                 lambda i, h: ops.relu(
-                    rules.conv2d(
+                    linear_maps.conv2d(
                         h, self.convs[i].weight, self.convs[i].bias, padding=1, rule=rule
                     )
                 )
@@ -533,7 +534,7 @@ class PlainCNN(nn.Module):
         pool = (
             (lambda p, h: p(h))
             if rule is None
-            else (lambda p, h: rules.avg_pool2d(h, p.kernel_size, rule=rule))
+            else (lambda p, h: linear_maps.avg_pool2d(h, p.kernel_size, rule=rule))
         )
         h = conv(2, conv(1, conv(0, x)))
         h = conv(4, conv(3, pool(self.pool1, h)))
@@ -541,7 +542,7 @@ class PlainCNN(nn.Module):
         return (
             self.fc(h)
             if rule is None
-            else rules.linear(h, self.fc.weight, self.fc.bias, rule=rule)
+            else linear_maps.linear(h, self.fc.weight, self.fc.bias, rule=rule)
         )
 
 
@@ -654,7 +655,7 @@ glue("captum_rss", f"{captum['rss_ratio']:.2f}", display=False)
 # 4. Replace `ops.add` in `ResidualBlock` by a rule that gives the skip path a fixed fraction of
 #    the relevance (as some implementations do). Is relevance still conserved? What changes in the
 #    heatmaps?
-# 5. Write `rules.max_pool2d` with the winner-takes-all rule and compare it with average pooling in
+# 5. Write `linear_maps.max_pool2d` with the winner-takes-all rule and compare it with average pooling in
 #    the digits network.
 #
 # ## References

@@ -99,12 +99,22 @@ def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
     return dataset_or_loader, None
 
 
+def _relevance_pass(model: nn.Module):
+    """The model's own relevance entry point, if it or one of its modules provides one: a callable
+    ``lrp_relevance_pass(model, batch)`` returning the output and a function that, after the
+    backward, reads the relevance (an object with ``node``, ``edge`` and ``per_graph()``).  The
+    Graph Network layers of ``lrp_lib.teach.graph`` carry one; else ``None``."""
+    for module in model.modules():
+        entry = getattr(type(module), "lrp_relevance_pass", None)
+        if callable(entry):
+            return entry
+    return None
+
+
 def _backend(model: nn.Module) -> str:
-    """'graph' for a model built from lrp_lib.teach.graph layers (it takes the whole Data), else 'pyg'."""
-    from lrp_lib.teach import graph
-    kinds = (graph.EdgeLinear, graph.NodeLinear, graph.GlobalLinear, graph.EdgeReLU, graph.NodeReLU,
-             graph.GlobalReLU)
-    return "graph" if any(isinstance(m, kinds) for m in model.modules()) else "pyg"
+    """'graph' for a model that provides its own relevance entry point (it takes the whole Data,
+    e.g. a model of ``lrp_lib.teach.graph`` layers), else 'pyg'."""
+    return "graph" if _relevance_pass(model) is not None else "pyg"
 
 
 def _check_args(model, mode, target, batch_size, rule, backend):
@@ -283,17 +293,14 @@ class _PyGBatch:
 
 
 class _GraphBatch:
-    """A model of lrp_lib.teach.graph layers: lrp_lib.teach.relevance(), one forward, one backward."""
+    """A model with its own relevance entry point (``lrp_relevance_pass``, e.g. a model of
+    ``lrp_lib.teach.graph`` layers): one forward in its relevance mode, one backward."""
 
     def __init__(self, model, mode):
-        self.model, self.mode = model, mode
+        self.model, self.mode, self.entry = model, mode, _relevance_pass(model)
 
     def __call__(self, batch, target_spec):
-        from lrp_lib.teach import graph
-        from lrp_lib.teach.mode import relevance
-        data = graph.relevance_inputs(batch, ("x", "edge_attr", "u"))
-        with torch.enable_grad(), relevance():
-            raw = self.model(data)
+        raw, read = self.entry(self.model, batch)
         n_graphs = int(batch.num_graphs)
         out = _rows_of(raw, self.mode, n_graphs)
         if self.mode == "multiclass_classification":
@@ -307,7 +314,7 @@ class _GraphBatch:
             target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
             value = start = out
         raw.backward(start.view_as(raw))
-        rel = graph.read_relevance(data)
+        rel = read()
         node = rel.node if rel.node is not None else torch.zeros(batch.num_nodes, device=out.device)
         edge = rel.edge if rel.edge is not None else torch.zeros(batch.edge_index.shape[1], device=out.device)
         return target, value, value - rel.per_graph().to(value.dtype), node, edge
@@ -354,8 +361,9 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     Args:
         model: a graph-level model: a PyTorch Geometric model called as
             ``model(x, edge_index, batch=batch)`` (explained by :class:`lrp_lib.explain.explainer.LRPExplainer`),
-            or a model of :mod:`lrp_lib.teach.graph` layers called as ``model(data)`` (explained in
-            :func:`lrp_lib.teach.relevance` mode).  It is moved to ``device`` and put in eval mode.
+            or a model that provides its own relevance entry point, ``lrp_relevance_pass`` on one of
+            its modules (a model of :mod:`lrp_lib.teach.graph` layers, called as ``model(data)`` and
+            explained in its relevance mode).  It is moved to ``device`` and put in eval mode.
         dataset_or_loader: a data set (``len()`` and ``dataset[i]`` give a ``Data``) or a
             non-shuffling ``torch_geometric.loader.DataLoader`` (its ``batch_size`` is used when
             ``batch_size`` is not given).  A graph's id is its index.

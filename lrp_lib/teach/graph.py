@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from lrp_lib.teach import ops
 from lrp_lib.teach import scatter as plain_scatter
-from lrp_lib.teach.mode import is_relevance_mode
+from lrp_lib.teach.mode import is_relevance_mode, relevance
 from lrp_lib.core.validation import check_batch, check_edge_index, check_finite, check_number
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "GraphRelevance",
     "relevance_inputs",
     "read_relevance",
+    "relevance_pass",
     "num_graphs",
 ]
 
@@ -680,3 +681,22 @@ def read_relevance(data) -> GraphRelevance:
     if sums["edge_attr"] is not None and edge_graph is None:
         raise ValueError("read_relevance: the graph has edge_attr but no edge_index to place its edges")
     return GraphRelevance(sums["x"], sums["edge_attr"], sums["u"], node_graph, edge_graph, num_graphs(data))
+
+
+def relevance_pass(model: nn.Module, data):
+    """The relevance entry point of a model of these layers: ``model`` runs forward on a copy of
+    ``data`` whose ``x``, ``edge_attr`` and ``u`` are leaves (:func:`relevance_inputs`), in
+    relevance mode and with gradients on.  Returns the output and a function that, after the
+    caller's ``backward``, reads the relevance (:func:`read_relevance`: a :class:`GraphRelevance`
+    with ``node``, ``edge`` and ``per_graph()``).
+
+    Every layer of this module carries it as ``lrp_relevance_pass``, so a caller that must not
+    import :mod:`lrp_lib.teach` (:func:`lrp_lib.explain.jobs.explain_dataset`) finds it on the model.
+    """
+    inputs = relevance_inputs(data, ("x", "edge_attr", "u"))
+    with torch.enable_grad(), relevance():
+        out = model(inputs)
+    return out, lambda: read_relevance(inputs)
+
+
+_GraphLinear.lrp_relevance_pass = ElementWise.lrp_relevance_pass = staticmethod(relevance_pass)
