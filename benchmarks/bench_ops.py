@@ -44,6 +44,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from lrp_lib.core.stabilizer import stabilize
 from lrp_lib.teach import ops, scatter
 
 import memory  # benchmarks/memory.py, beside this script
@@ -177,6 +178,135 @@ def sweep_rows(widths, repeat: int, quick: bool) -> list[dict]:
     return rows
 
 
+def floor_rows(repeat: int, quick: bool) -> list[dict]:
+    """The floor of ``linear_eps`` at N = 100,000, 64 -> 64 (rows with ``"group": "floor"``).
+
+    Each pass of the two forward + backward computations is timed on its own (median of
+    ``repeat`` interleaved rounds, each pass allocating its result where the op does), with the
+    bytes it reads and writes and its multiply-adds.  One row per pass, then one row per method
+    (the gradient, ``linear_eps`` and ``linear_eps(recompute=False)``) with its count of passes,
+    its bytes, the sum of its passes' times, its measured forward + backward (the same rounds,
+    also in CPU time of the thread, which a loaded machine does not stretch) and the minor page
+    faults of one run (a fresh allocation of 25.6 MB that the C library has returned to the
+    system is faulted in page by page).  The ``fused`` estimate is the time of the matrix products
+    alone: what a kernel that ran the element-wise passes inside the products would need.
+
+    The pass rows time each pass over whole N-row tensors, as a backward without blocks would
+    run it (``bytes_moved``: every pass reading and writing main memory).  ``linear_eps`` runs
+    its backward over blocks of rows that stay in the cache, so its traffic to main memory
+    (``bytes_memory``) is that of the forward and the seed plus, in backward, x and R read and
+    R_x written (and z read, with ``recompute=False``); the gradient's backward reads R and
+    writes its result.
+    """
+    import resource
+
+    n, f = (2_000 if quick else 100_000), 64
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, f, generator=g)
+    w = torch.randn(f, f, generator=g) / 8
+    rel = torch.ones(n, f)
+    eps = 1e-6
+    z = F.linear(x, w)
+    d = stabilize(z, eps)
+    share = rel / d
+    t = share @ w
+    scratch = torch.empty_like(z)
+    eps_t = z.new_tensor(eps)
+    size = n * f * x.element_size()  # bytes of one N x 64 tensor (x, z, R, the share, the result)
+    mm = 2 * n * f * f  # floating-point operations of one matrix product
+    grad, lrp, kept = "gradient", "linear_eps", "linear_eps_recompute_false"
+    every = (grad, lrp, kept)
+    passes = [  # (pass, function, bytes read, bytes written, flops, the methods that run it)
+        ("forward: z = x W^T (matrix product)", lambda: F.linear(x, w), size, size, mm, every),
+        ("seed: R = ones_like(z)", lambda: torch.ones_like(z), 0, size, 0, every),
+        ("gradient backward: R W (matrix product)", lambda: rel @ w, size, size, mm, (grad,)),
+        ("recompute z = x W^T (matrix product)", lambda: F.linear(x, w), size, size, mm, (lrp,)),
+        ("stabiliser: copysign(eps, z)", lambda: torch.copysign(eps_t, z), size, size, 0, (lrp, kept)),
+        ("stabiliser: d += z (in place)", lambda: torch.add(d, z, out=scratch), 2 * size, size, 0, (lrp, kept)),
+        ("finite check of d (aminmax)", lambda: torch.aminmax(d), size, 0, 0, (lrp, kept)),
+        ("share: d = R / d (in place)", lambda: torch.div(rel, d, out=scratch), 2 * size, size, 0, (lrp, kept)),
+        ("share W (matrix product)", lambda: share @ w, size, size, mm, (lrp, kept)),
+        ("product with x (in place)", lambda: torch.mul(t, x, out=scratch), 2 * size, size, 0, (lrp, kept)),
+        ("finite check of the result (aminmax)", lambda: torch.aminmax(t), size, 0, 0, (lrp, kept)),
+    ]
+    whole = {grad: lambda v: F.linear(v, w), lrp: lambda v: ops.linear_eps(v, w, eps=eps),
+             kept: lambda v: ops.linear_eps(v, w, eps=eps, recompute=False)}
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def run_whole(fn):
+        leaf = x.clone().requires_grad_()
+        before, cpu, start = faults(), time.thread_time(), time.perf_counter()
+        out = fn(leaf)
+        out.backward(torch.ones_like(out))
+        return time.perf_counter() - start, time.thread_time() - cpu, faults() - before
+
+    for _, fn, *_ in passes:
+        fn()
+    for fn in whole.values():
+        run_whole(fn)
+    pass_times = [[] for _ in passes]
+    whole_runs = {m: [] for m in whole}
+    for _ in range(repeat):
+        for i, (_, fn, *_) in enumerate(passes):
+            start = time.perf_counter()
+            fn()
+            pass_times[i].append(time.perf_counter() - start)
+        for m, fn in whole.items():
+            whole_runs[m].append(run_whole(fn))
+    rows = []
+    for (name, _, read, written, flops, methods), times in zip(passes, pass_times):
+        rows.append({"case": "linear_eps_floor_pass", "group": "floor", "pass": name, "rows": n, "width": f,
+                     "bytes_read": read, "bytes_written": written, "flops": flops, "methods": list(methods),
+                     "ms": statistics.median(times) * 1e3})
+    totals = {}
+    for m in whole:
+        mine = [r for r in rows if m in r["methods"]]
+        runs = whole_runs[m]
+        totals[m] = {
+            "case": "linear_eps_floor_total", "group": "floor", "method": m, "rows": n, "width": f,
+            "passes": len(mine), "matrix_products": sum(1 for r in mine if r["flops"]),
+            "bytes_moved": sum(r["bytes_read"] + r["bytes_written"] for r in mine),
+            # forward (x read, z written), seed, then the backward's N-row reads and writes
+            "bytes_memory": 3 * size + {grad: 2, lrp: 3, kept: 4}[m] * size,
+            "flops": sum(r["flops"] for r in mine),
+            "sum_of_passes_ms": sum(r["ms"] for r in mine),
+            "matrix_products_ms": sum(r["ms"] for r in mine if r["flops"]),
+            "seed_ms": sum(r["ms"] for r in mine if r["pass"].startswith("seed")),
+            "measured_fwd_bwd_ms": statistics.median(r[0] for r in runs) * 1e3,
+            "measured_fwd_bwd_cpu_ms": statistics.median(r[1] for r in runs) * 1e3,
+            "minor_page_faults": statistics.median(r[2] for r in runs),
+        }
+    base = totals[grad]
+    for m, row in totals.items():
+        row["measured_ratio"] = row["measured_fwd_bwd_ms"] / base["measured_fwd_bwd_ms"]
+        row["measured_cpu_ratio"] = row["measured_fwd_bwd_cpu_ms"] / base["measured_fwd_bwd_cpu_ms"]
+        row["sum_of_passes_ratio"] = row["sum_of_passes_ms"] / base["sum_of_passes_ms"]
+        row["bytes_ratio"] = row["bytes_moved"] / base["bytes_moved"]
+        row["bytes_memory_ratio"] = row["bytes_memory"] / base["bytes_memory"]
+        # fused: the matrix products and the seed, every element-wise pass inside a product
+        row["fused_ratio"] = ((row["matrix_products_ms"] + row["seed_ms"])
+                              / (base["matrix_products_ms"] + base["seed_ms"]))
+        rows.append(row)
+    print("\nlinear_eps pass by pass (N={:,}, 64->64, median of {}):\n".format(n, repeat))
+    print("| pass | MB read | MB written | ms | methods |\n|---|---|---|---|---|")
+    for r in rows[:len(passes)]:
+        print(f"| {r['pass']} | {r['bytes_read'] / 1e6:.1f} | {r['bytes_written'] / 1e6:.1f} | {r['ms']:.2f} | "
+              f"{', '.join(r['methods'])} |")
+    print("\n| method | passes | matrix products | MB moved by the passes | MB to memory, in blocks "
+          "| sum of passes ms | measured ms | ratio | CPU ratio | bytes ratio | bytes to memory ratio "
+          "| fused ratio | page faults |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows[len(passes):]:
+        print(f"| {r['method']} | {r['passes']} | {r['matrix_products']} | {r['bytes_moved'] / 1e6:.1f} | "
+              f"{r['bytes_memory'] / 1e6:.1f} | "
+              f"{r['sum_of_passes_ms']:.1f} | {r['measured_fwd_bwd_ms']:.1f} | {r['measured_ratio']:.2f} | "
+              f"{r['measured_cpu_ratio']:.2f} | {r['bytes_ratio']:.2f} | {r['bytes_memory_ratio']:.2f} | "
+              f"{r['fused_ratio']:.2f} | "
+              f"{r['minor_page_faults']:.0f} |", flush=True)
+    return rows
+
+
 CASES = ["linear_eps", "linear_eps_wide", "scatter_add", "scatter_mean", "scatter_max", "original_eps"]
 
 
@@ -221,6 +351,8 @@ def main() -> None:
                              "synchronisation adds a scheduler delay to every op and swamps the comparison)")
     parser.add_argument("--widths", type=int, nargs="+", default=WIDTHS, help="widths of the linear_eps sweep")
     parser.add_argument("--only-sweep", action="store_true", help="print the width sweep only (writes no results file)")
+    parser.add_argument("--only-floor", action="store_true",
+                        help="print the pass-by-pass account of linear_eps only (writes no results file)")
     parser.add_argument("--memory-child", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -235,6 +367,9 @@ def main() -> None:
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     results = []
+    if args.only_floor:
+        floor_rows(args.repeat, args.quick)
+        return
     for case in ([] if args.only_sweep else CASES):
         desc, x, fns = make_case(case, args.quick)
         for fn in fns.values():  # warm-up
@@ -268,6 +403,8 @@ def main() -> None:
           "| z saved: fwd+bwd ratio | z saved: saved bytes ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
     results += sweep_rows(args.widths, args.repeat, args.quick)
+    if not args.only_sweep:
+        results += floor_rows(args.repeat, args.quick)
     if args.quick or args.only_sweep:  # the book's figures stay those of a full run
         print("--quick/--only-sweep: benchmarks/results/ops.json left as it is")
         return

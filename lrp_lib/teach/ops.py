@@ -259,27 +259,79 @@ class LinearEpsRelevance(torch.autograd.Function):
     The second form needs matrix products and O(N (in + out)) memory, never an N x in x out
     tensor.  With ``recompute`` (the default) the saved tensors are the input, the weight and the
     bias, what the gradient of a trainable layer keeps, and the output :math:`z` is recomputed in
-    backward (one more matrix product, the same kernel on the same values, so the same :math:`z`):
+    backward (one more matrix product on the same values, which gives the forward's :math:`z`):
     N x in numbers are kept between forward and backward instead of N x (in + out).  Without it,
     :math:`z` is saved too and the backward is one matrix product.  Nothing saved is modified in
     backward, so a second backward gives the same result.
+
+    For :math:`\epsilon` at least the smallest normal number of the dtype the backward runs over
+    blocks of rows (about 1 MiB of :math:`z` each on the CPU, all rows at once on other devices):
+    per block, :math:`z` (recomputed or a slice of the kept one), the stabiliser (``copysign``,
+    then ``add_`` into the same scratch), the share divided into that scratch in place, the
+    product :math:`s W` written into the block's rows of the result, the product with :math:`x`
+    in place, and a read-only ``aminmax`` of the stabilised :math:`z` and of the result for the
+    NaN/Inf check.  The element-wise passes then run on data still in the cache, and the only
+    N-row tensor the backward allocates is the result: in memory traffic it reads :math:`x` and
+    :math:`R` and writes :math:`R_x`, what a fused kernel would.  Each row is computed by the same
+    operations as with all rows at once.  No zero count:
+    :math:`|z + \epsilon\,\mathrm{sign}(z)| \ge \epsilon > 0`, so no relevance can be lost.  With
+    :math:`\epsilon = 0` (or below that smallest normal number) the share goes through
+    :func:`~lrp_lib.core.stabilizer.relevance_share`, which counts the zeros and warns with the
+    lost amount.
     """
+
+    #: rows per block on the CPU: about this many numbers of z (1 MiB in float32)
+    BLOCK_NUMBERS = 2**18
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, eps: float, recompute: bool) -> Tensor:
         out = torch.nn.functional.linear(x, weight, bias)
         ctx.eps, ctx.recompute = eps, recompute
+        # an eps this small could round or flush to 0 in the dtype: then zeros must be counted
+        ctx.never_zero = eps >= torch.finfo(x.dtype).tiny
         ctx.save_for_backward(x, weight, bias if recompute else out)
         return out
 
     @staticmethod
     def backward(ctx, rel_out: Tensor):
         x, weight, kept = ctx.saved_tensors
-        out = torch.nn.functional.linear(x, weight, kept) if ctx.recompute else kept  # z
-        # z + eps * sign(z), with sign(0) = +1: copysign gives +eps for z = +0
-        denom = stabilize(out, ctx.eps) if ctx.eps else None
-        s = relevance_share("linear_eps", rel_out, out, denom)
-        return (s @ weight).mul_(x), None, None, None, None
+        if not ctx.never_zero:
+            out = torch.nn.functional.linear(x, weight, kept) if ctx.recompute else kept  # z
+            denom = stabilize(out, ctx.eps) if ctx.eps else None
+            s = relevance_share("linear_eps", rel_out, out, denom)
+            return (s @ weight).mul_(x), None, None, None, None
+        n_out, n_in = weight.shape
+        xs, rs = x.reshape(-1, n_in), rel_out.reshape(-1, n_out)
+        zs = None if ctx.recompute else kept.reshape(-1, n_out)
+        n = xs.shape[0]
+        rel_in = xs.new_empty(n, n_in)
+        if rel_in.numel() == 0 or n_out == 0:
+            return rel_in.zero_().view(x.shape), None, None, None, None
+        rows = n if x.device.type != "cpu" else max(1, LinearEpsRelevance.BLOCK_NUMBERS // max(n_in, n_out))
+        z_block = xs.new_empty(min(rows, n), n_out)
+        d_block = torch.empty_like(z_block)
+        eps, weight_t, ends = xs.new_tensor(ctx.eps), weight.t(), []
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            x_i, r_i = xs[i:j], rel_in[i:j]
+            if zs is not None:
+                z = zs[i:j]
+            elif kept is None:
+                z = torch.mm(x_i, weight_t, out=z_block[: j - i])
+            else:
+                z = torch.addmm(kept, x_i, weight_t, out=z_block[: j - i])
+            # z + eps * sign(z), with sign(0) = +1 (copysign gives +eps for z = +0), never 0, and
+            # finite exactly where z is (an infinite z would take the share 0 and drop its
+            # relevance silently)
+            d = torch.copysign(eps, z, out=d_block[: j - i]).add_(z)
+            ends.extend(torch.aminmax(d))
+            s = torch.div(rs[i:j], d, out=d)  # the share R / (z + eps sign z), in place
+            torch.mm(s, weight, out=r_i).mul_(x_i)
+            # NaN or Inf in x, the weight or rel_out reach the result (0 * inf = NaN included)
+            ends.extend(torch.aminmax(r_i))
+        if not bool(torch.isfinite(torch.stack(ends)).all()):
+            raise_not_finite("linear_eps")
+        return rel_in.view(x.shape), None, None, None, None
 
 
 def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float = 1e-6,
