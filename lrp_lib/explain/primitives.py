@@ -119,6 +119,21 @@ def _absorbed(tally: Tally | None, label: str, rel_out: Tensor, *rel_in: Tensor)
         tally.absorb(label, kept)
 
 
+def _keep(ctx, out: Tensor, eps: float, label: str, tally, *saved: Tensor) -> Tensor:
+    """Keep for the backward of a proportional rule: ``eps``, ``label``, ``tally``, the tensors
+    ``saved`` and the output itself, as ``ctx.out`` (a detached view, no copy); returns ``out``."""
+    ctx.eps, ctx.label, ctx.tally = eps, label, tally
+    ctx.save_for_backward(*saved)
+    ctx.out = out.detach()
+    return out
+
+
+def _share(ctx, rel_out: Tensor) -> Tensor:
+    r""":math:`R / \mathrm{stab}(z)` of the kept output (:func:`~lrp_lib.core.stabilizer.relevance_share`,
+    unchecked)."""
+    return relevance_share(ctx.label, rel_out, ctx.out, eps=ctx.eps, check=False)
+
+
 def linear_relevance(x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
                      keep_constant: bool = True) -> Tensor:
     r"""``fn(x)``, linear in ``x`` up to a constant term, with the epsilon rule
@@ -135,16 +150,13 @@ class AddRelevance(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, marked: tuple, eps: float, label: str, tally):
-        out = a + b
-        ctx.marked, ctx.eps, ctx.label, ctx.tally = marked, eps, label, tally
-        ctx.save_for_backward(a, b)
-        ctx.out = out.detach()
-        return out
+        ctx.marked = marked
+        return _keep(ctx, a + b, eps, label, tally, a, b)
 
     @staticmethod
     def backward(ctx, rel_out):
-        (a, b), out = ctx.saved_tensors, ctx.out
-        s = relevance_share(ctx.label, rel_out, out, eps=ctx.eps, check=False)
+        a, b = ctx.saved_tensors
+        s = _share(ctx, rel_out)
         ra = _to_shape(a * s, a.shape) if ctx.marked[0] else None
         rb = _to_shape(b * s, b.shape) if ctx.marked[1] else None
         _absorbed(ctx.tally, ctx.label, rel_out, ra, rb)
@@ -201,17 +213,14 @@ class BilinearRelevance(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor, weights: tuple, eps: float, label: str, tally):
-        out = torch.matmul(a, b)
-        ctx.weights, ctx.eps, ctx.label, ctx.tally = weights, eps, label, tally
-        ctx.save_for_backward(a, b)
-        ctx.out = out.detach()
-        return out
+        ctx.weights = weights
+        return _keep(ctx, torch.matmul(a, b), eps, label, tally, a, b)
 
     @staticmethod
     def backward(ctx, rel_out):
-        (a, b), out = ctx.saved_tensors, ctx.out
+        a, b = ctx.saved_tensors
         wa, wb = ctx.weights
-        s = relevance_share(ctx.label, rel_out, out, eps=ctx.eps, check=False)
+        s = _share(ctx, rel_out)
         a2 = a.unsqueeze(0) if a.dim() == 1 else a
         b2 = b.unsqueeze(-1) if b.dim() == 1 else b
         s2 = s
@@ -256,16 +265,12 @@ class NormAffineRelevance(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, fn: Callable, beta: Tensor | None, eps: float, label: str, tally):
-        out = fn(x)
-        ctx.eps, ctx.label, ctx.tally = eps, label, tally
-        ctx.save_for_backward(beta)
-        ctx.out = out.detach()
-        return out
+        return _keep(ctx, fn(x), eps, label, tally, beta)
 
     @staticmethod
     def backward(ctx, rel_out):
         (beta,), out = ctx.saved_tensors, ctx.out
-        s = relevance_share(ctx.label, rel_out, out, eps=ctx.eps, check=False)
+        s = _share(ctx, rel_out)
         rel = (out if beta is None else out - beta) * s
         _absorbed(ctx.tally, ctx.label, rel_out, rel)
         return rel, None, None, None, None, None

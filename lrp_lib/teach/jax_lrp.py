@@ -34,7 +34,10 @@ __all__ = ["safe_divide", "RelProp", "MatMul", "Add", "IndexSelect", "ReLU", "De
 
 def safe_divide(a, b, eps: float = 1e-9):
     r""":math:`a / (b + \epsilon\,\mathrm{sign}(b))` where :math:`b \neq 0`, and 0 where :math:`b = 0`
-    (as :func:`lrp_lib.teach.relprop.safe_divide`)."""
+    (as :func:`lrp_lib.teach.relprop.safe_divide`).  This module's own division: it works on JAX
+    arrays, which :mod:`lrp_lib.core.stabilizer` (torch) does not take, and keeps the relprop
+    convention at :math:`b = 0` (0 for every :math:`\epsilon`) on which the chapter's numbers,
+    equal to the PyTorch ones, depend."""
     b = jnp.asarray(b, dtype=jnp.result_type(a, b))
     sign = jnp.where(b >= 0, 1.0, -1.0).astype(b.dtype)
     safe = jnp.where(b == 0, jnp.ones_like(b), b + eps * sign)

@@ -31,7 +31,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import LostRelevanceWarning
+from lrp_lib.core.stabilizer import LostRelevanceWarning, relevance_share
 
 __all__ = [
     "safe_divide",
@@ -50,14 +50,17 @@ __all__ = [
 def safe_divide(a: Tensor, b: Tensor | float, eps: float = 1e-9) -> Tensor:
     r""":math:`a / (b + \epsilon\,\mathrm{sign}(b))` where :math:`b \neq 0`, and 0 where :math:`b = 0`.
 
-    The stabiliser moves the denominator away from zero on its own side (:math:`\epsilon = 0`
-    gives the plain ratio).  The seed's version added :math:`+10^{-9}` on both sides, which
-    only matters for outputs within :math:`10^{-9}` of zero.
+    The division is :func:`lrp_lib.core.stabilizer.relevance_share` (``check=False``) with the one
+    stabiliser, :func:`~lrp_lib.core.stabilizer.stabilize`; what is this module's own is the value
+    at :math:`b = 0`: 0 for every :math:`\epsilon` (the stabiliser would give :math:`a/\epsilon`),
+    the convention of the relprop implementations this chapter reproduces, whose numbers depend on
+    it.  :math:`\epsilon = 0` gives the plain ratio.  The seed's version added :math:`+10^{-9}` on
+    both sides, which only matters for outputs within :math:`10^{-9}` of zero.
     """
     b = torch.as_tensor(b, dtype=a.dtype, device=a.device)
-    sign = torch.where(b >= 0, 1.0, -1.0).to(b.dtype)
-    safe = torch.where(b == 0, torch.ones_like(b), b + eps * sign)
-    return torch.where(b == 0, torch.zeros_like(a / safe), a / safe)
+    zero = b == 0
+    share = relevance_share("safe_divide", a, torch.where(zero, torch.ones_like(b), b), eps=eps, check=False)
+    return torch.where(zero, torch.zeros_like(share), share)
 
 
 def _warn_if_lost(name: str, Z: Tensor, R: Tensor) -> None:
