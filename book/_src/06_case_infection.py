@@ -253,8 +253,9 @@ glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 #   inputs would change the output if moved, not which ones produced it.
 # - **Guided backprop** {cite}`springenberg2015striving`: the gradient with the negative signals
 #   dropped at every ReLU, $\partial_{in} = [x > 0] \max(\partial_{out}, 0)$; scored like the
-#   gradient. `lrp_lib.teach.guided_backprop` swaps the model's ReLU layers for the guided op inside a
-#   `with guided_backprop(model):` block.
+#   gradient. Inside a `with guided_backprop(model):` block, `lrp_lib.teach.guided_backprop`
+#   applies this rule (`lrp_lib.core.guided.GuidedReLU`) to the model's ReLU layers through
+#   forward hooks, removed when the block ends.
 # - **GNNExplainer** {cite}`ying2019gnnexplainer`: learns a soft mask over edges (and here over
 #   nodes) that keeps the prediction while being small; the mask values are the scores.
 #
