@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from lrp_lib.teach import ops
 from lrp_lib.teach import scatter as plain_scatter
 from lrp_lib.teach.mode import is_relevance_mode, relevance
+from lrp_lib.core.stabilizer import relevance_share
 from lrp_lib.core.validation import check_batch, check_edge_index, check_finite, check_number
 
 __all__ = [
@@ -201,9 +202,8 @@ class _GraphLinearRelevance(torch.autograd.Function):
         name, eps, rows, aggregation, kinds = ctx.spec
         out, bias, *rest = ctx.saved_tensors
         flat, argmaxes = rest[:3 * len(kinds)], iter(rest[3 * len(kinds):])
-        # s = R / (z + eps sign z), sign(0) = +1, in one scratch tensor (as ops.linear_eps)
-        denom = ops.stabilize(out, eps) if eps else None
-        s = ops.relevance_share(name, rel_out, out, denom)
+        # s = R / (z + eps sign z), sign(0) = +1 (the one stabiliser and share of core.stabilizer)
+        s = relevance_share(name, rel_out, out, eps=eps)
         rel = []
         for i, kind in enumerate(kinds):
             g = _Group(kind, *flat[3 * i:3 * i + 3])
