@@ -15,6 +15,13 @@ product :math:`(J^\top s)_j`, so
 costs one vector-Jacobian product (VJP) of :math:`f` -- for a convolution, the kernel that
 computes a convolution's input gradient.  Memory stays O(size of input + output).
 
+Each rule is declared here once, as a :class:`Rule` whose ``propagate`` is its formula over a
+:class:`LinearMap` and divides through :mod:`lrp_lib.core.stabilizer`; one autograd function,
+:class:`LinearMapRelevance`, applies a rule to a map, for the product's primitives
+(:mod:`lrp_lib.explain.primitives`) and for chapter 3's wrappers (:mod:`lrp_lib.teach.linear_maps`:
+``linear``, ``conv1d/2d/3d``, ``avg_pool2d``, ``linear_map``).  Guided backprop's ReLU rule is in
+:mod:`lrp_lib.core.guided`.
+
 The rules (each a small object; ``rule=`` also takes its name as a string):
 
 * :class:`Epsilon` (``"epsilon"``; ``"z"`` is ``Epsilon(0)``):
