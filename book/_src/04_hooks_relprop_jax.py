@@ -51,6 +51,7 @@ import torch
 
 from lrp_lib.teach import jax_lrp, ops
 from lrp_lib.core import rules
+from lrp_lib.teach import linear_maps
 from lrp_lib.teach import relprop as rp
 from lrp_lib.teach.ops import LostRelevanceWarning
 
@@ -285,7 +286,7 @@ glue("ab_r0", f"{by_hand[0]:.4f}", display=False)
 # %% [markdown]
 # The first weight, {glue:text}`ab_w0`, gets {glue:text}`ab_w0` / {glue:text}`ab_wsum` =
 # {glue:text}`ab_r0` of the relevance; the negative weights get none. The same layer in
-# the two PyTorch implementations, `rp.Linear` and the autograd op `rules.linear` with
+# the two PyTorch implementations, `rp.Linear` and the autograd op `linear_maps.linear` with
 # `rules.AlphaBeta(1, 0)` from the chapter on convolutions:
 
 # %%
@@ -298,7 +299,7 @@ by_hooks = lin.relprop(
     torch.tensor([[1.0, 0.0]], dtype=torch.float64), rule="alpha_beta", alpha=1.0
 )
 x = torch.ones(1, 20, dtype=torch.float64, device=device, requires_grad=True)
-rules.linear(x, W20.to(device), rule=rules.AlphaBeta(alpha=1.0, beta=0.0)).backward(
+linear_maps.linear(x, W20.to(device), rule=rules.AlphaBeta(alpha=1.0, beta=0.0)).backward(
     torch.tensor([[1.0, 0.0]], dtype=torch.float64, device=device))
 print(
     "relprop hooks == JAX:  ",
@@ -358,7 +359,7 @@ def autograd_trick(rule):
         h = (
             ops.linear_eps(h, W, eps=1e-9)
             if rule == "epsilon"
-            else rules.linear(h, W, rule=rules.AlphaBeta(1.0, 0.0))
+            else linear_maps.linear(h, W, rule=rules.AlphaBeta(1.0, 0.0))
         )
         h = ops.relu(h) if k < len(weights) - 1 else h
     h.backward(R_out.to(device))
