@@ -19,18 +19,23 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor, nn
 
-__all__ = ["GuidedReLU", "guided_relu", "guided_relu_hooks"]
+__all__ = ["ReLUFunction", "GuidedReLU", "guided_relu", "guided_relu_hooks"]
 
 
-class GuidedReLU(torch.autograd.Function):
-    r"""``max(x, 0)`` whose backward is :math:`[x > 0]\,\max(g, 0)` for the incoming gradient
-    :math:`g`.  Saved: the output."""
+class ReLUFunction(torch.autograd.Function):
+    """``max(x, 0)``, its output saved: the forward of every ReLU rule (a subclass writes the
+    backward: :class:`GuidedReLU`, the LRP op :class:`lrp_lib.teach.ops.ReLURelevance`)."""
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
         out = x.clamp(min=0)
         ctx.save_for_backward(out)
         return out
+
+
+class GuidedReLU(ReLUFunction):
+    r"""``max(x, 0)`` whose backward is :math:`[x > 0]\,\max(g, 0)` for the incoming gradient
+    :math:`g`.  Saved: the output."""
 
     @staticmethod
     def backward(ctx, grad_out: Tensor) -> Tensor:

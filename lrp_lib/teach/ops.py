@@ -30,6 +30,7 @@ from torch import Tensor
 
 from lrp_lib.teach import scatter as _scatter
 from lrp_lib.teach.scatter import broadcast_index, check_index, normalize_dim
+from lrp_lib.core.guided import ReLUFunction
 from lrp_lib.core.stabilizer import (LostRelevanceWarning, all_finite, raise_not_finite, relevance_share, stabilize,
                                       warn_lost)
 from lrp_lib.core.validation import INDEX_DTYPES, check_linear, check_number, check_tensor
@@ -458,14 +459,9 @@ def repeat_tensor(src: Tensor, repeats: Tensor | int, dim: int = 0) -> Tensor:
 
 
 # -------------------------------------------------------------------- activation
-class ReLURelevance(torch.autograd.Function):
-    r"""Relevance through ReLU: :math:`R_{in} = R_{out}` where the unit is active, else lost."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        out = x.clamp(min=0)
-        ctx.save_for_backward(out)
-        return out
+class ReLURelevance(ReLUFunction):
+    r"""Relevance through ReLU: :math:`R_{in} = R_{out}` where the unit is active, else lost.
+    The forward, ``max(x, 0)`` with its output saved, is :class:`lrp_lib.core.guided.ReLUFunction`."""
 
     @staticmethod
     def backward(ctx, rel_out: Tensor):
