@@ -37,7 +37,8 @@
 # %% tags=["hide-input"]
 import warnings
 
-warnings.filterwarnings("ignore")  # import-time notes of the libraries (tqdm, deprecations); nothing of ours
+# import-time notes of the libraries (tqdm, deprecations); nothing of ours
+warnings.filterwarnings("ignore")
 
 import copy
 import inspect
@@ -82,7 +83,8 @@ def seed_everything(seed=0):
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 if device.type == "cpu":
-    torch.set_num_threads(1)  # the small graphs gain nothing from threads; and sums in one fixed order
+    # the small graphs gain nothing from threads; and sums in one fixed order
+    torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 seed_everything(0)
 
@@ -98,13 +100,15 @@ seed_everything(0)
 # ground truth through the same two steps and checks that the result lines up edge for edge.
 
 # %%
-dataset = mutagenicity()  # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+# $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+dataset = mutagenicity()
 labels = dataset._data.y.tolist()
 print(dataset, "-", labels.count(MUTAGEN), "mutagens,", labels.count(1), "nonmutagens")
 print("node features:", dataset.num_features, "one-hot atom types:", " ".join(ATOMS))
 
-train_idx, test_idx = train_test_split(list(range(len(dataset))), stratify=labels, test_size=0.25,
-                                       random_state=11)
+train_idx, test_idx = train_test_split(
+    list(range(len(dataset))), stratify=labels, test_size=0.25, random_state=11
+)
 train_set, test_set = dataset[train_idx], dataset[test_idx]
 print(f"train {len(train_set)} graphs, test {len(test_set)} graphs (stratified)")
 
@@ -114,7 +118,11 @@ print(f"train {len(train_set)} graphs, test {len(test_set)} graphs (stratified)"
 
 # %%
 data = dataset._data
-node_offset = dataset.slices["x"][torch.repeat_interleave(torch.arange(len(dataset)), dataset.slices["edge_index"].diff())]
+node_offset = dataset.slices["x"][
+    torch.repeat_interleave(
+        torch.arange(len(dataset)), dataset.slices["edge_index"].diff()
+    )
+]
 atom = data.x.argmax(-1)
 src, dst = data.edge_index + node_offset
 marked = data.edge_gt.bool()
@@ -152,22 +160,34 @@ print(inspect.getsource(GCN))
 # numbers (training itself drifts in the last digits from one CPU to another). Setting
 # `LRP_BOOK_RETRAIN=1` trains from scratch instead, with a progress bar.
 
+
 # %% tags=["train"]
 def accuracy(model, graphs):
     model.eval()
     correct = 0
     with torch.no_grad():
-        for b in DataLoader(graphs, batch_size=512, generator=torch.Generator()):  # leaves the global RNG alone
+        # a generator of its own leaves the global RNG alone
+        for b in DataLoader(graphs, batch_size=512, generator=torch.Generator()):
             b = b.to(device)
-            correct += int(((model(b.x, b.edge_index, b.batch).view(-1) > 0).long() == b.y).sum())
+            correct += int(
+                ((model(b.x, b.edge_index, b.batch).view(-1) > 0).long() == b.y).sum()
+            )
     return correct / len(graphs)
 
 
 def train_gcn(model, epochs=30, every=10):
-    """Adam (lr 5e-3) with cosine annealing; a checkpoint (weights + learning rate) every `every` epochs."""
+    """Adam (lr 5e-3) with cosine annealing.
+
+    A checkpoint (weights + learning rate) every `every` epochs.
+    """
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-    loader = DataLoader(train_set, batch_size=128, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        train_set,
+        batch_size=128,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     checkpoints, history = [], []
     for epoch in tqdm(range(1, epochs + 1), desc="training"):
         model.train()
@@ -175,27 +195,50 @@ def train_gcn(model, epochs=30, every=10):
         for b in loader:
             b = b.to(device)
             optimizer.zero_grad()
-            loss = F.binary_cross_entropy_with_logits(model(b.x, b.edge_index, b.batch).view(-1), b.y.float())
+            loss = F.binary_cross_entropy_with_logits(
+                model(b.x, b.edge_index, b.batch).view(-1), b.y.float()
+            )
             loss.backward()
             optimizer.step()
             total += float(loss) * b.num_graphs
         lr = optimizer.param_groups[0]["lr"]
         schedule.step()
         if epoch % every == 0:
-            checkpoints.append({"epoch": epoch, "lr": lr,
-                                "state_dict": {k: v.detach().clone() for k, v in model.state_dict().items()}})
-            history.append({"epoch": epoch, "train_loss": total / len(train_set),
-                            "test_accuracy": accuracy(model, test_set)})
+            checkpoints.append(
+                {
+                    "epoch": epoch,
+                    "lr": lr,
+                    "state_dict": {
+                        k: v.detach().clone() for k, v in model.state_dict().items()
+                    },
+                }
+            )
+            history.append(
+                {
+                    "epoch": epoch,
+                    "train_loss": total / len(train_set),
+                    "test_accuracy": accuracy(model, test_set),
+                }
+            )
     model.eval()
-    return {"metrics": {"last_epoch_train_loss": total / len(train_set), "test_accuracy": accuracy(model, test_set)},
-            "checkpoints": checkpoints, "history": history}
+    return {
+        "metrics": {
+            "last_epoch_train_loss": total / len(train_set),
+            "test_accuracy": accuracy(model, test_set),
+        },
+        "checkpoints": checkpoints,
+        "history": history,
+    }
 
 
 seed_everything(0)
 model = GCN(dataset.num_features, hidden=64).to(device)
 record = load_or_train("mutagenicity-gcn", model, train_gcn)
 for h in record["history"]:
-    print(f"epoch {h['epoch']:2d}: train loss {h['train_loss']:.3f}, test accuracy {h['test_accuracy']:.3f}")
+    print(
+        f"epoch {h['epoch']:2d}: train loss {h['train_loss']:.3f}, test accuracy "
+        f"{h['test_accuracy']:.3f}"
+    )
 test_accuracy = accuracy(model, test_set)
 print(f"test accuracy of the trained model: {test_accuracy:.3f}")
 glue("test_accuracy", f"{test_accuracy:.3f}", display=False)
@@ -208,6 +251,7 @@ glue("test_accuracy", f"{test_accuracy:.3f}", display=False)
 # predicted class**. For a mutagen predicted as such that is $-z$, minus the logit, so positive
 # scores are evidence *for* "mutagen".
 
+
 # %%
 def has_group(graph, a="N", b="O"):
     """Does the graph have a marked edge between elements a and b?"""
@@ -219,13 +263,22 @@ def has_group(graph, a="N", b="O"):
 evaluation = [g for g in test_set if int(g.y) == MUTAGEN and bool(g.edge_gt.any())]
 with torch.no_grad():
     logits = [float(model(g.x.to(device), g.edge_index.to(device))) for g in evaluation]
-candidates = [i for i, (g, z) in enumerate(zip(evaluation, logits))
-              if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22]
+candidates = [
+    i
+    for i, (g, z) in enumerate(zip(evaluation, logits))
+    if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22
+]
 pick = candidates[0]
 graph = evaluation[pick].clone().to(device)  # a copy: Data.to moves in place
-print(f"{len(evaluation)} test mutagens with NO2/NH2 bonds; picked #{pick}: {graph.num_nodes} atoms, "
-      f"{graph.edge_index.shape[1]} directed edges, {int(graph.edge_gt.sum())} of them marked")
-print(f"logit {logits[pick]:.3f}  ->  P(mutagen) = {torch.sigmoid(torch.tensor(-logits[pick])).item():.3f}")
+print(
+    f"{len(evaluation)} test mutagens with NO2/NH2 bonds; picked #{pick}: "
+    f"{graph.num_nodes} atoms, {graph.edge_index.shape[1]} directed edges, "
+    f"{int(graph.edge_gt.sum())} of them marked"
+)
+print(
+    f"logit {logits[pick]:.3f}  ->  P(mutagen) = "
+    f"{torch.sigmoid(torch.tensor(-logits[pick])).item():.3f}"
+)
 glue("n_evaluation", f"{len(evaluation)}", display=False)
 
 # %% [markdown]
@@ -257,17 +310,27 @@ glue("n_evaluation", f"{len(evaluation)}", display=False)
 
 # %%
 model_config = dict(mode="binary_classification", task_level="graph", return_type="raw")
-lrp_explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                          node_mask_type="object", edge_mask_type="object", model_config=model_config)
+lrp_explainer = Explainer(
+    model,
+    algorithm=LRPExplainer(rule="epsilon"),
+    explanation_type="model",
+    node_mask_type="object",
+    edge_mask_type="object",
+    model_config=model_config,
+)
 explanation = lrp_explainer(graph.x, graph.edge_index)
-print(f"node_relevance {tuple(explanation.node_relevance.shape)}, edge_relevance "
-      f"{tuple(explanation.edge_relevance.shape)}, target {explanation.target.tolist()}")
+print(
+    f"node_relevance {tuple(explanation.node_relevance.shape)}, edge_relevance "
+    f"{tuple(explanation.edge_relevance.shape)}, target {explanation.target.tolist()}"
+)
 explained = -logits[pick]
 node_total = explanation.node_relevance.sum().item()
 bias_share = float(explanation.bias_relevance)
 print(f"explained log-odds of 'mutagen'  {explained:7.3f}")
 print(f"relevance of the atoms (nodes)   {node_total:7.3f}")
-print(f"relevance kept by the biases     {bias_share:7.3f}  (explanation.bias_relevance)")
+print(
+    f"relevance kept by the biases     {bias_share:7.3f}  (explanation.bias_relevance)"
+)
 print(f"atoms + biases - log-odds        {node_total + bias_share - explained:7.3f}")
 glue("explained_logodds", f"{explained:.2f}", display=False)
 glue("node_relevance", f"{node_total:.2f}", display=False)
@@ -293,14 +356,23 @@ glue("bias_direction", "against" if bias_share < 0 else "for", display=False)
 
 # %%
 test_mutagens = Batch.from_data_list(evaluation).to(device)
-node_level = lrp_explainer(test_mutagens.x, test_mutagens.edge_index, batch=test_mutagens.batch)
-per_graph_nodes = torch.zeros(len(evaluation), device=device).index_add_(
-    0, test_mutagens.batch, node_level.node_relevance.sum(-1)).cpu()
-per_graph_logodds = node_level.prediction.view(-1).cpu() * torch.where(node_level.target.view(-1).cpu() == 1, 1, -1)
+node_level = lrp_explainer(
+    test_mutagens.x, test_mutagens.edge_index, batch=test_mutagens.batch
+)
+per_graph_nodes = (
+    torch.zeros(len(evaluation), device=device)
+    .index_add_(0, test_mutagens.batch, node_level.node_relevance.sum(-1))
+    .cpu()
+)
+per_graph_logodds = node_level.prediction.view(-1).cpu() * torch.where(
+    node_level.target.view(-1).cpu() == 1, 1, -1
+)
 biases = per_graph_logodds - per_graph_nodes
-print(f"{len(evaluation)} molecules: bias relevance median {biases.median():.2f}, negative for "
-      f"{int((biases < 0).sum())};\natoms' relevance larger in size than the log-odds for "
-      f"{int((per_graph_nodes.abs() > per_graph_logodds.abs()).sum())}")
+print(
+    f"{len(evaluation)} molecules: bias relevance median {biases.median():.2f}, "
+    f"negative for {int((biases < 0).sum())};\natoms' relevance larger in size than "
+    f"the log-odds for {int((per_graph_nodes.abs() > per_graph_logodds.abs()).sum())}"
+)
 glue("bias_median", f"{biases.median():.2f}", display=False)
 glue("bias_negative", f"{int((biases < 0).sum())}", display=False)
 
@@ -316,9 +388,16 @@ glue("bias_negative", f"{int((biases < 0).sum())}", display=False)
 # %%
 batch = Batch.from_data_list(evaluation[:8]).to(device)
 together = lrp_explainer(batch.x, batch.edge_index, batch=batch.batch)
-one_by_one = torch.cat([lrp_explainer(g.x.to(device), g.edge_index.to(device)).edge_relevance
-                        for g in evaluation[:8]])
-print("batched == one by one:", torch.allclose(together.edge_relevance, one_by_one, rtol=1e-4, atol=1e-6))
+one_by_one = torch.cat(
+    [
+        lrp_explainer(g.x.to(device), g.edge_index.to(device)).edge_relevance
+        for g in evaluation[:8]
+    ]
+)
+print(
+    "batched == one by one:",
+    torch.allclose(together.edge_relevance, one_by_one, rtol=1e-4, atol=1e-6),
+)
 
 # %% [markdown]
 # ### Any model: composites, attention, your own layers
@@ -339,7 +418,12 @@ print("batched == one by one:", torch.allclose(together.edge_relevance, one_by_o
 # logit.
 
 # %%
-from torch_geometric.nn import BatchNorm, GATConv, GraphConv, global_add_pool  # noqa: E402
+from torch_geometric.nn import (  # noqa: E402
+    BatchNorm,
+    GATConv,
+    GraphConv,
+    global_add_pool,
+)
 
 from lrp_lib.core.composites import Composite  # noqa: E402
 from lrp_lib.core.rules import Gamma  # noqa: E402
@@ -362,14 +446,25 @@ class AnyModel(torch.nn.Module):
 torch.manual_seed(0)
 other = AnyModel(graph.num_node_features).double().eval()
 composite = Composite(rules={"att*": Gamma(0.25)})
-any_explainer = Explainer(other, algorithm=LRPExplainer(composite=composite), explanation_type="model",
-                          node_mask_type="object", edge_mask_type="object", model_config=model_config)
+any_explainer = Explainer(
+    other,
+    algorithm=LRPExplainer(composite=composite),
+    explanation_type="model",
+    node_mask_type="object",
+    edge_mask_type="object",
+    model_config=model_config,
+)
 g64 = graph.to("cpu")
 e = any_explainer(g64.x.double(), g64.edge_index)
 value = float(e.prediction) * (1 if int(e.target) == 1 else -1)
-print(f"explained log-odds {value:.4f} = atoms {float(e.node_relevance.sum()):.4f} "
-      f"+ biases {float(e.bias_relevance):.4f}")
-print(f"edges with relevance: {int((e.edge_relevance != 0).sum())} of {g64.edge_index.shape[1]}")
+print(
+    f"explained log-odds {value:.4f} = atoms {float(e.node_relevance.sum()):.4f} + "
+    f"biases {float(e.bias_relevance):.4f}"
+)
+print(
+    f"edges with relevance: {int((e.edge_relevance != 0).sum())} of "
+    f"{g64.edge_index.shape[1]}"
+)
 
 # %% [markdown]
 # Many PyG examples end their classifier in `log_softmax` (or `softmax`, or a `sigmoid`) and train it
@@ -378,6 +473,7 @@ print(f"edges with relevance: {int((e.edge_relevance != 0).sum())} of {g64.edge_
 # probabilities of the classes are coupled and saturate, the logits are what the layers below
 # computed. The explanation says which output it explained. Below, the same layers with a two-class
 # head ending in `log_softmax`; the atoms and the biases add up to the logit of the predicted class.
+
 
 # %%
 class LogSoftmaxModel(AnyModel):
@@ -393,15 +489,24 @@ class LogSoftmaxModel(AnyModel):
 
 torch.manual_seed(0)
 log_model = LogSoftmaxModel(graph.num_node_features).double().eval()
-log_explainer = Explainer(log_model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="object",
-                          model_config=dict(mode="multiclass_classification", task_level="graph",
-                                            return_type="log_probs"))
+log_explainer = Explainer(
+    log_model,
+    algorithm=LRPExplainer(),
+    explanation_type="model",
+    node_mask_type="object",
+    model_config=dict(
+        mode="multiclass_classification", task_level="graph", return_type="log_probs"
+    ),
+)
 e = log_explainer(g64.x.double(), g64.edge_index)
 with torch.no_grad():
-    class_logits = AnyModel.forward(log_model, g64.x.double(), g64.edge_index).view(-1)  # the logits, before log_softmax
+    # the logits, before log_softmax
+    class_logits = AnyModel.forward(log_model, g64.x.double(), g64.edge_index).view(-1)
 print(f"explained output: {e.explained_output}")
-print(f"logit of class {int(e.target)} {float(class_logits[int(e.target)]):.4f} = atoms "
-      f"{float(e.node_relevance.sum()):.4f} + biases {float(e.bias_relevance):.4f}")
+print(
+    f"logit of class {int(e.target)} {float(class_logits[int(e.target)]):.4f} = atoms "
+    f"{float(e.node_relevance.sum()):.4f} + biases {float(e.bias_relevance):.4f}"
+)
 
 # %% [markdown]
 # What the mechanism cannot propagate through, it refuses, naming the operation and the module: a
@@ -441,9 +546,13 @@ print(f"logit of class {int(e.target)} {float(class_logits[int(e.target)]):.4f} 
 # a binary model's probability (it asks for `return_type="probs"`); to have it explain the logit $z$
 # the model is declared a regression, and the sign is flipped for "mutagen" as for LRP.
 
+
 # %%
 def log_odds(graph, edge_masks, target):
-    """Log-odds of the target class for each row of `edge_masks` (copies of `graph` in one batch)."""
+    """Log-odds of the target class for each row of `edge_masks`.
+
+    The rows are copies of `graph`, run in one batch.
+    """
     k, n, e = edge_masks.shape[0], graph.num_nodes, graph.edge_index.shape[1]
     offsets = (torch.arange(k, device=edge_masks.device) * n).repeat_interleave(e)
     edge_index = graph.edge_index.repeat(1, k) + offsets
@@ -453,40 +562,64 @@ def log_odds(graph, edge_masks, target):
 
 
 def saliency(graph, target):
-    mask = torch.ones(1, graph.edge_index.shape[1], device=graph.x.device, requires_grad=True)
+    mask = torch.ones(
+        1, graph.edge_index.shape[1], device=graph.x.device, requires_grad=True
+    )
     return Saliency(lambda m: log_odds(graph, m, target)).attribute(mask, abs=True)[0]
 
 
 def integrated_gradients(graph, target, steps=50):
-    mask = torch.ones(1, graph.edge_index.shape[1], device=graph.x.device, requires_grad=True)
+    mask = torch.ones(
+        1, graph.edge_index.shape[1], device=graph.x.device, requires_grad=True
+    )
     ig = IntegratedGradients(lambda m: log_odds(graph, m, target))
-    return ig.attribute(mask, baselines=torch.zeros_like(mask), n_steps=steps, internal_batch_size=steps)[0]
+    return ig.attribute(
+        mask, baselines=torch.zeros_like(mask), n_steps=steps, internal_batch_size=steps
+    )[0]
 
 
 def grad_x_input_explainer(net):
-    return Explainer(net, algorithm=CaptumExplainer("InputXGradient"), explanation_type="model",
-                     node_mask_type="attributes", edge_mask_type="object",
-                     model_config=dict(mode="regression", task_level="graph", return_type="raw"))
+    return Explainer(
+        net,
+        algorithm=CaptumExplainer("InputXGradient"),
+        explanation_type="model",
+        node_mask_type="attributes",
+        edge_mask_type="object",
+        model_config=dict(mode="regression", task_level="graph", return_type="raw"),
+    )
 
 
 grad_x_input_of = grad_x_input_explainer(model)
 
 
 def grad_x_input(graph, target, explainer=grad_x_input_of):
-    """Gradient x Input of the log-odds of `target`: (x * df/dx summed per atom, m * df/dm per edge)."""
+    """Gradient x Input of the log-odds of `target`.
+
+    Returns (x * df/dx summed per atom, m * df/dm per edge).
+    """
     e = explainer(graph.x, graph.edge_index)
     sign = 1 if int(target) == 1 else -1
     return sign * e.node_mask.sum(-1).detach(), sign * e.edge_mask.detach()
 
 
 def gnn_explain(graph, epochs=200, seed=0):
-    """GNNExplainer's edge mask, optimised in float64: in float32 its 200 Adam steps drift from one
-    CPU to another far enough to reorder close edges; in float64 they agree to the printed digits."""
+    """GNNExplainer's edge mask, optimised in float64.
+
+    In float32 its 200 Adam steps drift from one CPU to another far enough to reorder
+    close edges; in float64 they agree to the printed digits.
+    """
     model64 = copy.deepcopy(model).double()
-    explainer = Explainer(model64, algorithm=GNNExplainer(epochs=epochs), explanation_type="model",
-                          node_mask_type=None, edge_mask_type="object", model_config=model_config)
+    explainer = Explainer(
+        model64,
+        algorithm=GNNExplainer(epochs=epochs),
+        explanation_type="model",
+        node_mask_type=None,
+        edge_mask_type="object",
+        model_config=model_config,
+    )
     default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)  # GNNExplainer draws its initial mask in the default dtype
+    # GNNExplainer draws its initial mask in the default dtype
+    torch.set_default_dtype(torch.float64)
     try:
         seed_everything(seed)
         return explainer(graph.x.double(), graph.edge_index).edge_mask.float()
@@ -508,33 +641,78 @@ for name, s in scores.items():
     s = s.detach().cpu()
     top = s.argsort(descending=True, stable=True)[:4]
     kinds = graph.x.argmax(-1).cpu()
-    bonds = [f"{ATOMS[kinds[graph.edge_index[0, e]]]}-{ATOMS[kinds[graph.edge_index[1, e]]]}" for e in top.tolist()]
-    print(f"{name:22s} {roc_auc_score(truth.numpy(), s.numpy()):17.3f}   {' '.join(bonds)}")
+    bonds = [
+        f"{ATOMS[kinds[graph.edge_index[0, e]]]}-{ATOMS[kinds[graph.edge_index[1, e]]]}"
+        for e in top.tolist()
+    ]
+    print(
+        f"{name:22s} {roc_auc_score(truth.numpy(), s.numpy()):17.3f}   {' '.join(bonds)}"
+    )
 
 # LRP's most relevant bond (both directions summed), in words for the text below
 picked_mol = to_rdkit(graph.cpu())
-lrp_bonds = bond_values(picked_mol, graph.edge_index.cpu(), scores["LRP"].detach().cpu())
+lrp_bonds = bond_values(
+    picked_mol, graph.edge_index.cpu(), scores["LRP"].detach().cpu()
+)
 top_bond = picked_mol.GetBondWithIdx(int(lrp_bonds.argmax()))
 ends = sorted([top_bond.GetBeginAtom().GetSymbol(), top_bond.GetEndAtom().GetSymbol()])
-top_marked = bool(bond_values(picked_mol, graph.edge_index.cpu(), graph.edge_gt.float().cpu(), "max")[top_bond.GetIdx()])
-# the chemistry of that bond: is it part of a nitroso group (N=O on a carbon or a nitrogen)?
+top_marked = bool(
+    bond_values(picked_mol, graph.edge_index.cpu(), graph.edge_gt.float().cpu(), "max")[
+        top_bond.GetIdx()
+    ]
+)
+# the chemistry of that bond: is it part of a nitroso group
+# (N=O on a carbon or a nitrogen)?
 from rdkit import Chem  # noqa: E402
 
-NITROSO = {"an aromatic nitroso group (Ar-N=O)": "c[NX2]=O", "an N-nitroso group (N-N=O)": "[#7][NX2]=O",
-           "a nitroso group (C-N=O)": "[#6][NX2]=O"}
+NITROSO = {
+    "an aromatic nitroso group (Ar-N=O)": "c[NX2]=O",
+    "an N-nitroso group (N-N=O)": "[#7][NX2]=O",
+    "a nitroso group (C-N=O)": "[#6][NX2]=O",
+}
 bond_atoms = {top_bond.GetBeginAtomIdx(), top_bond.GetEndAtomIdx()}
-top_group = next((group for group, smarts in NITROSO.items()
-                  if any(bond_atoms <= set(m) for m in picked_mol.GetSubstructMatches(Chem.MolFromSmarts(smarts)))),
-                 None)
-print("LRP's top bond lies in a nitroso group:", top_group is not None, f"({top_group})" if top_group else "")
-glue("lrp_top_bond_sentence",
-     f"LRP's most relevant bond in this molecule is a {str(top_bond.GetBondType()).lower()} "
-     f"{'-'.join(ends)} bond, which the ground truth "
-     + ("marks." if top_marked else "does not mark (it only knows the bonds of NO₂ and NH₂ groups)")
-     + (f"; it belongs to {top_group}." if top_group and not top_marked else "" if top_marked else "."),
-     display=False)
-glue("nitroso_note", "Nitroso groups are themselves structural alerts for mutagenicity "
-     if top_group and not top_marked else "", display=False)
+top_group = next(
+    (
+        group
+        for group, smarts in NITROSO.items()
+        if any(
+            bond_atoms <= set(m)
+            for m in picked_mol.GetSubstructMatches(Chem.MolFromSmarts(smarts))
+        )
+    ),
+    None,
+)
+print(
+    "LRP's top bond lies in a nitroso group:",
+    top_group is not None,
+    f"({top_group})" if top_group else "",
+)
+glue(
+    "lrp_top_bond_sentence",
+    "LRP's most relevant bond in this molecule is a "
+    f"{str(top_bond.GetBondType()).lower()} {'-'.join(ends)} bond, which the ground "
+    "truth "
+    + (
+        "marks."
+        if top_marked
+        else "does not mark (it only knows the bonds of NO₂ and NH₂ groups)"
+    )
+    + (
+        f"; it belongs to {top_group}."
+        if top_group and not top_marked
+        else "" if top_marked else "."
+    ),
+    display=False,
+)
+glue(
+    "nitroso_note",
+    (
+        "Nitroso groups are themselves structural alerts for mutagenicity "
+        if top_group and not top_marked
+        else ""
+    ),
+    display=False,
+)
 
 # %% [markdown]
 # The same scores on the molecule, drawn as chemists draw it (RDKit's 2D depiction; hydrogens are
@@ -548,19 +726,42 @@ glue("nitroso_note", "Nitroso groups are themselves structural alerts for mutage
 # %% tags=["hide-input"]
 cpu_graph = graph.cpu()
 mol = to_rdkit(cpu_graph)
-marked = np.flatnonzero(bond_values(mol, cpu_graph.edge_index, cpu_graph.edge_gt.float(), combine="max"))
+marked = np.flatnonzero(
+    bond_values(mol, cpu_graph.edge_index, cpu_graph.edge_gt.float(), combine="max")
+)
 panels = {
-    "LRP": ("relevance of the log-odds\n(LRP; atoms and bonds)", explanation.node_relevance.sum(-1)),
-    "Grad x Input": ("x * gradient of the log-odds\n(atoms and bonds)", grad_x_input(graph, target)[0]),
+    "LRP": (
+        "relevance of the log-odds\n(LRP; atoms and bonds)",
+        explanation.node_relevance.sum(-1),
+    ),
+    "Grad x Input": (
+        "x * gradient of the log-odds\n(atoms and bonds)",
+        grad_x_input(graph, target)[0],
+    ),
     "GNNExplainer": ("edge mask (GNNExplainer),\nsum of both directions", None),
     "saliency": ("|gradient| of the log-odds\n(saliency), both directions", None),
-    "Integrated Gradients": ("attribution of the log-odds\n(Integrated Gradients)", None),
+    "Integrated Gradients": (
+        "attribution of the log-odds\n(Integrated Gradients)",
+        None,
+    ),
 }
 fig, axes = plt.subplots(3, 2, figsize=(BOOK_WIDTH, 8.4))
-draw_molecule(mol, marked_bonds=marked, ax=axes[0, 0], title="ground truth: NO$_2$/NH$_2$ bonds (yellow)")
+draw_molecule(
+    mol,
+    marked_bonds=marked,
+    ax=axes[0, 0],
+    title="ground truth: NO$_2$/NH$_2$ bonds (yellow)",
+)
 for ax, (name, (label, atoms)) in zip(axes.flat[1:], panels.items()):
     bonds = bond_values(mol, cpu_graph.edge_index, scores[name].detach().cpu())
-    draw_molecule(mol, None if atoms is None else atoms.detach().cpu(), bonds, ax=ax, label=label, title=name)
+    draw_molecule(
+        mol,
+        None if atoms is None else atoms.detach().cpu(),
+        bonds,
+        ax=ax,
+        label=label,
+        title=name,
+    )
 fig.tight_layout()
 plt.show()
 
@@ -589,37 +790,63 @@ plt.show()
 # that molecule, for atoms and for edges.
 
 # %%
-model64 = GCN(dataset.num_features, hidden=64).double().to(device).eval()  # the same weights in float64
+# the same weights in float64
+model64 = GCN(dataset.num_features, hidden=64).double().to(device).eval()
 model64.load_state_dict(model.state_dict())
 grad_x_input_64 = grad_x_input_explainer(model64)
 
 
 def lrp_64(rule):
-    return Explainer(model64, algorithm=LRPExplainer(rule=rule), explanation_type="model",
-                     node_mask_type="object", edge_mask_type="object", model_config=model_config)
+    return Explainer(
+        model64,
+        algorithm=LRPExplainer(rule=rule),
+        explanation_type="model",
+        node_mask_type="object",
+        edge_mask_type="object",
+        model_config=model_config,
+    )
 
 
 def largest_difference(lrp, graphs):
-    """Max over the graphs of max |LRP - Grad x Input| / max |Grad x Input|, for atoms and for edges."""
+    """Max over the graphs of max |LRP - Grad x Input| / max |Grad x Input|.
+
+    For atoms and for edges.
+    """
     nodes, edges = [], []
     for g in graphs:
         g = g.clone().to(device)
         g.x = g.x.double()
         e = lrp(g.x, g.edge_index)
         gx_nodes, gx_edges = grad_x_input(g, int(e.target), grad_x_input_64)
-        nodes.append(float((e.node_relevance.view(-1) - gx_nodes).abs().max() / gx_nodes.abs().max()))
-        edges.append(float((e.edge_relevance - gx_edges).abs().max() / gx_edges.abs().max()))
+        nodes.append(
+            float(
+                (e.node_relevance.view(-1) - gx_nodes).abs().max()
+                / gx_nodes.abs().max()
+            )
+        )
+        edges.append(
+            float((e.edge_relevance - gx_edges).abs().max() / gx_edges.abs().max())
+        )
     return max(nodes), max(edges)
 
 
 eps_nodes, eps_edges = largest_difference(lrp_64("epsilon"), evaluation)
 zero_nodes, zero_edges = largest_difference(lrp_64("z"), evaluation)
 print(f"largest relative difference to Grad x Input over {len(evaluation)} molecules:")
-print(f"  LRP-epsilon (1e-6): atoms {100 * eps_nodes:.2g}%, edges {100 * eps_edges:.2g}%")
-print(f"  LRP-0:              atoms below 1e-6: {zero_nodes < 1e-6}, edges below 1e-6: {zero_edges < 1e-6}")
+print(
+    f"  LRP-epsilon (1e-6): atoms {100 * eps_nodes:.2g}%, edges {100 * eps_edges:.2g}%"
+)
+print(
+    f"  LRP-0:              atoms below 1e-6: {zero_nodes < 1e-6}, edges below 1e-6: "
+    f"{zero_edges < 1e-6}"
+)
 glue("gxi_eps_nodes", f"{100 * eps_nodes:.2g}%", display=False)
 glue("gxi_eps_edges", f"{100 * eps_edges:.2g}%", display=False)
-glue("gxi_zero_agree", "agree" if max(zero_nodes, zero_edges) < 1e-6 else "do not agree", display=False)
+glue(
+    "gxi_zero_agree",
+    "agree" if max(zero_nodes, zero_edges) < 1e-6 else "do not agree",
+    display=False,
+)
 
 # %% [markdown]
 # LRP-epsilon and Gradient $\times$ Input differ by at most {glue:text}`gxi_eps_nodes` of the
@@ -646,42 +873,79 @@ glue("gxi_zero_agree", "agree" if max(zero_nodes, zero_edges) < 1e-6 else "do no
 # explanation's signed `node_relevance` summed per element, in the same order.
 
 # %%
-lrp_features = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                         node_mask_type="attributes", edge_mask_type="object", model_config=model_config)
+lrp_features = Explainer(
+    model,
+    algorithm=LRPExplainer(rule="epsilon"),
+    explanation_type="model",
+    node_mask_type="attributes",
+    edge_mask_type="object",
+    model_config=model_config,
+)
 features = lrp_features(graph.x, graph.edge_index)
 present = sorted(set(graph.x.argmax(-1).tolist()))
-print(f"node_mask in [{float(features.node_mask.min()):.0f}, {float(features.node_mask.max()):.0f}], "
-      f"node_relevance in [{float(features.node_relevance.min()):.2f}, {float(features.node_relevance.max()):.2f}]")
+print(
+    f"node_mask in [{float(features.node_mask.min()):.0f}, "
+    f"{float(features.node_mask.max()):.0f}], node_relevance in "
+    f"[{float(features.node_relevance.min()):.2f}, "
+    f"{float(features.node_relevance.max()):.2f}]"
+)
 k = int(graph.edge_gt.sum())
 kept = features.threshold(threshold_type="topk", value=k).edge_mask.nonzero().view(-1)
 kept_relevance = features.edge_relevance[kept]
-print(f"threshold(threshold_type='topk', value={k}) keeps edges {kept.tolist()}, "
-      f"signed relevance {[round(float(r), 3) for r in kept_relevance]}")
+print(
+    f"threshold(threshold_type='topk', value={k}) keeps edges {kept.tolist()}, signed "
+    f"relevance {[round(float(r), 3) for r in kept_relevance]}"
+)
 signed_per_element = features.node_relevance.sum(0).cpu()
 against = [ATOMS[f] for f in present if signed_per_element[f] < 0]
 glue("mask_against", " and ".join(against) if against else "none", display=False)
 glue("mask_against_verb", "argue" if len(against) != 1 else "argues", display=False)
 kept_negative = int((kept_relevance < 0).sum())
 glue("topk_k", f"{k}", display=False)
-glue("topk_sentence",
-     "all of them carry positive relevance here, so on this molecule the mask's top edges are also "
-     "the strongest evidence for the class" if kept_negative == 0 else
-     f"{kept_negative} of them carry negative relevance: evidence against the class that the mask "
-     "ranks as important", display=False)
+glue(
+    "topk_sentence",
+    (
+        "all of them carry positive relevance here, so on this molecule the mask's top "
+        "edges are also the strongest evidence for the class"
+        if kept_negative == 0
+        else f"{kept_negative} of them carry negative relevance: evidence against the "
+        "class that the mask ranks as important"
+    ),
+    display=False,
+)
 
 # %% tags=["hide-input"]
 png = io.BytesIO()
-with plt.rc_context({"font.size": 30, "axes.titlesize": 30, "axes.labelsize": 30, "xtick.labelsize": 24,
-                     "ytick.labelsize": 30}):  # PyG's own plot, 10 x 7 inches: large type to be read when shrunk
-    features.visualize_feature_importance(path=png, feat_labels=ATOMS, top_k=len(present))
+# PyG's own plot, 10 x 7 inches: large type to be read when shrunk
+with plt.rc_context(
+    {
+        "font.size": 30,
+        "axes.titlesize": 30,
+        "axes.labelsize": 30,
+        "xtick.labelsize": 24,
+        "ytick.labelsize": 30,
+    }
+):
+    features.visualize_feature_importance(
+        path=png, feat_labels=ATOMS, top_k=len(present)
+    )
 png.seek(0)
-order = sorted(present, key=lambda f: -float(features.node_mask[:, f].sum()))  # PyG's order: largest first
-fig, (left, right) = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 3.0), gridspec_kw=dict(width_ratios=[1.4, 1]))
+# PyG's order: largest first
+order = sorted(present, key=lambda f: -float(features.node_mask[:, f].sum()))
+fig, (left, right) = plt.subplots(
+    1, 2, figsize=(BOOK_WIDTH, 3.0), gridspec_kw=dict(width_ratios=[1.4, 1])
+)
 left.imshow(plt.imread(png))
 left.set_axis_off()
-left.set_title("node_mask (|R| / max |R|) in\nPyG's visualize_feature_importance", fontsize=9)
+left.set_title(
+    "node_mask (|R| / max |R|) in\nPyG's visualize_feature_importance", fontsize=9
+)
 values = [float(signed_per_element[f]) for f in order]
-bars = right.barh([ATOMS[f] for f in order], values, color=["tab:red" if v > 0 else "tab:blue" for v in values])
+bars = right.barh(
+    [ATOMS[f] for f in order],
+    values,
+    color=["tab:red" if v > 0 else "tab:blue" for v in values],
+)
 right.bar_label(bars, labels=[f"{v:+.2f}" for v in values], fontsize=8, padding=2)
 right.axvline(0, color="black", linewidth=0.8)
 right.invert_yaxis()
@@ -720,6 +984,7 @@ plt.show()
 # are simply their positions in `record["checkpoints"]`, and `checkpoints_load_func` loads one into
 # the model and returns its learning rate: nothing is written to disk.
 
+
 # %%
 def as_tuple(graphs):
     b = Batch.from_data_list(graphs).to(device)
@@ -734,21 +999,37 @@ def load_checkpoint(model, position):
 
 
 def alerts(g):
-    """The NO2 / NH2 groups of a graph, from its ground truth: N atoms with marked N-O / N-H bonds."""
+    """The NO2 / NH2 groups of a graph, from its ground truth.
+
+    They are the N atoms with marked N-O / N-H bonds.
+    """
     kinds = g.x.argmax(-1)
     s, d = g.edge_index[:, g.edge_gt.bool()]
     found = []
     for other, group in (("O", "NO₂"), ("H", "NH₂")):
-        n = len(set(s[(kinds[s] == ATOMS.index("N")) & (kinds[d] == ATOMS.index(other))].tolist()))
+        n = len(
+            set(
+                s[
+                    (kinds[s] == ATOMS.index("N")) & (kinds[d] == ATOMS.index(other))
+                ].tolist()
+            )
+        )
         found += [f"{n} {group}"] if n else []
     return ", ".join(found) if found else "no NO₂/NH₂"
 
 
 def describe(g):
-    """Formula, NO2/NH2 groups, and the nitroso groups (structural alerts the ground truth leaves out)."""
+    """Formula, NO2/NH2 groups, and the nitroso group.
+
+    Nitroso groups are structural alerts the ground truth leaves out; the first group of
+    NITROSO that matches is the most specific.
+    """
     mol = to_rdkit(g)
-    nitroso = [group.split(" (")[0] for group, smarts in NITROSO.items()
-               if mol.HasSubstructMatch(Chem.MolFromSmarts(smarts))][:1]  # the most specific that matches
+    nitroso = [
+        group.split(" (")[0]
+        for group, smarts in NITROSO.items()
+        if mol.HasSubstructMatch(Chem.MolFromSmarts(smarts))
+    ][:1]
     return f"{CalcMolFormula(mol)}, {alerts(g)}" + "".join(f", {n}" for n in nitroso)
 
 
@@ -757,39 +1038,60 @@ def label_of(g):
 
 
 final_state = {k: v.clone() for k, v in model.state_dict().items()}
-train_tuples = torch.utils.data.DataLoader(list(train_set), batch_size=256, collate_fn=as_tuple)
+train_tuples = torch.utils.data.DataLoader(
+    list(train_set), batch_size=256, collate_fn=as_tuple
+)
 positions = list(range(len(record["checkpoints"])))
-tracin = TracInCPFast(model, final_fc_layer=model.head, train_dataset=train_tuples, checkpoints=positions,
-                      checkpoints_load_func=load_checkpoint,
-                      loss_fn=torch.nn.BCEWithLogitsLoss(reduction="sum"), batch_size=256)
+tracin = TracInCPFast(
+    model,
+    final_fc_layer=model.head,
+    train_dataset=train_tuples,
+    checkpoints=positions,
+    checkpoints_load_func=load_checkpoint,
+    loss_fn=torch.nn.BCEWithLogitsLoss(reduction="sum"),
+    batch_size=256,
+)
 test_input = as_tuple([graph.cpu()])
 proponents = tracin.influence(test_input, k=3, proponents=True)
 opponents = tracin.influence(test_input, k=3, proponents=False)
 model.load_state_dict(final_state)
 model.eval()
-print("checkpoints: epochs", [c["epoch"] for c in record["checkpoints"]],
-      "learning rates", [f"{c['lr']:.2e}" for c in record["checkpoints"]])
+print(
+    "checkpoints: epochs",
+    [c["epoch"] for c in record["checkpoints"]],
+    "learning rates",
+    [f"{c['lr']:.2e}" for c in record["checkpoints"]],
+)
 for kind, result in (("proponents", proponents), ("opponents", opponents)):
-    for idx, score in zip(result.indices[0].tolist(), result.influence_scores[0].tolist()):
+    for idx, score in zip(
+        result.indices[0].tolist(), result.influence_scores[0].tolist()
+    ):
         g = train_set[idx]
-        print(f"{kind[:-1]:10s} train #{idx:4d}  score {score * 1e3:8.4f}e-3  {label_of(g):10s} "
-              f"{describe(g)}")
+        print(
+            f"{kind[:-1]:10s} train #{idx:4d}  score {score * 1e3:8.4f}e-3  "
+            f"{label_of(g):10s} {describe(g)}"
+        )
 
 # %% [markdown]
 # The same scores by hand, as in the original notebook *A Primer on Explainability for GNNs*: at
 # each checkpoint, the gradient of each training loss with respect to the last layer's weights,
 # dotted with the test example's, times the learning rate. The top three must agree with Captum's.
 
+
 # %%
 def head_gradients(graphs_tuple):
     """Per-example gradient of the loss w.r.t. head.weight: (dL/dz) * (input of head)."""
     x, edge_index, batch, y = graphs_tuple
     inputs = []
-    handle = model.head.register_forward_hook(lambda m, i, o: inputs.append(i[0].detach()))  # returns None
+    # the hook returns None: it records the head's input and leaves the output alone
+    handle = model.head.register_forward_hook(
+        lambda m, i, o: inputs.append(i[0].detach())
+    )
     with torch.no_grad():
         z = model(x, edge_index, batch)
     handle.remove()
-    return (torch.sigmoid(z) - y) * inputs[0]  # dL/dz for BCE-with-logits, outer product with h
+    # dL/dz for BCE-with-logits, outer product with h
+    return (torch.sigmoid(z) - y) * inputs[0]
 
 
 by_hand = torch.zeros(len(train_set))
@@ -800,44 +1102,93 @@ for position in positions:
     by_hand += lr * (train_grads @ test_grad).cpu()
 model.load_state_dict(final_state)
 model.eval()
-print("top-3 proponents agree:", by_hand.topk(3).indices.tolist() == proponents.indices[0].tolist())
-print("top-3 opponents agree: ", (-by_hand).topk(3).indices.tolist() == opponents.indices[0].tolist())
+print(
+    "top-3 proponents agree:",
+    by_hand.topk(3).indices.tolist() == proponents.indices[0].tolist(),
+)
+print(
+    "top-3 opponents agree: ",
+    (-by_hand).topk(3).indices.tolist() == opponents.indices[0].tolist(),
+)
 
 
 def summary(result):
     """'2 nonmutagens and 1 mutagen' and '#12 (C6H5NO2, 1 NO2), ...' for the text."""
     graphs = [train_set[i] for i in result.indices[0].tolist()]
-    counts = {k: sum(label_of(g) == k for g in graphs) for k in ("mutagen", "nonmutagen")}
-    kinds = [f"{n} {k}{'s' if n > 1 else ''}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n]
-    labels = f"all {len(graphs)} {kinds[0].split(' ', 1)[1]}" if len(kinds) == 1 else " and ".join(kinds)
-    return labels, "; ".join(f"#{i}: {describe(g)}" for i, g in zip(result.indices[0].tolist(), graphs))
+    counts = {
+        k: sum(label_of(g) == k for g in graphs) for k in ("mutagen", "nonmutagen")
+    }
+    kinds = [
+        f"{n} {k}{'s' if n > 1 else ''}"
+        for k, n in sorted(counts.items(), key=lambda kv: -kv[1])
+        if n
+    ]
+    labels = (
+        f"all {len(graphs)} {kinds[0].split(' ', 1)[1]}"
+        if len(kinds) == 1
+        else " and ".join(kinds)
+    )
+    return labels, "; ".join(
+        f"#{i}: {describe(g)}" for i, g in zip(result.indices[0].tolist(), graphs)
+    )
 
 
 for kind, result in (("proponents", proponents), ("opponents", opponents)):
     labels, desc = summary(result)
     glue(f"{kind}_labels", labels, display=False)
     glue(f"{kind}_described", desc, display=False)
-against_alert = sum(label_of(train_set[i]) == "nonmutagen" and "no NO" not in alerts(train_set[i])
-                    for i in opponents.indices[0].tolist())
-glue("opponents_nonmutagen_with_alert", ["none of the three opponents is", "one of the three opponents is",
-                                         "two of the three opponents are", "all three opponents are"][against_alert],
-     display=False)
-ratio = abs(opponents.influence_scores[0][0].item()) / abs(proponents.influence_scores[0][0].item())
+against_alert = sum(
+    label_of(train_set[i]) == "nonmutagen" and "no NO" not in alerts(train_set[i])
+    for i in opponents.indices[0].tolist()
+)
+glue(
+    "opponents_nonmutagen_with_alert",
+    [
+        "none of the three opponents is",
+        "one of the three opponents is",
+        "two of the three opponents are",
+        "all three opponents are",
+    ][against_alert],
+    display=False,
+)
+ratio = abs(opponents.influence_scores[0][0].item()) / abs(
+    proponents.influence_scores[0][0].item()
+)
 glue("opponent_proponent_ratio", f"{ratio:.1f}", display=False)
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(3, 3, figsize=(BOOK_WIDTH, 7.2))
+# three short title lines per panel, so that neighbouring titles keep apart; images drawn
+# near the size they are shown at, so that the atom labels stay legible (about 8 pt)
+fig, axes = plt.subplots(3, 3, figsize=(BOOK_WIDTH, 7.8))
 for ax in axes[0]:
     ax.set_axis_off()
-draw_molecule(to_rdkit(cpu_graph), marked_bonds=marked, ax=axes[0, 1], size=(330, 250),
-              title=f"test molecule ({label_of(cpu_graph)})")
-for row, (kind, result) in enumerate((("proponent", proponents), ("opponent", opponents)), start=1):
-    for col, (idx, score) in enumerate(zip(result.indices[0].tolist(), result.influence_scores[0].tolist())):
+draw_molecule(
+    to_rdkit(cpu_graph),
+    marked_bonds=marked,
+    ax=axes[0, 1],
+    size=(270, 220),
+    font_size=15,
+    title=f"test molecule ({label_of(cpu_graph)})",
+)
+for row, (kind, result) in enumerate(
+    (("proponent", proponents), ("opponent", opponents)), start=1
+):
+    for col, (idx, score) in enumerate(
+        zip(result.indices[0].tolist(), result.influence_scores[0].tolist())
+    ):
         g = train_set[idx]
         m = to_rdkit(g)
-        gt = np.flatnonzero(bond_values(m, g.edge_index, g.edge_gt.float(), combine="max"))
-        draw_molecule(m, marked_bonds=gt, ax=axes[row, col], size=(330, 250),
-                      title=f"{kind} #{idx} ({label_of(g)})\nscore {score * 1e3:.2f}e-3")
+        gt = np.flatnonzero(
+            bond_values(m, g.edge_index, g.edge_gt.float(), combine="max")
+        )
+        draw_molecule(
+            m,
+            marked_bonds=gt,
+            ax=axes[row, col],
+            size=(270, 220),
+            font_size=15,
+            title=f"{kind} #{idx}\n{label_of(g)}\nscore {score * 1e3:.2f}e-3",
+        )
 fig.tight_layout()
 plt.show()
 
@@ -882,6 +1233,7 @@ plt.show()
 # `edge_mask`, which the cell below replaces by each method's hard top-$k$ mask (1 on the $k$ kept
 # edges, 0 elsewhere).
 
+
 # %%
 def hard_top_k(scores, k):
     mask = torch.zeros_like(scores, dtype=torch.float)
@@ -889,20 +1241,37 @@ def hard_top_k(scores, k):
     return mask
 
 
-edge_only = Explainer(model, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                      node_mask_type=None, edge_mask_type="object", model_config=model_config)
-default_edges = Explainer(model, algorithm=LRPExplainer(), explanation_type="model",  # z+, |R| / max
-                          node_mask_type=None, edge_mask_type="object", model_config=model_config)
+edge_only = Explainer(
+    model,
+    algorithm=LRPExplainer(rule="epsilon"),
+    explanation_type="model",
+    node_mask_type=None,
+    edge_mask_type="object",
+    model_config=model_config,
+)
+default_edges = Explainer(
+    model,
+    algorithm=LRPExplainer(),
+    explanation_type="model",  # z+, |R| / max
+    node_mask_type=None,
+    edge_mask_type="object",
+    model_config=model_config,
+)
 
 
 def evaluate(masks):
-    """Mean AUROC and fidelity+/- of the top-k edges (k = ground-truth size) over `evaluation`."""
+    """Mean AUROC and fidelity+/- of the top-k edges over `evaluation`.
+
+    k is the molecule's number of ground-truth edges.
+    """
     aurocs, plus, minus = [], [], []
     for g, m in zip(evaluation, masks):
         g = g.clone().to(device)
         aurocs.append(roc_auc_score(g.edge_gt.cpu().numpy(), m.detach().cpu().numpy()))
-        e = edge_only(g.x, g.edge_index)  # prediction, target and inputs that the metric needs
-        e.edge_mask = hard_top_k(m.to(device), int(g.edge_gt.sum()))  # masks made on the CPU too
+        # prediction, target and inputs that the metric needs
+        e = edge_only(g.x, g.edge_index)
+        # masks made on the CPU too
+        e.edge_mask = hard_top_k(m.to(device), int(g.edge_gt.sum()))
         fp, fm = fidelity(edge_only, e)
         plus.append(fp)
         minus.append(fm)
@@ -910,24 +1279,40 @@ def evaluate(masks):
 
 
 all_graphs = Batch.from_data_list(evaluation).to(device)
-lrp_relevance = edge_only(all_graphs.x, all_graphs.edge_index, batch=all_graphs.batch).edge_relevance
+lrp_relevance = edge_only(
+    all_graphs.x, all_graphs.edge_index, batch=all_graphs.batch
+).edge_relevance
 lrp_relevance = lrp_relevance.split([g.edge_index.shape[1] for g in evaluation])
-default_masks = [default_edges(g.x.to(device), g.edge_index.to(device)).edge_mask
-                 for g in evaluation]
+default_masks = [
+    default_edges(g.x.to(device), g.edge_index.to(device)).edge_mask for g in evaluation
+]
 targets = [int(z > 0) for z in logits]
 live = {
     "LRP (LRPExplainer)": evaluate(lrp_relevance),
     "LRP, |R| (the default edge_mask)": evaluate([r.abs() for r in lrp_relevance]),
     "LRPExplainer() default: z+, |R| mask": evaluate(default_masks),
-    "saliency (Captum)": evaluate([saliency(g.clone().to(device), t) for g, t in zip(evaluation, targets)]),
-    "Integrated Gradients (Captum, 50 steps)": evaluate([integrated_gradients(g.clone().to(device), t)
-                                                         for g, t in zip(evaluation, targets)]),
-    "Grad x Input (Captum)": evaluate([grad_x_input(g.clone().to(device), t)[1] for g, t in zip(evaluation, targets)]),
+    "saliency (Captum)": evaluate(
+        [saliency(g.clone().to(device), t) for g, t in zip(evaluation, targets)]
+    ),
+    "Integrated Gradients (Captum, 50 steps)": evaluate(
+        [
+            integrated_gradients(g.clone().to(device), t)
+            for g, t in zip(evaluation, targets)
+        ]
+    ),
+    "Grad x Input (Captum)": evaluate(
+        [grad_x_input(g.clone().to(device), t)[1] for g, t in zip(evaluation, targets)]
+    ),
     "ground truth itself": evaluate([g.edge_gt.float() for g in evaluation]),
 }
 sizes = [int(g.edge_gt.sum()) for g in evaluation]
-print(f"{len(evaluation)} molecules, {sum(z < 0 for z in logits)} of them predicted mutagen")
-print(f"ground-truth edges per molecule: {min(sizes)} to {max(sizes)}, {sizes.count(4)} molecules with 4")
+print(
+    f"{len(evaluation)} molecules, {sum(z < 0 for z in logits)} of them predicted mutagen"
+)
+print(
+    f"ground-truth edges per molecule: {min(sizes)} to {max(sizes)}, {sizes.count(4)} "
+    "molecules with 4"
+)
 glue("n_predicted_nonmutagen", f"{sum(z > 0 for z in logits)}", display=False)
 glue("k_four", f"{sizes.count(4)}", display=False)
 glue("k_max", f"{max(sizes)}", display=False)
@@ -950,76 +1335,175 @@ bench = load_results("explainers", repository=globals().get("REPOSITORY"))
 measured, machine = bench["results"], bench["machine"]
 timed = measured["methods"]
 gnn_name = next(k for k in timed if k.startswith("GNNExplainer"))
-rows = [  # (name in the table, quality (AUROC, fid+, fid-), key of the timing in the file)
+# (name in the table, quality (AUROC, fid+, fid-), key of the timing in the file)
+rows = [
     ("LRP-epsilon (LRPExplainer)", live["LRP (LRPExplainer)"], "LRP (LRPExplainer)"),
-    ("LRP-epsilon, the whole set in one batch", live["LRP (LRPExplainer)"],
-     "LRP (LRPExplainer), whole set in one batch"),
+    (
+        "LRP-epsilon, the whole set in one batch",
+        live["LRP (LRPExplainer)"],
+        "LRP (LRPExplainer), whole set in one batch",
+    ),
     ("saliency (Captum)", live["saliency (Captum)"], "saliency (Captum)"),
-    ("Integrated Gradients (50 steps)", live["Integrated Gradients (Captum, 50 steps)"],
-     "Integrated Gradients (Captum, 50 steps)"),
+    (
+        "Integrated Gradients (50 steps)",
+        live["Integrated Gradients (Captum, 50 steps)"],
+        "Integrated Gradients (Captum, 50 steps)",
+    ),
     ("Grad x Input (Captum)", live["Grad x Input (Captum)"], None),
     ("LRP-epsilon, |R| mask", live["LRP, |R| (the default edge_mask)"], None),
-    (f"GNNExplainer ({measured['gnnexplainer_epochs']} epochs)*",
-     tuple(timed[gnn_name][k] for k in ("auroc", "fidelity_plus", "fidelity_minus")), gnn_name),
+    (
+        f"GNNExplainer ({measured['gnnexplainer_epochs']} epochs)*",
+        tuple(timed[gnn_name][k] for k in ("auroc", "fidelity_plus", "fidelity_minus")),
+        gnn_name,
+    ),
     ("ground truth itself", live["ground truth itself"], None),
-    ("LRPExplainer() default: z+, |R| mask", live["LRPExplainer() default: z+, |R| mask"], None),
+    (
+        "LRPExplainer() default: z+, |R| mask",
+        live["LRPExplainer() default: z+, |R| mask"],
+        None,
+    ),
 ]
-table = [{"method": name, "auroc": a, "fid_plus": fp, "fid_minus": fm,
-          "ms": None if key is None else timed[key]["ms_per_explanation"],
-          "speedup": None if key is None else timed[key]["speedup_vs_gnnexplainer"]}
-         for name, (a, fp, fm), key in rows]
-display(results_table(table, [("method", "method"), ("AUROC vs NO2/NH2", "auroc", "{:.3f}"),
-                              ("fidelity+", "fid_plus", "{:.3f}"), ("fidelity-", "fid_minus", "{:.3f}"),
-                              ("ms per explanation", "ms", "{:.2f}"), ("vs GNNExplainer", "speedup", "{:,.0f}x")]))
-display(Markdown("\\* GNNExplainer's quality is read from the benchmark file; every other quality is computed "
-                 "above. The benchmark does not time Gradient × Input, one gradient like saliency, nor "
-                 "the absolute value of LRP's relevance. " + machine_note(bench)))
+table = [
+    {
+        "method": name,
+        "auroc": a,
+        "fid_plus": fp,
+        "fid_minus": fm,
+        "ms": None if key is None else timed[key]["ms_per_explanation"],
+        "speedup": None if key is None else timed[key]["speedup_vs_gnnexplainer"],
+    }
+    for name, (a, fp, fm), key in rows
+]
+display(
+    results_table(
+        table,
+        [
+            ("method", "method"),
+            ("AUROC vs NO2/NH2", "auroc", "{:.3f}"),
+            ("fidelity+", "fid_plus", "{:.3f}"),
+            ("fidelity-", "fid_minus", "{:.3f}"),
+            ("ms per explanation", "ms", "{:.2f}"),
+            ("vs GNNExplainer", "speedup", "{:,.0f}x"),
+        ],
+    )
+)
+display(
+    Markdown(
+        "\\* GNNExplainer's quality is read from the benchmark file; every other "
+        "quality is computed above. The benchmark does not time Gradient × Input, one "
+        "gradient like saliency, nor "
+        "the absolute value of LRP's relevance. " + machine_note(bench)
+    )
+)
 same = all(abs(timed[key]["auroc"] - quality[0]) < 5e-4 for _, quality, key in rows[:4])
-print("the benchmark's AUROCs of LRP, saliency and IG agree with the ones computed above:", same)
+print(
+    "the benchmark's AUROCs of LRP, saliency and IG agree with the ones computed above:",
+    same,
+)
 
-ranking = sorted([(rows[i][0].strip(" *"), rows[i][1][0]) for i in (0, 2, 3, 4, 6, 8)], key=lambda r: -r[1])
-glue("default_auroc", f"{live['LRPExplainer() default: z+, |R| mask'][0]:.3f}", display=False)
-glue("default_vs_gxi", "above" if live["LRPExplainer() default: z+, |R| mask"][0] > live["Grad x Input (Captum)"][0]
-     else "below", display=False)
+ranking = sorted(
+    [(rows[i][0].strip(" *"), rows[i][1][0]) for i in (0, 2, 3, 4, 6, 8)],
+    key=lambda r: -r[1],
+)
+glue(
+    "default_auroc",
+    f"{live['LRPExplainer() default: z+, |R| mask'][0]:.3f}",
+    display=False,
+)
+glue(
+    "default_vs_gxi",
+    (
+        "above"
+        if live["LRPExplainer() default: z+, |R| mask"][0]
+        > live["Grad x Input (Captum)"][0]
+        else "below"
+    ),
+    display=False,
+)
 glue("auroc_ranking", ", ".join(f"{n} {a:.3f}" for n, a in ranking), display=False)
 glue("auroc_best", ranking[0][0], display=False)
-for key, (name, quality, _) in zip(("lrp", "lrp_batch", "saliency", "ig", "gxi", "lrp_abs", "gnnexp", "gt"), rows):
+for key, (name, quality, _) in zip(
+    ("lrp", "lrp_batch", "saliency", "ig", "gxi", "lrp_abs", "gnnexp", "gt"), rows
+):
     glue(f"{key}_fid_plus", f"{quality[1]:.3f}", display=False)
     glue(f"{key}_fid_minus", f"{quality[2]:.3f}", display=False)
 glue("lrp_fid_plus_pct", f"{100 * live['LRP (LRPExplainer)'][1]:.0f}%", display=False)
 glue("gt_fid_plus_pct", f"{100 * live['ground truth itself'][1]:.0f}%", display=False)
-glue("lrp_vs_gt_fid", "more" if live["LRP (LRPExplainer)"][1] > live["ground truth itself"][1] else "less",
-     display=False)
+glue(
+    "lrp_vs_gt_fid",
+    (
+        "more"
+        if live["LRP (LRPExplainer)"][1] > live["ground truth itself"][1]
+        else "less"
+    ),
+    display=False,
+)
 ms = {key: timed[key]["ms_per_explanation"] for _, _, key in rows if key}
 glue("ms_lrp", f"{ms['LRP (LRPExplainer)']:.1f}", display=False)
 glue("ms_gnnexp", f"{ms[gnn_name]:,.0f}", display=False)
 glue("ms_saliency", f"{ms['saliency (Captum)']:.1f}", display=False)
 glue("ms_ig", f"{ms['Integrated Gradients (Captum, 50 steps)']:.1f}", display=False)
-glue("ms_lrp_batch", f"{ms['LRP (LRPExplainer), whole set in one batch']:.2f}", display=False)
-glue("speedup_lrp", f"{timed['LRP (LRPExplainer)']['speedup_vs_gnnexplainer']:,.0f}", display=False)
-glue("speedup_lrp_batch", f"{timed['LRP (LRPExplainer), whole set in one batch']['speedup_vs_gnnexplainer']:,.0f}",
-     display=False)
+glue(
+    "ms_lrp_batch",
+    f"{ms['LRP (LRPExplainer), whole set in one batch']:.2f}",
+    display=False,
+)
+glue(
+    "speedup_lrp",
+    f"{timed['LRP (LRPExplainer)']['speedup_vs_gnnexplainer']:,.0f}",
+    display=False,
+)
+batched = timed['LRP (LRPExplainer), whole set in one batch']
+glue("speedup_lrp_batch", f"{batched['speedup_vs_gnnexplainer']:,.0f}", display=False)
 lrp_auroc, gxi_auroc = live["LRP (LRPExplainer)"][0], live["Grad x Input (Captum)"][0]
 glue("lrp_auroc", f"{lrp_auroc:.3f}", display=False)
 glue("gxi_auroc", f"{gxi_auroc:.3f}", display=False)
-glue("lrp_abs_auroc", f"{live['LRP, |R| (the default edge_mask)'][0]:.3f}", display=False)
-glue("gxi_vs_lrp", "the same AUROC" if f"{lrp_auroc:.3f}" == f"{gxi_auroc:.3f}" else
-     "AUROCs that differ only in the last digit shown (the stabiliser reorders a few nearly tied edges)"
-     if abs(gxi_auroc - lrp_auroc) < 0.002 else f"AUROCs {abs(gxi_auroc - lrp_auroc):.3f} apart", display=False)
+glue(
+    "lrp_abs_auroc", f"{live['LRP, |R| (the default edge_mask)'][0]:.3f}", display=False
+)
+glue(
+    "gxi_vs_lrp",
+    (
+        "the same AUROC"
+        if f"{lrp_auroc:.3f}" == f"{gxi_auroc:.3f}"
+        else (
+            "AUROCs that differ only in the last digit shown (the stabiliser reorders "
+            "a few nearly tied edges)"
+            if abs(gxi_auroc - lrp_auroc) < 0.002
+            else f"AUROCs {abs(gxi_auroc - lrp_auroc):.3f} apart"
+        )
+    ),
+    display=False,
+)
 abs_lower = live["LRP, |R| (the default edge_mask)"][0] < lrp_auroc
 glue("abs_vs_signed", "lower" if abs_lower else "higher", display=False)
 relevance_all = torch.cat(lrp_relevance).cpu()
 marked_all = torch.cat([g.edge_gt for g in evaluation]).bool()
 share_negative = float(marked_all[relevance_all < 0].float().mean())
 share_positive = float(marked_all[relevance_all > 0].float().mean())
-glue("abs_reason", f"{100 * share_negative:.0f}% of the edges with negative relevance are NO₂/NH₂ bonds, against "
-     f"{100 * share_positive:.0f}% of those with positive relevance, so the absolute value "
-     + ("ranks more unmarked edges up" if share_negative < share_positive else "ranks more marked edges up"),
-     display=False)
-glue("lrp_vs_saliency_cost", "more" if ms["LRP (LRPExplainer)"] > ms["saliency (Captum)"] else "less",
-     display=False)
-glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['torch_threads']} torch thread; "
-     f"load average {machine['load_average_1min']} when the run started)", display=False)
+glue(
+    "abs_reason",
+    f"{100 * share_negative:.0f}% of the edges with negative relevance are NO₂/NH₂ "
+    f"bonds, against {100 * share_positive:.0f}% of those with positive relevance, so "
+    "the absolute value "
+    + (
+        "ranks more unmarked edges up"
+        if share_negative < share_positive
+        else "ranks more marked edges up"
+    ),
+    display=False,
+)
+glue(
+    "lrp_vs_saliency_cost",
+    "more" if ms["LRP (LRPExplainer)"] > ms["saliency (Captum)"] else "less",
+    display=False,
+)
+glue(
+    "bench_machine",
+    f"{machine['cpu']} ({machine['cores']} cores, {machine['torch_threads']} torch "
+    f"thread; load average {machine['load_average_1min']} when the run started)",
+    display=False,
+)
 
 # %% [markdown]
 # ### What the numbers say, and what they do not
@@ -1084,28 +1568,45 @@ glue("bench_machine", f"{machine['cpu']} ({machine['cores']} cores, {machine['to
 # %%
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.transforms import RandomLinkSplit  # noqa: E402
-from torch_geometric.utils import k_hop_subgraph, negative_sampling, stochastic_blockmodel_graph  # noqa: E402
+from torch_geometric.utils import (  # noqa: E402
+    k_hop_subgraph,
+    negative_sampling,
+    stochastic_blockmodel_graph,
+)
 
-from lrp_lib import Explainer as CheckedExplainer  # noqa: E402  PyG's Explainer, the inputs checked first
+# PyG's Explainer, the inputs checked first
+from lrp_lib import Explainer as CheckedExplainer  # noqa: E402
 from lrp_lib.book.plotting import draw_graph  # noqa: E402
 
 seed_everything(0)
 blocks = [40, 40, 40, 40]
 block_probs = torch.full((4, 4), 0.005).fill_diagonal_(0.12)
 block = torch.arange(4).repeat_interleave(torch.tensor(blocks))
-sbm = Data(x=2 * torch.randn(4, 8)[block] + torch.randn(len(block), 8),
-           edge_index=stochastic_blockmodel_graph(blocks, block_probs, directed=False), block=block)
-train_data, val_data, test_data = RandomLinkSplit(num_val=0.1, num_test=0.2, is_undirected=True,
-                                                  add_negative_train_samples=False)(sbm)
-print(f"blocks {blocks}, edge probability {float(block_probs[0, 0]):.2f} inside a block and "
-      f"{float(block_probs[0, 1]):.3f} between blocks")
-print(f"{sbm.num_nodes} nodes, {sbm.edge_index.shape[1] // 2} edges; message passing over "
-      f"{train_data.edge_index.shape[1] // 2} (training) and {test_data.edge_index.shape[1] // 2} (test time); "
-      f"{test_data.edge_label_index.shape[1]} test pairs, half of them edges")
+sbm = Data(
+    x=2 * torch.randn(4, 8)[block] + torch.randn(len(block), 8),
+    edge_index=stochastic_blockmodel_graph(blocks, block_probs, directed=False),
+    block=block,
+)
+train_data, val_data, test_data = RandomLinkSplit(
+    num_val=0.1, num_test=0.2, is_undirected=True, add_negative_train_samples=False
+)(sbm)
+print(
+    f"blocks {blocks}, edge probability {float(block_probs[0, 0]):.2f} inside a block "
+    f"and {float(block_probs[0, 1]):.3f} between blocks"
+)
+print(
+    f"{sbm.num_nodes} nodes, {sbm.edge_index.shape[1] // 2} edges; message passing "
+    f"over {train_data.edge_index.shape[1] // 2} (training) and "
+    f"{test_data.edge_index.shape[1] // 2} (test time); "
+    f"{test_data.edge_label_index.shape[1]} test pairs, half of them edges"
+)
 
 
 class LinkGCN(torch.nn.Module):
-    """Two GCN layers encode the nodes; the score of a pair is the dot product of its two embeddings."""
+    """Two GCN layers encode the nodes.
+
+    The score of a pair is the dot product of its two embeddings.
+    """
 
     def __init__(self, features, hidden=32, out=16):
         super().__init__()
@@ -1125,32 +1626,51 @@ def link_auroc(model, data):
     """AUROC of the scores of data's labelled pairs (edges against non-edges)."""
     model.eval()
     with torch.no_grad():
-        return float(roc_auc_score(data.edge_label, model(data.x, data.edge_index, data.edge_label_index)))
+        return float(
+            roc_auc_score(
+                data.edge_label, model(data.x, data.edge_index, data.edge_label_index)
+            )
+        )
 
 
 def train_link(model, epochs=200):
-    """Full-batch Adam; every epoch new non-edges, as many as training edges (PyG's link_pred recipe)."""
+    """Full-batch Adam; every epoch new non-edges, as many as training edges.
+
+    PyG's link_pred recipe.
+    """
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in tqdm(range(epochs), desc="training"):
         model.train()
         optimizer.zero_grad()
-        negative = negative_sampling(train_data.edge_index, num_nodes=train_data.num_nodes,
-                                     num_neg_samples=train_data.edge_label_index.shape[1])
+        negative = negative_sampling(
+            train_data.edge_index,
+            num_nodes=train_data.num_nodes,
+            num_neg_samples=train_data.edge_label_index.shape[1],
+        )
         pairs = torch.cat([train_data.edge_label_index, negative], 1)
         labels = torch.cat([train_data.edge_label, torch.zeros(negative.shape[1])])
-        loss = F.binary_cross_entropy_with_logits(model(train_data.x, train_data.edge_index, pairs), labels)
+        loss = F.binary_cross_entropy_with_logits(
+            model(train_data.x, train_data.edge_index, pairs), labels
+        )
         loss.backward()
         optimizer.step()
     model.eval()
-    return {"metrics": {"last_epoch_train_loss": float(loss.detach()), "val_auroc": link_auroc(model, val_data),
-                        "test_auroc": link_auroc(model, test_data)}}
+    return {
+        "metrics": {
+            "last_epoch_train_loss": float(loss.detach()),
+            "val_auroc": link_auroc(model, val_data),
+            "test_auroc": link_auroc(model, test_data),
+        }
+    }
 
 
 seed_everything(0)
 link_model = LinkGCN(sbm.num_features)
 link_record = load_or_train("link-sbm-gcn", link_model, train_link)
-print(f"stored test AUROC {link_record['metrics']['test_auroc']:.3f} "
-      f"(validation {link_record['metrics']['val_auroc']:.3f})")
+print(
+    f"stored test AUROC {link_record['metrics']['test_auroc']:.3f} (validation "
+    f"{link_record['metrics']['val_auroc']:.3f})"
+)
 glue("link_test_auroc", f"{link_record['metrics']['test_auroc']:.3f}", display=False)
 
 # %% [markdown]
@@ -1163,32 +1683,55 @@ glue("link_test_auroc", f"{link_record['metrics']['test_auroc']:.3f}", display=F
 
 # %%
 link64 = copy.deepcopy(link_model).double().eval()
-x_link, mp_edges, pairs = test_data.x.double(), test_data.edge_index, test_data.edge_label_index
+x_link, mp_edges, pairs = (
+    test_data.x.double(),
+    test_data.edge_index,
+    test_data.edge_label_index,
+)
 with torch.no_grad():
     pair_scores = link64(x_link, mp_edges, pairs)
 degree = torch.bincount(mp_edges[0], minlength=test_data.num_nodes)
-candidates = ((test_data.edge_label == 1) & (pair_scores > 0) & (degree[pairs[0]] > 0) & (degree[pairs[1]] > 0))
+candidates = (
+    (test_data.edge_label == 1)
+    & (pair_scores > 0)
+    & (degree[pairs[0]] > 0)
+    & (degree[pairs[1]] > 0)
+)
 k_pair = int(torch.where(candidates, pair_scores, -torch.inf).argmax())
 u, v = pairs[:, k_pair].tolist()
-link_explainer = CheckedExplainer(link64, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                                  node_mask_type="object", edge_mask_type="object",
-                                  model_config=dict(mode="binary_classification", task_level="edge",
-                                                    return_type="raw"))
+link_explainer = CheckedExplainer(
+    link64,
+    algorithm=LRPExplainer(rule="epsilon"),
+    explanation_type="model",
+    node_mask_type="object",
+    edge_mask_type="object",
+    model_config=dict(
+        mode="binary_classification", task_level="edge", return_type="raw"
+    ),
+)
 link_e = link_explainer(x_link, mp_edges, edge_label_index=pairs, index=k_pair)
 score = float(pair_scores[k_pair])
 link_nodes, link_bias = float(link_e.node_relevance.sum()), float(link_e.bias_relevance)
-print(f"test pair {k_pair}: nodes {u} (block {int(block[u])}) and {v} (block {int(block[v])}), "
-      f"score {score:.4f}, P(edge) = {torch.sigmoid(torch.tensor(score)).item():.3f}")
+print(
+    f"test pair {k_pair}: nodes {u} (block {int(block[u])}) and {v} (block "
+    f"{int(block[v])}), score {score:.4f}, P(edge) = "
+    f"{torch.sigmoid(torch.tensor(score)).item():.3f}"
+)
 print(f"relevance of the nodes {link_nodes:8.4f}")
 print(f"kept by the biases     {link_bias:8.4f}")
-print(f"nodes + biases - score {round(link_nodes + link_bias - score, 6) + 0.0:8.4f}")  # + 0.0: no -0.0
-subset, sub_edges, ends, in_hops = k_hop_subgraph([u, v], 2, mp_edges, relabel_nodes=True,
-                                                  num_nodes=test_data.num_nodes)
+# + 0.0: no -0.0
+print(f"nodes + biases - score {round(link_nodes + link_bias - score, 6) + 0.0:8.4f}")
+subset, sub_edges, ends, in_hops = k_hop_subgraph(
+    [u, v], 2, mp_edges, relabel_nodes=True, num_nodes=test_data.num_nodes
+)
 outside = torch.ones(test_data.num_nodes, dtype=torch.bool)
 outside[subset] = False
-print(f"2-hop neighbourhood of the two end points: {len(subset)} nodes, {int(in_hops.sum())} directed edges; "
-      f"largest |relevance| outside it: nodes {float(link_e.node_relevance.view(-1)[outside].abs().max()):.1f}, "
-      f"edges {float(link_e.edge_relevance[~in_hops].abs().max()):.1f}")
+print(
+    f"2-hop neighbourhood of the two end points: {len(subset)} nodes, "
+    f"{int(in_hops.sum())} directed edges; largest |relevance| outside it: nodes "
+    f"{float(link_e.node_relevance.view(-1)[outside].abs().max()):.1f}, edges "
+    f"{float(link_e.edge_relevance[~in_hops].abs().max()):.1f}"
+)
 glue("link_u", f"{u}", display=False)
 glue("link_v", f"{v}", display=False)
 glue("link_score", f"{score:.2f}", display=False)
@@ -1210,10 +1753,18 @@ glue("link_hood", f"{len(subset)}", display=False)
 hood_labels = {i: "" for i in range(len(subset))}
 hood_labels[int(ends[0])], hood_labels[int(ends[1])] = "u", "v"
 fig, ax = plt.subplots(figsize=(BOOK_WIDTH, 4.2))
-draw_graph(sub_edges, len(subset), node_relevance=link_e.node_relevance.view(-1)[subset],
-           edge_relevance=link_e.edge_relevance[in_hops], labels=hood_labels, ax=ax, node_size=220,
-           edge_width=2.0, label="relevance for 'edge u-v' (LRP-ε)",
-           title=f"the 2-hop neighbourhood of the test pair u = {u}, v = {v}")
+draw_graph(
+    sub_edges,
+    len(subset),
+    node_relevance=link_e.node_relevance.view(-1)[subset],
+    edge_relevance=link_e.edge_relevance[in_hops],
+    labels=hood_labels,
+    ax=ax,
+    node_size=220,
+    edge_width=2.0,
+    label="relevance for 'edge u-v' (LRP-ε)",
+    title=f"the 2-hop neighbourhood of the test pair u = {u}, v = {v}",
+)
 fig.tight_layout()
 plt.show()
 
