@@ -285,9 +285,9 @@ def run_one(combo: dict, method: str = "lrp") -> dict:
         want = explained_value(combo, model, data, kwargs, index, target)
         attr = e.get("edge_attr_relevance")
         got = (float(e.node_relevance.sum()) + (0.0 if attr is None else float(attr.sum()))
-               + float(e.bias_relevance) + float(e.relevance_residual))
-        row.update(explained=want, accounted=got, bias_relevance=float(e.bias_relevance),
-                   relevance_residual=float(e.relevance_residual))
+               + float(e.bias_relevance.sum()) + float(e.relevance_residual.sum()))
+        row.update(explained=want, accounted=got, bias_relevance=float(e.bias_relevance.sum()),
+                   relevance_residual=float(e.relevance_residual.sum()))
         scale = max(1.0, abs(want)) * (1e-6 if DTYPE == torch.float64 else 1e-4)
         if abs(got - want) > scale:
             problems.append(f"relevance accounts for {got:.6g}, the explained value is {want:.6g}")
@@ -296,8 +296,8 @@ def run_one(combo: dict, method: str = "lrp") -> dict:
         lost = [str(w.message) for w in caught if "did not reach" in str(w.message)]
         if lost:
             row["warning"] = lost[0][:300]
-        elif abs(float(e.relevance_residual)) > scale:  # lost without the explainer saying so
-            problems.append(f"relevance_residual {float(e.relevance_residual):.3g} without a warning")
+        elif abs(float(e.relevance_residual.sum())) > scale:  # lost without the explainer saying so
+            problems.append(f"relevance_residual {float(e.relevance_residual.sum()):.3g} without a warning")
     if problems:
         row.update(status="wrong", detail="; ".join(problems))
     else:

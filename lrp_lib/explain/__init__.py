@@ -14,6 +14,8 @@
 * :mod:`~lrp_lib.explain.inputs`: ``check_inputs`` and ``check_hetero_inputs``;
 * :mod:`~lrp_lib.explain.targets`: the explained output and its start relevance;
 * :mod:`~lrp_lib.explain.propagate`: one forward and one backward;
+* :mod:`~lrp_lib.explain.accounting`: ``bias_relevance`` and ``relevance_residual`` per graph (or
+  per target);
 * :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks;
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``, and ``Explainer``
   with the inputs checked first;
@@ -26,7 +28,7 @@ Imports :mod:`lrp_lib.core` only.
 import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
-            "targets", "propagate", "subgraphs", "explainer", "masks", "walks", "jobs")
+            "targets", "propagate", "accounting", "subgraphs", "explainer", "masks", "walks", "jobs")
 
 
 def __getattr__(name):

@@ -39,8 +39,9 @@ The relevance starts from the explained output: the raw logit of the target clas
 log-odds of the target class), or the regression value.  For a bias-free model under the ``"z"``
 composite the node relevance (plus the ``edge_attr`` relevance) sums to that value; otherwise the
 explanation's ``bias_relevance`` says how much the biases and stabilisers kept.  The graphs of a
-batch do not exchange messages, so one backward explains all of them, with the same masks as
-one graph at a time.
+batch do not exchange messages, so one backward explains all of them, each from its own output,
+with the same masks as one graph at a time; ``bias_relevance`` and ``relevance_residual`` then hold
+one value per graph (:mod:`lrp_lib.explain.accounting`), each as when its graph is explained alone.
 """
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 from lrp_lib.core import stabilizer
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
+from lrp_lib.explain.accounting import account, target_groups
 from lrp_lib.explain.edges import EdgeRecorder, HeteroEdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
@@ -147,10 +149,17 @@ class LRPExplainer(ExplainerAlgorithm):
     its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
     edge mask) the relevance carried by each edge's messages over all layers (E).  Relevance is
     signed and not normalised; ``node_mask`` and ``edge_mask`` hold the mask that ``mask`` makes of
-    it.  The explanation also holds ``bias_relevance`` (what the biases and stabilisers kept, a number),
+    it.  The explanation also holds ``bias_relevance`` (what the biases and stabilisers kept),
     ``relevance_residual`` (the explained value minus the relevance of the inputs and of the biases:
     zero up to rounding unless relevance was lost at a detach or a zero output) and, when the model
-    gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
+    gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).  Both accounts are
+    tensors on the explanation's device, one value per explained value
+    (:mod:`lrp_lib.explain.accounting`): for ``task_level="graph"`` shape ``[num_graphs]`` (``[1]``
+    for a single graph; 0 for a graph that ``index`` leaves out), so that graph ``g``'s node relevance
+    plus ``bias_relevance[g]`` plus ``relevance_residual[g]`` is its explained output; with
+    ``per_index=True`` shape ``[len(index)]``, one per target in the order of ``index``, with
+    ``node_relevance_per_index[i]``; otherwise (one explanation of the sum of the explained node
+    or edge outputs, a heterogeneous graph) a 0-dimensional tensor.
 
     The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
     a prediction pass before this algorithm: use :class:`Explainer` (or call :func:`check_inputs`
@@ -249,14 +258,22 @@ class LRPExplainer(ExplainerAlgorithm):
         if isinstance(x, dict):
             return self._explain_hetero(model, x, edge_index, target=target, index=index, **kwargs)
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
-            def relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs):
-                return self._relevance(model, sub_x, sub_edges, sub_target, rows, checked=True, **sub_kwargs)
+            def relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs):  # one account per target
+                node_group, row_group = target_groups(sub_x.shape[0], sub_edges, rows)
+                return self._relevance(model, sub_x, sub_edges, sub_target, rows, checked=True,
+                                       node_group=node_group, row_group=row_group, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
                 relevance, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
                 chunk_size=self.chunk_size, node_mask_type=self.explainer_config.node_mask_type,
                 edge_mask_type=self.explainer_config.edge_mask_type, **kwargs)
             return self._masked(node_rel, edge_rel, **extra)
-        node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, **kwargs)
+        node_group = None
+        if self.model_config.task_level == ModelTaskLevel.graph:  # one account per graph
+            batch = kwargs.get("batch")
+            node_group = batch.long() if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else \
+                torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
+                                                       **kwargs)
         return self._explanation(node_rel, edge_rel, **extra)
 
     def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
@@ -273,8 +290,13 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_relevance"] = edge_rel.detach()
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
-    def _relevance(self, model, x, edge_index, target, index, checked=False, **kwargs):
-        """(node relevance, edge relevance, the model's output, extras): one forward, one backward."""
+    def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
+                   **kwargs):
+        """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
+
+        With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and
+        ``relevance_residual`` hold one value per group (:func:`lrp_lib.explain.accounting.account`):
+        group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None: row ``g``)."""
         if not checked and not checked_by_explainer(x, edge_index):
             check_inputs(model, x, edge_index, **kwargs)
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
@@ -287,8 +309,9 @@ class LRPExplainer(ExplainerAlgorithm):
         mode = RelevanceMode(self.composite, model)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) \
             if self.explainer_config.edge_mask_type is not None else None
-        out, start, grads = propagate(model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs),
-                                       target, index, self.model_config, self.explained)
+        out, start, grads, head = propagate(model, mode, recorder, inputs,
+                                             lambda: model(leaf, edge_index, **kwargs), target, index,
+                                             self.model_config, self.explained, retain_graph=node_group is not None)
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
         if not bool(torch.isfinite(node_rel).all()):
             raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
@@ -310,8 +333,18 @@ class LRPExplainer(ExplainerAlgorithm):
             warnings.warn(
                 f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
                 f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=4)
-        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype),
-                 "relevance_residual": torch.tensor(lost, dtype=x.dtype)}
+        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
+                 "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
+        if node_group is not None and start.dim() > 0:
+            if row_group is None:
+                row_group = torch.arange(start.shape[0], device=start.device)
+            groups = int(row_group.max()) + 1 if row_group.numel() else 0
+            if groups and (not node_group.numel() or int(node_group.max()) < groups):
+                edge_group = node_group[edge_index[1]] if attr_rel is not None else None
+                bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
+                                         [node_rel], mode.tally, recorder, node_group=node_group,
+                                         row_group=row_group, num_groups=groups, edge_group=edge_group)
+                extra.update(bias_relevance=bias, relevance_residual=residual)
         if mode.explained_head is not None:
             extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
         if attr_rel is not None:
@@ -331,7 +364,7 @@ class LRPExplainer(ExplainerAlgorithm):
         mode = RelevanceMode(self.composite, model)
         recorder = HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) \
             if self.explainer_config.edge_mask_type is not None else None
-        out, start, grads = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
+        out, start, grads, _ = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
                                        target, index, self.model_config, self.explained)
         node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
         absorbed = mode.tally.total(mode.tally.absorbed)
@@ -350,8 +383,8 @@ class LRPExplainer(ExplainerAlgorithm):
         dtype = start.dtype
         if mode.explained_head is not None:
             explanation.explained_output = f"the input of the model's final {mode.explained_head}"
-        explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype)
-        explanation.relevance_residual = torch.tensor(lost, dtype=dtype)
+        explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype, device=start.device)
+        explanation.relevance_residual = torch.tensor(lost, dtype=dtype, device=start.device)
         return explanation
 
 class Explainer(PyGExplainer):

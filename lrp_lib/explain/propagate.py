@@ -18,10 +18,12 @@ __all__ = ["propagate"]
 
 
 def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
-              model_config: ModelConfig, explained: str = "logit"):
+              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False):
     """The one forward (``call()``, inside ``mode``, with the message hooks recording into
     ``recorder``) and the one backward from the explained output: (output, start relevance,
-    relevance of each of ``inputs``).  Refuses what the relevance cannot pass through."""
+    relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
+    cannot pass through.  ``retain_graph``: keep the graph for more backward passes
+    (:func:`lrp_lib.explain.accounting.account`)."""
     if recorder is not None:
         ensure_hooks(model)
     with recording(recorder), torch.enable_grad(), mode:
@@ -39,11 +41,11 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
     if recorder is not None:
         recorder.check()
     start = start_relevance(head, target, index, model_config, explained)
-    grads = torch.autograd.grad(head, inputs, start, allow_unused=True)
+    grads = torch.autograd.grad(head, inputs, start, allow_unused=True, retain_graph=retain_graph)
     blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
     if blocked:
         raise UnsupportedModelError(
             "relevance reached operations that LRP has no rule for: " + "; ".join(
                 f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
             ". Replace them with supported torch operations, or explain with another method")
-    return out, start, grads
+    return out, start, grads, head

@@ -583,8 +583,10 @@ def test_a_probability_head_is_explained_from_its_logits(head):
     torch.testing.assert_close(got.node_relevance, want.node_relevance, rtol=0, atol=0)
     torch.testing.assert_close(got.edge_relevance, want.edge_relevance, rtol=0, atol=0)
     z = logits(batch.x, batch.edge_index, batch.batch).detach()
-    total = float(got.node_relevance.sum() + got.bias_relevance)
-    assert total == pytest.approx(float(z.max(-1).values.sum()), rel=1e-9)  # the logits, not the probabilities
+    graphs = z.shape[0]
+    nodes = torch.zeros(graphs, dtype=z.dtype).index_add_(0, batch.batch, got.node_relevance.sum(-1))
+    torch.testing.assert_close(nodes + got.bias_relevance, z.max(-1).values, rtol=0, atol=1e-9)  # the logits
+    torch.testing.assert_close(got.bias_relevance, want.bias_relevance, rtol=0, atol=0)
     assert got.explained_output == f"the input of the model's final {head.split()[0]}"
     assert want.get("explained_output") is None
 
@@ -739,3 +741,154 @@ def test_the_defaults_follow_the_task_level_and_what_is_given_wins(level):
     assert (repr(given.rule), given.explained, given.mask) == ("ZPlus()", "contrast", "positive")
     with pytest.raises(ValueError, match="pass either rule or composite, not both"):
         LRPExplainer(rule="zplus", composite=get_composite("gamma"))
+
+
+# ------------------------------------------------------------------ per-graph accounting
+class _Pooled(nn.Module):
+    """Two message-passing layers with biases, a sum pool and a linear head: one logit per class."""
+
+    def __init__(self, conv, detach=0.0):
+        super().__init__()
+        make = {"gcn": lambda i, o: GCNConv(i, o), "gat": lambda i, o: GATConv(i, o, heads=2, concat=False),
+                "gin": lambda i, o: GINConv(nn.Sequential(nn.Linear(i, o), nn.ReLU(), nn.Linear(o, o)))}[conv]
+        self.conv1, self.conv2 = make(3, 6), make(12 if detach else 6, 6)
+        self.head = nn.Linear(6, 2)
+        self.detach = detach
+
+    def forward(self, x, edge_index, batch=None):
+        h = torch.relu(self.conv1(x, edge_index))
+        if self.detach:  # features that the relevance cannot follow: what reaches them is lost
+            h = torch.cat([h, self.detach * h.detach()], -1)
+        h = torch.relu(self.conv2(h, edge_index))
+        return self.head(global_add_pool(h, batch))
+
+
+def _graphs(device, sizes=(3, 7, 5, 9), seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    graphs = []
+    for n in sizes:
+        src = torch.randint(0, n, (3 * n,), generator=gen)
+        dst = torch.randint(0, n, (3 * n,), generator=gen)
+        graphs.append(Data(x=torch.randn(n, 3, generator=gen, dtype=torch.float64),
+                           edge_index=torch.stack([src, dst])).to(device))
+    return graphs
+
+
+def _graph_explainer(model, rule="epsilon", mode="multiclass_classification"):
+    from lrp_lib.explain.explainer import Explainer as CheckingExplainer
+    return CheckingExplainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="phenomenon",
+                             node_mask_type="attributes", edge_mask_type="object",
+                             model_config=dict(mode=mode, task_level="graph", return_type="raw"))
+
+
+def _per_graph(values, batch, graphs):
+    return torch.zeros(graphs, dtype=values.dtype, device=values.device).index_add_(0, batch, values)
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gin", "gat"])
+@pytest.mark.parametrize("rule", ["epsilon", "zplus", "z"])
+def test_bias_and_residual_are_accounted_per_graph(device, conv, rule):
+    """A batch of graphs of different sizes: one bias_relevance and one relevance_residual per graph
+    (on the explanation's device), with node relevance of graph g + bias[g] + residual[g] = the
+    logit of graph g's target, and each graph's values those of the graph explained alone."""
+    torch.manual_seed(3)
+    model = _Pooled(conv).double().to(device).eval()
+    graphs = _graphs(device)
+    data = Batch.from_data_list(graphs)
+    target = torch.tensor([0, 1, 1, 0], device=device)
+    ex = _graph_explainer(model, rule)
+    e = ex(data.x, data.edge_index, batch=data.batch, target=target)
+    logits = model(data.x, data.edge_index, data.batch).detach()
+    want = logits.gather(1, target.view(-1, 1)).view(-1)
+    assert e.bias_relevance.shape == (4,) and e.relevance_residual.shape == (4,)
+    assert e.bias_relevance.device == e.node_relevance.device == data.x.device
+    nodes = _per_graph(e.node_relevance.sum(-1), data.batch, 4)
+    torch.testing.assert_close(nodes + e.bias_relevance + e.relevance_residual, want, rtol=0, atol=1e-9)
+    assert float(e.bias_relevance.abs().min()) > 1e-6  # the biases keep a share in every graph
+    for g, graph in enumerate(graphs):
+        alone = ex(graph.x, graph.edge_index, target=target[g:g + 1])
+        assert alone.bias_relevance.shape == (1,)
+        torch.testing.assert_close(alone.node_relevance, e.node_relevance[data.batch == g], rtol=0, atol=1e-9)
+        torch.testing.assert_close(alone.bias_relevance[0], e.bias_relevance[g], rtol=0, atol=1e-9)
+        torch.testing.assert_close(alone.relevance_residual[0], e.relevance_residual[g], rtol=0, atol=1e-9)
+
+
+def test_a_batch_explained_in_one_backward_equals_each_graph_alone(device):
+    """Explainer(...)(batch): every graph explained from its own output in one call (index=None, and
+    index selecting some graphs); the masks' signed relevance equals each graph explained alone."""
+    torch.manual_seed(5)
+    model = _Pooled("gin").double().to(device).eval()
+    graphs = _graphs(device, sizes=(4, 2, 8, 6, 5), seed=2)
+    data = Batch.from_data_list(graphs)
+    ex = _graph_explainer(model, "zplus")
+    target = torch.tensor([1, 0, 0, 1, 1], device=device)
+    e = ex(data.x, data.edge_index, batch=data.batch, target=target)
+    edge_graph = data.batch[data.edge_index[0]]
+    for g, graph in enumerate(graphs):
+        alone = ex(graph.x, graph.edge_index, target=target[g:g + 1])
+        torch.testing.assert_close(alone.node_relevance, e.node_relevance[data.batch == g], rtol=0, atol=1e-9)
+        torch.testing.assert_close(alone.edge_relevance, e.edge_relevance[edge_graph == g], rtol=0, atol=1e-9)
+    some = ex(data.x, data.edge_index, batch=data.batch, target=target, index=torch.tensor([1, 3], device=device))
+    keep = (data.batch == 1) | (data.batch == 3)
+    torch.testing.assert_close(some.node_relevance[keep], e.node_relevance[keep], rtol=0, atol=1e-9)
+    assert float(some.node_relevance[~keep].abs().max()) == 0.0
+    assert float(some.bias_relevance[[0, 2, 4]].abs().max()) == 0.0
+    torch.testing.assert_close(some.bias_relevance[[1, 3]], e.bias_relevance[[1, 3]], rtol=0, atol=1e-9)
+
+
+def test_losses_that_cancel_over_the_batch_are_still_placed_per_graph(device):
+    """The same graph twice, explained for class 1 and for class 0 of a binary model that detaches
+    part of its signal: the two graphs lose opposite amounts, so the total residual is zero, but
+    each graph's residual (and bias) is its own, as when explained alone."""
+    from lrp_lib.explain.explainer import LostRelevanceWarning
+    torch.manual_seed(11)
+    model = _Pooled("gcn", detach=0.5).double().to(device).eval()
+    model.head = nn.Linear(6, 1).double().to(device)
+    graph = _graphs(device, sizes=(6,), seed=4)[0]
+    data = Batch.from_data_list([graph, graph])
+    ex = _graph_explainer(model, "epsilon", mode="binary_classification")
+    target = torch.tensor([1, 0], device=device)
+    e = ex(data.x, data.edge_index, batch=data.batch, target=target)  # no warning: the total is kept
+    assert abs(float(e.relevance_residual.sum())) < 1e-9 < abs(float(e.relevance_residual[0]))
+    logit = model(graph.x, graph.edge_index).detach().view(-1)[0]
+    nodes = _per_graph(e.node_relevance.sum(-1), data.batch, 2)
+    torch.testing.assert_close(nodes + e.bias_relevance + e.relevance_residual,
+                               torch.stack([logit, -logit]), rtol=0, atol=1e-9)
+    with pytest.warns(LostRelevanceWarning):
+        alone = ex(graph.x, graph.edge_index, target=target[:1])
+    torch.testing.assert_close(alone.bias_relevance[0], e.bias_relevance[0], rtol=0, atol=1e-9)
+    torch.testing.assert_close(alone.relevance_residual[0], e.relevance_residual[0], rtol=0, atol=1e-9)
+    torch.testing.assert_close(e.bias_relevance[1], -e.bias_relevance[0], rtol=0, atol=1e-9)
+
+
+def test_single_graph_accounting_is_one_value(device):
+    """One graph (no batch): bias_relevance and relevance_residual have one entry, and node
+    relevance + bias + residual is the explained logit, as before."""
+    torch.manual_seed(2)
+    model = _Pooled("gcn").double().to(device).eval()
+    graph = _graphs(device, sizes=(7,))[0]
+    e = _graph_explainer(model, "zplus")(graph.x, graph.edge_index, target=torch.tensor([1], device=device))
+    assert e.bias_relevance.shape == (1,) and e.relevance_residual.shape == (1,)
+    logit = float(model(graph.x, graph.edge_index).detach()[0, 1])
+    assert float(e.node_relevance.sum() + e.bias_relevance + e.relevance_residual) == pytest.approx(logit, abs=1e-9)
+    assert float(e.relevance_residual) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(monkeypatch):
+    """Without lost relevance the per-graph split needs one more backward (the weighted check);
+    with a loss in some graph, one backward per graph but the last."""
+    from lrp_lib.explain import accounting
+    calls = []
+    rerun = accounting._rerun
+    monkeypatch.setattr(accounting, "_rerun", lambda *a: calls.append(1) or rerun(*a))
+    torch.manual_seed(3)
+    graphs = _graphs(torch.device("cpu"))
+    data = Batch.from_data_list(graphs)
+    target = torch.tensor([0, 1, 1, 0])
+    _graph_explainer(_Pooled("gcn").double().eval())(data.x, data.edge_index, batch=data.batch, target=target)
+    assert len(calls) == 1
+    calls.clear()
+    lossy = _Pooled("gcn", detach=0.5).double().eval()
+    with pytest.warns(UserWarning, match="did not reach x"):
+        _graph_explainer(lossy)(data.x, data.edge_index, batch=data.batch, target=target)
+    assert len(calls) == 1 + 3

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.nn import GCNConv, GraphConv, SAGEConv
+from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 
@@ -107,3 +107,36 @@ def test_bad_arguments():
     x, edge_index, _ = graph()
     with pytest.raises(ValueError, match="index"):
         explainer(model, True)(x, edge_index, index=torch.tensor([0, 40]))
+
+
+ACCOUNTED = {
+    "gcn": GCNConv,
+    "gin": lambda a, b: GINConv(nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))),
+    "gat": lambda a, b: GATConv(a, b, heads=2, concat=False),
+}
+
+
+@pytest.mark.parametrize("conv", sorted(ACCOUNTED))
+@pytest.mark.parametrize("rule", ["epsilon", "zplus"])
+def test_bias_and_residual_are_accounted_per_index(device, conv, rule):
+    """per_index=True: one bias_relevance and one relevance_residual per entry of ``index`` (chunks
+    of 3 targets), on the explanation's device; target i's node relevance + bias[i] + residual[i]
+    is its explained logit, and its bias is the bias of the target explained alone."""
+    torch.manual_seed(4)
+    model = Net(ACCOUNTED[conv], layers=2).double().to(device).eval()
+    x, edge_index, _ = graph(n=30, e=90, seed=3)
+    x, edge_index = x.to(device), edge_index.to(device)
+    index = torch.tensor([0, 7, 7, 13, 29, 21, 2], device=device)
+    e = explainer(model, True, rule=rule, chunk_size=3)(x, edge_index, index=index)
+    assert e.bias_relevance.shape == (index.numel(),) == e.relevance_residual.shape
+    assert e.bias_relevance.device == x.device
+    logits = model(x, edge_index).detach()[index]
+    want = logits.gather(1, logits.argmax(-1, keepdim=True)).view(-1)
+    nodes = e.node_relevance_per_index.to_dense().sum((1, 2))
+    torch.testing.assert_close(nodes + e.bias_relevance + e.relevance_residual, want, rtol=0, atol=1e-9)
+    assert float(e.bias_relevance.abs().min()) > 1e-6
+    single = explainer(model, False, rule=rule)
+    for i, t in enumerate(index.tolist()):
+        one = single(x, edge_index, index=t)
+        torch.testing.assert_close(one.bias_relevance, e.bias_relevance[i], rtol=0, atol=1e-9)
+        torch.testing.assert_close(one.relevance_residual, e.relevance_residual[i], rtol=0, atol=1e-9)

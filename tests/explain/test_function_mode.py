@@ -470,6 +470,15 @@ def _graph_explainer(model, composite, node_mask_type="attributes"):
                      model_config=dict(mode="regression", task_level="graph", return_type="raw"))
 
 
+def _conserves_per_graph(e, batch, out):
+    """Graph by graph: node relevance + bias_relevance[g] + relevance_residual[g] = output of graph g."""
+    graphs = out.shape[0]
+    assert e.bias_relevance.shape == e.relevance_residual.shape == (graphs,)
+    nodes = torch.zeros(graphs, dtype=out.dtype).index_add_(0, batch, e.node_relevance.sum(-1))
+    torch.testing.assert_close(nodes + e.bias_relevance + e.relevance_residual, out.view(graphs), rtol=0,
+                               atol=1e-9)
+
+
 @pytest.mark.parametrize("norm", ["batch_norm", None])
 def test_gpsconv_is_explained_and_conserves(norm):
     """GPSConv(channels, GINConv(...), heads=2) in a model: LRPExplainer explains a batch of graphs of
@@ -486,8 +495,8 @@ def test_gpsconv_is_explained_and_conserves(norm):
     data = _random_batch()
     e = _graph_explainer(model, _z())(data.x, data.edge_index, batch=data.batch)
     out = model(data.x, data.edge_index, data.batch).detach()
-    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(float(out.sum()), rel=1e-9)
-    assert abs(float(e.relevance_residual)) < 1e-9
+    _conserves_per_graph(e, data.batch, out)
+    assert float(e.relevance_residual.abs().max()) < 1e-9
     assert torch.isfinite(e.node_mask).all() and float(e.edge_mask.max()) == pytest.approx(1.0)
     # graph 1 alone: the same node relevance as its rows in the batch, the other graphs' outputs aside
     one = _random_batch(sizes=(4, 6, 5)).get_example(1)
@@ -692,8 +701,8 @@ def test_lstm_aggregations_are_explained_and_conserve(kind):
     ei = data.edge_index[:, perm]
     e = _graph_explainer(model, _z())(data.x, ei, batch=data.batch)
     out = model(data.x, ei, data.batch).detach()
-    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(float(out.sum()), rel=1e-9)
-    assert abs(float(e.relevance_residual)) < 1e-9
+    _conserves_per_graph(e, data.batch, out)
+    assert float(e.relevance_residual.abs().max()) < 1e-9
     assert float(e.node_relevance.abs().sum()) > 1e-3
 
 
@@ -774,11 +783,11 @@ def test_gpsconv_with_attnlrp_uniform_attention_accounts_for_the_output():
     torch.manual_seed(18)
     model = GPSNet(norm=None).double().eval()
     data = _random_batch(seed=2, sizes=(5, 4))
-    out = float(model(data.x, data.edge_index, data.batch).sum())
+    out = model(data.x, data.edge_index, data.batch).detach()
     with pytest.warns(UserWarning, match="did not reach x"):
         e = _graph_explainer(model, _z("uniform"))(data.x, data.edge_index, batch=data.batch)
-    total = float(e.node_relevance.sum() + e.bias_relevance + e.relevance_residual)
-    assert total == pytest.approx(out, rel=1e-9)
+    _conserves_per_graph(e, data.batch, out)
+    assert float(e.relevance_residual.abs().min()) > 1e-9  # each graph's softmax loses some
     assert torch.isfinite(e.node_relevance).all()
     cp = _graph_explainer(model, _z("cp"))(data.x, data.edge_index, batch=data.batch)
     assert float((cp.node_relevance - e.node_relevance).abs().max()) > 1e-6

@@ -1,0 +1,128 @@
+r"""Where the explained value went, graph by graph: :func:`account`.
+
+One explanation may explain several values at once: the output of each graph of a batch, or of
+each target of ``per_index=True`` (the disjoint union of their subgraphs).  For each such group
+:math:`g` (its input nodes, and its explained output rows) the explained value splits as
+
+.. math::
+    v_g = \sum_{i \in g} R_i + B_g + \rho_g
+
+with :math:`R_i` the relevance of the group's node features (and of the ``edge_attr`` of the
+edges into its nodes), :math:`B_g` what the biases and stabilisers kept (``bias_relevance``) and
+:math:`\rho_g` what was lost (``relevance_residual``: a detach, a zero output, a rule that does
+not conserve, or relevance that crossed to another group's nodes).
+
+The backward pass only totals :math:`\sum_g B_g` (one number per operation, in the mode's
+:class:`~lrp_lib.explain.primitives.Tally`).  The split is found without a backward per group
+when possible: the unaccounted value of a group, :math:`u_g = v_g - \sum_{i \in g} R_i`, is
+:math:`B_g + \rho_g`; one more backward, from the explained values scaled by distinct weights
+:math:`c_g \in [1, 2)`, totals :math:`\sum_g c_g B_g`, so that
+
+.. math::
+    \sum_g \rho_g = \sum_g u_g - \sum_g B_g, \qquad \sum_g c_g \rho_g = \sum_g c_g u_g - \sum_g c_g B_g.
+
+When both are zero up to rounding, nothing was lost in any group (losses that cancel in the
+plain sum do not cancel in the weighted one) and :math:`B_g = u_g`, :math:`\rho_g = 0`.  Otherwise
+each group's :math:`B_g` is totalled by a backward from its own explained value (``G - 1`` more
+backward passes, the last group by difference), and :math:`\rho_g = u_g - B_g`.  The backward
+passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
+as when its graph is explained alone.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["account", "target_groups"]
+
+
+def _total(tally) -> float:
+    return tally.total(tally.absorbed)
+
+
+def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
+    """The bias total of one more backward from ``start`` (the tally and the edge record kept)."""
+    absorbed, blocked = tally.absorbed, tally.blocked
+    saved = None if recorder is None else [r.clone() for r in _records(recorder)]
+    tally.absorbed, tally.blocked = {}, {}
+    try:
+        torch.autograd.grad(head, inputs, start, retain_graph=True, allow_unused=True)
+        return _total(tally)
+    finally:
+        tally.absorbed, tally.blocked = absorbed, blocked
+        if saved is not None:
+            for r, s in zip(_records(recorder), saved):
+                r.copy_(s)
+
+
+def _records(recorder) -> list:
+    parts = getattr(recorder, "parts", None)
+    return [p.record for p in parts.values()] if parts else [recorder.record]
+
+
+def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recorder, *,
+            node_group: Tensor, row_group: Tensor, num_groups: int, edge_group: Tensor | None = None):
+    """``(bias_relevance, relevance_residual)``, one value per group (shape ``[num_groups]``).
+
+    ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features
+    first, then ``edge_attr`` if any), the start relevance and the inputs' relevance of the backward
+    just run (its graph retained); ``tally``: the mode's tally after it; ``node_group``: the group
+    of each node (``-1``: none), ``edge_group`` of each ``edge_attr`` row; ``row_group``: the group
+    of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``."""
+    dtype, device = start.dtype, start.device
+    explained = torch.zeros(num_groups, dtype=torch.float64, device=device)
+    rows = start.detach().reshape(start.shape[0], -1).sum(-1).double()
+    keep = row_group >= 0
+    explained.index_add_(0, row_group[keep], rows[keep])
+    reached = torch.zeros_like(explained)
+    parts = [(grads[0], node_group)] + ([(grads[1], edge_group)] if len(grads) > 1 else [])
+    for rel, group in parts:
+        if rel is None or group is None:
+            continue
+        per_row = rel.detach().reshape(rel.shape[0], -1).sum(-1).double()
+        inside = group >= 0
+        reached.index_add_(0, group[inside], per_row[inside])
+    unaccounted = explained - reached
+    total_bias = _total(tally)
+    bias = unaccounted.clone()
+    if num_groups > 1:
+        weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
+                                        * 0.6180339887498949, 1.0)
+        lost = float(unaccounted.sum()) - total_bias
+        weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(-1, *([1] * (start.dim() - 1)))
+        weighted_start = torch.where((row_group >= 0).view(-1, *([1] * (start.dim() - 1))), weighted_start,
+                                     torch.zeros_like(weighted_start))
+        weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally, recorder)
+        eps = torch.finfo(dtype).eps
+        tol = 1e3 * eps * max(1.0, float(unaccounted.abs().sum()), float(explained.abs().sum()))
+        if abs(lost) > tol or abs(weighted_lost) > 2 * tol:
+            # a loss in some group: total each group's bias by its own backward
+            done = 0.0
+            shape = (-1, *([1] * (start.dim() - 1)))
+            for g in range(num_groups - 1):
+                mine = (row_group == g).view(shape)
+                bias[g] = _rerun(head, inputs, torch.where(mine, start, torch.zeros_like(start)), tally, recorder) \
+                    if bool(mine.any()) else 0.0
+                done += float(bias[g])
+            bias[-1] = total_bias - done
+    else:
+        bias[:] = total_bias
+    return bias.to(dtype), (unaccounted - bias).to(dtype)
+
+
+def target_groups(num_nodes: int, edge_index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """``(node_group, row_group)`` for targets ``rows`` explained on a disjoint union of their
+    subgraphs: the group of a node is the target in its connected component (-1: none), the
+    group of an output row the target's position in ``rows`` (-1: not a target)."""
+    labels = torch.arange(num_nodes, device=rows.device)
+    src, dst = edge_index.long()
+    for _ in range(num_nodes):  # the smallest node id of each component, spread along the edges
+        new = labels.scatter_reduce(0, dst, labels[src], "amin").scatter_reduce(0, src, labels[dst], "amin")
+        if torch.equal(new, labels):
+            break
+        labels = new
+    of_label = torch.full((num_nodes,), -1, dtype=torch.long, device=rows.device)
+    of_label[labels[rows]] = torch.arange(rows.numel(), device=rows.device)
+    row_group = torch.full((num_nodes,), -1, dtype=torch.long, device=rows.device)
+    row_group[rows] = torch.arange(rows.numel(), device=rows.device)
+    return of_label[labels], row_group
