@@ -4,8 +4,15 @@ Opens every page of ``_build/html`` (from ``jupyter-book build .``) in headless 
 from a local HTTP server, and fails on what a reader would hit: a console error or uncaught script
 error, a request for one of the book's own files that fails, an image that does not load, a formula
 that MathJax did not typeset (or typeset as an error), raw TeX left in the text, a page wider than
-the window, or an output cell that cuts its text off instead of scrolling. Every request to another
+the window, a code cell or output that runs out of its box without a scroll bar (cut off, or
+spilling over), a table wider than the text column, or raw Markdown (backticks, ``**``, a table's
+``|---|`` row, ``[text](url)``) printed in a cell output or a glued value. Every request to another
 host is refused, so a page that needs the network to render fails here too.
+
+The checks run in the page (``INSPECT_JS``) and are turned into messages by :func:`problems_of`;
+``test_check_catches`` feeds both a small page made to break each rule, in the same Chromium, so
+each check is shown to fail when it should (and ``test_checks_pass_a_clean_page`` that they do not
+fire on a page that breaks none). Those two need Chromium and Playwright but no book build.
 
 Each page's full-page screenshot goes to ``_build/screenshots/`` for a human to look at.
 
@@ -96,21 +103,28 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not PAGES:
-        unavailable(f"no book build at {HTML}: run `jupyter-book build .` first")
+def chromium():
+    """Headless Chromium, driven by Playwright (no book build needed)."""
     if not Path(CHROMIUM).is_file():
         unavailable(f"no Chromium at {CHROMIUM}: `apt-get install chromium` (or set LRP_BOOK_CHROMIUM)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         unavailable("the `playwright` package is not installed (pip install -r requirements.txt)")
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    """The same Chromium, for the pages of the build (screenshots start afresh)."""
+    if not PAGES:
+        unavailable(f"no book build at {HTML}: run `jupyter-book build .` first")
     shutil.rmtree(SCREENSHOTS, ignore_errors=True)
     SCREENSHOTS.mkdir(parents=True)
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    return chromium
 
 
 def test_book_was_built():
@@ -147,16 +161,40 @@ INSPECT_JS = r"""
   }
   out.raw_tex = raw;
   out.page_width = document.documentElement.scrollWidth;
-  // Output cells that cut their content off instead of letting the reader scroll to it.
-  const clipped = [];
-  for (const el of document.querySelectorAll('.cell_output, .cell_output *:not(img)')) {
-    const style = getComputedStyle(el);
-    if (['hidden', 'clip'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1) {
-      clipped.push(el.tagName.toLowerCase() + '.' + el.className + ': ' +
-                   el.textContent.trim().slice(0, 60));
-    }
+  const describe = el => (el.closest('.cell_output') ? 'output ' : 'code ') +
+    el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).split(' ')[0] : '') +
+    ': ' + el.textContent.trim().split('\n')[0].slice(0, 60);
+  // Code and output boxes whose content is wider than the box, where the box does not scroll:
+  // cut off (overflow hidden or clip) or spilling over its edge (overflow visible).
+  const clipped = [], spilled = [];
+  for (const el of document.querySelectorAll('div.cell, div.cell *:not(img)')) {
+    if (!el.clientWidth || el.scrollWidth <= el.clientWidth + 1) continue;
+    const overflow = getComputedStyle(el).overflowX;
+    if (['hidden', 'clip'].includes(overflow)) clipped.push(describe(el));
+    else if (overflow === 'visible') spilled.push(describe(el));
   }
   out.clipped_outputs = clipped;
+  out.spilled_outputs = spilled;
+  // Tables wider than the text column (they scroll inside their container, or widen the page).
+  const column = el => {
+    const box = el.closest('article, .bd-article, main, body');
+    const style = getComputedStyle(box);
+    return box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  };
+  out.wide_tables = Array.from(document.querySelectorAll('table'))
+    .filter(t => t.offsetParent !== null)
+    .map(t => [t, Math.round(t.getBoundingClientRect().width), Math.round(column(t))])
+    .filter(([t, width, room]) => width > room + 1)
+    .map(([t, width, room]) => `${width} px in a ${room} px column: ` +
+         (t.querySelector('tr') || t).textContent.trim().replace(/\s+/g, ' ').slice(0, 60));
+  // Markdown printed as text: inline code in single backticks, **bold**, a table's |---| row,
+  // [text](url). reST's ``literals`` and :roles:`x` (printed Python source) do not count.
+  const markdown = /(?<![`:\w])`[^`\n]+`(?![`\w])|\*\*[^\s*][^*\n]*?[^\s*]\*\*|^\s*\|?\s*:?-{3,}:?\s*\|[-:|\s]*$|\[[^\]\n]+\]\((?:https?:\/\/|[\w.\/#-]+)[^)\s]*\)/m;
+  out.raw_markdown = Array.from(document.querySelectorAll('.cell_output, .pasted-text'))
+    .map(el => [el, el.textContent.match(markdown)])
+    .filter(([el, m]) => m)
+    .map(([el, m]) => `${JSON.stringify(m[0].slice(0, 60))} in ` +
+         (el.classList.contains('pasted-text') ? 'a glued value' : 'a cell output'));
   // Code and text outputs wider than their box: readable only by scrolling sideways.
   out.wide_lines = Array.from(document.querySelectorAll('div.cell pre'))
     .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
@@ -166,6 +204,29 @@ INSPECT_JS = r"""
   return out;
 }
 """
+
+
+def problems_of(found, window_width):
+    """What INSPECT_JS found on a page, as one message per problem (none: the page reads well)."""
+    problems = [f"image did not load: {src}" for src in found["broken_images"]]
+    if found["untypeset"]:
+        problems.append(
+            f"{len(found['untypeset'])} of {found['n_math']} formulas not typeset, e.g. "
+            + "; ".join(found["untypeset"][:5])
+        )
+    problems += [f"TeX error in formula: {err}" for err in found["tex_errors"]]
+    problems += [f"raw TeX left in the text: {text!r}" for text in found["raw_tex"]]
+    problems += [f"cut off instead of scrollable: {text}" for text in found["clipped_outputs"]]
+    problems += [f"spills out of its box instead of scrolling: {text}"
+                 for text in found["spilled_outputs"]]
+    problems += [f"table wider than the text column, {text}" for text in found["wide_tables"]]
+    problems += [f"raw Markdown printed as text: {text}" for text in found["raw_markdown"]]
+    if found["page_width"] > window_width:
+        problems.append(
+            f"page is {found['page_width']} px wide in a {window_width} px window "
+            "(something does not fit and the whole page scrolls sideways)"
+        )
+    return problems
 
 
 @pytest.mark.parametrize("page", PAGES or ["<no build>"])
@@ -230,20 +291,7 @@ def test_page_renders(page, server, browser):
     finally:
         context.close()
 
-    problems += [f"image did not load: {src}" for src in found["broken_images"]]
-    if found["untypeset"]:
-        problems.append(
-            f"{len(found['untypeset'])} of {found['n_math']} formulas not typeset, e.g. "
-            + "; ".join(found["untypeset"][:5])
-        )
-    problems += [f"TeX error in formula: {err}" for err in found["tex_errors"]]
-    problems += [f"raw TeX left in the text: {text!r}" for text in found["raw_tex"]]
-    problems += [f"output clipped instead of scrollable: {text}" for text in found["clipped_outputs"]]
-    if found["page_width"] > VIEWPORT["width"]:
-        problems.append(
-            f"page is {found['page_width']} px wide in a {VIEWPORT['width']} px window "
-            "(something does not fit and the whole page scrolls sideways)"
-        )
+    problems += problems_of(found, VIEWPORT["width"])
     if found["wide_lines"]:
         # Not a failure (the box scrolls), but a reader has to scroll: say where.
         warnings.warn(
@@ -252,3 +300,82 @@ def test_page_renders(page, server, browser):
             stacklevel=1,
         )
     assert not problems, f"{page} (screenshot {shot}):\n  " + "\n  ".join(problems)
+
+
+# ---------------------------------------------------------------- the checks, on made-up pages
+LONG = "explainer = Explainer(model, algorithm=LRPExplainer(), " + "x" * 150
+
+
+def made_up_page(body):
+    """A page with the book's structure: a 600 px text column holding ``body``."""
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'></head><body style='margin:0'>"
+        "<article class='bd-article' style='width:600px; padding:0 12px; font: 14px sans-serif'>"
+        f"{body}</article></body></html>"
+    )
+
+
+def cell(code="x = 1", output="", pre_style="overflow-x: auto"):
+    out = f"<div class='cell_output'>{output}</div>" if output else ""
+    return (f"<div class='cell'><div class='cell_input'><pre style='{pre_style}'>{code}</pre></div>"
+            f"{out}</div>")
+
+
+# Breaks none of the rules, with what must not be mistaken for a problem: a long line in a box
+# that scrolls, a table that fits, printed Python source (reST ``literals``, :roles:`x`, x ** 2),
+# rendered Markdown (<code>, <strong>) and a plain glued number.
+CLEAN = made_up_page(
+    cell(LONG, "<pre style='overflow-x: auto'>" + LONG + "</pre>")
+    + cell("print(inspect.getsource(GCN))",
+           "<pre>class GCN(nn.Module):\n    \"\"\"Four ``GCNConv`` layers, see :mod:`lrp_lib`.\"\"\"\n"
+           "    def forward(self, x, **kwargs):\n        return x ** 2 + x ** 3  # [0, 1]</pre>")
+    + cell("display(Markdown(note))",
+           "<p>Measured by <code>python bench.py</code>, <strong>median</strong> of 3.</p>"
+           "<div style='overflow-x: auto'><table><tr><th>measure</th><th>ratio</th></tr>"
+           "<tr><td>forward | backward</td><td>|R| / max |R|</td></tr></table></div>")
+    + "<p>The ratio is <span class='pasted-text'>0.44</span>.</p>"
+)
+
+BROKEN = {
+    "code cut off": (cell(LONG, pre_style="overflow-x: hidden"), "cut off instead of scrollable"),
+    "output cut off": (cell(output="<pre style='overflow-x: clip'>" + LONG + "</pre>"),
+                       "cut off instead of scrollable"),
+    "code spilling": (cell(LONG, pre_style="overflow-x: visible"),
+                      "spills out of its box instead of scrolling"),
+    "wide table": (
+        "<div style='overflow-x: auto'><table><tr>"
+        + "".join(f"<td style='white-space: nowrap'>column number {i}</td>" for i in range(12))
+        + "</tr></table></div>",
+        "table wider than the text column",
+    ),
+    "backticks printed": (cell(output="<pre>Measured on 2026-11-23 by `python bench.py`: 2 cores</pre>"),
+                          "raw Markdown printed as text"),
+    "bold printed": (cell(output="<pre>**Mutagenicity** (test accuracy 0.81)</pre>"),
+                     "raw Markdown printed as text"),
+    "table printed": (cell(output="<pre>| measure | ratio |\n| --- | ---: |\n| forward | 0.44 |</pre>"),
+                      "raw Markdown printed as text"),
+    "link printed": (cell(output="<pre>see [the benchmark](performance.ipynb)</pre>"),
+                     "raw Markdown printed as text"),
+    "glued bold": ("<p>It is <span class='pasted-text'>**0.44**</span>.</p>", "raw Markdown printed"),
+}
+
+
+def problems_on(chromium, html):
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        tab = context.new_page()
+        tab.set_content(html)
+        return problems_of(tab.evaluate(INSPECT_JS), VIEWPORT["width"])
+    finally:
+        context.close()
+
+
+def test_checks_pass_a_clean_page(chromium):
+    assert problems_on(chromium, CLEAN) == []
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_check_catches(chromium, case):
+    body, expected = BROKEN[case]
+    problems = problems_on(chromium, made_up_page(body))
+    assert any(expected in p for p in problems), f"{case}: expected {expected!r}, got {problems}"
