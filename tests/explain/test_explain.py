@@ -667,23 +667,25 @@ class LinkPredictor(nn.Module):
 
 @pytest.mark.parametrize("decoder, share", [("dot", 0.5), ("mlp", 1.0)])
 @pytest.mark.parametrize("index", [1, [0, 2]])
-def test_link_prediction_explains_each_scored_edge(decoder, share, index):
+def test_link_prediction_explains_each_scored_edge(device, decoder, share, index):
     """task_level='edge': the score of the explained columns of edge_label_index, conserved onto the
     features; a bias-free piecewise-linear encoder under LRP-0 gives x * grad times the decoder's
     degree share (the dot product of two embeddings splits uniformly: half to each end point)."""
     torch.manual_seed(2)
-    model = LinkPredictor(decoder).double().eval()
-    g = random_graphs(seed=8)[0]
-    eli = torch.tensor([[0, 1, 3], [2, 3, 0]])
+    model = LinkPredictor(decoder).double().to(device).eval()
+    g = random_graphs(seed=8)[0].to(device)
+    eli = torch.tensor([[0, 1, 3], [2, 3, 0]], device=device)
     ex = Explainer(model, algorithm=LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
                    edge_mask_type="object",
                    model_config=dict(mode="binary_classification", task_level="edge", return_type="raw"))
     score = model(g.x, g.edge_index, eli).detach()
     target = (score > 0).long()
     e = ex(g.x, g.edge_index, edge_label_index=eli, index=index, target=target)
-    rows = torch.tensor(index).view(-1)
+    rows = torch.tensor(index, device=device).view(-1)
     explained = (score[rows] * (2 * target[rows] - 1)).sum()  # the log-odds of each edge's predicted class
     assert float(e.node_relevance.sum()) == pytest.approx(float(explained), rel=1e-9)
+    assert e.bias_relevance.shape == () and e.bias_relevance.device == e.node_relevance.device
+    assert abs(float(e.bias_relevance)) < 1e-9 and abs(float(e.relevance_residual)) < 1e-9  # bias-free
     leaf = g.x.clone().requires_grad_(True)
     (model(leaf, g.edge_index, eli)[rows] * (2 * target[rows] - 1)).sum().backward()
     torch.testing.assert_close(e.node_relevance, share * leaf * leaf.grad)
@@ -892,3 +894,26 @@ def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(m
     with pytest.warns(UserWarning, match="did not reach x"):
         _graph_explainer(lossy)(data.x, data.edge_index, batch=data.batch, target=target)
     assert len(calls) == 1 + 3
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gin", "gat"])
+def test_node_level_explanation_conserves_with_biases(device, conv):
+    """task_level='node', per_index=False: one explanation of the sum of the explained nodes' logits;
+    node relevance + bias_relevance + relevance_residual (0-dimensional, on the explanation's device)
+    is that sum, under biases and the default z+ rule."""
+    torch.manual_seed(6)
+    model = _Pooled(conv).double().to(device).eval()
+    model.forward = lambda x, edge_index: model.head(torch.relu(model.conv2(torch.relu(model.conv1(x, edge_index)),
+                                                                            edge_index)))
+    graph = _graphs(device, sizes=(12,), seed=5)[0]
+    ex = Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
+                   edge_mask_type="object",
+                   model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    index = torch.tensor([1, 4, 9], device=device)
+    e = ex(graph.x, graph.edge_index, index=index)
+    logits = model(graph.x, graph.edge_index).detach()[index]
+    want = float(logits.max(-1).values.sum())
+    assert e.bias_relevance.shape == () and e.bias_relevance.device == graph.x.device
+    assert abs(float(e.bias_relevance)) > 1e-6
+    total = float(e.node_relevance.sum() + e.bias_relevance + e.relevance_residual)
+    assert total == pytest.approx(want, abs=1e-9)
