@@ -1,0 +1,138 @@
+"""per_index=True subgraphs: pruning the edges into the outermost hop, and chunks sized by memory.
+
+Pruned subgraphs must give the relevance of unpruned ones (float64, 1e-9) for GCN, GIN, GAT and
+SAGE: GCN, whose normalisation reads the senders' degrees, is not pruned, and when pruning is
+forced on it its outputs differ, so the chunk is explained again with the edges kept.  Chunks
+sized by a small memory budget must give the result of one chunk of all targets.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+
+from lrp_lib.explain import subgraphs
+from lrp_lib.explain.explainer import Explainer, LRPExplainer
+
+
+class Net(nn.Module):
+    def __init__(self, conv, features=5, hidden=6, classes=3, layers=3):
+        super().__init__()
+        dims = [features] + [hidden] * layers
+        self.convs = nn.ModuleList(conv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.lin = nn.Linear(hidden, classes)
+
+    def forward(self, x, edge_index):
+        for conv in self.convs:
+            x = F.relu(conv(x, edge_index))
+        return self.lin(x)
+
+
+CONVS = {
+    "gcn": GCNConv,
+    "gin": lambda a, b: GINConv(nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))),
+    "gat": lambda a, b: GATConv(a, b, heads=1),
+    "sage": lambda a, b: SAGEConv(a, b, aggr="mean"),
+}
+
+
+def setup(conv, n=60, e=240, seed=0):
+    torch.manual_seed(seed)
+    model = Net(CONVS[conv]).double().eval()
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    edge_index = torch.randint(0, n, (2, e), generator=g)
+    return model, x, edge_index, torch.tensor([0, 7, 7, 13, 59, 21, 2, 33])
+
+
+def explain(model, x, edge_index, index, chunk_size=1_000):
+    explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon", per_index=True, chunk_size=chunk_size),
+                          explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node",
+                                            return_type="raw"))
+    e = explainer(x, edge_index, index=index)
+    return (e.node_relevance_per_index.to_dense(), e.edge_relevance_per_index.to_dense(),
+            e.node_relevance, e.edge_relevance)
+
+
+def spy_on_union_graph(monkeypatch):
+    """Record keep_border of every union_graph call (and the number of union edges)."""
+    calls, original = [], subgraphs.union_graph
+
+    def spy(*args):
+        out = original(*args)
+        calls.append((args[-1], out[1].shape[1]))
+        return out
+
+    monkeypatch.setattr(subgraphs, "union_graph", spy)
+    return calls
+
+
+def assert_same(a, b):
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, rtol=1e-9, atol=1e-9)
+
+
+def test_which_models_are_pruned():
+    assert not subgraphs.prunable(Net(GCNConv))
+    assert subgraphs.prunable(Net(lambda a, b: GCNConv(a, b, normalize=False)))
+    for conv in ("gin", "gat", "sage"):
+        assert subgraphs.prunable(Net(CONVS[conv]))
+
+    class MyGIN(GINConv):  # a subclass may change the message: not pruned
+        pass
+
+    assert not subgraphs.prunable(Net(lambda a, b: MyGIN(nn.Linear(a, b))))
+
+
+@pytest.mark.parametrize("conv", sorted(CONVS))
+def test_pruned_equals_unpruned(conv, monkeypatch):
+    model, x, edge_index, index = setup(conv)
+    monkeypatch.setattr(subgraphs, "prunable", lambda m: False)
+    kept_calls = spy_on_union_graph(monkeypatch)
+    unpruned = explain(model, x, edge_index, index)
+    assert [keep for keep, _ in kept_calls] == [True]
+    monkeypatch.setattr(subgraphs, "prunable", lambda m: True)  # forced, also on GCN
+    calls = spy_on_union_graph(monkeypatch)
+    pruned = explain(model, x, edge_index, index)
+    assert_same(pruned, unpruned)
+    if conv == "gcn":  # the degrees at the border change the outputs: explained again with the edges
+        assert [keep for keep, _ in calls] == [False, True]
+    else:
+        assert [keep for keep, _ in calls] == [False]
+        assert calls[0][1] < kept_calls[0][1]  # fewer edges in the pruned union
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gin"])
+def test_chunks_by_memory_equal_one_chunk(conv, monkeypatch):
+    model, x, edge_index, index = setup(conv)
+    calls = spy_on_union_graph(monkeypatch)
+    one = explain(model, x, edge_index, index)
+    assert len(calls) == 1
+    per_node, per_edge = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[1:]
+    assert per_node > 0 and per_edge > 16
+    calls.clear()
+    # a budget of about two targets' subgraphs
+    keys, edge_b, _, border_b, _ = subgraphs.k_hop_union(index[:2], 3, edge_index[0], *_csr(edge_index, 60), 60)
+    budget = int(per_node * (keys.numel() + 2) + per_edge * (edge_b.numel() + border_b.numel()))
+    monkeypatch.setattr(subgraphs, "memory_budget", lambda device: budget)
+    chunked = explain(model, x, edge_index, index)
+    assert len(calls) > 2
+    assert_same(chunked, one)
+
+
+def _csr(edge_index, n):
+    dst = edge_index[1]
+    counts = torch.bincount(dst, minlength=n)
+    return torch.argsort(dst, stable=True), torch.cumsum(counts, 0) - counts, counts
+
+
+def test_max_memory_must_be_a_positive_int():
+    model, x, edge_index, index = setup("gin")
+    for bad in (0, -5, 1.5, True):
+        with pytest.raises(ValueError, match="max_memory"):
+            subgraphs.explain_per_index(None, model, x, edge_index, target=None, index=index, num_hops=None,
+                                        chunk_size=None, node_mask_type=None, edge_mask_type=None,
+                                        max_memory=bad)
