@@ -225,3 +225,19 @@ def test_uniform_product_gives_each_factor_an_equal_share_and_empty_groups_keep_
     torch.testing.assert_close(rx, ref)
     assert tally.total(tally.absorbed) == pytest.approx(float(R[2].sum()), rel=1e-12)
     assert float(rx.sum()) + tally.total(tally.absorbed) == pytest.approx(float(R.sum()), rel=1e-12)
+
+
+def test_linear_map_relevance_without_the_bias_share_and_with_its_tally():
+    """keep_bias=False: the bias takes no share, R_j = sum_k x_j w_kj / (x w)_k R_k (epsilon 0);
+    keep_bias=True: it keeps b_k / z_k R_k, which the tally counts."""
+    x, W, b, R = rand(4, 3, seed=50), rand(2, 3, seed=51), rand(2, seed=52), rand(4, 2, seed=53)
+    m = LinearMap(torch.nn.functional.linear, lambda v, x_, w: v @ w)
+    for keep, z in ((False, x @ W.T), (True, x @ W.T + b)):
+        lx, tally = leaf(x), P.Tally()
+        out = P.LinearMapRelevance.apply(lx, W, b, m, Epsilon(0.0), "linear", tally, keep, False)
+        torch.testing.assert_close(out, x @ W.T + b)
+        (rx,) = torch.autograd.grad(out, lx, R)
+        ref = torch.tensor([[sum(float(x[n, j] * W[k, j] / z[n, k] * R[n, k]) for k in range(2)) for j in range(3)]
+                            for n in range(4)], dtype=torch.float64)
+        torch.testing.assert_close(rx, ref)
+        assert tally.total(tally.absorbed) == pytest.approx(float(R.sum() - ref.sum()))
