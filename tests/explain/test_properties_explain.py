@@ -108,6 +108,15 @@ def test_a_batch_is_explained_as_its_graphs_one_by_one(specs, model, rule, mode,
     tol = TOL[dtype] * scale(node, edge)
     close(together.node_relevance, node, tol)
     close(together.edge_relevance, edge, tol)
+    # the accounts too, graph by graph: what the biases kept and what was lost, as for each graph alone
+    bias, residual = (torch.cat([s[key] for s in singles]) for key in ("bias_relevance", "relevance_residual"))
+    tol = TOL[dtype] * scale(node, edge, bias, residual)
+    close(together.bias_relevance, bias, tol)
+    close(together.relevance_residual, residual, tol)
+    # and they close each graph's account: node relevance + bias + residual = its explained output
+    out = net(batch.x, batch.edge_index, batch.batch, **kw).detach()
+    nodes = torch.zeros(len(specs), dtype=dtype).index_add_(0, batch.batch, together.node_relevance.sum(-1))
+    close(nodes + together.bias_relevance + together.relevance_residual, explained_value(out, mode), tol)
 
 
 # ------------------------------------------------------------------ permutation equivariance
