@@ -120,6 +120,10 @@ class LRPExplainer(ExplainerAlgorithm):
             their senders replaced by zero-feature stand-ins, so that a layer that normalises by
             degree, as GCN, sees every node's full degree), and an error says if the subgraphs do
             not reproduce the model's output at the targets.
+        accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one
+            value per graph of a graph-level batch and per target of ``per_index=True`` (see
+            below; one more backward pass per explanation, :mod:`lrp_lib.explain.accounting`);
+            ``"total"``: one number each, for the whole call (one backward pass).
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -171,8 +175,11 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int = 256, composite: Composite | None = None, explained: str | None = None,
-                 mask: str | None = None):
+                 mask: str | None = None, accounts: str = "each"):
         super().__init__()
+        if accounts not in ("each", "total"):
+            raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
+        self.accounts = accounts
         self._mask = None if mask is None else check_mask_kind(mask)
         if explained not in (None, "logit", "contrast"):
             raise ValueError(f"explained must be 'logit' or 'contrast', got {explained!r}")
@@ -259,16 +266,19 @@ class LRPExplainer(ExplainerAlgorithm):
             return self._explain_hetero(model, x, edge_index, target=target, index=index, **kwargs)
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
             def relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs):  # one account per target
-                node_group, row_group = target_groups(sub_x.shape[0], sub_edges, rows)
+                node_group, row_group = target_groups(sub_x.shape[0], sub_edges, rows) \
+                    if self.accounts == "each" else (None, None)
                 return self._relevance(model, sub_x, sub_edges, sub_target, rows, checked=True,
                                        node_group=node_group, row_group=row_group, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
                 relevance, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
                 chunk_size=self.chunk_size, node_mask_type=self.explainer_config.node_mask_type,
                 edge_mask_type=self.explainer_config.edge_mask_type, **kwargs)
+            if self.accounts == "total":  # the chunks' totals, summed
+                extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})
             return self._masked(node_rel, edge_rel, **extra)
         node_group = None
-        if self.model_config.task_level == ModelTaskLevel.graph:  # one account per graph
+        if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
             batch = kwargs.get("batch")
             node_group = batch.long() if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else \
                 torch.zeros(x.shape[0], dtype=torch.long, device=x.device)

@@ -917,3 +917,27 @@ def test_node_level_explanation_conserves_with_biases(device, conv):
     assert abs(float(e.bias_relevance)) > 1e-6
     total = float(e.node_relevance.sum() + e.bias_relevance + e.relevance_residual)
     assert total == pytest.approx(want, abs=1e-9)
+
+
+def test_accounts_total_is_one_number_for_the_call(device):
+    """accounts="total": one backward, bias_relevance and relevance_residual 0-dimensional, the sums
+    of the per-graph (and per-target) values; a wrong value is refused, naming the argument."""
+    torch.manual_seed(3)
+    model = _Pooled("gcn").double().to(device).eval()
+    data = Batch.from_data_list(_graphs(device))
+    target = torch.tensor([0, 1, 1, 0], device=device)
+    each = _graph_explainer(model)(data.x, data.edge_index, batch=data.batch, target=target)
+    ex = Explainer(model, algorithm=LRPExplainer(rule="epsilon", accounts="total"), explanation_type="phenomenon",
+                   node_mask_type="attributes", edge_mask_type="object",
+                   model_config=dict(mode="multiclass_classification", task_level="graph", return_type="raw"))
+    total = ex(data.x, data.edge_index, batch=data.batch, target=target)
+    assert total.bias_relevance.shape == () == total.relevance_residual.shape
+    torch.testing.assert_close(total.bias_relevance, each.bias_relevance.sum(), rtol=0, atol=1e-9)
+    torch.testing.assert_close(total.node_relevance, each.node_relevance, rtol=0, atol=0)
+    nodes = Explainer(GCNConv(3, 1).double().to(device), algorithm=LRPExplainer(per_index=True, chunk_size=2, accounts="total"),
+                      explanation_type="model", node_mask_type="object",
+                      model_config=dict(mode="regression", task_level="node", return_type="raw"))
+    e = nodes(data.x, data.edge_index, index=torch.tensor([0, 3, 5], device=device))
+    assert e.bias_relevance.shape == ()
+    with pytest.raises(ValueError, match="accounts must be"):
+        LRPExplainer(accounts="per_graph")
