@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
@@ -138,6 +139,12 @@ class WalkModel:
         x = check_node_features(x, "x")
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
         composite = _composite(rule)
+        if isinstance(rule, (list, tuple)):
+            names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+            layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
+            if len(rule) != len(layers):
+                raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
+                                 f"model has {len(layers)} message-passing module(s): give one rule per module")
         self.num_nodes = x.shape[0]
         self.edge_index = edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)
