@@ -24,7 +24,11 @@ when possible: the unaccounted value of a group, :math:`u_g = v_g - \sum_{i \in 
 When both are zero up to rounding, nothing was lost in any group (losses that cancel in the
 plain sum do not cancel in the weighted one) and :math:`B_g = u_g`, :math:`\rho_g = 0`.  Otherwise
 each group's :math:`B_g` is totalled by a backward from its own explained value (``G - 1`` more
-backward passes, the last group by difference), and :math:`\rho_g = u_g - B_g`.  The backward
+backward passes, the last group by difference), and :math:`\rho_g = u_g - B_g`.  "Zero up to
+rounding" is :math:`10^3` machine epsilons of the relevance's magnitude (the explained values,
+the inputs' relevance and the biases', in absolute value): a loss smaller than that is counted
+with the biases.  So the usual cost is one more backward pass (``LRPExplainer(accounts="total")``
+skips it and reports the totals only).  The backward
 passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
 as when its graph is explained alone.
 """
@@ -75,10 +79,12 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     keep = row_group >= 0
     explained.index_add_(0, row_group[keep], rows[keep])
     reached = torch.zeros_like(explained)
+    size = float(rows.abs().sum())  # the magnitudes that rounding is relative to
     parts = [(grads[0], node_group)] + ([(grads[1], edge_group)] if len(grads) > 1 else [])
     for rel, group in parts:
         if rel is None or group is None:
             continue
+        size += float(rel.detach().abs().sum())
         per_row = rel.detach().reshape(rel.shape[0], -1).sum(-1).double()
         inside = group >= 0
         reached.index_add_(0, group[inside], per_row[inside])
@@ -94,7 +100,7 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
                                      torch.zeros_like(weighted_start))
         weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally, recorder)
         eps = torch.finfo(dtype).eps
-        tol = 1e3 * eps * max(1.0, float(unaccounted.abs().sum()), float(explained.abs().sum()))
+        tol = 1e3 * eps * (1.0 + size + abs(total_bias))
         if abs(lost) > tol or abs(weighted_lost) > 2 * tol:
             # a loss in some group: total each group's bias by its own backward
             done = 0.0
