@@ -49,11 +49,13 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.explain.config import ModelConfig
 from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
+from lrp_lib.explain.targets import start_relevance
 from lrp_lib.explain.walk_graph import WalkGraph
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "walk_scores",
@@ -118,6 +120,12 @@ def _start(out, index, target) -> Tensor:
     if view.numel() != 1:
         raise ValueError(f"the explained output must be one number, but the model's output has shape "
                          f"{tuple(out.shape)}: pass index= (node-level) and/or target= (the class column)")
+    # the one explained entry, as LRPExplainer's start: a class column's logit, else the value itself
+    if target is not None and out.dim() >= 1 + (index is not None or out.dim() > 1):
+        config = ModelConfig(mode="multiclass_classification", task_level="node" if index is not None else "graph",
+                             return_type="raw")
+        return start_relevance(out.reshape(-1, out.shape[-1]) if index is None else out,
+                               torch.tensor([target], device=out.device), index, config).view_as(out)
     view.fill_(True)
     return torch.where(sel, out.detach(), torch.zeros_like(out.detach()))
 
