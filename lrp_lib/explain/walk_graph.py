@@ -19,8 +19,8 @@ layer, an input fed to a later layer) counts for the walks that *stay* at :math:
 skipped times.  With every :math:`m_u = 1` this is the plain backward, so the walks' relevances sum
 to the relevance that reaches ``x`` (LRPExplainer's node relevance, summed), and grouped by start
 node they are LRPExplainer's node relevance.  Relevance that stays inside a time but moves between
-rows (a global operation between two layers) belongs to no walk: :attr:`WalkGraph.unassigned`
-reports its amount.
+rows (a global operation between two layers, a virtual node) belongs to no walk; the walks'
+node marginals then fall short of LRPExplainer's by that amount.
 
 Batching: the backward of one cut runs for a batch of relevance tensors at once
 (``torch.autograd.grad(..., is_grads_batched=True)``).  During those backwards the mode's account
