@@ -1,0 +1,78 @@
+"""The package's layout holds: imports point one way and no private helper crosses a module.
+
+``lrp_lib.core`` imports nothing else from lrp_lib; ``lrp_lib.teach`` and ``lrp_lib.explain`` import
+``core`` (and themselves) only, so the product never depends on the chapters' teaching code;
+``lrp_lib.book`` may import everything.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lrp_lib"
+ALLOWED = {
+    "core": {"core"},
+    "teach": {"core", "teach"},
+    "explain": {"core", "explain"},
+    "book": {"core", "teach", "explain", "book"},
+}
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "weights" not in p.parts)
+
+
+def part_of(path: Path) -> str | None:
+    rel = path.relative_to(PACKAGE).parts
+    return rel[0] if len(rel) > 1 else None
+
+
+def lrp_imports(path: Path):
+    """(line, imported module, imported names) for every import of lrp_lib in ``path``."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and (
+                node.module == "lrp_lib" or node.module.startswith("lrp_lib.")):
+            yield node.lineno, node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            yield node.lineno, "." * node.level + (node.module or ""), [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "lrp_lib" or a.name.startswith("lrp_lib."):
+                    yield node.lineno, a.name, []
+
+
+def violations(path: Path, part: str, imports) -> list[str]:
+    out = []
+    for line, module, names in imports:
+        where = f"{path.relative_to(PACKAGE.parent)}:{line}"
+        if module.startswith("."):
+            out.append(f"{where}: relative import {module!r} (write it absolute)")
+            continue
+        target = module.split(".")[1] if module.count(".") else None
+        if target is None:  # from lrp_lib import X
+            target = {"LRPExplainer": "explain", "Explainer": "explain", "Composite": "core",
+                      "explain_dataset": "explain", "read_explanations": "explain"}.get(names[0], names[0]) \
+                if names else None
+        if part is not None and target not in ALLOWED[part]:
+            out.append(f"{where}: lrp_lib.{part} imports {module} ({', '.join(names) or 'module'})")
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        if private:
+            out.append(f"{where}: imports the private {', '.join(private)} from {module}")
+    return out
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_one_way_and_share_no_private_helper(path):
+    assert violations(path, part_of(path), lrp_imports(path)) == []
+
+
+def test_the_layout_check_catches_a_wrong_arrow_and_a_private_import(tmp_path):
+    bad = [(3, "lrp_lib.teach.ops", ["add"]), (4, "lrp_lib.core.rules", ["_share"]), (5, ".rules", ["Rule"])]
+    found = violations(PACKAGE / "explain" / "explainer.py", "explain", bad)
+    assert len(found) == 3
+    assert "lrp_lib.explain imports lrp_lib.teach.ops" in found[0]
+    assert "private _share" in found[1] and "relative import" in found[2]
+    assert violations(PACKAGE / "book" / "models.py", "book", bad[:1]) == []
+
+
+def test_every_module_belongs_to_one_of_the_four_parts():
+    assert {part_of(p) for p in MODULES} - {None} == set(ALLOWED)
+    assert [p.name for p in MODULES if part_of(p) is None] == ["__init__.py"]
