@@ -122,9 +122,8 @@ class AddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         a, b, out = ctx.saved_tensors
-        share = torch.where(
-            out != 0, rel_out / out, torch.zeros_like(out)
-        )  # R / z, 0 where z = 0
+        # R / z, 0 where z = 0
+        share = torch.where(out != 0, rel_out / out, torch.zeros_like(out))
         return share * a, share * b
 
 

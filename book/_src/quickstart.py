@@ -16,9 +16,8 @@
 # %% tags=["hide-input"]
 import warnings
 
-warnings.filterwarnings(
-    "ignore", message="IProgress not found"
-)  # tqdm's notebook notice, via PyG
+# tqdm's notebook notice, via PyG
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 import matplotlib.pyplot as plt
 import networkx as nx
@@ -36,9 +35,8 @@ from lrp_lib.book.plotting import BOOK_WIDTH, book_style, draw_graph
 from lrp_lib.book.pretrained import load_or_train
 
 book_style()
-torch.set_num_threads(
-    1
-)  # a small graph gains nothing from threads; and sums in one fixed order
+# a small graph gains nothing from threads; and sums in one fixed order
+torch.set_num_threads(1)
 
 # %%
 # seeds Python's, NumPy's and torch's generators (PyG's graph generator uses NumPy)
@@ -49,8 +47,8 @@ data = Data(
     x=torch.ones(generated.num_nodes, 1),
     edge_index=generated.edge_index,
     y=generated.y,
-    in_house=generated.edge_mask.bool(),
-)  # in_house: the ground truth
+    in_house=generated.edge_mask.bool(),  # the ground truth
+)
 order = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))
 train_nodes, test_nodes = order[:560], order[560:]
 
