@@ -32,9 +32,8 @@ import copy
 import random
 import warnings
 
-warnings.filterwarnings(
-    "ignore", message="IProgress not found"
-)  # tqdm, imported by torch_geometric
+# tqdm, imported by torch_geometric
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 import matplotlib.pyplot as plt
 from tqdm.auto import trange
@@ -54,9 +53,8 @@ from lrp_lib.teach.graph import (
     read_relevance,
     relevance_inputs,
 )
-from lrp_lib.teach.graph import (
-    compose_with_ops,
-)  # the teaching version of a layer, built from lrp_lib.teach.ops
+# the teaching version of a layer, built from lrp_lib.teach.ops
+from lrp_lib.teach.graph import compose_with_ops
 from lrp_lib.book.plotting import BOOK_WIDTH, book_style, draw_graph
 from lrp_lib.book.pretrained import load_or_train
 
@@ -168,9 +166,8 @@ print(graph)
 
 # %%
 edge_layer = EdgeLinear(1, edge_features=3, global_features=7, bias=False).to(device)
-inp = relevance_inputs(
-    graph
-)  # a copy whose x, edge_attr and u are leaves that require grad
+# a copy whose x, edge_attr and u are leaves that require grad
+inp = relevance_inputs(graph)
 
 out_gradient = edge_layer(inp)
 with lrp_lib.teach.relevance():
