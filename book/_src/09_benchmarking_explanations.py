@@ -290,9 +290,8 @@ main = (
 grid = np.full((len(order), len(main)), np.nan)
 for i, t in enumerate(order):
     for j, m in enumerate(main):
-        if (
-            m == "lrp_best"
-        ):  # the best of all LRP configurations on this task (a different one per task)
+        # the best of all LRP configurations on this task (a different one per task)
+        if m == "lrp_best":
             grid[i, j] = max(
                 v["auroc"] for k, v in tasks[t]["methods"].items() if k.startswith("lrp_")
             )
@@ -893,9 +892,8 @@ for label, level, names, anchor in GROUPS:
         continue
     common = [
         m
-        for m in tasks[names[0]][
-            "methods"
-        ]  # in the file's order: ties break the same way every run
+        # in the file's order: ties break the same way every run
+        for m in tasks[names[0]]["methods"]
         if m != "random" and all(m in tasks[t]["methods"] for t in names)
     ]
     mean = {
