@@ -382,3 +382,29 @@ def test_an_infinite_input_is_an_error_even_where_its_relevance_share_is_zero():
     y = ops.linear_eps(x, torch.tensor([[1.0]]), None, 0.0)
     with pytest.raises((ValueError, RuntimeError, FloatingPointError), match="(?i)nan|inf|finite"):
         y.backward(torch.zeros_like(y))
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_eps_in_blocks_of_rows_equals_the_rule_over_all_rows(gen, recompute, bias, monkeypatch):
+    """The CPU backward runs over blocks of rows (here 7 rows: 33 rows make 5 blocks, the last one
+    short): the result is the rule over all rows at once, with leading batch dimensions too, and NaN
+    or Inf anywhere, also in the last block, is an error."""
+    monkeypatch.setattr(ops.LinearEpsRelevance, "BLOCK_NUMBERS", 7 * 6)  # 7 rows of 6 inputs
+    x, W, R = rand(3, 11, 6, gen=gen), rand(5, 6, gen=gen), rand(3, 11, 5, gen=gen)
+    b = rand(5, gen=gen) if bias else None
+    z = torch.nn.functional.linear(x, W, b)
+    expected = ((R / (torch.copysign(z.new_tensor(0.1), z) + z)) @ W) * x
+    leaf = x.clone().requires_grad_()
+    (rel,) = torch.autograd.grad(ops.linear_eps(leaf, W, b, eps=0.1, recompute=recompute), leaf, R)
+    torch.testing.assert_close(rel, expected, rtol=1e-12, atol=1e-12)
+    bad = x.clone()
+    bad[2, 10, 0] = float("nan")  # last row: last block
+    leaf = bad.requires_grad_()
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        torch.autograd.grad(ops.linear_eps(leaf, W, b, eps=0.1, recompute=recompute), leaf, R)
+    bad_r = R.clone()
+    bad_r[0, 0, 1] = float("inf")  # first block
+    leaf = x.clone().requires_grad_()
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        torch.autograd.grad(ops.linear_eps(leaf, W, b, eps=0.1, recompute=recompute), leaf, bad_r)
