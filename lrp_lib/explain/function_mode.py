@@ -60,8 +60,8 @@ from lrp_lib.explain import handlers, recurrent
 from lrp_lib.explain.graph_check import UnsupportedModelError, check_relevance_graph, node_name
 from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PASS_NODES, PLAIN, RELEVANCE_NODES, SIGN_FLIPS)
-from lrp_lib.explain.primitives import (BlockedRelevance, IdentityRelevance, LinearRelevance, ProductRelevance,
-                                        SumRelevance, Tally, WeightRelevance)
+from lrp_lib.explain.primitives import (AddRelevance, BlockedRelevance, IdentityRelevance, LinearMapRelevance,
+                                        ProductRelevance, Tally, linear_relevance)
 
 __all__ = ["RelevanceMode", "UnsupportedModelError", "RELEVANCE_NODES", "check_relevance_graph", "HANDLERS"]
 
@@ -353,7 +353,7 @@ class RelevanceMode(TorchFunctionMode):
 
     def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str):
         """A map linear in ``x`` (plus constants) with no weight: the epsilon rule."""
-        return LinearRelevance.apply(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
+        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str):
@@ -364,8 +364,8 @@ class RelevanceMode(TorchFunctionMode):
         if rule is None:  # a data constant, not a parameter
             return self.linear(x, lambda t: fn(t, w, b), None if vjp is None else (lambda v: vjp(v, x, w)),
                                f"{op} in {self.module_label()}")
-        return WeightRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
-                                     self.composite.bias)
+        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
+                                        self.composite.bias, False)
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
         """``ca * a + cb * b`` (numbers allowed): each marked term gets its proportional share."""
@@ -389,7 +389,7 @@ class RelevanceMode(TorchFunctionMode):
             marked, const = (ta, tb) if ma else (tb, ta)
             return IdentityRelevance.apply(marked, lambda t: t + const)
         label = op if (ma and mb) else f"{op} of a constant in {self.module_label()}"
-        return SumRelevance.apply(ta, tb, (ma, mb), self.composite.epsilon, label, self.tally)
+        return AddRelevance.apply(ta, tb, (ma, mb), self.composite.epsilon, label, self.tally)
 
     def product(self, a: Tensor, b: Tensor):
         ga, gb = self.is_gate(a), self.is_gate(b)

@@ -364,18 +364,3 @@ class EdgeMessageRelevance(torch.autograd.Function):
         ctx.record.index_add_(0, edge_id[keep], per_edge[keep].to(ctx.record.dtype))
         return rel_out, None, None, None
 
-
-# The names of before the merge, for the importers that still use them (lrp_lib.explain.function_mode).
-def _linear_relevance_apply(x, fn, vjp, eps, label, tally, keep_constant=True):
-    return linear_relevance(x, fn, vjp, eps, label, tally, keep_constant)
-
-
-LinearRelevance = type("LinearRelevance", (), {"apply": staticmethod(_linear_relevance_apply)})
-
-
-def _weight_relevance_apply(x, weight, bias, m, rule, label, tally, keep_bias=True):
-    return LinearMapRelevance.apply(x, weight, bias, m, rule, label, tally, keep_bias, False)
-
-
-WeightRelevance = type("WeightRelevance", (), {"apply": staticmethod(_weight_relevance_apply)})
-SumRelevance = AddRelevance
