@@ -89,8 +89,8 @@ ops_rows = {r["case"]: r for r in ops_b["results"]}
 graph_rows = {r["measure"]: r for r in graph_b["results"]}
 conv_rows = {(r["table"], r["variant"]): r for r in conv_b["results"]}
 op_cases = [
-    r for r in ops_b["results"] if r.get("group") != "width_sweep"
-]  # the sweep has its own section
+    r for r in ops_b["results"] if r.get("group") is None
+]  # the sweep and the pass-by-pass account have their own sections
 sweep = [r for r in ops_b["results"] if r.get("group") == "width_sweep"]
 plain_ops = [r for r in op_cases if r["case"] != "original_eps"]
 summary = [
@@ -185,7 +185,8 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 # - **Memory.** The relevance ops need {glue:text}`ops_mem_min` to {glue:text}`ops_mem_max` times the
 #   gradient's peak memory. `linear_eps` keeps its input, weight and bias, as the gradient of a
 #   trainable layer does, and recomputes its output in backward; its temporaries there, the
-#   output and the stabilised denominator (reused for the division), are N x out each. The original notebook's three-dimensional version needs
+#   output and the stabilised denominator (reused for the division), hold one block of rows each
+#   on the CPU (about 1 MiB), and the result is its only N-row tensor. The original notebook's three-dimensional version needs
 #   {glue:text}`ops_orig_mem` times the memory of `linear_eps` and {glue:text}`ops_orig_time` times
 #   its time.
 # - **Scatter ops.** Forward plus backward, they cost {glue:text}`ops_scatter_fb_min` to
@@ -196,13 +197,13 @@ g("ops_orig_time", orig["fwd_bwd_ratio"], "{:.0f}")
 # - **`linear_eps`.** At 64 features the relevance backward takes {glue:text}`ops_linear_eps_b` times the
 #   gradient's ({glue:text}`ops_linear_eps_fb` times forward plus backward); at 512 features
 #   {glue:text}`ops_linear_eps_wide_b` times ({glue:text}`ops_linear_eps_wide_fb` times). The gradient of
-#   $xW^\top$ with respect to $x$ is one matrix product; the epsilon rule adds memory-bound element-wise
-#   passes over the N x out output (the stabiliser $z + \epsilon\,\mathrm{sign}(z)$, the division
-#   $R/z$, the count of zero outputs for `LostRelevanceWarning`, the product with $x$). At 64 features
-#   the matrix product is cheap and those passes dominate; at 512 it takes a larger share. The
-#   backward also recomputes the output $z$, one more matrix product (next section). Closing the
-#   gap needs a fused kernel (for example from `torch.compile`), which the book leaves out to keep the
-#   ops readable.
+#   $xW^\top$ with respect to $x$ is one matrix product; the epsilon rule needs two, the recomputed
+#   output $z$ (next section) and $sW$, and element-wise passes over the N x out output (the
+#   stabiliser $z + \epsilon\,\mathrm{sign}(z)$, the division $R/z$, the product with $x$, a NaN
+#   and Inf check). `linear_eps` runs its backward over blocks of rows small enough to stay in the
+#   cache, so that the element-wise passes cost little memory traffic; where the time goes is
+#   measured pass by pass below. With $\epsilon > 0$ no denominator can be zero, so no zero outputs
+#   are counted.
 #
 # ### `linear_eps` across widths
 #
@@ -267,10 +268,9 @@ g("sweep_kept_fb_max", max(r["saved_output_fwd_bwd_ratio"] for r in sweep))
 # times the gradient's time: {glue:text}`sweep_narrowest_fb` times at {glue:text}`sweep_narrowest`
 # features and {glue:text}`sweep_fb_widest` times at {glue:text}`sweep_widest`. The overhead is
 # per element of
-# the output, not per multiply-add: the stabiliser, the division, the count of zero outputs, the NaN
-# and Inf check (one read-only `torch.aminmax` pass each over the share and the output) and the
-# product with $x$ are each one pass over memory, which at narrow widths costs more than the matrix
-# product itself, and the recomputation of $z$ adds a matrix product as large as the gradient's.
+# the output, not per multiply-add: the stabiliser, the division, the product with $x$ and the NaN and
+# Inf check (a read-only `torch.aminmax`) run block by block over the rows, and the recomputation of $z$
+# adds a matrix product as large as the gradient's.
 #
 # The saved bytes are {glue:text}`sweep_saved` times the gradient's at every width: like the
 # gradient of a trainable layer, `linear_eps` keeps $x$ alone. With `recompute=False` they are
@@ -279,6 +279,66 @@ g("sweep_kept_fb_max", max(r["saved_output_fwd_bwd_ratio"] for r in sweep))
 # gradient's time. Keeping $z$ buys one matrix product
 # per layer with N x out numbers per layer held from forward to backward: the choice between time and
 # memory of gradient checkpointing, for one layer.
+#
+# ### Where the time of `linear_eps` goes
+#
+# The same script times each pass of forward plus backward on its own, at N = 100,000 rows and
+# 64 -> 64 features, over whole tensors (each pass reading and writing main memory), with the bytes
+# it reads and writes. The methods that run a pass are listed beside it; the second table sums them
+# per method and sets them beside the measured forward plus backward of the same rounds (wall clock,
+# and CPU time of the thread, which other processes on the machine do not stretch). *Bytes to
+# memory* is the traffic of `linear_eps` as it runs, in blocks: in backward it reads $x$ and $R$
+# (and $z$, when kept) and writes $R_x$. *Matrix products only* is the time of the products and the
+# seed alone, divided by the gradient's: what a fused kernel that did every element-wise step inside
+# the products would take.
+
+# %% tags=["hide-input"]
+floor = [r for r in ops_b["results"] if r.get("group") == "floor"]
+floor_passes = [r for r in floor if r["case"] == "linear_eps_floor_pass"]
+floor_totals = {r["method"]: r for r in floor if r["case"] == "linear_eps_floor_total"}
+print(f"float32, median of {ops_b['settings']['repeat']} interleaved rounds")
+results_table(floor_passes, [
+    ("pass", "pass"),
+    ("MB read", lambda r: r["bytes_read"] / 1e6, "{:.1f}"),
+    ("MB written", lambda r: r["bytes_written"] / 1e6, "{:.1f}"),
+    ("ms", "ms", "{:.2f}"),
+    ("run by", lambda r: ", ".join(r["methods"])),
+])
+results_table(list(floor_totals.values()), [
+    ("method", "method"),
+    ("passes", "passes", "{}"),
+    ("matrix products", "matrix_products", "{}"),
+    ("MB, pass by pass", lambda r: r["bytes_moved"] / 1e6, "{:.1f}"),
+    ("MB to memory", lambda r: r["bytes_memory"] / 1e6, "{:.1f}"),
+    ("measured ratio", "measured_ratio", "{:.2f}x"),
+    ("CPU-time ratio", "measured_cpu_ratio", "{:.2f}x"),
+    ("matrix products only", "fused_ratio", "{:.2f}x"),
+])
+lrp_floor = floor_totals["linear_eps"]
+kept_floor = floor_totals["linear_eps_recompute_false"]
+grad_floor = floor_totals["gradient"]
+g("floor_grad_passes", grad_floor["passes"], "{}")
+g("floor_lrp_passes", lrp_floor["passes"], "{}")
+g("floor_bytes", lrp_floor["bytes_ratio"])
+g("floor_bytes_memory", lrp_floor["bytes_memory_ratio"])
+g("floor_fused", lrp_floor["fused_ratio"])
+g("floor_cpu", lrp_floor["measured_cpu_ratio"])
+g("floor_kept_fused", kept_floor["fused_ratio"])
+g("floor_kept_cpu", kept_floor["measured_cpu_ratio"])
+
+# %% [markdown]
+# The gradient makes {glue:text}`floor_grad_passes` passes over N-row tensors (the forward and
+# backward matrix products and the seed); `linear_eps` makes {glue:text}`floor_lrp_passes`, three of
+# them matrix products. Pass by pass over whole tensors they would move {glue:text}`floor_bytes` times
+# the gradient's bytes; in blocks, `linear_eps` moves {glue:text}`floor_bytes_memory` times. The
+# matrix products alone, timed one by one, take {glue:text}`floor_fused` times the gradient's time:
+# the third product, the recomputation of $z$, is work that any implementation keeping only $x$
+# does, fused or not, while the element-wise passes cost little once they run on blocks in the
+# cache. Measured whole, in CPU time, forward plus backward takes {glue:text}`floor_cpu` times the
+# gradient's; single timings on a loaded machine vary by tens of percent (the load average is in
+# the table at the top), so the whole and the sum of its parts need not agree. With
+# `recompute=False` the products alone take {glue:text}`floor_kept_fused` times and the measured
+# forward plus backward {glue:text}`floor_kept_cpu` times.
 #
 # ## Graph Network layers
 #
@@ -553,8 +613,9 @@ g("expl_best_auroc", best, None)
 #
 # `LRPExplainer(per_index=True)` explains each node of `index` on its own, in one call: the targets go
 # in chunks onto the disjoint union of their k-hop subgraphs (k = the number of message-passing
-# layers), one forward and one backward per chunk (GCN's normalisation takes the degrees of the full
-# graph, and the subgraphs' outputs at the targets are checked against the full graph's).
+# layers), one forward and one backward per chunk, as many targets per chunk as the estimated memory
+# of the pass allows (GCN's normalisation takes the degrees of the full graph, and the subgraphs'
+# outputs at the targets are checked against the full graph's).
 # `benchmarks/bench_nodes.py` explains many target nodes of a random graph with a GCN, all
 # methods through PyG's `Explainer`; saliency and GNNExplainer run one call per target, timed on a
 # subset (GNNExplainer's time for all targets is extrapolated from it, and labelled so). The two
@@ -620,6 +681,8 @@ g(
     None,
 )
 g("nodes_cpu_rate", s["targets"] / nodes_rows["lrp"]["cpu_seconds"], "{:,.0f}")
+g("nodes_gin", nodes_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
+g("nodes_gin_cpu", s["targets"] / nodes_rows["lrp_gin"]["cpu_seconds"], "{:,.0f}")
 g("nodes_threads", s["threads"], "{}")
 gpu_rows = {r["key"]: r for r in nodes_gpu_b["results"]}
 g("nodes_gpu", nodes_gpu_b["machine"].get("gpu", "a GPU"), None)
@@ -634,10 +697,13 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # targets (extrapolated). Per CPU second of the process (its {glue:text}`nodes_threads` threads
 # together, whatever else the machine ran), LRP explains {glue:text}`nodes_cpu_rate` targets: most of a
 # subgraph's nodes lie on its border, where they are needed only as inputs of the first layer, yet
-# the model runs every layer on every row. The subgraphs also carry the edges into their border
+# the model runs every layer on every row. The GCN's subgraphs also carry the edges into their border
 # nodes (from one zero-feature stand-in node per subgraph), so that every node keeps its in-degree,
-# which GCN's normalisation of the messages needs; that is the price of explaining any model
-# exactly, without knowing which of its layers normalise by degree. On an {glue:text}`nodes_gpu`
+# which GCN's normalisation of the messages reads. A model whose layers never read a sender's degree
+# (GIN, GAT, SAGE and a few more, by their exact type) is explained on subgraphs without those edges:
+# a GIN of the same depth and width, on the same graph and targets, explains
+# {glue:text}`nodes_gin` targets per second ({glue:text}`nodes_gin_cpu` per CPU second). On an
+# {glue:text}`nodes_gpu`
 # (`benchmarks/results/nodes-cuda.json`, `--device cuda`) the same benchmark explains
 # {glue:text}`nodes_gpu_lrp` targets per second, against {glue:text}`nodes_gpu_saliency` for saliency.
 # A batched backward of the whole graph
