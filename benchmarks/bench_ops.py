@@ -30,6 +30,12 @@ training.  The epsilon rule ``R_x = x * ((R / (z + eps sign z)) @ W)`` needs x a
 keeps x and recomputes z in backward (a second matrix product, the default ``recompute=True``);
 ``linear_eps(..., recompute=False)``, which keeps z too (the design before), takes its turn in the
 same rounds, in the ``saved_output_*`` columns.  The other cases run the default.
+
+Floor (rows with ``"group": "floor"``, ``--only-floor`` prints them alone): ``linear_eps`` at
+N = 100,000, 64 -> 64, pass by pass against the gradient, with the bytes each pass reads and writes,
+the count of passes and matrix products per method, the bytes to main memory of the blocked
+backward, the measured ratio (wall clock and CPU time of the thread) and the time of the matrix
+products alone (see ``floor_rows``).
 """
 from __future__ import annotations
 
