@@ -63,25 +63,12 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
+from lrp_lib.explain.job_store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
+                                       part_name, pyarrow_modules, read_explanations, read_manifests, write_atomic)
+
 __all__ = ["explain_dataset", "read_explanations", "COLUMNS", "MODES", "main"]
 
-#: The columns of every part file, in order.
-COLUMNS = ("graph_id", "target", "explained_value", "bias_relevance", "node_relevance", "edge_relevance")
 MODES = ("binary_classification", "multiclass_classification", "regression")
-FORMAT = 1
-_SETTINGS = ("num_graphs", "batch_size", "mode", "target", "rule", "backend")
-
-
-def _pyarrow():
-    try:
-        import pyarrow
-        import pyarrow.compute
-        import pyarrow.parquet
-    except ImportError as err:
-        raise ImportError(f"lrp_lib.explain.jobs writes and reads Parquet with pyarrow, which is not installed ({err}): "
-                          "pip install pyarrow (or pip install 'lrp_lib[jobs]')") from None
-    return pyarrow
-
 
 # ------------------------------------------------------------------ arguments
 def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
@@ -147,52 +134,6 @@ def _rule_name(rule, backend: str) -> str | None:
     return repr(get_rule("epsilon" if rule is None else rule))
 
 
-# ------------------------------------------------------------------ files
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _part_name(b: int) -> str:
-    return f"part-{b:06d}.parquet"
-
-
-def _manifest_path(out: Path, rank: int) -> Path:
-    return out / f"manifest-rank{rank:05d}.json"
-
-
-def _read_manifests(out: Path) -> list[tuple[Path, dict]]:
-    found = []
-    for path in sorted(out.glob("manifest-rank*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:  # cannot happen with atomic writes; say so if it does
-            raise ValueError(f"{path}: not valid JSON ({err}); the job's manifests are written atomically, "
-                             "so the file was changed by something else") from None
-        found.append((path, data))
-    return found
-
-
-def _check_settings(out: Path, manifests, settings: dict) -> None:
-    for path, data in manifests:
-        old = data.get("settings", {})
-        for key in _SETTINGS:
-            if old.get(key) != settings[key]:
-                name = {"num_graphs": "dataset_or_loader (its number of graphs)",
-                        "backend": "model (its kind)"}.get(key, key)
-                raise ValueError(
-                    f"out={str(out)!r} holds a job run with {key}={old.get(key)!r} ({path.name}), but this call "
-                    f"has {key}={settings[key]!r}: {name} differs. Rerun with the same arguments to resume, "
-                    f"or choose a new out")
-
-
 # ------------------------------------------------------------------ explaining one batch
 def _resolve_target(target_spec, batch, n_graphs: int, device, predicted):
     """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label",
@@ -248,10 +189,11 @@ class _PyGBatch:
         # Binary and regression models are explained from the raw output itself (mode 'regression'):
         # the relevance of target 0 is then the exact negative of that of target 1 (LRP's backward is
         # linear in the output relevance, and negation is exact in floating point), so the model's
-        # own prediction needs no extra forward pass.
+        # own prediction needs no extra forward pass.  Each graph's bias_relevance is computed below from
+        # its explained value and node relevance, so the explainer's per-graph split is not needed.
         inner = "multiclass_classification" if mode == "multiclass_classification" else "regression"
         self.explainer = Explainer(
-            model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule),
+            model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule, accounts="total"),
             explanation_type="phenomenon", node_mask_type="object", edge_mask_type="object",
             model_config=dict(mode=inner, task_level="graph", return_type="raw"))
 
@@ -335,24 +277,6 @@ def _default_device(rank_local: int | None = None) -> torch.device:
     return torch.device("cpu")
 
 
-def _table(ids: Sequence[int], target, value, bias, node, edge, batch):
-    pa = _pyarrow()
-    node_counts = torch.bincount(batch.batch, minlength=len(ids)).tolist()
-    edge_counts = torch.bincount(batch.batch[batch.edge_index[0]], minlength=len(ids)).tolist()
-    nodes = node.detach().cpu().split(node_counts)
-    # PyG's Batch keeps each graph's edges together, in the order of the graphs
-    edges = edge.detach().cpu().split(edge_counts)
-    float_type = pa.float64() if node.dtype == torch.float64 else pa.float32()
-    return pa.table({
-        "graph_id": pa.array(list(ids), pa.int64()),
-        "target": pa.array(target.cpu().tolist(), pa.int64()),
-        "explained_value": pa.array(value.detach().double().cpu().tolist(), pa.float64()),
-        "bias_relevance": pa.array(bias.detach().double().cpu().tolist(), pa.float64()),
-        "node_relevance": pa.array([t.numpy() for t in nodes], pa.list_(float_type)),
-        "edge_relevance": pa.array([t.numpy() for t in edges], pa.list_(float_type)),
-    })
-
-
 def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batch_size: int | None = None,
                     target="prediction", rule=None, device=None, progress: bool = True,
                     num_workers: int = 0) -> dict:
@@ -386,7 +310,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     from torch_geometric.loader import DataLoader
     from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
 
-    _pyarrow()
+    pyarrow_modules()
     dataset, loader_batch = _dataset_of(dataset_or_loader)
     if batch_size is None:
         batch_size = loader_batch or 64
@@ -410,10 +334,10 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     settings = {"num_graphs": n, "batch_size": batch_size, "mode": mode, "target": target,
                 "rule": rule_name,
                 "backend": backend}
-    manifests = _read_manifests(out)
-    _check_settings(out, manifests, settings)
+    manifests = read_manifests(out)
+    check_settings(out, manifests, settings)
     done = {int(b) for _, m in manifests for b in m.get("batches", {})}
-    mine_path = _manifest_path(out, rank)
+    mine_path = manifest_path(out, rank)
     mine = next((m for p, m in manifests if p == mine_path), None)
     record = dict(mine["batches"]) if mine else {}
     # a part file without a manifest entry (killed between the two renames) is redone: same name, same rows
@@ -425,8 +349,8 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     if not todo:
         return summary
 
-    pq = _pyarrow().parquet
-    for stale in [f".{_part_name(b)}.*.tmp" for b in todo] + [f".{mine_path.name}.*.tmp"]:
+    pq = pyarrow_modules().parquet
+    for stale in [f".{part_name(b)}.*.tmp" for b in todo] + [f".{mine_path.name}.*.tmp"]:
         for path in out.glob(stale):  # left by a killed run of this rank
             path.unlink(missing_ok=True)
     model.to(device)
@@ -446,12 +370,12 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
                 raise RuntimeError(f"batch {b}: the loader gave {int(batch.num_graphs)} graphs, expected {len(ids)}")
             batch = batch.to(device)
             target_t, value, bias, node, edge = explain(batch, target)
-            table = _table(ids, target_t, value, bias, node, edge, batch)
-            _write_atomic(out / _part_name(b), lambda p: pq.write_table(table, p, row_group_size=len(ids)))
-            record[str(b)] = {"file": _part_name(b), "first_id": ids[0], "last_id": ids[-1], "rows": len(ids)}
+            table = batch_table(ids, target_t, value, bias, node, edge, batch)
+            write_atomic(out / part_name(b), lambda p: pq.write_table(table, p, row_group_size=len(ids)))
+            record[str(b)] = {"file": part_name(b), "first_id": ids[0], "last_id": ids[-1], "rows": len(ids)}
             payload = {"format": FORMAT, "rank": rank, "world_size": world, "settings": settings,
                        "batches": dict(sorted(record.items(), key=lambda kv: int(kv[0])))}
-            _write_atomic(mine_path, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n"))
+            write_atomic(mine_path, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n"))
             summary["written"] += 1
             summary["graphs"] += len(ids)
             bar.update(1)
@@ -459,35 +383,6 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
         bar.close()
         model.train(training)
     return summary
-
-
-def read_explanations(out, *, check: bool = True):
-    """All rows a job wrote to ``out``, sorted by graph id, as a ``pyarrow.Table``.
-
-    Reads the part files that the manifests record.  With ``check`` (default), raises
-    ``ValueError`` when a graph id occurs twice or a recorded part file is missing.
-    """
-    pa = _pyarrow()
-    pc, pq = pa.compute, pa.parquet
-    out = Path(out)
-    if not out.is_dir():
-        raise FileNotFoundError(f"out: {str(out)!r} is not a folder written by explain_dataset")
-    files = {}
-    for path, m in _read_manifests(out):
-        for b, entry in m.get("batches", {}).items():
-            files[int(b)] = out / entry["file"]
-    if not files:
-        return pa.table({c: [] for c in COLUMNS})
-    missing = [str(p) for p in files.values() if not p.exists()]
-    if missing and check:
-        raise ValueError(f"out: the manifests record part files that are missing: {missing[:3]}")
-    table = pa.concat_tables([pq.read_table(files[b]) for b in sorted(files) if files[b].exists()])
-    table = table.take(pc.sort_indices(table, [("graph_id", "ascending")]))
-    if check and len(table):
-        ids = table.column("graph_id")
-        if pc.count_distinct(ids).as_py() != len(table):
-            raise ValueError("out: a graph id occurs in more than one row")
-    return table
 
 
 # ------------------------------------------------------------------ command line
@@ -505,7 +400,8 @@ def _load(spec: str, what: str):
         if module is None:
             module_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(module_spec)
-            # registered, so that LRPExplainer finds the functions the model's module imported (its pools)
+            # registered under its name before it runs, as an import would (dataclasses and pickling
+            # look the module up by name)
             sys.modules[name] = module
             module_spec.loader.exec_module(module)
     else:
