@@ -113,13 +113,16 @@ class LRPExplainer(ExplainerAlgorithm):
             (len(index), N, F) tensor (F = 1 for ``node_mask_type="object"``) whose slice ``i`` is
             the node relevance of ``index[i]`` alone, and ``edge_relevance_per_index``, sparse
             (len(index), E); ``node_relevance`` and ``edge_relevance`` are their sums over the
-            targets.  The targets are explained
-            ``chunk_size`` at a time on the disjoint union of their ``num_hops``-hop subgraphs
-            (one forward and one backward per chunk); ``num_hops`` defaults to the number of
-            message-passing modules of the model (the edges into the outermost nodes are kept,
-            their senders replaced by zero-feature stand-ins, so that a layer that normalises by
-            degree, as GCN, sees every node's full degree), and an error says if the subgraphs do
-            not reproduce the model's output at the targets.
+            targets.  The targets of a chunk are explained together on the disjoint union of
+            their ``num_hops``-hop subgraphs (one forward and one backward per chunk);
+            ``num_hops`` defaults to the number of message-passing modules of the model.  A
+            chunk holds as many targets as keep the estimated memory of its pass within
+            ``max_memory`` bytes (default: a quarter of the memory available), at most
+            ``chunk_size`` (default: no limit).  The edges into the outermost nodes are left out
+            where no layer reads a sender's degree (``prune=None``, :func:`~lrp_lib.explain.
+            subgraphs.prunable`; ``prune=False`` keeps them), else kept so that a layer that
+            normalises by degree, as GCN, sees every node's full degree; an error says if the
+            subgraphs do not reproduce the model's output at the targets.
         accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one
             value per graph of a graph-level batch and per target of ``per_index=True`` (see
             below; one more backward pass per explanation, :mod:`lrp_lib.explain.accounting`);
@@ -174,8 +177,9 @@ class LRPExplainer(ExplainerAlgorithm):
     """
 
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
-                 chunk_size: int = 256, composite: Composite | None = None, explained: str | None = None,
-                 mask: str | None = None, accounts: str = "each"):
+                 chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
+                 mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
+                 prune: bool | None = None):
         super().__init__()
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
@@ -192,12 +196,14 @@ class LRPExplainer(ExplainerAlgorithm):
         self._default_composites: dict[str, Composite] = {}
         if not isinstance(per_index, bool):
             raise TypeError(f"per_index must be True or False, got {per_index!r}")
-        for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1)):
+        for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
+                                   ("max_memory", max_memory, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-        if chunk_size is None:
-            raise ValueError("chunk_size must be an int >= 1, got None")
+                raise ValueError(f"{name} must be an int >= {least} or None, got {value!r}")
+        if prune not in (None, True, False):
+            raise ValueError(f"prune must be None (where exact), True or False, got {prune!r}")
         self.per_index, self.num_hops, self.chunk_size = per_index, num_hops, chunk_size
+        self.max_memory, self.prune = max_memory, prune
 
     # ------------------------------------------------------------ the settings and their defaults
     @property
@@ -272,7 +278,8 @@ class LRPExplainer(ExplainerAlgorithm):
                                        node_group=node_group, row_group=row_group, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
                 relevance, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
-                chunk_size=self.chunk_size, node_mask_type=self.explainer_config.node_mask_type,
+                chunk_size=self.chunk_size, max_memory=self.max_memory, prune=self.prune,
+                node_mask_type=self.explainer_config.node_mask_type,
                 edge_mask_type=self.explainer_config.edge_mask_type, **kwargs)
             if self.accounts == "total":  # the chunks' totals, summed
                 extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})

@@ -136,3 +136,34 @@ def test_max_memory_must_be_a_positive_int():
             subgraphs.explain_per_index(None, model, x, edge_index, target=None, index=index, num_hops=None,
                                         chunk_size=None, node_mask_type=None, edge_mask_type=None,
                                         max_memory=bad)
+
+
+@pytest.mark.parametrize("conv", ["gin", "gcn"])
+def test_the_explainer_passes_max_memory_and_prune_on(conv, monkeypatch):
+    """LRPExplainer(max_memory=, prune=) reach the subgraphs: a budget of one node's bytes gives one
+    target per chunk, prune=False keeps the border edges of a prunable model, and both give the
+    relevance of the defaults."""
+    model, x, edge_index, index = setup(conv)
+
+    def run(**kw):
+        calls = spy_on_union_graph(monkeypatch)
+        explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon", per_index=True, **kw),
+                              explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
+                              model_config=dict(mode="multiclass_classification", task_level="node",
+                                                return_type="raw"))
+        e = explainer(x, edge_index, index=index)
+        monkeypatch.undo()
+        return calls, (e.node_relevance_per_index.to_dense(), e.edge_relevance_per_index.to_dense())
+
+    default_calls, default = run()
+    tiny_calls, tiny = run(max_memory=1)
+    kept_calls, kept = run(prune=False)
+    assert len(default_calls) == 1 and len(tiny_calls) == len(index)  # one chunk / one target per chunk
+    assert all(keep for keep, _ in kept_calls)
+    assert [keep for keep, _ in default_calls] == [conv == "gcn"]
+    assert_same(default, tiny)
+    assert_same(default, kept)
+    with pytest.raises(ValueError, match="max_memory"):
+        LRPExplainer(per_index=True, max_memory=0)
+    with pytest.raises(ValueError, match="prune"):
+        LRPExplainer(per_index=True, prune="yes")
