@@ -692,10 +692,8 @@ for mode in ("gradient", "relevance"):
     with lrp_lib.teach.relevance(mode == "relevance"), counter:
         one_block(small)
     fresh[mode] = counter.calls
-    print(
-        f"{mode:9s} forward, new edges-by-features tensors: {len(counter.calls)}:",
-        ", ".join(counter.calls),
-    )
+    print(f"{mode} forward: {len(counter.calls)} new edges-by-features tensors, from")
+    print("   ", ", ".join(counter.calls))
 glue("fresh_gradient", str(len(fresh["gradient"])), display=False)
 glue("fresh_relevance", str(len(fresh["relevance"])), display=False)
 settings = graph_bench["settings"]
