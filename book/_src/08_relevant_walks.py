@@ -829,8 +829,10 @@ for walk, rw in zip(w.tolist(), r.tolist()):
 # per-walk time times the number of walks, dashed.
 
 # %%
+from IPython.display import Markdown, display  # noqa: E402
+
 walks_bench = load_results("walks", repository=globals().get("REPOSITORY"))
-print(machine_note(walks_bench))
+display(Markdown(machine_note(walks_bench)))
 rows = walks_bench["results"]["rows"]
 size_rows = [r for r in rows if r["sweep"] == "size"]
 display_rows = [dict(r, walks_k=f"{r['walks']:,}") for r in size_rows]
