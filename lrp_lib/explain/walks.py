@@ -65,7 +65,8 @@ Numerics: the gamma and epsilon rules divide by :math:`z'`; on random (untrained
 float32 this makes results differ between CPU and GPU by about :math:`10^{-4}` relative (float64:
 :math:`10^{-10}`), LRP-0 by float rounding only.  Compute stored results in float64.
 
-The models: those :class:`~lrp_lib.explain.explainer.LRPExplainer` explains, built from ``GCNConv``,
+The models: a subset of what :class:`~lrp_lib.explain.explainer.LRPExplainer` explains: those built
+from ``GCNConv``,
 ``GraphConv`` (aggr add or mean), ``GINConv`` (aggr add or mean) and ``SAGEConv`` (aggr add or
 mean, no project/normalize) with ``Linear``/``ReLU`` layers (PyG ``MLP`` without norms included)
 between them and in the head, and global add/mean/max pools, for graph- and node-level outputs.
