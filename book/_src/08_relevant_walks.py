@@ -35,7 +35,8 @@
 # %% tags=["hide-input"]
 import warnings
 
-warnings.filterwarnings("ignore")  # import-time notes of the libraries (tqdm, deprecations); nothing of ours
+# import-time notes of the libraries (tqdm, deprecations); nothing of ours
+warnings.filterwarnings("ignore")
 
 import copy
 import random
@@ -57,7 +58,13 @@ from torch_geometric.datasets.graph_generator import BAGraph
 from torch_geometric.datasets.motif_generator import CycleMotif, HouseMotif
 from torch_geometric.explain import Explainer
 from torch_geometric.loader import DataLoader
-from torch_geometric.nn import GCNConv, GINConv, GraphConv, global_add_pool, global_mean_pool
+from torch_geometric.nn import (
+    GCNConv,
+    GINConv,
+    GraphConv,
+    global_add_pool,
+    global_mean_pool,
+)
 from tqdm.auto import tqdm
 
 from lrp_lib.book.datasets import mutagenicity
@@ -68,8 +75,16 @@ from lrp_lib.book.plotting import BOOK_WIDTH, book_style, depict, draw_graph
 from lrp_lib.book.models import MutagenicityGCN
 from lrp_lib.book.pretrained import load_or_train
 from lrp_lib.book.results import load_results, machine_note, results_table
-from lrp_lib.explain.walks import (WalkModel, all_walks, gamma_schedule, greedy_subgraph, subgraph_relevance, top_walks,
-                            walk_relevance, walk_scores)
+from lrp_lib.explain.walks import (
+    WalkModel,
+    all_walks,
+    gamma_schedule,
+    greedy_subgraph,
+    subgraph_relevance,
+    top_walks,
+    walk_relevance,
+    walk_scores,
+)
 
 book_style()
 
@@ -147,17 +162,21 @@ seed_everything(0)
 # would be refused).
 
 # %%
-dataset = mutagenicity()  # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+# $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+dataset = mutagenicity()
 labels = dataset._data.y.tolist()
-train_idx, test_idx = train_test_split(list(range(len(dataset))), stratify=labels, test_size=0.25,
-                                       random_state=11)
+train_idx, test_idx = train_test_split(
+    list(range(len(dataset))), stratify=labels, test_size=0.25, random_state=11
+)
 train_set, test_set = dataset[train_idx], dataset[test_idx]
 print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
 
 def trained_in_chapter_5(model):
-    raise RuntimeError("the Mutagenicity GCN is trained in chapter 5: run 05_explaining_gnns with "
-                       "LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it")
+    raise RuntimeError(
+        "the Mutagenicity GCN is trained in chapter 5: run 05_explaining_gnns with "
+        "LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it"
+    )
 
 
 model = MutagenicityGCN(dataset.num_features, hidden=64)
@@ -170,6 +189,7 @@ print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
 # values do not depend on the CPU. The explained quantity is the **log-odds of "mutagen"**, minus
 # the logit: a positive walk relevance is evidence for "mutagen".
 
+
 # %%
 def has_group(graph, a="N", b="O"):
     """Does the graph have a marked edge between elements a and b?"""
@@ -181,8 +201,11 @@ def has_group(graph, a="N", b="O"):
 evaluation = [g for g in test_set if int(g.y) == MUTAGEN and bool(g.edge_gt.any())]
 with torch.no_grad():
     logits = [float(model(g.x, g.edge_index)) for g in evaluation]
-pick = [i for i, (g, z) in enumerate(zip(evaluation, logits))
-        if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22][0]
+pick = [
+    i
+    for i, (g, z) in enumerate(zip(evaluation, logits))
+    if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22
+][0]
 graph = evaluation[pick]
 model64 = copy.deepcopy(model).double().eval()
 x64, ei = graph.x.double(), graph.edge_index
@@ -191,8 +214,10 @@ names = [f"{e}{i}" for i, e in enumerate(elements)]
 n = graph.num_nodes
 with torch.no_grad():
     logodds = -float(model64(x64, ei))
-print(f"test mutagen #{pick}: {graph.num_nodes} atoms, {ei.shape[1] // 2} bonds, "
-      f"log-odds of 'mutagen' {logodds:.3f}")
+print(
+    f"test mutagen #{pick}: {graph.num_nodes} atoms, {ei.shape[1] // 2} bonds, "
+    f"log-odds of 'mutagen' {logodds:.3f}"
+)
 glue("mol_atoms", f"{graph.num_nodes}", display=False)
 
 # %% [markdown]
@@ -210,23 +235,37 @@ lrp_config = dict(mode="binary_classification", task_level="graph", return_type=
 
 
 def marginals(net):
-    """Walk relevance of every walk for 'mutagen', summed per start node and per edge (over layers),
-    beside LRPExplainer's node and edge relevance of the same prediction."""
+    """Walk relevance of every walk for 'mutagen', summed per start node and per edge
+    (over layers), beside LRPExplainer's node and edge relevance of the same
+    prediction."""
     walks = all_walks(WalkModel(net, x64, ei, rule="epsilon"))
-    rel = -walk_relevance(net, x64, ei, walks, rule="epsilon")  # relevance for "mutagen" = -logit's
-    node = torch.zeros(graph.num_nodes, dtype=torch.float64).index_add_(0, walks[:, 0], rel)
+    # relevance for "mutagen" = -logit's
+    rel = -walk_relevance(net, x64, ei, walks, rule="epsilon")
+    node = torch.zeros(graph.num_nodes, dtype=torch.float64).index_add_(
+        0, walks[:, 0], rel
+    )
     edge = torch.zeros(ei.shape[1], dtype=torch.float64)
     edge_id = {(a, b): e for e, (a, b) in enumerate(ei.t().tolist())}
     for t in range(1, walks.shape[1]):
-        step = walks[:, t - 1] != walks[:, t]  # the self-loop steps are not edges of the graph
-        ids = torch.tensor([edge_id[(a, b)] for a, b in walks[step][:, [t - 1, t]].tolist()])
+        # the self-loop steps are not edges of the graph
+        step = walks[:, t - 1] != walks[:, t]
+        ids = torch.tensor(
+            [edge_id[(a, b)] for a, b in walks[step][:, [t - 1, t]].tolist()]
+        )
         edge.index_add_(0, ids, rel[step])
-    lrp = Explainer(net, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                    node_mask_type="object", edge_mask_type="object", model_config=lrp_config)(x64, ei)
+    lrp = Explainer(
+        net,
+        algorithm=LRPExplainer(rule="epsilon"),
+        explanation_type="model",
+        node_mask_type="object",
+        edge_mask_type="object",
+        model_config=lrp_config,
+    )(x64, ei)
     return walks, rel, node, edge, lrp.node_relevance.sum(-1), lrp.edge_relevance
 
 
-TOL = 1e-4  # relative to the largest value: the epsilon stabilisers sit at slightly different places
+# relative to the largest value: the epsilon stabilisers sit at slightly different places
+TOL = 1e-4
 
 
 def agree(a, b):
@@ -241,14 +280,26 @@ with torch.no_grad():
             m.bias.zero_()
 _, _, node_bf, edge_bf, node_lrp_bf, edge_lrp_bf = marginals(bias_free)
 print(f"{walks.shape[0]} walks of length {walks.shape[1] - 1}")
-print(f"sum of walk relevance {float(rel.sum()):.4f} = sum of node relevance {float(node_lrp.sum()):.4f}; "
-      f"log-odds {logodds:.4f}")
+print(
+    f"sum of walk relevance {float(rel.sum()):.4f} = "
+    f"sum of node relevance {float(node_lrp.sum()):.4f}; "
+    f"log-odds {logodds:.4f}"
+)
 print(f"{'':38s} {'the model':>10s} {'its biases set to 0':>20s}")
-print(f"{'walks from j, summed == node relevance':38s} {str(agree(node_marginal, node_lrp)):>10s} "
-      f"{str(agree(node_bf, node_lrp_bf)):>20s}")
-print(f"{'walks via j->k, summed == edge relevance':38s} {str(agree(edge_marginal, edge_lrp)):>10s} "
-      f"{str(agree(edge_bf, edge_lrp_bf)):>20s}")
-print(f"edge relevance summed over edges: walks {float(edge_marginal.sum()):.3f}, LRPExplainer {float(edge_lrp.sum()):.3f}")
+print(
+    f"{'walks from j, summed == node relevance':38s} "
+    f"{str(agree(node_marginal, node_lrp)):>10s} "
+    f"{str(agree(node_bf, node_lrp_bf)):>20s}"
+)
+print(
+    f"{'walks via j->k, summed == edge relevance':38s} "
+    f"{str(agree(edge_marginal, edge_lrp)):>10s} "
+    f"{str(agree(edge_bf, edge_lrp_bf)):>20s}"
+)
+print(
+    f"edge relevance summed over edges: walks {float(edge_marginal.sum()):.3f}, "
+    f"LRPExplainer {float(edge_lrp.sum()):.3f}"
+)
 node_ok = agree(node_marginal, node_lrp) and agree(node_bf, node_lrp_bf)
 edge_ok_bf, edge_ok = agree(edge_bf, edge_lrp_bf), agree(edge_marginal, edge_lrp)
 glue("mol_walks", f"{walks.shape[0]:,}", display=False)
@@ -256,7 +307,9 @@ glue("tol", f"{TOL:g}", display=False)
 glue("mol_walk_sum", f"{float(rel.sum()):.3f}", display=False)
 glue("mol_logodds", f"{logodds:.3f}", display=False)
 glue("node_marginals_agree", "agree" if node_ok else "do not agree", display=False)
-glue("edge_marginals_bias_free", "agree" if edge_ok_bf else "do not agree", display=False)
+glue(
+    "edge_marginals_bias_free", "agree" if edge_ok_bf else "do not agree", display=False
+)
 glue("edge_marginals_model", "agree" if edge_ok else "differ", display=False)
 glue("edge_sum_walks", f"{float(edge_marginal.sum()):.3f}", display=False)
 glue("edge_sum_lrp", f"{float(edge_lrp.sum()):.3f}", display=False)
@@ -287,17 +340,37 @@ K = 10
 best, best_rel = top_walks(model64, x64, ei, K, rule="epsilon")
 best_rel = -best_rel
 exact = rel.abs().sort(descending=True).values[:K]
-print("top_walks == the largest |R| of all walks:", torch.allclose(best_rel.abs(), exact, rtol=1e-9))
+print(
+    "top_walks == the largest |R| of all walks:",
+    torch.allclose(best_rel.abs(), exact, rtol=1e-9),
+)
 share = float(best_rel.sum() / rel.sum())
 for w, r in zip(best.tolist(), best_rel.tolist()):
     print(f"{r:+.3f}  " + " -> ".join(names[j] for j in w))
-nitro_n = [i for i in range(n) if elements[i] == "N"
-           and sum(elements[int(d)] == "O" for s, d in ei.t().tolist() if s == i) >= 2]
-nitro = sorted({*nitro_n, *[int(d) for s, d in ei.t().tolist() if s in nitro_n and elements[int(d)] == "O"]})
+nitro_n = [
+    i
+    for i in range(n)
+    if elements[i] == "N"
+    and sum(elements[int(d)] == "O" for s, d in ei.t().tolist() if s == i) >= 2
+]
+nitro = sorted(
+    {
+        *nitro_n,
+        *[
+            int(d)
+            for s, d in ei.t().tolist()
+            if s in nitro_n and elements[int(d)] == "O"
+        ],
+    }
+)
 through = sum(any(j in nitro for j in w) for w in best.tolist())
 glue("k_walks", f"{K}", display=False)
 glue("top_through_nitro", f"{through}", display=False)
-glue("top_on_no", f"{sum(all(elements[j] in ('N', 'O') for j in w) for w in best.tolist())}", display=False)
+glue(
+    "top_on_no",
+    f"{sum(all(elements[j] in ('N', 'O') for j in w) for w in best.tolist())}",
+    display=False,
+)
 glue("top_share", f"{share:.2f}", display=False)
 
 # %% [markdown]
@@ -309,6 +382,7 @@ glue("top_share", f"{share:.2f}", display=False)
 # coloured by the walk's relevance (a ring marks a step that stays at its atom, through GCN's
 # self-loop). Below, from the list of all walks, the ten most relevant of those that start on a carbon
 # atom: how the skeleton's evidence reaches the output, and with which sign.
+
 
 # %% tags=["hide-input"]
 def draw_walks(mol, walks, relevance, ax, size=(640, 480), label="walk relevance"):
@@ -323,28 +397,60 @@ def draw_walks(mol, walks, relevance, ax, size=(640, 480), label="walk relevance
         bend = 0.12 + 0.05 * (rank % 4)
         for a, b in zip(walks[i][:-1], walks[i][1:]):
             if a == b:
-                ax.plot(*xy[a], "o", ms=7 + 2 * (rank % 4), mfc="none", mec=colour, mew=2)
+                ax.plot(
+                    *xy[a], "o", ms=7 + 2 * (rank % 4), mfc="none", mec=colour, mew=2
+                )
             else:
-                ax.add_patch(FancyArrowPatch(xy[a], xy[b], connectionstyle=f"arc3,rad={bend}",
-                                             arrowstyle="-|>", mutation_scale=14, lw=2.2, color=colour))
+                ax.add_patch(
+                    FancyArrowPatch(
+                        xy[a],
+                        xy[b],
+                        connectionstyle=f"arc3,rad={bend}",
+                        arrowstyle="-|>",
+                        mutation_scale=14,
+                        lw=2.2,
+                        color=colour,
+                    )
+                )
     bar = plt.colorbar(ScalarMappable(norm, cmap), ax=ax, fraction=0.04, pad=0.02)
     bar.set_label(label)
 
 
 mol = to_rdkit(graph)
 from_carbon = torch.tensor([elements[j] == "C" for j in walks[:, 0].tolist()])
-carbon_idx = from_carbon.nonzero().view(-1)[rel[from_carbon].abs().argsort(descending=True, stable=True)[:K]]
+carbon_idx = from_carbon.nonzero().view(-1)[
+    rel[from_carbon].abs().argsort(descending=True, stable=True)[:K]
+]
 fig, axes = plt.subplots(2, 1, figsize=(BOOK_WIDTH, 9.0))
-draw_walks(mol, best.tolist(), best_rel.numpy(), axes[0], label="walk relevance (LRP-ε, log-odds of 'mutagen')")
+draw_walks(
+    mol,
+    best.tolist(),
+    best_rel.numpy(),
+    axes[0],
+    label="walk relevance (LRP-ε, log-odds of 'mutagen')",
+)
 axes[0].set_title(f"the {K} most relevant walks of the GCN's four layers")
-draw_walks(mol, walks[carbon_idx].tolist(), rel[carbon_idx].numpy(), axes[1],
-           label="walk relevance (LRP-ε, log-odds of 'mutagen')")
+draw_walks(
+    mol,
+    walks[carbon_idx].tolist(),
+    rel[carbon_idx].numpy(),
+    axes[1],
+    label="walk relevance (LRP-ε, log-odds of 'mutagen')",
+)
 axes[1].set_title(f"the {K} most relevant walks that start on a carbon atom")
 fig.tight_layout()
 plt.show()
 glue("carbon_neg", f"{int((rel[carbon_idx] < 0).sum())}", display=False)
-glue("carbon_ratio", f"{float(best_rel.abs().max() / rel[carbon_idx].abs().max()):.0f}", display=False)
-glue("carbon_into_no", f"{sum(elements[w[-1]] in ('N', 'O') for w in walks[carbon_idx].tolist())}", display=False)
+glue(
+    "carbon_ratio",
+    f"{float(best_rel.abs().max() / rel[carbon_idx].abs().max()):.0f}",
+    display=False,
+)
+glue(
+    "carbon_into_no",
+    f"{sum(elements[w[-1]] in ('N', 'O') for w in walks[carbon_idx].tolist())}",
+    display=False,
+)
 
 # %% [markdown]
 # Of the ten strongest walks from a carbon atom, {glue:text}`carbon_neg` have negative relevance and
@@ -361,8 +467,12 @@ glue("carbon_into_no", f"{sum(elements[w[-1]] in ('N', 'O') for w in walks[carbo
 
 # %%
 ring = sorted({j for j in range(n) if elements[j] == "C"})
-sets = {"nitro group (N, O, O)": nitro, "carbon atoms": ring, "nitro group + carbons": sorted({*nitro, *ring}),
-        "all atoms": list(range(n))}
+sets = {
+    "nitro group (N, O, O)": nitro,
+    "carbon atoms": ring,
+    "nitro group + carbons": sorted({*nitro, *ring}),
+    "all atoms": list(range(n)),
+}
 print(f"{'node set S':24s} {'R_S':>8s}   by enumeration")
 values = {}
 for name, S in sets.items():
@@ -373,8 +483,16 @@ for name, S in sets.items():
 glue("r_nitro", f"{values['nitro group (N, O, O)']:.3f}", display=False)
 glue("r_carbons", f"{values['carbon atoms']:.3f}", display=False)
 glue("r_both", f"{values['nitro group + carbons']:.3f}", display=False)
-glue("r_joint_word", "more" if values["nitro group + carbons"] > values["nitro group (N, O, O)"] + values["carbon atoms"]
-     else "less", display=False)
+glue(
+    "r_joint_word",
+    (
+        "more"
+        if values["nitro group + carbons"]
+        > values["nitro group (N, O, O)"] + values["carbon atoms"]
+        else "less"
+    ),
+    display=False,
+)
 
 # %% [markdown]
 # The walks inside the nitro group carry {glue:text}`r_nitro`, those among the carbons
@@ -392,13 +510,18 @@ glue("r_joint_word", "more" if values["nitro group + carbons"] > values["nitro g
 # for the class. We generate it with PyG's generators (the ground-truth node and edge masks come with
 # them), 500 graphs per class, every node with the same ten features 0.1 as in the original.
 
+
 # %%
 def ba_2motifs(per_class=500, seed=0):
     torch.manual_seed(seed)
     graphs = []
     for label, motif in enumerate([HouseMotif(), CycleMotif(5)]):
-        part = ExplainerDataset(graph_generator=BAGraph(num_nodes=20, num_edges=1), motif_generator=motif,
-                                num_motifs=1, num_graphs=per_class)
+        part = ExplainerDataset(
+            graph_generator=BAGraph(num_nodes=20, num_edges=1),
+            motif_generator=motif,
+            num_motifs=1,
+            num_graphs=per_class,
+        )
         for g in part:
             g.x = torch.full((g.num_nodes, 10), 0.1)
             g.y = torch.tensor([label])
@@ -408,23 +531,35 @@ def ba_2motifs(per_class=500, seed=0):
 
 motifs = ba_2motifs()
 m_labels = [int(g.y) for g in motifs]
-m_train_idx, m_test_idx = train_test_split(list(range(len(motifs))), stratify=m_labels, test_size=0.2,
-                                           random_state=0)
+m_train_idx, m_test_idx = train_test_split(
+    list(range(len(motifs))), stratify=m_labels, test_size=0.2, random_state=0
+)
 m_train, m_test = [motifs[i] for i in m_train_idx], [motifs[i] for i in m_test_idx]
-print(f"{len(motifs)} graphs of {motifs[0].num_nodes} nodes; train {len(m_train)}, test {len(m_test)}; "
-      f"motif nodes per graph: {int(motifs[0].node_mask.sum())}")
+print(
+    f"{len(motifs)} graphs of {motifs[0].num_nodes} nodes; "
+    f"train {len(m_train)}, test {len(m_test)}; "
+    f"motif nodes per graph: {int(motifs[0].node_mask.sum())}"
+)
 
 # %% [markdown]
 # The model is a three-layer GIN {cite}`xu2019gin` with a sum pool, as Xiong et al. use for
 # BA-2Motifs {cite}`xiong2022sgnnlrp`.
+
 
 # %%
 class GIN(torch.nn.Module):
     def __init__(self, in_features=10, hidden=32, classes=2):
         super().__init__()
         self.convs = torch.nn.ModuleList(
-            GINConv(torch.nn.Sequential(torch.nn.Linear(i, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden)))
-            for i in (in_features, hidden, hidden))
+            GINConv(
+                torch.nn.Sequential(
+                    torch.nn.Linear(i, hidden),
+                    torch.nn.ReLU(),
+                    torch.nn.Linear(hidden, hidden),
+                )
+            )
+            for i in (in_features, hidden, hidden)
+        )
         self.head = torch.nn.Linear(hidden, classes)
 
     def forward(self, x, edge_index, batch=None):
@@ -438,13 +573,18 @@ def gin_accuracy(model, graphs):
     model.eval()
     with torch.no_grad():
         b = next(iter(DataLoader(graphs, batch_size=len(graphs))))
-        return float((model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean())
+        return float(
+            (model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean()
+        )
 
 
 def train_graph_classifier(model, train, test, lr, epochs):
-    """Adam on the cross-entropy of the class scores, batches of 64; the record load_or_train stores."""
+    """Adam on the cross-entropy of the class scores, batches of 64; the record
+    load_or_train stores."""
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    loader = DataLoader(train, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        train, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     for _ in tqdm(range(epochs), desc="training"):
         model.train()
         total = 0.0
@@ -455,7 +595,12 @@ def train_graph_classifier(model, train, test, lr, epochs):
             optimizer.step()
             total += float(loss.detach()) * b.num_graphs
     model.eval()
-    return {"metrics": {"last_epoch_train_loss": total / len(train), "test_accuracy": gin_accuracy(model, test)}}
+    return {
+        "metrics": {
+            "last_epoch_train_loss": total / len(train),
+            "test_accuracy": gin_accuracy(model, test),
+        }
+    }
 
 
 def train_gin(model):
@@ -479,9 +624,16 @@ print(f"stored test accuracy {gin_record['metrics']['test_accuracy']:.3f}")
 
 # %%
 gin64 = copy.deepcopy(gin).double().eval()
-lrp_gin = Explainer(gin64, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                    node_mask_type="object", edge_mask_type="object",
-                    model_config=dict(mode="multiclass_classification", task_level="graph", return_type="raw"))
+lrp_gin = Explainer(
+    gin64,
+    algorithm=LRPExplainer(rule="epsilon"),
+    explanation_type="model",
+    node_mask_type="object",
+    edge_mask_type="object",
+    model_config=dict(
+        mode="multiclass_classification", task_level="graph", return_type="raw"
+    ),
+)
 methods = ["node LRP (nodes)", "walks (nodes)", "edge LRP (edges)", "walks (edges)"]
 scores = {(m, c): [] for m in methods for c in (0, 1)}
 for g in m_test:
@@ -501,22 +653,39 @@ for g in m_test:
         for a, b in {(a, b) for a, b in zip(walk[:-1], walk[1:]) if a != b}:
             edge_w[ids[(a, b)]] += rw
     nodes_gt, edges_gt = g.node_mask.numpy(), g.edge_mask.numpy()
-    scores["node LRP (nodes)", cls].append(roc_auc_score(nodes_gt, e.node_relevance.sum(-1).numpy()))
+    scores["node LRP (nodes)", cls].append(
+        roc_auc_score(nodes_gt, e.node_relevance.sum(-1).numpy())
+    )
     scores["walks (nodes)", cls].append(roc_auc_score(nodes_gt, node_w.numpy()))
-    scores["edge LRP (edges)", cls].append(roc_auc_score(edges_gt, e.edge_relevance.numpy()))
+    scores["edge LRP (edges)", cls].append(
+        roc_auc_score(edges_gt, e.edge_relevance.numpy())
+    )
     scores["walks (edges)", cls].append(roc_auc_score(edges_gt, edge_w.numpy()))
 auc = {key: float(np.mean(v)) for key, v in scores.items()}
-print(f"correctly classified test graphs: {len(scores['walks (nodes)', 0])} houses, "
-      f"{len(scores['walks (nodes)', 1])} cycles")
-print(f"{'mean AUROC vs the motif':24s} {'house (class 0)':>16s} {'cycle (class 1)':>16s}")
+print(
+    f"correctly classified test graphs: {len(scores['walks (nodes)', 0])} houses, "
+    f"{len(scores['walks (nodes)', 1])} cycles"
+)
+print(
+    f"{'mean AUROC vs the motif':24s} {'house (class 0)':>16s} {'cycle (class 1)':>16s}"
+)
 for m in methods:
     print(f"{m:24s} {auc[m, 0]:16.3f} {auc[m, 1]:16.3f}")
-short = {"node LRP (nodes)": "node", "walks (nodes)": "walk_nodes", "edge LRP (edges)": "edge", "walks (edges)": "walk_edges"}
+short = {
+    "node LRP (nodes)": "node",
+    "walks (nodes)": "walk_nodes",
+    "edge LRP (edges)": "edge",
+    "walks (edges)": "walk_edges",
+}
 for (m, c), v in auc.items():
     glue(f"auc_{short[m]}_{c}", f"{v:.3f}", display=False)
 glue("house_min", f"{min(auc[m, 0] for m in methods):.3f}", display=False)
 glue("cycle_max", f"{max(auc[m, 1] for m in methods):.3f}", display=False)
-glue("walk_vs_node_house", "higher" if auc["walks (nodes)", 0] > auc["node LRP (nodes)", 0] else "lower", display=False)
+glue(
+    "walk_vs_node_house",
+    "higher" if auc["walks (nodes)", 0] > auc["node LRP (nodes)", 0] else "lower",
+    display=False,
+)
 
 # %% [markdown]
 # For the houses all four explanations point at the motif, with AUROCs well above one half (the
@@ -551,20 +720,30 @@ glue("walk_vs_node_house", "higher" if auc["walks (nodes)", 0] > auc["node LRP (
 #
 # We train a GIN of their form on the same graphs as above, with the feature 1 on every node.
 
+
 # %%
 class XiongGIN(torch.nn.Module):
-    """Xiong et al.'s GIN for BA-2Motifs: two GIN layers with a 2-layer MLP (20 units), a last GIN layer
-    mapping to the class scores, a sum over the nodes."""
+    """Xiong et al.'s GIN for BA-2Motifs: two GIN layers with a 2-layer MLP (20 units), a
+    last GIN layer mapping to the class scores, a sum over the nodes."""
 
     def __init__(self, in_features=1, hidden=20, classes=2):
         super().__init__()
 
         def mlp(d):
-            return torch.nn.Sequential(torch.nn.Linear(d, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
-                                       torch.nn.ReLU())
+            return torch.nn.Sequential(
+                torch.nn.Linear(d, hidden),
+                torch.nn.ReLU(),
+                torch.nn.Linear(hidden, hidden),
+                torch.nn.ReLU(),
+            )
 
-        self.convs = torch.nn.ModuleList([GINConv(mlp(in_features)), GINConv(mlp(hidden)),
-                                          GINConv(torch.nn.Linear(hidden, classes))])
+        self.convs = torch.nn.ModuleList(
+            [
+                GINConv(mlp(in_features)),
+                GINConv(mlp(hidden)),
+                GINConv(torch.nn.Linear(hidden, classes)),
+            ]
+        )
 
     def forward(self, x, edge_index, batch=None):
         for conv in self.convs:
@@ -574,7 +753,12 @@ class XiongGIN(torch.nn.Module):
 
 def with_ones(g):
     """The graph with Xiong et al.'s node feature: 1 on every node."""
-    return Data(x=torch.ones(g.num_nodes, 1), edge_index=g.edge_index, y=g.y, node_mask=g.node_mask)
+    return Data(
+        x=torch.ones(g.num_nodes, 1),
+        edge_index=g.edge_index,
+        y=g.y,
+        node_mask=g.node_mask,
+    )
 
 
 x_train, x_test = [with_ones(g) for g in m_train], [with_ones(g) for g in m_test]
@@ -582,7 +766,8 @@ x_train, x_test = [with_ones(g) for g in m_train], [with_ones(g) for g in m_test
 
 # %% tags=["train"]
 def train_xiong(model):
-    """Adam at lr 1e-3 for 100 epochs (Xiong et al.'s settings), cross-entropy on the two class scores."""
+    """Adam at lr 1e-3 for 100 epochs (Xiong et al.'s settings), cross-entropy on the
+    two class scores."""
     return train_graph_classifier(model, x_train, x_test, lr=1e-3, epochs=100)
 
 
@@ -601,12 +786,20 @@ xiong64 = copy.deepcopy(xiong).double().eval()
 schedule = gamma_schedule(3)
 print("rules per layer:", ", ".join(repr(r) for r in schedule))
 examples = {c: next(g for g in x_test if int(g.y) == c) for c in (0, 1)}
-greedy = {c: greedy_subgraph(xiong64, g.x.double(), g.edge_index, rule=schedule, target=c) for c, g in examples.items()}
+greedy = {
+    c: greedy_subgraph(xiong64, g.x.double(), g.edge_index, rule=schedule, target=c)
+    for c, g in examples.items()
+}
 for c, g in examples.items():
-    order, motif = greedy[c].order.tolist(), set(g.node_mask.nonzero().view(-1).tolist())
-    print(f"{['house', 'cycle'][c]} (motif nodes {sorted(motif)}): joins in the order "
-          + " ".join(f"{v}*" if v in motif else f"{v}" for v in order[:10]) + " ...; "
-          f"{len(motif & set(order[:5]))} of the first five in the motif")
+    order, motif = greedy[c].order.tolist(), set(
+        g.node_mask.nonzero().view(-1).tolist()
+    )
+    print(
+        f"{['house', 'cycle'][c]} (motif nodes {sorted(motif)}): joins in the order "
+        + " ".join(f"{v}*" if v in motif else f"{v}" for v in order[:10])
+        + " ...; "
+        f"{len(motif & set(order[:5]))} of the first five in the motif"
+    )
     glue(f"greedy_first5_{c}", f"{len(motif & set(order[:5]))}", display=False)
 
 # %% tags=["hide-input"]
@@ -616,17 +809,36 @@ for ax, (c, g) in zip(axes, examples.items()):
     step = torch.empty(g.num_nodes, dtype=torch.long)
     step[result.order] = torch.arange(1, g.num_nodes + 1)
     gain = torch.empty(g.num_nodes, dtype=torch.float64)
-    gain[result.order] = torch.diff(result.relevance, prepend=result.relevance.new_zeros(1))
+    gain[result.order] = torch.diff(
+        result.relevance, prepend=result.relevance.new_zeros(1)
+    )
     undirected = nx.Graph()
     undirected.add_nodes_from(range(g.num_nodes))
     undirected.add_edges_from(g.edge_index.t().tolist())
     layout = nx.kamada_kawai_layout(undirected)
-    draw_graph(g.edge_index, g.num_nodes, node_relevance=gain, labels={i: str(int(step[i])) for i in range(g.num_nodes)},
-               pos=layout, ax=ax, node_size=170, edge_width=1.0, label="R(S) gained when the node joins",
-               title=f"{['house', 'cycle'][c]} (class {c})")
+    draw_graph(
+        g.edge_index,
+        g.num_nodes,
+        node_relevance=gain,
+        labels={i: str(int(step[i])) for i in range(g.num_nodes)},
+        pos=layout,
+        ax=ax,
+        node_size=170,
+        edge_width=1.0,
+        label="R(S) gained when the node joins",
+        title=f"{['house', 'cycle'][c]} (class {c})",
+    )
     motif = g.node_mask.nonzero().view(-1).tolist()
-    nx.draw_networkx_nodes(undirected, layout, nodelist=motif, ax=ax, node_size=320, node_color="none",
-                           edgecolors="black", linewidths=2.0)
+    nx.draw_networkx_nodes(
+        undirected,
+        layout,
+        nodelist=motif,
+        ax=ax,
+        node_size=320,
+        node_color="none",
+        edgecolors="black",
+        linewidths=2.0,
+    )
 fig.tight_layout()
 plt.show()
 
@@ -639,27 +851,49 @@ plt.show()
 # same rules (`LRPExplainer(rule="gamma_sgnn")`, the signed `node_relevance` and its absolute value):
 
 # %%
-node_methods = ["greedy search", "greedy search, alpha 0.05", "top 25 walks", "node LRP (signed)", "node LRP |R|"]
-lrp_xiong = Explainer(xiong64, algorithm=LRPExplainer(rule="gamma_sgnn"), explanation_type="phenomenon",
-                      node_mask_type="object",
-                      model_config=dict(mode="multiclass_classification", task_level="graph", return_type="raw"))
+node_methods = [
+    "greedy search",
+    "greedy search, alpha 0.05",
+    "top 25 walks",
+    "node LRP (signed)",
+    "node LRP |R|",
+]
+lrp_xiong = Explainer(
+    xiong64,
+    algorithm=LRPExplainer(rule="gamma_sgnn"),
+    explanation_type="phenomenon",
+    node_mask_type="object",
+    model_config=dict(
+        mode="multiclass_classification", task_level="graph", return_type="raw"
+    ),
+)
 node_auc = {(m, c): [] for m in node_methods for c in (0, 1)}
 negative_nodes = 0
 for g in x_test:
     xg, c, truth = g.x.double(), int(g.y), g.node_mask.numpy()
-    first_order = lrp_xiong(xg, g.edge_index, target=torch.tensor([c])).node_relevance.view(-1)
+    first_order = lrp_xiong(
+        xg, g.edge_index, target=torch.tensor([c])
+    ).node_relevance.view(-1)
     scores_of = {
-        "greedy search": greedy_subgraph(xiong64, xg, g.edge_index, rule=schedule, target=c).scores,
-        "greedy search, alpha 0.05": greedy_subgraph(xiong64, xg, g.edge_index, rule=schedule, target=c,
-                                                     alpha=0.05).scores,
-        "top 25 walks": walk_scores(xiong64, xg, g.edge_index, 25, rule=schedule, target=c)[0],
+        "greedy search": greedy_subgraph(
+            xiong64, xg, g.edge_index, rule=schedule, target=c
+        ).scores,
+        "greedy search, alpha 0.05": greedy_subgraph(
+            xiong64, xg, g.edge_index, rule=schedule, target=c, alpha=0.05
+        ).scores,
+        "top 25 walks": walk_scores(
+            xiong64, xg, g.edge_index, 25, rule=schedule, target=c
+        )[0],
         "node LRP (signed)": first_order,
         "node LRP |R|": first_order.abs(),
     }
     for m, sc in scores_of.items():
         node_auc[m, c].append(roc_auc_score(truth, sc.numpy()))
     negative_nodes += int((first_order < 0).sum())
-print(f"{len(node_auc['greedy search', 0])} houses, {len(node_auc['greedy search', 1])} cycles")
+print(
+    f"{len(node_auc['greedy search', 0])} houses, "
+    f"{len(node_auc['greedy search', 1])} cycles"
+)
 print(f"{'node AUROC vs the motif':26s} {'house':>7s} {'cycle':>7s} {'all':>7s}")
 xiong_auc = {}
 for i, m in enumerate(node_methods):
@@ -670,13 +904,24 @@ for i, m in enumerate(node_methods):
     for key, value in (("house", house), ("cycle", cycle), ("all", both)):
         glue(f"xiong_{i}_{key}", f"{value:.3f}", display=False)
 ranked = sorted(node_methods, key=lambda m: -xiong_auc[m])
-print(f"nodes with negative first-order relevance: {negative_nodes} of {sum(g.num_nodes for g in x_test)}")
+print(
+    "nodes with negative first-order relevance: "
+    f"{negative_nodes} of {sum(g.num_nodes for g in x_test)}"
+)
 glue("xiong_best", ranked[0], display=False)
 same = f"{xiong_auc['node LRP (signed)']:.3f}" == f"{xiong_auc['node LRP |R|']:.3f}"
-glue("xiong_abs_note", f"{negative_nodes} of the {sum(g.num_nodes for g in x_test):,} nodes get negative relevance"
-     + (", too few to move the AUROC" if same else ""), display=False)
-glue("xiong_greedy_vs_lrp", "above" if xiong_auc["greedy search"] > xiong_auc["node LRP (signed)"] else "below",
-     display=False)
+glue(
+    "xiong_abs_note",
+    f"{negative_nodes} of the {sum(g.num_nodes for g in x_test):,} nodes "
+    "get negative relevance"
+    + (", too few to move the AUROC" if same else ""),
+    display=False,
+)
+glue(
+    "xiong_greedy_vs_lrp",
+    "above" if xiong_auc["greedy search"] > xiong_auc["node LRP (signed)"] else "below",
+    display=False,
+)
 
 # %% [markdown]
 # Averaged over both classes, the greedy search reaches {glue:text}`xiong_0_all` ({glue:text}`xiong_1_all`
@@ -731,23 +976,39 @@ def node_accuracy(model, graphs):
     model.eval()
     with torch.no_grad():
         b = next(iter(DataLoader(graphs, batch_size=len(graphs))))
-        return float(((model(b.x, b.edge_index, b.edge_weight) > 0).float() == b.y).float().mean())
+        return float(
+            ((model(b.x, b.edge_index, b.edge_weight) > 0).float() == b.y)
+            .float()
+            .mean()
+        )
 
 
 def train_infection(model, epochs=20):
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    loader = DataLoader(inf_train, batch_size=64, shuffle=True, generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        inf_train,
+        batch_size=64,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     for _ in tqdm(range(epochs), desc="training"):
         model.train()
         total, count = 0.0, 0
         for b in loader:
             optimizer.zero_grad()
-            loss = F.binary_cross_entropy_with_logits(model(b.x, b.edge_index, b.edge_weight), b.y)
+            loss = F.binary_cross_entropy_with_logits(
+                model(b.x, b.edge_index, b.edge_weight), b.y
+            )
             loss.backward()
             optimizer.step()
             total, count = total + float(loss) * b.num_nodes, count + b.num_nodes
     model.eval()
-    return {"metrics": {"last_epoch_train_loss": total / count, "test_accuracy": node_accuracy(model, inf_test)}}
+    return {
+        "metrics": {
+            "last_epoch_train_loss": total / count,
+            "test_accuracy": node_accuracy(model, inf_test),
+        }
+    }
 
 
 seed_everything(0)
@@ -765,9 +1026,16 @@ print(f"stored test accuracy (nodes) {inf_record['metrics']['test_accuracy']:.3f
 
 # %%
 inf64 = copy.deepcopy(inf_model).double().eval()
-lrp_inf = Explainer(inf64, algorithm=LRPExplainer(rule="epsilon"), explanation_type="model",
-                    node_mask_type="object", edge_mask_type="object",
-                    model_config=dict(mode="binary_classification", task_level="node", return_type="raw"))
+lrp_inf = Explainer(
+    inf64,
+    algorithm=LRPExplainer(rule="epsilon"),
+    explanation_type="model",
+    node_mask_type="object",
+    edge_mask_type="object",
+    model_config=dict(
+        mode="binary_classification", task_level="node", return_type="raw"
+    ),
+)
 inf_scores = {m: [] for m in methods}
 for g in inf_test[:100]:
     xg, wg = g.x.double(), g.edge_weight.double()
@@ -776,7 +1044,9 @@ for g in inf_test[:100]:
         true_nodes, true_edges = ground_truth(g, v)
         others = torch.arange(g.num_nodes) != v
         e = lrp_inf(xg, g.edge_index, index=v, edge_weight=wg)
-        w, r = top_walks(inf64, xg, g.edge_index, 10, rule="epsilon", index=v, edge_weight=wg)
+        w, r = top_walks(
+            inf64, xg, g.edge_index, 10, rule="epsilon", index=v, edge_weight=wg
+        )
         node_w = torch.zeros(g.num_nodes, dtype=torch.float64)
         edge_w = torch.zeros(g.edge_index.shape[1], dtype=torch.float64)
         for walk, rw in zip(w.tolist(), r.tolist()):
@@ -784,9 +1054,15 @@ for g in inf_test[:100]:
                 node_w[j] += rw
             for a, b in {(a, b) for a, b in zip(walk[:-1], walk[1:]) if a != b}:
                 edge_w[ids[(a, b)]] += rw
-        inf_scores["node LRP (nodes)"].append(roc_auc_score(true_nodes[others], e.node_relevance.sum(-1)[others]))
-        inf_scores["walks (nodes)"].append(roc_auc_score(true_nodes[others], node_w[others]))
-        inf_scores["edge LRP (edges)"].append(roc_auc_score(true_edges, e.edge_relevance))
+        inf_scores["node LRP (nodes)"].append(
+            roc_auc_score(true_nodes[others], e.node_relevance.sum(-1)[others])
+        )
+        inf_scores["walks (nodes)"].append(
+            roc_auc_score(true_nodes[others], node_w[others])
+        )
+        inf_scores["edge LRP (edges)"].append(
+            roc_auc_score(true_edges, e.edge_relevance)
+        )
         inf_scores["walks (edges)"].append(roc_auc_score(true_edges, edge_w))
 inf_auc = {m: float(np.mean(v)) for m, v in inf_scores.items()}
 print(f"{len(inf_scores['walks (nodes)'])} explained nodes")
@@ -806,10 +1082,23 @@ for m in methods:
 # %%
 g = inf_test[0]
 v = explained_nodes(g).tolist()[0]
-w, r = top_walks(inf64, g.x.double(), g.edge_index, 3, rule="epsilon", index=v, edge_weight=g.edge_weight.double())
-kind = ["S" if s else "I" if i else "·" for s, i in zip(g.sick.tolist(), g.immune.tolist())]
-print(f"node {v}: logit {float(inf64(g.x.double(), g.edge_index, g.edge_weight.double())[v]):.3f}; "
-      f"infected by {ground_truth(g, v)[0].nonzero().view(-1).tolist()}")
+w, r = top_walks(
+    inf64,
+    g.x.double(),
+    g.edge_index,
+    3,
+    rule="epsilon",
+    index=v,
+    edge_weight=g.edge_weight.double(),
+)
+kind = [
+    "S" if s else "I" if i else "·" for s, i in zip(g.sick.tolist(), g.immune.tolist())
+]
+print(
+    f"node {v}: "
+    f"logit {float(inf64(g.x.double(), g.edge_index, g.edge_weight.double())[v]):.3f}; "
+    f"infected by {ground_truth(g, v)[0].nonzero().view(-1).tolist()}"
+)
 for walk, rw in zip(w.tolist(), r.tolist()):
     print(f"{rw:+.3f}  " + " -> ".join(f"{j}({kind[j]})" for j in walk))
 
@@ -836,9 +1125,17 @@ display(Markdown(machine_note(walks_bench)))
 rows = walks_bench["results"]["rows"]
 size_rows = [r for r in rows if r["sweep"] == "size"]
 display_rows = [dict(r, walks_k=f"{r['walks']:,}") for r in size_rows]
-results_table(display_rows, [("nodes", "nodes", "{:,}"), ("walks", "walks_k"), ("top-10 walks (s)", "top_walks_s", "{:.3f}"),
-                             ("subgraph (s)", "subgraph_s", "{:.4f}"), ("naive per walk (s)", "naive_per_walk_s", "{:.4f}"),
-                             ("naive top-10, projected (s)", "naive_top_projected_s", "{:.3g}")])
+results_table(
+    display_rows,
+    [
+        ("nodes", "nodes", "{:,}"),
+        ("walks", "walks_k"),
+        ("top-10 walks (s)", "top_walks_s", "{:.3f}"),
+        ("subgraph (s)", "subgraph_s", "{:.4f}"),
+        ("naive per walk (s)", "naive_per_walk_s", "{:.4f}"),
+        ("naive top-10, projected (s)", "naive_top_projected_s", "{:.3g}"),
+    ],
+)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 3.0))
@@ -846,12 +1143,34 @@ ax = axes[0]
 nodes = [r["nodes"] for r in size_rows]
 ax.loglog(nodes, [r["top_walks_s"] for r in size_rows], "o-", label="top_walks (k=10)")
 ax.loglog(nodes, [r["subgraph_s"] for r in size_rows], "s-", label="subgraph_relevance")
-ax.loglog(nodes, [r["walk_relevance_1k_s"] for r in size_rows], "^-", label="walk_relevance, 1k walks")
-ax.loglog(nodes, [r["naive_top_projected_s"] for r in size_rows], "k--", label="naive top-10 (projected)")
+ax.loglog(
+    nodes,
+    [r["walk_relevance_1k_s"] for r in size_rows],
+    "^-",
+    label="walk_relevance, 1k walks",
+)
+ax.loglog(
+    nodes,
+    [r["naive_top_projected_s"] for r in size_rows],
+    "k--",
+    label="naive top-10 (projected)",
+)
 measured = [r for r in size_rows if r["naive_top_s"] is not None]
-ax.loglog([r["nodes"] for r in measured], [r["naive_top_s"] for r in measured], "kx", ms=8, label="naive top-10 (run)")
+ax.loglog(
+    [r["nodes"] for r in measured],
+    [r["naive_top_s"] for r in measured],
+    "kx",
+    ms=8,
+    label="naive top-10 (run)",
+)
 sub = [r for r in size_rows if r["naive_subgraph_s"] is not None]
-ax.loglog([r["nodes"] for r in sub], [r["naive_subgraph_s"] for r in sub], "d:", color="grey", label="naive subgraph")
+ax.loglog(
+    [r["nodes"] for r in sub],
+    [r["naive_subgraph_s"] for r in sub],
+    "d:",
+    color="grey",
+    label="naive subgraph",
+)
 ax.set_xlabel("nodes (3 GCN layers)")
 ax.set_ylabel("time (s)")
 ax.legend(fontsize=6.5)
@@ -859,9 +1178,16 @@ ax = axes[1]
 for n_ in sorted({r["nodes"] for r in rows if r["sweep"] == "depth"}):
     d = sorted([r for r in rows if r["nodes"] == n_], key=lambda r: r["layers"])
     Ls = [r["layers"] for r in d]
-    line, = ax.semilogy(Ls, [r["top_walks_s"] for r in d], "o-", label=f"top_walks, {n_:,} nodes")
-    ax.semilogy(Ls, [r["naive_top_projected_s"] for r in d], "--", color=line.get_color(),
-                label=f"naive top-10, {n_:,} nodes (proj.)")
+    (line,) = ax.semilogy(
+        Ls, [r["top_walks_s"] for r in d], "o-", label=f"top_walks, {n_:,} nodes"
+    )
+    ax.semilogy(
+        Ls,
+        [r["naive_top_projected_s"] for r in d],
+        "--",
+        color=line.get_color(),
+        label=f"naive top-10, {n_:,} nodes (proj.)",
+    )
 ax.set_xlabel("layers (depth)")
 ax.set_xticks(sorted({r["layers"] for r in rows}))
 ax.legend(fontsize=6.5)
@@ -871,10 +1197,18 @@ plt.show()
 # %%
 target = walks_bench["results"]
 t1000 = next(r for r in size_rows if r["nodes"] == 1000)
-slope = np.polyfit(np.log([r["nodes"] for r in size_rows[-3:]]), np.log([r["top_walks_s"] for r in size_rows[-3:]]), 1)[0]
-print(f"top-10 walks, 3-layer GCN, 1,000 nodes: {target['target_top_walks_s']:.2f} s "
-      f"({'under' if target['target_met'] else 'over'} the one-second target)")
-print(f"naive top-10 on the same graph: {t1000['naive_top_projected_s']:.0f} s (projected)")
+slope = np.polyfit(
+    np.log([r["nodes"] for r in size_rows[-3:]]),
+    np.log([r["top_walks_s"] for r in size_rows[-3:]]),
+    1,
+)[0]
+print(
+    f"top-10 walks, 3-layer GCN, 1,000 nodes: {target['target_top_walks_s']:.2f} s "
+    f"({'under' if target['target_met'] else 'over'} the one-second target)"
+)
+print(
+    f"naive top-10 on the same graph: {t1000['naive_top_projected_s']:.0f} s (projected)"
+)
 glue("t_target", f"{target['target_top_walks_s']:.2f}", display=False)
 glue("target_met", "under" if target["target_met"] else "over", display=False)
 glue("t_naive_1000", f"{t1000['naive_top_projected_s']:,.0f}", display=False)
@@ -883,13 +1217,32 @@ glue("top_slope", f"{slope:.1f}", display=False)
 glue("t_top_10k", f"{size_rows[-1]['top_walks_s']:.2f}", display=False)
 checked = [r for r in rows if r.get("top_walks_exact") is not None]
 glue("n_checked", f"{len(checked)}", display=False)
-glue("all_exact", "every one" if all(r["top_walks_exact"] for r in checked) else "not every one", display=False)
+glue(
+    "all_exact",
+    "every one" if all(r["top_walks_exact"] for r in checked) else "not every one",
+    display=False,
+)
 glue("max_sum_error", f"{max(r['sum_error'] for r in checked):.0e}", display=False)
-glue("max_naive_diff", f"{max(r['naive_vs_lib_max_rel_diff'] for r in rows):.0e}", display=False)
-glue("naive_run_max", f"{max(r['nodes'] for r in size_rows if r['naive_top_s'] is not None):,}", display=False)
+glue(
+    "max_naive_diff",
+    f"{max(r['naive_vs_lib_max_rel_diff'] for r in rows):.0e}",
+    display=False,
+)
+glue(
+    "naive_run_max",
+    f"{max(r['nodes'] for r in size_rows if r['naive_top_s'] is not None):,}",
+    display=False,
+)
 glue("t_sub_1000", f"{t1000['subgraph_s']:.3f}", display=False)
-glue("t_naive_sub_1000", f"{t1000['naive_subgraph_s']:.1f}" if t1000["naive_subgraph_s"] is not None else "more than the budget",
-     display=False)
+glue(
+    "t_naive_sub_1000",
+    (
+        f"{t1000['naive_subgraph_s']:.1f}"
+        if t1000["naive_subgraph_s"] is not None
+        else "more than the budget"
+    ),
+    display=False,
+)
 
 # %% [markdown]
 # On the 1,000-node graph, with {glue:text}`walks_1000` walks of length three, `top_walks` finds the
