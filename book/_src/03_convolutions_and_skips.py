@@ -17,7 +17,7 @@
 # - say what the gradient of a convolution with respect to its input is, and why the LRP rules for
 #   a convolution need nothing more;
 # - state the epsilon, gamma, alpha-beta and z+ rules and compute them with one VJP each, for any
-#   linear map (`lrp_lib.core.rules`);
+#   linear map (the rules in `lrp_lib.core.rules`, applied by `lrp_lib.teach.linear_maps`);
 # - explain why a plain `+` on a skip connection double counts relevance and fix it with `ops.add`;
 # - explain a residual CNN trained on handwritten digits and read the heatmaps of different rules;
 # - check an LRP implementation against Captum, knowing Captum's conventions.
@@ -635,7 +635,8 @@ glue("captum_rss", f"{captum['rss_ratio']:.2f}", display=False)
 # - A convolution, like a dense layer, is a sum of contributions $x \cdot w$; its input gradient is
 #   the VJP $J^\top v$, and every LRP rule here is $x \odot J^\top(R/z)$ for a suitable map and
 #   denominator: one VJP per rule (per part for alpha-beta), memory O(input + output).
-# - `lrp_lib.core.rules` gives the epsilon/z, gamma, alpha-beta and z+ rules for `linear`, `conv1d/2d/3d`,
+# - `lrp_lib.teach.linear_maps` applies the epsilon/z, gamma, alpha-beta and z+ rules of `lrp_lib.core.rules`
+#   to `linear`, `conv1d/2d/3d`,
 #   `avg_pool2d` and any linear map, with torch's argument conventions.
 # - A plain `+` on a skip connection gives the whole relevance to both paths and double counts it;
 #   `ops.add` splits it in proportion and conserves it. Residual networks need nothing else.

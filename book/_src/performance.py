@@ -406,7 +406,7 @@ g(
 # layers](02_graph_layers.ipynb), keeps far more: every proportional `ops.add` keeps both of its
 # terms and their sum.
 #
-# ## Convolutions and skip connections (`lrp_lib.core.rules`)
+# ## Convolutions and skip connections (`lrp_lib.teach.linear_maps`)
 #
 # `benchmarks/bench_conv.py` uses the residual CNN of the chapter [Convolutions and skip
 # connections](03_convolutions_and_skips.ipynb) (a 3x3 convolution to 24 channels, two residual blocks
