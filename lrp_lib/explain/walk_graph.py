@@ -1,0 +1,223 @@
+r"""The relevance graph of a model cut at its message-passing layers: the engine of the walks.
+
+The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.function_mode.RelevanceMode`
+(the same primitives and composite as :class:`~lrp_lib.explain.explainer.LRPExplainer`).  PyG's
+``MessagePassing`` hooks cut every ``propagate`` call :math:`t = 1..L`: a propagate pre-hook
+replaces the node-level arguments of the messages (``x``, or the pair ``(x_j, x_i)``: the
+arguments that ``message`` reads as ``*_j`` / ``*_i``) by new leaves :math:`I_t`, and a propagate
+forward hook replaces its output by a new leaf :math:`O_t`.  Each cut has a *time*: the rows of
+:math:`I_t` are the senders :math:`j_{t-1}` (time :math:`t-1`), those of :math:`O_t` the receivers
+:math:`j_t` (time :math:`t`); ``x`` has time 0 and the explained output time :math:`L+1`.
+
+The relevance backward of each piece between cuts is linear in the relevance it receives (the
+rule's denominators are fixed in the forward).  A walk :math:`(j_0, \dots, j_L)` -- more generally
+a row weight :math:`m_u` (N,) per time :math:`u` -- is then the nested backward in which relevance
+that goes from a cut of time :math:`s` to a cut of time :math:`s' < s` is multiplied, at its row
+:math:`r`, by :math:`\prod_{u=s'}^{s-1} m_u[r]`.  For a step between neighbouring times this is the
+walk's mask :math:`m_{s'}`; a route that skips times (a jumping-knowledge head reading an early
+layer, an input fed to a later layer) counts for the walks that *stay* at :math:`r` over the
+skipped times.  With every :math:`m_u = 1` this is the plain backward, so the walks' relevances sum
+to the relevance that reaches ``x`` (LRPExplainer's node relevance, summed), and grouped by start
+node they are LRPExplainer's node relevance.  Relevance that stays inside a time but moves between
+rows (a global operation between two layers, a virtual node) belongs to no walk; the walks'
+node marginals then fall short of LRPExplainer's by that amount.
+
+Batching: the backward of one cut runs for a batch of relevance tensors at once
+(``torch.autograd.grad(..., is_grads_batched=True)``).  During those backwards the mode's account
+of absorbed relevance is paused (it is read once, from the plain backward).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
+
+from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.primitives import Tally
+
+__all__ = ["WalkGraph", "Cut"]
+
+
+class _PausableTally(Tally):
+    """The mode's account of absorbed relevance, paused during the batched backwards (whose
+    amounts are per walk, not the explanation's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.paused = False
+
+    def absorb(self, label, amount):
+        if not self.paused:
+            super().absorb(label, amount)
+
+    def block(self, label, amount):
+        if not self.paused:
+            super().block(label, amount)
+
+
+def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
+    """torch.autograd.grad, batched over grad's first dimension if ``batched`` (vectorised where every
+    primitive's backward allows it, else one backward per row)."""
+    if not batched:
+        return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True)
+    try:
+        return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True,
+                                   is_grads_batched=True)
+    except RuntimeError as e:
+        if "atching rule" not in str(e) and "vmap" not in str(e):
+            raise
+    rows = [torch.autograd.grad(source, tensors, g, retain_graph=True, allow_unused=True) for g in grad]
+    return [None if parts[0] is None else torch.stack([p if p is not None else torch.zeros_like(parts[0])
+                                                         for p in parts]) for parts in zip(*rows)]
+
+
+@dataclass
+class Cut:
+    """One cut: ``leaf`` (the new input of what follows), ``source`` (the tensor it replaced, whose
+    backward leads to earlier cuts), its ``time`` and its ``layer`` (1-based propagate call)."""
+    leaf: Tensor
+    source: Tensor | None
+    time: int
+    layer: int
+    kind: str                     # "x", "input" (I_t), "output" (O_t), "attr" (edge_attr: no rows)
+
+
+@dataclass
+class WalkGraph:
+    """The recorded, cut relevance graph (see the module docstring)."""
+    mode: RelevanceMode
+    cuts: list = field(default_factory=list)
+    steps: list = field(default_factory=list)     # per layer: the (2, E_t) edge_index of its propagate
+    names: list = field(default_factory=list)     # per layer: the module's name
+    output: Tensor | None = None
+
+    @property
+    def depth(self) -> int:
+        return len(self.steps)
+
+    # ------------------------------------------------------------ recording
+    @classmethod
+    def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int) -> "WalkGraph":
+        """Run ``call()`` inside a RelevanceMode with the cuts; ``inputs``: name -> leaf to mark
+        (``"x"`` the node features, others edge features without rows)."""
+        mode = RelevanceMode(composite, model)
+        mode.tally = _PausableTally()
+        graph = cls(mode)
+        names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
+        handles, active = [], []
+
+        def pre(module, args):
+            edge_index, size, kwargs = args
+            if active:  # a propagate inside another one's message: part of that layer
+                active.append(None)
+                return None
+            node_args = {a[:-2] for a in module._user_args if a.endswith(("_i", "_j"))}
+            new, cut_any = dict(kwargs), False
+            layer = graph.depth + 1
+            for key in node_args & set(kwargs):
+                value = kwargs[key]
+                parts = value if isinstance(value, (tuple, list)) else (value,)
+                out = []
+                for p in parts:
+                    if isinstance(p, Tensor) and mode.is_marked(p):
+                        leaf = mode.mark(p.detach().requires_grad_(True))
+                        graph.cuts.append(Cut(leaf, p, layer - 1, layer, "input"))
+                        out.append(leaf)
+                        cut_any = True
+                    else:
+                        out.append(p)
+                new[key] = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
+            if not cut_any:
+                active.append(None)
+                return None
+            if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
+                raise UnsupportedModelError(
+                    f"walks need each message-passing layer to propagate along a (2, E) edge_index tensor, "
+                    f"but '{names.get(id(module), type(module).__name__)}' propagates along a "
+                    f"{type(edge_index).__name__} (a sparse adjacency has no per-edge messages): pass edge_index "
+                    f"as a (2, E) tensor")
+            active.append(module)
+            graph.steps.append(edge_index.detach().long())
+            graph.names.append(names.get(id(module), type(module).__name__))
+            return edge_index, size, new
+
+        def post(module, args, out):
+            owner = active.pop()
+            if owner is None or owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
+                return None
+            leaf = mode.mark(out.detach().requires_grad_(True))
+            graph.cuts.append(Cut(leaf, out, graph.depth, graph.depth, "output"))
+            return leaf
+
+        for m in model.modules():
+            if isinstance(m, MessagePassing):
+                handles.append(m.register_propagate_forward_pre_hook(pre))
+                handles.append(m.register_propagate_forward_hook(post))
+        try:
+            with torch.enable_grad(), mode:
+                for name, leaf in inputs.items():
+                    mode.mark(leaf)
+                    graph.cuts.append(Cut(leaf, None, 0, 0, "x" if name == "x" else "attr"))
+                out = call()
+        finally:
+            for h in handles:
+                h.remove()
+        graph.output = out
+        return graph
+
+    # ------------------------------------------------------------ the masked backward
+    def backward(self, start: Tensor, masks, batch: int | None, capture: int | None = None):
+        """The nested backward for ``batch`` row weightings at once.
+
+        ``start``: the relevance of the output (its shape).  ``masks``: a function ``u -> (B, N)``
+        row weight at time ``u`` (or None: 1).  Returns ``(rel, attr, captured)``: the relevance of
+        every cut of kind ``"x"`` and ``"attr"`` (name order of the inputs) as (B, *shape) tensors
+        (``batch=None``: one plain backward, no batch dimension, the mode's account running),
+        and, if ``capture = t``, what layer t's output sends back: ``{"input": (B, N) per sender row,
+        "attr": (B, E) per edge}`` (the relevance the layer's messages carry)."""
+        L = self.depth
+        cuts = self.cuts
+        state: dict[int, Tensor] = {}
+        captured = {}
+
+        def land(source: Tensor, grad: Tensor, s: int, leaves: list[int], retain=True):
+            nonlocal captured
+            tensors = [cuts[i].leaf for i in leaves]
+            self.mode.tally.paused = batch is not None
+            try:
+                grads = _grad(source, tensors, grad, batch is not None)
+            finally:
+                self.mode.tally.paused = False
+            for i, g in zip(leaves, grads):
+                if g is None:
+                    continue
+                c = cuts[i]
+                if c.kind != "attr" and c.time < s:
+                    w = None
+                    for u in range(c.time, s):
+                        m = masks(u)
+                        if m is not None:
+                            w = m if w is None else w * m
+                    if w is not None:
+                        g = g * w.view(*w.shape, *([1] * (g.dim() - 2))).to(g.dtype)
+                if capture is not None and s == capture and (c.kind == "attr" or
+                                                             (c.kind == "input" and c.layer == capture)):
+                    part = g.reshape(g.shape[0], g.shape[1], -1).sum(-1)
+                    captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
+                state[i] = g if i not in state else state[i] + g
+        order = list(range(len(cuts)))
+        grad0 = start if batch is None else start.expand(batch, *start.shape)
+        land(self.output, grad0, L + 1, order)
+        for i in reversed(order):
+            c = cuts[i]
+            if c.source is None or i not in state:
+                continue
+            land(c.source, state.pop(i), c.time, order[:i])
+        return [state.get(i) for i, c in enumerate(cuts) if c.source is None], captured
+
+    def check_depth(self):
+        if self.depth == 0:
+            raise ValueError("model: walks need at least one message-passing layer whose messages depend on x "
+                             "(a MessagePassing module called in model.forward)")

@@ -1,0 +1,150 @@
+r"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search,
+on :class:`~lrp_lib.explain.walks.WalkModel` (the product's relevance graph cut at its
+message-passing steps)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from lrp_lib.explain.walks import WalkModel, _check_alpha, all_walks
+
+__all__ = ["top_walks", "walk_scores", "greedy_subgraph", "GreedySubgraph"]
+
+
+def _check_k(k, beam):
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1 (the number of walks to return), got {k!r}")
+    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
+        raise ValueError(f"beam must be an int >= 1 (kept for compatibility; the search is exhaustive), got {beam!r}")
+
+
+def _check_bool(value, name: str):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+    """The k walks of largest |R| (R if ``signed``) of a recorded model: every walk scored in
+    batches of ``chunk``, the running top k kept."""
+    walks = all_walks(wm)
+    best_w, best_r = walks[:0], wm.x.new_zeros(0)
+    for part in walks.split(chunk):
+        rel = wm.walk_relevance(part)
+        cand_w, cand_r = torch.cat([best_w, part]), torch.cat([best_r, rel])
+        key = cand_r if signed else cand_r.abs()
+        order = key.argsort(descending=True, stable=True)[:k]
+        best_w, best_r = cand_w[order], cand_r[order]
+    return best_w, best_r
+
+
+def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
+              index: int | None = None, target: int | None = None, beam: int | None = None,
+              signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
+    r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly:
+    every walk is scored (batched masked backwards, 1,024 walks per backward) and the top ``k``
+    kept (ties broken by enumeration order).  The cost grows with the number of walks,
+    :math:`N (d+1)^L` for average degree :math:`d`.
+
+    Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
+    (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.
+    """
+    _check_k(k, beam)
+    _check_bool(signed, "signed")
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    return best_walks(wm, k, signed)
+
+
+def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
+                index: int | None = None, target: int | None = None, signed: bool = True,
+                beam: int | None = None, **model_kwargs) -> tuple[Tensor, Tensor]:
+    r"""Node and edge scores from the ``k`` most relevant walks (GNN-LRP, Schnake et al., TPAMI 2021).
+
+    With :math:`T` the top walks (:func:`top_walks` with ``signed``) and :math:`v_w = R_w`
+    (``signed=True``) or :math:`|R_w|`:
+
+    .. math::  \mathrm{node}_j = \sum_{w \in T} v_w \, \#\{t \in 0..L : j_t = j\}, \qquad
+               \mathrm{edge}_e = \sum_{w \in T} v_w \, \#\{t \in 1..L : (j_{t-1}, j_t) = (s_e, d_e)\} / m_e
+
+    (a node once per position it occupies; an edge of ``edge_index`` once per step along it, split
+    between its :math:`m_e` parallel copies; a self step goes to the edge :math:`(j, j)` if
+    ``edge_index`` has one, else to no edge).
+
+    Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype.
+    """
+    _check_k(k, beam)
+    _check_bool(signed, "signed")
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    walks, rel = best_walks(wm, k, signed)
+    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
+
+
+def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Node and edge scores of walks (W, L+1) each adding ``value`` (W,) (see :func:`walk_scores`)."""
+    length = walks.shape[1]
+    node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
+    edge_key = edge_index[0] * n + edge_index[1]
+    edge = value.new_zeros(edge_key.numel())
+    if edge_key.numel() == 0 or walks.numel() == 0:
+        return node, edge
+    uniq, inverse = torch.unique(edge_key, sorted=True, return_inverse=True)
+    copies = torch.bincount(inverse, minlength=uniq.numel()).to(value.dtype)
+    step_key = (walks[:, :-1] * n + walks[:, 1:]).reshape(-1)
+    step_value = value.repeat_interleave(length - 1)
+    pos = torch.searchsorted(uniq, step_key).clamp(max=uniq.numel() - 1)
+    found = uniq[pos] == step_key
+    per_key = value.new_zeros(uniq.numel()).index_add_(0, pos[found], step_value[found])
+    return node, (per_key / copies)[inverse]
+
+
+class GreedySubgraph(NamedTuple):
+    """What :func:`greedy_subgraph` returns."""
+    order: Tensor       #: (size,) LongTensor: the nodes in the order the search adds them
+    scores: Tensor      #: (N,) node scores for AUROC: N - i for the i-th added node (i from 0), 0 if never added
+    relevance: Tensor   #: (size,) the (alpha-)subgraph relevance of the first i + 1 nodes of ``order``
+
+
+def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int | None = None,
+                    rule="epsilon", *, alpha: float = 0.0, index: int | None = None,
+                    target: int | None = None, **model_kwargs) -> GreedySubgraph:
+    r"""sGNN-LRP's greedy subgraph search (Xiong et al., ICML 2022).
+
+    Start from :math:`S_0 = \emptyset`; step :math:`i` adds
+    :math:`v_i = \arg\max_{v \notin S_{i-1}} R_\alpha(S_{i-1} \cup \{v\})` (signed; ties, up to
+    16 ulp of the step's largest :math:`|R|`, to the smallest node id), until ``size`` nodes
+    (default all :math:`N`).  Node score :math:`N - i` for the :math:`i`-th added node (0 if
+    never added), as ``best_fo[fs] = nb_nodes - i`` in their code.  Each step is one batched
+    masked backward over its candidates (two with :math:`\alpha > 0`).
+
+    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)``.
+    """
+    alpha = _check_alpha(alpha)
+    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    return greedy(wm, size, alpha)
+
+
+def greedy(wm: WalkModel, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
+    """:func:`greedy_subgraph` on a recorded model."""
+    n, device = wm.num_nodes, wm.x.device
+    if size is None:
+        size = n
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= n:
+        raise ValueError(f"size must be an int in 1..{n} (how many of the graph's {n} nodes the search adds) "
+                         f"or None (all), got {size!r}")
+    chosen = torch.zeros(n, dtype=torch.bool, device=device)
+    order, rels = [], []
+    for _ in range(size):
+        cand = (~chosen).nonzero().view(-1)
+        masks = chosen.expand(cand.numel(), n).clone()
+        masks[torch.arange(cand.numel(), device=device), cand] = True
+        rel = wm.subgraph_relevance(masks, alpha)
+        tol = 16 * torch.finfo(rel.dtype).eps * float(rel.abs().max())
+        best = int((rel >= rel.max() - tol).nonzero()[0, 0])
+        chosen[cand[best]] = True
+        order.append(cand[best])
+        rels.append(rel[best])
+    order_t = torch.stack(order)
+    scores = torch.zeros(n, dtype=wm.x.dtype, device=device)
+    scores[order_t] = (n - torch.arange(size, device=device)).to(wm.x.dtype)
+    return GreedySubgraph(order_t, scores, torch.stack(rels).detach())
