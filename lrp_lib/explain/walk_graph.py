@@ -37,7 +37,7 @@ from torch_geometric.nn import MessagePassing
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.primitives import Tally
 
-__all__ = ["WalkGraph", "Cut"]
+__all__ = ["WalkGraph", "Cut", "Message"]
 
 
 class _PausableTally(Tally):
@@ -81,7 +81,19 @@ class Cut:
     source: Tensor | None
     time: int
     layer: int
-    kind: str                     # "x", "input" (I_t), "output" (O_t), "attr" (edge_attr: no rows)
+    kind: str                     # "x", "module" (a message-passing module's input), "input" (I_t),
+                                  # "output" (O_t), "attr" (edge_attr: no rows)
+
+
+@dataclass
+class Message:
+    """What one layer's ``message`` read from the cut (``args``: name -> (tensor (E, ...), cut index,
+    the edge_index row it was gathered along)) and returned (``out``), and how often it ran."""
+    args: dict = field(default_factory=dict)
+    cuts: dict = field(default_factory=dict)      # (propagate argument, part or None) -> cut index
+    out: Tensor | None = None
+    calls: int = 0
+    flow: str = "source_to_target"
 
 
 @dataclass
@@ -91,6 +103,7 @@ class WalkGraph:
     cuts: list = field(default_factory=list)
     steps: list = field(default_factory=list)     # per layer: the (2, E_t) edge_index of its propagate
     names: list = field(default_factory=list)     # per layer: the module's name
+    messages: list = field(default_factory=list)  # per layer: what its message read and returned (Message)
     output: Tensor | None = None
 
     @property
@@ -116,13 +129,15 @@ class WalkGraph:
             node_args = {a[:-2] for a in module._user_args if a.endswith(("_i", "_j"))}
             new, cut_any = dict(kwargs), False
             layer = graph.depth + 1
+            message = Message(flow=getattr(module, "flow", "source_to_target"))
             for key in node_args & set(kwargs):
                 value = kwargs[key]
                 parts = value if isinstance(value, (tuple, list)) else (value,)
                 out = []
-                for p in parts:
+                for part, p in enumerate(parts):
                     if isinstance(p, Tensor) and mode.is_marked(p):
                         leaf = mode.mark(p.detach().requires_grad_(True))
+                        message.cuts[(key, part if len(parts) > 1 else None)] = len(graph.cuts)
                         graph.cuts.append(Cut(leaf, p, layer - 1, layer, "input"))
                         out.append(leaf)
                         cut_any = True
@@ -139,6 +154,7 @@ class WalkGraph:
                     f"{type(edge_index).__name__} (a sparse adjacency has no per-edge messages): pass edge_index "
                     f"as a (2, E) tensor")
             active.append(module)
+            graph.messages.append(message)
             graph.steps.append(edge_index.detach().long())
             graph.names.append(names.get(id(module), type(module).__name__))
             return edge_index, size, new
@@ -151,10 +167,63 @@ class WalkGraph:
             graph.cuts.append(Cut(leaf, out, graph.depth, graph.depth, "output"))
             return leaf
 
+        def message_pre(module, args):
+            if not active or active[-1] is not module:
+                return None
+            msg = graph.messages[-1]
+            msg.calls += 1
+            j = 0 if msg.flow == "source_to_target" else 1
+            for name, value in args[0].items():
+                if not (isinstance(value, Tensor) and name.endswith(("_i", "_j"))):
+                    continue
+                side = j if name.endswith("_j") else 1 - j
+                cut = msg.cuts.get((name[:-2], None), msg.cuts.get((name[:-2], side)))
+                if isinstance(cut, int):
+                    msg.args[name] = (value, cut, side)
+            return None
+
+        def message_post(module, args, out):
+            if active and active[-1] is module:
+                graph.messages[-1].out = out
+            return None
+
+        outer = []  # the message-passing module being called (its own input cut: roots skip one step)
+
+        def module_pre(module, args, kwargs):
+            outer.append(module)
+            if len(outer) > 1:
+                return None
+            key = "x" if "x" in kwargs else (0 if args else None)
+            value = kwargs.get("x") if key == "x" else (args[0] if key == 0 else None)
+            parts = value if isinstance(value, (tuple, list)) else (value,)
+            out, cut_any = [], False
+            for p in parts:
+                if isinstance(p, Tensor) and mode.is_marked(p) and p.dim() >= 1 and p.shape[0] == num_nodes:
+                    leaf = mode.mark(p.detach().requires_grad_(True))
+                    graph.cuts.append(Cut(leaf, p, graph.depth, graph.depth + 1, "module"))
+                    out.append(leaf)
+                    cut_any = True
+                else:
+                    out.append(p)
+            if not cut_any:
+                return None
+            new = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
+            if key == "x":
+                return args, dict(kwargs, x=new)
+            return (new, *args[1:]), kwargs
+
+        def module_post(module, args, out):
+            outer.pop()
+            return None
+
         for m in model.modules():
             if isinstance(m, MessagePassing):
+                handles.append(m.register_forward_pre_hook(module_pre, with_kwargs=True))
+                handles.append(m.register_forward_hook(module_post))
                 handles.append(m.register_propagate_forward_pre_hook(pre))
                 handles.append(m.register_propagate_forward_hook(post))
+                handles.append(m.register_message_forward_pre_hook(message_pre))
+                handles.append(m.register_message_forward_hook(message_post))
         try:
             with torch.enable_grad(), mode:
                 for name, leaf in inputs.items():
@@ -216,6 +285,15 @@ class WalkGraph:
                 continue
             land(c.source, state.pop(i), c.time, order[:i])
         return [state.get(i) for i, c in enumerate(cuts) if c.source is None], captured
+
+    def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):
+        """One backward of ``source`` (batched over grad's first dimension if ``batched``) with the
+        mode's account paused: a probe, not the explanation."""
+        self.mode.tally.paused = True
+        try:
+            return _grad(source, tensors, grad, batched)
+        finally:
+            self.mode.tally.paused = False
 
     def check_depth(self):
         if self.depth == 0:

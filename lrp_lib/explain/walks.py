@@ -56,6 +56,7 @@ from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
 from lrp_lib.explain.targets import start_relevance
+from lrp_lib.explain.walk_algebra import NotDecomposable, WalkAlgebra
 from lrp_lib.explain.walk_graph import WalkGraph
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "walk_scores",
@@ -182,6 +183,10 @@ class WalkModel:
                                     (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
         self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
         self.total = float(self._node.sum())
+        try:
+            self.algebra, self.slow_reason = WalkAlgebra(self), None
+        except NotDecomposable as e:
+            self.algebra, self.slow_reason = None, str(e)
 
     @property
     def depth(self) -> int:
@@ -198,6 +203,9 @@ class WalkModel:
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """As :func:`walk_relevance`, on this recorded forward pass."""
         walks = _check_walks(walks, self)
+        if self.algebra is not None:
+            return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach() \
+                if walks.numel() else self.x.new_zeros(0)
         out = []
         for chunk in walks.split(_CHUNK):
             hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) for u in range(self.depth + 1)]
@@ -211,6 +219,8 @@ class WalkModel:
         w = weight.to(self.x.dtype).to(self.x.device)
         if w.dim() == 1:
             return self.weighted_relevance(w.unsqueeze(0))[0]
+        if self.algebra is not None:
+            return self.algebra.weighted(w).detach()
         out = []
         for chunk in w.split(_CHUNK):
             rel, _ = self._run(lambda u: chunk, chunk.shape[0])

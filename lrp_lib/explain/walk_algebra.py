@@ -1,0 +1,304 @@
+r"""The walks' backward as small tensor algebra: per-node matrices and per-edge coefficients.
+
+:class:`~lrp_lib.explain.walk_graph.WalkGraph` records the model cut at its ``propagate`` calls; its
+backward is linear.  Between two ``propagate`` calls everything acts row by row (linear maps,
+activations, norms in eval mode, a root weight), so it is a matrix per node; inside a ``propagate``
+call the message of edge :math:`e: j \to k` is, under the rule, an elementwise share of the
+aggregation (the attention held constant as the rule holds it).  So (module docstring of
+:mod:`lrp_lib.explain.walks` for the notation): the relevance arriving at time :math:`t` at row
+:math:`k` is a vector :math:`a_t[k]` over the cuts of time :math:`t`, and a step :math:`j \to k`
+maps it to time :math:`t-1` at row :math:`j` by
+
+.. math::  a_{t-1}[j] = \sum_c G_c[j \to k] \odot (E_t[k]\, a_t[k]) + [j = k]\, S_t[k]\, a_t[k]
+
+with :math:`E_t[k]` (node matrix: from the arrivals to the ``propagate`` output), :math:`G_c` (per
+step, per feature: the message's and the aggregation's shares, summed over parallel edges; the
+``x_i`` reads of all edges into :math:`k` on the self step) and :math:`S_t[k]` (the node-wise routes
+that skip the ``propagate``: root weights, residuals).  A walk's relevance is
+:math:`\pi_0[j_0] \cdot a_0[j_0]` with :math:`\pi_0` the relevance that reaches ``x`` per unit
+arrival.  The node matrices come from one batched backward per time (one probe per feature of the
+arrivals, at all nodes at once), the coefficients from two backwards per ``propagate``.
+
+The decomposition is checked, not assumed: :class:`WalkAlgebra` raises :class:`NotDecomposable`
+(and the walks fall back to masked backwards of the whole graph) where a message is not elementwise
+in what it reads, an aggregation is not a per-feature share, a route skips more than one
+``propagate`` (jumping knowledge), or the algebra's weighted backward differs from the recorded
+graph's on random node weights.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["WalkAlgebra", "NotDecomposable"]
+
+
+class NotDecomposable(Exception):
+    """The recorded graph is not per-node matrices and per-edge elementwise shares (the reason)."""
+
+
+def _flat(t: Tensor, rows: int) -> Tensor:
+    return t.reshape(rows, -1)
+
+
+def _close(a: Tensor, b: Tensor, scale: float) -> bool:
+    tol = float(torch.finfo(a.dtype).eps) ** 0.5 * max(scale, float(b.abs().max()) if b.numel() else 0.0, 1e-30)
+    return bool(((a - b).abs() <= tol).all())
+
+
+class WalkAlgebra:
+    """The tables of the walks' backward (module docstring), built from a recorded WalkModel."""
+
+    def __init__(self, wm):
+        g, n, L = wm.graph, wm.num_nodes, wm.graph.depth
+        self.n, self.depth = n, L
+        cuts = g.cuts
+        leaves = [c.leaf for c in cuts]
+        for c in cuts:
+            if c.kind != "attr" and (c.leaf.dim() == 0 or c.leaf.shape[0] != n):
+                raise NotDecomposable("a cut tensor has no row per node")
+        grads = g.grad(g.output, leaves, wm.start, False)
+        arrive, pre = {}, {}
+        for i, gr in enumerate(grads):
+            if gr is None or cuts[i].kind == "attr":
+                continue
+            if cuts[i].time == L - 1 and L > 0:  # the last layer's root: a self step at step L
+                pre[i] = _flat(gr.detach(), n).unsqueeze(0)
+            elif cuts[i].time != L:
+                if bool((gr != 0).any()):
+                    raise NotDecomposable("the output reads a layer two or more propagate calls back "
+                                          "(jumping knowledge)")
+                continue
+            else:
+                arrive[i] = _flat(gr.detach(), n)
+        slots = sorted(arrive)
+        self.slots = {L: slots}
+        if not slots:
+            raise NotDecomposable("the output does not reach the last layer")
+        # a column of ones carries what the output sends past the last propagate (through S_L)
+        self.a_out = torch.cat([arrive[i] for i in slots] + ([grads[slots[0]].new_ones(n, 1)] if pre else []), 1)
+        self.E, self.S, self.G, self.pairs = {}, {}, {}, {}
+        for t in range(L, -1, -1):
+            exit_, skip = self._time(g, t, self.slots[t])
+            if t == L and pre:
+                exit_ = torch.cat([exit_, exit_.new_zeros(1, *exit_.shape[1:])])
+                for i, part in pre.items():
+                    own = skip.get(i, part.new_zeros(exit_.shape[0] - 1, n, part.shape[2]))
+                    skip[i] = torch.cat([own, part])
+            if t == 0:
+                self.pi0 = exit_.sum(2).t().contiguous()                           # (N, B_0)
+                break
+            self.E[t] = exit_.permute(1, 2, 0).contiguous()                         # (N, d_O, B_t)
+            msg_slots, self.G[t], self.pairs[t] = self._messages(g, wm, t)
+            prev = sorted(set(msg_slots) | set(skip))
+            self.slots[t - 1] = prev
+            dims = {i: _flat(cuts[i].leaf, n).shape[1] for i in prev}
+            offs, o = {}, 0
+            for i in prev:
+                offs[i], o = o, o + dims[i]
+            self.G[t] = [(offs[i], G) for i, G in self.G[t]]
+            if skip:
+                S = exit_.new_zeros(n, o, exit_.shape[0])
+                for i, part in skip.items():
+                    S[:, offs[i]:offs[i] + dims[i]] = part.permute(1, 2, 0)
+                self.S[t] = S
+            else:
+                self.S[t] = None
+        self._check(wm)
+
+    # ---------------------------------------------------------------- building
+    def _time(self, g, t: int, slots: list):
+        """Probe the node-wise part of time t: returns (exit (B, N, d), {cut: (B, N, d) skip})."""
+        n, cuts = self.n, g.cuts
+        dims = [_flat(cuts[i].leaf, n).shape[1] for i in slots]
+        B = sum(dims)
+        state, o = {}, 0
+        for i, d in zip(slots, dims):
+            probe = cuts[i].leaf.new_zeros(B, n, d)
+            probe[torch.arange(o, o + d), :, torch.arange(d)] = 1
+            state[i] = probe
+            o += d
+        exit_kind = "x" if t == 0 else "output"
+        exit_, skip = None, {}
+        order = [i for i, c in enumerate(cuts) if c.time == t and c.kind != "attr"]
+        for i in reversed(order):
+            c = cuts[i]
+            if c.kind == exit_kind:
+                if exit_ is None:
+                    exit_ = state.pop(i, None)
+                    continue
+                raise NotDecomposable(f"two propagate outputs at step {t}")
+            if i not in state or c.source is None:
+                continue
+            grad = state.pop(i).reshape(B, *c.leaf.shape)
+            got = g.grad(c.source, [cuts[m].leaf for m in range(i)], grad, True)
+            for m, gr in enumerate(got):
+                cm = cuts[m]
+                if gr is None or cm.kind == "attr":
+                    continue
+                gr = gr.detach().reshape(B, n, -1)
+                if cm.time == t:
+                    state[m] = gr if m not in state else state[m] + gr
+                elif cm.time == t - 1:
+                    skip[m] = gr if m not in skip else skip[m] + gr
+                elif bool((gr != 0).any()):
+                    raise NotDecomposable("a route skips more than one propagate (jumping knowledge, a long residual)")
+        if exit_ is None:
+            ref = cuts[0].leaf if t == 0 else next(c.leaf for c in cuts if c.kind == "output" and c.layer == t)
+            exit_ = ref.new_zeros(B, n, _flat(ref, n).shape[1])
+        return exit_, skip
+
+    def _messages(self, g, wm, t: int):
+        """Per-feature shares of layer t's propagate: ([cut], [(cut, G (P, d))], (src, dst, ptr, self))."""
+        n = self.n
+        msg = g.messages[t - 1]
+        if msg.calls != 1 or not isinstance(msg.out, Tensor) or msg.flow != "source_to_target":
+            raise NotDecomposable(f"layer {t}'s message is not one call along source_to_target")
+        out_cut = next((c for c in g.cuts if c.kind == "output" and c.layer == t), None)
+        if out_cut is None:
+            raise NotDecomposable(f"layer {t}'s propagate output is not cut")
+        edges = g.steps[t - 1]
+        E = edges.shape[1]
+        M, O = msg.out, out_cut.source
+        if M.dim() == 0 or M.shape[0] != E:
+            raise NotDecomposable(f"layer {t}'s message has no row per edge")
+        d = _flat(O, n).shape[1]
+        if _flat(M, E).shape[1] != d:
+            raise NotDecomposable(f"layer {t}'s aggregation changes the feature size")
+        dst = edges[1]
+        (A,) = g.grad(O, [M], torch.ones_like(O), False)
+        A = torch.zeros(E, d, dtype=O.dtype, device=O.device) if A is None else _flat(A.detach(), E)
+        r = torch.rand_like(O)
+        (Ar,) = g.grad(O, [M], r, False)
+        if Ar is not None and not _close(_flat(Ar.detach(), E), A * _flat(r, n)[dst], float(A.abs().max())):
+            raise NotDecomposable(f"layer {t}'s aggregation is not a per-feature share of the messages")
+        args = [(name, v) for name, v in msg.args.items() if isinstance(name, str)]
+        tensors = [v[0] for _, v in args]
+        ones = g.grad(M, tensors, torch.ones_like(M), False)
+        r = torch.rand_like(M)
+        rand = g.grad(M, tensors, r, False)
+        pairs = wm.steps[t - 1]
+        src_p, dst_p = pairs[0], pairs[1]
+        P = src_p.numel()
+        keys = dst_p * n + src_p
+        pair_of_edge = torch.searchsorted(keys, dst * n + edges[0])
+        self_p = src_p == dst_p
+        per_cut: dict = {}
+        for (name, (tensor, cut, side)), D, Dr in zip(args, ones, rand):
+            if D is None:
+                continue
+            D, Dr = _flat(D.detach(), E), _flat(Dr.detach(), E)
+            if D.shape[1] != d or not _close(Dr, D * _flat(r, E), float(D.abs().max())):
+                raise NotDecomposable(f"layer {t}'s message is not elementwise in {name}")
+            C = D * A
+            G = per_cut.setdefault(cut, C.new_zeros(P, d))
+            if side == 0:   # x_j: the step j -> k
+                G.index_add_(0, pair_of_edge, C)
+            else:           # x_i: the receiver's own row, on the self step k -> k
+                on_k = C.new_zeros(n, d).index_add_(0, dst, C)
+                G[self_p] += on_k[dst_p[self_p]]
+        counts = torch.bincount(dst_p, minlength=n)
+        ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        return list(per_cut), list(per_cut.items()), (src_p, dst_p, ptr, self_p)
+
+    def _check(self, wm):
+        """The algebra's weighted backward equals the recorded graph's on node weights 1 and random."""
+        w = torch.cat([torch.ones(1, self.n), torch.rand(2, self.n)]).to(wm.x)
+        fast = self.weighted(w)
+        (rel, *_), _ = wm.graph.backward(wm.start, lambda u: w, 3)
+        slow = rel.detach().reshape(3, -1).sum(1) if rel is not None else w.new_zeros(3)
+        scale = float(rel.detach().abs().reshape(3, -1).sum(1).max()) if rel is not None else 0.0
+        if not _close(fast, slow, scale):
+            raise NotDecomposable("the per-node matrices and per-edge shares do not reproduce the backward "
+                                  "(a layer mixes nodes between propagate calls)")
+
+    # ---------------------------------------------------------------- algebra
+    def back(self, t: int, k: Tensor, a: Tensor) -> tuple[Tensor, Tensor | None]:
+        """(v, s) for states a (W, B_t) at rows k: v = E_t[k] a (W, d), s = S_t[k] a or None."""
+        E, S = self.E[t], self.S[t]
+        v = torch.cat([torch.einsum("wob,wb->wo", E[kk], aa) for kk, aa in zip(k.split(512), a.split(512))]) \
+            if k.numel() else a.new_zeros(0, E.shape[1])
+        s = None
+        if S is not None:
+            s = torch.cat([torch.einsum("wob,wb->wo", S[kk], aa) for kk, aa in zip(k.split(512), a.split(512))]) \
+                if k.numel() else a.new_zeros(0, S.shape[1])
+        return v, s
+
+    def child(self, t: int, p: Tensor, v: Tensor, s: Tensor | None) -> Tensor:
+        """The state at time t-1 of steps p (pair ids) from v, s (rows aligned with p)."""
+        width = self.pi_width(t - 1)
+        out = v.new_zeros(p.numel(), width)
+        for o, G in self.G[t]:
+            out[:, o:o + G.shape[1]] = G[p] * v
+        if s is not None:
+            own = self.pairs[t][3][p]
+            out[own] += s[own]
+        return out
+
+    def pi_width(self, t: int) -> int:
+        return self.pi0.shape[1] if t == 0 else (self.E[t].shape[2])
+
+    def find(self, t: int, j: Tensor, k: Tensor) -> Tensor:
+        src, dst = self.pairs[t][0], self.pairs[t][1]
+        keys = dst * self.n + src
+        q = k * self.n + j
+        return torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
+
+    def walk_relevance(self, walks: Tensor) -> Tensor:
+        """Relevance of valid walks (W, L+1)."""
+        a = self.a_out[walks[:, -1]]
+        for t in range(self.depth, 0, -1):
+            v, s = self.back(t, walks[:, t], a)
+            a = self.child(t, self.find(t, walks[:, t - 1], walks[:, t]), v, s)
+        return (self.pi0[walks[:, 0]] * a).sum(-1)
+
+    def weighted(self, w: Tensor) -> Tensor:
+        r""":math:`\sum_w \prod_t w[j_t] R_w` for node weights w (M, N), chunked over M."""
+        out = []
+        P = max(int(self.pairs[t][0].numel()) for t in self.pairs)
+        width = max(int(self.E[t].shape[1]) for t in self.E)
+        chunk = max(1, int(2e7 // max(P * width, 1)))
+        for part in w.split(chunk):
+            a = self.a_out.unsqueeze(0) * part.unsqueeze(-1)
+            for t in range(self.depth, 0, -1):
+                v = torch.einsum("mnb,nob->mno", a, self.E[t])
+                src, dst, _, _ = self.pairs[t]
+                nxt = a.new_zeros(a.shape[0], self.n, self.pi_width(t - 1))
+                for o, G in self.G[t]:
+                    nxt[..., o:o + G.shape[1]].index_add_(1, src, G.unsqueeze(0) * v[:, dst])
+                if self.S[t] is not None:
+                    nxt += torch.einsum("mnb,nab->mna", a, self.S[t])
+                a = nxt * part.unsqueeze(-1)
+            out.append((a * self.pi0).sum((1, 2)))
+        return torch.cat(out)
+
+    def bounds(self) -> list:
+        """Per time t a box (lo, hi), each (N, B_t), of every prefix vector pi with R = pi . a_t[k]
+        (interval arithmetic from pi_0, the union over the steps into k)."""
+        lo = hi = self.pi0
+        out = [(lo, hi)]
+        for t in range(1, self.depth + 1):
+            src, dst, _, own = self.pairs[t]
+            E = self.E[t]
+            d = E.shape[1]
+            y_lo = y_hi = lo.new_zeros(src.numel(), d)
+            for o, G in self.G[t]:
+                a, b = lo[src, o:o + d] * G, hi[src, o:o + d] * G
+                y_lo, y_hi = y_lo + torch.minimum(a, b), y_hi + torch.maximum(a, b)
+            k_lo = y_lo.new_zeros(self.n, d).index_reduce_(0, dst, y_lo, "amin", include_self=False)
+            k_hi = y_hi.new_zeros(self.n, d).index_reduce_(0, dst, y_hi, "amax", include_self=False)
+            n_lo, n_hi = _interval(k_lo, k_hi, E)
+            if self.S[t] is not None:
+                s_lo, s_hi = _interval(lo, hi, self.S[t])
+                n_lo, n_hi = n_lo + s_lo.clamp(max=0), n_hi + s_hi.clamp(min=0)
+            lo, hi = n_lo, n_hi
+            out.append((lo, hi))
+        return out
+
+
+def _interval(lo: Tensor, hi: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
+    """Box of m[n]^T y for y in [lo[n], hi[n]] (m: (N, A, B), lo/hi: (N, A))."""
+    mp, mn = m.clamp(min=0), m.clamp(max=0)
+    eq = "na,nab->nb"
+    return (torch.einsum(eq, lo, mp) + torch.einsum(eq, hi, mn),
+            torch.einsum(eq, hi, mp) + torch.einsum(eq, lo, mn))
