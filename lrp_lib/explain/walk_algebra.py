@@ -285,8 +285,9 @@ class WalkAlgebra:
             for o, G in self.G[t]:
                 a, b = lo[src, o:o + d] * G, hi[src, o:o + d] * G
                 y_lo, y_hi = y_lo + torch.minimum(a, b), y_hi + torch.maximum(a, b)
-            k_lo = y_lo.new_zeros(self.n, d).index_reduce_(0, dst, y_lo, "amin", include_self=False)
-            k_hi = y_hi.new_zeros(self.n, d).index_reduce_(0, dst, y_hi, "amax", include_self=False)
+            at = dst.unsqueeze(-1).expand(-1, d)
+            k_lo = y_lo.new_zeros(self.n, d).scatter_reduce_(0, at, y_lo, "amin", include_self=False)
+            k_hi = y_hi.new_zeros(self.n, d).scatter_reduce_(0, at, y_hi, "amax", include_self=False)
             n_lo, n_hi = _interval(k_lo, k_hi, E)
             if self.S[t] is not None:
                 s_lo, s_hi = _interval(lo, hi, self.S[t])

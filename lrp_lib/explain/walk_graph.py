@@ -28,12 +28,14 @@ of absorbed relevance is paused (it is read once, from the plain backward).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
+from lrp_lib.core.stabilizer import LostRelevanceWarning
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.primitives import Tally
 
@@ -288,10 +290,13 @@ class WalkGraph:
 
     def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):
         """One backward of ``source`` (batched over grad's first dimension if ``batched``) with the
-        mode's account paused: a probe, not the explanation."""
+        mode's account paused and its lost-relevance warnings silenced: a probe, not the explanation
+        (a probe puts relevance on every row, also where an output is zero)."""
         self.mode.tally.paused = True
         try:
-            return _grad(source, tensors, grad, batched)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LostRelevanceWarning)
+                return _grad(source, tensors, grad, batched)
         finally:
             self.mode.tally.paused = False
 

@@ -8,9 +8,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from lrp_lib.explain.walks import WalkModel, _check_alpha, all_walks
+from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha
 
-__all__ = ["top_walks", "walk_scores", "greedy_subgraph", "GreedySubgraph"]
+__all__ = ["top_walks", "walk_scores", "greedy_subgraph", "GreedySubgraph", "best_walks", "bounded_walks",
+           "enumerated_walks", "scores_from_walks", "greedy", "top_of", "scores_of"]
 
 
 def _check_k(k, beam):
@@ -25,9 +26,18 @@ def _check_bool(value, name: str):
         raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
-def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
-    """The k walks of largest |R| (R if ``signed``) of a recorded model: every walk scored in
-    batches of ``chunk``, the running top k kept."""
+def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024,
+               beam: int | None = None) -> tuple[Tensor, Tensor]:
+    """The k walks of largest |R| (R if ``signed``) of a recorded model: branch and bound on the
+    walk algebra where the model decomposes (:mod:`lrp_lib.explain.walk_algebra`), else every walk
+    scored in batches of ``chunk``, the running top k kept."""
+    if wm.algebra is not None:
+        return bounded_walks(wm, k, signed, beam)
+    return enumerated_walks(wm, k, signed, chunk)
+
+
+def enumerated_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+    """The exact top k by scoring every walk (the reference of :func:`bounded_walks`)."""
     walks = all_walks(wm)
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
     for part in walks.split(chunk):
@@ -39,21 +49,106 @@ def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024) -
     return best_w, best_r
 
 
+def _start(wm: WalkModel):
+    alg, L = wm.algebra, wm.depth
+    ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
+    walks = torch.full((ends.numel(), L + 1), -1, dtype=torch.long, device=ends.device)
+    walks[:, L] = ends
+    return walks, alg.a_out[ends]
+
+
+def _expand(wm: WalkModel, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
+    """Children at time t-1 of suffixes whose first node (column t) has state a at time t."""
+    alg = wm.algebra
+    src, dst, ptr, _ = alg.pairs[t]
+    k = walks[:, t]
+    v, s = alg.back(t, k, a)
+    counts = ptr[k + 1] - ptr[k]
+    parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), counts)
+    offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    pair = ptr[k][parent] + offs
+    child = walks[parent].clone()
+    child[:, t - 1] = src[pair]
+    return child, alg.child(t, pair, v[parent], None if s is None else s[parent])
+
+
+def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
+    """Upper bound of |R| (R if ``signed``) over every completion of the suffixes (exact at t = 0)."""
+    lo, hi = bounds[t]
+    lo, hi = lo[walks[:, t]], hi[walks[:, t]]
+    top = torch.maximum(lo * a, hi * a).sum(-1)
+    if signed:
+        return top
+    return torch.maximum(top, -torch.minimum(lo * a, hi * a).sum(-1))
+
+
+def bounded_walks(wm: WalkModel, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
+    """The exact top k by branch and bound from the output side (see :func:`top_walks`)."""
+    L, alg = wm.depth, wm.algebra
+    bounds = alg.bounds()
+    key = (lambda r: r) if signed else (lambda r: r.abs())
+    beam = beam or max(8 * k, 64)
+    walks, a = _start(wm)                                   # 1. a beam pass for a threshold
+    for t in range(L, 0, -1):
+        ub = _ub(bounds, t, walks, a, signed)
+        if ub.numel() > beam:
+            keep = ub.topk(beam).indices
+            walks, a = walks[keep], a[keep]
+        walks, a = _expand(wm, t, walks, a)
+    rel = (alg.pi0[walks[:, 0]] * a).sum(-1)
+    if rel.numel() >= k:
+        tau = key(rel).topk(k).values[-1]
+        tau = tau - 1e3 * torch.finfo(rel.dtype).eps * (tau.abs() + key(rel).abs().max())
+    else:
+        tau = rel.new_tensor(float("-inf"))
+    walks, a = _start(wm)                                   # 2. branch and bound with it
+    for t in range(L, 0, -1):
+        keep = _ub(bounds, t, walks, a, signed) >= tau
+        walks, a = _expand(wm, t, walks[keep], a[keep])
+    rel = (alg.pi0[walks[:, 0]] * a).sum(-1)
+    order = key(rel).argsort(descending=True, stable=True)[:k]
+    return walks[order], rel[order].detach()
+
+
+def top_of(wm: WalkModel, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`top_walks` on a recorded model."""
+    _check_k(k, beam)
+    _check_bool(signed, "signed")
+    return best_walks(wm, k, signed, beam=beam)
+
+
+def scores_of(wm: WalkModel, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`walk_scores` on a recorded model."""
+    walks, rel = top_of(wm, k, beam, signed)
+    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
+
+
 def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
               index: int | None = None, target: int | None = None, beam: int | None = None,
               signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
-    r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly:
-    every walk is scored (batched masked backwards, 1,024 walks per backward) and the top ``k``
-    kept (ties broken by enumeration order).  The cost grows with the number of walks,
-    :math:`N (d+1)^L` for average degree :math:`d`.
+    r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly.
+
+    Search (where the model decomposes into per-node matrices and per-edge shares,
+    :mod:`lrp_lib.explain.walk_algebra`): **branch and bound from the output side**.  A partial walk
+    is a suffix :math:`(j_t, \dots, j_L)` with its state :math:`a` at time :math:`t`; every completion
+    has relevance :math:`\pi \cdot a` for a prefix vector :math:`\pi` that lies in a box
+    :math:`[lo_t[j_t], hi_t[j_t]]` computed for all nodes by one pass of interval arithmetic from the
+    input, so :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds
+    the :math:`|R|` of every walk that extends the suffix.  A beam pass (width ``beam``, default
+    :math:`\max(8k, 64)`) completes some walks; the :math:`k`-th largest of their :math:`|R|` is a
+    threshold :math:`\tau` (lowered by float rounding's margin); then every suffix is expanded
+    step by step keeping those whose bound is :math:`\ge \tau`.  A walk of the true top :math:`k`
+    has :math:`|R| \ge \tau` and so do the bounds of all its suffixes: **the result is the exact top
+    k** (ties at the :math:`k`-th value broken arbitrarily).  With ``signed=True`` the bound is
+    :math:`\sum_f \max(lo_f a_f, hi_f a_f)` and the threshold the :math:`k`-th largest :math:`R`.
+    Elsewhere (a route that skips two or more ``propagate`` calls: jumping knowledge) every walk is
+    scored with batched masked backwards, :math:`N (d+1)^L` walks for average degree :math:`d`.
 
     Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
     (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.
     """
-    _check_k(k, beam)
-    _check_bool(signed, "signed")
     wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    return best_walks(wm, k, signed)
+    return top_of(wm, k, beam, signed)
 
 
 def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
@@ -73,11 +168,8 @@ def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="e
 
     Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype.
     """
-    _check_k(k, beam)
-    _check_bool(signed, "signed")
     wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    walks, rel = best_walks(wm, k, signed)
-    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
+    return scores_of(wm, k, signed, beam)
 
 
 def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -119,7 +211,7 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
 
     Returns: :class:`GreedySubgraph` ``(order, scores, relevance)``.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return greedy(wm, size, alpha)
 

@@ -1,0 +1,330 @@
+r"""The model run once inside ``RelevanceMode``, cut at its message-passing steps: the object every
+walk query runs on (:mod:`lrp_lib.explain.walks` for the definitions)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.explain.config import ModelConfig
+from torch_geometric.nn import MessagePassing
+
+from lrp_lib.core.composites import Composite, get_composite
+from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
+from lrp_lib.core.validation import check_edge_index, check_node_features
+from lrp_lib.explain.targets import start_relevance
+from lrp_lib.explain.walk_algebra import NotDecomposable, WalkAlgebra
+from lrp_lib.explain.walk_graph import WalkGraph
+
+__all__ = ["WalkModel", "all_walks", "gamma_schedule", "check_alpha"]
+
+_CHUNK = 1024
+
+
+def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float = 1e-6) -> list[Rule]:
+    r"""One rule per message-passing layer with :math:`\gamma` going linearly from ``start`` at the first
+    layer to ``stop`` at the last (``np.linspace(start, stop, depth)``): the schedule of sGNN-LRP's code
+    (Xiong et al., ICML 2022, ``gammas = np.linspace(3, 0, model_depth)``).  A layer with
+    :math:`\gamma = 0` gets LRP-0 (``Epsilon(0)``), the others ``Gamma(gamma, eps)``.  Pass the list
+    as ``rule=``; layers after the last message-passing module (the head) get the last rule."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an int >= 1 (the number of message-passing layers), got {depth!r}")
+    gammas = [start] if depth == 1 else [start + (stop - start) * i / (depth - 1) for i in range(depth - 1)] + [stop]
+    return [Epsilon(0.0) if g == 0 else Gamma(float(g), eps) for g in gammas]
+
+
+def _composite(rule) -> Composite:
+    if isinstance(rule, (list, tuple)):
+        if len(rule) == 0:
+            raise ValueError("rule is an empty list: give one rule, or one rule per message-passing layer")
+        rules = []
+        for i, r in enumerate(rule):
+            try:
+                rules.append(get_rule(r))
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"rule[{i}]: {e}") from None
+        return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
+    return get_composite(rule)
+
+
+def _check_index(index, n: int) -> int:
+    if isinstance(index, Tensor):
+        if index.numel() != 1 or index.is_floating_point():
+            raise ValueError(f"index must be one node id (an int), got a tensor of shape {tuple(index.shape)}")
+        index = int(index)
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"index must be an int (the explained node), got {type(index).__name__}")
+    if not 0 <= index < n:
+        raise ValueError(f"index must be a node id in 0..{n - 1}, got {index}")
+    return index
+
+
+def _start(out, index, target) -> Tensor:
+    """The output's relevance: the explained entry (row ``index``, column ``target``) keeps its value."""
+    if not isinstance(out, Tensor):
+        raise ValueError(f"model must return a tensor, got {type(out).__name__}")
+    sel = torch.zeros_like(out, dtype=torch.bool)
+    view = sel
+    if index is not None:
+        if out.dim() == 0 or out.shape[0] <= index:
+            raise ValueError(f"index={index} but the model's output has shape {tuple(out.shape)} (no row {index}); "
+                             f"index is for node-level outputs (one row per node)")
+        view = view[index]
+    if target is not None:
+        if view.dim() == 0 or view.shape[-1] <= target or target < 0:
+            raise ValueError(f"target={target} is not a column of the model's output {tuple(out.shape)}")
+        view = view[..., target]
+    if view.numel() != 1:
+        raise ValueError(f"the explained output must be one number, but the model's output has shape "
+                         f"{tuple(out.shape)}: pass index= (node-level) and/or target= (the class column)")
+    # the one explained entry, as LRPExplainer's start: a class column's logit, else the value itself
+    if target is not None and out.dim() >= 1 + (index is not None or out.dim() > 1):
+        config = ModelConfig(mode="multiclass_classification", task_level="node" if index is not None else "graph",
+                             return_type="raw")
+        return start_relevance(out.reshape(-1, out.shape[-1]) if index is None else out,
+                               torch.tensor([target], device=out.device), index, config).view_as(out)
+    view.fill_(True)
+    return torch.where(sel, out.detach(), torch.zeros_like(out.detach()))
+
+
+class WalkModel:
+    """The model run once inside ``RelevanceMode``, cut at its message-passing steps (used by every
+    function here; build it yourself to reuse one forward pass for several queries).
+
+    Attributes: ``depth`` (L), ``output`` (the explained value), ``steps`` (per step, the (2, P)
+    pairs ``(j, k)`` a walk may take: the propagated edges and every self step, sorted by ``(k, j)``),
+    ``bias_relevance`` (what biases and stabilisers keep), ``edge_attr_relevance`` (E x D, or
+    None), ``total`` (the relevance that reaches ``x``: the sum over all walks).
+    """
+
+    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
+                 index: int | None = None, target: int | None = None, **model_kwargs):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        x = check_node_features(x, "x")
+        edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
+        composite = _composite(rule)
+        if isinstance(rule, (list, tuple)):
+            names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+            layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
+            if len(rule) != len(layers):
+                raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
+                                 f"model has {len(layers)} message-passing module(s): give one rule per module")
+        self.num_nodes = x.shape[0]
+        self.edge_index = edge_index.long()
+        self.index = None if index is None else _check_index(index, self.num_nodes)
+        self.x = x.detach().clone().requires_grad_(True)
+        inputs = {"x": self.x}
+        attr = model_kwargs.get("edge_attr")
+        if isinstance(attr, Tensor) and attr.is_floating_point():
+            model_kwargs = dict(model_kwargs, edge_attr=attr.detach().clone().requires_grad_(True))
+            inputs["edge_attr"] = model_kwargs["edge_attr"]
+        training = model.training
+        model.eval()
+        try:
+            self.graph = WalkGraph.record(model, composite, inputs,
+                                          lambda: model(self.x, edge_index, **model_kwargs), self.num_nodes)
+        finally:
+            model.train(training)
+        g = self.graph
+        g.check_depth()
+        if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
+            raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
+        self.start = _start(g.output, self.index, target)
+        self.output = self.start.sum()
+        self.steps = [_step_pairs(e, self.num_nodes) for e in g.steps]
+        (rel, *attr_rel), _ = g.backward(self.start, lambda u: None, None)
+        self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
+        self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
+                                    (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
+        self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
+        self.total = float(self._node.sum())
+        try:
+            self.algebra, self.slow_reason = WalkAlgebra(self), None
+        except NotDecomposable as e:
+            self.algebra, self.slow_reason = None, str(e)
+
+    @property
+    def depth(self) -> int:
+        """L, the number of message-passing steps: a walk has L + 1 nodes."""
+        return self.graph.depth
+
+    def _run(self, masks, batch: int, capture: int | None = None):
+        (rel, *_), captured = self.graph.backward(self.start, masks, batch, capture)
+        if rel is None:
+            rel = self.x.new_zeros(batch, *self.x.shape)
+        return rel.detach(), captured
+
+    # ---- queries
+    def walk_relevance(self, walks: Tensor) -> Tensor:
+        """As :func:`walk_relevance`, on this recorded forward pass."""
+        walks = _check_walks(walks, self)
+        if self.algebra is not None:
+            return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach() \
+                if walks.numel() else self.x.new_zeros(0)
+        out = []
+        for chunk in walks.split(_CHUNK):
+            hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) for u in range(self.depth + 1)]
+            rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
+            out.append(rel.sum((1, 2)))
+        return torch.cat(out) if out else self.x.new_zeros(0)
+
+    def weighted_relevance(self, weight: Tensor) -> Tensor:
+        r""":math:`\sum_w \prod_{t=0}^{L} \mathrm{weight}[j_t]\, R_w` for node weights (N,) or (M, N):
+        one masked backward per row (batched)."""
+        w = weight.to(self.x.dtype).to(self.x.device)
+        if w.dim() == 1:
+            return self.weighted_relevance(w.unsqueeze(0))[0]
+        if self.algebra is not None:
+            return self.algebra.weighted(w).detach()
+        out = []
+        for chunk in w.split(_CHUNK):
+            rel, _ = self._run(lambda u: chunk, chunk.shape[0])
+            out.append(rel.sum((1, 2)))
+        return torch.cat(out)
+
+    def subgraph_relevance(self, nodes, alpha: float = 0.0) -> Tensor:
+        """As :func:`subgraph_relevance`, on this recorded forward pass."""
+        alpha = check_alpha(alpha)
+        mask = _node_mask(nodes, self.num_nodes).to(self.x.device)
+        inside = mask.to(self.x.dtype)
+        if alpha == 0:
+            return self.weighted_relevance(inside)
+        outside = (1 - inside) * alpha
+        return self.weighted_relevance(inside + outside) - self.weighted_relevance(outside)
+
+    def all_walks(self) -> Tensor:
+        """Every walk (W, L+1) ending at the explained node (node-level) or anywhere; exponential in L."""
+        return all_walks(self)
+
+    def node_relevance(self) -> Tensor:
+        """(N,) the walks' relevance summed by start node: ``LRPExplainer``'s node relevance."""
+        return self._node.sum(-1)
+
+    def step_relevance(self) -> list[tuple[Tensor, Tensor, Tensor, Tensor | None]]:
+        """Per step t = 1..L: ``(pairs, walks, carried, edge_attr)``: pairs (P, 2) ``(j, k)``;
+        ``walks`` (P,) the summed relevance of the walks whose step t is j -> k; ``carried`` (P,)
+        the relevance the step's messages bring to node j's row of the step's input
+        (``LRPExplainer``'s edge relevance of j -> k at that step, without the ``edge_attr`` part),
+        which is ``walks`` plus what the earlier layers' biases keep of it; ``edge_attr`` (P,) the
+        relevance the step's messages send into the ``edge_attr`` of the input edges j -> k (or None).
+        One batched backward per step."""
+        out, n = [], self.num_nodes
+        for t in range(1, self.depth + 1):
+            pairs = self.steps[t - 1].t()
+            walks, carried, attrs = [], [], []
+            for chunk in pairs.split(_CHUNK):
+                a = torch.nn.functional.one_hot(chunk[:, 0], n)
+                b = torch.nn.functional.one_hot(chunk[:, 1], n)
+                rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], t)
+                walks.append(rel.sum((1, 2)))
+                inp = cap.get("input")
+                carried.append(inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else rel.new_zeros(len(chunk)))
+                if "attr" in cap:  # the edge_attr of the input edges j -> k that the step's messages read
+                    e = self.edge_index
+                    own = (e[0].unsqueeze(0) == chunk[:, :1]) & (e[1].unsqueeze(0) == chunk[:, 1:])
+                    attrs.append((cap["attr"] * own).sum(1))
+            out.append((pairs, torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None))
+        return out
+
+    # ---- the searches (lrp_lib.explain.walk_search), on this recorded forward pass
+    def top_walks(self, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
+        """As :func:`~lrp_lib.explain.walk_search.top_walks`."""
+        from lrp_lib.explain import walk_search
+        return walk_search.top_of(self, k, beam, signed)
+
+    def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
+        """As :func:`~lrp_lib.explain.walk_search.walk_scores`."""
+        from lrp_lib.explain import walk_search
+        return walk_search.scores_of(self, k, signed, beam)
+
+    def greedy_subgraph(self, size: int | None = None, alpha: float = 0.0):
+        """As :func:`~lrp_lib.explain.walk_search.greedy_subgraph`."""
+        from lrp_lib.explain import walk_search
+        return walk_search.greedy(self, size, check_alpha(alpha))
+
+
+def _step_pairs(edges: Tensor, n: int) -> Tensor:
+    """The (2, P) unique steps (j, k) of a propagate call: its edges and every self step, sorted by (k, j)."""
+    loops = torch.arange(n, device=edges.device)
+    keys = torch.cat([edges[1] * n + edges[0], loops * n + loops])
+    keys = torch.unique(keys, sorted=True)
+    return torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")])
+
+
+def _check_walks(walks, wm: WalkModel) -> Tensor:
+    """walks as long (W, L+1) on the model's device, with errors naming the argument."""
+    if not isinstance(walks, Tensor):
+        walks = torch.as_tensor(walks)
+    if walks.is_floating_point() or walks.is_complex() or walks.dtype == torch.bool:
+        raise TypeError(f"walks must be an integer tensor (W, L+1) of node ids, got dtype {walks.dtype}")
+    walks = walks.long().to(wm.x.device)
+    if walks.dim() == 1:
+        walks = walks.unsqueeze(0)
+    L, n = wm.depth, wm.num_nodes
+    if walks.dim() != 2 or walks.shape[1] != L + 1:
+        raise ValueError(f"walks must have shape (W, {L + 1}): the model has {L} message-passing step(s), so a "
+                         f"walk is {L + 1} node ids (j_0 input node, ..., j_{L} last receiver); got shape "
+                         f"{tuple(walks.shape)}")
+    if walks.numel() and (int(walks.min()) < 0 or int(walks.max()) >= n):
+        bad = ((walks < 0) | (walks >= n)).nonzero()[0]
+        raise ValueError(f"walks[{int(bad[0])}, {int(bad[1])}] = {int(walks[bad[0], bad[1]])} is not a node id "
+                         f"(0..{n - 1})")
+    for t, pairs in enumerate(wm.steps):
+        keys = pairs[1] * n + pairs[0]
+        q = walks[:, t + 1] * n + walks[:, t]
+        pos = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
+        bad = keys[pos] != q
+        if bool(bad.any()):
+            w = int(bad.nonzero()[0, 0])
+            j, k = int(walks[w, t]), int(walks[w, t + 1])
+            raise ValueError(f"walks[{w}] steps from node {j} to node {k} at step {t + 1} "
+                             f"({wm.graph.names[t]}), which is not an edge of that step (no message {j} -> {k})")
+    if wm.index is not None and walks.numel() and bool((walks[:, -1] != wm.index).any()):
+        w = int((walks[:, -1] != wm.index).nonzero()[0, 0])
+        raise ValueError(f"walks[{w}] ends at node {int(walks[w, -1])}, but the explained node is index={wm.index}: "
+                         f"for a node-level output every walk ends at the explained node")
+    return walks
+
+
+def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
+    """Every walk of the recorded model (W, L+1), ending at ``end`` (node ids; default: the explained
+    node for a node-level output, else every node).  Exponential in depth: for small graphs."""
+    n = wm.num_nodes
+    if end is None:
+        end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
+    walks = end.to(wm.x.device).long().view(-1, 1)
+    for pairs in reversed(wm.steps):
+        counts = torch.bincount(pairs[1], minlength=n)
+        ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+        k = walks[:, 0]
+        c = counts[k]
+        parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), c)
+        offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(c.cumsum(0) - c, c)
+        walks = torch.cat([pairs[0][ptr[k][parent] + offs].unsqueeze(1), walks[parent]], dim=1)
+    return walks
+
+
+def _node_mask(nodes, n: int) -> Tensor:
+    if not isinstance(nodes, Tensor):
+        nodes = torch.as_tensor(list(nodes) if not isinstance(nodes, (list, tuple)) else nodes, dtype=torch.long)
+    if nodes.dtype == torch.bool:
+        if nodes.shape[-1] != n or nodes.dim() > 2:
+            raise ValueError(f"nodes as a boolean mask must have shape ({n},) or (M, {n}), got {tuple(nodes.shape)}")
+        return nodes
+    if nodes.is_floating_point():
+        raise TypeError(f"nodes must be node ids (an integer tensor or list) or a boolean mask, got dtype {nodes.dtype}")
+    nodes = nodes.long().view(-1)
+    if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
+        bad = int(nodes[(nodes < 0) | (nodes >= n)][0])
+        raise ValueError(f"nodes contains {bad}, not a node id (0..{n - 1})")
+    mask = torch.zeros(n, dtype=torch.bool, device=nodes.device)
+    mask[nodes] = True
+    return mask
+
+
+def check_alpha(alpha) -> float:
+    if isinstance(alpha, Tensor) and alpha.numel() == 1:
+        alpha = float(alpha)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= float(alpha) <= 1:
+        raise ValueError(f"alpha must be a number in [0, 1] (the weight of each position of a walk outside the "
+                         f"subgraph), got {alpha!r}")
+    return float(alpha)
