@@ -215,14 +215,8 @@ class WalkAlgebra:
     # ---------------------------------------------------------------- algebra
     def back(self, t: int, k: Tensor, a: Tensor) -> tuple[Tensor, Tensor | None]:
         """(v, s) for states a (W, B_t) at rows k: v = E_t[k] a (W, d), s = S_t[k] a or None."""
-        E, S = self.E[t], self.S[t]
-        v = torch.cat([torch.einsum("wob,wb->wo", E[kk], aa) for kk, aa in zip(k.split(512), a.split(512))]) \
-            if k.numel() else a.new_zeros(0, E.shape[1])
-        s = None
-        if S is not None:
-            s = torch.cat([torch.einsum("wob,wb->wo", S[kk], aa) for kk, aa in zip(k.split(512), a.split(512))]) \
-                if k.numel() else a.new_zeros(0, S.shape[1])
-        return v, s
+        S = self.S[t]
+        return _matvec(self.E[t], k, a), (None if S is None else _matvec(S, k, a))
 
     def child(self, t: int, p: Tensor, v: Tensor, s: Tensor | None) -> Tensor:
         """The state at time t-1 of steps p (pair ids) from v, s (rows aligned with p)."""
@@ -234,6 +228,21 @@ class WalkAlgebra:
             own = self.pairs[t][3][p]
             out[own] += s[own]
         return out
+
+    def first_step(self) -> Tensor:
+        """(P_1, B_1): per step p = j -> k of time 1 the exact prefix vector z_p, so that a walk whose
+        step 1 is p and whose state at time 1 is a has relevance z_p . a (computed once)."""
+        if getattr(self, "_z1", None) is None:
+            src, dst, _, own = self.pairs[1]
+            E = self.E[1]
+            y = self.pi0.new_zeros(src.numel(), E.shape[1])
+            for o, G in self.G[1]:
+                y += self.pi0[src, o:o + G.shape[1]] * G
+            z = torch.cat([torch.einsum("po,pob->pb", yy, E[dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
+            if self.S[1] is not None:
+                z[own] += torch.einsum("pa,pab->pb", self.pi0[src[own]], self.S[1][dst[own]])
+            self._z1 = z
+        return self._z1
 
     def pi_width(self, t: int) -> int:
         return self.pi0.shape[1] if t == 0 else (self.E[t].shape[2])
@@ -297,9 +306,25 @@ class WalkAlgebra:
         return out
 
 
+def _matvec(m: Tensor, k: Tensor, a: Tensor) -> Tensor:
+    """m[k[w]] @ a[w] for every w (m: (N, O, B), a: (W, B)): one matrix product per distinct k when
+    several rows share a node (a gather of W matrices costs more memory traffic), else batched."""
+    if k.numel() == 0:
+        return a.new_zeros(0, m.shape[1])
+    uniq, counts = torch.unique(k, return_counts=True)
+    if k.numel() < 8 * uniq.numel():
+        return torch.cat([torch.einsum("wob,wb->wo", m[kk], aa) for kk, aa in zip(k.split(512), a.split(512))])
+    order = k.argsort(stable=True)
+    parts = [aa @ m[u].t() for u, aa in zip(uniq.tolist(), a[order].split(counts.tolist()))]
+    out = torch.empty(k.numel(), m.shape[1], dtype=a.dtype, device=a.device)
+    out[order] = torch.cat(parts)
+    return out
+
+
 def _interval(lo: Tensor, hi: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:
-    """Box of m[n]^T y for y in [lo[n], hi[n]] (m: (N, A, B), lo/hi: (N, A))."""
-    mp, mn = m.clamp(min=0), m.clamp(max=0)
-    eq = "na,nab->nb"
-    return (torch.einsum(eq, lo, mp) + torch.einsum(eq, hi, mn),
-            torch.einsum(eq, hi, mp) + torch.einsum(eq, lo, mn))
+    """Box of m[n]^T y for y in [lo[n], hi[n]] (m: (N, A, B), lo/hi: (N, A)): center and radius."""
+    center = torch.bmm(((lo + hi) / 2).unsqueeze(1), m).squeeze(1)
+    if bool((lo == hi).all()):
+        return center, center
+    radius = torch.bmm(((hi - lo) / 2).unsqueeze(1), m.abs()).squeeze(1)
+    return center - radius, center + radius

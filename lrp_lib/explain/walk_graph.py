@@ -60,10 +60,22 @@ class _PausableTally(Tally):
 
 
 def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
-    """torch.autograd.grad, batched over grad's first dimension if ``batched`` (vectorised where every
-    primitive's backward allows it, else one backward per row)."""
+    """torch.autograd.grad, batched over grad's first dimension if ``batched``: vectorised by
+    ``torch.func.vmap`` (else the legacy ``is_grads_batched``) where every primitive's backward allows
+    it, else one backward per row."""
     if not batched:
         return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True)
+    unused = []
+
+    def one(g):
+        got = torch.autograd.grad(source, tensors, g, retain_graph=True, allow_unused=True)
+        unused[:] = [r is None for r in got]
+        return tuple(torch.zeros_like(t) if r is None else r for t, r in zip(tensors, got))
+    try:
+        out = torch.func.vmap(one)(grad)
+        return [None if u else o for u, o in zip(unused, out)]
+    except (RuntimeError, NotImplementedError, ValueError):
+        pass
     try:
         return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True,
                                    is_grads_batched=True)

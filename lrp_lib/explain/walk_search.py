@@ -72,6 +72,29 @@ def _expand(wm: WalkModel, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Te
     return child, alg.child(t, pair, v[parent], None if s is None else s[parent])
 
 
+def _finish(wm: WalkModel, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
+    """The k best complete walks (by ``key`` of their relevance) from suffixes at time 1 (states a):
+    per end node u of step 1, one product of the suffixes' states with the prefix vectors of the
+    steps into u; sorted by decreasing key."""
+    alg = wm.algebra
+    src, _, ptr, _ = alg.pairs[1]
+    z = alg.first_step()
+    order = walks[:, 1].argsort(stable=True)
+    walks, a = walks[order], a[order]
+    k_ = walks[:, 1]
+    uniq, counts = torch.unique_consecutive(k_, return_counts=True)
+    at = ptr.tolist()
+    rel = [aa @ z[at[u]:at[u + 1]].t() for u, aa in zip(uniq.tolist(), a.split(counts.tolist()))]
+    rel = torch.cat([r.reshape(-1) for r in rel]) if rel else a.new_zeros(0)
+    deg = ptr[k_ + 1] - ptr[k_]
+    parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), deg)
+    offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(deg.cumsum(0) - deg, deg)
+    best = key(rel).topk(min(k, rel.numel())).indices
+    child = walks[parent[best]]
+    child[:, 0] = src[ptr[k_[parent[best]]] + offs[best]]
+    return child, rel[best]
+
+
 def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
     """Upper bound of |R| (R if ``signed``) over every completion of the suffixes (exact at t = 0)."""
     lo, hi = bounds[t]
@@ -89,25 +112,24 @@ def bounded_walks(wm: WalkModel, k: int, signed: bool = False, beam: int | None 
     key = (lambda r: r) if signed else (lambda r: r.abs())
     beam = beam or max(8 * k, 64)
     walks, a = _start(wm)                                   # 1. a beam pass for a threshold
-    for t in range(L, 0, -1):
+    for t in range(L, 1, -1):
         ub = _ub(bounds, t, walks, a, signed)
         if ub.numel() > beam:
             keep = ub.topk(beam).indices
             walks, a = walks[keep], a[keep]
         walks, a = _expand(wm, t, walks, a)
-    rel = (alg.pi0[walks[:, 0]] * a).sum(-1)
+    walks, rel = _finish(wm, walks, a, k, key)
     if rel.numel() >= k:
         tau = key(rel).topk(k).values[-1]
         tau = tau - 1e3 * torch.finfo(rel.dtype).eps * (tau.abs() + key(rel).abs().max())
     else:
         tau = rel.new_tensor(float("-inf"))
     walks, a = _start(wm)                                   # 2. branch and bound with it
-    for t in range(L, 0, -1):
+    for t in range(L, 1, -1):          # time 1 is scored exactly by _finish, no bound needed
         keep = _ub(bounds, t, walks, a, signed) >= tau
         walks, a = _expand(wm, t, walks[keep], a[keep])
-    rel = (alg.pi0[walks[:, 0]] * a).sum(-1)
-    order = key(rel).argsort(descending=True, stable=True)[:k]
-    return walks[order], rel[order].detach()
+    walks, rel = _finish(wm, walks, a, k, key)
+    return walks, rel.detach()
 
 
 def top_of(wm: WalkModel, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
