@@ -17,6 +17,8 @@ from lrp_lib.explain.walk_graph import WalkGraph
 __all__ = ["WalkModel", "all_walks", "gamma_schedule", "check_alpha"]
 
 _CHUNK = 1024
+_ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
+_UNBUILT = object()
 
 
 def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float = 1e-6) -> list[Rule]:
@@ -137,10 +139,29 @@ class WalkModel:
                                     (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
         self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
         self.total = float(self._node.sum())
-        try:
-            self.algebra, self.slow_reason = WalkAlgebra(self), None
-        except NotDecomposable as e:
-            self.algebra, self.slow_reason = None, str(e)
+        self._algebra, self.slow_reason = _UNBUILT, None
+
+    @property
+    def algebra(self) -> WalkAlgebra | None:
+        """The walk algebra (:mod:`lrp_lib.explain.walk_algebra`), built on first use; None where the
+        model does not decompose (``slow_reason`` says why): the queries then run masked backwards."""
+        if self._algebra is _UNBUILT:
+            try:
+                self._algebra, self.slow_reason = WalkAlgebra(self), None
+            except NotDecomposable as e:
+                self._algebra, self.slow_reason = None, str(e)
+        return self._algebra
+
+    @algebra.setter
+    def algebra(self, value: WalkAlgebra | None):
+        self._algebra = value
+
+    def _use_algebra(self, rows: int) -> bool:
+        """Whether a query of ``rows`` walks or weightings goes through the algebra: always once it is
+        built; building it (one batched backward per step) pays from a few dozen rows on."""
+        if self._algebra is _UNBUILT and rows < _ALGEBRA_FROM:
+            return False
+        return self.algebra is not None
 
     @property
     def depth(self) -> int:
@@ -157,7 +178,7 @@ class WalkModel:
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """As :func:`walk_relevance`, on this recorded forward pass."""
         walks = _check_walks(walks, self)
-        if self.algebra is not None:
+        if self._use_algebra(walks.shape[0]):
             return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach() \
                 if walks.numel() else self.x.new_zeros(0)
         out = []
@@ -173,7 +194,7 @@ class WalkModel:
         w = weight.to(self.x.dtype).to(self.x.device)
         if w.dim() == 1:
             return self.weighted_relevance(w.unsqueeze(0))[0]
-        if self.algebra is not None:
+        if self._use_algebra(w.shape[0]):
             return self.algebra.weighted(w).detach()
         out = []
         for chunk in w.split(_CHUNK):
