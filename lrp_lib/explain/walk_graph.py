@@ -7,7 +7,11 @@ replaces the node-level arguments of the messages (``x``, or the pair ``(x_j, x_
 arguments that ``message`` reads as ``*_j`` / ``*_i``) by new leaves :math:`I_t`, and a propagate
 forward hook replaces its output by a new leaf :math:`O_t`.  Each cut has a *time*: the rows of
 :math:`I_t` are the senders :math:`j_{t-1}` (time :math:`t-1`), those of :math:`O_t` the receivers
-:math:`j_t` (time :math:`t`); ``x`` has time 0 and the explained output time :math:`L+1`.
+:math:`j_t` (time :math:`t`); ``x`` has time 0 and the explained output time :math:`L+1`.  A
+module forward pre-hook also cuts each (outermost) message-passing module's node input (time
+:math:`t-1`), so that a root weight or skip inside the module reaches back one time only; and the
+message hooks record what each ``message`` reads and returns (:class:`Message`, for
+:mod:`lrp_lib.explain.walk_algebra`).
 
 The relevance backward of each piece between cuts is linear in the relevance it receives (the
 rule's denominators are fixed in the forward).  A walk :math:`(j_0, \dots, j_L)` -- more generally

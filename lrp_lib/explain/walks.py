@@ -39,11 +39,20 @@ takes (a rule, a named composite, a :class:`~lrp_lib.core.composites.Composite`)
 rule per message-passing module (:func:`gamma_schedule`); alpha-beta rules split positive and
 negative parts per unit and still give linear backwards here.
 
-Computing: :func:`walk_relevance` runs the masked backward for a batch of walks at once;
-:func:`subgraph_relevance` is the same backward with every cut masked to the node set :math:`S`
-(the sGNN-LRP relevance of Xiong et al., ICML 2022), no enumeration.  The search for the most
-relevant walks, node and edge scores from them and the greedy subgraph search are in
-:mod:`lrp_lib.explain.walk_search` (re-exported here).
+Computing: the recorded backward decomposes, between ``propagate`` calls, into one matrix per node
+(linear maps, activations, norms, root weights act row by row) and, inside each ``propagate``,
+into per-edge, per-feature shares of the aggregation (:mod:`lrp_lib.explain.walk_algebra`: one
+batched backward per step recovers the matrices, two per ``propagate`` the shares, and a weighted
+backward on random node weights checks the decomposition against the recorded graph).  On it,
+:func:`walk_relevance` is a product of small matrices per walk, :func:`subgraph_relevance` one
+masked pass (the sGNN-LRP relevance of Xiong et al., ICML 2022), no enumeration, and
+:func:`top_walks` a branch and bound with interval bounds (exact).  Where the decomposition does
+not hold (a route that skips two or more ``propagate`` calls: jumping knowledge, long residuals;
+a message that is not elementwise in what it reads) the same queries run as batched masked
+backwards of the recorded graph (exact, slower: ``top_walks`` then scores every walk).  The
+searches, node and edge scores from the top walks and the greedy subgraph search are in
+:mod:`lrp_lib.explain.walk_search` (re-exported here); :class:`WalkModel` in
+:mod:`lrp_lib.explain.walk_model`.
 """
 from __future__ import annotations
 
