@@ -88,7 +88,7 @@ class WalkAlgebra:
             if t == 0:
                 self.pi0 = exit_.sum(2).t().contiguous()                           # (N, B_0)
                 break
-            self.E[t] = exit_.permute(1, 2, 0).contiguous()                         # (N, d_O, B_t)
+            self.E[t] = exit_.permute(1, 0, 2).contiguous()                         # (N, B_t, d_O)
             msg_slots, self.G[t], self.pairs[t] = self._messages(g, wm, t)
             prev = sorted(set(msg_slots) | set(skip))
             self.slots[t - 1] = prev
@@ -98,9 +98,9 @@ class WalkAlgebra:
                 offs[i], o = o, o + dims[i]
             self.G[t] = [(offs[i], G) for i, G in self.G[t]]
             if skip:
-                S = exit_.new_zeros(n, o, exit_.shape[0])
+                S = exit_.new_zeros(n, exit_.shape[0], o)
                 for i, part in skip.items():
-                    S[:, offs[i]:offs[i] + dims[i]] = part.permute(1, 2, 0)
+                    S[:, :, offs[i]:offs[i] + dims[i]] = part.permute(1, 0, 2)
                 self.S[t] = S
             else:
                 self.S[t] = None
@@ -214,7 +214,8 @@ class WalkAlgebra:
 
     # ---------------------------------------------------------------- algebra
     def back(self, t: int, k: Tensor, a: Tensor) -> tuple[Tensor, Tensor | None]:
-        """(v, s) for states a (W, B_t) at rows k: v = E_t[k] a (W, d), s = S_t[k] a or None."""
+        """(v, s) for states a (W, B_t) at rows k: v = E_t[k]^T a (W, d), s = S_t[k]^T a or None
+        (E_t: (N, B_t, d), S_t: (N, B_t, B_{t-1}))."""
         S = self.S[t]
         return _matvec(self.E[t], k, a), (None if S is None else _matvec(S, k, a))
 
@@ -235,17 +236,17 @@ class WalkAlgebra:
         if getattr(self, "_z1", None) is None:
             src, dst, _, own = self.pairs[1]
             E = self.E[1]
-            y = self.pi0.new_zeros(src.numel(), E.shape[1])
+            y = self.pi0.new_zeros(src.numel(), E.shape[2])
             for o, G in self.G[1]:
                 y += self.pi0[src, o:o + G.shape[1]] * G
-            z = torch.cat([torch.einsum("po,pob->pb", yy, E[dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
+            z = torch.cat([torch.einsum("po,pbo->pb", yy, E[dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
             if self.S[1] is not None:
-                z[own] += torch.einsum("pa,pab->pb", self.pi0[src[own]], self.S[1][dst[own]])
+                z[own] += torch.einsum("pa,pba->pb", self.pi0[src[own]], self.S[1][dst[own]])
             self._z1 = z
         return self._z1
 
     def pi_width(self, t: int) -> int:
-        return self.pi0.shape[1] if t == 0 else (self.E[t].shape[2])
+        return self.pi0.shape[1] if t == 0 else self.E[t].shape[1]
 
     def find(self, t: int, j: Tensor, k: Tensor) -> Tensor:
         src, dst = self.pairs[t][0], self.pairs[t][1]
@@ -265,18 +266,18 @@ class WalkAlgebra:
         r""":math:`\sum_w \prod_t w[j_t] R_w` for node weights w (M, N), chunked over M."""
         out = []
         P = max(int(self.pairs[t][0].numel()) for t in self.pairs)
-        width = max(int(self.E[t].shape[1]) for t in self.E)
+        width = max(int(self.E[t].shape[2]) for t in self.E)
         chunk = max(1, int(2e7 // max(P * width, 1)))
         for part in w.split(chunk):
             a = self.a_out.unsqueeze(0) * part.unsqueeze(-1)
             for t in range(self.depth, 0, -1):
-                v = torch.einsum("mnb,nob->mno", a, self.E[t])
+                v = torch.einsum("mnb,nbo->mno", a, self.E[t])
                 src, dst, _, _ = self.pairs[t]
                 nxt = a.new_zeros(a.shape[0], self.n, self.pi_width(t - 1))
                 for o, G in self.G[t]:
                     nxt[..., o:o + G.shape[1]].index_add_(1, src, G.unsqueeze(0) * v[:, dst])
                 if self.S[t] is not None:
-                    nxt += torch.einsum("mnb,nab->mna", a, self.S[t])
+                    nxt += torch.einsum("mnb,nba->mna", a, self.S[t])
                 a = nxt * part.unsqueeze(-1)
             out.append((a * self.pi0).sum((1, 2)))
         return torch.cat(out)
@@ -289,7 +290,7 @@ class WalkAlgebra:
         for t in range(1, self.depth + 1):
             src, dst, _, own = self.pairs[t]
             E = self.E[t]
-            d = E.shape[1]
+            d = E.shape[2]
             y_lo = y_hi = lo.new_zeros(src.numel(), d)
             for o, G in self.G[t]:
                 a, b = lo[src, o:o + d] * G, hi[src, o:o + d] * G
@@ -297,9 +298,9 @@ class WalkAlgebra:
             at = dst.unsqueeze(-1).expand(-1, d)
             k_lo = y_lo.new_zeros(self.n, d).scatter_reduce_(0, at, y_lo, "amin", include_self=False)
             k_hi = y_hi.new_zeros(self.n, d).scatter_reduce_(0, at, y_hi, "amax", include_self=False)
-            n_lo, n_hi = _interval(k_lo, k_hi, E)
+            n_lo, n_hi = _interval(k_lo, k_hi, E.transpose(1, 2))
             if self.S[t] is not None:
-                s_lo, s_hi = _interval(lo, hi, self.S[t])
+                s_lo, s_hi = _interval(lo, hi, self.S[t].transpose(1, 2))
                 n_lo, n_hi = n_lo + s_lo.clamp(max=0), n_hi + s_hi.clamp(min=0)
             lo, hi = n_lo, n_hi
             out.append((lo, hi))
@@ -307,18 +308,16 @@ class WalkAlgebra:
 
 
 def _matvec(m: Tensor, k: Tensor, a: Tensor) -> Tensor:
-    """m[k[w]] @ a[w] for every w (m: (N, O, B), a: (W, B)): one matrix product per distinct k when
-    several rows share a node (a gather of W matrices costs more memory traffic), else batched."""
-    if k.numel() == 0:
-        return a.new_zeros(0, m.shape[1])
-    uniq, counts = torch.unique(k, return_counts=True)
-    if k.numel() < 8 * uniq.numel():
-        return torch.cat([torch.einsum("wob,wb->wo", m[kk], aa) for kk, aa in zip(k.split(512), a.split(512))])
-    order = k.argsort(stable=True)
-    parts = [aa @ m[u].t() for u, aa in zip(uniq.tolist(), a[order].split(counts.tolist()))]
-    out = torch.empty(k.numel(), m.shape[1], dtype=a.dtype, device=a.device)
-    out[order] = torch.cat(parts)
-    return out
+    """m[k[w]]^T a[w] for every w (m: (N, B, O), a: (W, B)), as one sparse product: the states placed
+    in the rows of their nodes' blocks times m stacked (N B, O) (no gather of W matrices)."""
+    W, B = a.shape
+    if W == 0:
+        return a.new_zeros(0, m.shape[2])
+    rows = torch.arange(W, device=a.device).repeat_interleave(B)
+    cols = (k * B).unsqueeze(1) + torch.arange(B, device=a.device)
+    placed = torch.sparse_coo_tensor(torch.stack([rows, cols.reshape(-1)]), a.reshape(-1),
+                                     size=(W, m.shape[0] * B), is_coalesced=True, check_invariants=False)
+    return torch.sparse.mm(placed, m.reshape(-1, m.shape[2]))
 
 
 def _interval(lo: Tensor, hi: Tensor, m: Tensor) -> tuple[Tensor, Tensor]:

@@ -241,6 +241,7 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
 def greedy(wm: WalkModel, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
     """:func:`greedy_subgraph` on a recorded model."""
     n, device = wm.num_nodes, wm.x.device
+    wm.algebra  # built once here: the search makes one weighted query per step
     if size is None:
         size = n
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= n:
