@@ -70,6 +70,7 @@ import torch_geometric.nn.conv as pyg_conv
 import torch_geometric.nn.models as pyg_models
 
 from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
+from lrp_lib.explain.walks import WalkModel, all_walks
 from lrp_lib.core.rules import Epsilon
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -303,6 +304,7 @@ def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int
         return row
     found = None if hetero else _edge_attr_relevance(explanation, ea, known)
     rel = [m.detach().to(torch.float64) for m in node_rel]
+    row["_node_relevance"] = None if hetero else rel[0]  # for check_walks; not written
     if found is not None:
         row["edge_attr_relevance"] = found[0]
         rel.append(found[1].detach().to(torch.float64))
@@ -338,6 +340,65 @@ def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int
         wrong.append(f"with a warning ({row['warnings'][0].split(':')[0]})")
     row["reason"] = "; ".join(wrong)
     return row
+
+
+def _first_graph(inputs: dict) -> dict:
+    """The first graph of a batch on its own: its nodes and edges, every per-node and per-edge input
+    sliced (a tensor whose first dimension is the number of nodes or of edges), ``batch`` all zeros."""
+    batch, edge_index = inputs["batch"], inputs["edge_index"]
+    nodes, edges = batch == 0, batch[edge_index[0]] == 0
+    n, e = int(batch.numel()), int(edge_index.shape[1])
+    out = {}
+    for key, value in inputs.items():
+        if key == "edge_index":
+            out[key] = value[:, edges]  # graph 0's nodes come first, so their ids stay
+        elif isinstance(value, Tensor) and value.dim() and value.shape[0] == n:
+            out[key] = value[nodes]
+        elif isinstance(value, Tensor) and value.dim() and value.shape[0] == e:
+            out[key] = value[edges]
+        else:
+            out[key] = value
+    return out
+
+
+def check_walks(model: nn.Module, inputs: dict, level: str, node_relevance: Tensor, index: int = NODE) -> dict:
+    """The walks of the same model under the same rule (LRP-0, :mod:`lrp_lib.explain.walks`): every
+    walk's relevance (all walks enumerated), summed by start node, against ``node_relevance``, the node
+    relevance of ``LRPExplainer``'s explanation (:func:`check`).  Graph level: the walks explain the first
+    graph of the batch on its own (a walk model explains one number); the graphs share no edge, so its
+    nodes hold the same relevance as in the explanation of both outputs' sum.  Returns
+    ``walks`` (ok / refused / wrong / crash, or n/a for a heterogeneous graph), ``walks_reason``,
+    ``walks_count`` (the number of walks) and ``walks_error`` (the largest difference, relative to
+    max(1, |the explained output|))."""
+    out = dict(walks=None, walks_reason="", walks_count=None, walks_error=None)
+    if isinstance(inputs["x"], dict):
+        out.update(walks="n/a", walks_reason="heterogeneous graph: a walk follows one edge_index")
+        return out
+    n = inputs["x"].shape[0]
+    nodes = torch.ones(n, dtype=torch.bool)
+    if level == "graph" and inputs.get("batch") is not None:
+        inputs, nodes = _first_graph(inputs), inputs["batch"] == 0
+    kwargs = _kwargs(inputs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wm = WalkModel(model, inputs["x"], inputs["edge_index"], Epsilon(0.0),
+                           index=None if level == "graph" else index, **kwargs)
+            walks = all_walks(wm)
+            rel = wm.walk_relevance(walks).detach().to(torch.float64)
+            y = float(model(inputs["x"], inputs["edge_index"], **kwargs)[0 if level == "graph" else index].sum())
+    except (UnsupportedModelError, ValueError, TypeError, NotImplementedError) as e:
+        out.update(walks="refused", walks_reason=_first_line(e))
+        return out
+    except Exception as e:  # noqa: BLE001 - any other exception is the library's failure
+        out.update(walks="crash", walks_reason=_first_line(e))
+        return out
+    marginal = torch.zeros(inputs["x"].shape[0], dtype=torch.float64).index_add_(0, walks[:, 0], rel)
+    err = float((marginal - node_relevance.sum(-1)[nodes]).abs().max()) / max(1.0, abs(y))
+    out.update(walks="ok" if err <= TOL else "wrong", walks_count=int(walks.shape[0]), walks_error=_sci(err))
+    if err > TOL:
+        out["walks_reason"] = f"walks summed by start node differ from the node relevance by {err:.2g}"
+    return out
 
 
 # ------------------------------------------------------------------- the models
@@ -886,7 +947,7 @@ def cases(spec: Spec):
     return [(level, ea) for level in spec.levels for ea in attrs]
 
 
-def run_spec(spec: Spec, algorithm_factory=default_algorithm) -> list[dict]:
+def run_spec(spec: Spec, algorithm_factory=default_algorithm, walks: bool = True) -> list[dict]:
     base = dict(layer=spec.name, family=spec.family, kwargs=spec.kwargs_text)
     if spec.skip:
         return [dict(base, level=None, edge_attr=None, status="skipped", reason=spec.skip)]
@@ -903,9 +964,12 @@ def run_spec(spec: Spec, algorithm_factory=default_algorithm) -> list[dict]:
                                                            f"{_first_line(e)}"))
             continue
         result = check(model, inputs, level, algorithm=algorithm_factory())
+        node_relevance = result.pop("_node_relevance", None)
         if result["status"] in ("refused", "crash"):  # would node relevance alone work?
             again = check(model, inputs, level, algorithm=algorithm_factory(), edge_mask_type=None)
             result["without_edge_mask"] = {k: again[k] for k in ("status", "reason", "raised_in")}
+        if result["status"] == "ok" and walks:
+            result.update(check_walks(model, inputs, level, node_relevance))
         rows.append(dict(row, **result))
     return rows
 
@@ -947,7 +1011,8 @@ def main(argv=None):
         for row in run_spec(spec):
             rows.append(row)
             where = f"{row['level'] or '-'}{' +edge_attr' if row['edge_attr'] else ''}"
-            print(f"{spec.name:28s} {where:18s} {row['status']:8s} {row.get('reason', '')[:110]}", flush=True)
+            print(f"{spec.name:28s} {where:18s} {row['status']:8s} walks {str(row.get('walks')):8s} "
+                  f"{(row.get('reason') or row.get('walks_reason') or '')[:100]}", flush=True)
     if not only:
         for name in sorted(MODEL_SKIPS):
             rows.append(dict(layer=name, family="model", kwargs="", level=None, edge_attr=None, status="skipped",

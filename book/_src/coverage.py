@@ -172,8 +172,13 @@ glue("layers_total", str(len(per_layer)), display=False)
 for s in STATUSES:
     glue(f"layers_{s}", str(sum(v == s for v in per_layer.values())), display=False)
 
+walk_rows = [r for r in rows if r.get("walks") not in (None, "n/a")]
+glue("walks_checked", str(len(walk_rows)), display=False)
+for w in ("ok", "refused", "wrong", "crash"):
+    glue(f"walks_{w}", str(sum(r["walks"] == w for r in walk_rows)), display=False)
 summary = [
-    {"status": s, "rows": count[s], "layers": sum(v == s for v in per_layer.values())}
+    {"status": s, "rows": count[s], "layers": sum(v == s for v in per_layer.values()),
+     "walks": sum(r.get("walks") == s for r in rows) if s != "skipped" else None}
     for s in STATUSES
 ]
 display(
@@ -183,6 +188,7 @@ display(
             ("status", "status"),
             ("explanations (rows)", "rows", "{:d}"),
             ("layers and models (worst row)", "layers", "{:d}"),
+            ("walks of the ok rows", "walks", "{:d}"),
         ],
     )
 )
@@ -200,21 +206,50 @@ display(
 # tensor to a relevance rule, so it needs no list of layers; what it cannot handle it refuses,
 # naming the operation and the module.
 #
-# In the tables below, each cell is the outcome at one task level with or without `edge_attr`
-# (a dash: the layer does not take it, or, for `edge_attr`, requires it; *wrong (warned)*: the
-# explainer issued a warning that relevance was lost; *wrong (accounted)*: the explanation reports
-# the missing relevance as a separate number, such as the share of constant terms inside the
-# model); *piecewise linear* says
-# whether the explanation was also compared with input times gradient; *reason* is the first message
-# of a refused, wrong or crashed row.
+# In the tables below, *graph* and *node* give the outcome at each task level, without `edge_attr`
+# and then with it where the layer takes it (*edge_attr: ok*; a dash: the layer is not built at that
+# level; *wrong (warned)*: the explainer issued a warning that relevance was lost; *wrong
+# (accounted)*: the explanation reports the missing relevance as a separate number, such as the
+# share of constant terms inside the model); *walks* is the outcome of the relevant walks of the same
+# model (below); *piecewise linear* says whether the explanation was also compared with input times
+# gradient; *reason* is the first message of a refused, wrong or crashed row.
+#
+# **Walks.** Every ok explanation is checked once more through `lrp_lib.explain.walks` (GNN-LRP, see
+# [Relevant walks](08_relevant_walks.ipynb)): all walks of the same model under the same rule are
+# enumerated, each gets its relevance, and the walks are summed by their start node; the sums must
+# equal `LRPExplainer`'s node relevance within {glue:text}`tol` (relative). At the graph level the
+# walks explain the batch's first graph on its own. Of the {glue:text}`walks_checked` ok explanations
+# of homogeneous graphs, the walks of {glue:text}`walks_ok` agree, {glue:text}`walks_refused` are
+# refused, {glue:text}`walks_wrong` are wrong and {glue:text}`walks_crash` crash; heterogeneous
+# graphs have no walks here (a walk follows one `edge_index`).
 
 # %% tags=["hide-input"]
-CELLS = [
-    ("graph", "graph", False),
-    ("graph + edge_attr", "graph", True),
-    ("node", "node", False),
-    ("node + edge_attr", "node", True),
-]
+LEVELS = ("graph", "node")
+WALK_ORDER = ("crash", "wrong", "refused", "n/a", "ok")
+
+
+def cell(lr, level):
+    """The outcome at one task level: without edge_attr, then with it (where the layer takes it)."""
+    parts = []
+    for ea in (False, True):
+        hit = [r for r in lr if r["level"] == level and r["edge_attr"] == ea]
+        if not hit:
+            continue
+        r = hit[0]
+        notes = (
+            []
+            if r["status"] != "wrong"
+            else ["accounted"] * bool(r.get("accounted")) + ["warned"] * bool(r.get("warnings"))
+        )
+        text = r["status"] + (f" ({', '.join(notes)})" if notes else "")
+        parts.append(f"edge_attr: {text}" if ea else text)
+    return " · ".join(parts) or None
+
+
+def walks_verdict(lr):
+    """The walks of a layer's ok rows: the worst outcome, or None where none was checked."""
+    found = {r.get("walks") for r in lr if r.get("walks")}
+    return next((w for w in WALK_ORDER if w in found), None)
 
 
 def layer_table(family):
@@ -224,31 +259,23 @@ def layer_table(family):
             continue
         kwargs = lr[0]["kwargs"]
         entry = {"layer": f"`{name}`" + (f" ({kwargs})" if kwargs else "")}
-        for label, level, ea in CELLS:
-            hit = [r for r in lr if r["level"] == level and r["edge_attr"] == ea]
-            notes = (
-                []
-                if not hit or hit[0]["status"] != "wrong"
-                else ["accounted"] * bool(hit[0].get("accounted"))
-                + ["warned"] * bool(hit[0].get("warnings"))
-            )
-            entry[label] = (
-                None
-                if not hit
-                else hit[0]["status"] + (f" ({', '.join(notes)})" if notes else "")
-            )
+        for level in LEVELS:
+            entry[level] = cell(lr, level)
+        entry["walks"] = walks_verdict(lr)
         pl = {r.get("piecewise_linear") for r in lr if r["status"] in ("ok", "wrong")}
         entry["piecewise linear"] = ("yes" if pl == {True} else "no" if pl == {False} else
                                      "partly" if pl - {None} else None)
         bad = [r for r in lr if r["status"] in ("refused", "wrong", "crash")]
-        entry["reason"] = short(bad[0]["reason"], 90) if bad else ""
+        bad_walks = [r for r in lr if r.get("walks") in ("refused", "wrong", "crash")]
+        entry["reason"] = (short(bad[0]["reason"], 90) if bad else
+                           "walks: " + short(bad_walks[0]["walks_reason"], 80) if bad_walks else "")
         out.append(entry)
     glue(f"{family}_total", str(len(out)), display=False)
     glue(f"{family}_ok", str(sum(per_layer[n] == "ok" for n, lr in layers.items()
                                  if lr[0]["family"] == family)), display=False)
-    return results_table(out, [("layer (constructor arguments)", "layer")] +
-                         [(label, label) for label, _, _ in CELLS] +
-                         [("piecewise linear", "piecewise linear"), ("reason", "reason")])
+    return results_table(out, [("layer (constructor arguments)", "layer"), ("graph", "graph"),
+                               ("node", "node"), ("walks", "walks"),
+                               ("piecewise linear", "piecewise linear"), ("reason", "reason")])
 
 
 tables = {

@@ -216,3 +216,33 @@ def test_a_wrong_row_says_whether_other_reported_numbers_make_up_the_rest():
     assert row["status"] == "wrong" and row["accounted"] is False
     row = bc.check(model, inputs, "graph", algorithm=InputTimesGradient())
     assert row["other_relevance"] == {} and row["accounted"] is False
+
+
+@pytest.mark.parametrize("level", ["graph", "node"])
+def test_walks_of_an_ok_row_are_checked_against_its_node_relevance(level):
+    model, inputs = case("GATConv", level)
+    row = bc.check(model, inputs, level)
+    node_relevance = row.pop("_node_relevance")
+    walks = bc.check_walks(model, inputs, level, node_relevance)
+    assert walks["walks"] == "ok" and walks["walks_count"] > 0 and walks["walks_error"] <= bc.TOL
+    # the check can fail: relevance moved from one node to another is caught
+    moved = node_relevance.clone()
+    moved[[0, 1]] = moved[[1, 0]] + torch.tensor([[0.1], [-0.1]], dtype=moved.dtype)
+    wrong = bc.check_walks(model, inputs, level, moved)
+    assert wrong["walks"] == "wrong" and "differ from the node relevance" in wrong["walks_reason"]
+
+
+def test_first_graph_of_a_batch_keeps_its_rows():
+    inputs = bc.graph_inputs()
+    first = bc._first_graph(inputs)
+    n0 = int((inputs["batch"] == 0).sum())
+    assert first["x"].shape[0] == n0 and bool((first["batch"] == 0).all())
+    assert int(first["edge_index"].max()) < n0
+    assert first["edge_attr"].shape[0] == first["edge_index"].shape[1] == first["edge_weight"].shape[0]
+
+
+def test_results_file_has_walks_for_the_ok_rows():
+    rows = json.loads((Path(bc.__file__).parent / "results" / "coverage.json").read_text())["results"]["rows"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok and all(r.get("walks") in ("ok", "refused", "wrong", "crash", "n/a") for r in ok)
+    assert all(r.get("walks") is None for r in rows if r["status"] != "ok")
