@@ -854,7 +854,8 @@ glue(
 # with $\epsilon = 0$ they {glue:text}`gxi_zero_agree` to within $10^{-6}$ (the edge scores pass
 # through PyG's float32 edge mask). On this model, then, LRP-epsilon *is* Gradient $\times$
 # Input, computed in one relevance backward instead of a gradient; the two part ways where the
-# rules do, as with gamma or z$^+$ on the weights (chapter 3), or where a model is not piecewise
+# rules do, as with gamma or z$^+$ on the weights
+# ([Convolutions and skip connections](03_convolutions_and_skips.ipynb)), or where a model is not piecewise
 # linear (attention, gates, a sigmoid inside, see [Which PyG models can be
 # explained](coverage.ipynb)). That is why `LRPExplainer`'s default is not epsilon but z$^+$, which
 # follows only the positive evidence: over the tasks of [Benchmarking
