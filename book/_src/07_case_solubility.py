@@ -51,7 +51,13 @@ from lrp_lib.book.datasets.esol import (
     NODE_FEATURES,
     smiles_to_graph,
 )
-from lrp_lib.book.plotting import BOOK_DPI, BOOK_WIDTH, bond_values, book_style, draw_molecule
+from lrp_lib.book.plotting import (
+    BOOK_DPI,
+    BOOK_WIDTH,
+    bond_values,
+    book_style,
+    draw_molecule,
+)
 from lrp_lib.book.pretrained import load_or_train
 
 RDLogger.DisableLog("rdApp.*")

@@ -23,6 +23,7 @@
 # ```
 
 # %% tags=["hide-input"]
+import textwrap
 import warnings
 
 warnings.filterwarnings("ignore")  # import-time notes of the libraries; nothing of ours
@@ -58,10 +59,8 @@ print(
     f"{len(order)} tasks, {settings['seeds']} seeds each, "
     f"{len(settings['methods'])} methods"
 )
-print(
-    "explained instances per seed:",
-    ", ".join(f"{TITLES[t]} {tasks[t]['instances_per_seed'][0]}" for t in order),
-)
+instances = ", ".join(f"{TITLES[t]} {tasks[t]['instances_per_seed'][0]}" for t in order)
+print(textwrap.fill(f"explained instances per seed: {instances}", width=88))
 glue("n_tasks", str(len(order)), display=False)
 glue("n_seeds", str(settings["seeds"]), display=False)
 glue("n_methods", str(len(settings["methods"])), display=False)
@@ -601,7 +600,7 @@ if t in tasks:
 # (`task_level`).
 
 # %%
-print(summary["rule"])
+print(textwrap.fill(summary["rule"], width=88))
 rows = []
 for label, sel in (
     ("all tasks", overall),

@@ -17,6 +17,7 @@
 # rather than an error from deep inside PyG's message passing.
 
 # %%
+import textwrap
 import warnings
 
 # tqdm's notebook notice, via PyG
@@ -42,11 +43,16 @@ class Model(torch.nn.Module):
         return self.head(h)
 
 
+def show(kind, message):
+    """The message as it reads, wrapped to the page."""
+    print(textwrap.fill(f"{kind}: {message}", width=88, subsequent_indent="    "))
+
+
 def explainer_of(model):
+    config = dict(mode="multiclass_classification", task_level="node", return_type="raw")
     return Explainer(model, algorithm=LRPExplainer(), explanation_type="model",
                      node_mask_type="attributes", edge_mask_type="object",
-                     model_config=dict(mode="multiclass_classification", task_level="node",
-                                       return_type="raw"))
+                     model_config=config)
 
 
 x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
@@ -56,7 +62,7 @@ model = Model().eval()
 try:
     explainer_of(model)(x, edge_index.t(), index=1)
 except ValueError as error:
-    print(f"{type(error).__name__}: {error}")
+    show(type(error).__name__, error)
 
 # %% [markdown]
 # **An operation without a rule.** `LRPExplainer` runs your model's own `forward` and gives every
@@ -71,7 +77,7 @@ model = Model(activation=torch.special.erf).eval()
 try:
     explainer_of(model)(x, edge_index, index=1)
 except Exception as error:
-    print(f"{type(error).__name__}: {error}")
+    show(type(error).__name__, error)
 
 # %% [markdown]
 # **Relevance that does not arrive.** A `.detach()` in the model cuts the path relevance would take
@@ -86,7 +92,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     explainer_of(model)(x, edge_index, index=1)
 for w in caught:
-    print(f"{w.category.__name__}: {w.message}")
+    show(w.category.__name__, w.message)
 assert [w.category.__name__ for w in caught] == ["LostRelevanceWarning"]
 
 # %% [markdown]

@@ -58,7 +58,8 @@ torch.set_num_threads(1)
 
 # %%
 for level, settings in DEFAULTS.items():
-    print(f"{level}-level models:", ", ".join(f"{k}={v!r}" for k, v in settings.items()))
+    shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    print(f"{level}-level models:", shown)
     for key, value in settings.items():
         glue(f"default_{level}_{key}", value, display=False)
 
@@ -218,8 +219,10 @@ tasks = quality["results"]["tasks"]
 GROUPS = [
     ("node classification, GCN (lineage)", "node",
      ["ba_shapes", "ba_community", "tree_cycles", "tree_grid"]),
-    ("node classification, GCN, informative features (Infection)", "node", ["infection"]),
-    ("graph classification, GIN with sum read-out (BA-2Motifs)", "graph", ["ba_2motifs"]),
+    ("node classification, GCN, informative features (Infection)", "node",
+     ["infection"]),
+    ("graph classification, GIN with sum read-out (BA-2Motifs)", "graph",
+     ["ba_2motifs"]),
     ("graph classification, GCN with max + mean read-out (Mutagenicity)", "graph",
      ["mutagenicity"]),
     ("graph classification, GCN with mean read-out (molecules)", "graph",
@@ -236,8 +239,8 @@ display(results_table(decision, [
 ]))
 order = [t for t in TASK_TITLES if t in tasks]
 glue("n_tasks", str(len(order)), display=False)
-glue("n_configs", str(sum(m.startswith("lrp_") for m in quality["settings"]["methods"])),
-     display=False)
+n_configs = sum(m.startswith("lrp_") for m in quality["settings"]["methods"])
+glue("n_configs", str(n_configs), display=False)
 
 # %% [markdown]
 # (quality-choices)=
@@ -254,10 +257,12 @@ display(results_table(choices, [
     ("explained logit", "logit", "{:.3f}"),
     ("explained contrast", "contrast", "{:.3f}"),
 ]))
-glue("n_abs_best", str(sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in choices)),
-     display=False)
-glue("n_signed_best", str(sum(r["relevance"] > r["abs"] for r in choices)), display=False)
-glue("n_contrast_better", str(sum(r["contrast"] > r["logit"] for r in choices)), display=False)
+n_abs_best = sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in choices)
+glue("n_abs_best", str(n_abs_best), display=False)
+n_signed_best = sum(r["relevance"] > r["abs"] for r in choices)
+glue("n_signed_best", str(n_signed_best), display=False)
+n_contrast_better = sum(r["contrast"] > r["logit"] for r in choices)
+glue("n_contrast_better", str(n_contrast_better), display=False)
 
 # %% [markdown]
 # The absolute mask is the best (or tied) on {glue:text}`n_abs_best` of the {glue:text}`n_tasks`
