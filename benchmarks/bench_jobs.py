@@ -85,9 +85,9 @@ def esol_model():
 
 CASES = {
     "Mutagenicity": dict(model=mutagenicity_model, dataset=mutagenicity_dataset, mode="binary_classification",
-                         explained="GCN of chapter 5, LRPExplainer (epsilon)"),
+                         explained="the Mutagenicity GCN, LRPExplainer (epsilon)"),
     "ESOL": dict(model=esol_model, dataset=esol_dataset, mode="regression",
-                 explained="lrp_lib.teach.graph network of chapter 7, relevance mode"),
+                 explained="lrp_lib.teach.graph network (the solubility case study), relevance mode"),
 }
 
 
