@@ -12,14 +12,15 @@
 # *optimises* a soft edge mask {cite}`ying2019gnnexplainer`; gradient saliency
 # {cite}`simonyan2014deep`; Gradient $\times$ Input and Integrated Gradients
 # {cite}`sundararajan2017axiomatic` through Captum {cite}`kokhlikyan2020captum`; and LRP, with the
-# autograd trick of the earlier chapters packaged as a PyG explainer algorithm,
+# autograd trick of [Hijacking autograd for LRP](01_hijacking_autograd.ipynb) packaged as a PyG
+# explainer algorithm,
 # `lrp_lib.explain.explainer.LRPExplainer`, that works on the model *as it is*.
 # A sixth method, TracIn {cite}`pruthi2020tracin`, answers a different question: which *training
 # molecules* pushed the model towards this prediction.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This chapter assumes the relevance ops of the first chapter and some familiarity with PyTorch
+# This chapter assumes the [quick start](quickstart.ipynb) and some familiarity with PyTorch
 # Geometric's `Data`, `DataLoader` and message passing. After reading it you should be able to
 # - load Mutagenicity with its NO2/NH2 ground truth aligned to PyG's edges;
 # - explain a stock PyG model with `Explainer(model, algorithm=LRPExplainer(), ...)`, read the
