@@ -21,8 +21,8 @@
   with the inputs checked first;
 * :mod:`~lrp_lib.explain.masks`: signed relevance to the masks PyG's plots and metrics read;
 * :mod:`~lrp_lib.explain.walks`: relevant walks and subgraphs (GNN-LRP, sGNN-LRP);
-* :mod:`~lrp_lib.explain.jobs`: a whole data set explained to Parquet, with its files in
-  :mod:`~lrp_lib.explain.job_store`.
+* :mod:`~lrp_lib.explain.jobs`: a whole data set explained to Parquet, one batch at a time by
+  :mod:`~lrp_lib.explain.job_batches`, with its files in :mod:`~lrp_lib.explain.job_store`.
 
 Imports :mod:`lrp_lib.core` only.
 """
@@ -30,7 +30,7 @@ import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
             "targets", "propagate", "accounting", "subgraphs", "explainer", "masks", "walks", "jobs",
-            "job_store")
+            "job_batches", "job_store")
 
 
 def __getattr__(name):
