@@ -127,6 +127,8 @@ class LRPExplainer(ExplainerAlgorithm):
             value per graph of a graph-level batch and per target of ``per_index=True`` (see
             below; one more backward pass per explanation, :mod:`lrp_lib.explain.accounting`);
             ``"total"``: one number each, for the whole call (one backward pass).
+        fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
+            ``False``, its reference dispatch: the same relevance, at a higher cost per call.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -179,8 +181,11 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None):
+                 prune: bool | None = None, fast: bool = True):
         super().__init__()
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast must be True or False, got {fast!r}")
+        self.fast = fast
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -323,7 +328,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if isinstance(attr, Tensor) and attr.is_floating_point():
             kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
             inputs.append(kwargs["edge_attr"])
-        mode = RelevanceMode(self.composite, model)
+        mode = RelevanceMode(self.composite, model, fast=self.fast)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) \
             if self.explainer_config.edge_mask_type is not None else None
         out, start, grads, head = propagate(model, mode, recorder, inputs,
@@ -378,7 +383,7 @@ class LRPExplainer(ExplainerAlgorithm):
         check_hetero_inputs(x, edge_index)
         leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
         inputs = list(leaves.values())
-        mode = RelevanceMode(self.composite, model)
+        mode = RelevanceMode(self.composite, model, fast=self.fast)
         recorder = HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) \
             if self.explainer_config.edge_mask_type is not None else None
         out, start, grads, _ = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
