@@ -63,6 +63,7 @@ from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
                                     inputs_checked, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
+from lrp_lib.explain.one_pass import explain_in_one_pass, pending_target
 from lrp_lib.explain.propagate import propagate
 from lrp_lib.explain.subgraphs import explain_per_index
 
@@ -275,6 +276,8 @@ class LRPExplainer(ExplainerAlgorithm):
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
         if isinstance(x, dict):
             return self._explain_hetero(model, x, edge_index, target=target, index=index, **kwargs)
+        if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
+            target = pending_target()
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
             def relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs):  # one account per target
                 node_group, row_group = target_groups(sub_x.shape[0], sub_edges, rows) \
@@ -416,7 +419,17 @@ class Explainer(PyGExplainer):
     A drop-in replacement: ``from lrp_lib.explain.explainer import Explainer`` and use it as PyG's.  With an
     :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
     error that names it instead of one from inside PyG's message passing (or NaN masks).
+
+    ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
+    target are taken from the explanation's own forward instead of a separate prediction pass
+    (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
     """
+
+    def __init__(self, *args, one_pass: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(one_pass, bool):
+            raise TypeError(f"one_pass must be True or False, got {one_pass!r}")
+        self.one_pass = one_pass
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
         checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)
@@ -424,9 +437,13 @@ class Explainer(PyGExplainer):
             check_hetero_inputs(x, edge_index)
         if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
+        once = checked and self.one_pass and self.explanation_type.value == "model" and not (
+            self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
         training = self.model.training
         try:
             with inputs_checked(x if checked else None, edge_index):  # the algorithm need not check them again
+                if once:
+                    return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
                 return super().__call__(x, edge_index, target=target, index=index, **kwargs)
         finally:
             self.model.train(training)
