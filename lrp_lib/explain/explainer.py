@@ -50,7 +50,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 from torch_geometric.explain import Explainer as PyGExplainer
-from torch_geometric.explain import Explanation, HeteroExplanation
+from torch_geometric.explain import Explanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
@@ -58,7 +58,8 @@ from lrp_lib.core import stabilizer
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.explain.accounting import account, target_groups
-from lrp_lib.explain.edges import EdgeRecorder, HeteroEdgeRecorder
+from lrp_lib.explain.edges import EdgeRecorder
+from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
                                     inputs_checked, usable)
@@ -275,7 +276,7 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
         if isinstance(x, dict):
-            return self._explain_hetero(model, x, edge_index, target=target, index=index, **kwargs)
+            return explain_hetero(self, model, x, edge_index, target=target, index=index, **kwargs)
         if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
             target = pending_target()
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
@@ -376,41 +377,6 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_attr_relevance"] = attr_rel
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
 
-    def _explain_hetero(self, model, x: dict, edge_index: dict, *, target, index=None, **kwargs):
-        """A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv``
-        models take them): one forward, one backward; a :class:`HeteroExplanation` with a node mask
-        per node type and an edge mask per edge type."""
-        if self.per_index:
-            raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
-                             "a heterogeneous graph")
-        check_hetero_inputs(x, edge_index)
-        leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
-        inputs = list(leaves.values())
-        mode = RelevanceMode(self.composite, model, fast=self.fast)
-        recorder = HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) \
-            if self.explainer_config.edge_mask_type is not None else None
-        out, start, grads, _ = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
-                                       target, index, self.model_config, self.explained)
-        node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
-        absorbed = mode.tally.total(mode.tally.absorbed)
-        explained = float(start.sum())
-        lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
-        explanation = HeteroExplanation()
-        node_type = self.explainer_config.node_mask_type
-        node_rel = {k: per_mask_type(r, node_type).detach() for k, r in node_rel.items()}
-        explanation.set_value_dict("node_relevance", node_rel)
-        if node_type is not None:  # one normalisation over all node types (and one over all edge types)
-            explanation.set_value_dict("node_mask", relevance_mask(node_rel, self.mask))
-        if recorder is not None:
-            edge_rel = {k: part.record.detach() for k, part in recorder.parts.items()}
-            explanation.set_value_dict("edge_relevance", edge_rel)
-            explanation.set_value_dict("edge_mask", relevance_mask(edge_rel, self.mask))
-        dtype = start.dtype
-        if mode.explained_head is not None:
-            explanation.explained_output = f"the input of the model's final {mode.explained_head}"
-        explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype, device=start.device)
-        explanation.relevance_residual = torch.tensor(lost, dtype=dtype, device=start.device)
-        return explanation
 
 class Explainer(PyGExplainer):
     """PyG's :class:`~torch_geometric.explain.Explainer`, with the inputs checked before its
