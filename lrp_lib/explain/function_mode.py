@@ -105,13 +105,17 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
-            layers = [name for name, module in model.named_modules() if isinstance(module, MessagePassing)]
+            named = list(model.named_modules())  # one walk of the modules (each module once)
+            layers = [name for name, module in named if isinstance(module, MessagePassing)]
             layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
-            for name, module in model.named_modules():
+            for name, module in named:
                 self._module_names[id(module)] = name
+                params = [p for p in module._parameters.values() if p is not None]
+                if not params:
+                    continue
                 depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")),
                              None)
-                for p in module.parameters(recurse=False):
+                for p in params:
                     self._owners[id(p)] = (name, module, None if depth is None else (depth, len(layers)))
 
     # -------------------------------------------------------------- marks
