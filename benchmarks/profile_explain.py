@@ -19,6 +19,11 @@ same round):
 * ``lrp``: through ``Explainer`` (PyG's prediction pass, the training flag, the explanation's
   attributes); ``lrp_one_pass``: ``Explainer(one_pass=True)``; ``saliency``: Captum's, through ``Explainer``.
 
+Beside the times, the median number of minor page faults per call (``getrusage``): memory the C
+allocator took fresh from the kernel.  From a few hundred nodes up, the relevance pass takes several
+times the gradient's (the allocator gives freed memory back and takes it again); run with
+``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_`` raised (glibc) to see the times without them.
+
 Writes ``benchmarks/results/profile_explain.json``.
 """
 from __future__ import annotations
@@ -26,7 +31,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
+import resource
 import statistics
 import time
 import warnings
@@ -97,18 +104,22 @@ def measure(nodes: int, rounds: int) -> dict:
     for fn in calls.values():  # warm-up
         fn()
     wall = {name: [] for name in calls}
+    faults = {name: [] for name in calls}
     for _ in range(rounds):
         for name, fn in calls.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = time.perf_counter()
             fn()
             wall[name].append(time.perf_counter() - start)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     base = statistics.median(wall["gradient"])
     row = {"nodes": nodes, "rounds": rounds, "phases": {}}
     for name, times in wall.items():
         row["phases"][name] = {"median_seconds": statistics.median(times),
                                "ratio_to_gradient": statistics.median(times) / base,
                                "paired_ratio_to_gradient": statistics.median(
-                                   t / g for t, g in zip(times, wall["gradient"]))}
+                                   t / g for t, g in zip(times, wall["gradient"])),
+                               "median_page_faults": statistics.median(faults[name])}
     return row
 
 
@@ -143,12 +154,14 @@ def main() -> None:
         print(f"\n{n:,} nodes, {row['rounds']} rounds (median ms; ratio to the gradient, paired)")
         for name, ph in row["phases"].items():
             print(f"  {name:24s} {ph['median_seconds'] * 1e3:8.3f}  {ph['ratio_to_gradient']:5.2f}x "
-                  f"({ph['paired_ratio_to_gradient']:.2f}x)")
+                  f"({ph['paired_ratio_to_gradient']:.2f}x)  {ph['median_page_faults']:8.0f} page faults")
         if args.cprofile:
             print(top_functions(n))
     if not args.no_write:
         path = results_file.write_results("profile_explain", rows, {
             "sizes": args.sizes, "edges_per_node": 10, "threads": 1, "dtype": "float32",
+            "malloc_env": {k: os.environ[k] for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+                           if k in os.environ},
             "load_average_1min_start": machine.get("load_average_1min"),
             "load_average_1min_end": results_file.machine_info().get("load_average_1min")})
         print(f"wrote {path}")
