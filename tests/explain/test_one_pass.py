@@ -102,3 +102,17 @@ def test_one_pass_record_and_bad_switch():
     with pytest.raises(TypeError, match="one_pass"):
         Explainer(GCN(2, 2, 1), algorithm=LRPExplainer(), explanation_type="model", node_mask_type="object",
                   model_config=dict(mode="regression", task_level="node", return_type="raw"), one_pass="yes")
+
+
+def test_one_pass_with_per_index_runs_the_two_passes():
+    torch.manual_seed(0)
+    model = GCN(8, 16, 2, out_channels=3).eval()
+    x, edge_index = torch.randn(12, 8), torch.randint(0, 12, (2, 40))
+    made = [Explainer(model, algorithm=LRPExplainer(per_index=True), explanation_type="model",
+                      node_mask_type="attributes", one_pass=once,
+                      model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+            for once in (True, False)]
+    a, b = (e(x, edge_index, index=torch.tensor([1, 5])) for e in made)
+    assert torch.equal(a.prediction, b.prediction) and torch.equal(a.target, b.target)
+    assert torch.equal(a.node_relevance, b.node_relevance)
+    assert torch.equal(a.node_relevance_per_index.to_dense(), b.node_relevance_per_index.to_dense())
