@@ -28,14 +28,11 @@ import torch
 from IPython.display import display
 from myst_nb import glue
 from sklearn.metrics import roc_auc_score
-from torch_geometric import seed_everything
-from torch_geometric.data import Data
-from torch_geometric.datasets import ExplainerDataset
-from torch_geometric.datasets.graph_generator import BAGraph
-from torch_geometric.nn import GCNConv
 from torch_geometric.utils import k_hop_subgraph
 
 from lrp_lib import Composite, Explainer, LRPExplainer
+from lrp_lib.book.datasets import ba_houses
+from lrp_lib.book.models import HousesGCN
 from lrp_lib.book.plotting import book_style
 from lrp_lib.book.pretrained import load_or_train
 from lrp_lib.book.quality import TASK_TITLES, choice_rows, decision_rows
@@ -93,39 +90,14 @@ for level, settings in DEFAULTS.items():
 
 # %% tags=["hide-input"]
 # The quick start's data and model, with its stored weights.
-seed_everything(0)
-generated = ExplainerDataset(graph_generator=BAGraph(num_nodes=300, num_edges=5),
-                             motif_generator="house", num_motifs=80)[0]
-data = Data(x=torch.ones(generated.num_nodes, 1), edge_index=generated.edge_index,
-            y=generated.y, in_house=generated.edge_mask.bool())
-order = torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(0))
-test_nodes = order[560:]
-
-
-class GCN(torch.nn.Module):
-    def __init__(self, features, hidden, classes):
-        super().__init__()
-        self.conv1 = GCNConv(features, hidden)
-        self.conv2 = GCNConv(hidden, hidden)
-        self.conv3 = GCNConv(hidden, hidden)
-        self.head = torch.nn.Linear(hidden, classes)
-
-    def logits(self, x, edge_index):
-        x = self.conv1(x, edge_index).relu()
-        x = self.conv2(x, edge_index).relu()
-        x = self.conv3(x, edge_index).relu()
-        return self.head(x)
-
-    def forward(self, x, edge_index):
-        return self.logits(x, edge_index).log_softmax(-1)
+data, train_nodes, test_nodes = ba_houses()
 
 
 def not_trained(model):
     raise RuntimeError("the quick start trains this model (LRP_BOOK_RETRAIN=1 there)")
 
 
-torch.manual_seed(0)
-model = GCN(1, 20, 4)
+model = HousesGCN(features=1, hidden=20, classes=4)
 # stored by the quick start, which trains it; here it is only loaded
 load_or_train("quickstart-ba-houses-gcn", model, not_trained, retrain=False)
 model.eval()
