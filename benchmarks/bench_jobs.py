@@ -40,7 +40,7 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, global_mean_pool
 
 import lrp_lib
-from lrp_lib.explain import jobs
+from lrp_lib.explain.job_batches import backend_of
 from lrp_lib.teach import graph
 from lrp_lib.book.pretrained import RETRAIN_ENV, load_or_train
 
@@ -85,9 +85,9 @@ def esol_model():
 
 CASES = {
     "Mutagenicity": dict(model=mutagenicity_model, dataset=mutagenicity_dataset, mode="binary_classification",
-                         explained="GCN of chapter 5, LRPExplainer (epsilon)"),
+                         explained="the Mutagenicity GCN, LRPExplainer (epsilon)"),
     "ESOL": dict(model=esol_model, dataset=esol_dataset, mode="regression",
-                 explained="lrp_lib.teach.graph network of chapter 7, relevance mode"),
+                 explained="lrp_lib.teach.graph network (the solubility case study), relevance mode"),
 }
 
 
@@ -123,7 +123,7 @@ def measure(name, case, batch_size, repeats, limit, device):
         dataset = dataset[:limit]
     model = case["model"]().to(device)
     model.eval()
-    backend = jobs._backend(model)
+    backend = backend_of(model)
     n = len(dataset)
     atoms = sum(int(g.num_nodes) for g in dataset)
     job, forward, gradient = [], [], []

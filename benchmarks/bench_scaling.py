@@ -1,7 +1,7 @@
 """Cost of one explanation against graph size: the plain gradient, LRP, Captum saliency and Integrated Gradients.
 
-    python benchmarks/bench_scaling.py            # 1k, 3k, 10k, 30k, 100k nodes (about 5 minutes)
-    python benchmarks/bench_scaling.py --fast     # 1k, 3k, 10k nodes, fewer repeats (writes no results file)
+    python benchmarks/bench_scaling.py            # 25, 700, 1k, 2k, 3k, 10k, 30k, 100k nodes (about 6 minutes)
+    python benchmarks/bench_scaling.py --fast     # 25, 700, 2k, 10k nodes, fewer repeats (writes no results file)
 
 The model is a 3-layer GCN, the architecture of ``bench_nodes.py`` (32 input features, 32 hidden, 4 classes, ReLU, a
 linear head; random weights: the cost does not depend on training).  The graphs are random, ``N``
@@ -18,6 +18,11 @@ whole graph:
 * **LRP**: ``Explainer(model, algorithm=lrp_lib.explain.explainer.LRPExplainer(), ...)``, where ``Explainer``
   is ``lrp_lib.explain.explainer.Explainer`` (PyG's, with the inputs checked before the prediction pass for
   LRP and the training flag restored), for all three explainers;
+* **LRP, one pass**: the same with ``Explainer(..., one_pass=True)``: the prediction and the target
+  taken from LRP's own forward (:mod:`lrp_lib.explain.one_pass`) instead of PyG's prediction pass;
+* **LRP algorithm**: ``LRPExplainer`` called directly (``explainer.algorithm(model, x, edge_index,
+  target=..., index=...)``, the target given), without PyG's ``Explainer`` around it: the cost of
+  the explanation itself, against the gradient;
 * **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``;
 * **Integrated Gradients**: ``Explainer(model, algorithm=CaptumExplainer("IntegratedGradients",
   n_steps=...), ...)`` (``--ig-steps``, default 20; PyG's ``CaptumExplainer`` runs the steps one
@@ -61,11 +66,14 @@ import results_file  # benchmarks/results_file.py
 from bench_nodes import GCN  # the same 3-layer GCN as the many-nodes benchmark
 
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
-SIZES = [1_000, 3_000, 10_000, 30_000, 100_000]
-METHODS = ["gradient", "lrp", "saliency", "integrated_gradients"]
+SIZES = [25, 700, 1_000, 2_000, 3_000, 10_000, 30_000, 100_000]
+FAST_SIZES = [25, 700, 2_000, 10_000]
+METHODS = ["gradient", "lrp", "lrp_one_pass", "lrp_algorithm", "saliency", "integrated_gradients"]
 LABELS = {
     "gradient": "gradient (torch.autograd.grad)",
     "lrp": "LRP (LRPExplainer)",
+    "lrp_one_pass": "LRP (LRPExplainer, Explainer(one_pass=True))",
+    "lrp_algorithm": "LRP (LRPExplainer called directly, no Explainer)",
     "saliency": "saliency (CaptumExplainer)",
     "integrated_gradients": "Integrated Gradients (CaptumExplainer)",
 }
@@ -85,11 +93,12 @@ def setup(nodes: int, edges_per_node: int, features: int = 32):
 
 
 def explainers(model, ig_steps: int) -> dict:
-    def make(algorithm):
+    def make(algorithm, **options):
         return Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="attributes",
-                         edge_mask_type=None, model_config=MODEL_CONFIG)
+                         edge_mask_type=None, model_config=MODEL_CONFIG, **options)
 
-    return {"lrp": make(LRPExplainer()), "saliency": make(CaptumExplainer("Saliency")),
+    return {"lrp": make(LRPExplainer()), "lrp_one_pass": make(LRPExplainer(), one_pass=True),
+            "saliency": make(CaptumExplainer("Saliency")),
             "integrated_gradients": make(CaptumExplainer("IntegratedGradients", n_steps=ig_steps))}
 
 
@@ -106,7 +115,13 @@ def method_calls(model, x, edge_index, index, target, ig_steps):
     def via(name):
         return lambda: ex[name](x, edge_index, index=index, target=target_t).node_mask
 
-    return {"gradient": gradient, **{name: via(name) for name in ex}}
+    algorithm, index_t = ex["lrp"].algorithm, torch.tensor([index])
+
+    def lrp_algorithm():  # connected to the configuration by its Explainer, called without it
+        return algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask
+
+    calls = {"gradient": gradient, **{name: via(name) for name in ex}, "lrp_algorithm": lrp_algorithm}
+    return {name: calls[name] for name in METHODS}
 
 
 def timed(fn):
@@ -128,6 +143,9 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
         raise AssertionError(f"{nodes} nodes: Captum saliency differs from |gradient|")
     if not torch.isfinite(masks["lrp"]).all() or masks["lrp"].shape != grad.shape:
         raise AssertionError(f"{nodes} nodes: LRP relevance not finite or of the wrong shape")
+    for name in ("lrp_one_pass", "lrp_algorithm"):
+        if not torch.equal(masks[name], masks["lrp"]):
+            raise AssertionError(f"{nodes} nodes: {name} differs from LRP through PyG's Explainer")
     wall = {m: [] for m in calls}
     cpu = {m: [] for m in calls}
     faults = {m: [] for m in calls}
@@ -156,6 +174,9 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
     lrp, sal = wall["lrp"], wall["saliency"]
     row["lrp_over_saliency"] = statistics.median(lrp) / statistics.median(sal)
     row["lrp_over_saliency_paired"] = statistics.median(a / b for a, b in zip(lrp, sal))
+    once = wall["lrp_one_pass"]
+    row["lrp_one_pass_over_saliency"] = statistics.median(once) / statistics.median(sal)
+    row["lrp_one_pass_over_saliency_paired"] = statistics.median(a / b for a, b in zip(once, sal))
     return row
 
 
@@ -167,26 +188,29 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=7, help="rounds per size from 10,000 nodes up (median)")
     p.add_argument("--ig-repeat", type=int, default=3, help="rounds of Integrated Gradients per size")
     p.add_argument("--ig-steps", type=int, default=20, help="n_steps of Integrated Gradients")
-    p.add_argument("--fast", action="store_true", help="sizes 1k 3k 10k, 3 rounds; writes no results file")
+    p.add_argument("--fast", action="store_true", help="sizes 25 700 2k 10k, 3 rounds; writes no results file")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")  # Captum/PyG deprecation notes; LostRelevanceWarning at dead ReLUs
-    sizes = args.sizes or ([1_000, 3_000, 10_000] if args.fast else SIZES)
+    sizes = args.sizes or (FAST_SIZES if args.fast else SIZES)
     repeat, ig_repeat = (3, 1) if args.fast else (args.repeat, args.ig_repeat)
     machine = results_file.machine_info()  # the load average before the run (the file records it at the end)
     print(f"3-layer GCN, {args.edges_per_node} edges per node, one node's logit explained, "
           f"{torch.get_num_threads()} threads, median of {repeat} (IG {args.ig_steps} steps: {ig_repeat})\n")
-    print("| nodes | gradient ms | LRP / grad | saliency / grad | IG / grad | LRP / saliency (paired) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+    print("| nodes | gradient ms | LRP / grad | one pass / grad | algorithm / grad | saliency / grad | IG / grad "
+          "| LRP / saliency (paired) | one pass / saliency (paired) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
     rows = []
     for n in sizes:
         row = measure(n, args.edges_per_node, repeat, ig_repeat, args.ig_steps)
         rows.append(row)
         m = row["methods"]
-        print(f"| {n:,} | {m['gradient']['median_seconds'] * 1e3:.1f} | {m['lrp']['ratio_to_gradient']:.2f} | "
+        print(f"| {n:,} | {m['gradient']['median_seconds'] * 1e3:.2f} | {m['lrp']['ratio_to_gradient']:.2f} | "
+              f"{m['lrp_one_pass']['ratio_to_gradient']:.2f} | {m['lrp_algorithm']['ratio_to_gradient']:.2f} | "
               f"{m['saliency']['ratio_to_gradient']:.2f} | {m['integrated_gradients']['ratio_to_gradient']:.1f} | "
-              f"{row['lrp_over_saliency']:.3f} ({row['lrp_over_saliency_paired']:.3f}) |", flush=True)
+              f"{row['lrp_over_saliency']:.3f} ({row['lrp_over_saliency_paired']:.3f}) | "
+              f"{row['lrp_one_pass_over_saliency']:.3f} ({row['lrp_one_pass_over_saliency_paired']:.3f}) |", flush=True)
     if args.fast or args.no_write:
         print("--fast/--no-write: benchmarks/results/scaling.json left as it is")
         return
@@ -195,7 +219,8 @@ def main() -> None:
                 "threads": args.threads, "dtype": "float32", "device": "cpu",
                 "explained": "one node's logit of its predicted class, node_mask_type='attributes'",
                 "timing": "wall clock, methods take turns within each round, one warm-up each",
-                "load_average_1min_start": machine.get("load_average_1min")}
+                "load_average_1min_start": machine.get("load_average_1min"),
+                "load_average_1min_end": results_file.machine_info().get("load_average_1min")}
     path = results_file.write_results("scaling", rows, settings)
     print(f"wrote {path} (load average at start {machine.get('load_average_1min')})")
 

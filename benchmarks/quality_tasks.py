@@ -71,7 +71,7 @@ PROTOCOLS = {
     "lineage_node": "PGExplainer lineage (Ying et al. 2019; Luo et al. 2020; Holdijk et al. 2021): edge AUROC "
                     "over the edges among the 3-hop computation-graph nodes of each explained node, pooled over "
                     "the explained nodes of a seed; an edge is positive when it (or its reverse) lies in a motif",
-    "infection": "Baldassarre & Azizpour 2019 (as in chapter 6): edge AUROC over the 3-hop computation-graph "
+    "infection": "Baldassarre & Azizpour 2019 (as in the infection case study): edge AUROC over the 3-hop computation-graph "
                  "edges, pooled over the explained nodes; positive: an edge on a shortest path from an infected "
                  "node to the explained node",
     "xiong_node": "Xiong et al. ICML 2022: node AUROC per graph against the 5 motif nodes, averaged over 200 "

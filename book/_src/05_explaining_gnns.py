@@ -12,14 +12,15 @@
 # *optimises* a soft edge mask {cite}`ying2019gnnexplainer`; gradient saliency
 # {cite}`simonyan2014deep`; Gradient $\times$ Input and Integrated Gradients
 # {cite}`sundararajan2017axiomatic` through Captum {cite}`kokhlikyan2020captum`; and LRP, with the
-# autograd trick of the earlier chapters packaged as a PyG explainer algorithm,
+# autograd trick of [Hijacking autograd for LRP](01_hijacking_autograd.ipynb) packaged as a PyG
+# explainer algorithm,
 # `lrp_lib.explain.explainer.LRPExplainer`, that works on the model *as it is*.
 # A sixth method, TracIn {cite}`pruthi2020tracin`, answers a different question: which *training
 # molecules* pushed the model towards this prediction.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This chapter assumes the relevance ops of the first chapter and some familiarity with PyTorch
+# This chapter assumes the [quick start](quickstart.ipynb) and some familiarity with PyTorch
 # Geometric's `Data`, `DataLoader` and message passing. After reading it you should be able to
 # - load Mutagenicity with its NO2/NH2 ground truth aligned to PyG's edges;
 # - explain a stock PyG model with `Explainer(model, algorithm=LRPExplainer(), ...)`, read the
@@ -854,7 +855,8 @@ glue(
 # with $\epsilon = 0$ they {glue:text}`gxi_zero_agree` to within $10^{-6}$ (the edge scores pass
 # through PyG's float32 edge mask). On this model, then, LRP-epsilon *is* Gradient $\times$
 # Input, computed in one relevance backward instead of a gradient; the two part ways where the
-# rules do, as with gamma or z$^+$ on the weights (chapter 3), or where a model is not piecewise
+# rules do, as with gamma or z$^+$ on the weights
+# ([Convolutions and skip connections](03_convolutions_and_skips.ipynb)), or where a model is not piecewise
 # linear (attention, gates, a sigmoid inside, see [Which PyG models can be
 # explained](coverage.ipynb)). That is why `LRPExplainer`'s default is not epsilon but z$^+$, which
 # follows only the positive evidence: over the tasks of [Benchmarking

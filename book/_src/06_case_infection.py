@@ -16,7 +16,8 @@
 # ```{admonition} Audience & Objectives
 # :class: tip
 # This chapter assumes the graph-network layers of `lrp_lib.teach.graph` and the relevance mode
-# (`with lrp_lib.teach.relevance():`) from the earlier chapters. After reading it you should be able to
+# (`with lrp_lib.teach.relevance():`) from [The autograd trick for graph
+# layers](02_graph_layers.ipynb). After reading it you should be able to
 # - generate the infection data set and read its ground-truth explanations;
 # - build and train a graph network on `lrp_lib.teach.graph` layers with ordinary gradients, and explain
 #   the same model with LRP by switching the mode;

@@ -13,7 +13,8 @@
 # ```{admonition} Audience & Objectives
 # :class: tip
 # This chapter assumes the graph-network layers of `lrp_lib.teach.graph` and the relevance mode from the
-# earlier chapters, and the infection case study. After reading it you should be able to
+# [The autograd trick for graph layers](02_graph_layers.ipynb), and the infection case study.
+# After reading it you should be able to
 # - load ESOL as PyTorch Geometric graphs with atom, bond and molecule features (`lrp_lib.book.datasets.esol`);
 # - train a graph-network regressor with ordinary gradients and explain its predictions with LRP;
 # - explain every molecule of a data set in one backward pass;
@@ -51,7 +52,13 @@ from lrp_lib.book.datasets.esol import (
     NODE_FEATURES,
     smiles_to_graph,
 )
-from lrp_lib.book.plotting import BOOK_DPI, BOOK_WIDTH, bond_values, book_style, draw_molecule
+from lrp_lib.book.plotting import (
+    BOOK_DPI,
+    BOOK_WIDTH,
+    bond_values,
+    book_style,
+    draw_molecule,
+)
 from lrp_lib.book.pretrained import load_or_train
 
 RDLogger.DisableLog("rdApp.*")

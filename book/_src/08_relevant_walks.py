@@ -174,7 +174,8 @@ print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
 def trained_in_chapter_5(model):
     raise RuntimeError(
-        "the Mutagenicity GCN is trained in chapter 5: run 05_explaining_gnns with "
+        "the Mutagenicity GCN is trained in 'Explaining graph neural networks': run "
+        "05_explaining_gnns with "
         "LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it"
     )
 
@@ -184,7 +185,7 @@ record = load_or_train("mutagenicity-gcn", model, trained_in_chapter_5, retrain=
 print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
 
 # %% [markdown]
-# As in chapter 5 we pick the first correctly classified test mutagen with a nitro group and
+# As in [Explaining graph neural networks](05_explaining_gnns.ipynb) we pick the first correctly classified test mutagen with a nitro group and
 # 14 to 22 atoms. All explanations below run on a float64 copy of the model, so that the printed
 # values do not depend on the CPU. The explained quantity is the **log-odds of "mutagen"**, minus
 # the logit: a positive walk relevance is evidence for "mutagen".
@@ -225,7 +226,8 @@ glue("mol_atoms", f"{graph.num_nodes}", display=False)
 #
 # The molecule is small enough to list every walk of the four layers (self-loop steps included:
 # GCN adds a self-loop to every atom, so "stay at $j$" is a step too). We compute the relevance of
-# each with `walk_relevance` (epsilon rule, as in chapter 5) and check the two marginal
+# each with `walk_relevance` (epsilon rule, as in
+# [Explaining graph neural networks](05_explaining_gnns.ipynb)) and check the two marginal
 # identities against `LRPExplainer`'s signed node and edge relevance of the same prediction
 # (`node_relevance` and `edge_relevance`; its `node_mask` and `edge_mask` hold $|R| / \max |R|$ for
 # PyG's tools, no sums to compare).
@@ -316,7 +318,8 @@ glue("edge_sum_lrp", f"{float(edge_lrp.sum()):.3f}", display=False)
 
 # %% [markdown]
 # The {glue:text}`mol_walks` walks carry {glue:text}`mol_walk_sum` of relevance, the same as the
-# atoms (the log-odds are {glue:text}`mol_logodds`; the biases hold the difference, chapter 5). The
+# atoms (the log-odds are {glue:text}`mol_logodds`; the biases hold the difference, see
+# [Explaining graph neural networks](05_explaining_gnns.ipynb)). The
 # walks' node marginals {glue:text}`node_marginals_agree` with `LRPExplainer`'s node relevance, with
 # and without biases (to a relative {glue:text}`tol`: `LRPExplainer` adds the epsilon rule's
 # stabiliser at the aggregation and at the linear map, the walks once per layer). The edge marginals {glue:text}`edge_marginals_bias_free`
@@ -944,7 +947,8 @@ glue(
 # %% [markdown]
 # ## Infection: the evidence is a path
 #
-# In the Infection graphs of Baldassarre & Azizpour {cite}`baldassarre2019explainability` (chapter 6) a
+# In the Infection graphs of Baldassarre & Azizpour {cite}`baldassarre2019explainability`
+# ([Case study: infection](06_case_infection.ipynb)) a
 # node is infected if it is sick, or if it is not immune and a sick in-neighbour reaches it over an
 # edge that is not virtual; the ground truth of an infected node is that edge and its sick sender,
 # a path of one hop. GCN, GIN and GraphConv take no edge features, so the model here gets the edge

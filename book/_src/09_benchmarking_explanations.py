@@ -23,6 +23,7 @@
 # ```
 
 # %% tags=["hide-input"]
+import textwrap
 import warnings
 
 warnings.filterwarnings("ignore")  # import-time notes of the libraries; nothing of ours
@@ -33,6 +34,7 @@ from IPython.display import Markdown, display
 from myst_nb import glue
 
 from lrp_lib.book.plotting import book_style
+from lrp_lib.book.quality import METHOD_NAMES, TASK_TITLES, method_name
 from lrp_lib.book.results import load_results, machine_note, results_table
 
 book_style()
@@ -41,53 +43,7 @@ tasks = quality["results"]["tasks"]
 summary = quality["results"]["summary"]
 settings = quality["settings"]
 
-TITLES = {
-    "ba_shapes": "BA-Shapes",
-    "ba_community": "BA-Community",
-    "tree_cycles": "Tree-Cycles",
-    "tree_grid": "Tree-Grid",
-    "infection": "Infection",
-    "ba_2motifs": "BA-2Motifs",
-    "mutagenicity": "Mutagenicity",
-    "benzene": "Benzene",
-    "fluoride_carbonyl": "Fluoride-Carbonyl",
-    "alkane_carbonyl": "Alkane-Carbonyl",
-    "amine_ether_benzene": "Amine-Ether-Benzene",
-}
-BASE = {
-    "saliency": "saliency",
-    "grad_x_input": "Grad x Input",
-    "integrated_gradients": "Integrated Gradients",
-    "cam": "CAM",
-    "grad_cam": "Grad-CAM",
-    "gnnexplainer": "GNNExplainer",
-    "gnnexplainer_orig": "GNNExplainer (original settings)",
-    "pgexplainer": "PGExplainer",
-    "sgnn_greedy": "sGNN-LRP greedy",
-    "sgnn_greedy_alpha": "sGNN-LRP greedy (alpha)",
-    "top_walks": "top walks (GNN-LRP)",
-    "random": "random",
-}
-COMPOSITE = {
-    "epsilon": "epsilon",
-    "zplus": "z+",
-    "gamma": "gamma",
-    "gamma_sgnn": "gamma 3->0 (sGNN)",
-    "gamma_dig": "gamma 2,1 (DIG)",
-    "layered": "layered",
-}
-
-
-def name(key):
-    """A readable name of a method key of quality.json."""
-    if key in BASE:
-        return BASE[key]
-    if key.startswith("lrp_"):
-        for c in sorted(COMPOSITE, key=len, reverse=True):
-            if key.startswith(f"lrp_{c}_"):
-                explained, mask = key[len(f"lrp_{c}_") :].split("_")
-                return f"LRP {COMPOSITE[c]}, {explained}, {mask}"
-    return key
+TITLES, BASE, name = TASK_TITLES, METHOD_NAMES, method_name
 
 
 def ci(row, i):
@@ -103,10 +59,8 @@ print(
     f"{len(order)} tasks, {settings['seeds']} seeds each, "
     f"{len(settings['methods'])} methods"
 )
-print(
-    "explained instances per seed:",
-    ", ".join(f"{TITLES[t]} {tasks[t]['instances_per_seed'][0]}" for t in order),
-)
+instances = ", ".join(f"{TITLES[t]} {tasks[t]['instances_per_seed'][0]}" for t in order)
+print(textwrap.fill(f"explained instances per seed: {instances}", width=88))
 glue("n_tasks", str(len(order)), display=False)
 glue("n_seeds", str(settings["seeds"]), display=False)
 glue("n_methods", str(len(settings["methods"])), display=False)
@@ -646,7 +600,7 @@ if t in tasks:
 # (`task_level`).
 
 # %%
-print(summary["rule"])
+print(textwrap.fill(summary["rule"], width=88))
 rows = []
 for label, sel in (
     ("all tasks", overall),
@@ -848,155 +802,9 @@ for k in ("gnnexplainer", "pgexplainer", "integrated_gradients"):
 # (quality-decision)=
 # ## Which rule, which quantity, which method
 #
-# The decision table below is computed from the results file: for each kind of model and task in the
-# benchmark, the best LRP configuration by mean AUROC over those tasks, the best method of any kind,
-# and where the evidence is in this chapter.
-
-# %%
-GROUPS = [
-    (
-        "node classification, GCN (lineage)",
-        "node",
-        ["ba_shapes", "ba_community", "tree_cycles", "tree_grid"],
-        "quality-heatmap",
-    ),
-    (
-        "node classification, GCN, informative features (Infection)",
-        "node",
-        ["infection"],
-        "quality-heatmap",
-    ),
-    (
-        "graph classification, GIN with sum read-out (BA-2Motifs)",
-        "graph",
-        ["ba_2motifs"],
-        "quality-published",
-    ),
-    (
-        "graph classification, GCN with max + mean read-out (Mutagenicity)",
-        "graph",
-        ["mutagenicity"],
-        "quality-published",
-    ),
-    (
-        "graph classification, GCN with mean read-out (molecules)",
-        "graph",
-        ["benzene", "fluoride_carbonyl", "alkane_carbonyl", "amine_ether_benzene"],
-        "quality-losses",
-    ),
-]
-rows = []
-for label, level, names, anchor in GROUPS:
-    names = [t for t in names if t in tasks]
-    if not names:
-        continue
-    common = [
-        m
-        # in the file's order: ties break the same way every run
-        for m in tasks[names[0]]["methods"]
-        if m != "random" and all(m in tasks[t]["methods"] for t in names)
-    ]
-    mean = {
-        m: float(np.mean([tasks[t]["methods"][m]["auroc"] for t in names]))
-        for m in common
-    }
-    best_lrp = max((m for m in mean if m.startswith("lrp_")), key=mean.get)
-    best_any = max(mean, key=mean.get)
-    default = (node_sel if level == "node" else graph_sel) or overall
-    rows.append(
-        {
-            "kind": label,
-            "lrp": name(best_lrp),
-            "lrp_a": mean[best_lrp],
-            "any": name(best_any),
-            "any_a": mean[best_any],
-            "default": name(default["winner"]),
-            "default_a": mean.get(default["winner"]),
-            "evidence": f"[{anchor}](#{anchor})",
-        }
-    )
-display(
-    results_table(
-        rows,
-        [
-            ("model and task", "kind"),
-            ("best LRP configuration", "lrp"),
-            ("its mean AUROC", "lrp_a", "{:.3f}"),
-            ("best method", "any"),
-            ("its mean AUROC", "any_a", "{:.3f}"),
-            ("level default", "default"),
-            ("its mean AUROC", "default_a", "{:.3f}"),
-            ("evidence", "evidence"),
-        ],
-    )
-)
-
-# %% [markdown]
-# (quality-choices)=
-# The two choices besides the rule, task by task: the best LRP AUROC with each mask and with each
-# explained quantity (over all composites).
-
-# %%
-rows = []
-for t in order:
-    meth = tasks[t]["methods"]
-    row = {"task": TITLES[t]}
-    for part in ("abs", "positive", "relevance"):
-        row[part] = max(
-            v["auroc"]
-            for m, v in meth.items()
-            if m.startswith("lrp_") and m.endswith("_" + part)
-        )
-    for part in ("logit", "contrast"):
-        row[part] = max(
-            v["auroc"]
-            for m, v in meth.items()
-            if m.startswith("lrp_") and f"_{part}_" in m
-        )
-    rows.append(row)
-display(
-    results_table(
-        rows,
-        [
-            ("task", "task"),
-            ("mask abs", "abs", "{:.3f}"),
-            ("mask positive", "positive", "{:.3f}"),
-            ("mask relevance (signed)", "relevance", "{:.3f}"),
-            ("explained logit", "logit", "{:.3f}"),
-            ("explained contrast", "contrast", "{:.3f}"),
-        ],
-    )
-)
-glue(
-    "n_abs_best",
-    str(sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in rows)),
-    display=False,
-)
-glue("n_signed_best", str(sum(r["relevance"] > r["abs"] for r in rows)), display=False)
-glue(
-    "n_contrast_better", str(sum(r["contrast"] > r["logit"] for r in rows)), display=False
-)
-
-# %% [markdown]
-# The absolute mask is the best (or tied) on {glue:text}`n_abs_best` of the {glue:text}`n_tasks`
-# tasks and the signed relevance beats it on {glue:text}`n_signed_best`; explaining the contrast beats
-# the logit on {glue:text}`n_contrast_better`. How to read the decision table:
-#
-# - **Which rule.** The composites differ in how they treat the negative contributions inside the
-#   message-passing layers; the ranking of {ref}`the default selection <quality-default>` shows which
-#   survive across tasks, the {ref}`full tables <quality-heatmap>` show the task-by-task cost of each.
-# - **Which quantity** ({ref}`evidence <quality-choices>`). Explaining the contrast
-#   $z_c - \frac{1}{K-1}\sum_{k\ne c} z_k$ (for two classes, the log-odds) rather than the logit
-#   asks why this class rather than the others. In the evidence table it makes the largest
-#   difference on BA-2Motifs (better) and on Alkane-Carbonyl (worse), and next to none on the
-#   node-level tasks.
-# - **Which mask** ({ref}`evidence <quality-choices>`). AUROC ranks, so a signed mask ranks strong
-#   *negative* evidence last; the absolute mask ranks it with the positive evidence, the positive mask
-#   ties it with the irrelevant. Which is right depends on whether the planted pattern acts for or
-#   against the explained class.
-# - **Which method.** Where a mask-optimising explainer (PGExplainer) wins, it answers another
-#   question -- which small subgraph keeps the prediction -- at many times the cost; where the model
-#   does not use the motif, no method should find it ({ref}`accuracy beside each task <quality-protocols>`).
+# What these results mean for your own model (the best LRP configuration and the best method for
+# each kind of model and task, which mask and which explained quantity) is worked out on its own
+# page, [Which rule, and when](choosing_a_rule.ipynb), from this chapter's results file.
 #
 # ## Summary
 #

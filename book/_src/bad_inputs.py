@@ -1,12 +1,102 @@
 # %% [markdown]
-# # What lrp_lib refuses
+# # Errors you may meet, and what to do
 #
 # An explanation is read by someone who trusts it. A heat map computed from a NaN feature, from an
 # `edge_index` that points past the last node, or from a batch whose graphs share edges still looks
-# like a heat map: nothing on it says that it is wrong. A clear error costs the reader a minute; a
-# wrong explanation can cost a wrong conclusion. So every public entry point of `lrp_lib` checks
-# what it is given and refuses, with a message that names the argument and says how to fix it,
-# whatever it cannot explain correctly.
+# like a heat map: nothing on it says that it is wrong. So every public entry point of `lrp_lib`
+# checks what it is given and refuses, with a message that names the argument and says how to fix
+# it, whatever it cannot explain correctly. This page shows the messages you are most likely to
+# meet, what each means and what to do, and then the whole catalogue of bad inputs with the outcome
+# of each.
+#
+# ## The three you are most likely to meet
+#
+# **A bad input.** A transposed `edge_index`, integer features, a NaN: the message names the
+# argument and the fix. PyG's `Explainer` runs the model once before it calls the explanation
+# algorithm, so use `lrp_lib.Explainer` (PyG's class, checking the inputs first) to get that message
+# rather than an error from deep inside PyG's message passing.
+
+# %%
+import textwrap
+import warnings
+
+# tqdm's notebook notice, via PyG
+warnings.filterwarnings("ignore", message="IProgress not found")
+
+import torch
+from torch_geometric.nn import GCNConv
+
+from lrp_lib import Explainer, LRPExplainer
+
+
+class Model(torch.nn.Module):
+    def __init__(self, activation=torch.relu, detach=False):
+        super().__init__()
+        self.conv = GCNConv(3, 8)
+        self.head = torch.nn.Linear(8, 2)
+        self.activation, self.detach = activation, detach
+
+    def forward(self, x, edge_index):
+        h = self.activation(self.conv(x, edge_index))
+        if self.detach:  # half of the hidden channels cut off from x
+            h = torch.cat([h[:, :4], h[:, 4:].detach()], dim=1)
+        return self.head(h)
+
+
+def show(kind, message):
+    """The message as it reads, wrapped to the page."""
+    print(textwrap.fill(f"{kind}: {message}", width=88, subsequent_indent="    "))
+
+
+def explainer_of(model):
+    config = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+    return Explainer(model, algorithm=LRPExplainer(), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=config)
+
+
+x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+torch.manual_seed(0)
+model = Model().eval()
+try:
+    explainer_of(model)(x, edge_index.t(), index=1)
+except ValueError as error:
+    show(type(error).__name__, error)
+
+# %% [markdown]
+# **An operation without a rule.** `LRPExplainer` runs your model's own `forward` and gives every
+# torch function it calls a relevance rule. A function it has no rule for is not guessed at: if
+# relevance reaches it, the explanation is refused, naming the function and the module. Rewrite that
+# step with supported operations ([Which PyG models can be explained](coverage.ipynb) lists what is
+# covered), or explain that model with a gradient method.
+
+# %%
+torch.manual_seed(0)
+model = Model(activation=torch.special.erf).eval()
+try:
+    explainer_of(model)(x, edge_index, index=1)
+except Exception as error:
+    show(type(error).__name__, error)
+
+# %% [markdown]
+# **Relevance that does not arrive.** A `.detach()` in the model cuts the path relevance would take
+# back to the inputs. The rest of the output can still be explained, so this is a warning, not an
+# error, and it says how much was lost. If the detach is not meant, remove it; if it is, read the
+# explanation as covering only the part that arrived.
+
+# %%
+torch.manual_seed(0)
+model = Model(detach=True).eval()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    explainer_of(model)(x, edge_index, index=1)
+for w in caught:
+    show(w.category.__name__, w.message)
+assert [w.category.__name__ for w in caught] == ["LostRelevanceWarning"]
+
+# %% [markdown]
+# ## The catalogue
 #
 # The script `benchmarks/bad_inputs.py` keeps a catalogue of bad or unusual inputs, the kind a new
 # user passes: NaN and Inf features, transposed or out-of-range `edge_index`, integer features,
@@ -51,7 +141,7 @@ display(results_table([{"outcome": k, "cases": run["counts"][k]} for k in CLASSE
 # be explained, but the relevance that it keeps from the inputs is reported with its amount in a
 # `LostRelevanceWarning`.
 #
-# ## Checking the inputs before PyG's prediction pass
+# ### Checking the inputs before PyG's prediction pass
 #
 # PyG's `Explainer` runs the unmodified model once, to get the prediction, before it calls the
 # explanation algorithm. A bad input fails in that pass, inside PyG's message passing, before
@@ -68,7 +158,7 @@ display(results_table([{"outcome": k, "cases": run["counts"][k]} for k in CLASSE
 # the prediction pass, and it restores the model's training flag when the explanation fails (PyG's
 # leaves the model in eval mode). The catalogue calls it where the library provides it.
 #
-# ## Every case
+# ### Every case
 #
 # Through PyG's `Explainer`, each case runs on the GCN, GIN, GraphConv and GraphSAGE models (some
 # only on the models that take the argument); the message is the first model's, cut after its first

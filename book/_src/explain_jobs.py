@@ -54,11 +54,12 @@ REPO = globals().get(
 # %%
 from lrp_lib.book.models import (
     MutagenicityGCN as GCN,
-)  # chapter 5's class, written once in the library
+)  # the class of 'Explaining graph neural networks', in the library
 
 def stored_only(model):
     raise RuntimeError(
-        "this page explains chapter 5's stored model: build it with LRP_BOOK_RETRAIN=1 "
+        "this page explains the stored model of 'Explaining graph neural networks': "
+        "build it with LRP_BOOK_RETRAIN=1 "
         "python tools/nb.py book/_src/05_explaining_gnns.py"
     )
 
@@ -121,7 +122,8 @@ print(
 # - `node_relevance`: one number per atom, the relevance of its features summed;
 # - `edge_relevance`: one number per directed edge. For a PyG model it is the relevance that the
 #   edge's messages carry over all layers: it flows on into the nodes, so it is *part of* the node
-#   relevance. For a model of `lrp_lib.teach.graph` layers (chapter 7) it is the relevance of the edge's own
+#   relevance. For a model of `lrp_lib.teach.graph` layers
+#   ([Case study: solubility](07_case_solubility.ipynb)) it is the relevance of the edge's own
 #   input features, beside the nodes;
 # - `bias_relevance`: the explained value minus the relevance of the inputs (the node sum for a PyG
 #   model; nodes, edges and global features for an `lrp_lib.teach.graph` model). It is what the biases
@@ -302,4 +304,5 @@ glue("jobs_gpu_name", gpu_b["machine"].get("gpu", "a GPU"), display=False)
 # 2. Run the Mutagenicity job under `torchrun --nproc_per_node 2`, kill one rank, and resume with a
 #    single process. Check with `read_explanations` that no molecule is missing or doubled.
 # 3. With the rows of the whole of Mutagenicity, compare the atoms' relevance of the molecules that
-#    the model calls mutagens with the NO$_2$ and NH$_2$ ground truth of chapter 5, data set wide.
+#    the model calls mutagens with the NO$_2$ and NH$_2$ ground truth of
+#    [Explaining graph neural networks](05_explaining_gnns.ipynb), data set wide.

@@ -35,7 +35,8 @@ expl_b = load_results("explainers", repository=REPO)
 nodes_b = load_results("nodes", repository=REPO)
 nodes_gpu_b = load_results("nodes-cuda", repository=REPO)
 scaling_b = load_results("scaling", repository=REPO)
-benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b]
+profile_b = load_results("profile_explain", repository=REPO)
+benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b, profile_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -720,12 +721,14 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # What one explanation costs as the graph grows: `benchmarks/bench_scaling.py` explains the output of
 # one node (the logit of the class the model predicts for it) of a 3-layer GCN (the model of the
 # section above, random weights) on random graphs with ten edges per node, by the relevance or
-# attribution of every input feature, with four methods on the whole graph: the plain input gradient
-# (`torch.autograd.grad`, one forward and one backward, no explainer around it: the floor),
-# `LRPExplainer`, and Captum's saliency and Integrated Gradients through PyG's `CaptumExplainer`.
-# The three explainers run through the same PyG `Explainer`, which adds a prediction pass (a forward
-# without autograd) to each. The methods take turns within each round, in one process; the table gives
-# the median time of the gradient and each method's median time divided by it.
+# attribution of every input feature, on the whole graph: the plain input gradient
+# (`torch.autograd.grad`, one forward and one backward, no explainer around it: the floor);
+# `LRPExplainer` through PyG's `Explainer` (*LRP*), called directly without it (*LRP algorithm*), and
+# through `lrp_lib.Explainer(..., one_pass=True)` (*LRP one pass*, which takes the prediction from the
+# explanation's own forward instead of running PyG's prediction pass first); and Captum's saliency and
+# Integrated Gradients through PyG's `CaptumExplainer` and `Explainer`, which adds a prediction pass (a
+# forward without autograd) to each. The methods take turns within each round, in one process; the
+# table gives the median time of the gradient and each method's median time divided by it.
 
 # %% tags=["hide-input"]
 sc = scaling_b["settings"]
@@ -742,24 +745,41 @@ results_table(
     sc_rows,
     [
         ("nodes", "nodes", "{:,}"),
-        ("edges", "edges", "{:,}"),
         (
             "gradient (ms)",
             lambda r: r["methods"]["gradient"]["median_seconds"] * 1e3,
             "{:,.1f}",
         ),
-        ("LRP / gradient", lambda r: r["methods"]["lrp"]["ratio_to_gradient"], "{:.2f}x"),
+        ("LRP", lambda r: r["methods"]["lrp"]["ratio_to_gradient"], "{:.2f}x"),
         (
-            "saliency / gradient",
-            lambda r: r["methods"]["saliency"]["ratio_to_gradient"],
+            "LRP algorithm",
+            lambda r: r["methods"]["lrp_algorithm"]["ratio_to_gradient"],
             "{:.2f}x",
         ),
         (
-            "IG / gradient",
+            "LRP one pass",
+            lambda r: r["methods"]["lrp_one_pass"]["ratio_to_gradient"],
+            "{:.2f}x",
+        ),
+        ("saliency", lambda r: r["methods"]["saliency"]["ratio_to_gradient"], "{:.2f}x"),
+        (
+            "IG",
             lambda r: r["methods"]["integrated_gradients"]["ratio_to_gradient"],
             "{:.1f}x",
         ),
+    ],
+)
+
+# %% [markdown]
+# Against Captum's saliency through the same `Explainer`, and the page faults of one gradient call:
+
+# %% tags=["hide-input"]
+results_table(
+    sc_rows,
+    [
+        ("nodes", "nodes", "{:,}"),
         ("LRP / saliency", "lrp_over_saliency", "{:.2f}x"),
+        ("LRP one pass / saliency", "lrp_one_pass_over_saliency", "{:.2f}x"),
         (
             "page faults per gradient",
             lambda r: r["methods"]["gradient"].get("median_page_faults"),
@@ -823,7 +843,7 @@ g(
 g("sc_smallest", sc_rows[0]["nodes"], "{:,}")
 g("sc_largest", sc_rows[-1]["nodes"], "{:,}")
 g("sc_ig_steps", sc["ig_steps"], "{}")
-for key in ("lrp", "saliency", "integrated_gradients"):
+for key in ("lrp", "lrp_algorithm", "lrp_one_pass", "saliency", "integrated_gradients"):
     ratios = [r["methods"][key]["ratio_to_gradient"] for r in sc_rows]
     fmt = "{:.1f}" if key == "integrated_gradients" else "{:.2f}"
     g(f"sc_{key}_min", min(ratios), fmt)
@@ -842,6 +862,11 @@ cpu_ratios = [
 ]
 g("sc_cpu_min", min(cpu_ratios))
 g("sc_cpu_max", max(cpu_ratios))
+one_pass = [r["lrp_one_pass_over_saliency"] for r in sc_rows]
+g("sc_one_over_min", min(one_pass))
+g("sc_one_over_max", max(one_pass))
+largest = sc_rows[-1]["methods"]
+g("sc_algo_largest", largest["lrp_algorithm"]["ratio_to_gradient"])
 
 # %% [markdown]
 # From {glue:text}`sc_smallest` to {glue:text}`sc_largest` nodes, the gradient's time grows with
@@ -851,8 +876,10 @@ g("sc_cpu_max", max(cpu_ratios))
 # there are more of them than nodes, because a tensor of messages is then larger than the C
 # allocator's largest threshold for reusing freed memory (32 MiB in glibc), so every call maps it
 # afresh from the kernel, which zeroes it page by page; every method pays this alike. The other
-# methods follow the gradient: an LRP explanation costs {glue:text}`sc_lrp_min` to
-# {glue:text}`sc_lrp_max` times the gradient, Captum saliency {glue:text}`sc_saliency_min` to
+# methods follow the gradient: an LRP explanation through `Explainer` costs {glue:text}`sc_lrp_min`
+# to {glue:text}`sc_lrp_max` times the gradient, the algorithm called directly
+# {glue:text}`sc_lrp_algorithm_min` to {glue:text}`sc_lrp_algorithm_max` times
+# ({glue:text}`sc_algo_largest` at {glue:text}`sc_largest` nodes), Captum saliency {glue:text}`sc_saliency_min` to
 # {glue:text}`sc_saliency_max` times (its own forward and backward plus the `Explainer`'s prediction
 # pass) and Integrated Gradients with {glue:text}`sc_ig_steps` steps
 # {glue:text}`sc_integrated_gradients_min` to {glue:text}`sc_integrated_gradients_max` times, since
@@ -862,11 +889,63 @@ g("sc_cpu_max", max(cpu_ratios))
 # {glue:text}`sc_over_max` times the time of Captum saliency per explanation (median over the sizes
 # {glue:text}`sc_over_median`; the median of the ratios within a round, {glue:text}`sc_paired_min` to
 # {glue:text}`sc_paired_max`; by the CPU time of the process, which does not count the time other
-# processes held the core, {glue:text}`sc_cpu_min` to {glue:text}`sc_cpu_max`). Both run one forward with autograd and one backward after the prediction
-# pass. What LRP adds: its forward runs under a function mode that sends each torch function the model
+# processes held the core, {glue:text}`sc_cpu_min` to {glue:text}`sc_cpu_max`). Both run one
+# forward with autograd and one backward after the prediction pass; with `one_pass=True`, LRP skips
+# that pass and takes {glue:text}`sc_one_over_min` to {glue:text}`sc_one_over_max` times saliency's
+# time. What LRP adds: its forward runs under a function mode that sends each torch function the model
 # calls to a relevance primitive (Python work per call, the same for any size of graph, so it weighs
 # most on small graphs), its backward applies the relevance rules, with the element-wise passes that
 # the sections above measure, and it checks its inputs and the autograd graph on every call.
+
+# %% [markdown]
+# ### Where the time goes
+#
+# `benchmarks/profile_explain.py` times the phases of one explanation of the same model side by
+# side, round by round (each phase's median time divided by the gradient's): the forward alone, under
+# a function mode that only calls each function (the cost of intercepting the calls), under
+# `RelevanceMode` (the calls sent to their rules), then with the relevance backward, then the
+# algorithm with its checks and masks, then through `Explainer`.
+
+# %% tags=["hide-input"]
+PHASES = [
+    ("gradient", "the plain input gradient (forward and backward)"),
+    ("forward", "the model's forward, autograd on"),
+    ("prediction", "PyG's prediction pass (no autograd)"),
+    ("bare_mode_forward", "forward under a mode that only calls each function"),
+    ("mode_forward", "forward under RelevanceMode"),
+    ("mode_forward_backward", "... and the relevance backward"),
+    ("lrp_algorithm", "LRPExplainer called directly"),
+    ("lrp", "through Explainer"),
+    ("lrp_one_pass", "through Explainer(one_pass=True)"),
+    ("saliency", "Captum saliency through Explainer"),
+]
+pr_rows = profile_b["results"]
+display(Markdown(machine_note(profile_b)))
+display(
+    results_table(
+        [
+            {"phase": label, **{r["nodes"]: r["phases"][key]["ratio_to_gradient"] for r in pr_rows}}
+            for key, label in PHASES
+        ],
+        [("phase", "phase")]
+        + [(f"{r['nodes']:,} nodes", r["nodes"], "{:.2f}x") for r in pr_rows],
+    )
+)
+small = pr_rows[0]["phases"]
+g("pr_small", pr_rows[0]["nodes"], "{:,}")
+g("pr_bare", small["bare_mode_forward"]["ratio_to_gradient"])
+g("pr_forward", small["forward"]["ratio_to_gradient"])
+g("pr_mode", small["mode_forward"]["ratio_to_gradient"])
+g("pr_prediction", small["prediction"]["ratio_to_gradient"])
+assert small["mode_forward"]["ratio_to_gradient"] > small["bare_mode_forward"]["ratio_to_gradient"]
+
+# %% [markdown]
+# On {glue:text}`pr_small` nodes the forward alone takes {glue:text}`pr_forward` of the gradient's
+# time, intercepting its calls raises that to {glue:text}`pr_bare`, and sending them to their rules
+# to {glue:text}`pr_mode`: on a small graph the Python work per call is most of the explanation, and
+# PyG's prediction pass ({glue:text}`pr_prediction`) is another forward on top. On larger graphs the
+# relevance backward dominates: it applies each rule with element-wise passes that a gradient does
+# not need (the sections above measure them op by op).
 
 # %% [markdown]
 # ## Measuring on your machine
@@ -882,6 +961,7 @@ g("sc_cpu_max", max(cpu_ratios))
 # python benchmarks/bench_explainers.py       # explainers.json
 # python benchmarks/bench_nodes.py            # nodes.json (--fast: a smaller graph, writes nothing)
 # python benchmarks/bench_scaling.py          # scaling.json (--fast: three sizes, writes nothing)
+# python benchmarks/profile_explain.py        # profile_explain.json
 # python tools/nb.py book/_src/performance.py # rebuild this page from the new files
 # ```
 #

@@ -219,4 +219,4 @@ plt.show()
 # $|R|$, the choice that ranked best per task level over the benchmark tasks. Other choices are one
 # argument away: `rule="epsilon"`, `"gamma"`, `"z"` or `"gamma_sgnn"`, a `Composite` with a rule per
 # layer, `explained="contrast"`. Which one wins for which kind of model and task, measured against
-# ground truth: {ref}`Which rule, which quantity, which method <quality-decision>`.
+# ground truth: [Which rule, and when](choosing_a_rule.ipynb).

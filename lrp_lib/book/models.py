@@ -1,8 +1,10 @@
 """The architectures of the book's trained models whose weights more than one page uses.
 
-Chapter 5 trains :class:`MutagenicityGCN` on Mutagenicity and chapter 7 :class:`SolubilityGN` on
-ESOL; their weights are stored in ``lrp_lib/book/weights`` (``"mutagenicity-gcn"``, ``"esol-gn"``, read
-by :func:`lrp_lib.book.pretrained.load_or_train`). Later pages (relevant walks, explaining a data set)
+Chapter 5 trains :class:`MutagenicityGCN` on Mutagenicity, chapter 7 :class:`SolubilityGN` on
+ESOL and the quick start :class:`HousesGCN` on generated houses; their weights are stored in
+``lrp_lib/book/weights`` (``"mutagenicity-gcn"``, ``"esol-gn"``, ``"quickstart-ba-houses-gcn"``, read
+by :func:`lrp_lib.book.pretrained.load_or_train`). The quick start writes its model out in full, as a
+reader writes their own. Later pages (relevant walks, explaining a data set)
 and the benchmarks load those weights into these same classes, so the architecture is written once,
 here; loading is strict, so a class that drifted from its weights is an error, not a different model.
 """
@@ -16,7 +18,7 @@ from torch_geometric.nn import GCNConv, global_mean_pool
 from lrp_lib.teach import graph
 from lrp_lib.book.datasets.esol import EDGE_FEATURES, NODE_FEATURES
 
-__all__ = ["MutagenicityGCN", "SolubilityGN"]
+__all__ = ["MutagenicityGCN", "SolubilityGN", "HousesGCN"]
 
 
 class MutagenicityGCN(nn.Module):
@@ -71,3 +73,24 @@ class SolubilityGN(nn.Module):
 
     def forward(self, data) -> torch.Tensor:
         return self.readout(self.blocks(self.encode(data))).u.view(-1)  # u: one row per molecule
+
+
+class HousesGCN(nn.Module):
+    """The quick start's model: three ``GCNConv`` layers with ReLU and a linear head, ending in
+    ``log_softmax`` as PyG's examples do; :meth:`logits` gives what LRP explains."""
+
+    def __init__(self, features: int = 1, hidden: int = 20, classes: int = 4):
+        super().__init__()
+        self.conv1 = GCNConv(features, hidden)
+        self.conv2 = GCNConv(hidden, hidden)
+        self.conv3 = GCNConv(hidden, hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def logits(self, x, edge_index):
+        x = self.conv1(x, edge_index).relu()
+        x = self.conv2(x, edge_index).relu()
+        x = self.conv3(x, edge_index).relu()
+        return self.head(x)
+
+    def forward(self, x, edge_index):
+        return self.logits(x, edge_index).log_softmax(-1)

@@ -2,7 +2,9 @@
 
 * :mod:`~lrp_lib.explain.function_mode`: ``RelevanceMode``, the ``TorchFunctionMode`` that sends
   every torch function the model calls to a relevance primitive (dispatch, tracking of the
-  input-dependent tensors);
+  input-dependent tensors); :mod:`~lrp_lib.explain.dispatch`: what it does with each torch function,
+  decided once per function; :mod:`~lrp_lib.explain.rule_families`: the rule families it computes
+  them with;
 * :mod:`~lrp_lib.explain.op_tables`: which torch functions and autograd nodes pass relevance as
   they are; :mod:`~lrp_lib.explain.graph_check`: ``UnsupportedModelError`` and
   ``check_relevance_graph``;
@@ -18,11 +20,13 @@
   per target);
 * :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks;
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``, and ``Explainer``
-  with the inputs checked first;
+  with the inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
+  :mod:`~lrp_lib.explain.one_pass`: ``Explainer(one_pass=True)``, the prediction taken from the
+  explanation's own forward;
 * :mod:`~lrp_lib.explain.masks`: signed relevance to the masks PyG's plots and metrics read;
 * :mod:`~lrp_lib.explain.walks`: relevant walks and subgraphs (GNN-LRP, sGNN-LRP);
-* :mod:`~lrp_lib.explain.jobs`: a whole data set explained to Parquet, with its files in
-  :mod:`~lrp_lib.explain.job_store`.
+* :mod:`~lrp_lib.explain.jobs`: a whole data set explained to Parquet, one batch at a time by
+  :mod:`~lrp_lib.explain.job_batches`, with its files in :mod:`~lrp_lib.explain.job_store`.
 
 Imports :mod:`lrp_lib.core` only.
 """
@@ -30,7 +34,7 @@ import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
             "targets", "propagate", "accounting", "subgraphs", "explainer", "masks", "walks", "jobs",
-            "job_store")
+            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass")
 
 
 def __getattr__(name):

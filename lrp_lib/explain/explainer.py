@@ -50,7 +50,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 from torch_geometric.explain import Explainer as PyGExplainer
-from torch_geometric.explain import Explanation, HeteroExplanation
+from torch_geometric.explain import Explanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
@@ -58,11 +58,13 @@ from lrp_lib.core import stabilizer
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.explain.accounting import account, target_groups
-from lrp_lib.explain.edges import EdgeRecorder, HeteroEdgeRecorder
+from lrp_lib.explain.edges import EdgeRecorder
+from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
                                     inputs_checked, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
+from lrp_lib.explain.one_pass import explain_in_one_pass, pending_target
 from lrp_lib.explain.propagate import propagate
 from lrp_lib.explain.subgraphs import explain_per_index
 
@@ -127,6 +129,8 @@ class LRPExplainer(ExplainerAlgorithm):
             value per graph of a graph-level batch and per target of ``per_index=True`` (see
             below; one more backward pass per explanation, :mod:`lrp_lib.explain.accounting`);
             ``"total"``: one number each, for the whole call (one backward pass).
+        fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
+            ``False``, its reference dispatch: the same relevance, at a higher cost per call.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -179,8 +183,11 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None):
+                 prune: bool | None = None, fast: bool = True):
         super().__init__()
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast must be True or False, got {fast!r}")
+        self.fast = fast
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -269,7 +276,9 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
         if isinstance(x, dict):
-            return self._explain_hetero(model, x, edge_index, target=target, index=index, **kwargs)
+            return explain_hetero(self, model, x, edge_index, target=target, index=index, **kwargs)
+        if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
+            target = pending_target()
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
             def relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs):  # one account per target
                 node_group, row_group = target_groups(sub_x.shape[0], sub_edges, rows) \
@@ -323,7 +332,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if isinstance(attr, Tensor) and attr.is_floating_point():
             kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
             inputs.append(kwargs["edge_attr"])
-        mode = RelevanceMode(self.composite, model)
+        mode = RelevanceMode(self.composite, model, fast=self.fast)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) \
             if self.explainer_config.edge_mask_type is not None else None
         out, start, grads, head = propagate(model, mode, recorder, inputs,
@@ -368,41 +377,6 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_attr_relevance"] = attr_rel
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
 
-    def _explain_hetero(self, model, x: dict, edge_index: dict, *, target, index=None, **kwargs):
-        """A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv``
-        models take them): one forward, one backward; a :class:`HeteroExplanation` with a node mask
-        per node type and an edge mask per edge type."""
-        if self.per_index:
-            raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
-                             "a heterogeneous graph")
-        check_hetero_inputs(x, edge_index)
-        leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
-        inputs = list(leaves.values())
-        mode = RelevanceMode(self.composite, model)
-        recorder = HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype) \
-            if self.explainer_config.edge_mask_type is not None else None
-        out, start, grads, _ = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
-                                       target, index, self.model_config, self.explained)
-        node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
-        absorbed = mode.tally.total(mode.tally.absorbed)
-        explained = float(start.sum())
-        lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
-        explanation = HeteroExplanation()
-        node_type = self.explainer_config.node_mask_type
-        node_rel = {k: per_mask_type(r, node_type).detach() for k, r in node_rel.items()}
-        explanation.set_value_dict("node_relevance", node_rel)
-        if node_type is not None:  # one normalisation over all node types (and one over all edge types)
-            explanation.set_value_dict("node_mask", relevance_mask(node_rel, self.mask))
-        if recorder is not None:
-            edge_rel = {k: part.record.detach() for k, part in recorder.parts.items()}
-            explanation.set_value_dict("edge_relevance", edge_rel)
-            explanation.set_value_dict("edge_mask", relevance_mask(edge_rel, self.mask))
-        dtype = start.dtype
-        if mode.explained_head is not None:
-            explanation.explained_output = f"the input of the model's final {mode.explained_head}"
-        explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype, device=start.device)
-        explanation.relevance_residual = torch.tensor(lost, dtype=dtype, device=start.device)
-        return explanation
 
 class Explainer(PyGExplainer):
     """PyG's :class:`~torch_geometric.explain.Explainer`, with the inputs checked before its
@@ -411,7 +385,17 @@ class Explainer(PyGExplainer):
     A drop-in replacement: ``from lrp_lib.explain.explainer import Explainer`` and use it as PyG's.  With an
     :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
     error that names it instead of one from inside PyG's message passing (or NaN masks).
+
+    ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
+    target are taken from the explanation's own forward instead of a separate prediction pass
+    (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
     """
+
+    def __init__(self, *args, one_pass: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(one_pass, bool):
+            raise TypeError(f"one_pass must be True or False, got {one_pass!r}")
+        self.one_pass = one_pass
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
         checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)
@@ -419,9 +403,13 @@ class Explainer(PyGExplainer):
             check_hetero_inputs(x, edge_index)
         if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
+        once = checked and self.one_pass and self.explanation_type.value == "model" and not (
+            self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
         training = self.model.training
         try:
             with inputs_checked(x if checked else None, edge_index):  # the algorithm need not check them again
+                if once:
+                    return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
                 return super().__call__(x, edge_index, target=target, index=index, **kwargs)
         finally:
             self.model.train(training)

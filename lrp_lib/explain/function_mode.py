@@ -46,7 +46,7 @@ other threads (training, other explanations) never see it, and it is gone when t
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -55,37 +55,40 @@ from torch.overrides import TorchFunctionMode
 from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.composites import Composite, get_composite
-from lrp_lib.core.rules import Epsilon, LinearMap
-from lrp_lib.explain import handlers, recurrent
+from lrp_lib.core.rules import Epsilon
+from lrp_lib.explain.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
+                                      HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
 from lrp_lib.explain.graph_check import UnsupportedModelError, check_relevance_graph, node_name
 from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PASS_NODES, PLAIN, RELEVANCE_NODES, SIGN_FLIPS)
-from lrp_lib.explain.primitives import (AddRelevance, BlockedRelevance, IdentityRelevance, LinearMapRelevance,
-                                        ProductRelevance, Tally, linear_relevance)
+from lrp_lib.explain.primitives import Tally
+from lrp_lib.explain.rule_families import RuleFamilies
 
 __all__ = ["RelevanceMode", "UnsupportedModelError", "RELEVANCE_NODES", "check_relevance_graph", "HANDLERS"]
 
-#: The handler of each torch function with a rule of its own (:mod:`lrp_lib.explain.handlers`,
-#: :mod:`lrp_lib.explain.recurrent`).
-HANDLERS = {**handlers.HANDLERS, **recurrent.HANDLERS}
-
-
 # ------------------------------------------------------------------ the mode
-class RelevanceMode(TorchFunctionMode):
+class RelevanceMode(RuleFamilies, TorchFunctionMode):
     """Propagate relevance instead of gradients through every torch function called in its block.
 
     Args:
         composite: a :class:`~lrp_lib.core.composites.Composite` (or a rule or its name).
         model: the explained module: its parameters are the weights whose rule the composite
             chooses (by the owning module's type or name), and its module names label the report.
+        fast: dispatch through the route of each function, decided once per function
+            (:mod:`lrp_lib.explain.dispatch`; the default); ``False``: the reference dispatch,
+            which tests the function's name against each table on every call.  Both give the
+            same relevance (``tests/explain/test_dispatch.py``); the fast one costs less per call.
 
     Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block,
     then call ``torch.autograd.grad(out, inputs, R)``.  :attr:`tally` then says how much relevance
     the biases and stabilisers kept and how much reached operations without a rule.
     """
 
-    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None):
+    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True):
         super().__init__()
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast must be True or False, got {fast!r}")
+        self.fast = fast
         self.composite = get_composite(composite)
         self.tally = Tally()
         self._heads: dict[int, tuple[str, Tensor, Tensor]] = {}  # id(output) -> (function, its input, output)
@@ -102,13 +105,17 @@ class RelevanceMode(TorchFunctionMode):
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
-            layers = [name for name, module in model.named_modules() if isinstance(module, MessagePassing)]
+            named = list(model.named_modules())  # one walk of the modules (each module once)
+            layers = [name for name, module in named if isinstance(module, MessagePassing)]
             layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
-            for name, module in model.named_modules():
+            for name, module in named:
                 self._module_names[id(module)] = name
+                params = [p for p in module._parameters.values() if p is not None]
+                if not params:
+                    continue
                 depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")),
                              None)
-                for p in module.parameters(recurse=False):
+                for p in params:
                     self._owners[id(p)] = (name, module, None if depth is None else (depth, len(layers)))
 
     # -------------------------------------------------------------- marks
@@ -228,6 +235,59 @@ class RelevanceMode(TorchFunctionMode):
 
     # -------------------------------------------------------------- dispatch
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        route = route_of(func) if self.fast else None
+        if route is None:
+            return self.reference_dispatch(func, args, kwargs)
+        kwargs = kwargs or {}
+        kind = route.kind
+        if kind == PLAIN_ROUTE or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
+            out = func(*args, **kwargs)
+            if self.detached and isinstance(out, Tensor) and self.any_detached(args, kwargs):
+                out._lrp_detached = self._token  # computed from a detached input-dependent tensor
+            return out
+        name = route.name
+        if kind == PASS_ROUTE:
+            out = func(*args, **kwargs)
+            if route.view:
+                return out
+            if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
+                self._gate_all(out)
+            return self.mark(out)
+        if kind == COPY_ROUTE:
+            if not kwargs.get("reduce") and not kwargs.get("accumulate"):
+                self._keep_saved_output(args[0])
+                out = func(*args, **kwargs)
+                self.mark(args[0])
+                return out
+            kind = route.fallback
+        if kind == HANDLER_ROUTE:
+            out = self.mark(route.handler(self, func, args, kwargs))
+        elif kind == IDENTITY_ROUTE:
+            out = self.mark(self.identity(func, args, kwargs))
+            if route.gate or (route.sign_flip and any(self.is_gate(a) for a in args)):
+                self.gate(out)  # a sigmoid is a gate; so is its negation
+        elif kind == INPLACE_ROUTE:
+            return self._inplace(func, name, args, kwargs)
+        elif kind == DETACH_ROUTE:
+            self.detached.add(f"{name} in {self.module_label()}")
+            out = func(*args, **kwargs)
+            out._lrp_detached = self._token
+            return out
+        elif kind == GET_ROUTE:
+            return self._get(func, args, kwargs)
+        elif kind == DROPOUT_ROUTE:
+            return self._dropout(func, name, args, kwargs)
+        else:
+            assert kind == BLOCKED_ROUTE
+            out = self.blocked(func, name, args, kwargs)
+        if route.head and isinstance(out, Tensor):
+            self._heads[id(out)] = (name, args[0], out)
+        return out
+
+    def reference_dispatch(self, func, args=(), kwargs=None):
+        """The dispatch of ``RelevanceMode(fast=False)``: the function's name tested against each
+        table of :mod:`lrp_lib.explain.op_tables` on every call (what the routes of
+        :mod:`lrp_lib.explain.dispatch` decide once)."""
         kwargs = kwargs or {}
         name = getattr(func, "__name__", None) or repr(func)
         if name in PLAIN or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
@@ -329,94 +389,3 @@ class RelevanceMode(TorchFunctionMode):
         node = getattr(target, "grad_fn", None)
         if node is not None and isinstance(getattr(node, "out", None), Tensor):
             node.out = node.out.clone()
-
-    # -------------------------------------------------------------- rule families
-    def identity(self, func, args, kwargs):
-        kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
-        pos = [i for i, a in enumerate(args) if self.is_marked(a)]
-        keys = [k for k, v in kwargs.items() if self.is_marked(v)]
-        if len(pos) + len(keys) != 1:
-            return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
-        if pos:
-            i = pos[0]
-            x = args[i]
-
-            def fn(t):
-                return func(*args[:i], t, *args[i + 1:], **kwargs)
-        else:
-            k = keys[0]
-            x = kwargs[k]
-
-            def fn(t):
-                return func(*args, **{**kwargs, k: t})
-        return IdentityRelevance.apply(x, fn)
-
-    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str):
-        """A map linear in ``x`` (plus constants) with no weight: the epsilon rule."""
-        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
-
-    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
-                 op: str):
-        """A map linear in ``x`` and in a constant ``weight``: the composite's rule for that weight."""
-        rule, label = self.rule_for(weight)
-        w = weight.detach()
-        b = None if bias is None else bias.detach()
-        if rule is None:  # a data constant, not a parameter
-            return self.linear(x, lambda t: fn(t, w, b), None if vjp is None else (lambda v: vjp(v, x, w)),
-                               f"{op} in {self.module_label()}")
-        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
-                                        self.composite.bias, False)
-
-    def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
-        """``ca * a + cb * b`` (numbers allowed): each marked term gets its proportional share."""
-        ma, mb = self.is_marked(a), self.is_marked(b)
-        ref = a if isinstance(a, Tensor) else b
-        ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
-        tb = b if isinstance(b, Tensor) else torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
-        if not ma:
-            ta = ta.detach()
-        if not mb:
-            tb = tb.detach()
-        if ca != 1.0:
-            ta = IdentityRelevance.apply(ta, lambda t: t * ca) if ma else ta * ca
-        if cb != 1.0:
-            tb = IdentityRelevance.apply(tb, lambda t: t * cb) if mb else tb * cb
-        gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
-        if gate:  # 1 - z of a gate z is a gate too (GRU's update gate): it passes relevance like one
-            marked, const = (ta, tb) if ma else (tb, ta)
-            return self.gate(IdentityRelevance.apply(marked, lambda t: t + const))
-        if not (ma and mb) and not self.composite.bias:  # the constant term takes no share
-            marked, const = (ta, tb) if ma else (tb, ta)
-            return IdentityRelevance.apply(marked, lambda t: t + const)
-        label = op if (ma and mb) else f"{op} of a constant in {self.module_label()}"
-        return AddRelevance.apply(ta, tb, (ma, mb), self.composite.epsilon, label, self.tally)
-
-    def product(self, a: Tensor, b: Tensor):
-        ga, gb = self.is_gate(a), self.is_gate(b)
-        if self.composite.attention == "cp" and ga != gb:
-            weights = (0.0, 1.0) if ga else (1.0, 0.0)
-        else:
-            weights = (0.5, 0.5)
-        return ProductRelevance.apply(a, b, weights)
-
-    def blocked(self, func, name, args, kwargs):
-        with torch.no_grad():
-            out = func(*args, **kwargs)
-        flat = out if isinstance(out, (tuple, list)) else (out,)
-        floats = [i for i, t in enumerate(flat) if isinstance(t, Tensor) and t.is_floating_point()]
-        if not floats:
-            return out
-        marked = [a for a in args if self.is_marked(a)] + [b for a in args if isinstance(a, (list, tuple))
-                                                          for b in a if self.is_marked(b)]
-        marked += [v for v in kwargs.values() if self.is_marked(v)]
-        label = f"{name} in {self.module_label()}"
-        res = BlockedRelevance.apply(label, self.tally, len(floats), *[flat[i] for i in floats], *marked)
-        res = res if isinstance(res, tuple) else (res,)
-        self.mark(res)
-        if not isinstance(out, (tuple, list)):
-            return res[0]
-        items = list(flat)
-        for i, r in zip(floats, res):
-            items[i] = r
-        return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
-

@@ -61,8 +61,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
+from lrp_lib.explain.job_batches import backend_of, batch_explainer
 from lrp_lib.explain.job_store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
                                        part_name, pyarrow_modules, read_explanations, read_manifests, write_atomic)
 
@@ -84,24 +85,6 @@ def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
         raise TypeError(f"dataset_or_loader must be a data set (len() and indexing give graphs) or a "
                         f"torch_geometric.loader.DataLoader, got {type(dataset_or_loader).__name__}")
     return dataset_or_loader, None
-
-
-def _relevance_pass(model: nn.Module):
-    """The model's own relevance entry point, if it or one of its modules provides one: a callable
-    ``lrp_relevance_pass(model, batch)`` returning the output and a function that, after the
-    backward, reads the relevance (an object with ``node``, ``edge`` and ``per_graph()``).  The
-    Graph Network layers of ``lrp_lib.teach.graph`` carry one; else ``None``."""
-    for module in model.modules():
-        entry = getattr(type(module), "lrp_relevance_pass", None)
-        if callable(entry):
-            return entry
-    return None
-
-
-def _backend(model: nn.Module) -> str:
-    """'graph' for a model that provides its own relevance entry point (it takes the whole Data,
-    e.g. a model of ``lrp_lib.teach.graph`` layers), else 'pyg'."""
-    return "graph" if _relevance_pass(model) is not None else "pyg"
 
 
 def _check_args(model, mode, target, batch_size, rule, backend):
@@ -132,134 +115,6 @@ def _rule_name(rule, backend: str) -> str | None:
         return None
     from lrp_lib.core.rules import get_rule
     return repr(get_rule("epsilon" if rule is None else rule))
-
-
-# ------------------------------------------------------------------ explaining one batch
-def _resolve_target(target_spec, batch, n_graphs: int, device, predicted):
-    """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label",
-    else the constant class ``target_spec``."""
-    if target_spec == "prediction":
-        return predicted()
-    if target_spec == "label":
-        return batch.y.view(-1).long()
-    return torch.full((n_graphs,), target_spec, dtype=torch.long, device=device)
-
-
-class _Capture:
-    """Keeps the model's output of the explaining forward pass (a forward hook; no extra pass)."""
-
-    def __init__(self, model: nn.Module):
-        self.out = None
-        self.handle = model.register_forward_hook(self._hook)
-
-    def _hook(self, module, args, output):
-        self.out = output
-
-    def remove(self):
-        self.handle.remove()
-
-
-def _rows_of(out, mode: str, n_graphs: int) -> Tensor:
-    if not isinstance(out, Tensor):
-        raise TypeError(f"model: explain_dataset needs a model that returns a tensor, got {type(out).__name__}")
-    out = out.detach()
-    if out.dim() == 0 or out.shape[0] != n_graphs:
-        raise ValueError(f"model: explain_dataset explains graph-level models (one output row per graph), but the "
-                         f"model gave {tuple(out.shape)} for a batch of {n_graphs} graphs; node-level models "
-                         "are not supported")
-    if mode == "multiclass_classification":
-        if out.dim() != 2:
-            raise ValueError(f"mode='multiclass_classification' expects outputs of shape (graphs, classes), "
-                             f"got {tuple(out.shape)}")
-        return out
-    if out.dim() == 2 and out.shape[1] == 1:
-        out = out[:, 0]
-    if out.dim() != 1:
-        raise ValueError(f"mode={mode!r} expects one output per graph, got shape {tuple(out.shape)}; "
-                         "use mode='multiclass_classification' for several columns")
-    return out
-
-
-class _PyGBatch:
-    """LRPExplainer through lrp_lib.explain.explainer.Explainer, explanation_type='phenomenon': one forward, one backward."""
-
-    def __init__(self, model, mode, rule):
-        from lrp_lib.explain.explainer import Explainer, LRPExplainer
-        self.model, self.mode = model, mode
-        # Binary and regression models are explained from the raw output itself (mode 'regression'):
-        # the relevance of target 0 is then the exact negative of that of target 1 (LRP's backward is
-        # linear in the output relevance, and negation is exact in floating point), so the model's
-        # own prediction needs no extra forward pass.  Each graph's bias_relevance is computed below from
-        # its explained value and node relevance, so the explainer's per-graph split is not needed.
-        inner = "multiclass_classification" if mode == "multiclass_classification" else "regression"
-        self.explainer = Explainer(
-            model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule, accounts="total"),
-            explanation_type="phenomenon", node_mask_type="object", edge_mask_type="object",
-            model_config=dict(mode=inner, task_level="graph", return_type="raw"))
-
-    def __call__(self, batch, target_spec):
-        n_graphs = int(batch.num_graphs)
-        target = None
-        if self.mode == "multiclass_classification":
-            def predicted():
-                with torch.no_grad():
-                    return self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
-            target = _resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
-        capture = _Capture(self.model)
-        try:
-            explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch,
-                                         target=target if target is not None else
-                                         torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device))
-        finally:
-            capture.remove()
-        out = _rows_of(capture.out, self.mode, n_graphs)
-        node = explanation.node_relevance.detach().view(-1)
-        edge = explanation.edge_relevance.detach().view(-1)
-        if self.mode == "multiclass_classification":
-            value = out.gather(1, target.view(-1, 1)).view(-1)
-        elif self.mode == "binary_classification":
-            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
-            if target.numel() != n_graphs or (target.numel() and int(target.max()) > 1) or \
-                    (target.numel() and int(target.min()) < 0):
-                raise ValueError("target='label' needs one label 0 or 1 per graph in data.y for "
-                                 "mode='binary_classification'")
-            sign = target.to(out.dtype) * 2 - 1
-            value = sign * out
-            node = node * sign[batch.batch]
-            edge = edge * sign[batch.batch[batch.edge_index[0]]]
-        else:
-            target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
-            value = out
-        node_sum = torch.zeros(n_graphs, dtype=node.dtype, device=node.device).index_add_(0, batch.batch, node)
-        return target, value, value - node_sum, node, edge
-
-
-class _GraphBatch:
-    """A model with its own relevance entry point (``lrp_relevance_pass``, e.g. a model of
-    ``lrp_lib.teach.graph`` layers): one forward in its relevance mode, one backward."""
-
-    def __init__(self, model, mode):
-        self.model, self.mode, self.entry = model, mode, _relevance_pass(model)
-
-    def __call__(self, batch, target_spec):
-        raw, read = self.entry(self.model, batch)
-        n_graphs = int(batch.num_graphs)
-        out = _rows_of(raw, self.mode, n_graphs)
-        if self.mode == "multiclass_classification":
-            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: out.argmax(-1))
-            start = torch.zeros_like(out).scatter_(1, target.view(-1, 1), out.gather(1, target.view(-1, 1)))
-            value = start.sum(1)
-        elif self.mode == "binary_classification":
-            target = _resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
-            value = start = (target.to(out.dtype) * 2 - 1) * out
-        else:
-            target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
-            value = start = out
-        raw.backward(start.view_as(raw))
-        rel = read()
-        node = rel.node if rel.node is not None else torch.zeros(batch.num_nodes, device=out.device)
-        edge = rel.edge if rel.edge is not None else torch.zeros(batch.edge_index.shape[1], device=out.device)
-        return target, value, value - rel.per_graph().to(value.dtype), node, edge
 
 
 # ------------------------------------------------------------------ the job
@@ -320,7 +175,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
         raise TypeError(f"progress must be a bool, got {progress!r}")
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
-    backend = _backend(model) if isinstance(model, nn.Module) else None
+    backend = backend_of(model) if isinstance(model, nn.Module) else None
     _check_args(model, mode, target, batch_size, rule, backend)
     rule_name = _rule_name(rule, backend)
     out = Path(out)
@@ -356,7 +211,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     model.to(device)
     training = model.training
     model.eval()
-    explain = _GraphBatch(model, mode) if backend == "graph" else _PyGBatch(model, mode, rule)
+    explain = batch_explainer(model, mode, rule)
     ids_of = [list(range(b * batch_size, min(n, (b + 1) * batch_size))) for b in todo]
     subset = torch.utils.data.Subset(dataset, [i for ids in ids_of for i in ids])
     # the loader's batches are exactly ids_of: every job batch but the data set's last is full,

@@ -23,7 +23,8 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
     ``recorder``) and the one backward from the explained output: (output, start relevance,
     relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
     cannot pass through.  ``retain_graph``: keep the graph for more backward passes
-    (:func:`lrp_lib.explain.accounting.account`)."""
+    (:func:`lrp_lib.explain.accounting.account`).  ``target``: the class labels, or a function of the
+    model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`)."""
     if recorder is not None:
         ensure_hooks(model)
     with recording(recorder), torch.enable_grad(), mode:
@@ -35,6 +36,8 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
             "the model's output does not depend on x through autograd: model.forward detaches it "
             "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
             "propagated through the model's autograd graph, so remove the detach")
+    if callable(target) and not isinstance(target, Tensor):  # the target taken from this very output
+        target = target(out)
     head = explained_logits(mode, out, model_config)
     mode.explained_head = mode.head_of(out)[0] if head is not out else None
     check_relevance_graph(head, inputs)

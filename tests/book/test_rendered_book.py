@@ -14,7 +14,9 @@ The checks run in the page (``INSPECT_JS``) and are turned into messages by :fun
 each check is shown to fail when it should (and ``test_checks_pass_a_clean_page`` that they do not
 fire on a page that breaks none). Those two need Chromium and Playwright but no book build.
 
-Each page's full-page screenshot goes to ``_build/screenshots/`` for a human to look at.
+Each page's full-page screenshot goes to ``_build/screenshots/`` for a human to look at, and one at
+a phone's width (390 px) to ``_build/screenshots/phone/``; at that width the page must not be wider
+than the window and nothing may be cut off or spill out of its box (``test_page_reads_on_a_phone``).
 
 Needs Debian's ``chromium`` (``/usr/bin/chromium``, or ``LRP_BOOK_CHROMIUM``) and the ``playwright``
 package, which only drives that binary (no browser download). Without a build the tests skip, unless
@@ -52,6 +54,9 @@ CHROMIUM_ARGS = [
 ]
 # A laptop's window: the width at which the book must read without horizontal scrolling.
 VIEWPORT = {"width": 1280, "height": 900}
+# A phone's (an iPhone 12 to 15 held upright): the page must not scroll sideways as a whole, and
+# nothing may be cut off; wide code, outputs and tables scroll inside their own boxes.
+PHONE = {"width": 390, "height": 844}
 PAGE_TIMEOUT_MS = 60_000
 
 
@@ -302,6 +307,31 @@ def test_page_renders(page, server, browser):
     assert not problems, f"{page} (screenshot {shot}):\n  " + "\n  ".join(problems)
 
 
+@pytest.mark.parametrize("page", PAGES or ["<no build>"])
+def test_page_reads_on_a_phone(page, server, browser):
+    """At 390 px: no sideways scrolling of the whole page, nothing cut off or spilling over.
+
+    Code, outputs and tables wider than the screen are expected here; they must scroll in their own
+    boxes, which the checks of the laptop width (run on the same page) do not need to repeat."""
+    context = browser.new_context(viewport=PHONE, service_workers="block", is_mobile=True,
+                                  has_touch=True, device_scale_factor=2)
+    try:
+        context.route("**/*", lambda r: r.continue_() if urlsplit(r.request.url).netloc
+                      == urlsplit(server).netloc else r.abort())
+        tab = context.new_page()
+        tab.goto(f"{server}/{page}", wait_until="load", timeout=PAGE_TIMEOUT_MS)
+        tab.wait_for_load_state("networkidle", timeout=PAGE_TIMEOUT_MS)
+        found = tab.evaluate(INSPECT_JS)
+        shot = SCREENSHOTS / "phone" / (re.sub(r"[/\\]", "__", page).removesuffix(".html") + ".png")
+        shot.parent.mkdir(exist_ok=True)
+        tab.screenshot(path=str(shot), full_page=True, animations="disabled", scale="css")
+    finally:
+        context.close()
+    problems = [p for p in problems_of(found, PHONE["width"])
+                if p.startswith(("cut off", "spills out", "page is"))]
+    assert not problems, f"{page} at {PHONE['width']} px (screenshot {shot}):\n  " + "\n  ".join(problems)
+
+
 # ---------------------------------------------------------------- the checks, on made-up pages
 LONG = "explainer = Explainer(model, algorithm=LRPExplainer(), " + "x" * 150
 
@@ -360,12 +390,12 @@ BROKEN = {
 }
 
 
-def problems_on(chromium, html):
-    context = chromium.new_context(viewport=VIEWPORT)
+def problems_on(chromium, html, viewport=VIEWPORT):
+    context = chromium.new_context(viewport=viewport)
     try:
         tab = context.new_page()
         tab.set_content(html)
-        return problems_of(tab.evaluate(INSPECT_JS), VIEWPORT["width"])
+        return problems_of(tab.evaluate(INSPECT_JS), viewport["width"])
     finally:
         context.close()
 
@@ -379,3 +409,10 @@ def test_check_catches(chromium, case):
     body, expected = BROKEN[case]
     problems = problems_on(chromium, made_up_page(body))
     assert any(expected in p for p in problems), f"{case}: expected {expected!r}, got {problems}"
+
+
+def test_phone_check_catches_a_page_wider_than_the_window(chromium):
+    # the made-up page's 600 px column fits a laptop's window, not a phone's
+    assert not any(p.startswith("page is") for p in problems_on(chromium, CLEAN))
+    problems = problems_on(chromium, CLEAN, PHONE)
+    assert any(p.startswith(f"page is") and f"in a {PHONE['width']} px window" in p for p in problems), problems

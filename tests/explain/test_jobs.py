@@ -380,11 +380,3 @@ def test_jobs_does_not_import_teach():
     code = ("import sys; from lrp_lib.explain import jobs; import lrp_lib.explain.explainer; "
             "bad = [m for m in sys.modules if m.startswith('lrp_lib.teach')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
-
-
-def test_a_model_with_its_own_relevance_entry_point_takes_the_graph_backend():
-    from lrp_lib.teach import graph
-    layer = graph.NodeReLU()
-    assert jobs._backend(torch.nn.Sequential(layer)) == "graph"
-    assert jobs._backend(torch.nn.Sequential(torch.nn.Linear(2, 2))) == "pyg"
-    assert jobs._relevance_pass(torch.nn.Sequential(layer)) is graph.relevance_pass

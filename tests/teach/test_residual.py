@@ -8,7 +8,7 @@ from lrp_lib.core import rules
 from lrp_lib.teach import linear_maps
 from lrp_lib.teach.ops import LostRelevanceWarning
 from lrp_lib.teach.residual import ResidualBlock, skip_add
-from test_rules import conv_matrix, ref_rule
+from rule_references import conv_matrix, ref_rule
 
 
 def make_block(bias, seed=0):

@@ -1,0 +1,171 @@
+"""Where one LRP explanation's time goes: its phases timed side by side, against the plain gradient.
+
+    python benchmarks/profile_explain.py                  # 25 and 700 nodes (about a minute)
+    python benchmarks/profile_explain.py --sizes 25 --cprofile   # and cProfile's top functions
+
+The model, graphs and explained output of ``bench_scaling.py`` (a 3-layer GCN, 32 features, ten edges
+per node, one node's logit).  Each phase is a function of no argument; they take turns, round by
+round, in one process (median over the rounds, and each phase's median ratio to the gradient of the
+same round):
+
+* ``gradient``: ``torch.autograd.grad`` of the explained logit (one forward, one backward);
+* ``forward``: the model's forward with autograd on; ``prediction``: without (PyG's prediction pass);
+* ``bare_mode_forward``: the forward inside a ``TorchFunctionMode`` that only calls each function: the
+  cost of the interception itself;
+* ``mode_forward``: the forward inside :class:`~lrp_lib.explain.function_mode.RelevanceMode` (fast
+  dispatch), ``mode_forward_reference``: with its reference dispatch (``fast=False``);
+* ``mode_forward_backward``: that forward and the relevance backward, nothing else;
+* ``lrp_algorithm``: ``LRPExplainer`` called directly (the checks, accounts and masks around it);
+* ``lrp``: through ``Explainer`` (PyG's prediction pass, the training flag, the explanation's
+  attributes); ``lrp_one_pass``: ``Explainer(one_pass=True)``; ``saliency``: Captum's, through ``Explainer``.
+
+Beside the times, the median number of minor page faults per call (``getrusage``): memory the C
+allocator took fresh from the kernel.  From a few hundred nodes up, the relevance pass takes several
+times the gradient's (the allocator gives freed memory back and takes it again); run with
+``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_`` raised (glibc) to see the times without them.
+
+Writes ``benchmarks/results/profile_explain.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import resource
+import statistics
+import time
+import warnings
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from lrp_lib.explain.function_mode import RelevanceMode
+
+import results_file  # benchmarks/results_file.py
+from bench_scaling import explainers, setup
+
+
+class BareMode(TorchFunctionMode):
+    """Intercepts every torch function and only calls it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def phases(nodes: int) -> dict:
+    model, x, edge_index, index, target = setup(nodes, 10)
+    ex = explainers(model, 20)
+    target_t, index_t = torch.tensor([target]), torch.tensor([index])
+    algorithm = ex["lrp"].algorithm
+    composite = algorithm.composite
+
+    def gradient():
+        leaf = x.detach().requires_grad_()
+        return torch.autograd.grad(model(leaf, edge_index)[index, target], leaf)[0]
+
+    def forward():
+        return model(x.detach().requires_grad_(), edge_index)
+
+    def prediction():
+        with torch.no_grad():
+            return model(x, edge_index)
+
+    def bare_mode_forward():
+        with BareMode():
+            return model(x.detach().requires_grad_(), edge_index)
+
+    def mode_forward(fast=True, backward=False):
+        leaf = x.detach().clone().requires_grad_()
+        mode = RelevanceMode(composite, model, fast=fast)
+        with mode:
+            mode.mark(leaf)
+            out = model(leaf, edge_index)
+        if not backward:
+            return out
+        start = torch.zeros_like(out)
+        start[index, target] = out[index, target].detach()
+        return torch.autograd.grad(out, leaf, start)[0]
+
+    return {
+        "gradient": gradient, "forward": forward, "prediction": prediction, "bare_mode_forward": bare_mode_forward,
+        "mode_forward": mode_forward, "mode_forward_reference": lambda: mode_forward(fast=False),
+        "mode_forward_backward": lambda: mode_forward(backward=True),
+        "lrp_algorithm": lambda: algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask,
+        "lrp": lambda: ex["lrp"](x, edge_index, index=index).node_mask,
+        "lrp_one_pass": lambda: ex["lrp_one_pass"](x, edge_index, index=index).node_mask,
+        "saliency": lambda: ex["saliency"](x, edge_index, index=index).node_mask,
+    }
+
+
+def measure(nodes: int, rounds: int) -> dict:
+    calls = phases(nodes)
+    for fn in calls.values():  # warm-up
+        fn()
+    wall = {name: [] for name in calls}
+    faults = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            start = time.perf_counter()
+            fn()
+            wall[name].append(time.perf_counter() - start)
+            faults[name].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    base = statistics.median(wall["gradient"])
+    row = {"nodes": nodes, "rounds": rounds, "phases": {}}
+    for name, times in wall.items():
+        row["phases"][name] = {"median_seconds": statistics.median(times),
+                               "ratio_to_gradient": statistics.median(times) / base,
+                               "paired_ratio_to_gradient": statistics.median(
+                                   t / g for t, g in zip(times, wall["gradient"])),
+                               "median_page_faults": statistics.median(faults[name])}
+    return row
+
+
+def top_functions(nodes: int, calls: int = 100, limit: int = 25) -> str:
+    """cProfile's top functions by own time over ``calls`` explanations through ``Explainer``."""
+    explain = phases(nodes)["lrp"]
+    explain()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+        explain()
+    profile.disable()
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(limit)
+    return out.getvalue()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[25, 700])
+    p.add_argument("--rounds", type=int, default=200, help="rounds at 25 nodes (fewer on larger graphs)")
+    p.add_argument("--cprofile", action="store_true", help="print cProfile's top functions too")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    machine = results_file.machine_info()
+    rows = []
+    for n in args.sizes:
+        row = measure(n, max(20, round(args.rounds * min(1.0, 700 / max(n, 700)))))
+        rows.append(row)
+        print(f"\n{n:,} nodes, {row['rounds']} rounds (median ms; ratio to the gradient, paired)")
+        for name, ph in row["phases"].items():
+            print(f"  {name:24s} {ph['median_seconds'] * 1e3:8.3f}  {ph['ratio_to_gradient']:5.2f}x "
+                  f"({ph['paired_ratio_to_gradient']:.2f}x)  {ph['median_page_faults']:8.0f} page faults")
+        if args.cprofile:
+            print(top_functions(n))
+    if not args.no_write:
+        path = results_file.write_results("profile_explain", rows, {
+            "sizes": args.sizes, "edges_per_node": 10, "threads": 1, "dtype": "float32",
+            "malloc_env": {k: os.environ[k] for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+                           if k in os.environ},
+            "load_average_1min_start": machine.get("load_average_1min"),
+            "load_average_1min_end": results_file.machine_info().get("load_average_1min")})
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

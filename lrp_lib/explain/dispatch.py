@@ -1,0 +1,108 @@
+"""What :class:`~lrp_lib.explain.function_mode.RelevanceMode` does with each torch function, decided
+once per function: :func:`route_of`.
+
+The mode sees every torch function the model calls (about two hundred per forward of a three-layer
+GCN, most of them on constants: degrees, self-loops, ``.size()``, ``.layout``).  Which rule family
+a function belongs to depends only on the function (its name, looked up in the tables of
+:mod:`lrp_lib.explain.op_tables` and the handlers of :mod:`lrp_lib.explain.handlers` and
+:mod:`lrp_lib.explain.recurrent`), so it is decided the first time the function is seen and kept
+in a dictionary keyed by the function: a :class:`Route`.  The mode's fast dispatch reads the route
+instead of testing the name against each table on every call; the decisions are those of the
+mode's reference dispatch (``RelevanceMode(fast=False)``), which tests the names on every call.
+
+One shortcut changes nothing in the result: reading a tensor's metadata (``.layout``, ``.device``,
+``.dtype``, ``.shape``, ``.grad_fn`` ...: :data:`METADATA`) returns no tensor, so the mode runs it
+at once, as it runs :data:`~lrp_lib.explain.op_tables.PLAIN` functions, without asking whether its
+tensor depends on the input.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from lrp_lib.explain import handlers, recurrent
+from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
+                                       PLAIN, SIGN_FLIPS)
+
+__all__ = ["Route", "route_of", "classify", "HANDLERS", "METADATA", "PLAIN_ROUTE", "DETACH_ROUTE", "GET_ROUTE",
+           "DROPOUT_ROUTE", "PASS_ROUTE", "COPY_ROUTE", "INPLACE_ROUTE", "HANDLER_ROUTE", "IDENTITY_ROUTE",
+           "BLOCKED_ROUTE"]
+
+#: The handler of each torch function with a rule of its own (:mod:`lrp_lib.explain.handlers`,
+#: :mod:`lrp_lib.explain.recurrent`).
+HANDLERS = {**handlers.HANDLERS, **recurrent.HANDLERS}
+
+#: Tensor attributes whose value is not a tensor (read through ``__get__``): run as they are.
+METADATA = frozenset("""
+layout device dtype shape ndim is_sparse is_sparse_csr is_cuda is_cpu is_mps is_xpu is_meta is_quantized
+is_mkldnn is_nested is_leaf requires_grad grad_fn names output_nr _version itemsize nbytes is_inference
+""".split())
+
+(PLAIN_ROUTE, DETACH_ROUTE, GET_ROUTE, DROPOUT_ROUTE, PASS_ROUTE, COPY_ROUTE, INPLACE_ROUTE, HANDLER_ROUTE,
+ IDENTITY_ROUTE, BLOCKED_ROUTE) = range(10)
+
+#: In-place views: their result is the tensor itself, already marked.
+_INPLACE_VIEWS = frozenset({"unsqueeze_", "squeeze_", "t_", "transpose_", "movedim_"})
+
+
+class Route(NamedTuple):
+    """What the mode does with one torch function on input-dependent tensors.
+
+    ``kind``: one of the ``*_ROUTE`` codes; ``name`` the function's name; ``handler`` its handler
+    (``HANDLER_ROUTE``); ``fallback`` the kind for an in-place copy called with ``reduce`` or
+    ``accumulate`` (not a plain copy then); ``gate`` the result is a gate (``sigmoid``);
+    ``sign_flip`` a gate's negation is one; ``head`` the function makes probabilities of
+    logits; ``view`` an in-place view, whose result is its (marked) input."""
+    kind: int
+    name: str
+    handler: Callable | None = None
+    fallback: int = BLOCKED_ROUTE
+    gate: bool = False
+    sign_flip: bool = False
+    head: bool = False
+    view: bool = False
+
+
+def _arithmetic(name: str) -> tuple[int, Callable | None]:
+    """The kind of a function that is neither plain, nor a copy, nor a selection."""
+    if (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED:
+        return INPLACE_ROUTE, None
+    handler = HANDLERS.get(name)
+    if handler is not None:
+        return HANDLER_ROUTE, handler
+    return (IDENTITY_ROUTE if name in IDENTITY else BLOCKED_ROUTE), None
+
+
+def classify(func) -> Route:
+    """The route of ``func``, decided from its name as the reference dispatch decides it."""
+    name = getattr(func, "__name__", None) or repr(func)
+    flags = dict(gate=name in GATES, sign_flip=name in SIGN_FLIPS, head=name in HEADS)
+    if name == "__get__":
+        attr = getattr(getattr(func, "__self__", None), "__name__", "")
+        return Route(PLAIN_ROUTE if attr in METADATA else GET_ROUTE, name)
+    if name in PLAIN:
+        return Route(PLAIN_ROUTE, name)
+    if name in DETACH:
+        return Route(DETACH_ROUTE, name)
+    if name in DROPOUT:
+        return Route(DROPOUT_ROUTE, name)
+    if name in PASS:
+        return Route(PASS_ROUTE, name, view=name in _INPLACE_VIEWS)
+    kind, handler = _arithmetic(name)
+    if name in COPY_INPLACE:
+        return Route(COPY_ROUTE, name, handler, kind, **flags)
+    return Route(kind, name, handler, **flags)
+
+
+_ROUTES: dict = {}
+
+
+def route_of(func) -> Route:
+    """:func:`classify` ``(func)``, kept per function (a function that cannot be a dictionary key is
+    classified on every call)."""
+    try:
+        return _ROUTES[func]
+    except KeyError:
+        route = _ROUTES[func] = classify(func)
+        return route
+    except TypeError:  # unhashable
+        return classify(func)

@@ -1,0 +1,172 @@
+"""Explaining one batch of graphs for :func:`lrp_lib.explain.jobs.explain_dataset`.
+
+Two ways, chosen by the model (:func:`backend_of`):
+
+* :class:`PyGBatch`, any PyTorch Geometric model: ``LRPExplainer`` through
+  :class:`lrp_lib.explain.explainer.Explainer` with ``explanation_type='phenomenon'``, one forward
+  and one backward per batch;
+* :class:`GraphBatch`, a model that carries its own relevance entry point
+  (``lrp_relevance_pass``, as the Graph Network layers of ``lrp_lib.teach.graph`` do), found by
+  duck typing so that the product never imports the teaching code.
+
+Each returns, per graph, the target, the explained value and the bias share, and per node and per
+edge the relevance: the columns of a row of the job's Parquet files.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target", "rows_of", "Capture",
+           "PyGBatch", "GraphBatch"]
+
+
+def relevance_pass_of(model: nn.Module):
+    """The model's own relevance entry point, if it or one of its modules provides one: a callable
+    ``lrp_relevance_pass(model, batch)`` returning the output and a function that, after the
+    backward, reads the relevance (an object with ``node``, ``edge`` and ``per_graph()``).  The
+    Graph Network layers of ``lrp_lib.teach.graph`` carry one; else ``None``."""
+    for module in model.modules():
+        entry = getattr(type(module), "lrp_relevance_pass", None)
+        if callable(entry):
+            return entry
+    return None
+
+
+def backend_of(model: nn.Module) -> str:
+    """'graph' for a model that provides its own relevance entry point (it takes the whole Data,
+    e.g. a model of ``lrp_lib.teach.graph`` layers), else 'pyg'."""
+    return "graph" if relevance_pass_of(model) is not None else "pyg"
+
+
+def resolve_target(target_spec, batch, n_graphs: int, device, predicted):
+    """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label",
+    else the constant class ``target_spec``."""
+    if target_spec == "prediction":
+        return predicted()
+    if target_spec == "label":
+        return batch.y.view(-1).long()
+    return torch.full((n_graphs,), target_spec, dtype=torch.long, device=device)
+
+
+class Capture:
+    """Keeps the model's output of the explaining forward pass (a forward hook; no extra pass)."""
+
+    def __init__(self, model: nn.Module):
+        self.out = None
+        self.handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output):
+        self.out = output
+
+    def remove(self):
+        self.handle.remove()
+
+
+def rows_of(out, mode: str, n_graphs: int) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"model: explain_dataset needs a model that returns a tensor, got {type(out).__name__}")
+    out = out.detach()
+    if out.dim() == 0 or out.shape[0] != n_graphs:
+        raise ValueError(f"model: explain_dataset explains graph-level models (one output row per graph), but the "
+                         f"model gave {tuple(out.shape)} for a batch of {n_graphs} graphs; node-level models "
+                         "are not supported")
+    if mode == "multiclass_classification":
+        if out.dim() != 2:
+            raise ValueError(f"mode='multiclass_classification' expects outputs of shape (graphs, classes), "
+                             f"got {tuple(out.shape)}")
+        return out
+    if out.dim() == 2 and out.shape[1] == 1:
+        out = out[:, 0]
+    if out.dim() != 1:
+        raise ValueError(f"mode={mode!r} expects one output per graph, got shape {tuple(out.shape)}; "
+                         "use mode='multiclass_classification' for several columns")
+    return out
+
+
+class PyGBatch:
+    """LRPExplainer through lrp_lib.explain.explainer.Explainer, explanation_type='phenomenon': one forward, one backward."""
+
+    def __init__(self, model, mode, rule):
+        from lrp_lib.explain.explainer import Explainer, LRPExplainer
+        self.model, self.mode = model, mode
+        # Binary and regression models are explained from the raw output itself (mode 'regression'):
+        # the relevance of target 0 is then the exact negative of that of target 1 (LRP's backward is
+        # linear in the output relevance, and negation is exact in floating point), so the model's
+        # own prediction needs no extra forward pass.  Each graph's bias_relevance is computed below from
+        # its explained value and node relevance, so the explainer's per-graph split is not needed.
+        inner = "multiclass_classification" if mode == "multiclass_classification" else "regression"
+        self.explainer = Explainer(
+            model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule, accounts="total"),
+            explanation_type="phenomenon", node_mask_type="object", edge_mask_type="object",
+            model_config=dict(mode=inner, task_level="graph", return_type="raw"))
+
+    def __call__(self, batch, target_spec):
+        n_graphs = int(batch.num_graphs)
+        target = None
+        if self.mode == "multiclass_classification":
+            def predicted():
+                with torch.no_grad():
+                    return self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
+            target = resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
+        capture = Capture(self.model)
+        try:
+            explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch,
+                                         target=target if target is not None else
+                                         torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device))
+        finally:
+            capture.remove()
+        out = rows_of(capture.out, self.mode, n_graphs)
+        node = explanation.node_relevance.detach().view(-1)
+        edge = explanation.edge_relevance.detach().view(-1)
+        if self.mode == "multiclass_classification":
+            value = out.gather(1, target.view(-1, 1)).view(-1)
+        elif self.mode == "binary_classification":
+            target = resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
+            if target.numel() != n_graphs or (target.numel() and int(target.max()) > 1) or \
+                    (target.numel() and int(target.min()) < 0):
+                raise ValueError("target='label' needs one label 0 or 1 per graph in data.y for "
+                                 "mode='binary_classification'")
+            sign = target.to(out.dtype) * 2 - 1
+            value = sign * out
+            node = node * sign[batch.batch]
+            edge = edge * sign[batch.batch[batch.edge_index[0]]]
+        else:
+            target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
+            value = out
+        node_sum = torch.zeros(n_graphs, dtype=node.dtype, device=node.device).index_add_(0, batch.batch, node)
+        return target, value, value - node_sum, node, edge
+
+
+class GraphBatch:
+    """A model with its own relevance entry point (``lrp_relevance_pass``, e.g. a model of
+    ``lrp_lib.teach.graph`` layers): one forward in its relevance mode, one backward."""
+
+    def __init__(self, model, mode):
+        self.model, self.mode, self.entry = model, mode, relevance_pass_of(model)
+
+    def __call__(self, batch, target_spec):
+        raw, read = self.entry(self.model, batch)
+        n_graphs = int(batch.num_graphs)
+        out = rows_of(raw, self.mode, n_graphs)
+        if self.mode == "multiclass_classification":
+            target = resolve_target(target_spec, batch, n_graphs, out.device, lambda: out.argmax(-1))
+            start = torch.zeros_like(out).scatter_(1, target.view(-1, 1), out.gather(1, target.view(-1, 1)))
+            value = start.sum(1)
+        elif self.mode == "binary_classification":
+            target = resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
+            value = start = (target.to(out.dtype) * 2 - 1) * out
+        else:
+            target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
+            value = start = out
+        raw.backward(start.view_as(raw))
+        rel = read()
+        node = rel.node if rel.node is not None else torch.zeros(batch.num_nodes, device=out.device)
+        edge = rel.edge if rel.edge is not None else torch.zeros(batch.edge_index.shape[1], device=out.device)
+        return target, value, value - rel.per_graph().to(value.dtype), node, edge
+
+
+def batch_explainer(model: nn.Module, mode: str, rule):
+    """The explainer of one batch for ``model``: a :class:`GraphBatch` for a model with its own
+    relevance entry point (it carries its rules, so ``rule`` is not used), else a :class:`PyGBatch`."""
+    return GraphBatch(model, mode) if backend_of(model) == "graph" else PyGBatch(model, mode, rule)

@@ -1,0 +1,112 @@
+"""The rule families of :class:`~lrp_lib.explain.function_mode.RelevanceMode`: the identity rule,
+the epsilon rule of a map without weights, the composite's rule of a weighted map, the proportional
+split of a sum, the product rules and the blocked operation.  The handlers of
+:mod:`lrp_lib.explain.handlers` compute each torch function through one of them; the mode
+inherits them from :class:`RuleFamilies`, which reads the mode's composite, tally, marks and
+labels (``composite``, ``tally``, ``is_marked``, ``mark``, ``gate``, ``is_gate``, ``rule_for``,
+``module_label``)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from lrp_lib.core.rules import LinearMap
+from lrp_lib.explain.primitives import (AddRelevance, BlockedRelevance, IdentityRelevance, LinearMapRelevance,
+                                        ProductRelevance, linear_relevance)
+
+__all__ = ["RuleFamilies"]
+
+
+class RuleFamilies:
+    """The rule families, as methods of the mode (see the module docstring)."""
+
+    def identity(self, func, args, kwargs):
+        kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
+        pos = [i for i, a in enumerate(args) if self.is_marked(a)]
+        keys = [k for k, v in kwargs.items() if self.is_marked(v)]
+        if len(pos) + len(keys) != 1:
+            return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
+        if pos:
+            i = pos[0]
+            x = args[i]
+
+            def fn(t):
+                return func(*args[:i], t, *args[i + 1:], **kwargs)
+        else:
+            k = keys[0]
+            x = kwargs[k]
+
+            def fn(t):
+                return func(*args, **{**kwargs, k: t})
+        return IdentityRelevance.apply(x, fn)
+
+    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str):
+        """A map linear in ``x`` (plus constants) with no weight: the epsilon rule."""
+        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
+
+    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
+                 op: str):
+        """A map linear in ``x`` and in a constant ``weight``: the composite's rule for that weight."""
+        rule, label = self.rule_for(weight)
+        w = weight.detach()
+        b = None if bias is None else bias.detach()
+        if rule is None:  # a data constant, not a parameter
+            return self.linear(x, lambda t: fn(t, w, b), None if vjp is None else (lambda v: vjp(v, x, w)),
+                               f"{op} in {self.module_label()}")
+        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
+                                        self.composite.bias, False)
+
+    def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
+        """``ca * a + cb * b`` (numbers allowed): each marked term gets its proportional share."""
+        ma, mb = self.is_marked(a), self.is_marked(b)
+        ref = a if isinstance(a, Tensor) else b
+        ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
+        tb = b if isinstance(b, Tensor) else torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
+        if not ma:
+            ta = ta.detach()
+        if not mb:
+            tb = tb.detach()
+        if ca != 1.0:
+            ta = IdentityRelevance.apply(ta, lambda t: t * ca) if ma else ta * ca
+        if cb != 1.0:
+            tb = IdentityRelevance.apply(tb, lambda t: t * cb) if mb else tb * cb
+        gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
+        if gate:  # 1 - z of a gate z is a gate too (GRU's update gate): it passes relevance like one
+            marked, const = (ta, tb) if ma else (tb, ta)
+            return self.gate(IdentityRelevance.apply(marked, lambda t: t + const))
+        if not (ma and mb) and not self.composite.bias:  # the constant term takes no share
+            marked, const = (ta, tb) if ma else (tb, ta)
+            return IdentityRelevance.apply(marked, lambda t: t + const)
+        label = op if (ma and mb) else f"{op} of a constant in {self.module_label()}"
+        return AddRelevance.apply(ta, tb, (ma, mb), self.composite.epsilon, label, self.tally)
+
+    def product(self, a: Tensor, b: Tensor):
+        ga, gb = self.is_gate(a), self.is_gate(b)
+        if self.composite.attention == "cp" and ga != gb:
+            weights = (0.0, 1.0) if ga else (1.0, 0.0)
+        else:
+            weights = (0.5, 0.5)
+        return ProductRelevance.apply(a, b, weights)
+
+    def blocked(self, func, name, args, kwargs):
+        with torch.no_grad():
+            out = func(*args, **kwargs)
+        flat = out if isinstance(out, (tuple, list)) else (out,)
+        floats = [i for i, t in enumerate(flat) if isinstance(t, Tensor) and t.is_floating_point()]
+        if not floats:
+            return out
+        marked = [a for a in args if self.is_marked(a)] + [b for a in args if isinstance(a, (list, tuple))
+                                                          for b in a if self.is_marked(b)]
+        marked += [v for v in kwargs.values() if self.is_marked(v)]
+        label = f"{name} in {self.module_label()}"
+        res = BlockedRelevance.apply(label, self.tally, len(floats), *[flat[i] for i in floats], *marked)
+        res = res if isinstance(res, tuple) else (res,)
+        self.mark(res)
+        if not isinstance(out, (tuple, list)):
+            return res[0]
+        items = list(flat)
+        for i, r in zip(floats, res):
+            items[i] = r
+        return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
