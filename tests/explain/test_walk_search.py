@@ -131,3 +131,52 @@ def test_bounds_contain_every_walk():
             cols = [alg.child(t, p, *alg.back(t, w[t:t + 1], eye[b:b + 1]))[0] for b in range(width)]
             pi = torch.stack([c @ pi for c in cols])                     # pi_t = T^T pi_{t-1}
             assert bool((pi >= lo[w[t]] - 1e-12).all() and (pi <= hi[w[t]] + 1e-12).all()), t
+
+
+class _MeanMix(torch.nn.Module):
+    """Two GCN layers with a mean over all nodes between them: the rows mix between propagate calls."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+        self.c1, self.c2, self.head = GCNConv(F_IN, 4), GCNConv(4, 4), torch.nn.Linear(4, 2)
+
+    def forward(self, x, edge_index, batch=None):
+        from torch_geometric.nn import global_add_pool
+        x = self.c1(x, edge_index).relu()
+        x = x + x.mean(0, keepdim=True)
+        x = self.c2(x, edge_index).relu()
+        return self.head(global_add_pool(x, batch))
+
+
+class _Edge(torch.nn.Module):
+    """EdgeConv: an MLP on [x_i, x_j - x_i], a message that is not elementwise in x_j."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import EdgeConv
+
+        def mlp(i):
+            return torch.nn.Sequential(torch.nn.Linear(2 * i, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+        self.c1, self.c2, self.head = EdgeConv(mlp(F_IN)), EdgeConv(mlp(4)), torch.nn.Linear(4, 2)
+
+    def forward(self, x, edge_index, batch=None):
+        from torch_geometric.nn import global_add_pool
+        x = self.c1(x, edge_index).relu()
+        x = self.c2(x, edge_index).relu()
+        return self.head(global_add_pool(x, batch))
+
+
+@pytest.mark.parametrize("build,reason", [(_MeanMix, "mixes nodes"), (_Edge, "not elementwise")])
+def test_models_that_do_not_decompose_fall_back_with_the_reason(build, reason):
+    torch.manual_seed(2)
+    model = build().double().eval()
+    x = torch.randn(N, F_IN, dtype=torch.float64)
+    wm = WalkModel(model, x, EDGE_INDEX, "epsilon", target=1)
+    assert wm.algebra is None and reason in wm.slow_reason
+    walks = all_walks(wm)
+    ref = wm.walk_relevance(walks)
+    for signed in (False, True):
+        _, got = wm.top_walks(6, signed=signed)
+        key = ref if signed else ref.abs()
+        assert torch.allclose(got if signed else got.abs(), key.sort(descending=True).values[:6])
