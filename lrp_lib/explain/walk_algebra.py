@@ -209,8 +209,7 @@ class WalkAlgebra:
         slow = rel.detach().reshape(3, -1).sum(1) if rel is not None else w.new_zeros(3)
         scale = float(rel.detach().abs().reshape(3, -1).sum(1).max()) if rel is not None else 0.0
         if not _close(fast, slow, scale):
-            raise NotDecomposable("the per-node matrices and per-edge shares do not reproduce the backward "
-                                  "(a layer mixes nodes between propagate calls)")
+            raise NotDecomposable("the per-node matrices and per-edge shares do not reproduce the backward")
 
     # ---------------------------------------------------------------- algebra
     def back(self, t: int, k: Tensor, a: Tensor) -> tuple[Tensor, Tensor | None]:

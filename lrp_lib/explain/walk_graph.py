@@ -23,8 +23,11 @@ layer, an input fed to a later layer) counts for the walks that *stay* at :math:
 skipped times.  With every :math:`m_u = 1` this is the plain backward, so the walks' relevances sum
 to the relevance that reaches ``x`` (LRPExplainer's node relevance, summed), and grouped by start
 node they are LRPExplainer's node relevance.  Relevance that stays inside a time but moves between
-rows (a global operation between two layers, a virtual node) belongs to no walk; the walks'
-node marginals then fall short of LRPExplainer's by that amount.
+rows (a global operation between two layers, a virtual node) would belong to no walk: such models
+are refused (:mod:`lrp_lib.explain.walk_defined`), and so is a ``propagate`` over another node set
+than the input graph's (pooling: raised while recording).  A cut's node dimension is its module's
+``node_dim`` (ARMAConv propagates (K, N, C) stacks); the module gets a copy of each cut leaf, so
+that it may change it in place (GCN2Conv).
 
 Batching: the backward of one cut runs for a batch of relevance tensors at once
 (``torch.autograd.grad(..., is_grads_batched=True)``).  During those backwards the mode's account
@@ -42,6 +45,7 @@ from torch_geometric.nn import MessagePassing
 from lrp_lib.core.stabilizer import LostRelevanceWarning
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.primitives import Tally
+from lrp_lib.explain.walk_defined import WalksUndefinedError
 
 __all__ = ["WalkGraph", "Cut", "Message"]
 
@@ -91,6 +95,22 @@ def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
                                                          for p in parts]) for parts in zip(*rows)]
 
 
+def _check_nodes(t: Tensor, module, num_nodes: int, names: dict, what: str) -> int:
+    """The node dimension of a propagate's node tensor ``t`` (the module's ``node_dim``); raises
+    WalksUndefinedError where it has another number of nodes than the input graph."""
+    dim = getattr(module, "node_dim", -2)
+    if t.dim() == 0:
+        return 0
+    dim = dim % t.dim() if -t.dim() <= dim < t.dim() else 0
+    if t.shape[dim] != num_nodes:
+        raise WalksUndefinedError(
+            f"walks are not defined for this model: '{names.get(id(module), type(module).__name__)}' propagates "
+            f"over another node set than the input graph ({what} has {t.shape[dim]} rows, the graph "
+            f"{num_nodes} nodes): a pooled or coarsened graph, unpooling, or a readout by message passing to a "
+            f"graph-level node; a walk is a sequence of the input graph's nodes")
+    return dim
+
+
 @dataclass
 class Cut:
     """One cut: ``leaf`` (the new input of what follows), ``source`` (the tensor it replaced, whose
@@ -101,6 +121,7 @@ class Cut:
     layer: int
     kind: str                     # "x", "module" (a message-passing module's input), "input" (I_t),
                                   # "output" (O_t), "attr" (edge_attr: no rows)
+    node_dim: int = 0             # the dimension of leaf that indexes nodes (a MessagePassing's node_dim)
 
 
 @dataclass
@@ -154,10 +175,11 @@ class WalkGraph:
                 out = []
                 for part, p in enumerate(parts):
                     if isinstance(p, Tensor) and mode.is_marked(p):
+                        dim = _check_nodes(p, module, num_nodes, names, f"its argument {key!r}")
                         leaf = mode.mark(p.detach().requires_grad_(True))
                         message.cuts[(key, part if len(parts) > 1 else None)] = len(graph.cuts)
-                        graph.cuts.append(Cut(leaf, p, layer - 1, layer, "input"))
-                        out.append(leaf)
+                        graph.cuts.append(Cut(leaf, p, layer - 1, layer, "input", dim))
+                        out.append(mode.mark(leaf.clone()))  # the module may change it in place
                         cut_any = True
                     else:
                         out.append(p)
@@ -181,9 +203,10 @@ class WalkGraph:
             owner = active.pop()
             if owner is None or owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
                 return None
+            dim = _check_nodes(out, module, num_nodes, names, "its output")
             leaf = mode.mark(out.detach().requires_grad_(True))
-            graph.cuts.append(Cut(leaf, out, graph.depth, graph.depth, "output"))
-            return leaf
+            graph.cuts.append(Cut(leaf, out, graph.depth, graph.depth, "output", dim))
+            return mode.mark(leaf.clone())  # the module may change it in place (GCN2Conv: x.mul_)
 
         def message_pre(module, args):
             if not active or active[-1] is not module:
@@ -219,7 +242,7 @@ class WalkGraph:
                 if isinstance(p, Tensor) and mode.is_marked(p) and p.dim() >= 1 and p.shape[0] == num_nodes:
                     leaf = mode.mark(p.detach().requires_grad_(True))
                     graph.cuts.append(Cut(leaf, p, graph.depth, graph.depth + 1, "module"))
-                    out.append(leaf)
+                    out.append(mode.mark(leaf.clone()))
                     cut_any = True
                 else:
                     out.append(p)
@@ -288,7 +311,9 @@ class WalkGraph:
                         if m is not None:
                             w = m if w is None else w * m
                     if w is not None:
-                        g = g * w.view(*w.shape, *([1] * (g.dim() - 2))).to(g.dtype)
+                        shape = [1] * g.dim()
+                        shape[0], shape[1 + c.node_dim] = w.shape[0], w.shape[1]
+                        g = g * w.view(shape).to(g.dtype)
                 if capture is not None and s == capture and (c.kind == "attr" or
                                                              (c.kind == "input" and c.layer == capture)):
                     part = g.reshape(g.shape[0], g.shape[1], -1).sum(-1)

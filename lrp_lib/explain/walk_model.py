@@ -12,9 +12,10 @@ from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
 from lrp_lib.explain.targets import start_relevance
 from lrp_lib.explain.walk_algebra import NotDecomposable, WalkAlgebra
+from lrp_lib.explain.walk_defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walk_graph import WalkGraph
 
-__all__ = ["WalkModel", "all_walks", "gamma_schedule", "check_alpha"]
+__all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha"]
 
 _CHUNK = 1024
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
@@ -95,6 +96,11 @@ class WalkModel:
     pairs ``(j, k)`` a walk may take: the propagated edges and every self step, sorted by ``(k, j)``),
     ``bias_relevance`` (what biases and stabilisers keep), ``edge_attr_relevance`` (E x D, or
     None), ``total`` (the relevance that reaches ``x``: the sum over all walks).
+
+    Raises :class:`~lrp_lib.explain.walk_defined.WalksUndefinedError` (a ValueError) where walks are
+    not defined: relevance moving between nodes outside message passing (a graph-wise norm, attention
+    over all nodes, a BatchNorm without running statistics), relevance leaving the explained node
+    after the last layer (node level), or a layer propagating over another node set (pooling).
     """
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
@@ -131,6 +137,7 @@ class WalkModel:
         if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
             raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
         self.start = _start(g.output, self.index, target)
+        check_walks_defined(g, self.start, self.index, self.num_nodes)
         self.output = self.start.sum()
         self.steps = [_step_pairs(e, self.num_nodes) for e in g.steps]
         (rel, *attr_rel), _ = g.backward(self.start, lambda u: None, None)

@@ -13,7 +13,8 @@ with :math:`B_t` the relevance backward of the model between the cut before and 
 :class:`~lrp_lib.explain.explainer.LRPExplainer`, whose denominators are fixed in the forward, so
 each :math:`B_t` is linear), and :math:`M_j` keeping node :math:`j`'s row.  The cuts are made by
 PyG's ``MessagePassing`` hooks at every ``propagate`` call (:mod:`lrp_lib.explain.walk_graph`), so
-any model :class:`~lrp_lib.explain.explainer.LRPExplainer` explains has walks: GCN, GraphConv,
+any model :class:`~lrp_lib.explain.explainer.LRPExplainer` explains has walks where its relevance
+moves between nodes only along messages (below: what is refused): GCN, GraphConv,
 SAGE, GIN, GINE and other convs with ``edge_attr``, GAT, GATv2, TransformerConv, residual,
 jumping-knowledge, gated and normalised models.  A step :math:`j \to k` is an edge of the
 ``edge_index`` that the step propagates along (GCN's added self-loops included) or a self step
@@ -33,8 +34,13 @@ Consequences (exact, for every rule: the walks partition the backward):
   earlier biases keep of it (:meth:`WalkModel.step_relevance` gives both parts).
 
 Under LRP-0 on a bias-free network of ReLUs, linear maps and sum pools the walks' relevances sum to
-the output.  Relevance that moves between nodes without a message (a global operation between two
-layers) belongs to no walk.  Rules: ``rule`` is anything :class:`~lrp_lib.explain.explainer.LRPExplainer`
+the output.  Relevance that moves between nodes without a message would belong to no walk, so
+:class:`WalkModel` refuses such models with :class:`WalksUndefinedError` (a ValueError naming the
+layer; :mod:`lrp_lib.explain.walk_defined`): a norm over the nodes of a graph (``GraphNorm``,
+``LayerNorm(mode='graph')``) or attention over all nodes between two layers, for a node-level output
+any such operation after the last layer (a walk ends at the explained node), and a ``propagate``
+over another node set than the input graph's (``GraphUNet``'s pooling, ``AttentiveFP``'s readout
+to a molecule node).  Rules: ``rule`` is anything :class:`~lrp_lib.explain.explainer.LRPExplainer`
 takes (a rule, a named composite, a :class:`~lrp_lib.core.composites.Composite`) or a list with one
 rule per message-passing module (:func:`gamma_schedule`); alpha-beta rules split positive and
 negative parts per unit and still give linear backwards here.
@@ -59,10 +65,11 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha, gamma_schedule
+from lrp_lib.explain.walk_defined import WalksUndefinedError
 from lrp_lib.explain.walk_search import GreedySubgraph, greedy_subgraph, top_walks, walk_scores
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "walk_scores",
-           "greedy_subgraph", "GreedySubgraph", "gamma_schedule"]
+           "greedy_subgraph", "GreedySubgraph", "gamma_schedule", "WalksUndefinedError"]
 
 
 def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tensor, rule="epsilon",

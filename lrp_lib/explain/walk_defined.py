@@ -1,0 +1,125 @@
+r"""Where GNN-LRP's walks are defined, checked on the recorded relevance graph.
+
+A walk :math:`(j_0, \dots, j_L)` moves from node to node only along the messages of the
+``propagate`` calls; everything else (linear maps, activations, root weights, residuals, norms
+with fixed statistics) must keep each node's relevance on that node's row.  The walks then
+partition the backward, and summed by start node they are ``LRPExplainer``'s node relevance.
+Where relevance moves between nodes *outside* message passing there is no walk it belongs to, so
+every walk relevance would be a wrong number: :class:`~lrp_lib.explain.walk_model.WalkModel`
+refuses such models with :class:`WalksUndefinedError`, naming the layer and the reason, when it
+is built.  Refused:
+
+* a piece of the model between two cuts (:mod:`lrp_lib.explain.walk_graph`) whose relevance
+  backward moves relevance from one node's row to another's: a norm over the nodes of a graph
+  (PyG's ``LayerNorm`` in its default ``mode='graph'``, ``GraphNorm``), attention over all nodes
+  (``softmax(h h^T) h``, ``GPSConv``'s global attention), a mean over the nodes added back to
+  them, a virtual node, any other global operation.  (A norm whose statistics the rule holds
+  fixed acts row by row and is not refused: ``BatchNorm`` in eval, also ``PMLP``'s ``BatchNorm``
+  without running statistics, ``LayerNorm(mode='node')``.);
+* for a node-level output, relevance that leaves the explained node's row after the last
+  ``propagate`` (a global operation in the head): a walk ends at the explained node;
+* a ``propagate`` over another node set than the input graph's (pooling and unpooling as in
+  ``GraphUNet``, a readout by message passing to a graph node as in ``AttentiveFP``): a walk
+  is a sequence of the input graph's nodes.  (Raised while recording, by
+  :mod:`lrp_lib.explain.walk_graph`.)
+
+The check is by probes, not by module types: for each piece, one backward of a random relevance
+:math:`G` and one of :math:`D_w G` (rows scaled by random weights :math:`w`); a piece that keeps
+rows gives :math:`D_w` times the first (the backward is linear, its denominators fixed in the
+forward), a piece that moves relevance between rows does not (up to rounding,
+:math:`\sqrt{\varepsilon}` relative).  A graph-level output may distribute its relevance over the
+nodes freely (the readout is the walks' last factor).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["WalksUndefinedError", "check_walks_defined", "node_dim_of"]
+
+
+class WalksUndefinedError(ValueError):
+    """GNN-LRP's walks are not defined for this model (the message names the layer and why)."""
+
+
+def node_dim_of(t: Tensor, num_nodes: int, preferred: int = 0) -> int | None:
+    """The dimension of ``t`` that indexes nodes: ``preferred`` (a MessagePassing's ``node_dim``)
+    where it has ``num_nodes`` entries, else the first such dimension, else None."""
+    if t.dim() == 0:
+        return None
+    p = preferred % t.dim()
+    if t.shape[p] == num_nodes:
+        return p
+    return next((d for d in range(t.dim()) if t.shape[d] == num_nodes), None)
+
+
+def _rows(g: Tensor, dim: int, batched: bool) -> Tensor:
+    """g as (B?, N, rest): the node dimension moved after the batch dimension and the rest flattened."""
+    d = dim + (1 if batched else 0)
+    g = g.movedim(d, 1 if batched else 0)
+    return g.reshape(*g.shape[:2], -1) if batched else g.reshape(g.shape[0], -1)
+
+
+def _label(graph, c) -> str:
+    names = graph.names
+    if c is None:
+        return "the model's head (after the last message-passing layer)"
+    layer = names[c.layer - 1] if 0 < c.layer <= len(names) else "the input"
+    where = {"input": f"the input of '{layer}''s messages", "output": f"the output of '{layer}''s propagate",
+             "module": f"the input of '{layer}'"}.get(c.kind, "x")
+    return where
+
+
+def _moved(a: Tensor, b: Tensor) -> float:
+    """How much of b is not a (relative to the larger of the two)."""
+    scale = max(float(a.abs().max()) if a.numel() else 0.0, float(b.abs().max()) if b.numel() else 0.0)
+    return float((a - b).abs().max()) / scale if scale > 0 else 0.0
+
+
+def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int) -> None:
+    """Raise :class:`WalksUndefinedError` where relevance moves between nodes outside message
+    passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walk_graph.WalkGraph`;
+    ``start``: the output's relevance; ``index``: the explained node (node level) or None."""
+    cuts, n = graph.cuts, num_nodes
+    dims = [None if c.kind == "attr" else node_dim_of(c.leaf, n, c.node_dim) for c in cuts]
+    tol = float(torch.finfo(start.dtype).eps) ** 0.5 if start.is_floating_point() else 1e-6
+    gen = torch.Generator().manual_seed(0)
+    # the head: for a node-level output the relevance must stay on the explained node's row
+    if index is not None:
+        got = graph.grad(graph.output, [c.leaf for c in cuts], start, False)
+        for m, gr in enumerate(got):
+            if gr is None or dims[m] is None:
+                continue
+            rows = _rows(gr.detach(), dims[m], False).abs().sum(1)
+            off = float(rows.sum() - rows[index])
+            if off > tol * max(float(rows.sum()), float(rows.max()), 1e-300):
+                raise WalksUndefinedError(
+                    f"walks are not defined for this model: its head (after the last message-passing layer) "
+                    f"moves the explained node {index}'s relevance to other nodes' rows of {_label(graph, cuts[m])} "
+                    f"(a global operation: attention over all nodes, a graph-wise norm, a virtual node), not along "
+                    f"a message; a walk ends at the explained node, so that relevance belongs to no walk")
+    # every piece between cuts except a propagate (a cut of kind "output"): rows stay rows
+    for i, c in enumerate(cuts):
+        if c.source is None or c.kind == "output" or dims[i] is None or i == 0:
+            continue
+        src = c.source
+        if not src.is_floating_point() or src.dim() == 0 or src.shape != c.leaf.shape:
+            continue
+        G = torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5
+        w = torch.rand(n, generator=gen, dtype=src.dtype).to(src.device) + 0.5
+        shape = [1] * src.dim()
+        shape[dims[i]] = n
+        targets = [cuts[m].leaf for m in range(i)]
+        both = graph.grad(src, targets, torch.stack([G, G * w.view(shape)]), True)
+        for m, gr in enumerate(both):
+            if gr is None or dims[m] is None:
+                continue
+            r = _rows(gr.detach(), dims[m], True)        # (2, N, rest)
+            moved = _moved(r[0] * w.view(-1, 1), r[1])
+            if moved > tol:
+                raise WalksUndefinedError(
+                    f"walks are not defined for this model: between message-passing steps, the relevance of "
+                    f"{_label(graph, c)} reaches {_label(graph, cuts[m])} on other nodes' rows (relative "
+                    f"{moved:.2g}): a global operation moves relevance between nodes without a message (a norm "
+                    f"over the nodes of a graph such as GraphNorm or LayerNorm(mode='graph'), attention over all "
+                    f"nodes, a virtual node); that relevance belongs to no walk")
