@@ -361,12 +361,29 @@ def _first_graph(inputs: dict) -> dict:
     return out
 
 
+def first_graph_relevance(model: nn.Module, inputs: dict) -> Tensor:
+    """``LRPExplainer``'s node relevance (LRP-0) of one graph on its own (``inputs`` from
+    :func:`_first_graph`), graph level, float64."""
+    explainer = Explainer(model, algorithm=default_algorithm(), explanation_type="model",
+                          node_mask_type="attributes", edge_mask_type=None,
+                          model_config=dict(mode="regression", task_level="graph", return_type="raw"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        explanation = explainer(inputs["x"], inputs["edge_index"], **_kwargs(inputs))
+    return explanation.node_mask.detach().to(torch.float64)
+
+
 def check_walks(model: nn.Module, inputs: dict, level: str, node_relevance: Tensor, index: int = NODE) -> dict:
     """The walks of the same model under the same rule (LRP-0, :mod:`lrp_lib.explain.walks`): every
     walk's relevance (all walks enumerated), summed by start node, against ``node_relevance``, the node
     relevance of ``LRPExplainer``'s explanation (:func:`check`).  Graph level: the walks explain the first
-    graph of the batch on its own (a walk model explains one number); the graphs share no edge, so its
-    nodes hold the same relevance as in the explanation of both outputs' sum.  Returns
+    graph of the batch on its own (a walk model explains one number); ``node_relevance`` is then
+    ``LRPExplainer``'s node relevance of that graph on its own (:func:`first_graph_relevance`, as
+    :func:`run_spec` passes it: a model that mixes the graphs of a batch, by attention over all nodes or
+    by a norm's batch statistics, gives a graph alone other values than in the batch), or of the whole
+    batch (its first graph's rows are compared: valid where the graphs do not interact).  A refusal of the walks (``WalksUndefinedError``, a ValueError: relevance moves
+    between nodes outside message passing, or a layer propagates over another node set) is "refused".
+    Returns
     ``walks`` (ok / refused / wrong / crash, or n/a for a heterogeneous graph), ``walks_reason``,
     ``walks_count`` (the number of walks) and ``walks_error`` (the largest difference, relative to
     max(1, |the explained output|))."""
@@ -378,6 +395,8 @@ def check_walks(model: nn.Module, inputs: dict, level: str, node_relevance: Tens
     nodes = torch.ones(n, dtype=torch.bool)
     if level == "graph" and inputs.get("batch") is not None:
         inputs, nodes = _first_graph(inputs), inputs["batch"] == 0
+        if node_relevance.shape[0] != n:  # already the first graph's own
+            nodes = torch.ones(node_relevance.shape[0], dtype=torch.bool)
     kwargs = _kwargs(inputs)
     try:
         with warnings.catch_warnings():
@@ -969,6 +988,8 @@ def run_spec(spec: Spec, algorithm_factory=default_algorithm, walks: bool = True
             again = check(model, inputs, level, algorithm=algorithm_factory(), edge_mask_type=None)
             result["without_edge_mask"] = {k: again[k] for k in ("status", "reason", "raised_in")}
         if result["status"] == "ok" and walks:
+            if level == "graph" and inputs.get("batch") is not None and not isinstance(inputs["x"], dict):
+                node_relevance = first_graph_relevance(model, _first_graph(inputs))
             result.update(check_walks(model, inputs, level, node_relevance))
         rows.append(dict(row, **result))
     return rows
