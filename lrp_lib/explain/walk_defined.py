@@ -16,6 +16,9 @@ is built.  Refused:
   them, a virtual node, any other global operation.  (A norm whose statistics the rule holds
   fixed acts row by row and is not refused: ``BatchNorm`` in eval, also ``PMLP``'s ``BatchNorm``
   without running statistics, ``LayerNorm(mode='node')``.);
+* a ``propagate`` call (its messages, aggregation and ``update``) that sends relevance from a
+  receiver :math:`k` to a row :math:`j` other than its senders along the call's ``edge_index``
+  and :math:`k` itself (an ``update`` or a message that reads all nodes);
 * for a node-level output, relevance that leaves the explained node's row after the last
   ``propagate`` (a global operation in the head): a walk ends at the explained node;
 * a ``propagate`` over another node set than the input graph's (pooling and unpooling as in
@@ -27,7 +30,10 @@ The check is by probes, not by module types: for each piece, one backward of a r
 :math:`G` and one of :math:`D_w G` (rows scaled by random weights :math:`w`); a piece that keeps
 rows gives :math:`D_w` times the first (the backward is linear, its denominators fixed in the
 forward), a piece that moves relevance between rows does not (up to rounding,
-:math:`\sqrt{\varepsilon}` relative).  A graph-level output may distribute its relevance over the
+:math:`\sqrt{\varepsilon}` relative).  A ``propagate`` call is probed by colours: the receivers
+split into 8 random classes, one backward per class (batched), and relevance may land only on the
+senders of that class's receivers and on the receivers themselves (a move between two nodes whose
+receivers share a class is missed: probability about 1/8 per pair).  A graph-level output may distribute its relevance over the
 nodes freely (the readout is the walks' last factor).
 """
 from __future__ import annotations
@@ -98,12 +104,15 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
                     f"moves the explained node {index}'s relevance to other nodes' rows of {_label(graph, cuts[m])} "
                     f"(a global operation: attention over all nodes, a graph-wise norm, a virtual node), not along "
                     f"a message; a walk ends at the explained node, so that relevance belongs to no walk")
-    # every piece between cuts except a propagate (a cut of kind "output"): rows stay rows
+    # every piece between cuts: rows stay rows, a propagate's relevance goes along its edges
     for i, c in enumerate(cuts):
-        if c.source is None or c.kind == "output" or dims[i] is None or i == 0:
+        if c.source is None or dims[i] is None:
             continue
         src = c.source
         if not src.is_floating_point() or src.dim() == 0 or src.shape != c.leaf.shape:
+            continue
+        if c.kind == "output":
+            _check_propagate(graph, i, dims, n, tol, gen)
             continue
         G = torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         w = torch.rand(n, generator=gen, dtype=src.dtype).to(src.device) + 0.5
@@ -123,3 +132,35 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
                     f"{moved:.2g}): a global operation moves relevance between nodes without a message (a norm "
                     f"over the nodes of a graph such as GraphNorm or LayerNorm(mode='graph'), attention over all "
                     f"nodes, a virtual node); that relevance belongs to no walk")
+
+
+def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.Generator) -> None:
+    """Cut ``i`` is a propagate's output: probe its backward by colour classes of the receivers."""
+    cuts, c = graph.cuts, graph.cuts[i]
+    src, dim = c.source, dims[i]
+    edges = graph.steps[c.layer - 1].to(src.device)
+    classes = min(8, n)
+    colour = (torch.randperm(n, generator=gen) % classes).to(src.device)
+    loops = torch.arange(n, device=src.device)
+    senders, receivers = torch.cat([edges[0], loops]), torch.cat([edges[1], loops])
+    allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
+    allowed[colour[receivers], senders] = True
+    shape = [1] * (src.dim() + 1)
+    shape[0], shape[1 + dim] = classes, n
+    pick = (colour.unsqueeze(0) == torch.arange(classes, device=src.device).unsqueeze(1)).to(src.dtype)
+    G = (torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5).unsqueeze(0) * pick.view(shape)
+    got = graph.grad(src, [cuts[m].leaf for m in range(i)], G, True)
+    for m, gr in enumerate(got):
+        if gr is None or dims[m] is None:
+            continue
+        mag = _rows(gr.detach(), dims[m], True).abs().sum(-1)          # (classes, N)
+        scale = float(mag.max())
+        bad = (mag > tol * scale) & ~allowed
+        if scale > 0 and bool(bad.any()):
+            cls, j = (int(v) for v in bad.nonzero()[0])
+            ks = (colour == cls).nonzero().view(-1).tolist()
+            raise WalksUndefinedError(
+                f"walks are not defined for this model: '{graph.names[c.layer - 1]}''s propagate (messages, "
+                f"aggregation and update) sends relevance from its receivers {ks[:6]}{'...' if len(ks) > 6 else ''} "
+                f"to node {j} of {_label(graph, cuts[m])}, which is not a sender of theirs along its edge_index "
+                f"(an update or a message that reads all nodes); that relevance belongs to no walk")

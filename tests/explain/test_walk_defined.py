@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 from torch_geometric.nn import (ARMAConv, GCN2Conv, GCNConv, GINConv, GPSConv, GraphNorm, LayerNorm,
-                                global_add_pool)
+                                MessagePassing, global_add_pool)
 from torch_geometric.nn.models import GCN, AttentiveFP, GraphUNet
 
 from lrp_lib.core.rules import Epsilon
@@ -141,6 +141,38 @@ def test_attention_in_the_head():
     _check_marginals(Head(node_level=False).double().eval(), _x(), EDGE_INDEX, "graph")
     with pytest.raises(WalksUndefinedError, match="head .* explained node 3"):
         WalkModel(Head(node_level=True).double().eval(), _x(), EDGE_INDEX, Epsilon(0.0), index=3)
+
+
+class MeanUpdate(MessagePassing):
+    """A propagate whose update adds the mean over all nodes (``mix``): relevance leaves the edges inside it."""
+
+    def __init__(self, mix: bool):
+        super().__init__(aggr="add")
+        self.lin, self.mix = nn.Linear(HID, HID, bias=False), mix
+
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=self.lin(x))
+
+    def message(self, x_j):
+        return x_j
+
+    def update(self, aggr_out):
+        return aggr_out + aggr_out.mean(0, keepdim=True) if self.mix else aggr_out
+
+
+@pytest.mark.parametrize("node_level", [False, True])
+def test_mixing_inside_a_propagate_is_refused(node_level):
+    index, level = (2, "node") if node_level else (None, "graph")
+    for mix in (True, False):
+        torch.manual_seed(9)
+        model = Between(_Fn(lambda h: h), node_level)
+        model.c2 = MeanUpdate(mix)
+        model = model.double().eval()
+        if mix:
+            with pytest.raises(WalksUndefinedError, match="'c2''s propagate .* not a sender"):
+                WalkModel(model, _x(), EDGE_INDEX, Epsilon(0.0), index=index)
+        else:  # the same layer without the mean has walks
+            _check_marginals(model, _x(), EDGE_INDEX, level, index=index)
 
 
 class GPS(nn.Module):
