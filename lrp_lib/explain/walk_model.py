@@ -99,8 +99,9 @@ class WalkModel:
 
     Raises :class:`~lrp_lib.explain.walk_defined.WalksUndefinedError` (a ValueError) where walks are
     not defined: relevance moving between nodes outside message passing (a graph-wise norm, attention
-    over all nodes, a BatchNorm without running statistics), relevance leaving the explained node
-    after the last layer (node level), or a layer propagating over another node set (pooling).
+    over all nodes between two layers; a propagate whose update or message reads all nodes),
+    relevance leaving the explained node after the last layer (node level), or a layer propagating
+    over another node set (pooling, a readout node).
     """
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,

@@ -247,3 +247,9 @@ def test_formerly_crashing_convs_have_exact_walks(build, level):
     model = build().double().eval()
     wm = _check_marginals(model, _x(), EDGE_INDEX, level, index=4 if level == "node" else None)
     assert wm.depth == 2
+    # the walks inside a node set, enumerated and summed, against one masked backward (sGNN-LRP)
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    for nodes in ([0, 1, 2, 4], [1, 4, 5], list(range(N))):
+        inside = torch.isin(walks, torch.tensor(nodes)).all(1)
+        torch.testing.assert_close(wm.subgraph_relevance(nodes), rel[inside].sum(), atol=1e-12, rtol=1e-9)
