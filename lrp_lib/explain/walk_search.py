@@ -39,14 +39,42 @@ def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024,
 def enumerated_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
     """The exact top k by scoring every walk (the reference of :func:`bounded_walks`)."""
     walks = all_walks(wm)
+    key = (lambda r: r) if signed else (lambda r: r.abs())
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
     for part in walks.split(chunk):
-        rel = wm.walk_relevance(part)
-        cand_w, cand_r = torch.cat([best_w, part]), torch.cat([best_r, rel])
-        key = cand_r if signed else cand_r.abs()
-        order = key.argsort(descending=True, stable=True)[:k]
-        best_w, best_r = cand_w[order], cand_r[order]
-    return best_w, best_r
+        cand_w, cand_r = torch.cat([best_w, part]), torch.cat([best_r, wm.walk_relevance(part)])
+        keep = _near_top(key(cand_r), k)
+        best_w, best_r = cand_w[keep], cand_r[keep]
+    return select(best_w, best_r, k, key)
+
+
+#: Walks whose relevance differs by less than this (relative to the largest) count as tied: the
+#: choice among them, and their order, follow the walks themselves (smallest node ids first), not
+#: float rounding, which differs between CPUs' instruction sets.
+TIE = 1e-9
+
+
+def _near_top(v: Tensor, k: int) -> Tensor:
+    """The positions of the values within :data:`TIE` of the k largest or above (all of them if
+    there are at most k)."""
+    if v.numel() <= k:
+        return torch.arange(v.numel(), device=v.device)
+    kth = v.topk(k).values[-1]
+    return (v >= kth - TIE * v.abs().max()).nonzero().view(-1)
+
+
+def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
+    """The k walks of largest ``key(rel)``, by decreasing key; keys within :data:`TIE` of each other
+    (relative to the largest) are tied and ordered by the walk, column by column."""
+    if rel.numel() == 0:
+        return walks, rel
+    v = key(rel)
+    q = torch.round(v / (TIE * float(v.abs().max()) or 1.0))
+    order = torch.arange(walks.shape[0], device=walks.device)
+    for col in reversed(range(walks.shape[1])):  # lexicographic by the walk, then by the tied key
+        order = order[walks[order, col].argsort(stable=True)]
+    order = order[(-q[order]).argsort(stable=True)][:k]
+    return walks[order], rel[order]
 
 
 def _start(wm: WalkModel):
@@ -89,10 +117,10 @@ def _finish(wm: WalkModel, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tenso
     deg = ptr[k_ + 1] - ptr[k_]
     parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), deg)
     offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(deg.cumsum(0) - deg, deg)
-    best = key(rel).topk(min(k, rel.numel())).indices
+    best = _near_top(key(rel), k)
     child = walks[parent[best]]
     child[:, 0] = src[ptr[k_[parent[best]]] + offs[best]]
-    return child, rel[best]
+    return select(child, rel[best], k, key)
 
 
 def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
@@ -121,7 +149,8 @@ def bounded_walks(wm: WalkModel, k: int, signed: bool = False, beam: int | None 
     walks, rel = _finish(wm, walks, a, k, key)
     if rel.numel() >= k:
         tau = key(rel).topk(k).values[-1]
-        tau = tau - 1e3 * torch.finfo(rel.dtype).eps * (tau.abs() + key(rel).abs().max())
+        scale = tau.abs() + key(rel).abs().max()  # rounding's margin, and the walks tied with the k-th
+        tau = tau - max(1e3 * torch.finfo(rel.dtype).eps, TIE) * scale
     else:
         tau = rel.new_tensor(float("-inf"))
     walks, a = _start(wm)                                   # 2. branch and bound with it
@@ -165,6 +194,10 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="eps
     :math:`\sum_f \max(lo_f a_f, hi_f a_f)` and the threshold the :math:`k`-th largest :math:`R`.
     Elsewhere (a route that skips two or more ``propagate`` calls: jumping knowledge) every walk is
     scored with batched masked backwards, :math:`N (d+1)^L` walks for average degree :math:`d`.
+
+    Walks whose relevance differs by less than :data:`TIE` (relative to the largest) are tied, as the
+    walks of a symmetric graph with constant features are; among them the walks with the smallest
+    node ids come first, so that the result does not depend on float rounding.
 
     Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
     (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.

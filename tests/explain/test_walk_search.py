@@ -164,3 +164,45 @@ def test_models_that_do_not_decompose_fall_back_with_the_reason(build, reason):
         _, got = wm.top_walks(6, signed=signed)
         key = ref if signed else ref.abs()
         assert torch.allclose(got if signed else got.abs(), key.sort(descending=True).values[:6])
+
+
+def test_tied_walks_are_chosen_by_their_nodes_not_by_rounding():
+    """A cycle with constant features: walks related by the graph's symmetry tie exactly (up to
+    rounding); top_walks takes the tied walks with the smallest node ids, as the enumeration does,
+    and the same walks whatever the rounding."""
+    from torch_geometric.nn import GCNConv
+
+    from lrp_lib.explain.walk_search import TIE, select
+    from lrp_lib.explain.walks import WalkModel, all_walks, top_walks
+
+    torch.manual_seed(0)
+    n = 8
+    ring = torch.arange(n)
+    edge_index = torch.cat([torch.stack([ring, (ring + 1) % n]), torch.stack([(ring + 1) % n, ring])], 1)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2, self.head = GCNConv(3, 4), GCNConv(4, 4), torch.nn.Linear(4, 1)
+
+        def forward(self, x, edge_index):
+            return self.head(self.c2(self.c1(x, edge_index).relu(), edge_index).relu()).sum(0)
+
+    model = Net().double().eval()
+    x = torch.ones(n, 3, dtype=torch.float64)
+    wm = WalkModel(model, x, edge_index, "z")
+    walks = all_walks(wm)
+    rel = wm.walk_relevance(walks)
+    for k in (1, 5, 12):
+        best, best_rel = top_walks(model, x, edge_index, k, rule="z")
+        ref, ref_rel = select(walks, rel, k, lambda r: r.abs())
+        assert torch.equal(best, ref), k
+        torch.testing.assert_close(best_rel, ref_rel)
+        # rounding noise far below the tie tolerance does not change the choice
+        noisy, _ = select(walks, rel * (1 + 1e-13 * torch.randn_like(rel)), k, lambda r: r.abs())
+        assert torch.equal(noisy, ref), k
+    # many walks really are tied here, and the first of a tie has the smallest node ids
+    top = rel.abs().max()
+    tied = walks[(rel.abs() - top).abs() <= TIE * top]
+    assert tied.shape[0] > 1
+    assert best[0].tolist() == min(tied.tolist())
