@@ -63,7 +63,7 @@ def stabilize(z: Tensor, eps: float) -> Tensor:
 
 
 def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None, *,
-                    eps: float = 0.0, check: bool = True) -> Tensor:
+                    eps: float = 0.0, check: bool = True, zero: Tensor | None = None) -> Tensor:
     r"""Relevance per unit of output, :math:`R_k / \mathrm{stab}(z_k)`, the factor that every
     proportional rule multiplies by a contribution; :math:`\mathrm{stab}(z) = z` for
     ``eps = 0``, else :func:`stabilize` ``(z, eps)``.  ``denom`` (default: ``stabilize(out, eps)``)
@@ -77,15 +77,21 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     and one count of the zeros of the denominator; the masking and the warning only run when a
     zero exists.  ``check=False`` (the product's primitives, whose explainer accounts once, at the
     end, for what did not arrive and checks that the relevance is finite): no check and no
-    synchronisation, a ``torch.where`` where ``eps = 0``.
+    synchronisation; the share is written into the denominator where shapes and dtypes allow, and
+    ``zero`` (``out == 0``, for ``eps = 0``) may be given by a caller that has it already.  The
+    result is always a new tensor of the caller's, which it may overwrite.
     """
     if denom is None and eps:
         denom = stabilize(out, eps)
     if not check:
         if denom is not None:
+            if denom.dtype == rel_out.dtype and torch.broadcast_shapes(rel_out.shape, denom.shape) == denom.shape:
+                return torch.div(rel_out, denom, out=denom)
             return rel_out / denom
-        nonzero = torch.where(out == 0, torch.ones_like(out), out)
-        return torch.where(out == 0, torch.zeros_like(rel_out), rel_out / nonzero)
+        if zero is None:
+            zero = out == 0
+        share = rel_out / out.masked_fill(zero, 1)  # 1 where out = 0: no division by zero
+        return share.masked_fill_(zero, 0)  # (zero has out's shape, which broadcasts to the share's)
     d = out if denom is None else denom
     zero = d == 0 if int(torch.count_nonzero(d)) < d.numel() else None
     share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)

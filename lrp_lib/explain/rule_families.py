@@ -43,8 +43,9 @@ class RuleFamilies:
         return IdentityRelevance.apply(x, fn)
 
     def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str):
-        """A map linear in ``x`` (plus constants) with no weight: the epsilon rule."""
-        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
+        """A map linear in ``x`` (plus constants) with no weight: the epsilon rule.  ``vjp`` (the
+        handlers' own) returns a new tensor each call."""
+        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias, True)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str):
@@ -55,8 +56,8 @@ class RuleFamilies:
         if rule is None:  # a data constant, not a parameter
             return self.linear(x, lambda t: fn(t, w, b), None if vjp is None else (lambda v: vjp(v, x, w)),
                                f"{op} in {self.module_label()}")
-        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
-                                        self.composite.bias, False)
+        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp, fresh_vjp=True), rule, f"{op} in {label}",
+                                        self.tally, self.composite.bias, False)
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
         """``ca * a + cb * b`` (numbers allowed): each marked term gets its proportional share."""
