@@ -66,7 +66,7 @@ from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_b
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import explain_in_one_pass, pending_target
 from lrp_lib.explain.propagate import propagate
-from lrp_lib.explain.subgraphs import explain_per_index
+from lrp_lib.explain.subgraphs import explain_per_index, predicted, remember
 
 __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
            "check_hetero_inputs", "relevance_mask", "DEFAULTS"]
@@ -389,6 +389,8 @@ class Explainer(PyGExplainer):
     ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
     target are taken from the explanation's own forward instead of a separate prediction pass
     (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
+    With ``per_index=True`` the prediction pass also serves as the model's output on the full graph,
+    which the subgraphs' outputs are compared with (:func:`lrp_lib.explain.subgraphs.predicted`).
     """
 
     def __init__(self, *args, one_pass: bool = False, **kwargs):
@@ -407,9 +409,15 @@ class Explainer(PyGExplainer):
             self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
         training = self.model.training
         try:
-            with inputs_checked(x if checked else None, edge_index):  # the algorithm need not check them again
+            # the inputs checked once; the prediction pass kept (per_index=True compares with it)
+            with inputs_checked(x if checked else None, edge_index), predicted():
                 if once:
                     return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
                 return super().__call__(x, edge_index, target=target, index=index, **kwargs)
         finally:
             self.model.train(training)
+
+    def get_prediction(self, *args, **kwargs) -> Tensor:
+        out = super().get_prediction(*args, **kwargs)
+        remember(self.model, args, kwargs, out)  # for per_index=True: the full graph's output
+        return out
