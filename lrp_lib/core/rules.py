@@ -56,7 +56,7 @@ from typing import Callable, Union
 import torch
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import relevance_share
+from lrp_lib.core.stabilizer import has_zero, relevance_share
 from lrp_lib.core.validation import check_number
 
 __all__ = [
@@ -297,11 +297,12 @@ class ZPlus(AlphaBeta):
         x_pos, x_neg, w_pos, w_neg = self._parts(x, weight)
         pairs = [(xp, wp) for xp, wp in ((x_pos, w_pos), (x_neg, w_neg)) if xp is not None and wp is not None]
         z = self._z(m, x, weight, pairs, None if bias is None else bias.clamp(min=0), out)
-        zero = z == 0
-        none = zero & (rel_out != 0)
-        s = relevance_share(op, rel_out, z, check=False, zero=zero)  # 0 where z = 0: the fallback below
+        zero = z == 0 if has_zero(z) else None  # None: no unit without a positive contribution
+        none = None if zero is None else zero & (rel_out != 0)
+        # the share, 0 where z = 0 (those units: the fallback below)
+        s = rel_out / z if zero is None else relevance_share(op, rel_out, z, check=False, zero=zero)
         rel = self._sum_of(m, x, [(xp, wp, s) for xp, wp in pairs], None)
-        if bool(none.any()):  # no positive contribution: LRP-0 for these units
+        if none is not None and bool(none.any()):  # no positive contribution: LRP-0 for these units
             fallback = relevance_share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
                                        torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
             rel = rel.add_(_times(m, x, m.vjp(fallback, x, weight)))

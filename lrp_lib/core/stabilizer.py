@@ -21,7 +21,8 @@ import warnings
 import torch
 from torch import Tensor
 
-__all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite"]
+__all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite",
+           "has_zero"]
 
 
 class LostRelevanceWarning(UserWarning):
@@ -85,15 +86,17 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
         denom = stabilize(out, eps)
     if not check:
         if denom is not None:
-            if denom.dtype == rel_out.dtype and torch.broadcast_shapes(rel_out.shape, denom.shape) == denom.shape:
+            if denom.dtype == rel_out.dtype and rel_out.shape == denom.shape:
                 return torch.div(rel_out, denom, out=denom)
             return rel_out / denom
         if zero is None:
+            if not has_zero(out):
+                return rel_out / out
             zero = out == 0
         share = rel_out / out.masked_fill(zero, 1)  # 1 where out = 0: no division by zero
         return share.masked_fill_(zero, 0)  # (zero has out's shape, which broadcasts to the share's)
     d = out if denom is None else denom
-    zero = d == 0 if int(torch.count_nonzero(d)) < d.numel() else None
+    zero = d == 0 if has_zero(d) and int(torch.count_nonzero(d)) < d.numel() else None
     share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)
     if zero is not None:
         warn_lost(op, zero, rel_out)
@@ -106,6 +109,16 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     return share
 
 
+def has_zero(t: Tensor) -> bool:
+    """Whether ``t`` may hold a zero: ``False`` when its smallest entry is positive or its largest
+    negative (one read-only pass, ``torch.aminmax``, cheaper on the CPU than a boolean mask; NaN
+    answers ``True``).  Empty tensors hold none."""
+    if not t.numel():
+        return False
+    low, high = torch.aminmax(t)
+    return not (low.item() > 0 or high.item() < 0)
+
+
 def all_finite(*tensors: Tensor) -> bool:
     """Whether no tensor among ``tensors`` contains NaN or Inf.
 
@@ -114,4 +127,4 @@ def all_finite(*tensors: Tensor) -> bool:
     which allocates and fills a boolean tensor after a separate ``abs``.  Empty tensors are finite.
     """
     ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
-    return not ends or bool(torch.isfinite(torch.stack(ends)).all())
+    return not ends or all(math.isfinite(end) for end in torch.stack(ends).tolist())
