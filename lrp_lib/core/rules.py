@@ -403,21 +403,26 @@ class LinearMapRelevance(torch.autograd.Function):
     weight-free map's constant term :math:`f(0)`, takes no share: the split is over
     :math:`z - b`), ``check`` (``False``: the epsilon rule divides without the per-op warning
     and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
-    callers that account once at the end).  Saved: the input, weight and bias; the output is
+    callers that account once at the end), ``source`` (``None``: the input is saved; else an object
+    whose ``get()`` gives the input again in backward, which is then not kept: a tensor recomputed
+    from a smaller one).  Saved: the input, weight and bias; the output is
     kept as ``ctx.out`` (a model may change it in place afterwards).
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True):
+    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True, source=None):
         out = m(x, 1.0 if weight is None else weight, bias)
         ctx.m, ctx.rule, ctx.op, ctx.tally, ctx.keep, ctx.check = m, rule, op, tally, keep_bias, check
-        ctx.save_for_backward(x, weight, bias)
+        ctx.source = source
+        ctx.save_for_backward(x if source is None else None, weight, bias)
         ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
         (x, weight, bias), out, m = ctx.saved_tensors, ctx.out, ctx.m
+        if ctx.source is not None:
+            x = ctx.source.get()
         w = 1.0 if weight is None else weight
         if not ctx.keep:  # the constant term takes no share: split over J x alone
             if bias is not None:
@@ -431,4 +436,4 @@ class LinearMapRelevance(torch.autograd.Function):
             rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
         if ctx.tally is not None:
             ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
-        return rel, None, None, None, None, None, None, None, None
+        return rel, None, None, None, None, None, None, None, None, None
