@@ -131,6 +131,8 @@ class LRPExplainer(ExplainerAlgorithm):
             ``"total"``: one number each, for the whole call (one backward pass).
         fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
+        recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
+            more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -183,11 +185,14 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True):
+                 prune: bool | None = None, fast: bool = True, recompute: bool = False):
         super().__init__()
         if not isinstance(fast, bool):
             raise TypeError(f"fast must be True or False, got {fast!r}")
         self.fast = fast
+        if not isinstance(recompute, bool):
+            raise TypeError(f"recompute must be True or False, got {recompute!r}")
+        self.recompute = recompute
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -332,7 +337,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if isinstance(attr, Tensor) and attr.is_floating_point():
             kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
             inputs.append(kwargs["edge_attr"])
-        mode = RelevanceMode(self.composite, model, fast=self.fast)
+        mode = RelevanceMode(self.composite, model, fast=self.fast, recompute=self.recompute)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) \
             if self.explainer_config.edge_mask_type is not None else None
         out, start, grads, head = propagate(model, mode, recorder, inputs,

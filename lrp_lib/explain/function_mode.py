@@ -79,17 +79,21 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             (:mod:`lrp_lib.explain.dispatch`; the default); ``False``: the reference dispatch,
             which tests the function's name against each table on every call.  Both give the
             same relevance (``tests/explain/test_dispatch.py``); the fast one costs less per call.
+        recompute: messages recomputed in backward instead of kept (:mod:`lrp_lib.explain.recompute`):
+            the same relevance, less memory, more time; off by default.
 
     Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block,
     then call ``torch.autograd.grad(out, inputs, R)``.  :attr:`tally` then says how much relevance
     the biases and stabilisers kept and how much reached operations without a rule.
     """
 
-    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True):
+    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True,
+                 recompute: bool = False):
         super().__init__()
-        if not isinstance(fast, bool):
-            raise TypeError(f"fast must be True or False, got {fast!r}")
-        self.fast = fast
+        for name, value in (("fast", fast), ("recompute", recompute)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        self.fast, self.recompute = fast, recompute
         self.composite = get_composite(composite)
         self.tally = Tally()
         self._heads: dict[int, tuple[str, Tensor, Tensor]] = {}  # id(output) -> (function, its input, output)

@@ -142,7 +142,7 @@ def _scatter_add(mode: RelevanceMode, func, args, kwargs):
         vjp = (lambda v: v.gather(dim, index)) if index.shape == src.shape else None
         out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp,
                           "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}",
-                          recipe_for(src, mode.recipes))  # the messages recomputed, not kept
+                          recipe_for(src, mode.recipes) if mode.recompute else None)  # recomputed, not kept
         return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
 

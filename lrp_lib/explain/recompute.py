@@ -11,7 +11,11 @@ values (the same operations on the same tensors) and keeps :math:`N \\times F` v
 The mode notes, on the result of a row selection (``index_select``, ``__getitem__``) of a marked
 tensor and of a product or quotient of a marked tensor and a constant, how to compute it again from
 its input (:func:`note`); a scatter asks :func:`recipe_for` its source and, if that leads back to a
-smaller tensor, keeps the :class:`Recipe` instead of the source.  A tensor that the model changes in
+smaller tensor, keeps the :class:`Recipe` instead of the source (``RelevanceMode(recompute=True)``,
+``LRPExplainer(recompute=True)``; off by default).  The trade, on a 3-layer GCN (hidden 32, ten edges per
+node): at 30,000 nodes the peak memory of one relevance pass falls from 302 to 166 MiB above the start
+(the gradient's: 137), while the pass takes 1.06 (700 nodes) to 1.4 (30,000) times as long: the
+selection and scaling run again, and the allocator is not spared its page faults.  A tensor that the model changes in
 place afterwards would recompute differently: the mode computes the recipes on it before such a
 change (:meth:`Recipe.keep`), and a change that the mode does not see is an error in backward, never a
 wrong value.

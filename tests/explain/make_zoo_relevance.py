@@ -94,7 +94,7 @@ def _run(call) -> dict:
             "explained_output": getattr(out, "explained_output", None)}
 
 
-def zoo_case(spec, level, edge_attr, rule) -> dict | None:
+def zoo_case(spec, level, edge_attr, rule, **options) -> dict | None:
     """The explanation of one zoo case with one rule (None: the unmodified model fails, as the zoo skips it)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,7 +103,7 @@ def zoo_case(spec, level, edge_attr, rule) -> dict | None:
             bc.reference(model, inputs, level)
         except Exception:  # noqa: BLE001
             return None
-    explainer = Explainer(model, algorithm=LRPExplainer(rule=RULES[rule], mask="relevance"),
+    explainer = Explainer(model, algorithm=LRPExplainer(rule=RULES[rule], mask="relevance", **options),
                           explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="regression", task_level=level, return_type="raw"))
     return _run(lambda: explainer(inputs["x"], inputs["edge_index"], index=None if level == "graph" else bc.NODE,
@@ -138,7 +138,7 @@ def per_index_keys() -> list[str]:
     return [f"per_index|{conv}|{rule}|{accounts}|{chunk}" for conv, rule, accounts, chunk in PER_INDEX]
 
 
-def per_index_case(conv, rule, accounts, chunk) -> dict:
+def per_index_case(conv, rule, accounts, chunk, **options) -> dict:
     torch.manual_seed(0)
     model = Net(CONVS[conv]).double().eval()
     with torch.no_grad():
@@ -149,20 +149,21 @@ def per_index_case(conv, rule, accounts, chunk) -> dict:
     x = torch.randn(60, 5, generator=g, dtype=torch.float64)
     edge_index = torch.randint(0, 60, (2, 240), generator=g)
     explainer = Explainer(model, algorithm=LRPExplainer(rule=rule, per_index=True, chunk_size=chunk,
-                                                        accounts=accounts, mask="relevance"),
+                                                        accounts=accounts, mask="relevance", **options),
                           explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
     return _run(lambda: explainer(x, edge_index, index=torch.tensor([0, 7, 7, 13, 59, 21, 2, 33])))
 
 
-def cases():
-    """``(key, function of no argument giving the case's record)`` for every stored case."""
+def cases(**options):
+    """``(key, function of no argument giving the case's record)`` for every stored case (``options``:
+    more arguments of LRPExplainer, for a version that has them)."""
     for (spec, level, ea), keys in zip(ZOO, [zoo_keys()[i:i + len(RULES)] for i in range(0, len(zoo_keys()),
                                                                                        len(RULES))]):
         for rule, key in zip(RULES, keys):
-            yield key, (lambda s=spec, lv=level, e=ea, r=rule: zoo_case(s, lv, e, r))
+            yield key, (lambda s=spec, lv=level, e=ea, r=rule: zoo_case(s, lv, e, r, **options))
     for case, key in zip(PER_INDEX, per_index_keys()):
-        yield key, (lambda c=case: per_index_case(*c))
+        yield key, (lambda c=case: per_index_case(*c, **options))
 
 
 def main() -> None:

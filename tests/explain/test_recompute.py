@@ -47,7 +47,8 @@ def _relevance(model, rule="zplus"):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(12, 4, generator=g, dtype=torch.float64)
     edge_index = torch.randint(0, 12, (2, 40), generator=g)
-    explainer = Explainer(model.double().eval(), algorithm=LRPExplainer(rule=rule, mask="relevance"),
+    algorithm = LRPExplainer(rule=rule, mask="relevance", recompute=True)
+    explainer = Explainer(model.double().eval(), algorithm=algorithm,
                           explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
     e = explainer(x, edge_index, index=torch.tensor([0, 5]))
@@ -71,6 +72,12 @@ def test_recomputed_messages_give_the_relevance_of_kept_ones(change, rule, monke
     kept = _relevance(Net(change), rule)
     for a, b in zip(recomputed, kept):
         assert torch.equal(a, b)
+
+
+def test_recompute_is_off_by_default_and_must_be_a_bool():
+    assert not LRPExplainer().recompute
+    with pytest.raises(TypeError, match="recompute"):
+        LRPExplainer(recompute="yes")
 
 
 def test_a_change_the_mode_cannot_see_is_an_error():
