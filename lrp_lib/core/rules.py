@@ -56,7 +56,7 @@ from typing import Callable, Union
 import torch
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import relevance_share
+from lrp_lib.core.stabilizer import has_zero, relevance_share
 from lrp_lib.core.validation import check_number
 
 __all__ = [
@@ -83,10 +83,13 @@ class LinearMap:
     weights (pooling) gets ``weight=1.0``, a scale, so the rules' weight modifications
     (:math:`w^+`, :math:`w + \gamma w^+`) still apply: its fixed coefficients must then be
     non-negative.  With ``vjp=None`` the VJP is taken by autograd, which reruns ``fn``.
+    ``fresh_vjp=True`` says that ``vjp`` returns a new tensor each call (not a view of ``v``, nor a
+    tensor kept elsewhere), so that a rule may multiply the input into it in place.
     """
 
-    def __init__(self, fn: Callable, vjp: Callable | None = None, has_weight: bool = True):
+    def __init__(self, fn: Callable, vjp: Callable | None = None, has_weight: bool = True, fresh_vjp: bool = False):
         self.fn, self._vjp, self.has_weight = fn, vjp, has_weight
+        self.fresh_vjp = fresh_vjp and vjp is not None
 
     def __call__(self, x: Tensor, weight: Weight, bias: Tensor | None) -> Tensor:
         if self.has_weight:
@@ -126,6 +129,23 @@ def _is_zero(t: Weight | None) -> bool:
     return t == 0.0 if isinstance(t, float) else not bool(t.any())
 
 
+def _signs(x: Tensor) -> tuple[bool, bool]:
+    """Whether ``x.clamp(min=0)`` and ``x.clamp(max=0)`` have a non-zero entry (NaN counts), from one
+    pass over ``x``."""
+    if not x.numel():
+        return False, False
+    low, high = torch.aminmax(x)  # NaN reaches both ends
+    return not bool(high <= 0), not bool(low >= 0)
+
+
+def _times(m: LinearMap, x: Tensor, g: Tensor) -> Tensor:
+    """``x * g`` for ``g`` a VJP of ``m``: written into ``g`` where ``m``'s VJP makes a new tensor and
+    ``x * g`` would have ``g``'s shape, dtype and (contiguous) layout, so the values are the same."""
+    if m.fresh_vjp and g.shape == x.shape and g.dtype == x.dtype and g.is_contiguous() and x.is_contiguous():
+        return g.mul_(x)
+    return x * g
+
+
 # ----------------------------------------------------------------------- rules
 class Rule:
     """Base class: ``propagate`` returns the input relevance of one linear map."""
@@ -162,7 +182,7 @@ class Epsilon(Rule):
         self.eps = check_number(eps, "eps")
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        return x * m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight)
+        return _times(m, x, m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight))
 
 
 class Gamma(Rule):
@@ -185,7 +205,7 @@ class Gamma(Rule):
         w = weight + self.gamma * _positive(weight)
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         z = m(x, w, b)
-        return x * m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w)
+        return _times(m, x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
 
 
 class AlphaBeta(Rule):
@@ -210,28 +230,49 @@ class AlphaBeta(Rule):
             raise ValueError(f"alpha - beta must be 1 (conservation), got alpha={alpha:g}, beta={beta:g}")
         self.alpha, self.beta = alpha, beta
 
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
-        x_neg = x.clamp(max=0)
-        x_pos = x if _is_zero(x_neg) else x.clamp(min=0)  # after a ReLU x >= 0: no copy, no negative pairs
+    @staticmethod
+    def _parts(x: Tensor, weight: Weight) -> tuple:
+        """``(x+, x-, w+, w-)`` with ``None`` for a part without a non-zero entry: one pass over
+        ``x`` (after a ReLU ``x >= 0``: ``x+`` is ``x`` itself, no copy) and each weight part once."""
+        has_pos, has_neg = _signs(x)
+        x_pos = (x if not has_neg else x.clamp(min=0)) if has_pos else None
+        x_neg = x.clamp(max=0) if has_neg else None
         w_pos, w_neg = _positive(weight), _negative(weight)
-        rel = torch.zeros_like(x)
+        return x_pos, x_neg, (None if _is_zero(w_pos) else w_pos), (None if _is_zero(w_neg) else w_neg)
+
+    @staticmethod
+    def _sum_of(m: LinearMap, x: Tensor, pairs: list, relevance: Tensor | None) -> Tensor:
+        r"""``relevance`` (None: nothing yet) plus :math:`\sum x_p \odot J_{w_p}^\top s`, with ``pairs``
+        the list of ``(x_p, w_p, s)``."""
+        for xp, wp, s in pairs:
+            part = _times(m, xp, m.vjp(s, x, wp))
+            relevance = part if relevance is None else relevance.add_(part)
+        return torch.zeros_like(x) if relevance is None else relevance
+
+    @staticmethod
+    def _z(m: LinearMap, x: Tensor, weight: Weight, pairs: list, b: Tensor | None, out: Tensor) -> Tensor:
+        """The map summed over ``pairs`` of ``(x_p, w_p)``, plus the bias part ``b``."""
+        if not pairs:
+            return m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
+        z = m(pairs[0][0], pairs[0][1], b)
+        for xp, wp in pairs[1:]:
+            z = z + m(xp, wp, None)
+        return z
+
+    def propagate(self, m, x, weight, bias, out, rel_out, op):
+        x_pos, x_neg, w_pos, w_neg = self._parts(x, weight)
         parts = [(self.alpha, [(x_pos, w_pos), (x_neg, w_neg)], None if bias is None else bias.clamp(min=0)),
                  (-self.beta, [(x_pos, w_neg), (x_neg, w_pos)], None if bias is None else bias.clamp(max=0))]
+        rel = None
         for coefficient, pairs, b in parts:
             if coefficient == 0:
                 continue
-            pairs = [(xp, wp) for xp, wp in pairs if not _is_zero(xp) and not _is_zero(wp)]
-            # z = the map summed over the pairs, plus this part of the bias
-            if not pairs:
-                z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
-            for i, (xp, wp) in enumerate(pairs):
-                z_i = m(xp, wp, b if i == 0 else None)
-                z = z_i if i == 0 else z + z_i
+            pairs = [(xp, wp) for xp, wp in pairs if xp is not None and wp is not None]
+            z = self._z(m, x, weight, pairs, b, out)
             part = f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})"
-            s = relevance_share(part, rel_out, z) * coefficient
-            for xp, wp in pairs:
-                rel = rel + xp * m.vjp(s, x, wp)
-        return rel
+            s = relevance_share(part, rel_out, z).mul_(coefficient)
+            rel = self._sum_of(m, x, [(xp, wp, s) for xp, wp in pairs], rel) if pairs else rel
+        return torch.zeros_like(x) if rel is None else rel
 
 
 class ZPlus(AlphaBeta):
@@ -253,26 +294,18 @@ class ZPlus(AlphaBeta):
         super().__init__(1.0, 0.0)
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        x_neg = x.clamp(max=0)
-        x_pos = x if _is_zero(x_neg) else x.clamp(min=0)
-        pairs = [(xp, wp) for xp, wp in ((x_pos, _positive(weight)), (x_neg, _negative(weight)))
-                 if not _is_zero(xp) and not _is_zero(wp)]
-        b = None if bias is None else bias.clamp(min=0)
-        if pairs:
-            z = m(pairs[0][0], pairs[0][1], b)
-            for xp, wp in pairs[1:]:
-                z = z + m(xp, wp, None)
-        else:
-            z = m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
-        none = (z == 0) & (rel_out != 0)
-        s = relevance_share(op, rel_out, z, check=False)  # 0 where z = 0: the fallback below
-        rel = torch.zeros_like(x)
-        for xp, wp in pairs:
-            rel = rel + xp * m.vjp(s, x, wp)
-        if bool(none.any()):  # no positive contribution: LRP-0 for these units
+        x_pos, x_neg, w_pos, w_neg = self._parts(x, weight)
+        pairs = [(xp, wp) for xp, wp in ((x_pos, w_pos), (x_neg, w_neg)) if xp is not None and wp is not None]
+        z = self._z(m, x, weight, pairs, None if bias is None else bias.clamp(min=0), out)
+        zero = z == 0 if has_zero(z) else None  # None: no unit without a positive contribution
+        none = None if zero is None else zero & (rel_out != 0)
+        # the share, 0 where z = 0 (those units: the fallback below)
+        s = rel_out / z if zero is None else relevance_share(op, rel_out, z, check=False, zero=zero)
+        rel = self._sum_of(m, x, [(xp, wp, s) for xp, wp in pairs], None)
+        if none is not None and bool(none.any()):  # no positive contribution: LRP-0 for these units
             fallback = relevance_share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
                                        torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
-            rel = rel + x * m.vjp(fallback, x, weight)
+            rel = rel.add_(_times(m, x, m.vjp(fallback, x, weight)))
         return rel
 
     def __repr__(self):
@@ -370,21 +403,26 @@ class LinearMapRelevance(torch.autograd.Function):
     weight-free map's constant term :math:`f(0)`, takes no share: the split is over
     :math:`z - b`), ``check`` (``False``: the epsilon rule divides without the per-op warning
     and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
-    callers that account once at the end).  Saved: the input, weight and bias; the output is
+    callers that account once at the end), ``source`` (``None``: the input is saved; else an object
+    whose ``get()`` gives the input again in backward, which is then not kept: a tensor recomputed
+    from a smaller one).  Saved: the input, weight and bias; the output is
     kept as ``ctx.out`` (a model may change it in place afterwards).
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True):
+    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True, source=None):
         out = m(x, 1.0 if weight is None else weight, bias)
         ctx.m, ctx.rule, ctx.op, ctx.tally, ctx.keep, ctx.check = m, rule, op, tally, keep_bias, check
-        ctx.save_for_backward(x, weight, bias)
+        ctx.source = source
+        ctx.save_for_backward(x if source is None else None, weight, bias)
         ctx.out = out.detach()
         return out
 
     @staticmethod
     def backward(ctx, rel_out):
         (x, weight, bias), out, m = ctx.saved_tensors, ctx.out, ctx.m
+        if ctx.source is not None:
+            x = ctx.source.get()
         w = 1.0 if weight is None else weight
         if not ctx.keep:  # the constant term takes no share: split over J x alone
             if bias is not None:
@@ -393,9 +431,9 @@ class LinearMapRelevance(torch.autograd.Function):
                 out = out - m(torch.zeros_like(x), w, None)
         if not ctx.check and type(ctx.rule) is Epsilon:  # the common case, unchecked
             s = relevance_share(ctx.op, rel_out, out, eps=ctx.rule.eps, check=False)
-            rel = x * m.vjp(s, x, w)
+            rel = _times(m, x, m.vjp(s, x, w))
         else:
             rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
         if ctx.tally is not None:
             ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
-        return rel, None, None, None, None, None, None, None, None
+        return rel, None, None, None, None, None, None, None, None, None

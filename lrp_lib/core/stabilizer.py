@@ -21,7 +21,8 @@ import warnings
 import torch
 from torch import Tensor
 
-__all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite"]
+__all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite",
+           "has_zero"]
 
 
 class LostRelevanceWarning(UserWarning):
@@ -63,7 +64,7 @@ def stabilize(z: Tensor, eps: float) -> Tensor:
 
 
 def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None, *,
-                    eps: float = 0.0, check: bool = True) -> Tensor:
+                    eps: float = 0.0, check: bool = True, zero: Tensor | None = None) -> Tensor:
     r"""Relevance per unit of output, :math:`R_k / \mathrm{stab}(z_k)`, the factor that every
     proportional rule multiplies by a contribution; :math:`\mathrm{stab}(z) = z` for
     ``eps = 0``, else :func:`stabilize` ``(z, eps)``.  ``denom`` (default: ``stabilize(out, eps)``)
@@ -77,17 +78,25 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     and one count of the zeros of the denominator; the masking and the warning only run when a
     zero exists.  ``check=False`` (the product's primitives, whose explainer accounts once, at the
     end, for what did not arrive and checks that the relevance is finite): no check and no
-    synchronisation, a ``torch.where`` where ``eps = 0``.
+    synchronisation; the share is written into the denominator where shapes and dtypes allow, and
+    ``zero`` (``out == 0``, for ``eps = 0``) may be given by a caller that has it already.  The
+    result is always a new tensor of the caller's, which it may overwrite.
     """
     if denom is None and eps:
         denom = stabilize(out, eps)
     if not check:
         if denom is not None:
+            if denom.dtype == rel_out.dtype and rel_out.shape == denom.shape:
+                return torch.div(rel_out, denom, out=denom)
             return rel_out / denom
-        nonzero = torch.where(out == 0, torch.ones_like(out), out)
-        return torch.where(out == 0, torch.zeros_like(rel_out), rel_out / nonzero)
+        if zero is None:
+            if not has_zero(out):
+                return rel_out / out
+            zero = out == 0
+        share = rel_out / out.masked_fill(zero, 1)  # 1 where out = 0: no division by zero
+        return share.masked_fill_(zero, 0)  # (zero has out's shape, which broadcasts to the share's)
     d = out if denom is None else denom
-    zero = d == 0 if int(torch.count_nonzero(d)) < d.numel() else None
+    zero = d == 0 if has_zero(d) and int(torch.count_nonzero(d)) < d.numel() else None
     share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)
     if zero is not None:
         warn_lost(op, zero, rel_out)
@@ -100,6 +109,16 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     return share
 
 
+def has_zero(t: Tensor) -> bool:
+    """Whether ``t`` may hold a zero: ``False`` when its smallest entry is positive or its largest
+    negative (one read-only pass, ``torch.aminmax``, cheaper on the CPU than a boolean mask; NaN
+    answers ``True``).  Empty tensors hold none."""
+    if not t.numel():
+        return False
+    low, high = torch.aminmax(t)
+    return not (low.item() > 0 or high.item() < 0)
+
+
 def all_finite(*tensors: Tensor) -> bool:
     """Whether no tensor among ``tensors`` contains NaN or Inf.
 
@@ -108,4 +127,4 @@ def all_finite(*tensors: Tensor) -> bool:
     which allocates and fills a boolean tensor after a separate ``abs``.  Empty tensors are finite.
     """
     ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
-    return not ends or bool(torch.isfinite(torch.stack(ends)).all())
+    return not ends or all(math.isfinite(end) for end in torch.stack(ends).tolist())

@@ -21,6 +21,7 @@ from torch_geometric.nn import MessagePassing
 
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.primitives import EdgeMessageRelevance
+from lrp_lib.explain.recompute import note
 
 __all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording"]
 
@@ -129,7 +130,9 @@ class EdgeRecorder:
         if ids is None or ids.numel() != out.shape[dim]:
             self.unaligned[self.names[id(module)]] = out.shape[dim]
             return None
-        return self.mode.mark(EdgeMessageRelevance.apply(out, ids, self.record, dim))
+        passed = EdgeMessageRelevance.apply(out, ids, self.record, dim)
+        note(passed, out, lambda t: t.view_as(t))  # a view of the messages: recomputed with them
+        return self.mode.mark(passed)
 
     def check(self) -> None:
         silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]

@@ -66,7 +66,7 @@ from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_b
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import explain_in_one_pass, pending_target
 from lrp_lib.explain.propagate import propagate
-from lrp_lib.explain.subgraphs import explain_per_index
+from lrp_lib.explain.subgraphs import explain_per_index, predicted, remember
 
 __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
            "check_hetero_inputs", "relevance_mask", "DEFAULTS"]
@@ -131,6 +131,8 @@ class LRPExplainer(ExplainerAlgorithm):
             ``"total"``: one number each, for the whole call (one backward pass).
         fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
+        recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
+            more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -183,11 +185,14 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True):
+                 prune: bool | None = None, fast: bool = True, recompute: bool = False):
         super().__init__()
         if not isinstance(fast, bool):
             raise TypeError(f"fast must be True or False, got {fast!r}")
         self.fast = fast
+        if not isinstance(recompute, bool):
+            raise TypeError(f"recompute must be True or False, got {recompute!r}")
+        self.recompute = recompute
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -332,7 +337,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if isinstance(attr, Tensor) and attr.is_floating_point():
             kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
             inputs.append(kwargs["edge_attr"])
-        mode = RelevanceMode(self.composite, model, fast=self.fast)
+        mode = RelevanceMode(self.composite, model, fast=self.fast, recompute=self.recompute)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) \
             if self.explainer_config.edge_mask_type is not None else None
         out, start, grads, head = propagate(model, mode, recorder, inputs,
@@ -389,6 +394,8 @@ class Explainer(PyGExplainer):
     ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
     target are taken from the explanation's own forward instead of a separate prediction pass
     (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
+    With ``per_index=True`` the prediction pass also serves as the model's output on the full graph,
+    which the subgraphs' outputs are compared with (:func:`lrp_lib.explain.subgraphs.predicted`).
     """
 
     def __init__(self, *args, one_pass: bool = False, **kwargs):
@@ -407,9 +414,15 @@ class Explainer(PyGExplainer):
             self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
         training = self.model.training
         try:
-            with inputs_checked(x if checked else None, edge_index):  # the algorithm need not check them again
+            # the inputs checked once; the prediction pass kept (per_index=True compares with it)
+            with inputs_checked(x if checked else None, edge_index), predicted():
                 if once:
                     return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
                 return super().__call__(x, edge_index, target=target, index=index, **kwargs)
         finally:
             self.model.train(training)
+
+    def get_prediction(self, *args, **kwargs) -> Tensor:
+        out = super().get_prediction(*args, **kwargs)
+        remember(self.model, args, kwargs, out)  # for per_index=True: the full graph's output
+        return out

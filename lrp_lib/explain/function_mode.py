@@ -62,6 +62,7 @@ from lrp_lib.explain.graph_check import UnsupportedModelError, check_relevance_g
 from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PASS_NODES, PLAIN, RELEVANCE_NODES, SIGN_FLIPS)
 from lrp_lib.explain.primitives import Tally
+from lrp_lib.explain.recompute import SELECTIONS, note_selection
 from lrp_lib.explain.rule_families import RuleFamilies
 
 __all__ = ["RelevanceMode", "UnsupportedModelError", "RELEVANCE_NODES", "check_relevance_graph", "HANDLERS"]
@@ -78,17 +79,21 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             (:mod:`lrp_lib.explain.dispatch`; the default); ``False``: the reference dispatch,
             which tests the function's name against each table on every call.  Both give the
             same relevance (``tests/explain/test_dispatch.py``); the fast one costs less per call.
+        recompute: messages recomputed in backward instead of kept (:mod:`lrp_lib.explain.recompute`):
+            the same relevance, less memory, more time; off by default.
 
     Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block,
     then call ``torch.autograd.grad(out, inputs, R)``.  :attr:`tally` then says how much relevance
     the biases and stabilisers kept and how much reached operations without a rule.
     """
 
-    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True):
+    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True,
+                 recompute: bool = False):
         super().__init__()
-        if not isinstance(fast, bool):
-            raise TypeError(f"fast must be True or False, got {fast!r}")
-        self.fast = fast
+        for name, value in (("fast", fast), ("recompute", recompute)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        self.fast, self.recompute = fast, recompute
         self.composite = get_composite(composite)
         self.tally = Tally()
         self._heads: dict[int, tuple[str, Tensor, Tensor]] = {}  # id(output) -> (function, its input, output)
@@ -102,6 +107,7 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
         self._module_names: dict[int, str] = {}
         self._rules: dict[int, Any] = {}
         self._eps_rule = Epsilon(self.composite.epsilon)
+        self.recipes: dict[int, list] = {}  # id(tensor) -> the recipes computing from it (explain.recompute)
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
@@ -250,6 +256,8 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             out = func(*args, **kwargs)
             if route.view:
                 return out
+            if name in SELECTIONS and self.is_marked(args[0]):
+                note_selection(func, out, args, kwargs)
             if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
                 self._gate_all(out)
             return self.mark(out)
@@ -308,6 +316,8 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             out = func(*args, **kwargs)
             if name in ("unsqueeze_", "squeeze_", "t_", "transpose_", "movedim_"):
                 return out
+            if name in SELECTIONS and self.is_marked(args[0]):
+                note_selection(func, out, args, kwargs)
             if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
                 self._gate_all(out)
             return self.mark(out)
@@ -382,10 +392,14 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
         target.copy_(result)
         return self.mark(target)
 
-    @staticmethod
-    def _keep_saved_output(target) -> None:
+    def _keep_saved_output(self, target) -> None:
         """``target`` is about to change in place: if a relevance primitive kept it as its output
-        (``ctx.out``), give that primitive a copy of the value it computed."""
+        (``ctx.out``), give that primitive a copy of the value it computed; tensors to be recomputed
+        from it (or from its base) are computed now."""
+        if self.recipes and isinstance(target, Tensor):
+            for key in {id(target), id(getattr(target, "_base", None))}:
+                for recipe in self.recipes.get(key, ()):
+                    recipe.keep()
         node = getattr(target, "grad_fn", None)
         if node is not None and isinstance(getattr(node, "out", None), Tensor):
             node.out = node.out.clone()

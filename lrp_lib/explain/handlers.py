@@ -21,6 +21,7 @@ from torch import Tensor
 
 from lrp_lib.explain.primitives import (BilinearRelevance, IdentityRelevance, JoinRelevance, NormAffineRelevance,
                                         NormaliseRelevance, SoftmaxRelevance, UniformProductRelevance)
+from lrp_lib.explain.recompute import recipe_for
 
 if TYPE_CHECKING:  # annotations only: the mode imports this module
     from lrp_lib.explain.function_mode import RelevanceMode
@@ -140,7 +141,8 @@ def _scatter_add(mode: RelevanceMode, func, args, kwargs):
         zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
         vjp = (lambda v: v.gather(dim, index)) if index.shape == src.shape else None
         out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp,
-                          "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}")
+                          "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}",
+                          recipe_for(src, mode.recipes) if mode.recompute else None)  # recomputed, not kept
         return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
 

@@ -110,6 +110,14 @@ def _to_shape(rel: Tensor, shape) -> Tensor:
     return rel if rel.shape == shape else rel.sum_to_size(shape)
 
 
+def _times(t: Tensor, s: Tensor, last: bool) -> Tensor:
+    """``t * s``, written into ``s`` (a share of this backward's own) on its ``last`` use where that
+    gives the same values: the same shape and dtype, both contiguous."""
+    if last and s.shape == t.shape and s.dtype == t.dtype and s.is_contiguous() and t.is_contiguous():
+        return s.mul_(t)
+    return t * s
+
+
 def _absorbed(tally: Tally | None, label: str, rel_out: Tensor, *rel_in: Tensor) -> None:
     if tally is not None:
         kept = rel_out.sum()
@@ -135,13 +143,15 @@ def _share(ctx, rel_out: Tensor) -> Tensor:
 
 
 def linear_relevance(x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
-                     keep_constant: bool = True) -> Tensor:
+                     keep_constant: bool = True, fresh_vjp: bool = False, source=None) -> Tensor:
     r"""``fn(x)``, linear in ``x`` up to a constant term, with the epsilon rule
     :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))` in backward: the weight-free case of
     :class:`~lrp_lib.core.rules.LinearMapRelevance` (:math:`J^\top` given by ``vjp(v)``, or
-    autograd).  ``keep_constant=False``: the constant term :math:`f(0)` takes no share."""
-    m = LinearMap(fn, None if vjp is None else (lambda v, _x: vjp(v)), has_weight=False)
-    return LinearMapRelevance.apply(x, None, None, m, Epsilon(eps), label, tally, keep_constant, False)
+    autograd).  ``keep_constant=False``: the constant term :math:`f(0)` takes no share.
+    ``fresh_vjp``: ``vjp`` returns a new tensor each call (:class:`~lrp_lib.core.rules.LinearMap`);
+    ``source``: ``x`` recomputed in backward instead of kept (:class:`~lrp_lib.core.rules.LinearMapRelevance`)."""
+    m = LinearMap(fn, None if vjp is None else (lambda v, _x: vjp(v)), has_weight=False, fresh_vjp=fresh_vjp)
+    return LinearMapRelevance.apply(x, None, None, m, Epsilon(eps), label, tally, keep_constant, False, source)
 
 
 class AddRelevance(torch.autograd.Function):
@@ -156,9 +166,9 @@ class AddRelevance(torch.autograd.Function):
     @staticmethod
     def backward(ctx, rel_out):
         a, b = ctx.saved_tensors
-        s = _share(ctx, rel_out)
-        ra = _to_shape(a * s, a.shape) if ctx.marked[0] else None
-        rb = _to_shape(b * s, b.shape) if ctx.marked[1] else None
+        s = _share(ctx, rel_out)  # a new tensor: the last product is written into it
+        rb = _to_shape(_times(b, s, not ctx.marked[0]), b.shape) if ctx.marked[1] else None
+        ra = _to_shape(_times(a, s, True), a.shape) if ctx.marked[0] else None
         _absorbed(ctx.tally, ctx.label, rel_out, ra, rb)
         return ra, rb, None, None, None, None
 

@@ -15,6 +15,7 @@ from torch import Tensor
 from lrp_lib.core.rules import LinearMap
 from lrp_lib.explain.primitives import (AddRelevance, BlockedRelevance, IdentityRelevance, LinearMapRelevance,
                                         ProductRelevance, linear_relevance)
+from lrp_lib.explain.recompute import SCALINGS, note
 
 __all__ = ["RuleFamilies"]
 
@@ -28,23 +29,29 @@ class RuleFamilies:
         keys = [k for k, v in kwargs.items() if self.is_marked(v)]
         if len(pos) + len(keys) != 1:
             return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
-        if pos:
+        if pos:  # (the function holds the other arguments, not x: a recipe keeps it, explain.recompute)
             i = pos[0]
-            x = args[i]
+            x, before, after = args[i], args[:i], args[i + 1:]
 
             def fn(t):
-                return func(*args[:i], t, *args[i + 1:], **kwargs)
+                return func(*before, t, *after, **kwargs)
         else:
             k = keys[0]
-            x = kwargs[k]
+            x, rest = kwargs[k], {name: v for name, v in kwargs.items() if name != k}
 
             def fn(t):
-                return func(*args, **{**kwargs, k: t})
-        return IdentityRelevance.apply(x, fn)
+                return func(*args, **{**rest, k: t})
+        out = IdentityRelevance.apply(x, fn)
+        if getattr(func, "__name__", None) in SCALINGS:  # a product or quotient by a constant
+            note(out, x, fn)
+        return out
 
-    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str):
-        """A map linear in ``x`` (plus constants) with no weight: the epsilon rule."""
-        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias)
+    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None):
+        """A map linear in ``x`` (plus constants) with no weight: the epsilon rule.  ``vjp`` (the
+        handlers' own) returns a new tensor each call; ``source``: ``x`` recomputed in backward
+        (:class:`lrp_lib.explain.recompute.Recipe`)."""
+        return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias, True,
+                                source)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str):
@@ -55,8 +62,8 @@ class RuleFamilies:
         if rule is None:  # a data constant, not a parameter
             return self.linear(x, lambda t: fn(t, w, b), None if vjp is None else (lambda v: vjp(v, x, w)),
                                f"{op} in {self.module_label()}")
-        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp), rule, f"{op} in {label}", self.tally,
-                                        self.composite.bias, False)
+        return LinearMapRelevance.apply(x, w, b, LinearMap(fn, vjp, fresh_vjp=True), rule, f"{op} in {label}",
+                                        self.tally, self.composite.bias, False)
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
         """``ca * a + cb * b`` (numbers allowed): each marked term gets its proportional share."""

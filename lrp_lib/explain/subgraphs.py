@@ -16,6 +16,8 @@ chunk whose outputs differ is explained again with the edges kept.
 from __future__ import annotations
 
 import builtins
+import threading
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -26,7 +28,46 @@ from torch_geometric.nn import conv as pyg_conv
 
 from lrp_lib.explain.inputs import check_inputs
 
-__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "chunk_bytes", "memory_budget"]
+__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "chunk_bytes", "memory_budget",
+           "predicted", "PROBE_TARGETS"]
+
+#: How many targets' subgraphs the memory estimate is measured on when the full graph's output is known.
+PROBE_TARGETS = 4
+
+_prediction = threading.local()  # the prediction pass of the explainer running in this thread
+
+
+@contextmanager
+def predicted():
+    """Inside the block, the last model output that :func:`remember` recorded in this thread is
+    kept, so that :func:`explain_per_index` takes the full graph's output from it instead of running the
+    model again (:class:`~lrp_lib.explain.explainer.Explainer`: PyG's prediction pass)."""
+    previous = getattr(_prediction, "value", None)
+    _prediction.value = ()  # in the block, nothing recorded yet
+    try:
+        yield remember
+    finally:
+        _prediction.value = previous
+
+
+def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
+    """Record ``out = model(*args, **kwargs)``, computed without autograd in eval mode (inside a
+    :func:`predicted` block of this thread; elsewhere nothing is kept)."""
+    if getattr(_prediction, "value", None) is not None:
+        _prediction.value = (model, args, kwargs, out)
+
+
+def _known_output(model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict) -> Tensor | None:
+    """The recorded output of ``model`` on these very inputs (the same tensors), or None."""
+    value = getattr(_prediction, "value", None)
+    if not value:
+        return None
+    m, args, kw, out = value
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    same = (m is model and len(args) == 2 and args[0] is x and args[1] is edge_index and isinstance(out, Tensor)
+            and {k: v for k, v in kw.items() if v is not None}.keys() == given.keys()
+            and all(kw[k] is v for k, v in given.items()))
+    return out if same else None
 
 #: Message-passing layers whose message into node i depends on i's and the sender j's features,
 #: the edge's attributes and i's own in-edges (attention softmax, mean, sum), never on j's
@@ -110,7 +151,9 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     depends on, and, unless the model is :func:`prunable` (``prune=None``; ``prune=False`` never
     prunes), the edges into the outermost nodes (GCN's normalisation takes the degrees of the full
     graph).  A chunk holds as many targets as keep the estimated memory of its pass
-    (:func:`chunk_bytes`, measured on the model's forward over the full graph) within
+    (:func:`chunk_bytes`, measured on the model's forward over the subgraphs of the first
+    :data:`PROBE_TARGETS` targets where the full graph's output is known from the explainer's
+    prediction pass (:func:`predicted`), else over the full graph, which gives that output) within
     ``max_memory`` bytes (default: :func:`memory_budget`, a quarter of the memory available), at
     most ``chunk_size`` (None: no limit), at least one.  The subgraphs' outputs at the targets are
     compared with the model's output on the full graph: a model that looks further than
@@ -135,17 +178,29 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         raise ValueError(f"index must contain node indices 0..{n - 1}, got {int(index.min())}..{int(index.max())}")
     hops = num_hops if num_hops is not None else \
         builtins.sum(isinstance(m, MessagePassing) for m in model.modules())
-    edge_index = edge_index.long()
-    expected, per_node, per_edge = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
-    budget = max_memory if max_memory is not None else memory_budget(x.device)
     if target is not None and target.numel() not in (n, index.numel()):
         raise ValueError(f"target has {target.numel()} entries: pass one per node ({n}) or one per index "
                          f"({index.numel()})")
-    pruning = prunable(model) if prune is None else prune
+    expected = _known_output(model, x, edge_index, kwargs) if edge_index.dtype == torch.long else None
+    edge_index = edge_index.long()
     src, dst = edge_index
     perm = torch.argsort(dst, stable=True)
     counts = torch.bincount(dst, minlength=n)
     rowptr = torch.cumsum(counts, 0) - counts
+    probe = None
+    if expected is not None and index.numel():  # the widths measured on a few targets' subgraphs
+        keys, edge_b, edge_e = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n)[:3]
+        sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]),
+                                 torch.searchsorted(keys, edge_b * n + dst[edge_e])])
+        sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
+        if 0 < edge_e.numel() != keys.numel():  # else a node-shaped output could be an edge-shaped one
+            probe = chunk_bytes(model, keys.numel(), lambda: model(x[keys % n], sub_edges, **sub_kwargs))
+    if probe is None:  # the full graph's output, and the widths measured on it
+        expected, per_node, per_edge = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
+    else:
+        per_node, per_edge = probe[1:]
+    budget = max_memory if max_memory is not None else memory_budget(x.device)
+    pruning = prunable(model) if prune is None else prune
     nodes, edges, accounts, offset = [], [], [], 0
     k, per_target = index.numel(), None
     while offset < k:

@@ -167,3 +167,39 @@ def test_the_explainer_passes_max_memory_and_prune_on(conv, monkeypatch):
         LRPExplainer(per_index=True, max_memory=0)
     with pytest.raises(ValueError, match="prune"):
         LRPExplainer(per_index=True, prune="yes")
+
+
+@pytest.mark.parametrize("conv", sorted(CONVS))
+def test_the_prediction_pass_serves_as_the_full_output_and_a_few_subgraphs_give_the_estimate(conv, monkeypatch):
+    """Through Explainer the model runs once on the full graph (PyG's prediction pass, which the subgraphs'
+    outputs are compared with) and the memory estimate is measured on the first targets' subgraphs, equal
+    to the full graph's; the algorithm called directly runs the full graph itself."""
+    model, x, edge_index, index = setup(conv)
+    full = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[1:]
+    seen, original = [], subgraphs.chunk_bytes
+
+    def spy(model_, n, forward):
+        out = original(model_, n, forward)
+        seen.append((n, out[1:]))
+        return out
+
+    monkeypatch.setattr(subgraphs, "chunk_bytes", spy)
+    runs = []
+    handle = model.register_forward_pre_hook(lambda m, args: runs.append(args[0].shape[0]))
+    try:
+        via_explainer = explain(model, x, edge_index, index)
+        assert runs.count(x.shape[0]) == 1  # the prediction pass only
+        assert len(seen) == 1 and seen[0][1] == full
+        runs.clear(), seen.clear()
+        algorithm = LRPExplainer(rule="epsilon", per_index=True)
+        Explainer(model, algorithm=algorithm, explanation_type="phenomenon", node_mask_type="attributes",
+                  edge_mask_type="object", model_config=dict(mode="multiclass_classification", task_level="node",
+                                                              return_type="raw"))
+        with torch.no_grad():
+            target = model(x, edge_index).argmax(-1)
+        runs.clear()
+        direct = algorithm(model, x, edge_index, target=target, index=index)
+        assert runs.count(x.shape[0]) == 1 and [n for n, _ in seen] == [x.shape[0]]
+    finally:
+        handle.remove()
+    assert torch.equal(direct.node_relevance_per_index.to_dense(), via_explainer[0])
