@@ -127,4 +127,6 @@ def all_finite(*tensors: Tensor) -> bool:
     which allocates and fills a boolean tensor after a separate ``abs``.  Empty tensors are finite.
     """
     ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
-    return not ends or all(math.isfinite(end) for end in torch.stack(ends).tolist())
+    # bool() of a tensor, not .tolist(): the walks' batched backward (is_grads_batched) runs this
+    # on batched tensors, which have no storage to list
+    return not ends or bool(torch.isfinite(torch.stack(ends)).all())
