@@ -86,7 +86,7 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
         denom = stabilize(out, eps)
     if not check:
         if denom is not None:
-            if denom.dtype == rel_out.dtype and rel_out.shape == denom.shape:
+            if denom.dtype == rel_out.dtype and rel_out.shape == denom.shape and not _differentiable(rel_out, denom):
                 return torch.div(rel_out, denom, out=denom)
             return rel_out / denom
         if zero is None:
@@ -97,7 +97,7 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
         return share.masked_fill_(zero, 0)  # (zero has out's shape, which broadcasts to the share's)
     d = out if denom is None else denom
     zero = d == 0 if has_zero(d) and int(torch.count_nonzero(d)) < d.numel() else None
-    share = rel_out / out if denom is None else torch.div(rel_out, denom, out=denom)
+    share = rel_out / out if denom is None or _differentiable(rel_out, denom) else torch.div(rel_out, denom, out=denom)
     if zero is not None:
         warn_lost(op, zero, rel_out)
         share = share.masked_fill_(zero, 0)
@@ -107,6 +107,12 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     if not all_finite(share, out):
         raise_not_finite(op)
     return share
+
+
+def _differentiable(*tensors: Tensor) -> bool:
+    """Whether autograd records an operation on ``tensors`` (then no ``out=``: chapter 4's relprop
+    divides tensors that require grad, to differentiate its rule again)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def has_zero(t: Tensor) -> bool:
