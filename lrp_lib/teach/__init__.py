@@ -1,11 +1,11 @@
 """The implementations the first chapters build on purpose, to teach how LRP works: one autograd
-op per rule (:mod:`~lrp_lib.teach.ops`), plain scatters, Graph Network layers and the
+op per rule (:mod:`~lrp_lib.teach.ops`, :mod:`~lrp_lib.teach.index_ops`), plain scatters, Graph Network layers and the
 ``relevance()`` switch of chapter 2, chapter 3's linear maps, skip connections, the relprop style with hooks and in JAX,
 guided backpropagation.  The product (:mod:`lrp_lib.explain`) does not import them; they import
 :mod:`lrp_lib.core` only."""
 import importlib
 
-_MODULES = ("ops", "scatter", "graph", "graph_data", "graph_rule", "graph_relevance", "mode", "linear_maps", "residual", "relprop", "jax_lrp", "guided_backprop")
+_MODULES = ("ops", "index_ops", "scatter", "graph", "graph_data", "graph_rule", "graph_relevance", "mode", "linear_maps", "residual", "relprop", "jax_lrp", "guided_backprop")
 
 
 def __getattr__(name):
