@@ -16,7 +16,7 @@ costs one vector-Jacobian product (VJP) of :math:`f` -- for a convolution, the k
 computes a convolution's input gradient.  Memory stays O(size of input + output).
 
 Each rule is declared here once, as a :class:`Rule` whose ``propagate`` is its formula over a
-:class:`LinearMap` and divides through :mod:`lrp_lib.core.stabilizer`; one autograd function,
+:class:`~lrp_lib.core.linear_map.LinearMap` (the map and its VJP, also exported here) and divides through :mod:`lrp_lib.core.stabilizer`; one autograd function,
 :class:`LinearMapRelevance`, applies a rule to a map, for the product's primitives
 (:mod:`lrp_lib.explain.primitives`) and for chapter 3's wrappers (:mod:`lrp_lib.teach.linear_maps`:
 ``linear``, ``conv1d/2d/3d``, ``avg_pool2d``, ``linear_map``).  Guided backprop's ReLU rule is in
@@ -51,11 +51,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Union
 
 import torch
 from torch import Tensor
 
+from lrp_lib.core.linear_map import LinearMap, Weight
 from lrp_lib.core.stabilizer import has_zero, relevance_share
 from lrp_lib.core.validation import check_number
 
@@ -71,48 +71,6 @@ __all__ = [
     "LinearMapRelevance",
 ]
 
-Weight = Union[Tensor, float]  # a weight tensor, or a scale for maps without weights
-
-
-# ----------------------------------------------------------------- linear maps
-class LinearMap:
-    r"""A map :math:`x \mapsto f(x, w) + b`, linear in :math:`x` and in :math:`w`.
-
-    ``fn(x, weight, bias)`` is the map itself; ``vjp(v, x, weight)`` returns
-    :math:`J^\top v` for the bias-free map (``x`` is only used for its shape).  A map without
-    weights (pooling) gets ``weight=1.0``, a scale, so the rules' weight modifications
-    (:math:`w^+`, :math:`w + \gamma w^+`) still apply: its fixed coefficients must then be
-    non-negative.  With ``vjp=None`` the VJP is taken by autograd, which reruns ``fn``.
-    ``fresh_vjp=True`` says that ``vjp`` returns a new tensor each call (not a view of ``v``, nor a
-    tensor kept elsewhere), so that a rule may multiply the input into it in place.
-    """
-
-    def __init__(self, fn: Callable, vjp: Callable | None = None, has_weight: bool = True, fresh_vjp: bool = False):
-        self.fn, self._vjp, self.has_weight = fn, vjp, has_weight
-        self.fresh_vjp = fresh_vjp and vjp is not None
-
-    def __call__(self, x: Tensor, weight: Weight, bias: Tensor | None) -> Tensor:
-        if self.has_weight:
-            return self.fn(x, weight, bias)
-        out = self.fn(x)
-        if weight != 1.0:
-            out = out * weight
-        return out if bias is None else out + bias
-
-    def vjp(self, v: Tensor, x: Tensor, weight: Weight) -> Tensor:
-        if not self.has_weight:
-            g = self._vjp(v, x) if self._vjp is not None else self._autograd_vjp(v, x, None)
-            return g if weight == 1.0 else g * weight
-        if self._vjp is not None:
-            return self._vjp(v, x, weight)
-        return self._autograd_vjp(v, x, weight)
-
-    def _autograd_vjp(self, v: Tensor, x: Tensor, weight: Tensor | None) -> Tensor:
-        with torch.enable_grad():
-            leaf = x.detach().requires_grad_(True)
-            out = self.fn(leaf) if weight is None else self.fn(leaf, weight.detach(), None)
-            (g,) = torch.autograd.grad(out, leaf, v)
-        return g
 
 
 def _positive(w: Weight) -> Weight:
@@ -136,14 +94,6 @@ def _signs(x: Tensor) -> tuple[bool, bool]:
         return False, False
     low, high = torch.aminmax(x)  # NaN reaches both ends
     return not bool(high <= 0), not bool(low >= 0)
-
-
-def _times(m: LinearMap, x: Tensor, g: Tensor) -> Tensor:
-    """``x * g`` for ``g`` a VJP of ``m``: written into ``g`` where ``m``'s VJP makes a new tensor and
-    ``x * g`` would have ``g``'s shape, dtype and (contiguous) layout, so the values are the same."""
-    if m.fresh_vjp and g.shape == x.shape and g.dtype == x.dtype and g.is_contiguous() and x.is_contiguous():
-        return g.mul_(x)
-    return x * g
 
 
 # ----------------------------------------------------------------------- rules
@@ -182,7 +132,7 @@ class Epsilon(Rule):
         self.eps = check_number(eps, "eps")
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        return _times(m, x, m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight))
+        return m.times_input(x, m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight))
 
 
 class Gamma(Rule):
@@ -205,7 +155,7 @@ class Gamma(Rule):
         w = weight + self.gamma * _positive(weight)
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         z = m(x, w, b)
-        return _times(m, x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
+        return m.times_input(x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
 
 
 class AlphaBeta(Rule):
@@ -245,7 +195,7 @@ class AlphaBeta(Rule):
         r"""``relevance`` (None: nothing yet) plus :math:`\sum x_p \odot J_{w_p}^\top s`, with ``pairs``
         the list of ``(x_p, w_p, s)``."""
         for xp, wp, s in pairs:
-            part = _times(m, xp, m.vjp(s, x, wp))
+            part = m.times_input(xp, m.vjp(s, x, wp))
             relevance = part if relevance is None else relevance.add_(part)
         return torch.zeros_like(x) if relevance is None else relevance
 
@@ -305,7 +255,7 @@ class ZPlus(AlphaBeta):
         if none is not None and bool(none.any()):  # no positive contribution: LRP-0 for these units
             fallback = relevance_share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
                                        torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
-            rel = rel.add_(_times(m, x, m.vjp(fallback, x, weight)))
+            rel = rel.add_(m.times_input(x, m.vjp(fallback, x, weight)))
         return rel
 
     def __repr__(self):
@@ -431,7 +381,7 @@ class LinearMapRelevance(torch.autograd.Function):
                 out = out - m(torch.zeros_like(x), w, None)
         if not ctx.check and type(ctx.rule) is Epsilon:  # the common case, unchecked
             s = relevance_share(ctx.op, rel_out, out, eps=ctx.rule.eps, check=False)
-            rel = _times(m, x, m.vjp(s, x, w))
+            rel = m.times_input(x, m.vjp(s, x, w))
         else:
             rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
         if ctx.tally is not None:
