@@ -1,0 +1,204 @@
+"""Cost of explaining molecules, one at a time and a whole batch at once: LRP against the gradient.
+
+    python benchmarks/bench_molecules.py                 # 300 molecules, 5 rounds (about 3 minutes)
+    python benchmarks/bench_molecules.py --molecules 40 --rounds 2 --no-write   # a quick look
+
+The molecules are the first ``--molecules`` of graph-attribution's benzene task (Sanchez-Lengeling et
+al. 2020, from ``$LRP_DATA_ROOT/graph-attribution``; 10 to 40 atoms, 14 atom features), the model is
+the molecular tasks' 3-layer GCN of the quality benchmark (``quality_tasks.GraphGCN``: GCN layers of
+64 units with ReLU, a mean pool, a linear head; seeded random weights: the cost does not depend on
+training), float32, CPU, one intra-op thread.  What is explained: each molecule's logit of the class
+the model predicts, by the relevance (or attribution) of every atom feature
+(``node_mask_type="attributes"``, no edge mask).
+
+One molecule at a time, the methods take turns molecule by molecule (so the load of a shared
+machine falls on all alike), over ``--rounds`` rounds; per method the median over molecules and
+rounds of the milliseconds per molecule, and the median over molecules of the ratio to the gradient
+of the same molecule and round:
+
+* **gradient**: ``x * torch.autograd.grad(logit, x)`` (Gradient x Input), one forward and one
+  backward, no explainer around it: the floor the others are divided by;
+* **LRP algorithm**: ``LRPExplainer`` called directly, the target given (the explanation's own cost);
+* **LRP, phenomenon** / **saliency, phenomenon**: through ``lrp_lib.explain.explainer.Explainer``
+  (PyG's, with the inputs checked) with ``explanation_type="phenomenon"``, which runs no prediction
+  pass of its own: each method's own cost with PyG's wrapping;
+* **LRP, model** / **saliency, model**: ``explanation_type="model"``, where PyG adds a prediction pass
+  for every method.
+
+A whole batch: all molecules in one PyG ``Batch``, each molecule's logit explained from its own
+output (graph-level ``LRPExplainer``, ``explanation_type="phenomenon"``, target = each molecule's
+predicted class), against one batched gradient (``x * grad`` of the sum of the molecules' logits,
+which gives each molecule's own Gradient x Input since the molecules share no edge).  ``accounts``
+``"each"`` (the default: one bias and residual value per molecule, one more backward) and
+``"total"`` both take their turn.  As a check, the batch's LRP relevance must equal the one-at-a-
+time relevance of every molecule (up to float32 rounding).
+
+Writes ``benchmarks/results/molecules.json`` (``results_file.write_results``), which the book's
+Performance page renders.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Batch
+from torch_geometric.explain.algorithm import CaptumExplainer
+
+from lrp_lib.explain.explainer import Explainer, LRPExplainer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_file  # noqa: E402
+from quality_tasks import GraphGCN, molecules  # noqa: E402
+
+MODEL_CONFIG = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
+ONE = ["gradient", "lrp_algorithm", "lrp_phenomenon", "saliency_phenomenon", "lrp_model", "saliency_model"]
+LABELS = {
+    "gradient": "Gradient x Input (torch.autograd.grad)",
+    "lrp_algorithm": "LRP (LRPExplainer called directly)",
+    "lrp_phenomenon": "LRP (Explainer, phenomenon)",
+    "saliency_phenomenon": "saliency (CaptumExplainer, phenomenon)",
+    "lrp_model": "LRP (Explainer, model)",
+    "saliency_model": "saliency (CaptumExplainer, model)",
+    "batch_gradient": "Gradient x Input of the whole batch (one backward)",
+    "batch_lrp": "LRP of the whole batch (Explainer, phenomenon, accounts='each')",
+    "batch_lrp_total": "LRP of the whole batch (Explainer, phenomenon, accounts='total')",
+}
+
+
+def explainer(model, algorithm, kind):
+    return Explainer(model, algorithm=algorithm, explanation_type=kind, node_mask_type="attributes",
+                     edge_mask_type=None, model_config=MODEL_CONFIG)
+
+
+def one_at_a_time_calls(model, g, target):
+    """{method: function of no argument giving the (atoms, features) attribution of molecule ``g``}."""
+    x, ei, t = g.x, g.edge_index, torch.tensor([target])
+    ex = {"lrp_phenomenon": explainer(model, LRPExplainer(), "phenomenon"),
+          "saliency_phenomenon": explainer(model, CaptumExplainer("Saliency"), "phenomenon"),
+          "lrp_model": explainer(model, LRPExplainer(), "model"),
+          "saliency_model": explainer(model, CaptumExplainer("Saliency"), "model")}
+    algorithm = LRPExplainer()
+    explainer(model, algorithm, "phenomenon")  # connects the algorithm to its configuration
+
+    def gradient():
+        leaf = x.detach().requires_grad_()
+        return leaf.detach() * torch.autograd.grad(model(leaf, ei)[0, target], leaf)[0]
+
+    def via(name):
+        kw = {} if name.endswith("model") else {"target": t}
+        return lambda: ex[name](x, ei, **kw).node_mask
+
+    calls = {"gradient": gradient, "lrp_algorithm": lambda: algorithm(model, x, ei, target=t).node_mask,
+             **{name: via(name) for name in ex}}
+    return {name: calls[name] for name in ONE}
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--molecules", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--batch-rounds", type=int, default=7)
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # Captum/PyG deprecation notes
+    machine = results_file.machine_info()
+    graphs, _, _ = molecules("benzene")
+    graphs = [g for g in graphs[: args.molecules]]
+    torch.manual_seed(0)
+    model = GraphGCN(graphs[0].num_node_features, 2).eval()
+    with torch.no_grad():
+        targets = [int(model(g.x, g.edge_index).argmax()) for g in graphs]
+    calls = [one_at_a_time_calls(model, g, t) for g, t in zip(graphs, targets)]
+    for c in calls[:5]:  # warm-up
+        for fn in c.values():
+            fn()
+    times = {m: [] for m in ONE}
+    ratios = {m: [] for m in ONE}
+    lrp_one = []
+    for r in range(args.rounds):
+        for c in calls:
+            got = {}
+            for name, fn in c.items():
+                seconds, got[name] = timed(fn)
+                times[name].append(seconds)
+            for name in ONE:
+                ratios[name].append(times[name][-1] / times["gradient"][-1])
+            if r == 0:
+                lrp_one.append(got["lrp_algorithm"])
+    # the whole batch
+    batch = Batch.from_data_list([g.__class__(x=g.x, edge_index=g.edge_index) for g in graphs])
+    t_all = torch.tensor(targets)
+    ex_each = explainer(model, LRPExplainer(), "phenomenon")
+    ex_total = explainer(model, LRPExplainer(accounts="total"), "phenomenon")
+
+    def batch_gradient():
+        leaf = batch.x.detach().requires_grad_()
+        out = model(leaf, batch.edge_index, batch.batch)
+        return leaf.detach() * torch.autograd.grad(out.gather(1, t_all[:, None]).sum(), leaf)[0]
+
+    batch_calls = {"batch_gradient": batch_gradient,
+                   "batch_lrp": lambda: ex_each(batch.x, batch.edge_index, target=t_all, batch=batch.batch).node_mask,
+                   "batch_lrp_total": lambda: ex_total(batch.x, batch.edge_index, target=t_all,
+                                                       batch=batch.batch).node_mask}
+    first = {name: fn() for name, fn in batch_calls.items()}
+    lrp_batch = ex_each(batch.x, batch.edge_index, target=t_all, batch=batch.batch)
+    per_molecule = torch.cat(lrp_one)
+    same = torch.allclose(lrp_batch.node_relevance, torch.cat(
+        [explainer(model, LRPExplainer(mask="relevance"), "phenomenon")(g.x, g.edge_index, target=torch.tensor([t]))
+         .node_relevance for g, t in zip(graphs, targets)]), rtol=1e-4, atol=1e-5)
+    if not same:
+        raise AssertionError("the batch's LRP relevance differs from the molecules' one at a time")
+    assert per_molecule.shape == first["batch_lrp"].shape
+    btimes = {m: [] for m in batch_calls}
+    for _ in range(args.batch_rounds):
+        for name, fn in batch_calls.items():
+            btimes[name].append(timed(fn)[0])
+    atoms = [g.num_nodes for g in graphs]
+    rows = {"one_at_a_time": {}, "batch": {}}
+    for name in ONE:
+        rows["one_at_a_time"][name] = {
+            "label": LABELS[name], "median_ms": statistics.median(times[name]) * 1e3,
+            "median_ratio_to_gradient": statistics.median(ratios[name]),
+            "ratio_of_medians": statistics.median(times[name]) / statistics.median(times["gradient"])}
+    base = statistics.median(btimes["batch_gradient"])
+    for name in batch_calls:
+        med = statistics.median(btimes[name])
+        rows["batch"][name] = {"label": LABELS[name], "median_ms": med * 1e3, "ms_per_molecule": med * 1e3 / len(graphs),
+                               "ratio_to_gradient": med / base, "seconds": btimes[name]}
+    one_lrp = rows["one_at_a_time"]["lrp_phenomenon"]["median_ms"] * len(graphs)
+    rows["batch"]["speedup_over_one_at_a_time"] = one_lrp / rows["batch"]["batch_lrp"]["median_ms"]
+    rows["batch"]["equal_to_one_at_a_time"] = same
+    print(f"{len(graphs)} molecules ({min(atoms)} to {max(atoms)} atoms), 3-layer GCN (64), one thread\n")
+    print("| one molecule at a time | ms | ratio to the gradient (median of paired) |\n|---|---:|---:|")
+    for name, r in rows["one_at_a_time"].items():
+        print(f"| {r['label']} | {r['median_ms']:.2f} | {r['median_ratio_to_gradient']:.2f} |")
+    print("\n| the whole batch | ms | ms per molecule | ratio to the batched gradient |\n|---|---:|---:|---:|")
+    for name in batch_calls:
+        r = rows["batch"][name]
+        print(f"| {r['label']} | {r['median_ms']:.1f} | {r['ms_per_molecule']:.3f} | {r['ratio_to_gradient']:.2f} |")
+    print(f"\nbatched LRP is {rows['batch']['speedup_over_one_at_a_time']:.0f}x faster than one at a time")
+    if args.no_write:
+        return
+    settings = {"task": "benzene (graph-attribution)", "molecules": len(graphs), "atoms_min": min(atoms),
+                "atoms_max": max(atoms), "atoms_median": statistics.median(atoms), "model": "GraphGCN, 3 GCN layers of 64, mean pool",
+                "rounds": args.rounds, "batch_rounds": args.batch_rounds, "threads": 1, "dtype": "float32",
+                "device": "cpu", "load_average_1min_start": machine.get("load_average_1min"),
+                "load_average_1min_end": results_file.machine_info().get("load_average_1min")}
+    path = results_file.write_results("molecules", rows, settings)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
