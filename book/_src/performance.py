@@ -36,7 +36,8 @@ nodes_b = load_results("nodes", repository=REPO)
 nodes_gpu_b = load_results("nodes-cuda", repository=REPO)
 scaling_b = load_results("scaling", repository=REPO)
 profile_b = load_results("profile_explain", repository=REPO)
-benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b, profile_b]
+molecules_b = load_results("molecules", repository=REPO)
+benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b, profile_b, molecules_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -948,6 +949,69 @@ assert small["mode_forward"]["ratio_to_gradient"] > small["bare_mode_forward"]["
 # not need (the sections above measure them op by op).
 
 # %% [markdown]
+# ## Molecules, one at a time and in a batch
+#
+# Most explanations of a molecular model are of small graphs, one after another. `benchmarks/bench_molecules.py`
+# explains the molecules of graph-attribution's benzene task with the 3-layer GCN of the molecular tasks
+# of the chapter [Benchmarking explanations](09_benchmarking_explanations.ipynb) (64 units, a mean pool,
+# random weights), each molecule's logit of its predicted class, by the relevance of every atom feature.
+# One molecule at a time, the methods take turns molecule by molecule: Gradient $\times$ Input (one
+# forward and one backward, the floor), `LRPExplainer` called directly, and LRP and Captum's saliency
+# through `Explainer` with `explanation_type="phenomenon"` (no prediction pass) and `"model"` (PyG adds
+# one). The second table explains all of them at once, as one PyG `Batch`: each molecule's relevance
+# starts from its own output, in one forward and one backward, against one batched gradient.
+
+# %% tags=["hide-input"]
+mo = molecules_b["settings"]
+mo_one = molecules_b["results"]["one_at_a_time"]
+mo_batch = molecules_b["results"]["batch"]
+display(
+    Markdown(
+        machine_note(molecules_b)
+        + f" {mo['molecules']} molecules of {mo['atoms_min']} to {mo['atoms_max']} atoms, {mo['model']}."
+    )
+)
+results_table(
+    list(mo_one.values()),
+    [
+        ("one molecule at a time", "label"),
+        ("ms per molecule", "median_ms", "{:.2f}"),
+        ("time / gradient's", "median_ratio_to_gradient", "{:.2f}x"),
+    ],
+)
+results_table(
+    [r for r in mo_batch.values() if isinstance(r, dict)],
+    [
+        ("all molecules in one batch", "label"),
+        ("ms", "median_ms", "{:,.1f}"),
+        ("ms per molecule", "ms_per_molecule", "{:.3f}"),
+        ("time / batched gradient's", "ratio_to_gradient", "{:.2f}x"),
+    ],
+)
+assert mo_batch["equal_to_one_at_a_time"]
+g("mo_count", mo["molecules"], "{:,}")
+g("mo_lrp", mo_one["lrp_algorithm"]["median_ratio_to_gradient"])
+g("mo_lrp_phen", mo_one["lrp_phenomenon"]["median_ratio_to_gradient"])
+g("mo_sal_phen", mo_one["saliency_phenomenon"]["median_ratio_to_gradient"])
+g("mo_batch_each", mo_batch["batch_lrp"]["ratio_to_gradient"])
+g("mo_batch_total", mo_batch["batch_lrp_total"]["ratio_to_gradient"])
+g("mo_speedup", mo_batch["speedup_over_one_at_a_time"], "{:.0f}")
+g("mo_batch_per_molecule", mo_batch["batch_lrp"]["ms_per_molecule"], "{:.2f}")
+
+# %% [markdown]
+# One at a time, a molecule's LRP explanation costs {glue:text}`mo_lrp` times its Gradient $\times$ Input
+# when the algorithm is called directly and {glue:text}`mo_lrp_phen` times through `Explainer`, against
+# {glue:text}`mo_sal_phen` for Captum's saliency: on a graph of twenty atoms almost all of the time is
+# Python work per call, which the relevance mode adds to. In one batch the same
+# {glue:text}`mo_count` explanations take {glue:text}`mo_batch_each` times one batched gradient
+# ({glue:text}`mo_batch_per_molecule` ms per molecule, {glue:text}`mo_speedup` times faster than one at a
+# time), or {glue:text}`mo_batch_total` times with `accounts="total"`, which skips the extra backward pass
+# that splits the biases' share molecule by molecule. The batch's relevance equals the molecules'
+# relevance explained one at a time (checked by the benchmark). To explain a data set, batch it:
+# `explain_dataset` ([Explaining a whole data set](explain_jobs.ipynb)) does so, and `Explainer` takes a
+# `Batch` as it is.
+
+# %% [markdown]
 # ## Measuring on your machine
 #
 # Each script prints its tables and writes its results file; this page and the chapters read the
@@ -962,6 +1026,7 @@ assert small["mode_forward"]["ratio_to_gradient"] > small["bare_mode_forward"]["
 # python benchmarks/bench_nodes.py            # nodes.json (--fast: a smaller graph, writes nothing)
 # python benchmarks/bench_scaling.py          # scaling.json (--fast: three sizes, writes nothing)
 # python benchmarks/profile_explain.py        # profile_explain.json
+# python benchmarks/bench_molecules.py        # molecules.json
 # python tools/nb.py book/_src/performance.py # rebuild this page from the new files
 # ```
 #
