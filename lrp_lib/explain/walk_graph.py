@@ -29,6 +29,11 @@ than the input graph's (pooling: raised while recording).  A cut's node dimensio
 ``node_dim`` (ARMAConv propagates (K, N, C) stacks); the module gets a copy of each cut leaf, so
 that it may change it in place (GCN2Conv).
 
+Heterogeneous graphs (:mod:`lrp_lib.explain.walk_hetero`, a ``layout``): the nodes of all types
+get global ids, each cut holds the rows of one node type (``offset``, ``count``), its time is one
+more than the latest cut its propagate reads (the propagates of one layer's relations share a time)
+and the masks are (B, total nodes), sliced per cut.
+
 Batching: the backward of one cut runs for a batch of relevance tensors at once
 (``torch.autograd.grad(..., is_grads_batched=True)``).  During those backwards the mode's account
 of absorbed relevance is paused (it is read once, from the plain backward).
