@@ -38,7 +38,7 @@ from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs
 from lrp_lib.explain.walk_defined import check_walks_defined
 from lrp_lib.explain.walk_graph import WalkGraph
-from lrp_lib.explain.walk_model import WalkModel, composite_of, explained_start, step_pairs
+from lrp_lib.explain.walk_model import WalkModel, check_walks, composite_of, explained_start, step_pairs
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
 
@@ -256,8 +256,21 @@ class HeteroWalkModel(WalkModel):
 
     # ---- queries
     def walk_relevance(self, walks) -> Tensor:
-        """As :meth:`WalkModel.walk_relevance`; walks as global ids or typed (class docstring)."""
-        return super().walk_relevance(self.global_walks(walks))
+        r"""As :meth:`WalkModel.walk_relevance`; walks as global ids or typed (class docstring).  One
+        masked backward per distinct suffix :math:`(j_1, \dots, j_L)`, no mask at time 0: the relevance
+        that reaches row :math:`j_0` of ``x`` is the walk :math:`(j_0, j_1, \dots, j_L)`'s; batches of
+        about 40,000 / N suffixes (a batch's tensors are N rows per suffix)."""
+        walks = check_walks(self.global_walks(walks), self)
+        if walks.numel() == 0:
+            return self.x.new_zeros(0)
+        n, L = self.num_nodes, self.depth
+        suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
+        table = []
+        for chunk in suffix.split(max(16, min(_CHUNK, 40000 // max(n, 1)))):
+            hot = [None] + [torch.nn.functional.one_hot(chunk[:, u - 1], n) for u in range(1, L + 1)]
+            rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
+            table.append(rel[..., 0])
+        return torch.cat(table)[inverse, walks[:, 0]]
 
     def node_relevance(self) -> dict:
         """{node type: (count,)} the walks' relevance summed by start node: ``LRPExplainer``'s node

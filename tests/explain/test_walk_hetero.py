@@ -147,7 +147,7 @@ class Reference:
         self.depth = depth
 
     def output(self, model, level, index):
-        y = {k: model.head[k](v.relu()) for k, v in self.h.items()}
+        y = {k: model.head[k](v.relu()).detach() for k, v in self.h.items()}
         return float(y["a"][index]) if level == "node" else float(sum(v.sum() for v in y.values()))
 
     def walk(self, typed):
