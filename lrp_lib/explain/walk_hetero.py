@@ -154,7 +154,7 @@ class HeteroWalkModel(WalkModel):
         check_hetero_inputs(x, edge_index)
         if not x:
             raise ValueError("x is an empty dict: give the features of at least one node type")
-        composite = composite_of(rule)
+        composite = composite_of(rule, model)
         self.layout = layout = HeteroLayout(x, edge_index)
         self.node_types, self.offset, self.count = layout.types, layout.offset, layout.count
         self.num_nodes = layout.num_nodes

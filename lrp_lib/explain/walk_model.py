@@ -35,18 +35,26 @@ def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float
     return [Epsilon(0.0) if g == 0 else Gamma(float(g), eps) for g in gammas]
 
 
-def composite_of(rule) -> Composite:
-    if isinstance(rule, (list, tuple)):
-        if len(rule) == 0:
-            raise ValueError("rule is an empty list: give one rule, or one rule per message-passing layer")
-        rules = []
-        for i, r in enumerate(rule):
-            try:
-                rules.append(get_rule(r))
-            except (ValueError, TypeError) as e:
-                raise type(e)(f"rule[{i}]: {e}") from None
-        return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
-    return get_composite(rule)
+def composite_of(rule, model: nn.Module | None = None) -> Composite:
+    """The Composite of ``rule``; a list: one rule per (outermost) message-passing module of ``model``
+    (``to_hetero`` and ``HeteroConv`` have one per edge type and layer), in the order of its modules."""
+    if not isinstance(rule, (list, tuple)):
+        return get_composite(rule)
+    if len(rule) == 0:
+        raise ValueError("rule is an empty list: give one rule, or one rule per message-passing layer")
+    rules = []
+    for i, r in enumerate(rule):
+        try:
+            rules.append(get_rule(r))
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"rule[{i}]: {e}") from None
+    if model is not None:
+        names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+        layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
+        if len(rule) != len(layers):
+            raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
+                             f"model has {len(layers)} message-passing module(s): give one rule per module")
+    return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
 
 
 def _check_index(index, n: int) -> int:
@@ -111,13 +119,7 @@ class WalkModel:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         x = check_node_features(x, "x")
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
-        composite = composite_of(rule)
-        if isinstance(rule, (list, tuple)):
-            names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
-            layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
-            if len(rule) != len(layers):
-                raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
-                                 f"model has {len(layers)} message-passing module(s): give one rule per module")
+        composite = composite_of(rule, model)
         self.num_nodes = x.shape[0]
         self.edge_index = edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)

@@ -349,3 +349,5 @@ def test_bad_input_names_the_argument():
         HeteroWalkModel(model, X, EI, Epsilon(0.0), index=("b", 1))
     with pytest.raises(ValueError, match="edge types must be"):
         HeteroWalkModel(model, X, {("a", "to", "c"): EI[("a", "to", "b")]}, Epsilon(0.0), index=1)
+    with pytest.raises(ValueError, match="one per message-passing module"):
+        HeteroWalkModel(model, X, EI, [Epsilon(0.0)] * 2, index=1)   # to_hetero: 3 edge types x 2 layers
