@@ -276,7 +276,8 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
     never added), as ``best_fo[fs] = nb_nodes - i`` in their code.  Each step is one batched
     masked backward over its candidates (two with :math:`\alpha > 0`).
 
-    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)``.
+    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global
+    node ids, :class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
     """
     alpha = check_alpha(alpha)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)

@@ -22,7 +22,7 @@ from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.walks import (HeteroWalkModel, WalksUndefinedError, all_walks, subgraph_relevance, top_walks,
-                                   walk_relevance)
+                                   walk_relevance, walk_scores)
 
 HID = 3
 X = {"a": torch.randn(5, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64),
@@ -286,6 +286,26 @@ def test_top_walks_are_the_brute_force_top(kind, level, index, signed):
     torch.testing.assert_close(rel, want, rtol=0, atol=1e-9)
     for w, r in zip(walks, rel):
         assert ref.walk(w) == pytest.approx(float(r), abs=1e-9)
+
+
+def test_walk_scores_are_per_node_type_and_edge_type():
+    model = make("to_hetero", "graph")
+    walks, rel = top_walks(model, X, EI, 8, Epsilon(0.0), signed=True)
+    node, edge = walk_scores(model, X, EI, 8, Epsilon(0.0), signed=True)
+    want_node = {t: torch.zeros(X[t].shape[0], dtype=torch.float64) for t in TYPES}
+    want_edge = {et: torch.zeros(ei.shape[1], dtype=torch.float64) for et, ei in EI.items()}
+    for w, r in zip(walks, rel.tolist()):
+        for t, j in w:
+            want_node[t][j] += r
+        for (s, j), (d, k) in zip(w, w[1:]):
+            for et, ei in EI.items():
+                hit = (ei[0] == j) & (ei[1] == k) if (et[0], et[2]) == (s, d) else torch.zeros(ei.shape[1], dtype=bool)
+                want_edge[et][hit] += r / max(int(hit.sum()), 1)
+    for t in TYPES:
+        torch.testing.assert_close(node[t], want_node[t], rtol=0, atol=1e-12)
+    for et in EI:
+        torch.testing.assert_close(edge[et], want_edge[et], rtol=0, atol=1e-12)
+    assert any(float(v.abs().sum()) > 0 for v in edge.values())
 
 
 # ---------------------------------------------------------------- refusals and bad input
