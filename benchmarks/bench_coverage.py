@@ -70,7 +70,7 @@ import torch_geometric.nn.conv as pyg_conv
 import torch_geometric.nn.models as pyg_models
 
 from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
-from lrp_lib.explain.walks import WalkModel, all_walks
+from lrp_lib.explain.walks import HeteroWalkModel, WalkModel, all_walks
 from lrp_lib.core.rules import Epsilon
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -304,7 +304,7 @@ def check(model: nn.Module, inputs: dict, level: str, algorithm=None, index: int
         return row
     found = None if hetero else _edge_attr_relevance(explanation, ea, known)
     rel = [m.detach().to(torch.float64) for m in node_rel]
-    row["_node_relevance"] = None if hetero else rel[0]  # for check_walks; not written
+    row["_node_relevance"] = dict(zip(sorted(inputs["x"]), rel)) if hetero else rel[0]  # for check_walks; not written
     if found is not None:
         row["edge_attr_relevance"] = found[0]
         rel.append(found[1].detach().to(torch.float64))
@@ -383,26 +383,29 @@ def check_walks(model: nn.Module, inputs: dict, level: str, node_relevance: Tens
     by a norm's batch statistics, gives a graph alone other values than in the batch), or of the whole
     batch (its first graph's rows are compared: valid where the graphs do not interact).  A refusal of the walks (``WalksUndefinedError``, a ValueError: relevance moves
     between nodes outside message passing, or a layer propagates over another node set) is "refused".
-    Returns
-    ``walks`` (ok / refused / wrong / crash, or n/a for a heterogeneous graph), ``walks_reason``,
+    A heterogeneous graph: walks of typed nodes (:mod:`lrp_lib.explain.walk_hetero`), summed by start
+    node per node type against ``node_relevance``, a dict node type -> relevance.  Returns
+    ``walks`` (ok / refused / wrong / crash), ``walks_reason``,
     ``walks_count`` (the number of walks) and ``walks_error`` (the largest difference, relative to
     max(1, |the explained output|))."""
     out = dict(walks=None, walks_reason="", walks_count=None, walks_error=None)
-    if isinstance(inputs["x"], dict):
-        out.update(walks="n/a", walks_reason="heterogeneous graph: a walk follows one edge_index")
-        return out
-    n = inputs["x"].shape[0]
+    hetero = isinstance(inputs["x"], dict)
+    if hetero:
+        types = list(inputs["x"])
+        node_relevance = torch.cat([node_relevance[k].sum(-1) for k in types])
+        node_relevance = node_relevance.unsqueeze(-1)
+    n = node_relevance.shape[0] if hetero else inputs["x"].shape[0]
     nodes = torch.ones(n, dtype=torch.bool)
-    if level == "graph" and inputs.get("batch") is not None:
+    if level == "graph" and inputs.get("batch") is not None and not hetero:
         inputs, nodes = _first_graph(inputs), inputs["batch"] == 0
         if node_relevance.shape[0] != n:  # already the first graph's own
             nodes = torch.ones(node_relevance.shape[0], dtype=torch.bool)
-    kwargs = _kwargs(inputs)
+    kwargs = {} if hetero else _kwargs(inputs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            wm = WalkModel(model, inputs["x"], inputs["edge_index"], Epsilon(0.0),
-                           index=None if level == "graph" else index, **kwargs)
+            wm = (HeteroWalkModel if hetero else WalkModel)(model, inputs["x"], inputs["edge_index"], Epsilon(0.0),
+                                                            index=None if level == "graph" else index, **kwargs)
             walks = all_walks(wm)
             rel = wm.walk_relevance(walks).detach().to(torch.float64)
             y = float(model(inputs["x"], inputs["edge_index"], **kwargs)[0 if level == "graph" else index].sum())
@@ -412,7 +415,8 @@ def check_walks(model: nn.Module, inputs: dict, level: str, node_relevance: Tens
     except Exception as e:  # noqa: BLE001 - any other exception is the library's failure
         out.update(walks="crash", walks_reason=_first_line(e))
         return out
-    marginal = torch.zeros(inputs["x"].shape[0], dtype=torch.float64).index_add_(0, walks[:, 0], rel)
+    size = n if hetero else inputs["x"].shape[0]  # graph level: the first graph's nodes
+    marginal = torch.zeros(size, dtype=torch.float64).index_add_(0, walks[:, 0], rel)
     err = float((marginal - node_relevance.sum(-1)[nodes]).abs().max()) / max(1.0, abs(y))
     out.update(walks="ok" if err <= TOL else "wrong", walks_count=int(walks.shape[0]), walks_error=_sci(err))
     if err > TOL:

@@ -219,10 +219,11 @@ display(
 # enumerated, each gets its relevance, and the walks are summed by their start node; the sums must
 # equal `LRPExplainer`'s node relevance within {glue:text}`tol` (relative). At the graph level the
 # walks explain the batch's first graph on its own, beside `LRPExplainer`'s explanation of that
-# graph alone. Of the {glue:text}`walks_checked` ok explanations
-# of homogeneous graphs, the walks of {glue:text}`walks_ok` agree, {glue:text}`walks_refused` are
-# refused, {glue:text}`walks_wrong` are wrong and {glue:text}`walks_crash` crash; heterogeneous
-# graphs have no walks here (a walk follows one `edge_index`). A walk is refused where it is not
+# graph alone. On a heterogeneous graph a walk is a sequence of typed nodes, each step along an edge
+# of one edge type (the relations of one layer make one step), and the sums are compared per node
+# type. Of the {glue:text}`walks_checked` ok explanations, the walks of {glue:text}`walks_ok` agree,
+# {glue:text}`walks_refused` are refused, {glue:text}`walks_wrong` are wrong and
+# {glue:text}`walks_crash` crash. A walk is refused where it is not
 # defined: where relevance moves between nodes outside message passing (a normalisation over all the
 # nodes of a graph, attention over all nodes after the last layer of a node-level model), or where a
 # layer passes messages into another node set (pooling, a readout node). The reason names the layer.

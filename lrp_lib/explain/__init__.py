@@ -27,7 +27,8 @@
 * :mod:`~lrp_lib.explain.walks`: relevant walks and subgraphs (GNN-LRP, sGNN-LRP), on
   :mod:`~lrp_lib.explain.walk_model` (``WalkModel``), :mod:`~lrp_lib.explain.walk_graph` (the cut
   relevance graph), :mod:`~lrp_lib.explain.walk_algebra` (its per-node and per-edge pieces) and
-  :mod:`~lrp_lib.explain.walk_search` (the searches), refusing with
+  :mod:`~lrp_lib.explain.walk_search` (the searches), :mod:`~lrp_lib.explain.walk_hetero`
+  (heterogeneous graphs: typed walks), refusing with
   :mod:`~lrp_lib.explain.walk_defined` where walks are not defined;
 * :mod:`~lrp_lib.explain.jobs`: a whole data set explained to Parquet, one batch at a time by
   :mod:`~lrp_lib.explain.job_batches`, with its files in :mod:`~lrp_lib.explain.job_store`.
@@ -38,7 +39,7 @@ import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
             "targets", "propagate", "accounting", "subgraphs", "explainer", "masks", "walks", "walk_model", "walk_graph",
-            "walk_algebra", "walk_defined", "walk_search", "jobs",
+            "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
             "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass")
 
 

@@ -66,6 +66,15 @@ def _rows(g: Tensor, dim: int, batched: bool) -> Tensor:
     return g.reshape(*g.shape[:2], -1) if batched else g.reshape(g.shape[0], -1)
 
 
+def _global(r: Tensor, c, n: int, dim: int = 0) -> Tensor:
+    """Per-row values ``r`` of cut ``c`` (rows along ``dim``) placed at their global node ids (n
+    along ``dim``): a heterogeneous cut holds one node type's rows (its offset and count)."""
+    if c.count is None:
+        return r
+    out = r.new_zeros(*r.shape[:dim], n, *r.shape[dim + 1:])
+    return out.index_copy_(dim, torch.arange(c.offset, c.offset + c.count, device=r.device), r)
+
+
 def _label(graph, c) -> str:
     names = graph.names
     if c is None:
@@ -87,7 +96,8 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
     passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walk_graph.WalkGraph`;
     ``start``: the output's relevance; ``index``: the explained node (node level) or None."""
     cuts, n = graph.cuts, num_nodes
-    dims = [None if c.kind == "attr" else node_dim_of(c.leaf, n, c.node_dim) for c in cuts]
+    dims = [None if c.kind == "attr" else node_dim_of(c.leaf, n if c.count is None else c.count, c.node_dim)
+            for c in cuts]
     tol = float(torch.finfo(start.dtype).eps) ** 0.5 if start.is_floating_point() else 1e-6
     gen = torch.Generator().manual_seed(0)
     # the head: for a node-level output the relevance must stay on the explained node's row
@@ -97,6 +107,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
             if gr is None or dims[m] is None:
                 continue
             rows = _rows(gr.detach(), dims[m], False).abs().sum(1)
+            rows = _global(rows, cuts[m], n)
             off = float(rows.sum() - rows[index])
             if off > tol * max(float(rows.sum()), float(rows.max()), 1e-300):
                 raise WalksUndefinedError(
@@ -117,14 +128,17 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
         G = torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         w = torch.rand(n, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         shape = [1] * src.dim()
-        shape[dims[i]] = n
+        own = w if c.count is None else w[c.offset:c.offset + c.count]
+        shape[dims[i]] = own.numel()
         targets = [cuts[m].leaf for m in range(i)]
-        both = graph.grad(src, targets, torch.stack([G, G * w.view(shape)]), True)
+        both = graph.grad(src, targets, torch.stack([G, G * own.view(shape)]), True)
         for m, gr in enumerate(both):
             if gr is None or dims[m] is None:
                 continue
-            r = _rows(gr.detach(), dims[m], True)        # (2, N, rest)
-            moved = _moved(r[0] * w.view(-1, 1), r[1])
+            r = _rows(gr.detach(), dims[m], True)        # (2, rows, rest)
+            cm = cuts[m]
+            wm = w if cm.count is None else w[cm.offset:cm.offset + cm.count]
+            moved = _moved(r[0] * wm.view(-1, 1), r[1])
             if moved > tol:
                 raise WalksUndefinedError(
                     f"walks are not defined for this model: between message-passing steps, the relevance of "
@@ -146,14 +160,15 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
     allowed[colour[receivers], senders] = True
     shape = [1] * (src.dim() + 1)
-    shape[0], shape[1 + dim] = classes, n
-    pick = (colour.unsqueeze(0) == torch.arange(classes, device=src.device).unsqueeze(1)).to(src.dtype)
+    own = colour if c.count is None else colour[c.offset:c.offset + c.count]
+    shape[0], shape[1 + dim] = classes, own.numel()
+    pick = (own.unsqueeze(0) == torch.arange(classes, device=src.device).unsqueeze(1)).to(src.dtype)
     G = (torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5).unsqueeze(0) * pick.view(shape)
     got = graph.grad(src, [cuts[m].leaf for m in range(i)], G, True)
     for m, gr in enumerate(got):
         if gr is None or dims[m] is None:
             continue
-        mag = _rows(gr.detach(), dims[m], True).abs().sum(-1)          # (classes, N)
+        mag = _global(_rows(gr.detach(), dims[m], True).abs().sum(-1), cuts[m], n, 1)   # (classes, N)
         scale = float(mag.max())
         bad = (mag > tol * scale) & ~allowed
         if scale > 0 and bool(bad.any()):

@@ -29,6 +29,11 @@ than the input graph's (pooling: raised while recording).  A cut's node dimensio
 ``node_dim`` (ARMAConv propagates (K, N, C) stacks); the module gets a copy of each cut leaf, so
 that it may change it in place (GCN2Conv).
 
+Heterogeneous graphs (:mod:`lrp_lib.explain.walk_hetero`, a ``layout``): the nodes of all types
+get global ids, each cut holds the rows of one node type (``offset``, ``count``), its time is one
+more than the latest cut its propagate reads (the propagates of one layer's relations share a time)
+and the masks are (B, total nodes), sliced per cut.
+
 Batching: the backward of one cut runs for a batch of relevance tensors at once
 (``torch.autograd.grad(..., is_grads_batched=True)``).  During those backwards the mode's account
 of absorbed relevance is paused (it is read once, from the plain backward).
@@ -122,6 +127,8 @@ class Cut:
     kind: str                     # "x", "module" (a message-passing module's input), "input" (I_t),
                                   # "output" (O_t), "attr" (edge_attr: no rows)
     node_dim: int = 0             # the dimension of leaf that indexes nodes (a MessagePassing's node_dim)
+    offset: int = 0               # heterogeneous: the global id of its first row (its node type's offset)
+    count: int | None = None      # heterogeneous: its number of rows (its node type's nodes); None: all nodes
 
 
 @dataclass
@@ -141,22 +148,27 @@ class WalkGraph:
     mode: RelevanceMode
     cuts: list = field(default_factory=list)
     steps: list = field(default_factory=list)     # per layer: the (2, E_t) edge_index of its propagate
+    times: list = field(default_factory=list)     # per layer: the time of its output (1..L)
     names: list = field(default_factory=list)     # per layer: the module's name
     messages: list = field(default_factory=list)  # per layer: what its message read and returned (Message)
     output: Tensor | None = None
+    num_nodes: int = 0
+    layout: object = None                         # heterogeneous: the node types' global ids (walk_hetero)
 
     @property
     def depth(self) -> int:
-        return len(self.steps)
+        return max(self.times, default=0)
 
     # ------------------------------------------------------------ recording
     @classmethod
-    def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int) -> "WalkGraph":
+    def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int, layout=None) -> "WalkGraph":
         """Run ``call()`` inside a RelevanceMode with the cuts; ``inputs``: name -> leaf to mark
-        (``"x"`` the node features, others edge features without rows)."""
+        (``"x"`` the node features, others edge features without rows).  ``layout`` (heterogeneous
+        graphs, :class:`~lrp_lib.explain.walk_hetero.HeteroLayout`): inputs named ``("x", node type)``,
+        each cut's time and node type found from the cuts it depends on, steps in global node ids."""
         mode = RelevanceMode(composite, model)
         mode.tally = _PausableTally()
-        graph = cls(mode)
+        graph = cls(mode, num_nodes=num_nodes, layout=layout)
         names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         handles, active = [], []
 
@@ -166,27 +178,33 @@ class WalkGraph:
                 active.append(None)
                 return None
             node_args = {a[:-2] for a in module._user_args if a.endswith(("_i", "_j"))}
-            new, cut_any = dict(kwargs), False
-            layer = graph.depth + 1
+            new = dict(kwargs)
+            layer = len(graph.steps) + 1
             message = Message(flow=getattr(module, "flow", "source_to_target"))
-            for key in node_args & set(kwargs):
-                value = kwargs[key]
-                parts = value if isinstance(value, (tuple, list)) else (value,)
-                out = []
-                for part, p in enumerate(parts):
-                    if isinstance(p, Tensor) and mode.is_marked(p):
-                        dim = _check_nodes(p, module, num_nodes, names, f"its argument {key!r}")
-                        leaf = mode.mark(p.detach().requires_grad_(True))
-                        message.cuts[(key, part if len(parts) > 1 else None)] = len(graph.cuts)
-                        graph.cuts.append(Cut(leaf, p, layer - 1, layer, "input", dim))
-                        out.append(mode.mark(leaf.clone()))  # the module may change it in place
-                        cut_any = True
-                    else:
-                        out.append(p)
-                new[key] = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
-            if not cut_any:
+            marked = [(key, part, p, len(kwargs[key]) if isinstance(kwargs[key], (tuple, list)) else 0)
+                      for key in sorted(node_args & set(kwargs))
+                      for part, p in enumerate(kwargs[key] if isinstance(kwargs[key], (tuple, list)) else (kwargs[key],))
+                      if isinstance(p, Tensor) and mode.is_marked(p)]
+            if not marked:
                 active.append(None)
                 return None
+            place = layout.place_call(module, names, edge_index, marked) if layout is not None else \
+                dict(time=layer, parts=[(None, 0, num_nodes)] * len(marked))
+            leaves = {}
+            for (key, part, p, width), (node_type, offset, count) in zip(marked, place["parts"]):
+                dim = _check_nodes(p, module, count, names, f"its argument {key!r}")
+                leaf = mode.mark(p.detach().requires_grad_(True))
+                message.cuts[(key, part if width > 1 else None)] = len(graph.cuts)
+                graph.cuts.append(Cut(leaf, p, place["time"] - 1, layer, "input", dim,
+                                      *((offset, count) if layout is not None else ())))
+                if layout is not None:
+                    layout.note(leaf, place["time"] - 1, node_type)
+                leaves[(key, part)] = mode.mark(leaf.clone())  # the module may change it in place
+            for key in {k for k, *_ in marked}:
+                value = kwargs[key]
+                parts = value if isinstance(value, (tuple, list)) else (value,)
+                out = [leaves.get((key, i), p) for i, p in enumerate(parts)]
+                new[key] = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
             if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
                 raise UnsupportedModelError(
                     f"walks need each message-passing layer to propagate along a (2, E) edge_index tensor, "
@@ -195,7 +213,8 @@ class WalkGraph:
                     f"as a (2, E) tensor")
             active.append(module)
             graph.messages.append(message)
-            graph.steps.append(edge_index.detach().long())
+            graph.steps.append(place.get("edges", edge_index.detach().long()))
+            graph.times.append(place["time"])
             graph.names.append(names.get(id(module), type(module).__name__))
             return edge_index, size, new
 
@@ -203,9 +222,13 @@ class WalkGraph:
             owner = active.pop()
             if owner is None or owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
                 return None
-            dim = _check_nodes(out, module, num_nodes, names, "its output")
+            node_type, offset, count = layout.calls[-1]["dst"] if layout is not None else (None, 0, num_nodes)
+            dim = _check_nodes(out, module, count, names, "its output")
             leaf = mode.mark(out.detach().requires_grad_(True))
-            graph.cuts.append(Cut(leaf, out, graph.depth, graph.depth, "output", dim))
+            graph.cuts.append(Cut(leaf, out, graph.times[-1], len(graph.steps), "output", dim,
+                                  *((offset, count) if layout is not None else ())))
+            if layout is not None:
+                layout.note(leaf, graph.times[-1], node_type)
             return mode.mark(leaf.clone())  # the module may change it in place (GCN2Conv: x.mul_)
 
         def message_pre(module, args):
@@ -239,9 +262,14 @@ class WalkGraph:
             parts = value if isinstance(value, (tuple, list)) else (value,)
             out, cut_any = [], False
             for p in parts:
-                if isinstance(p, Tensor) and mode.is_marked(p) and p.dim() >= 1 and p.shape[0] == num_nodes:
+                where = layout.place_tensor(p) if layout is not None and isinstance(p, Tensor) \
+                    and mode.is_marked(p) else (len(graph.steps), None, 0, num_nodes)
+                if isinstance(p, Tensor) and mode.is_marked(p) and p.dim() >= 1 and p.shape[0] == where[3]:
                     leaf = mode.mark(p.detach().requires_grad_(True))
-                    graph.cuts.append(Cut(leaf, p, graph.depth, graph.depth + 1, "module"))
+                    graph.cuts.append(Cut(leaf, p, where[0], len(graph.steps) + 1, "module",
+                                          *((0, where[2], where[3]) if layout is not None else ())))
+                    if layout is not None:
+                        layout.note(leaf, where[0], where[1])
                     out.append(mode.mark(leaf.clone()))
                     cut_any = True
                 else:
@@ -269,7 +297,11 @@ class WalkGraph:
             with torch.enable_grad(), mode:
                 for name, leaf in inputs.items():
                     mode.mark(leaf)
-                    graph.cuts.append(Cut(leaf, None, 0, 0, "x" if name == "x" else "attr"))
+                    if isinstance(name, tuple):  # ("x", node type) of a heterogeneous graph
+                        graph.cuts.append(Cut(leaf, None, 0, 0, "x", 0, *layout.rows(name[1])))
+                        layout.note(leaf, 0, name[1])
+                    else:
+                        graph.cuts.append(Cut(leaf, None, 0, 0, "x" if name == "x" else "attr"))
                 out = call()
         finally:
             for h in handles:
@@ -292,7 +324,7 @@ class WalkGraph:
         state: dict[int, Tensor] = {}
         captured = {}
 
-        def land(source: Tensor, grad: Tensor, s: int, leaves: list[int], retain=True):
+        def land(source: Tensor, grad: Tensor, s: int, leaves: list[int], layer: int | None = None):
             nonlocal captured
             tensors = [cuts[i].leaf for i in leaves]
             self.mode.tally.paused = batch is not None
@@ -311,12 +343,17 @@ class WalkGraph:
                         if m is not None:
                             w = m if w is None else w * m
                     if w is not None:
+                        if c.count is not None:
+                            w = w[:, c.offset:c.offset + c.count]
                         shape = [1] * g.dim()
                         shape[0], shape[1 + c.node_dim] = w.shape[0], w.shape[1]
                         g = g * w.view(shape).to(g.dtype)
-                if capture is not None and s == capture and (c.kind == "attr" or
-                                                             (c.kind == "input" and c.layer == capture)):
+                if capture is not None and layer == capture and (c.kind == "attr" or
+                                                                 (c.kind == "input" and c.layer == capture)):
                     part = g.reshape(g.shape[0], g.shape[1], -1).sum(-1)
+                    if c.kind == "input" and c.count is not None:  # a node type's rows, in global ids
+                        part = part.new_zeros(part.shape[0], self.num_nodes).index_copy_(
+                            1, torch.arange(c.offset, c.offset + c.count, device=part.device), part)
                     captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
                 state[i] = g if i not in state else state[i] + g
         order = list(range(len(cuts)))
@@ -326,7 +363,7 @@ class WalkGraph:
             c = cuts[i]
             if c.source is None or i not in state:
                 continue
-            land(c.source, state.pop(i), c.time, order[:i])
+            land(c.source, state.pop(i), c.time, order[:i], c.layer if c.kind == "output" else None)
         return [state.get(i) for i, c in enumerate(cuts) if c.source is None], captured
 
     def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):

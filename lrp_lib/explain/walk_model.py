@@ -15,7 +15,8 @@ from lrp_lib.explain.walk_algebra import NotDecomposable, WalkAlgebra
 from lrp_lib.explain.walk_defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walk_graph import WalkGraph
 
-__all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha"]
+__all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
+           "composite_of", "step_pairs", "check_walks"]
 
 _CHUNK = 1024
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
@@ -34,18 +35,26 @@ def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float
     return [Epsilon(0.0) if g == 0 else Gamma(float(g), eps) for g in gammas]
 
 
-def _composite(rule) -> Composite:
-    if isinstance(rule, (list, tuple)):
-        if len(rule) == 0:
-            raise ValueError("rule is an empty list: give one rule, or one rule per message-passing layer")
-        rules = []
-        for i, r in enumerate(rule):
-            try:
-                rules.append(get_rule(r))
-            except (ValueError, TypeError) as e:
-                raise type(e)(f"rule[{i}]: {e}") from None
-        return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
-    return get_composite(rule)
+def composite_of(rule, model: nn.Module | None = None) -> Composite:
+    """The Composite of ``rule``; a list: one rule per (outermost) message-passing module of ``model``
+    (``to_hetero`` and ``HeteroConv`` have one per edge type and layer), in the order of its modules."""
+    if not isinstance(rule, (list, tuple)):
+        return get_composite(rule)
+    if len(rule) == 0:
+        raise ValueError("rule is an empty list: give one rule, or one rule per message-passing layer")
+    rules = []
+    for i, r in enumerate(rule):
+        try:
+            rules.append(get_rule(r))
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"rule[{i}]: {e}") from None
+    if model is not None:
+        names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+        layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
+        if len(rule) != len(layers):
+            raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
+                             f"model has {len(layers)} message-passing module(s): give one rule per module")
+    return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
 
 
 def _check_index(index, n: int) -> int:
@@ -60,7 +69,7 @@ def _check_index(index, n: int) -> int:
     return index
 
 
-def _start(out, index, target) -> Tensor:
+def explained_start(out, index, target) -> Tensor:
     """The output's relevance: the explained entry (row ``index``, column ``target``) keeps its value."""
     if not isinstance(out, Tensor):
         raise ValueError(f"model must return a tensor, got {type(out).__name__}")
@@ -110,13 +119,7 @@ class WalkModel:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         x = check_node_features(x, "x")
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
-        composite = _composite(rule)
-        if isinstance(rule, (list, tuple)):
-            names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
-            layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
-            if len(rule) != len(layers):
-                raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
-                                 f"model has {len(layers)} message-passing module(s): give one rule per module")
+        composite = composite_of(rule, model)
         self.num_nodes = x.shape[0]
         self.edge_index = edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)
@@ -137,10 +140,10 @@ class WalkModel:
         g.check_depth()
         if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
             raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
-        self.start = _start(g.output, self.index, target)
+        self.start = explained_start(g.output, self.index, target)
         check_walks_defined(g, self.start, self.index, self.num_nodes)
         self.output = self.start.sum()
-        self.steps = [_step_pairs(e, self.num_nodes) for e in g.steps]
+        self.steps = [step_pairs(e, self.num_nodes) for e in g.steps]
         (rel, *attr_rel), _ = g.backward(self.start, lambda u: None, None)
         self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
         self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
@@ -176,6 +179,10 @@ class WalkModel:
         """L, the number of message-passing steps: a walk has L + 1 nodes."""
         return self.graph.depth
 
+    def step_name(self, t: int) -> str:
+        """The module(s) whose propagate makes step t + 1 (0-based t), for messages."""
+        return ", ".join(f"'{n}'" for n, u in zip(self.graph.names, self.graph.times) if u == t + 1)
+
     def _run(self, masks, batch: int, capture: int | None = None):
         (rel, *_), captured = self.graph.backward(self.start, masks, batch, capture)
         if rel is None:
@@ -185,7 +192,7 @@ class WalkModel:
     # ---- queries
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """As :func:`walk_relevance`, on this recorded forward pass."""
-        walks = _check_walks(walks, self)
+        walks = check_walks(walks, self)
         if self._use_algebra(walks.shape[0]):
             return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach() \
                 if walks.numel() else self.x.new_zeros(0)
@@ -271,7 +278,7 @@ class WalkModel:
         return walk_search.greedy(self, size, check_alpha(alpha))
 
 
-def _step_pairs(edges: Tensor, n: int) -> Tensor:
+def step_pairs(edges: Tensor, n: int) -> Tensor:
     """The (2, P) unique steps (j, k) of a propagate call: its edges and every self step, sorted by (k, j)."""
     loops = torch.arange(n, device=edges.device)
     keys = torch.cat([edges[1] * n + edges[0], loops * n + loops])
@@ -279,7 +286,7 @@ def _step_pairs(edges: Tensor, n: int) -> Tensor:
     return torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")])
 
 
-def _check_walks(walks, wm: WalkModel) -> Tensor:
+def check_walks(walks, wm: WalkModel) -> Tensor:
     """walks as long (W, L+1) on the model's device, with errors naming the argument."""
     if not isinstance(walks, Tensor):
         walks = torch.as_tensor(walks)
@@ -306,7 +313,7 @@ def _check_walks(walks, wm: WalkModel) -> Tensor:
             w = int(bad.nonzero()[0, 0])
             j, k = int(walks[w, t]), int(walks[w, t + 1])
             raise ValueError(f"walks[{w}] steps from node {j} to node {k} at step {t + 1} "
-                             f"({wm.graph.names[t]}), which is not an edge of that step (no message {j} -> {k})")
+                             f"({wm.step_name(t)}), which is not an edge of that step (no message {j} -> {k})")
     if wm.index is not None and walks.numel() and bool((walks[:, -1] != wm.index).any()):
         w = int((walks[:, -1] != wm.index).nonzero()[0, 0])
         raise ValueError(f"walks[{w}] ends at node {int(walks[w, -1])}, but the explained node is index={wm.index}: "

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from lrp_lib.explain.walk_hetero import HeteroWalkModel, walk_model
 from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha
 
 __all__ = ["top_walks", "walk_scores", "greedy_subgraph", "GreedySubgraph", "best_walks", "bounded_walks",
@@ -169,9 +170,14 @@ def top_of(wm: WalkModel, k: int, beam: int | None = None, signed: bool = False)
 
 
 def scores_of(wm: WalkModel, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`walk_scores` on a recorded model."""
+    """:func:`walk_scores` on a recorded model (heterogeneous: dicts per node type and edge type)."""
     walks, rel = top_of(wm, k, beam, signed)
-    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
+    node, edge = scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
+    if isinstance(wm, HeteroWalkModel):
+        sizes = [int(v.shape[1]) for v in wm.layout.edge_index.values()]
+        return (dict(zip(wm.node_types, node.split([wm.count[t] for t in wm.node_types]))),
+                dict(zip(wm.edge_types, edge.split(sizes))))
+    return node, edge
 
 
 def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
@@ -199,11 +205,16 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="eps
     walks of a symmetric graph with constant features are; among them the walks with the smallest
     node ids come first, so that the result does not depend on float rounding.
 
+    Heterogeneous graphs (``x``, ``edge_index`` dicts, :mod:`lrp_lib.explain.walk_hetero`): every
+    walk is scored (masked backwards), and the walks are returned typed, a list of
+    ``((type_0, j_0), ..., (type_L, j_L))``.
+
     Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
     (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.
     """
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    return top_of(wm, k, beam, signed)
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    walks, rel = top_of(wm, k, beam, signed)
+    return (wm.typed_walks(walks), rel) if isinstance(wm, HeteroWalkModel) else (walks, rel)
 
 
 def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
@@ -221,9 +232,10 @@ def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="e
     between its :math:`m_e` parallel copies; a self step goes to the edge :math:`(j, j)` if
     ``edge_index`` has one, else to no edge).
 
-    Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype.
+    Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype (heterogeneous: dicts per
+    node type and per edge type).
     """
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return scores_of(wm, k, signed, beam)
 
 
@@ -264,10 +276,11 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
     never added), as ``best_fo[fs] = nb_nodes - i`` in their code.  Each step is one batched
     masked backward over its candidates (two with :math:`\alpha > 0`).
 
-    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)``.
+    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global
+    node ids, :class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
     """
     alpha = check_alpha(alpha)
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return greedy(wm, size, alpha)
 
 

@@ -22,6 +22,12 @@ jumping-knowledge, gated and normalised models.  A step :math:`j \to k` is an ed
 steps (a jumping-knowledge head reading layer 1, an input fed to a later layer) belongs to the walks
 that stay at its node over the skipped steps.
 
+Heterogeneous graphs (``x`` and ``edge_index`` dicts: ``to_hetero``, ``HeteroConv``, ``HANConv``;
+:mod:`lrp_lib.explain.walk_hetero`): a walk is a sequence of typed nodes
+:math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`, each step along an edge of one edge type's
+``edge_index`` that a ``propagate`` of that step passes messages along (the relations of one layer
+are one step) or a self step; same definition and consequences, per node type and edge type.
+
 Consequences (exact, for every rule: the walks partition the backward):
 
 * the walks' relevances sum to the relevance that reaches ``x``; grouped by start node they are
@@ -64,11 +70,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from lrp_lib.explain.walk_hetero import HeteroWalkModel, walk_model
 from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha, gamma_schedule
 from lrp_lib.explain.walk_defined import WalksUndefinedError
 from lrp_lib.explain.walk_search import GreedySubgraph, greedy_subgraph, top_walks, walk_scores
 
-__all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "walk_scores",
+__all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "HeteroWalkModel", "walk_scores",
            "greedy_subgraph", "GreedySubgraph", "gamma_schedule", "WalksUndefinedError"]
 
 
@@ -79,18 +86,21 @@ def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tenso
     Args:
         model: any model :class:`~lrp_lib.explain.explainer.LRPExplainer` explains; eval mode while it runs.
         x, edge_index: the graph; ``**model_kwargs`` (``batch=``, ``edge_weight=``, ``edge_attr=``)
-            go to ``model``.
+            go to ``model``.  Dicts (node type -> features, edge type -> edge_index): a heterogeneous
+            graph (:mod:`lrp_lib.explain.walk_hetero`).
         walks: LongTensor (W, L+1), one walk per row :math:`(j_0, \dots, j_L)`, :math:`L` the number
-            of ``propagate`` calls.  A walk ends anywhere for a graph-level output, at ``index`` for a
-            node-level one.
+            of message-passing steps.  A walk ends anywhere for a graph-level output, at ``index`` for a
+            node-level one.  Heterogeneous: typed walks ``[((type_0, j_0), ..., (type_L, j_L)), ...]``
+            or global ids (:class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
         rule: a rule, a named composite, a Composite, or one rule per message-passing module.
-        index: the explained node of a node-level output (the output's row).
+        index: the explained node of a node-level output (the output's row; heterogeneous: also
+            ``(node type, row)``).
         target: the explained column of the output (class), if it has several.
 
     Returns: (W,) relevance, in x's dtype; all walks (:func:`all_walks`) sum to the relevance that
     reaches ``x``.  Cost: one forward, then one batched backward per 1,024 walks.
     """
-    return WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs).walk_relevance(walks)
+    return walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs).walk_relevance(walks)
 
 
 def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, rule="epsilon", *,
@@ -116,5 +126,5 @@ def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, r
     Returns: a scalar tensor, or (M,) for M sets.
     """
     alpha = check_alpha(alpha)
-    wm = WalkModel(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.subgraph_relevance(nodes, alpha)

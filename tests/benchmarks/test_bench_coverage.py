@@ -232,6 +232,22 @@ def test_walks_of_an_ok_row_are_checked_against_its_node_relevance(level):
     assert wrong["walks"] == "wrong" and "differ from the node relevance" in wrong["walks_reason"]
 
 
+@pytest.mark.parametrize("level", ["graph", "node"])
+def test_walks_of_a_hetero_row_are_checked_per_node_type(level):
+    model, inputs = bc.build_case(SPECS["to_hetero(SAGEConv x2)"], level, False)
+    row = bc.check(model, inputs, level)
+    node_relevance = row.pop("_node_relevance")
+    assert row["status"] == "ok" and sorted(node_relevance) == ["a", "b"]
+    walks = bc.check_walks(model, inputs, level, node_relevance)
+    assert walks["walks"] == "ok" and walks["walks_count"] > 0 and walks["walks_error"] <= bc.TOL
+    # relevance moved from a node of one type to a node of the other is caught
+    moved = {k: v.clone() for k, v in node_relevance.items()}
+    moved["a"][0, 0] += 0.1
+    moved["b"][0, 0] -= 0.1
+    wrong = bc.check_walks(model, inputs, level, moved)
+    assert wrong["walks"] == "wrong" and "differ from the node relevance" in wrong["walks_reason"]
+
+
 def test_first_graph_of_a_batch_keeps_its_rows():
     inputs = bc.graph_inputs()
     first = bc._first_graph(inputs)

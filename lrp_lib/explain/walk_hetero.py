@@ -1,0 +1,333 @@
+r"""GNN-LRP's walks on a heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero``,
+``HeteroConv`` and ``HANConv`` models take them).
+
+A walk is a sequence of typed nodes :math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`: step :math:`t`
+goes along an edge :math:`j_{t-1} \to j_t` of one edge type :math:`(\tau_{t-1}, r, \tau_t)` whose
+``edge_index`` a ``propagate`` of step :math:`t` passes messages along, or stays at its node (a self
+step).  Its relevance is the nested LRP backward that keeps, at every step, only the messages from
+:math:`j_{t-1}` to :math:`j_t` (:mod:`lrp_lib.explain.walks`, the same definition); where several
+edge types join the same two nodes at one step (parallel relations), a walk through them keeps all
+their messages, as a homogeneous walk keeps the messages of parallel edges.
+
+The nodes of all types get one global id each: type :math:`\tau` (in the order of ``x``'s keys)
+holds ids ``offset[τ] .. offset[τ] + count[τ] - 1``.  The model runs once, cut at every
+``propagate`` (:mod:`lrp_lib.explain.walk_graph` with a :class:`HeteroLayout`); the layers of one
+step are the propagates of the relations (``to_hetero`` and ``HeteroConv`` call one module per edge
+type), so a cut's *time* is not its call's rank but found from the cuts it depends on: the
+propagate that reads cuts of time at most :math:`t - 1` is a step :math:`t`, and each cut's rows
+are the nodes of the one node type it depends on.  The queries are the masked backwards of
+:class:`~lrp_lib.explain.walk_model.WalkModel` on the global ids (exact; the per-node algebra of
+homogeneous graphs, with one feature size for all nodes, is not used: ``top_walks`` scores every
+walk).  Consequences, as for homogeneous graphs: the walks summed by start node are
+``LRPExplainer``'s node relevance of each node type; what the messages of step :math:`t` carry
+along :math:`j \to k` of edge type :math:`e` (``LRPExplainer``'s edge relevance of that edge,
+summed over the steps) is the relevance of the walks through that step plus what earlier biases
+keep of it.
+
+Refused (:class:`~lrp_lib.explain.walk_defined.WalksUndefinedError`) where refused on homogeneous
+graphs; a propagate over one tensor holding several node types (``HGTConv`` concatenates them into
+one graph) raises :class:`~lrp_lib.explain.function_mode.UnsupportedModelError`: its walks are
+defined but its rows are not told apart here.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.inputs import check_hetero_inputs
+from lrp_lib.explain.walk_defined import check_walks_defined
+from lrp_lib.explain.walk_graph import WalkGraph
+from lrp_lib.explain.walk_model import WalkModel, check_walks, composite_of, explained_start, step_pairs
+
+__all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
+
+_CHUNK = 1024
+
+
+class HeteroLayout:
+    """The node types' global ids and, while recording, each cut's time and node type."""
+
+    def __init__(self, x: dict, edge_index: dict):
+        self.types = list(x)
+        self.count = {k: int(v.shape[0]) for k, v in x.items()}
+        self.offset, o = {}, 0
+        for k in self.types:
+            self.offset[k], o = o, o + self.count[k]
+        self.num_nodes = o
+        self.edge_index = edge_index
+        self.where: dict[int, tuple] = {}     # id(cut leaf) -> (time, node type)
+        self.calls: list[dict] = []           # per propagate: edge_type, edges (local), src, dst, name
+
+    def rows(self, node_type) -> tuple[int, int]:
+        return self.offset[node_type], self.count[node_type]
+
+    def note(self, leaf: Tensor, time: int, node_type) -> None:
+        self.where[id(leaf)] = (time, node_type)
+
+    def locate(self, t: Tensor) -> set:
+        """The (time, node type) of every cut that ``t`` depends on (autograd, back to the cuts)."""
+        if id(t) in self.where:
+            return {self.where[id(t)]}
+        found, seen, stack = set(), set(), [t.grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is None or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            var = getattr(fn, "variable", None)
+            if var is not None:
+                if id(var) in self.where:
+                    found.add(self.where[id(var)])
+                continue
+            stack.extend(f for f, _ in fn.next_functions)
+        return found
+
+    def place_tensor(self, t: Tensor, name: str = "the model", dim: int = 0) -> tuple:
+        """(time, node type, offset, count) of a tensor with rows (along ``dim``) of one node type: the
+        type it depends on, or of those the one with as many nodes as it has rows (where relevance
+        moves between the types without a message, :mod:`lrp_lib.explain.walk_defined` refuses)."""
+        found = self.locate(t)
+        types = sorted({ty for _, ty in found}, key=str)
+        rows = t.shape[dim] if t.dim() else None
+        if len(types) > 1:
+            types = [ty for ty in types if self.count[ty] == rows]
+        if len(types) != 1:
+            raise UnsupportedModelError(
+                f"walks on a heterogeneous graph: {name} reads a tensor of {rows} rows that depends on the node "
+                f"types {sorted({ty for _, ty in found}, key=str)} (a tensor that concatenates node types, as "
+                f"HGTConv's single graph over all types); each propagate must read one node type per side")
+        return (max(u for u, _ in found), types[0], *self.rows(types[0]))
+
+    def place_call(self, module, names: dict, edge_index, marked: list) -> dict:
+        """Time, per marked argument (node type, offset, count), and the global edges of a propagate."""
+        name = f"'{names.get(id(module), type(module).__name__)}'"
+        if getattr(module, "flow", "source_to_target") != "source_to_target":
+            raise UnsupportedModelError(f"walks on a heterogeneous graph: {name} propagates target_to_source")
+        if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
+            raise UnsupportedModelError(f"walks need each layer to propagate along a (2, E) edge_index tensor; "
+                                        f"{name} propagates along a {type(edge_index).__name__}")
+        node_dim = getattr(module, "node_dim", -2)
+        placed = [self.place_tensor(p, name, node_dim if -p.dim() <= node_dim < p.dim() else 0)
+                  for _, _, p, _ in marked]
+        src = {pl[1] for (_, part, _, size), pl in zip(marked, placed) if size == 0 or part == 0}
+        dst = {pl[1] for (_, part, _, size), pl in zip(marked, placed) if size == 0 or part == 1}
+        given = next((k for k, v in self.edge_index.items() if v is edge_index), None)
+        if given is not None:
+            src, dst = src | {given[0]}, dst | {given[2]}
+        if len(src) != 1 or len(dst) > 1:
+            raise UnsupportedModelError(f"walks on a heterogeneous graph: {name}'s messages read source nodes of "
+                                        f"types {sorted(src, key=str)} and targets of {sorted(dst, key=str)}")
+        s = src.pop()
+        d = dst.pop() if dst else s
+        edges = edge_index.detach().long()
+        if edges.numel() and (int(edges[0].max()) >= self.count[s] or int(edges[1].max()) >= self.count[d]):
+            raise UnsupportedModelError(f"walks on a heterogeneous graph: {name}'s edge_index has ids beyond the "
+                                        f"{self.count[s]} '{s}' (source) or {self.count[d]} '{d}' (target) nodes")
+        self.calls.append(dict(edge_type=given if given is not None else self._edge_type(s, d, edges),
+                               edges=edges, src=(s, *self.rows(s)), dst=(d, *self.rows(d)), name=name))
+        shift = torch.tensor([[self.offset[s]], [self.offset[d]]], device=edges.device)
+        return dict(time=max(pl[0] for pl in placed) + 1, parts=[pl[1:] for pl in placed], edges=edges + shift)
+
+    def _edge_type(self, s, d, edges: Tensor):
+        """The input edge type whose edges this propagate's edges contain (a layer that adds self-loops)."""
+        n = max(self.count[s], self.count[d]) + 1
+        have = set((edges[0] * n + edges[1]).tolist())
+        hits = [k for k, v in self.edge_index.items() if k[0] == s and k[2] == d
+                and set((v[0].long() * n + v[1].long()).tolist()) <= have]
+        return hits[0] if len(hits) == 1 else None
+
+
+class HeteroWalkModel(WalkModel):
+    """:class:`~lrp_lib.explain.walk_model.WalkModel` of a heterogeneous graph (module docstring).
+
+    Walks are LongTensors (W, L+1) of global node ids (``offset[τ] + j``) or lists of typed walks
+    ``[((τ_0, j_0), ..., (τ_L, j_L)), ...]`` (:meth:`global_walks`, :meth:`typed_walks`).  ``index``:
+    the explained node of a node-level output, its row (the output's node type found from the
+    model) or ``(node type, row)``.  :meth:`node_relevance` and :meth:`edge_relevance` are dicts per
+    node and edge type; :meth:`step_relevance` one entry per ``propagate``."""
+
+    def __init__(self, model: nn.Module, x: dict, edge_index: dict, rule="epsilon", *, index=None,
+                 target: int | None = None, **model_kwargs):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        check_hetero_inputs(x, edge_index)
+        if not x:
+            raise ValueError("x is an empty dict: give the features of at least one node type")
+        composite = composite_of(rule, model)
+        self.layout = layout = HeteroLayout(x, edge_index)
+        self.node_types, self.offset, self.count = layout.types, layout.offset, layout.count
+        self.num_nodes = layout.num_nodes
+        self.xs = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
+        self.x = next(iter(self.xs.values()))
+        training = model.training
+        model.eval()
+        try:
+            self.graph = WalkGraph.record(model, composite, {("x", k): v for k, v in self.xs.items()},
+                                          lambda: model(self.xs, edge_index, **model_kwargs), self.num_nodes, layout)
+        finally:
+            model.train(training)
+        g = self.graph
+        g.check_depth()
+        if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
+            raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
+        row, self.index = self._index(index, g.output)
+        self.start = explained_start(g.output, row, target)
+        check_walks_defined(g, self.start, self.index, self.num_nodes)
+        self.output = self.start.sum()
+        n = self.num_nodes
+        self.steps = [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)
+                      for t in range(1, self.depth + 1)]
+        rels, _ = g.backward(self.start, lambda u: None, None)
+        self._node = {k: (r if r is not None else torch.zeros_like(self.xs[k])).detach()
+                      for k, r in zip(self.node_types, rels)}
+        self.edge_attr_relevance = None
+        self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
+        self.total = float(sum(r.sum() for r in self._node.values()))
+        self.edge_types = list(edge_index)
+        self.edge_index = torch.cat([edge_index[k].long() + torch.tensor([[self.offset[k[0]]], [self.offset[k[2]]]])
+                                     for k in self.edge_types], 1) if self.edge_types else torch.zeros(2, 0).long()
+        self._algebra, self.slow_reason = None, "a heterogeneous graph: the queries run masked backwards"
+
+    def _index(self, index, out):
+        if index is None:
+            return None, None
+        if isinstance(index, tuple):
+            if len(index) != 2 or index[0] not in self.count:
+                raise ValueError(f"index must be a row of the output or (node type, row) with a node type of x "
+                                 f"({self.node_types}), got {index!r}")
+            node_type, row = index
+        else:
+            row = index
+            types = sorted({ty for _, ty in self.layout.locate(out)}, key=str) if isinstance(out, Tensor) else []
+            if len(types) != 1:
+                raise ValueError(f"index={index!r}: the output's rows depend on the node types {types}; pass "
+                                 f"index=(node type, row)")
+            node_type = types[0]
+        if isinstance(row, Tensor) and row.numel() == 1 and not row.is_floating_point():
+            row = int(row)
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.count[node_type]:
+            raise ValueError(f"index must be a row of node type {node_type!r} (0..{self.count[node_type] - 1}), "
+                             f"got {row!r}")
+        if isinstance(out, Tensor) and (out.dim() == 0 or out.shape[0] != self.count[node_type]):
+            raise ValueError(f"index={index!r} is a node of type {node_type!r} ({self.count[node_type]} nodes), "
+                             f"but the model's output has shape {tuple(out.shape)}")
+        self.index_type = node_type
+        return row, self.offset[node_type] + row
+
+    def _run(self, masks, batch: int, capture: int | None = None):
+        rels, captured = self.graph.backward(self.start, masks, batch, capture)
+        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) if r is not None else
+                 self.x.new_zeros(batch, self.count[k]) for k, r in zip(self.node_types, rels)]
+        return torch.cat(parts, 1).unsqueeze(-1), captured
+
+    def step_name(self, t: int) -> str:
+        return ", ".join(c["name"] for c, u in zip(self.layout.calls, self.graph.times) if u == t + 1)
+
+    # ---- typed walks
+    def global_walks(self, walks) -> Tensor:
+        """Typed walks (a list of sequences of (node type, row)) as global ids (W, L+1); a tensor as is."""
+        if isinstance(walks, (list, tuple)) and walks and isinstance(walks[0], (list, tuple)) and walks[0] \
+                and isinstance(walks[0][0], (list, tuple)):
+            out = []
+            for w, walk in enumerate(walks):
+                ids = []
+                for t, step in enumerate(walk):
+                    if not isinstance(step, (list, tuple)) or len(step) != 2 or step[0] not in self.count:
+                        raise ValueError(f"walks[{w}][{t}] must be (node type, row) with a node type of x "
+                                         f"({self.node_types}), got {step!r}")
+                    ty, j = step
+                    if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < self.count[ty]:
+                        raise ValueError(f"walks[{w}][{t}] = {step!r}: row must be in 0..{self.count[ty] - 1}")
+                    ids.append(self.offset[ty] + j)
+                out.append(ids)
+            if len({len(i) for i in out}) > 1:
+                raise ValueError("walks must all have the same length (L+1 typed nodes)")
+            return torch.tensor(out, dtype=torch.long, device=self.x.device)
+        return walks
+
+    def typed_walks(self, walks: Tensor) -> list[tuple]:
+        """Global ids (W, L+1) as typed walks: one tuple of (node type, row) per walk."""
+        starts = torch.tensor([self.offset[k] for k in self.node_types])
+        flat = walks.detach().cpu().long()
+        pos = torch.searchsorted(starts, flat, right=True) - 1
+        return [tuple((self.node_types[int(p)], int(j) - int(starts[p])) for p, j in zip(pr, wr))
+                for pr, wr in zip(pos, flat)]
+
+    # ---- queries
+    def walk_relevance(self, walks) -> Tensor:
+        r"""As :meth:`WalkModel.walk_relevance`; walks as global ids or typed (class docstring).  One
+        masked backward per distinct suffix :math:`(j_1, \dots, j_L)`, no mask at time 0: the relevance
+        that reaches row :math:`j_0` of ``x`` is the walk :math:`(j_0, j_1, \dots, j_L)`'s; batches of
+        about 40,000 / N suffixes (a batch's tensors are N rows per suffix)."""
+        walks = check_walks(self.global_walks(walks), self)
+        if walks.numel() == 0:
+            return self.x.new_zeros(0)
+        n, L = self.num_nodes, self.depth
+        suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
+        table = []
+        for chunk in suffix.split(max(16, min(_CHUNK, 40000 // max(n, 1)))):
+            hot = [None] + [torch.nn.functional.one_hot(chunk[:, u - 1], n) for u in range(1, L + 1)]
+            rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
+            table.append(rel[..., 0])
+        return torch.cat(table)[inverse, walks[:, 0]]
+
+    def node_relevance(self) -> dict:
+        """{node type: (count,)} the walks' relevance summed by start node: ``LRPExplainer``'s node
+        relevance of each node type."""
+        return {k: r.sum(-1) for k, r in self._node.items()}
+
+    def step_relevance(self) -> list[dict]:
+        """Per ``propagate`` call: ``edge_type`` (None where not one of the input's), ``time`` (its step
+        t), ``module``, ``pairs`` (P, 2) its edges' (source row, target row) in their types' rows;
+        ``walks`` (P,) the summed relevance of the walks whose step t is j -> k (all relations of step
+        t between the two nodes); ``carried`` (P,) what this call's messages j -> k bring to j's row of
+        its input (``LRPExplainer``'s edge relevance of j -> k at that step): ``walks`` plus what the
+        earlier biases keep of it, where no other relation of the step joins j and k and j != k."""
+        out, n = [], self.num_nodes
+        for c, (call, e, t) in enumerate(zip(self.layout.calls, self.graph.steps, self.graph.times)):
+            keys = torch.unique(e[1] * n + e[0], sorted=True)
+            pairs = torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")], 1)
+            walks, carried = [], []
+            for chunk in pairs.split(_CHUNK):
+                a = torch.nn.functional.one_hot(chunk[:, 0], n)
+                b = torch.nn.functional.one_hot(chunk[:, 1], n)
+                rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], c + 1)
+                walks.append(rel.sum((1, 2)))
+                inp = cap.get("input")
+                carried.append(inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else
+                               rel.new_zeros(chunk.shape[0]))
+            local = pairs - torch.tensor([call["src"][1], call["dst"][1]], device=pairs.device)
+            out.append(dict(edge_type=call["edge_type"], time=t, module=call["name"], pairs=local,
+                            walks=torch.cat(walks) if walks else self.x.new_zeros(0),
+                            carried=torch.cat(carried) if carried else self.x.new_zeros(0)))
+        return out
+
+    def edge_relevance(self, part: str = "carried") -> dict:
+        """{edge type: (E,)}: per input edge, ``part`` of :meth:`step_relevance` (``"carried"``: what its
+        messages carry, ``LRPExplainer``'s edge relevance; ``"walks"``: the walks through it) summed
+        over the steps, split evenly between parallel copies of an edge."""
+        if part not in ("carried", "walks"):
+            raise ValueError(f"part must be 'carried' or 'walks', got {part!r}")
+        out = {k: self.x.new_zeros(v.shape[1]) for k, v in self.layout.edge_index.items()}
+        for s in self.step_relevance():
+            if s["edge_type"] is None:
+                continue
+            ref = self.layout.edge_index[s["edge_type"]].long().to(s["pairs"].device)
+            m = int(max(int(ref.max()) if ref.numel() else 0, int(s["pairs"].max()) if s["pairs"].numel() else 0)) + 1
+            keys = ref[0] * m + ref[1]
+            uniq, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+            copies = torch.bincount(inverse, minlength=uniq.numel()).to(self.x.dtype)
+            q = s["pairs"][:, 0] * m + s["pairs"][:, 1]
+            pos = torch.searchsorted(uniq, q).clamp(max=max(uniq.numel() - 1, 0))
+            found = uniq[pos] == q if uniq.numel() else torch.zeros_like(q, dtype=torch.bool)
+            per = self.x.new_zeros(uniq.numel()).index_add_(0, pos[found], s[part][found])
+            out[s["edge_type"]] += (per / copies)[inverse]
+        return out
+
+
+def walk_model(model: nn.Module, x, edge_index, rule="epsilon", **kwargs) -> WalkModel:
+    """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel`."""
+    if isinstance(x, dict):
+        return HeteroWalkModel(model, x, edge_index, rule, **kwargs)
+    return WalkModel(model, x, edge_index, rule, **kwargs)
