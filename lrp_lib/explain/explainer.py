@@ -357,7 +357,9 @@ class LRPExplainer(ExplainerAlgorithm):
             (id(self.composite), self.fast, edges, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
             enabled=self.replay and not self.recompute)
         out, start, grads, head = propagate(model, mode, recorder, inputs, None, target, index, self.model_config,
-                                            self.explained, retain_graph=node_group is not None, out=out)
+                                            self.explained, retain_graph=node_group is not None, out=out,
+                                            replayed=replayed)
+        replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
         if not bool(torch.isfinite(node_rel).all()):
             raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "

@@ -45,7 +45,7 @@ from lrp_lib.explain.propagate import forward_in_mode
 from lrp_lib.explain.record import (LITERALS, PLAIN_STEP, PROPAGATE_STEP, NotReplayable, Plan, RecordingEdgeRecorder,
                                     RecordingMode, Stale, model_state, resolve, same_value)
 
-__all__ = ["ReplayMode", "replay", "signature", "plans_of", "forward", "Plan", "Stale", "NotReplayable"]
+__all__ = ["ReplayMode", "replay", "signature", "plans_of", "forward", "keep", "MAX_PLANS", "Plan", "Stale", "NotReplayable"]
 
 
 class ReplayMode(RelevanceMode):
@@ -154,8 +154,14 @@ def signature(inputs: list, kwargs: dict, options: tuple) -> tuple:
             options)
 
 
+#: The most plans kept per model (the least recently recorded is dropped first): subgraphs of many
+#: sizes (``per_index=True``) would otherwise each keep one.
+MAX_PLANS = 16
+
+
 def plans_of(model: nn.Module) -> dict:
-    """The plans recorded for ``model`` (signature -> :class:`Plan`), kept as long as the model lives."""
+    """The plans recorded for ``model`` (signature -> :class:`Plan`), kept as long as the model lives,
+    at most :data:`MAX_PLANS`."""
     with _lock:
         plans = _plans.get(model)
         if plans is None:
@@ -196,10 +202,24 @@ def forward(model: nn.Module, make, model_inputs: list, marked: list, kwargs: di
         if mode.failure is not None:
             raise NotReplayable(mode.failure)
         plan.finish(out, mode, model)
-        with _lock:
-            plans[key] = plan
+        mode.pending = (plans, key, plan)
     except NotReplayable as e:
         reason = f"not replayable: {e}"
     return mode, recorder, out, False, reason
+
+
+def keep(mode) -> None:
+    """Keep the plan that ``mode`` recorded (if any), for the later calls of its signature: called once
+    the explanation passed every check (a plan is replayed without :func:`~lrp_lib.explain.graph_check.
+    check_relevance_graph`, which its recording passed)."""
+    pending = getattr(mode, "pending", None)
+    if pending is not None:
+        plans, key, plan = pending
+        with _lock:
+            plans.pop(key, None)
+            plans[key] = plan
+            while len(plans) > MAX_PLANS:
+                del plans[next(iter(plans))]
+        mode.pending = None
 
 

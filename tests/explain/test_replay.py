@@ -213,6 +213,19 @@ def test_plans_do_not_keep_the_model_alive():
     assert alive() is None
 
 
+def test_plans_per_model_are_bounded():
+    m = model()
+    fast, slow = explainers(m, edges=False)
+    for n in range(3, 5 + replay.MAX_PLANS):
+        x, ei = graph(n=n, e=2 * n)
+        fast(x, ei, index=0)
+    plans = replay.plans_of(m)
+    assert len(plans) == replay.MAX_PLANS
+    got = fast(x * 2, ei, index=0)  # the latest signature is kept
+    assert got.replayed
+    assert_same(got, slow(x * 2, ei, index=0))
+
+
 def test_threads_replay_the_same_plan():
     m = model(GATConv)
     fast, slow = explainers(m)
