@@ -137,7 +137,9 @@ class LRPExplainer(ExplainerAlgorithm):
             recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
             same relevance; ``replayed`` and ``replay_reason`` on the explanation say whether it was
             replayed and why not (recorded, a guard that failed, a model that cannot be replayed).
-            Off by default; not with ``recompute=True``.
+            On by default (every case of the coverage zoo replays to the mode's values,
+            ``tests/explain/test_replay.py``); not with ``recompute=True`` or ``fast=False``, nor for a
+            model with hooks (a replay would not run them).
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -190,7 +192,7 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = False):
+                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True):
         super().__init__()
         if not isinstance(replay, bool):
             raise TypeError(f"replay must be True or False, got {replay!r}")
@@ -355,7 +357,7 @@ class LRPExplainer(ExplainerAlgorithm):
             model, make, [leaf, edge_index, *tensors.values()], inputs,
             {k: v for k, v in kwargs.items() if k not in tensors},
             (id(self.composite), self.fast, edges, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
-            enabled=self.replay and not self.recompute)
+            enabled=self.replay and self.fast and not self.recompute)
         out, start, grads, head = propagate(model, mode, recorder, inputs, None, target, index, self.model_config,
                                             self.explained, retain_graph=node_group is not None, out=out,
                                             replayed=replayed)

@@ -38,6 +38,7 @@ import weakref
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
 
 from lrp_lib.explain.edges import EdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode
@@ -159,6 +160,27 @@ def signature(inputs: list, kwargs: dict, options: tuple) -> tuple:
 MAX_PLANS = 16
 
 
+_OWN_HOOKS = "lrp_lib.explain.edges"  # the message hooks of edge relevance: steps of the plan
+
+
+def hooked(model: nn.Module) -> str | None:
+    """Which hooks of ``model`` (or global module hooks) would run Python in its forward, or None."""
+    torch_module = torch.nn.modules.module
+    if any(getattr(torch_module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                                           "_global_backward_hooks",
+                                                           "_global_backward_pre_hooks")):
+        return "global module hooks are registered"
+    for name, m in model.named_modules():
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return f"module '{name or type(m).__name__}' has hooks"
+        if isinstance(m, MessagePassing):
+            for attr, hooks in vars(m).items():
+                if "forward" in attr and isinstance(hooks, dict) and any(
+                        getattr(h, "__module__", None) != _OWN_HOOKS for h in hooks.values()):
+                    return f"module '{name or type(m).__name__}' has {attr.strip('_')}"
+    return None
+
+
 def plans_of(model: nn.Module) -> dict:
     """The plans recorded for ``model`` (signature -> :class:`Plan`), kept as long as the model lives,
     at most :data:`MAX_PLANS`."""
@@ -179,6 +201,9 @@ def forward(model: nn.Module, make, model_inputs: list, marked: list, kwargs: di
         mode, recorder = make(RelevanceMode, EdgeRecorder)
         return mode, recorder, forward_in_mode(model, mode, recorder, marked, call), False, "replay=False"
     try:
+        hooks = hooked(model)
+        if hooks:
+            raise NotReplayable(f"{hooks} (a replay would not run them)")
         key = signature(model_inputs, kwargs, options)
     except NotReplayable as e:
         mode, recorder = make(RelevanceMode, EdgeRecorder)

@@ -246,6 +246,22 @@ def test_threads_replay_the_same_plan():
         assert_same(got, slow(inputs[k], ei, index=2))
 
 
+def test_a_model_with_hooks_is_not_replayed():
+    """A replay runs no Python of the model: a model whose modules have hooks is explained by the mode."""
+    m = model()
+    fast, slow = explainers(m, edges=False)
+    x, ei = graph()
+    seen = []
+    handle = m.lin.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    for _ in range(2):
+        got = fast(x, ei, index=0)
+        assert not got.replayed and "hooks" in got.replay_reason
+    assert len(seen) == 4  # PyG's prediction pass and the explanation, twice
+    handle.remove()
+    fast(x, ei, index=0)
+    assert fast(x, ei, index=0).replayed
+
+
 def test_replay_must_be_a_bool():
     with pytest.raises(TypeError, match="replay"):
         LRPExplainer(replay="yes")
