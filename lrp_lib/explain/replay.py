@@ -215,8 +215,9 @@ def forward(model: nn.Module, make, model_inputs: list, marked: list, kwargs: di
         mode, recorder = make(ReplayMode, EdgeRecorder)
         try:
             return mode, recorder, replay(plan, model, mode, recorder, model_inputs, marked, reuse), True, "replayed"
-        except Stale as e:
-            reason = f"the plan did not hold ({e}): recorded again"
+        except Exception as e:  # noqa: BLE001 - a guard (Stale), or a step that failed: the mode decides
+            reason = f"the plan did not hold ({e}): recorded again" if isinstance(e, Stale) else \
+                f"the replay failed ({type(e).__name__}: {e}): recorded again"
             with _lock:
                 if plans.get(key) is plan:
                     del plans[key]

@@ -201,6 +201,23 @@ def test_a_wrong_plan_is_caught():
     assert got.replayed and not torch.equal(got.node_relevance, want.node_relevance)
 
 
+def test_a_step_that_fails_falls_back_to_the_mode():
+    m = model()
+    fast, slow = explainers(m)
+    x, ei = graph()
+    fast(x, ei, index=3)
+    plan = next(iter(replay.plans_of(m).values()))
+    i = next(i for i, s in enumerate(plan.steps) if getattr(s[1], "__name__", "") == "relu")
+
+    def relu(t, inplace=False):
+        raise RuntimeError("a step that cannot run")
+    tamper(plan, i, (plan.steps[i][0], relu, *plan.steps[i][2:]))
+    got = fast(x, ei, index=3)
+    assert not got.replayed and "replay failed (RuntimeError: a step that cannot run)" in got.replay_reason
+    assert_same(got, slow(x, ei, index=3))
+    assert fast(x, ei, index=3).replayed  # recorded again
+
+
 def test_plans_do_not_keep_the_model_alive():
     m = model()
     fast, _ = explainers(m, edges=False)
