@@ -17,7 +17,13 @@ same round):
 * ``mode_forward_backward``: that forward and the relevance backward, nothing else;
 * ``lrp_algorithm``: ``LRPExplainer`` called directly (the checks, accounts and masks around it);
 * ``lrp``: through ``Explainer`` (PyG's prediction pass, the training flag, the explanation's
-  attributes); ``lrp_one_pass``: ``Explainer(one_pass=True)``; ``saliency``: Captum's, through ``Explainer``.
+  attributes); ``lrp_one_pass``: ``Explainer(one_pass=True)``; ``saliency``: Captum's, through ``Explainer``;
+* ``replay_forward``, ``replay_forward_backward``: the forward replayed from its recorded plan
+  (:mod:`lrp_lib.explain.replay`), and with the relevance backward; ``replay_all_steps_forward_backward``:
+  also the steps on ``edge_index`` alone (kept from the recording otherwise, the graph being the same);
+  ``lrp_algorithm_replay``, ``lrp_replay``,
+  ``lrp_replay_one_pass``: ``LRPExplainer(replay=True)`` called directly, through ``Explainer``, and with
+  ``one_pass=True`` (each replays: the first call, the warm-up, records).
 
 Beside the times, the median number of minor page faults per call (``getrusage``): memory the C
 allocator took fresh from the kernel.  From a few hundred nodes up, the relevance pass takes several
@@ -41,10 +47,12 @@ import warnings
 import torch
 from torch.overrides import TorchFunctionMode
 
+from lrp_lib.explain.explainer import Explainer, LRPExplainer
 from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain import replay
 
 import results_file  # benchmarks/results_file.py
-from bench_scaling import explainers, setup
+from bench_scaling import MODEL_CONFIG, explainers, setup
 
 
 class BareMode(TorchFunctionMode):
@@ -57,6 +65,8 @@ class BareMode(TorchFunctionMode):
 def phases(nodes: int) -> dict:
     model, x, edge_index, index, target = setup(nodes, 10)
     ex = explainers(model, 20)
+    for name in ("lrp", "lrp_one_pass"):  # the mode on every call
+        ex[name].algorithm.replay = False
     target_t, index_t = torch.tensor([target]), torch.tensor([index])
     algorithm = ex["lrp"].algorithm
     composite = algorithm.composite
@@ -88,6 +98,28 @@ def phases(nodes: int) -> dict:
         start[index, target] = out[index, target].detach()
         return torch.autograd.grad(out, leaf, start)[0]
 
+    replay_ex = {name: Explainer(model, algorithm=LRPExplainer(replay=True), explanation_type="model",
+                                 node_mask_type="attributes", edge_mask_type=None, model_config=MODEL_CONFIG,
+                                 one_pass=name == "lrp_replay_one_pass") for name in ("lrp_replay", "lrp_replay_one_pass")}
+    replay_algorithm = replay_ex["lrp_replay"].algorithm
+    for e in replay_ex.values():  # the phases below replay (the first call records)
+        e(x, edge_index, index=index)
+        assert e(x, edge_index, index=index).replayed
+    plan = {}
+
+    def replay_forward(backward=False, reuse=True):
+        leaf = x.detach().clone().requires_grad_()
+        mode, _, out, replayed, reason = replay.forward(
+            model, lambda m, r: (m(composite, model), None), [leaf, edge_index], [leaf], {},
+            ("profile", id(composite)), lambda: model(leaf, edge_index), reuse=reuse)
+        replay.keep(mode)
+        plan["replayed"] = replayed
+        if not backward:
+            return out
+        start = torch.zeros_like(out)
+        start[index, target] = out[index, target].detach()
+        return torch.autograd.grad(out, leaf, start)[0]
+
     return {
         "gradient": gradient, "forward": forward, "prediction": prediction, "bare_mode_forward": bare_mode_forward,
         "mode_forward": mode_forward, "mode_forward_reference": lambda: mode_forward(fast=False),
@@ -96,6 +128,12 @@ def phases(nodes: int) -> dict:
         "lrp": lambda: ex["lrp"](x, edge_index, index=index).node_mask,
         "lrp_one_pass": lambda: ex["lrp_one_pass"](x, edge_index, index=index).node_mask,
         "saliency": lambda: ex["saliency"](x, edge_index, index=index).node_mask,
+        "replay_forward": replay_forward, "replay_forward_backward": lambda: replay_forward(backward=True),
+        "replay_all_steps_forward_backward": lambda: replay_forward(backward=True, reuse=False),
+        "lrp_algorithm_replay": lambda: replay_algorithm(model, x, edge_index, target=target_t,
+                                                         index=index_t).node_mask,
+        "lrp_replay": lambda: replay_ex["lrp_replay"](x, edge_index, index=index).node_mask,
+        "lrp_replay_one_pass": lambda: replay_ex["lrp_replay_one_pass"](x, edge_index, index=index).node_mask,
     }
 
 
@@ -153,7 +191,7 @@ def main() -> None:
         rows.append(row)
         print(f"\n{n:,} nodes, {row['rounds']} rounds (median ms; ratio to the gradient, paired)")
         for name, ph in row["phases"].items():
-            print(f"  {name:24s} {ph['median_seconds'] * 1e3:8.3f}  {ph['ratio_to_gradient']:5.2f}x "
+            print(f"  {name:34s} {ph['median_seconds'] * 1e3:8.3f}  {ph['ratio_to_gradient']:5.2f}x "
                   f"({ph['paired_ratio_to_gradient']:.2f}x)  {ph['median_page_faults']:8.0f} page faults")
         if args.cprofile:
             print(top_functions(n))

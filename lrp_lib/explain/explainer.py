@@ -58,9 +58,9 @@ from lrp_lib.core import stabilizer
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.explain.accounting import account, target_groups
-from lrp_lib.explain.edges import EdgeRecorder
+from lrp_lib.explain import replay
 from lrp_lib.explain.hetero import explain_hetero
-from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
                                     inputs_checked, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
@@ -133,6 +133,13 @@ class LRPExplainer(ExplainerAlgorithm):
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
         recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
             more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
+        replay: the first explanation of each input signature is recorded, later ones replay the
+            recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
+            same relevance; ``replayed`` and ``replay_reason`` on the explanation say whether it was
+            replayed and why not (recorded, a guard that failed, a model that cannot be replayed).
+            On by default (every case of the coverage zoo replays to the mode's values,
+            ``tests/explain/test_replay.py``); not with ``recompute=True`` or ``fast=False``, nor for a
+            model with hooks (a replay would not run them).
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -185,8 +192,11 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True, recompute: bool = False):
+                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True):
         super().__init__()
+        if not isinstance(replay, bool):
+            raise TypeError(f"replay must be True or False, got {replay!r}")
+        self.replay = replay
         if not isinstance(fast, bool):
             raise TypeError(f"fast must be True or False, got {fast!r}")
         self.fast = fast
@@ -337,12 +347,21 @@ class LRPExplainer(ExplainerAlgorithm):
         if isinstance(attr, Tensor) and attr.is_floating_point():
             kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
             inputs.append(kwargs["edge_attr"])
-        mode = RelevanceMode(self.composite, model, fast=self.fast, recompute=self.recompute)
-        recorder = EdgeRecorder(mode, model, edge_index, x.dtype) \
-            if self.explainer_config.edge_mask_type is not None else None
-        out, start, grads, head = propagate(model, mode, recorder, inputs,
-                                             lambda: model(leaf, edge_index, **kwargs), target, index,
-                                             self.model_config, self.explained, retain_graph=node_group is not None)
+        edges = self.explainer_config.edge_mask_type is not None
+
+        def make(mode_class, recorder_class):
+            mode = mode_class(self.composite, model, fast=self.fast, recompute=self.recompute)
+            return mode, recorder_class(mode, model, edge_index, x.dtype) if edges else None
+        tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
+        mode, recorder, out, replayed, reason = replay.forward(
+            model, make, [leaf, edge_index, *tensors.values()], inputs,
+            {k: v for k, v in kwargs.items() if k not in tensors},
+            (id(self.composite), self.fast, edges, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
+            enabled=self.replay and self.fast and not self.recompute)
+        out, start, grads, head = propagate(model, mode, recorder, inputs, None, target, index, self.model_config,
+                                            self.explained, retain_graph=node_group is not None, out=out,
+                                            replayed=replayed)
+        replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
         if not bool(torch.isfinite(node_rel).all()):
             raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
@@ -380,6 +399,8 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
         if attr_rel is not None:
             extra["edge_attr_relevance"] = attr_rel
+        if self.replay:
+            extra.update(replayed=replayed, replay_reason=reason)
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
 
 

@@ -14,23 +14,34 @@ from lrp_lib.explain.edges import ensure_hooks, recording
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
 from lrp_lib.explain.targets import explained_logits, start_relevance
 
-__all__ = ["propagate"]
+__all__ = ["propagate", "forward_in_mode"]
 
 
-def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
-              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False):
-    """The one forward (``call()``, inside ``mode``, with the message hooks recording into
-    ``recorder``) and the one backward from the explained output: (output, start relevance,
-    relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
-    cannot pass through.  ``retain_graph``: keep the graph for more backward passes
-    (:func:`lrp_lib.explain.accounting.account`).  ``target``: the class labels, or a function of the
-    model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`)."""
+def forward_in_mode(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable):
+    """The forward ``call()`` inside ``mode`` with ``inputs`` marked, the message hooks recording into
+    ``recorder``: the model's output."""
     if recorder is not None:
         ensure_hooks(model)
     with recording(recorder), torch.enable_grad(), mode:
         for t in inputs:
             mode.mark(t)
-        out = call()
+        return call()
+
+
+def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
+              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False, out=None,
+              replayed: bool = False):
+    """The one forward (``call()``, inside ``mode``, with the message hooks recording into
+    ``recorder``) and the one backward from the explained output: (output, start relevance,
+    relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
+    cannot pass through.  ``retain_graph``: keep the graph for more backward passes
+    (:func:`lrp_lib.explain.accounting.account`).  ``target``: the class labels, or a function of the
+    model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`).  ``out``: the forward's
+    output computed already (:mod:`lrp_lib.explain.replay`), ``call`` not called; ``replayed``: by a plan
+    whose recording passed :func:`check_relevance_graph` (the same functions, the same autograd nodes):
+    not checked again."""
+    if out is None:
+        out = forward_in_mode(model, mode, recorder, inputs, call)
     if not isinstance(out, Tensor) or not mode.is_marked(out):
         raise ValueError(
             "the model's output does not depend on x through autograd: model.forward detaches it "
@@ -40,7 +51,8 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
         target = target(out)
     head = explained_logits(mode, out, model_config)
     mode.explained_head = mode.head_of(out)[0] if head is not out else None
-    check_relevance_graph(head, inputs)
+    if not replayed:
+        check_relevance_graph(head, inputs)
     if recorder is not None:
         recorder.check()
     start = start_relevance(head, target, index, model_config, explained)

@@ -1,0 +1,320 @@
+r"""Recording a :class:`Plan`: :class:`RecordingMode` is the relevance mode that also writes down each
+torch function the model calls, for :mod:`lrp_lib.explain.replay` to execute again without the model's
+Python.
+
+A step holds the function, its arguments with every tensor replaced by a :class:`Ref` (to an input, a
+parameter or buffer, a constant the model holds, or an earlier step's result), the module labels the
+handlers asked for, and its result's shape, dtype and dependence on the input, or the Python value it
+read from tensor data.  Functions whose result follows from the shapes (``size``, ``.shape``, ``dim``)
+are not steps.  The layers' message hooks (:mod:`lrp_lib.explain.edges`) are steps too
+(:class:`RecordingEdgeRecorder`).  A forward that cannot be written so (an argument the plan cannot
+hold: a slice with tensor bounds, a sparse matrix object; a tensor depending on the input made outside
+the intercepted functions) raises :class:`NotReplayable` and is explained by the mode.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from lrp_lib.explain.dispatch import METADATA, PLAIN_ROUTE, route_of
+from lrp_lib.explain.edges import EdgeRecorder
+from lrp_lib.explain.function_mode import RelevanceMode
+
+__all__ = ["Plan", "RecordingMode", "RecordingEdgeRecorder", "Ref", "Stale", "NotReplayable", "model_state",
+           "resolve", "same_value", "LITERALS", "SHAPE_READS", "PLAIN_STEP", "MODE_STEP", "READ_STEP",
+           "PROPAGATE_STEP", "MESSAGE_STEP"]
+
+#: Functions whose (non-tensor) result follows from the shapes, which the signature and the shape checks fix.
+SHAPE_READS = frozenset("""size dim ndimension numel nelement stride is_contiguous is_floating_point is_complex
+element_size get_device __len__ storage_offset""".split())
+LITERALS = (int, float, bool, str, complex, type(None), type(Ellipsis), torch.dtype, torch.device, torch.layout,
+             torch.memory_format, torch.Size, np.generic)
+PLAIN_STEP, MODE_STEP, READ_STEP, PROPAGATE_STEP, MESSAGE_STEP = range(5)
+#: Names of functions whose results are random: never kept from one call to the next.
+_RANDOM = ("rand", "normal", "bernoulli", "dropout", "multinomial", "poisson", "uniform", "exponential", "geometric",
+           "cauchy", "random", "empty")
+
+
+class Stale(Exception):
+    """The plan does not hold for this call (a value read from data, a shape, a parameter changed)."""
+
+
+class NotReplayable(Exception):
+    """The recorded forward cannot be written as a plan (an argument the plan cannot hold)."""
+
+
+class Ref:
+    """A tensor of the plan: slot ``slot`` of the replay's values."""
+    __slots__ = ("slot",)
+
+    def __init__(self, slot: int):
+        self.slot = slot
+
+
+def resolve(a, env):
+    t = type(a)
+    if t is Ref:
+        return env[a.slot]
+    if t is tuple or t is list:
+        return t(resolve(b, env) for b in a)
+    if t is dict:
+        return {k: resolve(v, env) for k, v in a.items()}
+    return a
+
+
+def _literal(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return all(_literal(b) for b in v)
+    return isinstance(v, (*LITERALS, np.ndarray))
+
+
+def _has_ref(a) -> bool:
+    if type(a) is Ref:
+        return True
+    if type(a) in (tuple, list):
+        return any(_has_ref(b) for b in a)
+    return type(a) is dict and any(_has_ref(b) for b in a.values())
+
+
+def _refs(a) -> list[int]:
+    if type(a) is Ref:
+        return [a.slot]
+    if type(a) in (tuple, list):
+        return [r for b in a for r in _refs(b)]
+    return [r for b in a.values() for r in _refs(b)] if type(a) is dict else []
+
+
+def _flat(args_t: tuple):
+    """``(args with None for each tensor, ((position, slot), ...))``, or None where a container holds tensors."""
+    refs = []
+    for i, a in enumerate(args_t):
+        if type(a) is Ref:
+            refs.append((i, a.slot))
+        elif _has_ref(a):
+            return None
+    return [None if type(a) is Ref else a for a in args_t], tuple(refs)
+
+
+def same_value(new, old) -> bool:
+    if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
+        return isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape and \
+            bool(np.array_equal(new, old))
+    try:
+        same = new == old
+        return type(new) is type(old) and isinstance(same, bool) and same
+    except Exception:  # noqa: BLE001 - an uncomparable value: not the same
+        return False
+
+
+class Plan:
+    """The straight-line forward of one explanation (see the module docstring)."""
+
+    def __init__(self, inputs: list[Tensor], marked: list[Tensor]):
+        self.steps: list[tuple] = []
+        self.env: list = list(inputs)  # slots 0..len(inputs)-1: the inputs, filled per replay
+        self.n_inputs = len(inputs)
+        self._slots = {id(t): i for i, t in enumerate(inputs)}
+        self._alive: list = list(inputs)  # recorded tensors kept alive while recording (no reused ids)
+        self._index = {i: i for i in range(len(inputs))}  # slot -> position in _alive
+        self.held: list[tuple[Tensor, int]] = []  # (constant, its version) for the plan's constants
+        self.states = None
+        self.output: Ref | None = None
+        self.detaches = False
+        # the graph part: steps on the unexplained inputs (edge_index, batch) and constants only
+        marked_ids = {id(t) for t in marked}
+        self._graph = {i for i, t in enumerate(inputs) if id(t) not in marked_ids}
+        self._touched: dict[int, tuple[Tensor, int]] = {}  # id -> (graph tensor, its version after its last step)
+        self._kept: dict[int, Tensor] = {}  # graph slot -> its tensor
+        self._cached_steps: list[int] = []
+        self.graph_inputs: list[tuple[int, Tensor]] | None = None  # (slot, the recorded value)
+        self.live_steps: list[tuple] = []
+        self.cached_env: list | None = None
+        self.cached: list[tuple[Tensor, int]] = []  # (kept result of the graph part, its version)
+
+    # ------------------------------------------------------------ recording
+    def ref(self, t: Tensor, marked: bool) -> Ref:
+        slot = self._slots.get(id(t))
+        if slot is not None:
+            return Ref(slot)
+        if marked or t.requires_grad and t.grad_fn is not None:
+            raise NotReplayable("a tensor depending on the input was made outside the intercepted functions")
+        slot = self._slots[id(t)] = len(self.env)  # a constant: a parameter, a buffer, a tensor the model holds
+        self._graph.add(slot)
+        self.env.append(t)
+        self._index[slot] = len(self._alive)
+        self._alive.append(t)
+        self.held.append((t, t._version))
+        return Ref(slot)
+
+    def template(self, a, mode):
+        if isinstance(a, Tensor):
+            return self.ref(a, mode.is_marked(a))
+        if type(a) in (tuple, list):
+            return type(a)(self.template(b, mode) for b in a)
+        if type(a) is dict:
+            return {k: self.template(v, mode) for k, v in a.items()}
+        if isinstance(a, slice) and all(isinstance(v, (int, type(None))) for v in (a.start, a.stop, a.step)):
+            return a
+        if isinstance(a, LITERALS):
+            return a
+        raise NotReplayable(f"an argument of type {type(a).__name__}")
+
+    def result(self, out, mode):
+        """The result's spec: ``(slot, shape, dtype, marked)`` per tensor, or the value (non-tensors)."""
+        if isinstance(out, Tensor):
+            return self._register(out, mode)
+        if isinstance(out, (tuple, list)) and any(isinstance(o, Tensor) for o in out):
+            return tuple(self._register(o, mode) if isinstance(o, Tensor) else (None, o) for o in out)
+        return None
+
+    def _register(self, t: Tensor, mode):
+        slot = self._slots[id(t)] = len(self.env)
+        self.env.append(None)
+        self._index[slot] = len(self._alive)
+        self._alive.append(t)
+        return slot, t.shape, t.dtype, mode.is_marked(t)
+
+    def add(self, kind: int, func, args, kwargs, out, labels: list, mode) -> None:
+        args_t, kwargs_t = self.template(tuple(args), mode), self.template(dict(kwargs or {}), mode)
+        spec = self.result(out, mode)
+        value = None
+        if spec is None:
+            value = out
+            if not _literal(out):
+                raise NotReplayable(f"{getattr(func, '__name__', func)} returned a {type(out).__name__}")
+            kind = READ_STEP
+        self.steps.append((kind, func, args_t, kwargs_t, _flat(args_t), spec, value, labels[::-1]))
+        refs = _refs((args_t, kwargs_t))
+        name = getattr(func, "__name__", "")
+        graph = all(r in self._graph for r in refs) and (refs or kind == PLAIN_STEP)
+        if kind in (PLAIN_STEP, READ_STEP) and graph and not any(w in name for w in _RANDOM):
+            # computed from the graph and constants only
+            self._cached_steps.append(len(self.steps) - 1)
+            outs = [] if spec is None else [spec] if type(spec[0]) is int else [e for e in spec if e[0] is not None]
+            self._graph.update(e[0] for e in outs)
+            tensors = [(e[0], o) for e, o in zip(outs, [out] if isinstance(out, Tensor) else
+                                                 [o for o in out if isinstance(o, Tensor)])] if outs else []
+            for r in refs:
+                tensors.append((r, self._alive[self._index[r]] if r in self._index else None))
+            for slot, t in tensors:
+                if t is not None:
+                    self._touched[id(t)] = (t, t._version)
+                    self._kept[slot] = t
+
+    def finish(self, out: Tensor, mode, model: nn.Module) -> None:
+        if not isinstance(out, Tensor):
+            raise NotReplayable(f"the model returns a {type(out).__name__}")
+        self.output = self.ref(out, mode.is_marked(out))
+        self.states = model_state(model)
+        for t, version in self.held:
+            if t._version != version:
+                raise NotReplayable("the forward changes a constant in place")
+        self.detaches = bool(mode.detached)
+        self.env = [None] * self.n_inputs + self.env[self.n_inputs:]
+        if not self.detaches and all(t._version == v for t, v in self._touched.values()):
+            # nothing else changed the graph part in place: its results are kept, for calls on the same graph
+            self.graph_inputs = [(i, self._alive[i].detach().clone()) for i in range(self.n_inputs)
+                                 if i in self._kept]
+            self.cached_env = list(self.env)
+            for slot, t in self._kept.items():
+                if slot >= self.n_inputs:
+                    self.cached_env[slot] = t
+            cached = set(self._cached_steps)
+            self.live_steps = [step for i, step in enumerate(self.steps) if i not in cached]
+            inputs = {id(t) for t in self._alive[:self.n_inputs]}
+            self.cached = [(t, v) for t, v in self._touched.values() if id(t) not in inputs]
+        del self._slots, self._alive, self._index, self._touched, self._graph, self._kept
+
+
+def model_state(model: nn.Module) -> tuple:
+    """What the plan holds of the model: its parameters and buffers (which tensors, at which version),
+    and every module's training flag."""
+    flags, tensors = [], []
+    for m in model.modules():
+        flags.append(m.training)
+        tensors.extend((id(t), t._version) for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
+    return tuple(tensors), tuple(flags)
+
+
+class RecordingMode(RelevanceMode):
+    """:class:`~lrp_lib.explain.function_mode.RelevanceMode` that writes down its :class:`Plan`
+    (the same relevance: each call goes through the mode's dispatch unchanged)."""
+
+    def __init__(self, *args, plan: Plan, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plan, self.failure, self._inner, self._labels = plan, None, 0, None
+
+    def module_label(self) -> str:
+        label = super().module_label()
+        if self._labels is not None:
+            self._labels.append(label)
+        return label
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if self._inner or self.failure is not None:
+            return super().__torch_function__(func, types, args, kwargs)
+        route = route_of(func) if self.fast else None
+        plain = route is not None and (route.kind == PLAIN_ROUTE or not torch.is_grad_enabled()
+                                       or not self._any_marked(args, kwargs or {}))
+        self._labels = labels = []
+        try:
+            out = super().__torch_function__(func, types, args, kwargs)
+        finally:
+            self._labels = None
+        if not isinstance(out, Tensor) and route is not None and route.kind == PLAIN_ROUTE and (
+                func.__name__ in SHAPE_READS or (route.name == "__get__" and getattr(
+                    getattr(func, "__self__", None), "__name__", "") in METADATA)):
+            return out  # follows from the shapes: not replayed
+        try:
+            self.plan.add(PLAIN_STEP if plain else MODE_STEP, func, args, kwargs, out, labels, self)
+        except NotReplayable as e:
+            self.failure = str(e)
+        return out
+
+    def layer_step(self, kind: int, module, tensors, passed=None) -> None:
+        """A message-passing layer's propagate (``tensors`` its edges) or messages (``tensors`` the
+        messages, ``passed`` what the hook returned) as a step of the plan."""
+        if self.failure is None:
+            try:
+                spec = self.plan.result(passed, self) if passed is not None else None
+                self.plan.steps.append((kind, weakref.ref(module), self.plan.template(tensors, self), None, None,
+                                        spec, None, []))
+            except NotReplayable as e:
+                self.failure = str(e)
+
+
+class _Propagations(dict):
+    """The edges each layer propagates along (written by the propagate hook of :mod:`lrp_lib.explain.edges`):
+    each write is a step of the plan."""
+
+    def __init__(self, record):
+        super().__init__()
+        self.record = record
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.record(key, value)
+
+
+class RecordingEdgeRecorder(EdgeRecorder):
+    """:class:`~lrp_lib.explain.edges.EdgeRecorder` whose hooks are steps of the plan."""
+
+    def __init__(self, mode, model, edge_index, dtype):
+        super().__init__(mode, model, edge_index, dtype)
+        modules = {id(m): m for m in model.modules()}
+        self.edges_of = _Propagations(lambda key, edges: mode.layer_step(PROPAGATE_STEP, modules[key], edges))
+        self.modules = modules
+
+    def messages(self, module, out):
+        mode = self.mode
+        mode._inner += 1
+        try:
+            passed = super().messages(module, out)
+        finally:
+            mode._inner -= 1
+        if id(module) in self.names:
+            mode.layer_step(MESSAGE_STEP, module, out, passed)
+        return passed
