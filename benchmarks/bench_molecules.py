@@ -1,7 +1,7 @@
 """Cost of explaining molecules, one at a time and a whole batch at once: LRP against the gradient.
 
-    python benchmarks/bench_molecules.py                 # 300 molecules, 5 rounds (about 3 minutes)
-    python benchmarks/bench_molecules.py --molecules 40 --rounds 2 --no-write   # a quick look
+    python benchmarks/bench_molecules.py                 # 300 molecules (about 2 minutes)
+    python benchmarks/bench_molecules.py --molecules 40 --no-write   # a quick look
 
 The molecules are the first ``--molecules`` of graph-attribution's benzene task (Sanchez-Lengeling et
 al. 2020, from ``$LRP_DATA_ROOT/graph-attribution``; 10 to 40 atoms, 14 atom features), the model is
@@ -12,13 +12,17 @@ the model predicts, by the relevance (or attribution) of every atom feature
 (``node_mask_type="attributes"``, no edge mask).
 
 One molecule at a time, the methods take turns molecule by molecule (so the load of a shared
-machine falls on all alike), over ``--rounds`` rounds; per method the median over molecules and
-rounds of the milliseconds per molecule, and the median over molecules of the ratio to the gradient
-of the same molecule and round:
+machine falls on all alike); per method the median over the molecules of the milliseconds per
+molecule, and the median of the ratio to the gradient of the same molecule:
 
 * **gradient**: ``x * torch.autograd.grad(logit, x)`` (Gradient x Input), one forward and one
   backward, no explainer around it: the floor the others are divided by;
-* **LRP algorithm**: ``LRPExplainer`` called directly, the target given (the explanation's own cost);
+* **LRP algorithm**: ``LRPExplainer`` called directly, the target given (the explanation's own cost),
+  with the default ``replay=True`` and with ``replay=False``.  Replay (:mod:`lrp_lib.explain.replay`)
+  records a forward per input signature (numbers of atoms and bonds, ...) and replays it for the
+  later explanations of that signature; the first explanation of a signature runs in the mode, the
+  second records.  One pass over the molecules (``--rounds 1``, the default) explains each once, as a
+  pass over a data set would: molecules of the same size replay, the others run in the mode;
 * **LRP, phenomenon** / **saliency, phenomenon**: through ``lrp_lib.explain.explainer.Explainer``
   (PyG's, with the inputs checked) with ``explanation_type="phenomenon"``, which runs no prediction
   pass of its own: each method's own cost with PyG's wrapping;
@@ -30,7 +34,8 @@ output (graph-level ``LRPExplainer``, ``explanation_type="phenomenon"``, target 
 predicted class), against one batched gradient (``x * grad`` of the sum of the molecules' logits,
 which gives each molecule's own Gradient x Input since the molecules share no edge).  ``accounts``
 ``"each"`` (the default: one bias and residual value per molecule, one more backward) and
-``"total"`` both take their turn.  As a check, the batch's LRP relevance must equal the one-at-a-
+``"total"`` both take their turn, and ``replay=False``; the batch is explained again every round, so
+the default replays it.  As a check, the batch's LRP relevance must equal the one-at-a-
 time relevance of every molecule (up to float32 rounding).
 
 Writes ``benchmarks/results/molecules.json`` (``results_file.write_results``), which the book's
@@ -56,10 +61,12 @@ import results_file  # noqa: E402
 from quality_tasks import GraphGCN, molecules  # noqa: E402
 
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
-ONE = ["gradient", "lrp_algorithm", "lrp_phenomenon", "saliency_phenomenon", "lrp_model", "saliency_model"]
+ONE = ["gradient", "lrp_algorithm", "lrp_algorithm_mode", "lrp_phenomenon", "saliency_phenomenon", "lrp_model",
+       "saliency_model"]
 LABELS = {
     "gradient": "Gradient x Input (torch.autograd.grad)",
     "lrp_algorithm": "LRP (LRPExplainer called directly)",
+    "lrp_algorithm_mode": "LRP without replay (LRPExplainer(replay=False) called directly)",
     "lrp_phenomenon": "LRP (Explainer, phenomenon)",
     "saliency_phenomenon": "saliency (CaptumExplainer, phenomenon)",
     "lrp_model": "LRP (Explainer, model)",
@@ -67,6 +74,7 @@ LABELS = {
     "batch_gradient": "Gradient x Input of the whole batch (one backward)",
     "batch_lrp": "LRP of the whole batch (Explainer, phenomenon, accounts='each')",
     "batch_lrp_total": "LRP of the whole batch (Explainer, phenomenon, accounts='total')",
+    "batch_lrp_mode": "LRP of the whole batch without replay (replay=False, accounts='each')",
 }
 
 
@@ -82,8 +90,9 @@ def one_at_a_time_calls(model, g, target):
           "saliency_phenomenon": explainer(model, CaptumExplainer("Saliency"), "phenomenon"),
           "lrp_model": explainer(model, LRPExplainer(), "model"),
           "saliency_model": explainer(model, CaptumExplainer("Saliency"), "model")}
-    algorithm = LRPExplainer()
-    explainer(model, algorithm, "phenomenon")  # connects the algorithm to its configuration
+    algorithm, plain = LRPExplainer(), LRPExplainer(replay=False)
+    explainer(model, algorithm, "phenomenon")  # connects the algorithms to their configuration
+    explainer(model, plain, "phenomenon")
 
     def gradient():
         leaf = x.detach().requires_grad_()
@@ -94,6 +103,7 @@ def one_at_a_time_calls(model, g, target):
         return lambda: ex[name](x, ei, **kw).node_mask
 
     calls = {"gradient": gradient, "lrp_algorithm": lambda: algorithm(model, x, ei, target=t).node_mask,
+             "lrp_algorithm_mode": lambda: plain(model, x, ei, target=t).node_mask,
              **{name: via(name) for name in ex}}
     return {name: calls[name] for name in ONE}
 
@@ -107,7 +117,7 @@ def timed(fn):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--molecules", type=int, default=300)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=1, help="passes over the molecules (1: each explained once)")
     p.add_argument("--batch-rounds", type=int, default=7)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
@@ -142,6 +152,7 @@ def main() -> None:
     t_all = torch.tensor(targets)
     ex_each = explainer(model, LRPExplainer(), "phenomenon")
     ex_total = explainer(model, LRPExplainer(accounts="total"), "phenomenon")
+    ex_mode = explainer(model, LRPExplainer(replay=False), "phenomenon")
 
     def batch_gradient():
         leaf = batch.x.detach().requires_grad_()
@@ -151,9 +162,13 @@ def main() -> None:
     batch_calls = {"batch_gradient": batch_gradient,
                    "batch_lrp": lambda: ex_each(batch.x, batch.edge_index, target=t_all, batch=batch.batch).node_mask,
                    "batch_lrp_total": lambda: ex_total(batch.x, batch.edge_index, target=t_all,
-                                                       batch=batch.batch).node_mask}
-    first = {name: fn() for name, fn in batch_calls.items()}
+                                                       batch=batch.batch).node_mask,
+                   "batch_lrp_mode": lambda: ex_mode(batch.x, batch.edge_index, target=t_all, batch=batch.batch).node_mask}
+    for _ in range(2):  # the second explanation of the batch records its plan
+        first = {name: fn() for name, fn in batch_calls.items()}
     lrp_batch = ex_each(batch.x, batch.edge_index, target=t_all, batch=batch.batch)
+    if not lrp_batch.replayed or not torch.equal(first["batch_lrp_mode"], lrp_batch.node_mask):
+        raise AssertionError("the batch's second explanation did not replay, or differs from the mode's")
     per_molecule = torch.cat(lrp_one)
     same = torch.allclose(lrp_batch.node_relevance, torch.cat(
         [explainer(model, LRPExplainer(mask="relevance"), "phenomenon")(g.x, g.edge_index, target=torch.tensor([t]))

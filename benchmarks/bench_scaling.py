@@ -23,7 +23,15 @@ whole graph:
 * **LRP algorithm**: ``LRPExplainer`` called directly (``explainer.algorithm(model, x, edge_index,
   target=..., index=...)``, the target given), without PyG's ``Explainer`` around it: the cost of
   the explanation itself, against the gradient;
-* **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``;
+* **LRP, phenomenon**: the same ``Explainer`` with ``explanation_type="phenomenon"``, which runs no
+  prediction pass of its own (the target given): the explanation's own cost with PyG's wrapping;
+* **without replay**: ``LRPExplainer(replay=False)`` through ``Explainer`` and called directly: every
+  explanation runs the model's forward under the relevance mode.  The others use the default
+  ``replay=True`` (:mod:`lrp_lib.explain.replay`): the second warm-up call records the forward, the timed
+  calls replay it (asserted), and since the graph is the same on every call, its part of the plan
+  (degrees, normalisation) is reused, as when many nodes of one graph are explained one by one;
+* **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``, and with
+  ``explanation_type="phenomenon"``;
 * **Integrated Gradients**: ``Explainer(model, algorithm=CaptumExplainer("IntegratedGradients",
   n_steps=...), ...)`` (``--ig-steps``, default 20; PyG's ``CaptumExplainer`` runs the steps one
   at a time, ``internal_batch_size=1``, so its cost is about ``n_steps`` gradients).
@@ -68,13 +76,18 @@ from bench_nodes import GCN  # the same 3-layer GCN as the many-nodes benchmark
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
 SIZES = [25, 700, 1_000, 2_000, 3_000, 10_000, 30_000, 100_000]
 FAST_SIZES = [25, 700, 2_000, 10_000]
-METHODS = ["gradient", "lrp", "lrp_one_pass", "lrp_algorithm", "saliency", "integrated_gradients"]
+METHODS = ["gradient", "lrp", "lrp_one_pass", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode",
+           "saliency", "saliency_phenomenon", "integrated_gradients"]
 LABELS = {
     "gradient": "gradient (torch.autograd.grad)",
     "lrp": "LRP (LRPExplainer)",
     "lrp_one_pass": "LRP (LRPExplainer, Explainer(one_pass=True))",
     "lrp_algorithm": "LRP (LRPExplainer called directly, no Explainer)",
+    "lrp_phenomenon": "LRP (LRPExplainer, explanation_type='phenomenon')",
+    "lrp_mode": "LRP without replay (LRPExplainer(replay=False))",
+    "lrp_algorithm_mode": "LRP without replay, called directly",
     "saliency": "saliency (CaptumExplainer)",
+    "saliency_phenomenon": "saliency (CaptumExplainer, explanation_type='phenomenon')",
     "integrated_gradients": "Integrated Gradients (CaptumExplainer)",
 }
 
@@ -93,12 +106,15 @@ def setup(nodes: int, edges_per_node: int, features: int = 32):
 
 
 def explainers(model, ig_steps: int) -> dict:
-    def make(algorithm, **options):
-        return Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="attributes",
+    def make(algorithm, kind="model", **options):
+        return Explainer(model, algorithm=algorithm, explanation_type=kind, node_mask_type="attributes",
                          edge_mask_type=None, model_config=MODEL_CONFIG, **options)
 
     return {"lrp": make(LRPExplainer()), "lrp_one_pass": make(LRPExplainer(), one_pass=True),
+            "lrp_phenomenon": make(LRPExplainer(), "phenomenon"),
+            "lrp_mode": make(LRPExplainer(replay=False)),
             "saliency": make(CaptumExplainer("Saliency")),
+            "saliency_phenomenon": make(CaptumExplainer("Saliency"), "phenomenon"),
             "integrated_gradients": make(CaptumExplainer("IntegratedGradients", n_steps=ig_steps))}
 
 
@@ -112,16 +128,25 @@ def method_calls(model, x, edge_index, index, target, ig_steps):
         out = model(leaf, edge_index)
         return torch.autograd.grad(out[index, target], leaf)[0]
 
+    target_all = torch.full((x.shape[0],), target)  # "phenomenon": PyG reads the target at index
+
     def via(name):
-        return lambda: ex[name](x, edge_index, index=index, target=target_t).node_mask
+        t = target_all if name.endswith("phenomenon") else target_t
+        return lambda: ex[name](x, edge_index, index=index, target=t).node_mask
 
-    algorithm, index_t = ex["lrp"].algorithm, torch.tensor([index])
+    index_t = torch.tensor([index])
 
-    def lrp_algorithm():  # connected to the configuration by its Explainer, called without it
-        return algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask
+    def direct(algorithm):  # connected to the configuration by its Explainer, called without it
+        return lambda: algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask
 
-    calls = {"gradient": gradient, **{name: via(name) for name in ex}, "lrp_algorithm": lrp_algorithm}
-    return {name: calls[name] for name in METHODS}
+    calls = {"gradient": gradient, **{name: via(name) for name in ex},
+             "lrp_algorithm": direct(ex["lrp"].algorithm), "lrp_algorithm_mode": direct(ex["lrp_mode"].algorithm)}
+    calls = {name: calls[name] for name in METHODS}
+
+    def replayed():  # whether each LRP explanation through Explainer replays its recorded forward
+        return {name: bool(getattr(ex[name](x, edge_index, index=index, target=target_all), "replayed", False))
+                for name in ex if name.startswith("lrp")}
+    return calls, replayed
 
 
 def timed(fn):
@@ -135,17 +160,23 @@ def timed(fn):
 
 def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_steps: int) -> dict:
     model, x, edge_index, index, target = setup(nodes, edges_per_node)
-    calls = method_calls(model, x, edge_index, index, target, ig_steps)
+    calls, replayed_now = method_calls(model, x, edge_index, index, target, ig_steps)
     # warm-up, and the checks below (Integrated Gradients warms up on its own first steps)
-    masks = {name: fn() for name, fn in calls.items() if name != "integrated_gradients"}
+    for _ in range(2):  # the second explanation of a signature records its plan
+        masks = {name: fn() for name, fn in calls.items() if name != "integrated_gradients"}
     grad = masks["gradient"]
     if not torch.allclose(masks["saliency"], grad.abs(), rtol=1e-4, atol=1e-7):
         raise AssertionError(f"{nodes} nodes: Captum saliency differs from |gradient|")
     if not torch.isfinite(masks["lrp"]).all() or masks["lrp"].shape != grad.shape:
         raise AssertionError(f"{nodes} nodes: LRP relevance not finite or of the wrong shape")
-    for name in ("lrp_one_pass", "lrp_algorithm"):
+    for name in ("lrp_one_pass", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode"):
         if not torch.equal(masks[name], masks["lrp"]):
             raise AssertionError(f"{nodes} nodes: {name} differs from LRP through PyG's Explainer")
+    if not torch.equal(masks["saliency_phenomenon"], masks["saliency"]):
+        raise AssertionError(f"{nodes} nodes: saliency differs between the explanation types")
+    replayed = replayed_now()  # after the warm-up the LRP methods replay, but those with replay=False
+    if replayed != {name: name != "lrp_mode" for name in replayed}:
+        raise AssertionError(f"{nodes} nodes: replayed {replayed}")
     wall = {m: [] for m in calls}
     cpu = {m: [] for m in calls}
     faults = {m: [] for m in calls}
@@ -159,7 +190,7 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
             cpu[name].append(c)
             faults[name].append(f)
     row = {"nodes": nodes, "edges": edges_per_node * nodes, "explained_node": index, "target": target,
-           "relevance_sum": float(masks["lrp"].sum()), "methods": {}}
+           "relevance_sum": float(masks["lrp"].sum()), "replayed": replayed, "methods": {}}
     base = statistics.median(wall["gradient"])
     for name in calls:
         count = len(wall[name])
@@ -177,6 +208,9 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
     once = wall["lrp_one_pass"]
     row["lrp_one_pass_over_saliency"] = statistics.median(once) / statistics.median(sal)
     row["lrp_one_pass_over_saliency_paired"] = statistics.median(a / b for a, b in zip(once, sal))
+    mode = wall["lrp_mode"]
+    row["lrp_mode_over_saliency"] = statistics.median(mode) / statistics.median(sal)
+    row["lrp_mode_over_saliency_paired"] = statistics.median(a / b for a, b in zip(mode, sal))
     return row
 
 
@@ -198,19 +232,18 @@ def main() -> None:
     machine = results_file.machine_info()  # the load average before the run (the file records it at the end)
     print(f"3-layer GCN, {args.edges_per_node} edges per node, one node's logit explained, "
           f"{torch.get_num_threads()} threads, median of {repeat} (IG {args.ig_steps} steps: {ig_repeat})\n")
-    print("| nodes | gradient ms | LRP / grad | one pass / grad | algorithm / grad | saliency / grad | IG / grad "
-          "| LRP / saliency (paired) | one pass / saliency (paired) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+    cols = ["lrp", "lrp_one_pass", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode", "saliency",
+            "saliency_phenomenon", "integrated_gradients"]
+    print("| nodes | gradient ms | " + " | ".join(f"{c} / grad" for c in cols) + " | LRP / saliency | one pass / saliency |")
+    print("| ---: " * (len(cols) + 4) + "|", flush=True)
     rows = []
     for n in sizes:
         row = measure(n, args.edges_per_node, repeat, ig_repeat, args.ig_steps)
         rows.append(row)
         m = row["methods"]
-        print(f"| {n:,} | {m['gradient']['median_seconds'] * 1e3:.2f} | {m['lrp']['ratio_to_gradient']:.2f} | "
-              f"{m['lrp_one_pass']['ratio_to_gradient']:.2f} | {m['lrp_algorithm']['ratio_to_gradient']:.2f} | "
-              f"{m['saliency']['ratio_to_gradient']:.2f} | {m['integrated_gradients']['ratio_to_gradient']:.1f} | "
-              f"{row['lrp_over_saliency']:.3f} ({row['lrp_over_saliency_paired']:.3f}) | "
-              f"{row['lrp_one_pass_over_saliency']:.3f} ({row['lrp_one_pass_over_saliency_paired']:.3f}) |", flush=True)
+        print(f"| {n:,} | {m['gradient']['median_seconds'] * 1e3:.2f} | "
+              + " | ".join(f"{m[c]['paired_ratio_to_gradient']:.2f}" for c in cols)
+              + f" | {row['lrp_over_saliency_paired']:.3f} | {row['lrp_one_pass_over_saliency_paired']:.3f} |", flush=True)
     if args.fast or args.no_write:
         print("--fast/--no-write: benchmarks/results/scaling.json left as it is")
         return

@@ -133,8 +133,8 @@ class LRPExplainer(ExplainerAlgorithm):
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
         recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
             more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
-        replay: the first explanation of each input signature is recorded, later ones replay the
-            recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
+        replay: the second explanation of each input signature is recorded (the first runs in the
+            mode only), later ones replay the recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
             same relevance; ``replayed`` and ``replay_reason`` on the explanation say whether it was
             replayed and why not (recorded, a guard that failed, a model that cannot be replayed).
             On by default (every case of the coverage zoo replays to the mode's values,

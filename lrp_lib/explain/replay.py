@@ -23,6 +23,10 @@ same tensors at the same version (``_version``: changed in place), the modules' 
 same.  A model whose control flow depends on its data therefore replays only while the values it
 reads are the same, and otherwise falls back.
 
+When.  The first explanation of a signature runs in the mode and records nothing (a signature that
+never comes back, as molecules of many sizes explained one at a time, costs nothing more); the
+second records (:data:`RECORD_ON`), the later ones replay.
+
 The graph part.  Steps computed from the unexplained inputs (``edge_index``, ``batch``) and constants
 alone (degrees, normalisation coefficients, self-loops: most of the torch functions a GCN calls)
 give the same results while those inputs have the same values.  The plan keeps their results, and
@@ -46,7 +50,8 @@ from lrp_lib.explain.propagate import forward_in_mode
 from lrp_lib.explain.record import (LITERALS, PLAIN_STEP, PROPAGATE_STEP, NotReplayable, Plan, RecordingEdgeRecorder,
                                     RecordingMode, Stale, model_state, resolve, same_value)
 
-__all__ = ["ReplayMode", "replay", "signature", "plans_of", "forward", "keep", "MAX_PLANS", "Plan", "Stale", "NotReplayable"]
+__all__ = ["ReplayMode", "replay", "signature", "plans_of", "forward", "keep", "MAX_PLANS", "RECORD_ON", "MAX_SEEN", "Plan",
+           "Stale", "NotReplayable"]
 
 
 class ReplayMode(RelevanceMode):
@@ -159,6 +164,15 @@ def signature(inputs: list, kwargs: dict, options: tuple) -> tuple:
 #: sizes (``per_index=True``) would otherwise each keep one.
 MAX_PLANS = 16
 
+#: Which explanation of a signature records its plan: the first one of each signature runs in the
+#: mode without recording (recording costs about a third more than the mode), so that explanations
+#: whose inputs never repeat a signature (molecules of many sizes, one at a time) pay nothing for
+#: replay; the second records, and the later ones replay.  1: the first records.
+RECORD_ON = 2
+
+#: How many signatures seen once are remembered per model (the oldest forgotten first).
+MAX_SEEN = 256
+
 
 _OWN_HOOKS = "lrp_lib.explain.edges"  # the message hooks of edge relevance: steps of the plan
 
@@ -191,6 +205,24 @@ def plans_of(model: nn.Module) -> dict:
         return plans
 
 
+_seen: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _sighting(model: nn.Module, key) -> int:
+    """How many explanations of ``model`` with signature ``key`` (this one included) have run without a
+    plan, counted up to :data:`RECORD_ON` (at most :data:`MAX_SEEN` signatures per model)."""
+    with _lock:
+        seen = _seen.get(model)
+        if seen is None:
+            seen = _seen[model] = {}
+        count = seen.pop(key, 0) + 1
+        if count < RECORD_ON:
+            seen[key] = count
+            while len(seen) > MAX_SEEN:
+                del seen[next(iter(seen))]
+        return count
+
+
 def forward(model: nn.Module, make, model_inputs: list, marked: list, kwargs: dict, options: tuple, call,
             enabled: bool = True, reuse: bool = True):
     """The explanation's forward: replayed if a plan of this signature holds, else in the mode (and
@@ -221,6 +253,10 @@ def forward(model: nn.Module, make, model_inputs: list, marked: list, kwargs: di
             with _lock:
                 if plans.get(key) is plan:
                     del plans[key]
+    if reason == "recorded" and _sighting(model, key) < RECORD_ON:  # a signature seen for the first time
+        mode, recorder = make(RelevanceMode, EdgeRecorder)
+        return (mode, recorder, forward_in_mode(model, mode, recorder, marked, call), False,
+                "a new signature: run in the mode (the next explanation of this signature is recorded)")
     plan = Plan(model_inputs, marked)
     mode, recorder = make(lambda *a, **k: RecordingMode(*a, plan=plan, **k), RecordingEdgeRecorder)
     out = forward_in_mode(model, mode, recorder, marked, call)

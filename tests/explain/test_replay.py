@@ -21,6 +21,13 @@ import replay_zoo as rz  # noqa: E402
 from lrp_lib.explain import replay  # noqa: E402
 from lrp_lib.explain.explainer import Explainer, LRPExplainer  # noqa: E402
 
+@pytest.fixture(autouse=True)
+def record_on_the_first_call(monkeypatch):
+    """The tests below record on a signature's first explanation (the default waits for the second:
+    ``test_a_signature_is_recorded_on_its_second_explanation``)."""
+    monkeypatch.setattr(replay, "RECORD_ON", 1)
+
+
 #: zoo layers whose forward cannot be written as a plan (and why): they are explained by the mode
 NOT_REPLAYABLE = {"HEATConv": "slice"}  # slices x[ptr[i]:ptr[i + 1]] with tensor bounds
 KEYS = dict(rz.keys())
@@ -300,3 +307,29 @@ def test_random_graphs_replay_as_the_mode(conv, n, e, seed, rule):
         got = fast(xs, es, index=n - 1)
         assert_same(got, slow(xs, es, index=n - 1))
     assert got.replayed, got.replay_reason
+
+
+def test_a_signature_is_recorded_on_its_second_explanation(monkeypatch):
+    """By default the first explanation of a signature runs in the mode and records nothing, the second
+    records, the third replays; explanations whose signature never repeats never record."""
+    monkeypatch.setattr(replay, "RECORD_ON", 2)
+    assert replay.RECORD_ON == 2 and replay.MAX_SEEN >= 1
+    torch.manual_seed(0)
+    model = Net().eval()
+    fast = Explainer(model, algorithm=LRPExplainer(mask="relevance"), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    ei = torch.randint(0, 12, (2, 40), generator=torch.Generator().manual_seed(1))
+    x = torch.randn(12, 4, generator=torch.Generator().manual_seed(2))
+    seen = [fast(x, ei, index=3) for _ in range(3)]
+    assert [(e.replayed, e.replay_reason.split(":")[0]) for e in seen] == [
+        (False, "a new signature"), (False, "recorded"), (True, "replayed")]
+    for e in seen[1:]:
+        assert torch.equal(e.node_relevance, seen[0].node_relevance)
+        assert torch.equal(e.edge_relevance, seen[0].edge_relevance)
+    # graphs of new sizes, each explained once: nothing recorded for them
+    recorded = len(replay.plans_of(model))
+    for n in range(13, 20):
+        got = fast(torch.randn(n, 4), torch.randint(0, n, (2, 3 * n)), index=0)
+        assert not got.replayed and got.replay_reason.startswith("a new signature")
+    assert len(replay.plans_of(model)) == recorded
