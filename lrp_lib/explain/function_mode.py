@@ -49,7 +49,6 @@ import sys
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 from torch_geometric.nn import MessagePassing
@@ -59,6 +58,7 @@ from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
                                       HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
 from lrp_lib.explain.graph_check import UnsupportedModelError, check_relevance_graph, node_name
+from lrp_lib.explain.inplace import SpecialCalls
 from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PASS_NODES, PLAIN, RELEVANCE_NODES, SIGN_FLIPS)
 from lrp_lib.explain.primitives import Tally
@@ -68,7 +68,7 @@ from lrp_lib.explain.rule_families import RuleFamilies
 __all__ = ["RelevanceMode", "UnsupportedModelError", "RELEVANCE_NODES", "check_relevance_graph", "HANDLERS"]
 
 # ------------------------------------------------------------------ the mode
-class RelevanceMode(RuleFamilies, TorchFunctionMode):
+class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
     """Propagate relevance instead of gradients through every torch function called in its block.
 
     Args:
@@ -263,7 +263,7 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             return self.mark(out)
         if kind == COPY_ROUTE:
             if not kwargs.get("reduce") and not kwargs.get("accumulate"):
-                self._keep_saved_output(args[0])
+                self.keep_saved_output(args[0])
                 out = func(*args, **kwargs)
                 self.mark(args[0])
                 return out
@@ -275,16 +275,16 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             if route.gate or (route.sign_flip and any(self.is_gate(a) for a in args)):
                 self.gate(out)  # a sigmoid is a gate; so is its negation
         elif kind == INPLACE_ROUTE:
-            return self._inplace(func, name, args, kwargs)
+            return self.run_inplace(func, name, args, kwargs)
         elif kind == DETACH_ROUTE:
             self.detached.add(f"{name} in {self.module_label()}")
             out = func(*args, **kwargs)
             out._lrp_detached = self._token
             return out
         elif kind == GET_ROUTE:
-            return self._get(func, args, kwargs)
+            return self.get_attribute(func, args, kwargs)
         elif kind == DROPOUT_ROUTE:
-            return self._dropout(func, name, args, kwargs)
+            return self.run_dropout(func, name, args, kwargs)
         else:
             assert kind == BLOCKED_ROUTE
             out = self.blocked(func, name, args, kwargs)
@@ -309,9 +309,9 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
             out._lrp_detached = self._token
             return out
         if name == "__get__":
-            return self._get(func, args, kwargs)
+            return self.get_attribute(func, args, kwargs)
         if name in DROPOUT:
-            return self._dropout(func, name, args, kwargs)
+            return self.run_dropout(func, name, args, kwargs)
         if name in PASS:
             out = func(*args, **kwargs)
             if name in ("unsqueeze_", "squeeze_", "t_", "transpose_", "movedim_"):
@@ -322,13 +322,13 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
                 self._gate_all(out)
             return self.mark(out)
         if name in COPY_INPLACE and not kwargs.get("reduce") and not kwargs.get("accumulate"):
-            self._keep_saved_output(args[0])
+            self.keep_saved_output(args[0])
             out = func(*args, **kwargs)
             self.mark(args[0])
             return out
         inplace = (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED
         if inplace:
-            return self._inplace(func, name, args, kwargs)
+            return self.run_inplace(func, name, args, kwargs)
         handler = HANDLERS.get(name)
         if handler is None:
             if name in IDENTITY:
@@ -350,56 +350,3 @@ class RelevanceMode(RuleFamilies, TorchFunctionMode):
         if entry is None or entry[2] is not out:
             return None
         return entry[0], entry[1]
-
-    def _get(self, func, args, kwargs):
-        attr = getattr(getattr(func, "__self__", None), "__name__", "")
-        out = func(*args, **kwargs)
-        if attr in ("data", "grad"):
-            if attr == "data":
-                self.detached.add(f".data in {self.module_label()}")
-            return out
-        return self.mark(out) if isinstance(out, Tensor) else out
-
-    def _dropout(self, func, name, args, kwargs):
-        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
-        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        if training and p:
-            raise UnsupportedModelError(f"{name} in training mode in {self.module_label()}: relevance of a random "
-                                        f"mask is not defined; call model.eval() (PyG's Explainer does)")
-        return self.mark(func(*args, **kwargs))
-
-    def _inplace(self, func, name, args, kwargs):
-        """An in-place operation: computed out of place on a copy, then copied into ``self`` (so
-        autograd records the copy and nothing that a relevance op saved is overwritten)."""
-        base = AUGMENTED.get(name, name[:-1])
-        target = args[0]
-        if not isinstance(target, Tensor) or not (base in HANDLERS or base in IDENTITY):
-            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()} on a tensor that "
-                                        f"depends on the input: LRP has no rule for it")
-        source = target.clone()
-        if self.is_marked(target):
-            self.mark(source)
-        outofplace = getattr(torch.Tensor, base, None) or getattr(torch, base, None) or getattr(F, base, None)
-        if outofplace is None:
-            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()}: no out-of-place "
-                                        f"version of it was found to compute its relevance")
-        new_args = (source, *args[1:])
-        if base in HANDLERS:
-            result = HANDLERS[base](self, outofplace, new_args, kwargs)
-        else:
-            result = self.identity(outofplace, new_args, kwargs)
-        self._keep_saved_output(target)
-        target.copy_(result)
-        return self.mark(target)
-
-    def _keep_saved_output(self, target) -> None:
-        """``target`` is about to change in place: if a relevance primitive kept it as its output
-        (``ctx.out``), give that primitive a copy of the value it computed; tensors to be recomputed
-        from it (or from its base) are computed now."""
-        if self.recipes and isinstance(target, Tensor):
-            for key in {id(target), id(getattr(target, "_base", None))}:
-                for recipe in self.recipes.get(key, ()):
-                    recipe.keep()
-        node = getattr(target, "grad_fn", None)
-        if node is not None and isinstance(getattr(node, "out", None), Tensor):
-            node.out = node.out.clone()

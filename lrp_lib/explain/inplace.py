@@ -1,0 +1,82 @@
+r"""The calls that the relevance mode does not send to a rule: attribute reads (``.data``, ``.grad``,
+``.T``), dropout, and in-place operations (:class:`SpecialCalls`, a part of
+:class:`~lrp_lib.explain.function_mode.RelevanceMode`).
+
+* An attribute read gives the attribute, marked as depending on the input when it does; ``.data``
+  is a detach, which the mode reports where relevance stops there.
+* Dropout in training mode has no relevance (its mask is random): an error says to call
+  ``model.eval()``.  In eval mode it is the identity.
+* An in-place operation on a tensor that depends on the input (``x.relu_()``, ``h += m``) is computed
+  out of place on a copy by the same handler, then copied into the tensor, so that autograd records a
+  copy and nothing a relevance primitive saved is overwritten; a primitive that kept the tensor as
+  its output gets a copy of the value it computed first.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lrp_lib.explain.dispatch import HANDLERS
+from lrp_lib.explain.graph_check import UnsupportedModelError
+from lrp_lib.explain.op_tables import AUGMENTED, IDENTITY
+
+__all__ = ["SpecialCalls"]
+
+
+class SpecialCalls:
+    """Attribute reads, dropout and in-place operations inside the mode (methods of the mode: they
+    use its ``mark``, ``is_marked``, ``identity``, ``module_label``, ``detached`` and ``recipes``)."""
+
+    def get_attribute(self, func, args, kwargs):
+        attr = getattr(getattr(func, "__self__", None), "__name__", "")
+        out = func(*args, **kwargs)
+        if attr in ("data", "grad"):
+            if attr == "data":
+                self.detached.add(f".data in {self.module_label()}")
+            return out
+        return self.mark(out) if isinstance(out, Tensor) else out
+
+    def run_dropout(self, func, name, args, kwargs):
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        if training and p:
+            raise UnsupportedModelError(f"{name} in training mode in {self.module_label()}: relevance of a random "
+                                        f"mask is not defined; call model.eval() (PyG's Explainer does)")
+        return self.mark(func(*args, **kwargs))
+
+    def run_inplace(self, func, name, args, kwargs):
+        """An in-place operation: computed out of place on a copy, then copied into ``self`` (so
+        autograd records the copy and nothing that a relevance op saved is overwritten)."""
+        base = AUGMENTED.get(name, name[:-1])
+        target = args[0]
+        if not isinstance(target, Tensor) or not (base in HANDLERS or base in IDENTITY):
+            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()} on a tensor that "
+                                        f"depends on the input: LRP has no rule for it")
+        source = target.clone()
+        if self.is_marked(target):
+            self.mark(source)
+        outofplace = getattr(torch.Tensor, base, None) or getattr(torch, base, None) or getattr(F, base, None)
+        if outofplace is None:
+            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()}: no out-of-place "
+                                        f"version of it was found to compute its relevance")
+        new_args = (source, *args[1:])
+        if base in HANDLERS:
+            result = HANDLERS[base](self, outofplace, new_args, kwargs)
+        else:
+            result = self.identity(outofplace, new_args, kwargs)
+        self.keep_saved_output(target)
+        target.copy_(result)
+        return self.mark(target)
+
+    def keep_saved_output(self, target) -> None:
+        """``target`` is about to change in place: if a relevance primitive kept it as its output
+        (``ctx.out``), give that primitive a copy of the value it computed; tensors to be recomputed
+        from it (or from its base) are computed now."""
+        if self.recipes and isinstance(target, Tensor):
+            for key in {id(target), id(getattr(target, "_base", None))}:
+                for recipe in self.recipes.get(key, ()):
+                    recipe.keep()
+        node = getattr(target, "grad_fn", None)
+        if node is not None and isinstance(getattr(node, "out", None), Tensor):
+            node.out = node.out.clone()
