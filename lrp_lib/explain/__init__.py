@@ -18,7 +18,9 @@
 * :mod:`~lrp_lib.explain.propagate`: one forward and one backward;
 * :mod:`~lrp_lib.explain.accounting`: ``bias_relevance`` and ``relevance_residual`` per graph (or
   per target);
-* :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks;
+* :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks, on
+  :mod:`~lrp_lib.explain.unions` (the subgraphs of many targets as one graph) and
+  :mod:`~lrp_lib.explain.layer_pruning` (each message-passing step along the edges it needs);
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``, and ``Explainer``
   with the inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
   :mod:`~lrp_lib.explain.one_pass`: ``Explainer(one_pass=True)``, the prediction taken from the
@@ -37,8 +39,8 @@ Imports :mod:`lrp_lib.core` only.
 import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
-            "targets", "propagate", "accounting", "subgraphs", "explainer", "masks", "walks", "walk_model", "walk_graph",
-            "walk_algebra", "walk_defined", "walk_search", "jobs",
+            "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "explainer", "masks", "walks",
+            "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "jobs",
             "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass")
 
 
