@@ -81,14 +81,17 @@ class GroupedTally(Tally):
 
     def split(self, row_groups: dict, num_groups: int) -> Tensor | None:
         """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the
-        group of each row of the tensors of each row count; None where some amount has no group."""
+        group of each row of the tensors of each row count; None where some non-zero amount has no
+        group."""
         if self.unsplit:
             return None
         out = torch.zeros(num_groups, dtype=torch.float64)
         for n, per_row in self.rows.items():
             groups = row_groups.get(n)
             if groups is None or groups.numel() != n:
-                return None
+                if bool(per_row.any()):
+                    return None
+                continue  # nothing kept on these rows (e.g. attention weights, which pass no relevance)
             out = out.to(per_row.device)
             inside = groups >= 0
             if not bool(inside.all()) and bool(per_row[~inside].any()):

@@ -253,14 +253,16 @@ def test_the_accounts_need_no_second_backward(monkeypatch):
 
     reruns, original = [], accounting._rerun
     monkeypatch.setattr(accounting, "_rerun", lambda *a: reruns.append(1) or original(*a))
-    model = model_of("gcn")
-    x, edge_index, kwargs = inputs("edge_weight")
-    unpruned = explain(model, x, edge_index, INDEX, "zplus", prune=False, **kwargs)
-    assert len(reruns) == 1
-    pruned = explain(model, x, edge_index, INDEX, "zplus", **kwargs)
-    assert len(reruns) == 1
-    assert_same(pruned, unpruned)
-    assert bool((pruned["bias"] != 0).all())
+    for name in ("gcn", "gat"):  # (GAT: also amounts on its attention weights' rows, all zero)
+        reruns.clear()
+        model = model_of(name)
+        x, edge_index, kwargs = inputs(MODELS[name][1])
+        unpruned = explain(model, x, edge_index, INDEX, "zplus", prune=False, **kwargs)
+        assert len(reruns) == 1
+        pruned = explain(model, x, edge_index, INDEX, "zplus", **kwargs)
+        assert len(reruns) == 1
+        assert_same(pruned, unpruned)
+        assert bool((pruned["bias"] != 0).all())
 
 
 def test_a_grouped_tally_splits_by_rows_or_says_it_cannot():
@@ -274,5 +276,8 @@ def test_a_grouped_tally_splits_by_rows_or_says_it_cannot():
     assert tally.total(tally.absorbed) == 21.0 - 0.75
     assert tally.split({3: groups[3]}, 2) is None  # the edges' rows have no groups
     assert tally.split({3: groups[3], 2: None}, 2) is None
+    zeros = torch.zeros(5, 2)
+    tally.absorb_rows("c", zeros.sum(), (zeros,))  # rows without groups, but nothing kept on them
+    torch.testing.assert_close(tally.split(groups, 2), torch.tensor([3.0 - 0.25, 18.0 - 0.5], dtype=torch.float64))
     tally.absorb("b", torch.tensor(1.0))  # an amount without rows
     assert tally.split(groups, 2) is None and tally.total(tally.absorbed) == 22.0 - 0.75
