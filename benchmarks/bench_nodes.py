@@ -12,7 +12,8 @@ method runs through PyG's ``Explainer`` (``explanation_type="model"``, node-leve
 * **LRP, per_index=True**: ``LRPExplainer(per_index=True)`` with ``index`` = all targets in one call:
   each target explained on its own, chunks of ``--chunk-size`` targets on the disjoint union of
   their 3-hop subgraphs (one forward and one backward per chunk; as many targets per chunk as the
-  estimated memory of the pass allows, at most ``--chunk-size``).  Timed on every target.
+  estimated memory of the pass allows, at most ``--chunk-size``), each message-passing step passing
+  only the edges into the nodes that the targets' outputs read of it.  Timed on every target.
 * **LRP, per_index=True, GIN**: the same with a 3-layer GIN (each ``GINConv`` with one linear layer,
   32 hidden) on the same graph and targets.  GIN's messages do not read the senders' degrees, so its
   subgraphs leave out the edges into their outermost nodes (GCN's keep them: its normalisation
@@ -30,8 +31,9 @@ method runs through PyG's ``Explainer`` (``explanation_type="model"``, node-leve
   fails, the error is recorded.
 
 Wall-clock seconds give the nodes per second; the CPU seconds of the process (all its threads) are
-recorded beside them: on a machine shared with other work, the wall clock also counts the time
-other processes held the cores, the CPU time does not.
+recorded beside them, and the 1-minute load average before each LRP run: on a machine shared with
+other work, the wall clock also counts the time other processes held the cores, the CPU time does
+not.
 
 The nodes per second of each method are printed and written to ``benchmarks/results/nodes.json``
 (``results_file.write_results``), which the book's Performance page renders.
@@ -39,6 +41,7 @@ The nodes per second of each method are printed and written to ``benchmarks/resu
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 
@@ -103,15 +106,20 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def load() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
 def lrp_nodes(model, x, edge_index, index, chunk_size: int):
-    """(wall seconds, CPU seconds of this process, the explanation)."""
+    """(wall seconds, CPU seconds of this process, the explanation, the load average before)."""
     explainer = Explainer(model, algorithm=LRPExplainer(per_index=True, chunk_size=chunk_size),
                           explanation_type="model", node_mask_type="object", edge_mask_type="object",
                           model_config=MODEL_CONFIG)
+    before = load()
     start, cpu = time.perf_counter(), time.process_time()
     explanation = explainer(x, edge_index, index=index)
     sync()
-    return time.perf_counter() - start, time.process_time() - cpu, explanation
+    return time.perf_counter() - start, time.process_time() - cpu, explanation, before
 
 
 def per_target(explainer, x, edge_index, targets) -> tuple[float, float]:
@@ -174,8 +182,8 @@ def main() -> None:
                               explanation_type="model", node_mask_type="object", edge_mask_type="object",
                               model_config=MODEL_CONFIG)
     lrp_explainer(x, edge_index, index=index[:8])  # warm-up
-    lrp_seconds, lrp_cpu, explanation = lrp_nodes(model, x, edge_index, index, args.chunk_size)
-    lrp_subset_seconds, lrp_subset_cpu, _ = lrp_nodes(model, x, edge_index, subset, args.chunk_size)
+    lrp_seconds, lrp_cpu, explanation, lrp_load = lrp_nodes(model, x, edge_index, index, args.chunk_size)
+    lrp_subset_seconds, lrp_subset_cpu, _, subset_load = lrp_nodes(model, x, edge_index, subset, args.chunk_size)
     nnz = explanation.node_relevance_per_index._nnz()
     print(f"LRP per_index: {targets:,} targets in {lrp_seconds:.1f} s, {per_second(targets, lrp_seconds):.0f} nodes/s "
           f"({nnz / targets:.0f} subgraph nodes per target)", flush=True)
@@ -183,7 +191,7 @@ def main() -> None:
     torch.manual_seed(0)
     gin = GIN(32, 32, 4).eval().to(args.device)
     lrp_nodes(gin, x, edge_index, index[:8], args.chunk_size)  # warm-up
-    gin_seconds, gin_cpu, _ = lrp_nodes(gin, x, edge_index, index, args.chunk_size)
+    gin_seconds, gin_cpu, _, gin_load = lrp_nodes(gin, x, edge_index, index, args.chunk_size)
     print(f"LRP per_index, GIN: {targets:,} targets in {gin_seconds:.1f} s, "
           f"{per_second(targets, gin_seconds):.0f} nodes/s", flush=True)
 
@@ -211,14 +219,15 @@ def main() -> None:
     rows = [
         {"method": "LRP, per_index=True (k-hop subgraphs, chunks)", "key": "lrp", "targets": targets,
          "seconds": lrp_seconds, "cpu_seconds": lrp_cpu, "nodes_per_second": per_second(targets, lrp_seconds),
-         "extrapolated": False},
+         "extrapolated": False, "load_average_1min_before": lrp_load},
         {"method": "LRP, per_index=True, on the subset", "key": "lrp_subset", "targets": subset.numel(),
          "seconds": lrp_subset_seconds, "cpu_seconds": lrp_subset_cpu,
          "nodes_per_second": per_second(subset.numel(), lrp_subset_seconds),
-         "extrapolated": False},
+         "extrapolated": False, "load_average_1min_before": subset_load},
         {"method": "LRP, per_index=True, GIN (no edges into the outermost hop)", "key": "lrp_gin",
          "targets": targets, "seconds": gin_seconds, "cpu_seconds": gin_cpu,
-         "nodes_per_second": per_second(targets, gin_seconds), "extrapolated": False},
+         "nodes_per_second": per_second(targets, gin_seconds), "extrapolated": False,
+         "load_average_1min_before": gin_load},
         {"method": "Captum saliency (one call per target)", "key": "saliency", "targets": subset.numel(),
          "seconds": saliency_seconds, "cpu_seconds": saliency_cpu,
          "nodes_per_second": per_second(subset.numel(), saliency_seconds),

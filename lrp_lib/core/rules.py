@@ -349,7 +349,8 @@ class LinearMapRelevance(torch.autograd.Function):
 
     Arguments after ``rule``: ``op`` (the name in warnings and in the tally), ``tally`` (an
     object with ``absorb(label, amount)``, given :math:`\sum R_{out} - \sum R_x`, the share the
-    bias and the stabiliser kept; ``None``: not counted), ``keep_bias`` (``False``: the bias, or a
+    bias and the stabiliser kept, or ``absorb_rows(label, amount, (R_out,), (R_x,))`` where it has
+    one; ``None``: not counted), ``keep_bias`` (``False``: the bias, or a
     weight-free map's constant term :math:`f(0)`, takes no share: the split is over
     :math:`z - b`), ``check`` (``False``: the epsilon rule divides without the per-op warning
     and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
@@ -385,5 +386,9 @@ class LinearMapRelevance(torch.autograd.Function):
         else:
             rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
         if ctx.tally is not None:
-            ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
+            absorb_rows = getattr(ctx.tally, "absorb_rows", None)  # a tally that also reads the rows
+            if absorb_rows is not None:
+                absorb_rows(ctx.op, rel_out.sum() - rel.sum(), (rel_out,), (rel,))
+            else:
+                ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
         return rel, None, None, None, None, None, None, None, None, None

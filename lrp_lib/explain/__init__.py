@@ -4,7 +4,10 @@
   every torch function the model calls to a relevance primitive (dispatch, tracking of the
   input-dependent tensors); :mod:`~lrp_lib.explain.dispatch`: what it does with each torch function,
   decided once per function; :mod:`~lrp_lib.explain.rule_families`: the rule families it computes
-  them with;
+  them with; :mod:`~lrp_lib.explain.inplace`: the calls it sends to no rule (attribute reads, dropout,
+  in-place operations);
+* :mod:`~lrp_lib.explain.record` and :mod:`~lrp_lib.explain.replay`: the forward recorded once per
+  input signature and replayed without the mode and the model's Python;
 * :mod:`~lrp_lib.explain.op_tables`: which torch functions and autograd nodes pass relevance as
   they are; :mod:`~lrp_lib.explain.graph_check`: ``UnsupportedModelError`` and
   ``check_relevance_graph``;
@@ -18,7 +21,9 @@
 * :mod:`~lrp_lib.explain.propagate`: one forward and one backward;
 * :mod:`~lrp_lib.explain.accounting`: ``bias_relevance`` and ``relevance_residual`` per graph (or
   per target);
-* :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks;
+* :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks, on
+  :mod:`~lrp_lib.explain.unions` (the subgraphs of many targets as one graph) and
+  :mod:`~lrp_lib.explain.layer_pruning` (each message-passing step along the edges it needs);
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``, and ``Explainer``
   with the inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
   :mod:`~lrp_lib.explain.one_pass`: ``Explainer(one_pass=True)``, the prediction taken from the
@@ -38,9 +43,9 @@ Imports :mod:`lrp_lib.core` only.
 import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
-            "targets", "propagate", "accounting", "subgraphs", "explainer", "masks", "walks", "walk_model", "walk_graph",
-            "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
-            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass")
+            "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "explainer", "masks", "walks",
+            "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
+            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay")
 
 
 def __getattr__(name):

@@ -31,13 +31,73 @@ with the biases.  So the usual cost is one more backward pass (``LRPExplainer(ac
 skips it and reports the totals only).  The backward
 passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
 as when its graph is explained alone.
+
+Without that pass: a :class:`GroupedTally` also sums each kept amount per row of the tensors it
+is the difference of, and where the caller knows the group of every row of every row count (the
+nodes, and the edges of each message-passing step: ``per_index=True``,
+:class:`~lrp_lib.explain.layer_pruning.LayerPlan`), :math:`B_g` is read off directly; a group
+with :math:`|u_g - B_g|` above rounding has lost relevance, and otherwise :math:`B_g = u_g`,
+:math:`\rho_g = 0` as above.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-__all__ = ["account", "target_groups"]
+from lrp_lib.explain.primitives import Tally
+
+__all__ = ["account", "GroupedTally"]
+
+
+class GroupedTally(Tally):
+    """A :class:`~lrp_lib.explain.primitives.Tally` that also sums what each operation keeps per
+    row of the tensors it is the difference of, by the tensors' row count (node-shaped and
+    edge-shaped tensors have different counts): :meth:`split` then gives each group's bias
+    without more backward passes.  An amount given without its rows makes it unsplittable."""
+
+    rows_wanted = True
+
+    def __init__(self):
+        super().__init__()
+        self.rows: dict[int, Tensor] = {}
+        self.unsplit = False
+
+    def absorb(self, label: str, amount: Tensor) -> None:
+        self.unsplit = True  # an amount without its rows
+        super().absorb(label, amount)
+
+    def absorb_rows(self, label: str, amount: Tensor, plus=(), minus=()) -> None:
+        self._add(self.absorbed, label, amount)
+        if not plus:
+            self.unsplit = True
+        for sign, parts in ((1.0, plus), (-1.0, minus)):
+            for t in parts:
+                if t.dim() == 0:
+                    self.unsplit = True
+                    continue
+                per_row = (t.detach().flatten(1).sum(-1) if t.dim() > 1 else t.detach()).double()
+                n = t.shape[0]
+                self.rows[n] = self.rows[n] + sign * per_row if n in self.rows else sign * per_row
+
+    def split(self, row_groups: dict, num_groups: int) -> Tensor | None:
+        """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the
+        group of each row of the tensors of each row count; None where some non-zero amount has no
+        group."""
+        if self.unsplit:
+            return None
+        out = torch.zeros(num_groups, dtype=torch.float64)
+        for n, per_row in self.rows.items():
+            groups = row_groups.get(n)
+            if groups is None or groups.numel() != n:
+                if bool(per_row.any()):
+                    return None
+                continue  # nothing kept on these rows (e.g. attention weights, which pass no relevance)
+            out = out.to(per_row.device)
+            inside = groups >= 0
+            if not bool(inside.all()) and bool(per_row[~inside].any()):
+                return None
+            out.index_add_(0, groups[inside], per_row[inside])
+        return out
 
 
 def _total(tally) -> float:
@@ -65,14 +125,17 @@ def _records(recorder) -> list:
 
 
 def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recorder, *,
-            node_group: Tensor, row_group: Tensor, num_groups: int, edge_group: Tensor | None = None):
+            node_group: Tensor, row_group: Tensor, num_groups: int, edge_group: Tensor | None = None,
+            row_groups: dict | None = None):
     """``(bias_relevance, relevance_residual)``, one value per group (shape ``[num_groups]``).
 
     ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features
     first, then ``edge_attr`` if any), the start relevance and the inputs' relevance of the backward
     just run (its graph retained); ``tally``: the mode's tally after it; ``node_group``: the group
     of each node (``-1``: none), ``edge_group`` of each ``edge_attr`` row; ``row_group``: the group
-    of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``."""
+    of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``.  ``row_groups``: for a
+    :class:`GroupedTally`, the group of each row of the tensors of each row count; where it splits
+    the tally, no backward pass is run again."""
     dtype, device = start.dtype, start.device
     explained = torch.zeros(num_groups, dtype=torch.float64, device=device)
     rows = start.detach().reshape(start.shape[0], -1).sum(-1).double()
@@ -85,13 +148,19 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
         if rel is None or group is None:
             continue
         size += float(rel.detach().abs().sum())
-        per_row = rel.detach().reshape(rel.shape[0], -1).sum(-1).double()
+        per_row = (rel.detach().flatten(1).sum(-1) if rel.dim() > 1 else rel.detach()).double()  # (also 0 rows)
         inside = group >= 0
         reached.index_add_(0, group[inside], per_row[inside])
     unaccounted = explained - reached
     total_bias = _total(tally)
     bias = unaccounted.clone()
-    if num_groups > 1:
+    split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None and \
+        isinstance(tally, GroupedTally) else None
+    if split is not None:
+        tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
+        if bool(((unaccounted - split).abs() > tol).any()):  # a loss in some group
+            bias = split
+    elif num_groups > 1:
         weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
                                         * 0.6180339887498949, 1.0)
         lost = float(unaccounted.sum()) - total_bias
@@ -114,21 +183,3 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     else:
         bias[:] = total_bias
     return bias.to(dtype), (unaccounted - bias).to(dtype)
-
-
-def target_groups(num_nodes: int, edge_index: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """``(node_group, row_group)`` for targets ``rows`` explained on a disjoint union of their
-    subgraphs: the group of a node is the target in its connected component (-1: none), the
-    group of an output row the target's position in ``rows`` (-1: not a target)."""
-    labels = torch.arange(num_nodes, device=rows.device)
-    src, dst = edge_index.long()
-    for _ in range(num_nodes):  # the smallest node id of each component, spread along the edges
-        new = labels.scatter_reduce(0, dst, labels[src], "amin").scatter_reduce(0, src, labels[dst], "amin")
-        if torch.equal(new, labels):
-            break
-        labels = new
-    of_label = torch.full((num_nodes,), -1, dtype=torch.long, device=rows.device)
-    of_label[labels[rows]] = torch.arange(rows.numel(), device=rows.device)
-    row_group = torch.full((num_nodes,), -1, dtype=torch.long, device=rows.device)
-    row_group[rows] = torch.arange(rows.numel(), device=rows.device)
-    return of_label[labels], row_group

@@ -23,7 +23,7 @@ from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.primitives import EdgeMessageRelevance
 from lrp_lib.explain.recompute import note
 
-__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording"]
+__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder"]
 
 
 _current = threading.local()       # the explanation running in this thread (its EdgeRecorder)
@@ -70,6 +70,7 @@ class EdgeRecorder:
         self.propagated, self.messaged = Counter(), Counter()
         self.unaligned: dict[str, int] = {}
         self._ids: dict[int, tuple] = {}
+        self._loops = None
         self.edges_of: dict[int, Tensor] = {}
 
     def edge_ids(self, edges) -> Tensor | None:
@@ -90,17 +91,19 @@ class EdgeRecorder:
         ref = self.edge_index
         # the usual layout (PyG's add_self_loops / add_remaining_self_loops): the input's edges that
         # are not loops, in order, then one loop per node; checked exactly, in O(E)
-        loop = ref[0] == ref[1]
-        kept = ref[:, ~loop]
+        if self._loops is None:  # the input's loops and other edges, the same for every layer
+            loop = ref[0] == ref[1]
+            ids = torch.arange(ref.shape[1], device=ref.device)
+            self._loops = (ref[:, ~loop], ids[~loop], ref[0, loop], ids[loop])
+        kept, kept_ids, loop_nodes, loop_ids = self._loops
         k = edges.shape[1] - kept.shape[1]
         if k >= 0 and torch.equal(edges[:, :kept.shape[1]], kept):
             nodes = torch.arange(k, device=edges.device)
             if torch.equal(edges[0, kept.shape[1]:], nodes) and torch.equal(edges[1, kept.shape[1]:], nodes) and \
-                    (not bool(loop.any()) or int(ref[0, loop].max()) < k):
-                ids = torch.arange(ref.shape[1], device=ref.device)
+                    (not loop_nodes.numel() or int(loop_nodes.max()) < k):
                 loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
-                loops[ref[0, loop]] = ids[loop]
-                return torch.cat([ids[~loop], loops])
+                loops[loop_nodes] = loop_ids
+                return torch.cat([kept_ids, loops])
         n = int(max(int(ref.max()) if ref.numel() else 0, int(edges.max()) if edges.numel() else 0)) + 1
         m = max(ref.shape[1], edges.shape[1]) + 1
 
@@ -120,6 +123,14 @@ class EdgeRecorder:
             return torch.full((edges.shape[1],), -1, dtype=torch.long, device=edges.device)
         found = sorted_keys[pos] == keys
         return torch.where(found, order[pos], torch.full_like(pos, -1))
+
+    def narrow(self, module, edges: Tensor, kept_edges: Tensor, kept: Tensor) -> None:
+        """``module`` passes its messages along ``kept_edges``, the columns ``kept`` of ``edges``
+        (:mod:`lrp_lib.explain.layer_pruning`): their input edges are those of these columns."""
+        ids = self.edge_ids(edges)
+        self.edges_of[id(module)] = kept_edges
+        if ids is not None:
+            self._ids[id(kept_edges)] = (kept_edges, ids.index_select(0, kept))
 
     def messages(self, module, out):
         if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
@@ -181,6 +192,11 @@ class HeteroEdgeRecorder(EdgeRecorder):
                 f"edge relevance of a heterogeneous graph needs each layer to pass messages along one of the "
                 f"input's edge_index tensors, but {'; '.join(problems)}. Explain with edge_mask_type=None")
 
+
+
+def current_recorder():
+    """The recorder of the :func:`recording` block running in this thread (None: none)."""
+    return getattr(_current, "recorder", None)
 
 
 @contextmanager

@@ -57,10 +57,11 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 from lrp_lib.core import stabilizer
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.explain.accounting import account, target_groups
+from lrp_lib.explain.accounting import GroupedTally, account
 from lrp_lib.explain import replay
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.layer_pruning import current_plan
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
                                     inputs_checked, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
@@ -120,11 +121,15 @@ class LRPExplainer(ExplainerAlgorithm):
             ``num_hops`` defaults to the number of message-passing modules of the model.  A
             chunk holds as many targets as keep the estimated memory of its pass within
             ``max_memory`` bytes (default: a quarter of the memory available), at most
-            ``chunk_size`` (default: no limit).  The edges into the outermost nodes are left out
-            where no layer reads a sender's degree (``prune=None``, :func:`~lrp_lib.explain.
-            subgraphs.prunable`; ``prune=False`` keeps them), else kept so that a layer that
-            normalises by degree, as GCN, sees every node's full degree; an error says if the
-            subgraphs do not reproduce the model's output at the targets.
+            ``chunk_size`` (default: no limit).  Each message-passing step passes only the edges
+            into the nodes that the targets' outputs read of it (the last step: the targets'
+            in-edges; :mod:`~lrp_lib.explain.layer_pruning`).  The edges into the outermost
+            nodes are left out where no layer reads a sender's degree (``prune=None``,
+            :func:`~lrp_lib.explain.subgraphs.prunable`), else kept so that a layer that
+            normalises by degree, as GCN, sees every node's full degree; ``prune=False`` prunes
+            neither way.  Where a pruned pass does not reproduce the model's output at the
+            targets, the chunk is explained again unpruned; an error says if the unpruned
+            subgraphs do not reproduce it either.
         accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one
             value per graph of a graph-level batch and per target of ``per_index=True`` (see
             below; one more backward pass per explanation, :mod:`lrp_lib.explain.accounting`);
@@ -295,11 +300,17 @@ class LRPExplainer(ExplainerAlgorithm):
         if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
             target = pending_target()
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
-            def relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs):  # one account per target
-                node_group, row_group = target_groups(sub_x.shape[0], sub_edges, rows) \
-                    if self.accounts == "each" else (None, None)
+            def relevance(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
+                node_group = row_group = row_groups = None
+                if self.accounts == "each":
+                    node_group = groups
+                    row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
+                    row_group[rows] = torch.arange(rows.numel(), device=rows.device)
+                    plan = current_plan()  # the group of each row of each tensor: the accounts in this pass
+                    row_groups = plan.row_groups if plan is not None else None
                 return self._relevance(model, sub_x, sub_edges, sub_target, rows, checked=True,
-                                       node_group=node_group, row_group=row_group, **sub_kwargs)
+                                       node_group=node_group, row_group=row_group, row_groups=row_groups,
+                                       **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
                 relevance, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
                 chunk_size=self.chunk_size, max_memory=self.max_memory, prune=self.prune,
@@ -332,12 +343,14 @@ class LRPExplainer(ExplainerAlgorithm):
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
-                   **kwargs):
+                   row_groups=None, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
 
         With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and
         ``relevance_residual`` hold one value per group (:func:`lrp_lib.explain.accounting.account`):
-        group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None: row ``g``)."""
+        group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None: row ``g``);
+        ``row_groups`` (filled by the forward: the group of the rows of each row count) splits the
+        biases by group without another backward where it covers every tensor they were kept on."""
         if not checked and not checked_by_explainer(x, edge_index):
             check_inputs(model, x, edge_index, **kwargs)
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
@@ -348,15 +361,18 @@ class LRPExplainer(ExplainerAlgorithm):
             kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
             inputs.append(kwargs["edge_attr"])
         edges = self.explainer_config.edge_mask_type is not None
+        grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
 
         def make(mode_class, recorder_class):
             mode = mode_class(self.composite, model, fast=self.fast, recompute=self.recompute)
+            if grouped:
+                mode.tally = GroupedTally()
             return mode, recorder_class(mode, model, edge_index, x.dtype) if edges else None
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
         mode, recorder, out, replayed, reason = replay.forward(
             model, make, [leaf, edge_index, *tensors.values()], inputs,
             {k: v for k, v in kwargs.items() if k not in tensors},
-            (id(self.composite), self.fast, edges, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
+            (id(self.composite), self.fast, edges, grouped, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
             enabled=self.replay and self.fast and not self.recompute)
         out, start, grads, head = propagate(model, mode, recorder, inputs, None, target, index, self.model_config,
                                             self.explained, retain_graph=node_group is not None, out=out,
@@ -393,7 +409,8 @@ class LRPExplainer(ExplainerAlgorithm):
                 edge_group = node_group[edge_index[1]] if attr_rel is not None else None
                 bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
                                          [node_rel], mode.tally, recorder, node_group=node_group,
-                                         row_group=row_group, num_groups=groups, edge_group=edge_group)
+                                         row_group=row_group, num_groups=groups, edge_group=edge_group,
+                                         row_groups=row_groups)
                 extra.update(bias_relevance=bias, relevance_residual=residual)
         if mode.explained_head is not None:
             extra["explained_output"] = f"the input of the model's final {mode.explained_head}"

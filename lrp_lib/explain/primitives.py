@@ -91,8 +91,16 @@ class Tally:
         amount = amount.detach().double()
         table[label] = table[label] + amount if label in table else amount
 
+    #: Whether :meth:`absorb_rows` wants the tensors' rows too (a tally that splits the amounts by rows).
+    rows_wanted = False
+
     def absorb(self, label: str, amount: Tensor) -> None:
         self._add(self.absorbed, label, amount)
+
+    def absorb_rows(self, label: str, amount: Tensor, plus=(), minus=()) -> None:
+        """:meth:`absorb` ``amount``, which is the sum of the tensors ``plus`` minus the sum of
+        ``minus`` (a tally that splits the amounts by rows reads them; this one does not)."""
+        self.absorb(label, amount)
 
     def block(self, label: str, amount: Tensor) -> None:
         self._add(self.blocked, label, amount)
@@ -124,7 +132,7 @@ def _absorbed(tally: Tally | None, label: str, rel_out: Tensor, *rel_in: Tensor)
         for r in rel_in:
             if r is not None:
                 kept = kept - r.sum()
-        tally.absorb(label, kept)
+        tally.absorb_rows(label, kept, (rel_out,), [r for r in rel_in if r is not None])
 
 
 def _keep(ctx, out: Tensor, eps: float, label: str, tally, *saved: Tensor) -> Tensor:
@@ -308,7 +316,8 @@ class UniformProductRelevance(torch.autograd.Function):
         empty = counts == 0
         rel = ctx.spread(torch.where(empty, torch.zeros_like(rel_out), rel_out / counts.clamp(min=1)))
         if ctx.tally is not None and bool(empty.any()):
-            ctx.tally.absorb(ctx.label, rel_out[empty].sum())
+            kept = torch.where(empty, rel_out, torch.zeros_like(rel_out)) if ctx.tally.rows_wanted else None
+            ctx.tally.absorb_rows(ctx.label, rel_out[empty].sum(), () if kept is None else (kept,))
         return rel, None, None, None, None, None
 
 

@@ -1,23 +1,29 @@
 r"""``per_index=True``: each target node explained over its own k-hop subgraph, many targets per
 forward and backward (:func:`explain_per_index`, on the disjoint union of their subgraphs built
-by :func:`k_hop_union`), in chunks whose size follows a memory budget (:func:`chunk_bytes`).
+by :func:`~lrp_lib.explain.unions.k_hop_union`), in chunks whose size follows a memory budget
+(:func:`chunk_bytes`, :func:`pass_bytes`).
 
-Pruning: the edges into the nodes exactly ``num_hops`` hops from a target carry messages that
-reach the target only after more than ``num_hops`` message-passing steps, so its output does not
-depend on them, unless a layer reads the *sender's* in-degree: GCN's normalisation
-:math:`1/\sqrt{\deg(i)\deg(j)}` does.  The subgraph of a model whose message-passing layers are
-all of the types in :data:`PRUNABLE` (their message into :math:`i` reads the features of :math:`i`
-and :math:`j`, the edge and :math:`i`'s own in-edges, never :math:`j`'s in-degree) leaves those
-edges out; any other model keeps them, their senders outside the subgraph replaced by one
-zero-feature stand-in node per subgraph, so that every node keeps its in-degree.  Either way the
-targets' outputs on the subgraphs are compared with the model's output on the full graph; a pruned
-chunk whose outputs differ is explained again with the edges kept.
+Pruning, twice.  Per layer (:mod:`lrp_lib.explain.layer_pruning`): the ``l``-th of ``hops``
+message-passing steps passes only the edges into nodes within ``hops - 1 - l`` hops of their
+target, which is all the targets' outputs read of it.  At the border: the edges into the nodes
+exactly ``num_hops`` hops from a target carry messages that reach the target only after more than
+``num_hops`` message-passing steps, so its output does not depend on them, unless a layer reads
+the *sender's* in-degree: GCN's normalisation :math:`1/\sqrt{\deg(i)\deg(j)}` does.  The subgraph
+of a model whose message-passing layers are all of the types in :data:`PRUNABLE` (their message
+into :math:`i` reads the features of :math:`i` and :math:`j`, the edge and :math:`i`'s own
+in-edges, never :math:`j`'s in-degree) leaves those edges out; any other model keeps them, their
+senders outside the subgraph replaced by one zero-feature stand-in node per subgraph, so that every
+node keeps its in-degree (the per-layer pruning then passes them to no layer: they serve the
+degrees).  Either way the targets' outputs on the subgraphs are compared with the model's output
+on the full graph; a chunk whose outputs differ (or whose forward made more message-passing steps
+than ``num_hops``) is explained again with the border edges kept, then without per-layer pruning,
+and later chunks skip what failed.
 """
 from __future__ import annotations
 
 import builtins
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable
 
 import torch
@@ -27,9 +33,11 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as pyg_conv
 
 from lrp_lib.explain.inputs import check_inputs
+from lrp_lib.explain.layer_pruning import pruned_layers
+from lrp_lib.explain.unions import KHopUnion, k_hop_union, union_graph
 
-__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "chunk_bytes", "memory_budget",
-           "predicted", "PROBE_TARGETS"]
+__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "chunk_bytes", "pass_bytes", "memory_budget",
+           "predicted", "PROBE_TARGETS", "EDGE_BYTES"]
 
 #: How many targets' subgraphs the memory estimate is measured on when the full graph's output is known.
 PROBE_TARGETS = 4
@@ -100,17 +108,23 @@ def memory_budget(device: torch.device, fraction: float = 0.25) -> int:
     return 2**30
 
 
-def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tuple[Tensor, float, float]:
-    """``(forward(), bytes per subgraph node, bytes per subgraph edge)``: the estimated memory of
-    one relevance pass (forward and backward) of ``model`` per node and per edge of the graph it
-    runs on, from the widths of what ``forward()`` (a forward without autograd on a graph of ``n``
-    nodes) computes, seen by module forward hooks and PyG's message hooks.
+#: Bytes per edge of a union graph besides its messages: the edge index and the edge-level temporaries
+#: of a layer (self-loops added, normalisation coefficients, the per-layer pruning's selection).
+EDGE_BYTES = 64.0
+
+
+def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tuple[Tensor, float, list]:
+    """``(forward(), bytes per subgraph node, bytes per message of each message-passing step)``:
+    the estimated memory of one relevance pass (forward and backward) of ``model`` per node of
+    the graph it runs on and per edge that each step passes a message along, from the widths of
+    what ``forward()`` (a forward without autograd on a graph of ``n`` nodes) computes, seen by
+    module forward hooks and PyG's message hooks.
 
     Per node: the sum of the widths of every module's node-shaped output (first dimension ``n``);
-    per edge: the sum of the message widths of every message-passing layer; both in bytes of the
-    output's dtype, times four (the value kept for backward, its relevance, and a temporary of
-    each), plus 16 bytes of index per edge."""
-    per_node, per_edge, handles = [], [], []
+    per message: its width; both in bytes of the output's dtype, times four (the value kept for
+    backward, its relevance, and a temporary of each).  :func:`pass_bytes` adds them up for a
+    union of subgraphs."""
+    per_node, per_message, handles = [], [], []
 
     def on_module(module, args, out):
         if isinstance(out, Tensor) and out.dim() >= 1 and out.shape[0] == n and out.is_floating_point():
@@ -118,7 +132,7 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
 
     def on_message(module, args, out):
         if isinstance(out, Tensor) and out.dim() >= 1 and out.shape[0]:
-            per_edge.append(out[0].numel() * out.element_size())
+            per_message.append(4.0 * out[0].numel() * out.element_size())
 
     try:
         for m in model.modules():
@@ -130,7 +144,24 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
     finally:
         for h in handles:
             h.remove()
-    return out, 4.0 * builtins.sum(per_node), 4.0 * builtins.sum(per_edge) + 16.0
+    return out, 4.0 * builtins.sum(per_node), per_message
+
+
+def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: int, hops: int, *,
+               keep_border: bool, layered: bool) -> float:
+    """The estimated memory of one relevance pass over the union ``union`` of ``targets``
+    subgraphs (``per_node``, ``per_message``: from :func:`chunk_bytes`): ``per_node`` per node
+    (with ``keep_border``, the stand-ins too), :data:`EDGE_BYTES` per edge (with ``keep_border``,
+    the border's too), and each step's message bytes per edge it passes a message along: with
+    ``layered`` (per-layer pruning), the ``l``-th step along the edges into nodes within ``hops -
+    1 - l`` hops only."""
+    edges = union.edge_id.numel() + (union.border_id.numel() if keep_border else 0)
+    total = per_node * (union.keys.numel() + (targets if keep_border else 0)) + EDGE_BYTES * edges
+    within = torch.bincount(union.edge_depth, minlength=hops).cumsum(0).tolist() if layered else []
+    for step, width in enumerate(per_message):
+        limit = hops - 1 - step
+        total += width * (within[limit] if layered and limit >= 0 else edges)
+    return total
 
 
 def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_index: Tensor, *, target, index,
@@ -138,8 +169,9 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
                       max_memory: int | None = None, prune: bool | None = None, **kwargs):
     """``per_index=True``: each node of ``index`` explained on its own, over its k-hop subgraph.
 
-    ``relevance(x, edge_index, target, rows, **kwargs)`` explains the rows ``rows`` of a graph in
-    one forward and one backward and returns ``(node relevance, edge relevance, output, extras)``
+    ``relevance(x, edge_index, target, rows, groups, **kwargs)`` explains the rows ``rows`` of a
+    graph in one forward and one backward, the nodes of ``groups == i`` being the subgraph of
+    ``rows[i]``, and returns ``(node relevance, edge relevance, output, extras)``
     (:class:`~lrp_lib.explain.explainer.LRPExplainer` gives its own).  Returns ``(node relevance,
     edge relevance, extras)``: the sums over the targets, and in the extras the sparse
     ``node_relevance_per_index`` (and ``edge_relevance_per_index``) and ``bias_relevance`` and
@@ -150,14 +182,17 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     upstream and every edge into a node closer than that, which is all that the target's output
     depends on, and, unless the model is :func:`prunable` (``prune=None``; ``prune=False`` never
     prunes), the edges into the outermost nodes (GCN's normalisation takes the degrees of the full
-    graph).  A chunk holds as many targets as keep the estimated memory of its pass
-    (:func:`chunk_bytes`, measured on the model's forward over the subgraphs of the first
-    :data:`PROBE_TARGETS` targets where the full graph's output is known from the explainer's
-    prediction pass (:func:`predicted`), else over the full graph, which gives that output) within
-    ``max_memory`` bytes (default: :func:`memory_budget`, a quarter of the memory available), at
-    most ``chunk_size`` (None: no limit), at least one.  The subgraphs' outputs at the targets are
-    compared with the model's output on the full graph: a model that looks further than
-    ``num_hops`` gives an error instead of a wrong explanation.
+    graph).  Unless ``prune=False``, each message-passing step passes only the edges that the
+    targets' outputs read (:mod:`lrp_lib.explain.layer_pruning`).  A chunk holds as many targets
+    as keep the estimated memory of its pass (:func:`pass_bytes` of :func:`chunk_bytes`, measured
+    on the model's forward over the subgraphs of the first :data:`PROBE_TARGETS` targets where the
+    full graph's output is known from the explainer's prediction pass (:func:`predicted`), else
+    over the full graph, which gives that output) within ``max_memory`` bytes (default:
+    :func:`memory_budget`, a quarter of the memory available), at most ``chunk_size`` (None: no
+    limit), at least one.  The subgraphs' outputs at the targets are compared with the model's
+    output on the full graph: where a pruned pass differs, the chunk is explained again less
+    pruned (see the module docstring); a model that looks further than ``num_hops`` gives an error
+    instead of a wrong explanation.
     """
     check_inputs(model, x, edge_index, **kwargs)
     for name, value in kwargs.items():
@@ -189,18 +224,20 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     rowptr = torch.cumsum(counts, 0) - counts
     probe = None
     if expected is not None and index.numel():  # the widths measured on a few targets' subgraphs
-        keys, edge_b, edge_e = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n)[:3]
+        probe_union = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n)
+        keys, edge_b, edge_e = probe_union.keys, probe_union.edge_graph, probe_union.edge_id
         sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]),
                                  torch.searchsorted(keys, edge_b * n + dst[edge_e])])
         sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
         if 0 < edge_e.numel() != keys.numel():  # else a node-shaped output could be an edge-shaped one
             probe = chunk_bytes(model, keys.numel(), lambda: model(x[keys % n], sub_edges, **sub_kwargs))
     if probe is None:  # the full graph's output, and the widths measured on it
-        expected, per_node, per_edge = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
+        expected, per_node, per_message = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
     else:
-        per_node, per_edge = probe[1:]
+        per_node, per_message = probe[1:]
     budget = max_memory if max_memory is not None else memory_budget(x.device)
-    pruning = prunable(model) if prune is None else prune
+    pruning = prunable(model) if prune is None else prune  # the border edges left out
+    layered = prune is not False  # per-layer pruning
     nodes, edges, accounts, offset = [], [], [], 0
     k, per_target = index.numel(), None
     while offset < k:
@@ -210,28 +247,36 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         while True:  # halve the chunk until its estimated memory fits the budget
             chunk = index[offset:offset + size]
             union = k_hop_union(chunk, hops, src, perm, rowptr, counts, n)
-            keys, edge_b, _, border_b, _ = union
-            estimate = per_node * (keys.numel() + chunk.numel()) + per_edge * (edge_b.numel() + border_b.numel())
+            estimate = pass_bytes(per_node, per_message, union, chunk.numel(), hops, keep_border=not pruning,
+                                  layered=layered)
             if estimate <= budget or size == 1:
                 break
             size = max(1, size // 2)
         per_target = estimate / size
-        for keep in ((False, True) if pruning else (True,)):
+        # the pruned pass first; where the targets' outputs differ, the border kept, then every layer whole
+        attempts = [(False, layered)] if pruning else []
+        attempts += [(True, True)] if layered else []
+        for keep, per_layer in attempts + [(True, False)]:
             graph = union_graph(x, kwargs, target, chunk, offset, union, src, dst, n, keep)
-            sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e = graph
-            node_rel, edge_rel, out, extra = relevance(sub_x, sub_edges, sub_target, rows, **sub_kwargs)
+            sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e, depth, groups = graph
+            with pruned_layers(model, depth, hops, groups) if per_layer else nullcontext() as plan:
+                node_rel, edge_rel, out, extra = relevance(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs)
             want, got = expected[chunk].to(out.dtype), out[rows]
             tol = 1e-4 if out.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
             scale = max(1.0, float(want.abs().max()) if want.numel() else 1.0)
-            if torch.allclose(got, want, rtol=tol, atol=tol * scale):
+            if (plan is None or plan.exact) and torch.allclose(got, want, rtol=tol, atol=tol * scale):
                 break
-            pruning = False  # the model reads more than the pruned subgraphs hold: keep the edges from now on
+            # the model reads more than the pruned subgraphs hold: from now on, not pruned that way
+            if not keep:
+                pruning = False
+            elif per_layer:
+                layered = False
         else:
             raise ValueError(
                 f"per_index=True: the targets' {hops}-hop subgraphs do not reproduce the model's output "
                 f"(largest difference {float((got - want).abs().max()):.3g}): the model looks further than "
                 f"{hops} hops; pass num_hops= the number of message-passing steps of the model")
-        keys = union[0]
+        keys = union.keys
         node_rel = node_rel[:keys.numel()]
         if edge_rel is not None:
             edge_rel = edge_rel[real]
@@ -258,91 +303,8 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         edge_values = (torch.cat([r for _, _, r in edges]) if edges else x.new_zeros(0)).detach()
         edge_rel = edge_values.new_zeros(edge_index.shape[1]).index_add_(0, edge_index_k[1], edge_values)
         extra["edge_relevance_per_index"] = torch.sparse_coo_tensor(
-            edge_index_k, edge_values, (k, edge_index.shape[1])).coalesce()
+            edge_index_k, edge_values, (k, edge_index.shape[1]), check_invariants=False).coalesce()
     if accounts:
         extra["bias_relevance"] = torch.cat([b for b, _ in accounts])
         extra["relevance_residual"] = torch.cat([r for _, r in accounts])
     return node_rel, edge_rel, extra
-
-
-def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, union: tuple, src: Tensor,
-                dst: Tensor, n: int, keep_border: bool):
-    """The inputs of one chunk's pass on the disjoint union ``union`` (:func:`k_hop_union`):
-    ``(x, edge_index, target, rows, kwargs, real, edge_graph, edge_id)`` of the union graph, with
-    ``rows`` the targets' rows and ``real`` the union's edges that are edges of the full graph
-    (``edge_graph``, ``edge_id``: for each union edge, its subgraph and its id in the full graph).
-
-    With ``keep_border`` the edges into the outermost nodes are kept: from inside the subgraph as
-    they are; from outside, their sender becomes one zero-feature stand-in node per subgraph (rows
-    after the union's nodes), so that every node keeps its in-degree (GCN normalises messages by
-    the sender's degree); what the stand-ins send reaches only the outermost nodes' later layers,
-    which the targets do not depend on.  Without it they are left out, and so are the stand-ins."""
-    keys, edge_b, edge_e, border_b, border_e = union
-    node_ids = keys % n
-    m = keys.numel()
-    senders = torch.searchsorted(keys, edge_b * n + src[edge_e])
-    real = torch.ones(edge_b.numel(), dtype=torch.bool, device=x.device)
-    stand_ins = 0
-    if keep_border:
-        wanted = border_b * n + src[border_e]
-        inner = torch.searchsorted(keys, wanted).clamp(max=max(m - 1, 0))
-        inside = keys[inner] == wanted if m else torch.zeros_like(border_b, dtype=torch.bool)
-        senders = torch.cat([senders, torch.where(inside, inner, m + border_b)])
-        edge_b, edge_e = torch.cat([edge_b, border_b]), torch.cat([edge_e, border_e])
-        real = torch.cat([real, inside])
-        stand_ins = chunk.numel()
-    sub_edges = torch.stack([senders, torch.searchsorted(keys, edge_b * n + dst[edge_e])])
-    rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)
-    sub_target = None
-    if target is not None:
-        if target.numel() == n:
-            sub_target = target.view(n, *target.shape[1:])[node_ids]
-        else:
-            sub_target = target.new_zeros(m, *target.shape[1:])
-            sub_target[rows] = target[offset:offset + chunk.numel()]
-        sub_target = torch.cat([sub_target, sub_target.new_zeros(stand_ins, *sub_target.shape[1:])])
-    sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
-    sub_x = torch.cat([x[node_ids], x.new_zeros(stand_ins, *x.shape[1:])])
-    return sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e
-
-
-def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor, n: int):
-    """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union.
-
-    Returns ``(keys, edge_graph, edge_id, border_graph, border_id)``: the sorted keys ``b * n + node``
-    of the nodes of subgraph ``b`` (the subgraph of ``targets[b]``), for each edge of the union its
-    subgraph and its id in the full graph (every edge into a node fewer than ``hops`` hops from the
-    target), and the same for the edges into the nodes exactly ``hops`` hops away (the border).
-    ``perm``/``rowptr``/``counts``: the edges sorted by receiver, where each receiver's start, how many.
-    """
-    frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
-    visited = frontier
-    edge_graph, edge_id = [], []
-    for _ in range(hops):
-        node, graph = frontier % n, frontier // n
-        c = counts[node]
-        total = int(c.sum())
-        if total == 0:
-            break
-        which = torch.repeat_interleave(torch.arange(frontier.numel(), device=targets.device), c)
-        within = torch.arange(total, device=targets.device) - torch.repeat_interleave(torch.cumsum(c, 0) - c, c)
-        e = perm[rowptr[node][which] + within]
-        g = graph[which]
-        edge_graph.append(g)
-        edge_id.append(e)
-        new = torch.unique(g * n + src[e])
-        frontier = new[~torch.isin(new, visited)]
-        visited = torch.cat([visited, frontier])
-    empty = torch.zeros(0, dtype=torch.long, device=targets.device)
-    border_graph, border_id = empty, empty
-    if frontier.numel():
-        node, graph = frontier % n, frontier // n
-        c = counts[node]
-        total = int(c.sum())
-        if total:
-            which = torch.repeat_interleave(torch.arange(frontier.numel(), device=targets.device), c)
-            within = torch.arange(total, device=targets.device) - torch.repeat_interleave(torch.cumsum(c, 0) - c, c)
-            border_id = perm[rowptr[node][which] + within]
-            border_graph = graph[which]
-    return (torch.sort(visited).values, torch.cat(edge_graph) if edge_graph else empty,
-            torch.cat(edge_id) if edge_id else empty, border_graph, border_id)

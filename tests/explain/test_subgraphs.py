@@ -111,12 +111,12 @@ def test_chunks_by_memory_equal_one_chunk(conv, monkeypatch):
     calls = spy_on_union_graph(monkeypatch)
     one = explain(model, x, edge_index, index)
     assert len(calls) == 1
-    per_node, per_edge = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[1:]
-    assert per_node > 0 and per_edge > 16
+    per_node, per_message = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[1:]
+    assert per_node > 0 and len(per_message) == 3 and all(m > 0 for m in per_message)
     calls.clear()
     # a budget of about two targets' subgraphs
-    keys, edge_b, _, border_b, _ = subgraphs.k_hop_union(index[:2], 3, edge_index[0], *_csr(edge_index, 60), 60)
-    budget = int(per_node * (keys.numel() + 2) + per_edge * (edge_b.numel() + border_b.numel()))
+    union = subgraphs.k_hop_union(index[:2], 3, edge_index[0], *_csr(edge_index, 60), 60)
+    budget = int(subgraphs.pass_bytes(per_node, per_message, union, 2, 3, keep_border=conv == "gcn", layered=True))
     monkeypatch.setattr(subgraphs, "memory_budget", lambda device: budget)
     chunked = explain(model, x, edge_index, index)
     assert len(calls) > 2
