@@ -22,7 +22,7 @@ __version__ = '0.1.0'
 
 _LAZY = {
     "LRPExplainer": "lrp_lib.explain.explainer",
-    "Explainer": "lrp_lib.explain.explainer",
+    "Explainer": "lrp_lib.explain.pyg_explainer",
     "Composite": "lrp_lib.core.composites",
     "explain_dataset": "lrp_lib.explain.jobs",
     "read_explanations": "lrp_lib.explain.jobs",

@@ -41,12 +41,40 @@ with :math:`|u_g - B_g|` above rounding has lost relevance, and otherwise :math:
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
+from lrp_lib.core import stabilizer
 from lrp_lib.explain.primitives import Tally
 
-__all__ = ["account", "GroupedTally"]
+__all__ = ["account", "GroupedTally", "lost_relevance", "LostRelevanceWarning"]
+
+
+class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
+    """Part of the explained output's relevance did not reach the inputs (a detach in the model)."""
+
+
+def lost_relevance(start: Tensor, node_rel: Tensor, attr_rel: Tensor | None, absorbed: float, detached: set,
+                   dtype: torch.dtype) -> float:
+    """What of the explained value ``start`` neither reached the inputs (``node_rel``, ``attr_rel``) nor was
+    kept by the biases and stabilisers (``absorbed``); a :class:`LostRelevanceWarning` with the amount
+    and the likely cause (the tensors the forward ``detached``) where it exceeds rounding (1e-3 of the
+    explained relevance's magnitude in float32, 1e-6 in float64)."""
+    explained = float(start.sum())
+    reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
+    lost = explained - reached - absorbed
+    scale = max(1.0, float(start.abs().sum()))
+    if abs(lost) > (1e-6 if dtype == torch.float64 else 1e-3) * scale:
+        share = f" ({100 * lost / explained:.1f} % of the explained {explained:.4g})" if explained else ""
+        where = (f"model.forward detaches tensors ({', '.join(sorted(detached))}) or joins constants"
+                 if detached else "relevance reached constants joined to the computation (torch.cat, "
+                                  "indexing) or outputs equal to zero")
+        warnings.warn(
+            f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
+            f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=5)
+    return lost
 
 
 class GroupedTally(Tally):

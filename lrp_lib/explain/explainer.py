@@ -22,14 +22,12 @@ of each ``edge_attr`` entry).  An operation without a rule that relevance reache
 ran outside the interception (a custom ``autograd.Function``), gives an
 :class:`UnsupportedModelError` naming it, never a wrong explanation.
 
-Edges (:mod:`lrp_lib.explain.edges`).  A hook on each ``MessagePassing`` module
-(``register_message_forward_hook``) passes its messages through
-:class:`~lrp_lib.explain.primitives.EdgeMessageRelevance`, which adds the relevance of the
-messages of edge :math:`j \to i`, summed over features, to that edge: the edge mask is the
-relevance carried by each edge's messages, summed over layers.  Self-loops that a layer adds
-(GCN, GAT) are not edges of the input: their share stays with the node (a self-loop present in
-the input gets its layer's loop messages).  The hooks are registered once per module and do
-nothing outside an explanation running in the same thread.
+Edges (:mod:`lrp_lib.explain.edges`): a message hook on each ``MessagePassing`` module adds the
+relevance of the messages of edge :math:`j \to i`, summed over features and layers, to that edge;
+the self-loops a layer adds (GCN, GAT) leave their share with the node.  Replay
+(:mod:`lrp_lib.explain.replay`): from the second explanation of an input signature on, the forward's
+torch functions are recorded once and replayed without the mode and the model's Python, behind
+guards that fall back to the mode: the same relevance, at less cost per call.
 
 Nothing is patched globally: the mode belongs to the calling thread, so explanations run from
 several threads, and training in other threads, do not disturb each other.
@@ -45,40 +43,30 @@ one value per graph (:mod:`lrp_lib.explain.accounting`), each as when its graph 
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor, nn
-from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.explain import Explanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
-from lrp_lib.core import stabilizer
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.explain.accounting import GroupedTally, account
+from lrp_lib.explain.accounting import GroupedTally, LostRelevanceWarning, account, lost_relevance
 from lrp_lib.explain import replay
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.layer_pruning import current_plan
-from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer, explainer_training_flag,
-                                    inputs_checked, usable)
+from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer,  # noqa: F401
+                                    explainer_training_flag, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
-from lrp_lib.explain.one_pass import explain_in_one_pass, pending_target
+from lrp_lib.explain.one_pass import pending_target
 from lrp_lib.explain.propagate import propagate
-from lrp_lib.explain.subgraphs import explain_per_index, predicted, remember
+from lrp_lib.explain.subgraphs import explain_per_index
 
 __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
            "check_hetero_inputs", "relevance_mask", "DEFAULTS"]
 
 
-class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
-    """Part of the explained output's relevance did not reach the inputs (a detach in the model)."""
-
-
-
-# ------------------------------------------------------------------ explainer
 #: LRPExplainer's defaults per task level ("node" also serves link prediction), chosen by the benchmark
 #: of chapter 9 (``benchmarks/bench_quality.py``) with a rule declared before it ran: among every
 #: (composite x explained x mask), the best mean rank over that level's tasks, ties to the cheaper.
@@ -187,7 +175,7 @@ class LRPExplainer(ExplainerAlgorithm):
     or edge outputs, a heterogeneous graph) a 0-dimensional tensor.
 
     The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
-    a prediction pass before this algorithm: use :class:`Explainer` (or call :func:`check_inputs`
+    a prediction pass before this algorithm: use :class:`~lrp_lib.explain.pyg_explainer.Explainer` (or call :func:`check_inputs`
     first) to have the inputs checked before that pass too.  If the explanation fails, the model's
     training flag is restored (PyG's ``Explainer`` would leave it in eval mode).  Relevance that a
     ``.detach()`` inside the model keeps from the inputs is reported, with its amount, by a
@@ -199,15 +187,10 @@ class LRPExplainer(ExplainerAlgorithm):
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
                  prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True):
         super().__init__()
-        if not isinstance(replay, bool):
-            raise TypeError(f"replay must be True or False, got {replay!r}")
-        self.replay = replay
-        if not isinstance(fast, bool):
-            raise TypeError(f"fast must be True or False, got {fast!r}")
-        self.fast = fast
-        if not isinstance(recompute, bool):
-            raise TypeError(f"recompute must be True or False, got {recompute!r}")
-        self.recompute = recompute
+        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        self.replay, self.fast, self.recompute = replay, fast, recompute
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -221,8 +204,6 @@ class LRPExplainer(ExplainerAlgorithm):
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
         self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
         self._default_composites: dict[str, Composite] = {}
-        if not isinstance(per_index, bool):
-            raise TypeError(f"per_index must be True or False, got {per_index!r}")
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
                                    ("max_memory", max_memory, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -387,18 +368,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if len(inputs) > 1:
             attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])
         absorbed = mode.tally.total(mode.tally.absorbed)
-        explained = float(start.sum())
-        reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
-        lost = explained - reached - absorbed
-        scale = max(1.0, float(start.abs().sum()))
-        if abs(lost) > (1e-6 if x.dtype == torch.float64 else 1e-3) * scale:
-            share = f" ({100 * lost / explained:.1f} % of the explained {explained:.4g})" if explained else ""
-            where = (f"model.forward detaches tensors ({', '.join(sorted(mode.detached))}) or joins constants"
-                     if mode.detached else "relevance reached constants joined to the computation (torch.cat, "
-                                            "indexing) or outputs equal to zero")
-            warnings.warn(
-                f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
-                f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=4)
+        lost = lost_relevance(start, node_rel, attr_rel, absorbed, mode.detached, x.dtype)
         extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
                  "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
         if node_group is not None and start.dim() > 0:
@@ -421,46 +391,10 @@ class LRPExplainer(ExplainerAlgorithm):
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
 
 
-class Explainer(PyGExplainer):
-    """PyG's :class:`~torch_geometric.explain.Explainer`, with the inputs checked before its
-    prediction pass and the model's training flag restored when the explanation fails.
-
-    A drop-in replacement: ``from lrp_lib.explain.explainer import Explainer`` and use it as PyG's.  With an
-    :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
-    error that names it instead of one from inside PyG's message passing (or NaN masks).
-
-    ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
-    target are taken from the explanation's own forward instead of a separate prediction pass
-    (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
-    With ``per_index=True`` the prediction pass also serves as the model's output on the full graph,
-    which the subgraphs' outputs are compared with (:func:`lrp_lib.explain.subgraphs.predicted`).
-    """
-
-    def __init__(self, *args, one_pass: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not isinstance(one_pass, bool):
-            raise TypeError(f"one_pass must be True or False, got {one_pass!r}")
-        self.one_pass = one_pass
-
-    def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
-        checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)
-        if isinstance(self.algorithm, LRPExplainer) and isinstance(x, dict):
-            check_hetero_inputs(x, edge_index)
-        if checked:
-            check_inputs(self.model, x, edge_index, **kwargs)
-        once = checked and self.one_pass and self.explanation_type.value == "model" and not (
-            self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
-        training = self.model.training
-        try:
-            # the inputs checked once; the prediction pass kept (per_index=True compares with it)
-            with inputs_checked(x if checked else None, edge_index), predicted():
-                if once:
-                    return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
-                return super().__call__(x, edge_index, target=target, index=index, **kwargs)
-        finally:
-            self.model.train(training)
-
-    def get_prediction(self, *args, **kwargs) -> Tensor:
-        out = super().get_prediction(*args, **kwargs)
-        remember(self.model, args, kwargs, out)  # for per_index=True: the full graph's output
-        return out
+def __getattr__(name):
+    # ``from lrp_lib.explain.explainer import Explainer`` keeps working: the class is in
+    # lrp_lib.explain.pyg_explainer, which imports this module (so it cannot be imported at the top)
+    if name == "Explainer":
+        from lrp_lib.explain.pyg_explainer import Explainer
+        return Explainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from torch_geometric.explain.config import ModelConfig, ModelMode, ModelReturnTy
 if TYPE_CHECKING:
     from lrp_lib.explain.function_mode import RelevanceMode
 
-__all__ = ["explained_logits", "start_relevance"]
+__all__ = ["explained_logits", "start_relevance", "check_index"]
 
 
 def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig) -> Tensor:
@@ -37,6 +37,34 @@ def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig
     return out
 
 
+def check_index(index, rows: int) -> None:
+    """A clear error for an ``index`` (an int, a slice, a list of ints, an integer or boolean tensor) that selects
+    rows the model's output does not have (``rows`` of them)."""
+    if index is None or isinstance(index, slice):
+        return
+    if isinstance(index, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in index):
+        index = torch.tensor(index, dtype=torch.long)
+    if isinstance(index, bool) or not isinstance(index, (int, Tensor)):
+        raise TypeError(f"index must be an int, a slice, a list of ints or a tensor of row numbers, got "
+                        f"{type(index).__name__}")
+    if isinstance(index, Tensor):
+        if index.dtype == torch.bool:
+            if index.numel() != rows:
+                raise ValueError(f"index is a boolean mask of {index.numel()} entries but the model gives {rows} "
+                                 f"output row(s)")
+            return
+        if index.is_floating_point() or index.is_complex():
+            raise TypeError(f"index must hold integer row numbers, got dtype {index.dtype}")
+        if not index.numel():
+            return
+        low, high = int(index.min()), int(index.max())
+    else:
+        low = high = index
+    if low < -rows or high >= rows:
+        raise IndexError(f"index selects rows {low}..{high} but the model gives {rows} output row(s) "
+                         f"(valid: 0..{rows - 1}, or negative from the end)")
+
+
 def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig,
                     explained: str = "logit") -> Tensor:
     r"""The relevance of the outputs ``out`` (the model's output, or the logits before its
@@ -54,6 +82,7 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
     argument: a float target, one of the wrong length, a label out of range."""
     out_d = out.detach()
     mode = model_config.mode
+    check_index(index, out_d.shape[0] if out_d.dim() else 1)
     if mode != ModelMode.regression:
         if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
             got = target.dtype if isinstance(target, Tensor) else type(target).__name__

@@ -941,3 +941,38 @@ def test_accounts_total_is_one_number_for_the_call(device):
     assert e.bias_relevance.shape == ()
     with pytest.raises(ValueError, match="accounts must be"):
         LRPExplainer(accounts="per_graph")
+
+
+@pytest.mark.parametrize("index, error, match", [
+    (6, IndexError, r"index selects rows 6..6 but the model gives 6 output row\(s\)"),
+    (-7, IndexError, r"index selects rows -7..-7"),
+    (torch.tensor([0, 9]), IndexError, r"index selects rows 0..9"),
+    (torch.tensor([0.0, 1.0]), TypeError, "index must hold integer row numbers"),
+    (torch.ones(4, dtype=torch.bool), ValueError, "boolean mask of 4 entries but the model gives 6"),
+    ("0", TypeError, "index must be an int, a slice, a list of ints or a tensor"),
+    ([0, 7], IndexError, r"index selects rows 0..7"),
+])
+def test_an_index_out_of_the_outputs_rows_is_named(index, error, match):
+    """An explained row that the output does not have gives an error naming ``index``, never a bare
+    IndexError from inside the explanation."""
+    from lrp_lib.explain.explainer import Explainer as CheckingExplainer
+    torch.manual_seed(0)
+    conv_model = _IndexNet().eval()
+    ex = CheckingExplainer(conv_model, algorithm=LRPExplainer(), explanation_type="model",
+                           node_mask_type="attributes", model_config=dict(mode="multiclass_classification",
+                                                                          task_level="node", return_type="raw"))
+    x, ei = torch.randn(6, 3), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    with pytest.raises(error, match=match):
+        ex(x, ei, index=index)
+    ok = ex(x, ei, index=torch.tensor([0, 5, -1]))  # in range, negative from the end
+    assert ok.node_mask.shape == (6, 3)
+
+
+class _IndexNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GCNConv as _GCN
+        self.conv, self.lin = _GCN(3, 4), nn.Linear(4, 2)
+
+    def forward(self, x, edge_index):
+        return self.lin(self.conv(x, edge_index).relu())

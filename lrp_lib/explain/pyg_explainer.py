@@ -1,0 +1,62 @@
+r"""PyG's :class:`~torch_geometric.explain.Explainer` with the inputs checked before its prediction pass,
+the model's training flag restored when an explanation fails, and ``one_pass=True`` (the prediction
+taken from the explanation's own forward).  ``lrp_lib.Explainer`` and
+``lrp_lib.explain.explainer.Explainer`` are this class.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+from torch_geometric.explain import Explainer as PyGExplainer
+from torch_geometric.explain.config import ModelTaskLevel
+
+from lrp_lib.explain.explainer import LRPExplainer
+from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs, inputs_checked
+from lrp_lib.explain.one_pass import explain_in_one_pass
+from lrp_lib.explain.subgraphs import predicted, remember
+
+__all__ = ["Explainer"]
+
+
+class Explainer(PyGExplainer):
+    """PyG's :class:`~torch_geometric.explain.Explainer`, with the inputs checked before its
+    prediction pass and the model's training flag restored when the explanation fails.
+
+    A drop-in replacement: ``from lrp_lib import Explainer`` and use it as PyG's.  With an
+    :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
+    error that names it instead of one from inside PyG's message passing (or NaN masks).
+
+    ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
+    target are taken from the explanation's own forward instead of a separate prediction pass
+    (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
+    With ``per_index=True`` the prediction pass also serves as the model's output on the full graph,
+    which the subgraphs' outputs are compared with (:func:`lrp_lib.explain.subgraphs.predicted`).
+    """
+
+    def __init__(self, *args, one_pass: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not isinstance(one_pass, bool):
+            raise TypeError(f"one_pass must be True or False, got {one_pass!r}")
+        self.one_pass = one_pass
+
+    def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
+        checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)
+        if isinstance(self.algorithm, LRPExplainer) and isinstance(x, dict):
+            check_hetero_inputs(x, edge_index)
+        if checked:
+            check_inputs(self.model, x, edge_index, **kwargs)
+        once = checked and self.one_pass and self.explanation_type.value == "model" and not (
+            self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
+        training = self.model.training
+        try:
+            # the inputs checked once; the prediction pass kept (per_index=True compares with it)
+            with inputs_checked(x if checked else None, edge_index), predicted():
+                if once:
+                    return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
+                return super().__call__(x, edge_index, target=target, index=index, **kwargs)
+        finally:
+            self.model.train(training)
+
+    def get_prediction(self, *args, **kwargs) -> Tensor:
+        out = super().get_prediction(*args, **kwargs)
+        remember(self.model, args, kwargs, out)  # for per_index=True: the full graph's output
+        return out
