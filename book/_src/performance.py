@@ -617,7 +617,11 @@ g("expl_best_auroc", best, None)
 # in chunks onto the disjoint union of their k-hop subgraphs (k = the number of message-passing
 # layers), one forward and one backward per chunk, as many targets per chunk as the estimated memory
 # of the pass allows (GCN's normalisation takes the degrees of the full graph, and the subgraphs'
-# outputs at the targets are checked against the full graph's).
+# outputs at the targets are checked against the full graph's). Each message-passing step runs only
+# along the edges into nodes from which a target can still be reached in the steps that remain: the
+# first layer along the edges into the nodes at most k - 1 hops from a target, the last along the
+# edges into the targets; the edges left out carry no relevance to a target, and a pass whose outputs
+# at the targets differ from the full graph's is run again without this pruning.
 # `benchmarks/bench_nodes.py` explains many target nodes of a random graph with a GCN, all
 # methods through PyG's `Explainer`; saliency and GNNExplainer run one call per target, timed on a
 # subset (GNNExplainer's time for all targets is extrapolated from it, and labelled so). The two
@@ -698,8 +702,9 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # the whole graph per target. GNNExplainer would need {glue:text}`nodes_gnn_hours` hours for all
 # targets (extrapolated). Per CPU second of the process (its {glue:text}`nodes_threads` threads
 # together, whatever else the machine ran), LRP explains {glue:text}`nodes_cpu_rate` targets: most of a
-# subgraph's nodes lie on its border, where they are needed only as inputs of the first layer, yet
-# the model runs every layer on every row. The GCN's subgraphs also carry the edges into their border
+# subgraph's nodes lie on its border, where they are needed only as inputs of the first layer; their
+# messages are pruned from the later layers, but the model's node-wise maps still run every layer on
+# every row. The GCN's subgraphs also carry the edges into their border
 # nodes (from one zero-feature stand-in node per subgraph), so that every node keeps its in-degree,
 # which GCN's normalisation of the messages reads. A model whose layers never read a sender's degree
 # (GIN, GAT, SAGE and a few more, by their exact type) is explained on subgraphs without those edges:
@@ -722,14 +727,23 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # What one explanation costs as the graph grows: `benchmarks/bench_scaling.py` explains the output of
 # one node (the logit of the class the model predicts for it) of a 3-layer GCN (the model of the
 # section above, random weights) on random graphs with ten edges per node, by the relevance or
-# attribution of every input feature, on the whole graph: the plain input gradient
-# (`torch.autograd.grad`, one forward and one backward, no explainer around it: the floor);
-# `LRPExplainer` through PyG's `Explainer` (*LRP*), called directly without it (*LRP algorithm*), and
-# through `lrp_lib.Explainer(..., one_pass=True)` (*LRP one pass*, which takes the prediction from the
-# explanation's own forward instead of running PyG's prediction pass first); and Captum's saliency and
-# Integrated Gradients through PyG's `CaptumExplainer` and `Explainer`, which adds a prediction pass (a
-# forward without autograd) to each. The methods take turns within each round, in one process; the
-# table gives the median time of the gradient and each method's median time divided by it.
+# attribution of every input feature, on the whole graph. The floor is the plain input gradient
+# (`torch.autograd.grad`, one forward and one backward, no explainer around it). The methods take
+# turns within each round, in one process, and each is given as its median time divided by the
+# gradient's (the median over the rounds of the ratio within a round).
+#
+# By default `LRPExplainer` replays: the second explanation of an input signature (the shapes of the
+# inputs, the model, the rule) records the torch functions of the model's forward, and the later ones
+# run that record without the relevance mode and without the model's own Python, with the same
+# relevance (`lrp_lib.explain.replay`; the first explanation of a signature runs in the mode). Here the
+# same graph is explained again and again, as when the nodes of one graph are explained one by one,
+# so the replay also reuses what the record computed from `edge_index` alone (degrees and
+# normalisation). The columns *without replay* run every explanation in the mode
+# (`LRPExplainer(replay=False)`).
+#
+# The first table is the explanation's own cost: `LRPExplainer` called directly, and LRP and Captum's
+# saliency through PyG's `Explainer` with `explanation_type="phenomenon"`, which runs no prediction
+# pass of its own.
 
 # %% tags=["hide-input"]
 sc = scaling_b["settings"]
@@ -742,45 +756,42 @@ display(
         f" Integrated Gradients with {sc['ig_steps']} steps."
     )
 )
+
+
+def sc_ratio(key):
+    return lambda r: r["methods"][key]["paired_ratio_to_gradient"]
+
+
 results_table(
     sc_rows,
     [
         ("nodes", "nodes", "{:,}"),
-        (
-            "gradient (ms)",
-            lambda r: r["methods"]["gradient"]["median_seconds"] * 1e3,
-            "{:,.1f}",
-        ),
-        ("LRP", lambda r: r["methods"]["lrp"]["ratio_to_gradient"], "{:.2f}x"),
-        (
-            "LRP algorithm",
-            lambda r: r["methods"]["lrp_algorithm"]["ratio_to_gradient"],
-            "{:.2f}x",
-        ),
-        (
-            "LRP one pass",
-            lambda r: r["methods"]["lrp_one_pass"]["ratio_to_gradient"],
-            "{:.2f}x",
-        ),
-        ("saliency", lambda r: r["methods"]["saliency"]["ratio_to_gradient"], "{:.2f}x"),
-        (
-            "IG",
-            lambda r: r["methods"]["integrated_gradients"]["ratio_to_gradient"],
-            "{:.1f}x",
-        ),
+        ("gradient (ms)", lambda r: r["methods"]["gradient"]["median_seconds"] * 1e3, "{:,.1f}"),
+        ("LRP algorithm", sc_ratio("lrp_algorithm"), "{:.2f}x"),
+        ("LRP, phenomenon", sc_ratio("lrp_phenomenon"), "{:.2f}x"),
+        ("saliency, phenomenon", sc_ratio("saliency_phenomenon"), "{:.2f}x"),
+        ("LRP algorithm without replay", sc_ratio("lrp_algorithm_mode"), "{:.2f}x"),
     ],
 )
 
 # %% [markdown]
-# Against Captum's saliency through the same `Explainer`, and the page faults of one gradient call:
+# Through PyG's `Explainer` with `explanation_type="model"`, which runs a prediction pass (a forward
+# without autograd) before every method: LRP, LRP with `lrp_lib.Explainer(..., one_pass=True)` (the
+# prediction taken from the explanation's own forward instead), LRP without replay, and Captum's
+# saliency and Integrated Gradients (`CaptumExplainer`), with LRP's time divided by saliency's:
 
 # %% tags=["hide-input"]
 results_table(
     sc_rows,
     [
         ("nodes", "nodes", "{:,}"),
-        ("LRP / saliency", "lrp_over_saliency", "{:.2f}x"),
-        ("LRP one pass / saliency", "lrp_one_pass_over_saliency", "{:.2f}x"),
+        ("LRP", sc_ratio("lrp"), "{:.2f}x"),
+        ("LRP one pass", sc_ratio("lrp_one_pass"), "{:.2f}x"),
+        ("LRP without replay", sc_ratio("lrp_mode"), "{:.2f}x"),
+        ("saliency", sc_ratio("saliency"), "{:.2f}x"),
+        ("IG", sc_ratio("integrated_gradients"), "{:.1f}x"),
+        ("LRP / saliency", "lrp_over_saliency_paired", "{:.2f}x"),
+        ("one pass / saliency", "lrp_one_pass_over_saliency_paired", "{:.2f}x"),
         (
             "page faults per gradient",
             lambda r: r["methods"]["gradient"].get("median_page_faults"),
@@ -793,7 +804,8 @@ results_table(
 sc_nodes = np.array([r["nodes"] for r in sc_rows])
 sc_methods = [
     ("gradient", "o-", "black"),
-    ("lrp", "s-", "tab:blue"),
+    ("lrp_algorithm", "s-", "tab:blue"),
+    ("lrp_algorithm_mode", "s--", "tab:cyan"),
     ("saliency", "^-", "tab:orange"),
     ("integrated_gradients", "v-", "tab:green"),
 ]
@@ -810,7 +822,7 @@ for key, style, color in sc_methods:
     if key != "gradient":
         axes[1].plot(
             sc_nodes,
-            [r["methods"][key]["ratio_to_gradient"] for r in sc_rows],
+            [r["methods"][key]["paired_ratio_to_gradient"] for r in sc_rows],
             style,
             color=color,
         )
@@ -844,30 +856,23 @@ g(
 g("sc_smallest", sc_rows[0]["nodes"], "{:,}")
 g("sc_largest", sc_rows[-1]["nodes"], "{:,}")
 g("sc_ig_steps", sc["ig_steps"], "{}")
-for key in ("lrp", "lrp_algorithm", "lrp_one_pass", "saliency", "integrated_gradients"):
-    ratios = [r["methods"][key]["ratio_to_gradient"] for r in sc_rows]
+for key in sc_rows[0]["methods"]:
+    ratios = [r["methods"][key]["paired_ratio_to_gradient"] for r in sc_rows]
     fmt = "{:.1f}" if key == "integrated_gradients" else "{:.2f}"
     g(f"sc_{key}_min", min(ratios), fmt)
     g(f"sc_{key}_max", max(ratios), fmt)
-overhead = [r["lrp_over_saliency"] for r in sc_rows]
-paired = [r["lrp_over_saliency_paired"] for r in sc_rows]
-g("sc_over_min", min(overhead))
-g("sc_over_max", max(overhead))
-g("sc_over_median", float(np.median(overhead)))
-g("sc_paired_min", min(paired))
-g("sc_paired_max", max(paired))
-cpu_ratios = [
-    r["methods"]["lrp"]["median_cpu_seconds"]
-    / r["methods"]["saliency"]["median_cpu_seconds"]
-    for r in sc_rows
-]
-g("sc_cpu_min", min(cpu_ratios))
-g("sc_cpu_max", max(cpu_ratios))
-one_pass = [r["lrp_one_pass_over_saliency"] for r in sc_rows]
-g("sc_one_over_min", min(one_pass))
-g("sc_one_over_max", max(one_pass))
-largest = sc_rows[-1]["methods"]
-g("sc_algo_largest", largest["lrp_algorithm"]["ratio_to_gradient"])
+for key in ("lrp_over_saliency_paired", "lrp_one_pass_over_saliency_paired", "lrp_mode_over_saliency_paired"):
+    g(f"sc_{key}_min", min(r[key] for r in sc_rows))
+    g(f"sc_{key}_max", max(r[key] for r in sc_rows))
+sc_small = sc_rows[0]["methods"]
+g("sc_small_algo", sc_small["lrp_algorithm"]["paired_ratio_to_gradient"])
+g("sc_small_mode", sc_small["lrp_algorithm_mode"]["paired_ratio_to_gradient"])
+SC_FROM = 700  # the sizes from which the explanation's cost is a share of the gradient's, not Python's
+g("sc_from", SC_FROM, "{:,}")
+sc_bigger = [r for r in sc_rows if r["nodes"] >= SC_FROM]
+g("sc_from700_algo_max", max(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in sc_bigger))
+g("sc_from700_algo_min", min(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in sc_bigger))
+assert all(r["replayed"]["lrp"] and not r["replayed"]["lrp_mode"] for r in sc_rows)
 
 # %% [markdown]
 # From {glue:text}`sc_smallest` to {glue:text}`sc_largest` nodes, the gradient's time grows with
@@ -876,36 +881,41 @@ g("sc_algo_largest", largest["lrp_algorithm"]["ratio_to_gradient"])
 # column counts the page faults of one gradient call: from {glue:text}`sc_faults_from` nodes on
 # there are more of them than nodes, because a tensor of messages is then larger than the C
 # allocator's largest threshold for reusing freed memory (32 MiB in glibc), so every call maps it
-# afresh from the kernel, which zeroes it page by page; every method pays this alike. The other
-# methods follow the gradient: an LRP explanation through `Explainer` costs {glue:text}`sc_lrp_min`
-# to {glue:text}`sc_lrp_max` times the gradient, the algorithm called directly
-# {glue:text}`sc_lrp_algorithm_min` to {glue:text}`sc_lrp_algorithm_max` times
-# ({glue:text}`sc_algo_largest` at {glue:text}`sc_largest` nodes), Captum saliency {glue:text}`sc_saliency_min` to
-# {glue:text}`sc_saliency_max` times (its own forward and backward plus the `Explainer`'s prediction
-# pass) and Integrated Gradients with {glue:text}`sc_ig_steps` steps
-# {glue:text}`sc_integrated_gradients_min` to {glue:text}`sc_integrated_gradients_max` times, since
-# `CaptumExplainer` runs its steps one at a time.
+# afresh from the kernel, which zeroes it page by page; every method pays this alike.
 #
-# **Explainer overhead.** Through the same `Explainer`, LRP takes {glue:text}`sc_over_min` to
-# {glue:text}`sc_over_max` times the time of Captum saliency per explanation (median over the sizes
-# {glue:text}`sc_over_median`; the median of the ratios within a round, {glue:text}`sc_paired_min` to
-# {glue:text}`sc_paired_max`; by the CPU time of the process, which does not count the time other
-# processes held the core, {glue:text}`sc_cpu_min` to {glue:text}`sc_cpu_max`). Both run one
-# forward with autograd and one backward after the prediction pass; with `one_pass=True`, LRP skips
-# that pass and takes {glue:text}`sc_one_over_min` to {glue:text}`sc_one_over_max` times saliency's
-# time. What LRP adds: its forward runs under a function mode that sends each torch function the model
-# calls to a relevance primitive (Python work per call, the same for any size of graph, so it weighs
-# most on small graphs), its backward applies the relevance rules, with the element-wise passes that
-# the sections above measure, and it checks its inputs and the autograd graph on every call.
+# **The explanation's own cost.** Called directly, an LRP explanation costs
+# {glue:text}`sc_lrp_algorithm_min` to {glue:text}`sc_lrp_algorithm_max` times the gradient
+# ({glue:text}`sc_small_algo` on {glue:text}`sc_smallest` nodes, where it was {glue:text}`sc_small_mode`
+# without replay; {glue:text}`sc_from700_algo_min` to {glue:text}`sc_from700_algo_max` from
+# {glue:text}`sc_from` nodes up), and through `Explainer` with `"phenomenon"` {glue:text}`sc_lrp_phenomenon_min` to
+# {glue:text}`sc_lrp_phenomenon_max` times, against {glue:text}`sc_saliency_phenomenon_min` to
+# {glue:text}`sc_saliency_phenomenon_max` for saliency, which is one gradient. Without replay the
+# algorithm costs {glue:text}`sc_lrp_algorithm_mode_min` to {glue:text}`sc_lrp_algorithm_mode_max`
+# times the gradient.
+#
+# **Through `Explainer`.** With its prediction pass, LRP takes {glue:text}`sc_lrp_over_saliency_paired_min`
+# to {glue:text}`sc_lrp_over_saliency_paired_max` times the time of Captum saliency per explanation
+# ({glue:text}`sc_lrp_mode_over_saliency_paired_min` to {glue:text}`sc_lrp_mode_over_saliency_paired_max`
+# without replay); with `one_pass=True`, which skips that pass, {glue:text}`sc_lrp_one_pass_over_saliency_paired_min`
+# to {glue:text}`sc_lrp_one_pass_over_saliency_paired_max` times. Integrated Gradients with
+# {glue:text}`sc_ig_steps` steps costs {glue:text}`sc_integrated_gradients_min` to
+# {glue:text}`sc_integrated_gradients_max` times the gradient, since `CaptumExplainer` runs its steps
+# one at a time. What LRP still adds to a gradient: its backward applies the relevance rules in
+# Python (`torch.autograd.Function`s), with the element-wise passes that the sections above measure,
+# and the explanation checks its inputs, splits what the biases kept and builds its masks; the next
+# section times these parts.
 
 # %% [markdown]
 # ### Where the time goes
 #
 # `benchmarks/profile_explain.py` times the phases of one explanation of the same model side by
-# side, round by round (each phase's median time divided by the gradient's): the forward alone, under
-# a function mode that only calls each function (the cost of intercepting the calls), under
-# `RelevanceMode` (the calls sent to their rules), then with the relevance backward, then the
-# algorithm with its checks and masks, then through `Explainer`.
+# side, round by round (each phase's median time divided by the gradient's, the median over the rounds
+# of the ratio within a round). In the relevance mode: the forward alone, under a function mode that
+# only calls each function (the cost of intercepting the calls), under `RelevanceMode` (the calls sent
+# to their rules), then with the relevance backward, then the algorithm with its checks and masks,
+# then through `Explainer`. Replayed: the recorded forward, with the relevance backward (also with
+# the steps computed from `edge_index` alone run again, as on a new graph of the same shape), the
+# algorithm, and through `Explainer`.
 
 # %% tags=["hide-input"]
 PHASES = [
@@ -915,9 +925,15 @@ PHASES = [
     ("bare_mode_forward", "forward under a mode that only calls each function"),
     ("mode_forward", "forward under RelevanceMode"),
     ("mode_forward_backward", "... and the relevance backward"),
-    ("lrp_algorithm", "LRPExplainer called directly"),
-    ("lrp", "through Explainer"),
-    ("lrp_one_pass", "through Explainer(one_pass=True)"),
+    ("lrp_algorithm", "LRPExplainer(replay=False) called directly"),
+    ("lrp", "... through Explainer"),
+    ("lrp_one_pass", "... through Explainer(one_pass=True)"),
+    ("replay_forward", "the replayed forward"),
+    ("replay_forward_backward", "... and the relevance backward"),
+    ("replay_all_steps_forward_backward", "... with the steps on edge_index run again"),
+    ("lrp_algorithm_replay", "LRPExplainer (replaying) called directly"),
+    ("lrp_replay", "... through Explainer"),
+    ("lrp_replay_one_pass", "... through Explainer(one_pass=True)"),
     ("saliency", "Captum saliency through Explainer"),
 ]
 pr_rows = profile_b["results"]
@@ -925,7 +941,7 @@ display(Markdown(machine_note(profile_b)))
 display(
     results_table(
         [
-            {"phase": label, **{r["nodes"]: r["phases"][key]["ratio_to_gradient"] for r in pr_rows}}
+            {"phase": label, **{r["nodes"]: r["phases"][key]["paired_ratio_to_gradient"] for r in pr_rows}}
             for key, label in PHASES
         ],
         [("phase", "phase")]
@@ -933,20 +949,33 @@ display(
     )
 )
 small = pr_rows[0]["phases"]
+
+
+def pr(key):
+    return small[key]["paired_ratio_to_gradient"]
+
+
 g("pr_small", pr_rows[0]["nodes"], "{:,}")
-g("pr_bare", small["bare_mode_forward"]["ratio_to_gradient"])
-g("pr_forward", small["forward"]["ratio_to_gradient"])
-g("pr_mode", small["mode_forward"]["ratio_to_gradient"])
-g("pr_prediction", small["prediction"]["ratio_to_gradient"])
-assert small["mode_forward"]["ratio_to_gradient"] > small["bare_mode_forward"]["ratio_to_gradient"]
+for key in ("bare_mode_forward", "forward", "mode_forward", "prediction", "replay_forward",
+            "mode_forward_backward", "replay_forward_backward", "replay_all_steps_forward_backward"):
+    g(f"pr_{key}", pr(key))
+assert pr("mode_forward") > pr("bare_mode_forward") and pr("replay_forward") < pr("mode_forward")
+g("pr_backward_mode", pr("mode_forward_backward") - pr("mode_forward"))
+g("pr_backward_replay", pr("replay_forward_backward") - pr("replay_forward"))
+g("pr_backward_gradient", pr("gradient") - pr("forward"))
 
 # %% [markdown]
 # On {glue:text}`pr_small` nodes the forward alone takes {glue:text}`pr_forward` of the gradient's
-# time, intercepting its calls raises that to {glue:text}`pr_bare`, and sending them to their rules
-# to {glue:text}`pr_mode`: on a small graph the Python work per call is most of the explanation, and
-# PyG's prediction pass ({glue:text}`pr_prediction`) is another forward on top. On larger graphs the
-# relevance backward dominates: it applies each rule with element-wise passes that a gradient does
-# not need (the sections above measure them op by op).
+# time, intercepting its calls raises that to {glue:text}`pr_bare_mode_forward`, and sending them to
+# their rules to {glue:text}`pr_mode_forward`: on a small graph the Python work per call is most of
+# the explanation, and PyG's prediction pass ({glue:text}`pr_prediction`) is another forward on top.
+# The replayed forward takes {glue:text}`pr_replay_forward`: it runs neither the mode nor the model's
+# Python (PyG's `propagate` machinery), only the recorded torch functions. What remains is the
+# backward: the relevance backward adds about {glue:text}`pr_backward_replay` of the gradient's time
+# to the replayed forward ({glue:text}`pr_backward_mode` to the mode's), where the gradient's own
+# backward takes {glue:text}`pr_backward_gradient`, because each rule is a Python
+# `torch.autograd.Function` with element-wise passes that a gradient does not need (the sections
+# above measure them op by op).
 
 # %% [markdown]
 # ## Molecules, one at a time and in a batch
@@ -997,16 +1026,20 @@ g("mo_batch_each", mo_batch["batch_lrp"]["ratio_to_gradient"])
 g("mo_batch_total", mo_batch["batch_lrp_total"]["ratio_to_gradient"])
 g("mo_speedup", mo_batch["speedup_over_one_at_a_time"], "{:.0f}")
 g("mo_batch_per_molecule", mo_batch["batch_lrp"]["ms_per_molecule"], "{:.2f}")
+g("mo_lrp_mode", mo_one["lrp_algorithm_mode"]["median_ratio_to_gradient"])
+g("mo_batch_mode", mo_batch["batch_lrp_mode"]["ratio_to_gradient"])
 
 # %% [markdown]
 # One at a time, a molecule's LRP explanation costs {glue:text}`mo_lrp` times its Gradient $\times$ Input
-# when the algorithm is called directly and {glue:text}`mo_lrp_phen` times through `Explainer`, against
-# {glue:text}`mo_sal_phen` for Captum's saliency: on a graph of twenty atoms almost all of the time is
-# Python work per call, which the relevance mode adds to. In one batch the same
-# {glue:text}`mo_count` explanations take {glue:text}`mo_batch_each` times one batched gradient
-# ({glue:text}`mo_batch_per_molecule` ms per molecule, {glue:text}`mo_speedup` times faster than one at a
-# time), or {glue:text}`mo_batch_total` times with `accounts="total"`, which skips the extra backward pass
-# that splits the biases' share molecule by molecule. The batch's relevance equals the molecules'
+# when the algorithm is called directly ({glue:text}`mo_lrp_mode` without replay) and
+# {glue:text}`mo_lrp_phen` times through `Explainer`, against {glue:text}`mo_sal_phen` for Captum's
+# saliency: on a graph of twenty atoms almost all of the time is Python work per call. Replay helps
+# little here, since each molecule is explained once and only molecules of the same numbers of atoms
+# and bonds share a recorded forward. In one batch the same {glue:text}`mo_count` explanations take
+# {glue:text}`mo_batch_each` times one batched gradient ({glue:text}`mo_batch_per_molecule` ms per
+# molecule, {glue:text}`mo_speedup` times faster than one at a time; {glue:text}`mo_batch_mode` without
+# replay), or {glue:text}`mo_batch_total` times with `accounts="total"`, which skips the extra backward
+# pass that splits the biases' share molecule by molecule. The batch's relevance equals the molecules'
 # relevance explained one at a time (checked by the benchmark). To explain a data set, batch it:
 # `explain_dataset` ([Explaining a whole data set](explain_jobs.ipynb)) does so, and `Explainer` takes a
 # `Batch` as it is.

@@ -213,6 +213,18 @@ plt.show()
 #   what it returns (`return_type="log_probs"` or `"probs"`) and explained from its logits, as above.
 # - **Graph classification**: `task_level="graph"`, and pass `batch=` for a batch of graphs.
 #
+# ## Many explanations
+#
+# - **Many nodes of one graph**: `LRPExplainer(per_index=True)` explains each node of `index` on its
+#   own, in chunks over the nodes' k-hop subgraphs, in one call.
+# - **A data set of graphs**: explain a `Batch`: each graph's relevance starts from its own output, in
+#   one forward and one backward for the whole batch; `explain_dataset` runs a whole data set to files
+#   ([Explaining a whole data set](explain_jobs.ipynb)).
+# - **The same shapes again**: from the second explanation of an input signature on (the shapes of the
+#   inputs, the model, the rule), `LRPExplainer` records the torch functions of the model's forward and
+#   replays them without the model's Python, with the same relevance; `explanation.replayed` says
+#   whether it did, `replay=False` turns it off. What each costs: [Performance](performance.ipynb).
+#
 # ## Which rule?
 #
 # Start with the default, `LRPExplainer()`: the {glue:text}`qs_rule` rule on the logit, masks of
