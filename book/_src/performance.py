@@ -809,7 +809,7 @@ sc_methods = [
     ("saliency", "^-", "tab:orange"),
     ("integrated_gradients", "v-", "tab:green"),
 ]
-fig, axes = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 3.2))
+fig, axes = plt.subplots(1, 2, figsize=(BOOK_WIDTH, 4.0))
 for key, style, color in sc_methods:
     label = sc_rows[0]["methods"][key]["label"]
     axes[0].plot(
@@ -831,10 +831,10 @@ for ax in axes:
     ax.set_yscale("log")
     ax.set_xlabel("nodes (ten edges per node)")
 axes[0].set_ylabel("seconds per explanation")
-axes[0].legend(frameon=False, fontsize=7)
 axes[1].axhline(1.0, color="black", lw=0.8)
 axes[1].set_ylabel("time / gradient's")
-fig.tight_layout()
+fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, frameon=False, fontsize=7)
+fig.tight_layout(rect=(0, 0.14, 1, 1))
 plt.show()
 
 slope = np.polyfit(
@@ -883,11 +883,11 @@ assert all(r["replayed"]["lrp"] and not r["replayed"]["lrp_mode"] for r in sc_ro
 # allocator's largest threshold for reusing freed memory (32 MiB in glibc), so every call maps it
 # afresh from the kernel, which zeroes it page by page; every method pays this alike.
 #
-# **The explanation's own cost.** Called directly, an LRP explanation costs
-# {glue:text}`sc_lrp_algorithm_min` to {glue:text}`sc_lrp_algorithm_max` times the gradient
-# ({glue:text}`sc_small_algo` on {glue:text}`sc_smallest` nodes, where it was {glue:text}`sc_small_mode`
-# without replay; {glue:text}`sc_from700_algo_min` to {glue:text}`sc_from700_algo_max` from
-# {glue:text}`sc_from` nodes up), and through `Explainer` with `"phenomenon"` {glue:text}`sc_lrp_phenomenon_min` to
+# **The explanation's own cost.** Called directly, an LRP explanation costs {glue:text}`sc_small_algo`
+# times the gradient on {glue:text}`sc_smallest` nodes ({glue:text}`sc_small_mode` without replay) and
+# {glue:text}`sc_from700_algo_min` to {glue:text}`sc_from700_algo_max` times from {glue:text}`sc_from`
+# nodes up, the most where a graph is large enough for the relevance rules' element-wise passes to
+# count and small enough for Python's work per call to count too; and through `Explainer` with `"phenomenon"` {glue:text}`sc_lrp_phenomenon_min` to
 # {glue:text}`sc_lrp_phenomenon_max` times, against {glue:text}`sc_saliency_phenomenon_min` to
 # {glue:text}`sc_saliency_phenomenon_max` for saliency, which is one gradient. Without replay the
 # algorithm costs {glue:text}`sc_lrp_algorithm_mode_min` to {glue:text}`sc_lrp_algorithm_mode_max`
