@@ -356,13 +356,14 @@ class LinearMapRelevance(torch.autograd.Function):
     and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
     callers that account once at the end), ``source`` (``None``: the input is saved; else an object
     whose ``get()`` gives the input again in backward, which is then not kept: a tensor recomputed
-    from a smaller one).  Saved: the input, weight and bias; the output is
+    from a smaller one), ``value`` (``None``: the forward computes ``m(x, weight, bias)``; else that
+    value, computed already by the caller).  Saved: the input, weight and bias; the output is
     kept as ``ctx.out`` (a model may change it in place afterwards).
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True, source=None):
-        out = m(x, 1.0 if weight is None else weight, bias)
+    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True, source=None, value=None):
+        out = m(x, 1.0 if weight is None else weight, bias) if value is None else value
         ctx.m, ctx.rule, ctx.op, ctx.tally, ctx.keep, ctx.check = m, rule, op, tally, keep_bias, check
         ctx.source = source
         ctx.save_for_backward(x if source is None else None, weight, bias)
@@ -391,4 +392,4 @@ class LinearMapRelevance(torch.autograd.Function):
                 absorb_rows(ctx.op, rel_out.sum() - rel.sum(), (rel_out,), (rel,))
             else:
                 ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
-        return rel, None, None, None, None, None, None, None, None, None
+        return rel, None, None, None, None, None, None, None, None, None, None

@@ -108,6 +108,9 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
         self._rules: dict[int, Any] = {}
         self._eps_rule = Epsilon(self.composite.epsilon)
         self.recipes: dict[int, list] = {}  # id(tensor) -> the recipes computing from it (explain.recompute)
+        # a scatter of node rows times constants split as one map from the rows (explain.recompute.linear_chain);
+        # False where the relevance of each message is read (the walks' recorded graph)
+        self.chains = True
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from lrp_lib.explain.primitives import (BilinearRelevance, IdentityRelevance, JoinRelevance, NormAffineRelevance,
                                         NormaliseRelevance, SoftmaxRelevance, UniformProductRelevance)
-from lrp_lib.explain.recompute import recipe_for
+from lrp_lib.explain.recompute import linear_chain, recipe_for
 
 if TYPE_CHECKING:  # annotations only: the mode imports this module
     from lrp_lib.explain.function_mode import RelevanceMode
@@ -140,8 +140,14 @@ def _scatter_add(mode: RelevanceMode, func, args, kwargs):
     if ms:
         zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
         vjp = (lambda v: v.gather(dim, index)) if index.shape == src.shape else None
-        out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp,
-                          "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}",
+        label = "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}"
+        chain = linear_chain(src, mode.recipes) if mode.chains and vjp is not None and not mi else None
+        if chain is not None:  # messages = rows of a node tensor times constants: one map from the node rows
+            root, compute, chain_vjp = chain
+            return mode.linear(root.root, lambda t: zeros.scatter_add(dim, index, compute(t)),
+                               lambda v: chain_vjp(v.gather(dim, index)), label, root,
+                               zeros.scatter_add(dim, index, src.detach()))
+        out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp, label,
                           recipe_for(src, mode.recipes) if mode.recompute else None)  # recomputed, not kept
         return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")

@@ -151,15 +151,17 @@ def _share(ctx, rel_out: Tensor) -> Tensor:
 
 
 def linear_relevance(x: Tensor, fn: Callable, vjp: Callable | None, eps: float, label: str, tally,
-                     keep_constant: bool = True, fresh_vjp: bool = False, source=None) -> Tensor:
+                     keep_constant: bool = True, fresh_vjp: bool = False, source=None, value=None) -> Tensor:
     r"""``fn(x)``, linear in ``x`` up to a constant term, with the epsilon rule
     :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))` in backward: the weight-free case of
     :class:`~lrp_lib.core.rules.LinearMapRelevance` (:math:`J^\top` given by ``vjp(v)``, or
     autograd).  ``keep_constant=False``: the constant term :math:`f(0)` takes no share.
     ``fresh_vjp``: ``vjp`` returns a new tensor each call (:class:`~lrp_lib.core.rules.LinearMap`);
-    ``source``: ``x`` recomputed in backward instead of kept (:class:`~lrp_lib.core.rules.LinearMapRelevance`)."""
+    ``source``: ``x`` recomputed in backward instead of kept, ``value``: ``fn(x)`` computed already
+    (:class:`~lrp_lib.core.rules.LinearMapRelevance`)."""
     m = LinearMap(fn, None if vjp is None else (lambda v, _x: vjp(v)), has_weight=False, fresh_vjp=fresh_vjp)
-    return LinearMapRelevance.apply(x, None, None, m, Epsilon(eps), label, tally, keep_constant, False, source)
+    return LinearMapRelevance.apply(x, None, None, m, Epsilon(eps), label, tally, keep_constant, False, source,
+                                    value)
 
 
 class AddRelevance(torch.autograd.Function):

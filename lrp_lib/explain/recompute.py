@@ -1,32 +1,39 @@
-"""Messages recomputed in backward instead of kept: :class:`Recipe`.
+"""Messages not kept for backward: :func:`linear_chain` and :class:`Recipe`.
 
 A scatter (PyG's sum aggregation) splits each output over its messages in proportion,
 :math:`R_{src} = src \\odot \\mathrm{gather}(R / \\mathrm{stab}(z))`, so its backward needs the messages
 ``src``, one row per edge.  Kept from the forward, they hold :math:`E \\times F` values per layer
 until the backward reaches that layer, where the gradient keeps none.  But a message is usually a
 selection of a node tensor scaled by a constant (GCN: ``edge_weight.view(-1, 1) * x.index_select(0,
-j)``), and the node tensor is kept anyway: recomputing the messages from it in backward gives the same
-values (the same operations on the same tensors) and keeps :math:`N \\times F` values instead.
+j)``), and relevance passes unchanged through a selection and through a product with a constant (the
+identity rule).  The scatter's relevance then reaches the node tensor :math:`x` as
 
-The mode notes, on the result of a row selection (``index_select``, ``__getitem__``) of a marked
-tensor and of a product or quotient of a marked tensor and a constant, how to compute it again from
-its input (:func:`note`); a scatter asks :func:`recipe_for` its source and, if that leads back to a
-smaller tensor, keeps the :class:`Recipe` instead of the source (``RelevanceMode(recompute=True)``,
-``LRPExplainer(recompute=True)``; off by default).  The trade, on a 3-layer GCN (hidden 32, ten edges per
-node): at 30,000 nodes the peak memory of one relevance pass falls from 302 to 166 MiB above the start
-(the gradient's: 137), while the pass takes 1.06 (700 nodes) to 1.4 (30,000) times as long: the
-selection and scaling run again, and the allocator is not spared its page faults.  A tensor that the model changes in
-place afterwards would recompute differently: the mode computes the recipes on it before such a
-change (:meth:`Recipe.keep`), and a change that the mode does not see is an error in backward, never a
-wrong value.
+.. math::  R_x = x \\odot J^\\top \\big(R / \\mathrm{stab}(z)\\big), \\qquad J^\\top v
+           = \\mathrm{index\\_add}_j\\big(c \\odot \\mathrm{gather}_i(v)\\big),
+
+the epsilon rule of the whole map :math:`x \\mapsto \\mathrm{scatter}_i(c \\odot x_j)`: the same
+relevance (up to rounding) for the cost of the gradient's backward, keeping :math:`x` instead of the
+messages.  The mode notes, on the result of a row selection (``index_select``, ``__getitem__``) of a
+marked tensor and of a product or quotient of a marked tensor and a constant, how to compute it
+again from its input and, where it has one, its VJP (:func:`note`); a scatter into a constant asks
+:func:`linear_chain` for a chain of such steps back to a smaller tensor and, if there is one, applies
+the epsilon rule to the composed map.  A step without a VJP (an edge hook's view of the messages,
+when edge relevance is recorded) ends the chain.
+
+Otherwise the messages are kept, or, with ``RelevanceMode(recompute=True)`` (``LRPExplainer(recompute=True)``),
+the scatter keeps a :class:`Recipe` (:func:`recipe_for`) that computes them again in backward.  A
+tensor that the model changes in place afterwards would recompute differently: the mode computes the
+recipes on it, or copies a chain's root, before such a change (:meth:`Recipe.keep`), and a change that
+the mode does not see is an error in backward, never a wrong value.
 """
 from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor
 
-__all__ = ["Recipe", "note", "note_selection", "recipe_for", "SELECTIONS", "SCALINGS"]
+__all__ = ["Recipe", "note", "note_selection", "scaling_vjp", "recipe_for", "linear_chain", "SELECTIONS", "SCALINGS"]
 
 #: Selections whose result is recomputed from their input.
 SELECTIONS = frozenset({"index_select", "__getitem__"})
@@ -35,16 +42,48 @@ SCALINGS = frozenset({"mul", "__mul__", "__rmul__", "multiply", "div", "__truedi
 _STEPS = 4  # the longest chain followed back
 
 
-def note(out, source: Tensor, fn: Callable[[Tensor], Tensor]) -> None:
-    """Note that ``out`` is ``fn(source)`` (deterministic, no autograd needed to recompute it)."""
+def note(out, source: Tensor, fn: Callable[[Tensor], Tensor], vjp: Callable[[Tensor], Tensor] | None = None) -> None:
+    """Note that ``out`` is ``fn(source)`` (deterministic, no autograd needed to recompute it); ``vjp``
+    (where known): :math:`J^\\top v` of ``fn``, a new tensor shaped like ``source``."""
     if isinstance(out, Tensor) and isinstance(source, Tensor):
-        out._lrp_recipe = (source, fn)
+        out._lrp_recipe = (source, fn, vjp)
 
 
 def note_selection(func, out, args: tuple, kwargs: dict) -> None:
-    """Note that ``out = func(*args, **kwargs)``, a selection of ``args[0]``, is recomputed from it."""
+    """Note that ``out = func(*args, **kwargs)``, a selection of ``args[0]``, is recomputed from it
+    (and, for rows picked by a 1-D integer index, its VJP: the rows added back, ``index_add``)."""
     rest = args[1:]  # (not args itself: the function would keep args[0] when a recipe does not)
-    note(out, args[0], lambda t: func(t, *rest, **kwargs))
+    note(out, args[0], lambda t: func(t, *rest, **kwargs), _selection_vjp(func, args, kwargs))
+
+
+def _selection_vjp(func, args: tuple, kwargs: dict):
+    name, x = getattr(func, "__name__", ""), args[0]
+    if name == "index_select" and not kwargs and len(args) == 3:
+        dim, index = args[1], args[2]
+    elif name == "__getitem__" and len(args) == 2 and not kwargs:
+        dim, index = 0, args[1]
+    else:
+        return None
+    if not (isinstance(index, Tensor) and index.dim() == 1 and not index.is_floating_point()
+            and index.dtype != torch.bool and isinstance(dim, int)):
+        return None
+    shape = x.shape
+    return lambda v: v.new_zeros(shape).index_add_(dim, index, v)
+
+
+def scaling_vjp(name: str, args: tuple, kwargs: dict, i: int, out: Tensor):
+    """The VJP of ``out``, a product (or quotient) of ``args[i]`` and a constant (``name`` in
+    :data:`SCALINGS`), with respect to ``args[i]``; None where the constant broadcasts ``args[i]``
+    to another shape or dtype, or divides by it."""
+    x = args[i]
+    if kwargs or len(args) != 2 or out.shape != x.shape or out.dtype != x.dtype:
+        return None
+    c = args[1 - i]
+    if isinstance(c, Tensor) and (c.requires_grad or c.is_complex()):
+        return None
+    if name in ("mul", "__mul__", "__rmul__", "multiply"):
+        return lambda v: v * c
+    return (lambda v: v / c) if i == 0 else None
 
 
 class Recipe:
@@ -60,9 +99,10 @@ class Recipe:
         return t
 
     def keep(self) -> None:
-        """Compute the tensor now (its root is about to change in place) and keep it."""
+        """Compute the tensor now (its root is about to change in place) and keep it (a copy of the
+        root itself, for a recipe of no step)."""
         if self.value is None:
-            self.value = self.compute()
+            self.value = self.compute() if self.fns else self.root.clone()
 
     def get(self) -> Tensor:
         if self.value is not None:
@@ -83,10 +123,44 @@ def recipe_for(src: Tensor, registry: dict) -> Recipe | None:
         noted = getattr(t, "_lrp_recipe", None)
         if noted is None:
             break
-        t, fn = noted
+        t, fn, _ = noted
         fns.append(fn)
     if not fns or t.numel() >= src.numel() or t.is_inference():
         return None
     recipe = Recipe(t, fns[::-1])
     registry.setdefault(id(t), []).append(recipe)
     return recipe
+
+
+def linear_chain(src: Tensor, registry: dict):
+    """``(root, compute, vjp)`` where ``src = compute(root)`` through noted steps that all have a VJP
+    (row selections, products with constants), ``root`` having fewer elements and ``vjp`` the chain's
+    :math:`J^\\top`; None where a step has no VJP (an edge hook's view of the messages, a mask) or
+    nothing leads to a smaller tensor.  The root is kept as a :class:`Recipe` of no step, registered
+    in ``registry`` like :func:`recipe_for`'s, so that a change in place copies it first."""
+    fns, vjps, t = [], [], src
+    for _ in range(_STEPS):
+        noted = getattr(t, "_lrp_recipe", None)
+        if noted is None:
+            break
+        t, fn, vjp = noted
+        if vjp is None:
+            return None
+        fns.append(fn)
+        vjps.append(vjp)
+    if not fns or t.numel() >= src.numel() or t.is_inference():
+        return None
+    fns.reverse()
+
+    def compute(root):
+        for fn in fns:
+            root = fn(root)
+        return root
+
+    def chain_vjp(v):
+        for vjp in vjps:
+            v = vjp(v)
+        return v
+    root = Recipe(t, [])
+    registry.setdefault(id(t), []).append(root)
+    return root, compute, chain_vjp

@@ -131,6 +131,8 @@ class Plan:
         self._cached_steps: list[int] = []
         self.graph_inputs: list[tuple[int, Tensor]] | None = None  # (slot, the recorded value)
         self.live_steps: list[tuple] = []
+        self.drops: list[tuple] = []  # per step: the slots read by no later step (live_drops: of live_steps)
+        self.live_drops: list[tuple] = []
         self.cached_env: list | None = None
         self.cached: list[tuple[Tensor, int]] = []  # (kept result of the graph part, its version)
 
@@ -214,6 +216,7 @@ class Plan:
                 raise NotReplayable("the forward changes a constant in place")
         self.detaches = bool(mode.detached)
         self.env = [None] * self.n_inputs + self.env[self.n_inputs:]
+        self.drops = _drops(self.steps, self.output.slot)
         if not self.detaches and all(t._version == v for t, v in self._touched.values()):
             # nothing else changed the graph part in place: its results are kept, for calls on the same graph
             self.graph_inputs = [(i, self._alive[i].detach().clone()) for i in range(self.n_inputs)
@@ -224,9 +227,29 @@ class Plan:
                     self.cached_env[slot] = t
             cached = set(self._cached_steps)
             self.live_steps = [step for i, step in enumerate(self.steps) if i not in cached]
+            self.live_drops = _drops(self.live_steps, self.output.slot)
             inputs = {id(t) for t in self._alive[:self.n_inputs]}
             self.cached = [(t, v) for t, v in self._touched.values() if id(t) not in inputs]
         del self._slots, self._alive, self._index, self._touched, self._graph, self._kept
+
+
+def _drops(steps: list, output: int) -> list:
+    """For each step, the slots that no later step reads: :func:`~lrp_lib.explain.replay.replay`
+    lets go of them after the step, so that a replayed forward holds no more than the model's own
+    (an intermediate tensor, such as a layer's messages, is freed once its last reader has run)."""
+    last: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        spec = step[5]
+        if spec is not None:  # a result read by no step is dropped at once
+            for e in ([spec] if type(spec[0]) is int else [e for e in spec if e[0] is not None]):
+                last.setdefault(e[0], i)
+        for r in _refs((step[2], step[3])):
+            last[r] = i
+    drops: dict[int, list] = {}
+    for slot, i in last.items():
+        if slot != output:
+            drops.setdefault(i, []).append(slot)
+    return [tuple(drops.get(i, ())) for i in range(len(steps))]
 
 
 def model_state(model: nn.Module) -> tuple:

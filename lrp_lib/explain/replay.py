@@ -74,17 +74,17 @@ def replay(plan: Plan, model: nn.Module, mode: ReplayMode, recorder, inputs: lis
     for t, version in plan.held:
         if t._version != version:
             raise Stale("a constant of the model changed in place")
-    steps, env = plan.steps, plan.env
+    steps, env, drops_of = plan.steps, plan.env, plan.drops
     if reuse and plan.cached_env is not None and all(torch.equal(inputs[i], v) for i, v in plan.graph_inputs) and \
             all(t._version == v for t, v in plan.cached):  # the same graph: its part of the plan is done
-        steps, env = plan.live_steps, plan.cached_env
+        steps, env, drops_of = plan.live_steps, plan.cached_env, plan.live_drops
     env = list(env)
     env[:len(inputs)] = inputs
     for t in marked:
         mode.mark(t)
     dispatch, token = RelevanceMode.__torch_function__, mode._token
     through_mode = plan.detaches
-    for kind, func, args_t, kwargs_t, flat, spec, value, labels in steps:
+    for (kind, func, args_t, kwargs_t, flat, spec, value, labels), drops in zip(steps, drops_of):
         if kind >= PROPAGATE_STEP:  # a message-passing layer's propagate, or its messages
             module = func()
             if module is None:
@@ -97,6 +97,8 @@ def replay(plan: Plan, model: nn.Module, mode: ReplayMode, recorder, inputs: lis
             if spec is None:
                 if out is not None:
                     raise Stale("a layer's messages were recorded as not aligned with the edges")
+                for slot in drops:
+                    env[slot] = None
                 continue
         else:
             if flat is not None:
@@ -134,6 +136,8 @@ def replay(plan: Plan, model: nn.Module, mode: ReplayMode, recorder, inputs: lis
                                 f"dependence on the input than when recorded")
                 else:
                     env[s[0]] = o
+        for slot in drops:  # read by no later step
+            env[slot] = None
     return env[plan.output.slot]
 
 

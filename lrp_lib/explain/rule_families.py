@@ -15,7 +15,7 @@ from torch import Tensor
 from lrp_lib.core.rules import LinearMap
 from lrp_lib.explain.primitives import (AddRelevance, BlockedRelevance, IdentityRelevance, LinearMapRelevance,
                                         ProductRelevance, linear_relevance)
-from lrp_lib.explain.recompute import SCALINGS, note
+from lrp_lib.explain.recompute import SCALINGS, note, scaling_vjp
 
 __all__ = ["RuleFamilies"]
 
@@ -42,16 +42,17 @@ class RuleFamilies:
             def fn(t):
                 return func(*args, **{**rest, k: t})
         out = IdentityRelevance.apply(x, fn)
-        if getattr(func, "__name__", None) in SCALINGS:  # a product or quotient by a constant
-            note(out, x, fn)
+        name = getattr(func, "__name__", None)
+        if name in SCALINGS:  # a product or quotient by a constant
+            note(out, x, fn, scaling_vjp(name, args, kwargs, pos[0], out) if pos else None)
         return out
 
-    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None):
+    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None):
         """A map linear in ``x`` (plus constants) with no weight: the epsilon rule.  ``vjp`` (the
         handlers' own) returns a new tensor each call; ``source``: ``x`` recomputed in backward
-        (:class:`lrp_lib.explain.recompute.Recipe`)."""
+        (:class:`lrp_lib.explain.recompute.Recipe`); ``value``: ``fn(x)``, computed already."""
         return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias, True,
-                                source)
+                                source, value)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str):

@@ -167,6 +167,7 @@ class WalkGraph:
         graphs, :class:`~lrp_lib.explain.walk_hetero.HeteroLayout`): inputs named ``("x", node type)``,
         each cut's time and node type found from the cuts it depends on, steps in global node ids."""
         mode = RelevanceMode(composite, model)
+        mode.chains = False  # the walks read each message's relevance: messages stay on the relevance path
         mode.tally = _PausableTally()
         graph = cls(mode, num_nodes=num_nodes, layout=layout)
         names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
