@@ -44,7 +44,7 @@ _STEPS = 4  # the longest chain followed back
 
 def note(out, source: Tensor, fn: Callable[[Tensor], Tensor], vjp: Callable[[Tensor], Tensor] | None = None) -> None:
     """Note that ``out`` is ``fn(source)`` (deterministic, no autograd needed to recompute it); ``vjp``
-    (where known): :math:`J^\\top v` of ``fn``, a new tensor shaped like ``source``."""
+    (where known): :math:`J^\\top v` of ``fn``, shaped like ``source``; it may overwrite ``v``."""
     if isinstance(out, Tensor) and isinstance(source, Tensor):
         out._lrp_recipe = (source, fn, vjp)
 
@@ -73,8 +73,9 @@ def _selection_vjp(func, args: tuple, kwargs: dict):
 
 def scaling_vjp(name: str, args: tuple, kwargs: dict, i: int, out: Tensor):
     """The VJP of ``out``, a product (or quotient) of ``args[i]`` and a constant (``name`` in
-    :data:`SCALINGS`), with respect to ``args[i]``; None where the constant broadcasts ``args[i]``
-    to another shape or dtype, or divides by it."""
+    :data:`SCALINGS`), with respect to ``args[i]``, written into its argument (:func:`linear_chain`
+    passes it a tensor of its own); None where the constant broadcasts ``args[i]`` to another shape
+    or dtype, or divides by it."""
     x = args[i]
     if kwargs or len(args) != 2 or out.shape != x.shape or out.dtype != x.dtype:
         return None
@@ -82,8 +83,8 @@ def scaling_vjp(name: str, args: tuple, kwargs: dict, i: int, out: Tensor):
     if isinstance(c, Tensor) and (c.requires_grad or c.is_complex()):
         return None
     if name in ("mul", "__mul__", "__rmul__", "multiply"):
-        return lambda v: v * c
-    return (lambda v: v / c) if i == 0 else None
+        return lambda v: v.mul_(c)
+    return (lambda v: v.div_(c)) if i == 0 else None
 
 
 class Recipe:
@@ -135,8 +136,8 @@ def recipe_for(src: Tensor, registry: dict) -> Recipe | None:
 def linear_chain(src: Tensor, registry: dict):
     """``(root, compute, vjp)`` where ``src = compute(root)`` through noted steps that all have a VJP
     (row selections, products with constants), ``root`` having fewer elements and ``vjp`` the chain's
-    :math:`J^\\top`; None where a step has no VJP (an edge hook's view of the messages, a mask) or
-    nothing leads to a smaller tensor.  The root is kept as a :class:`Recipe` of no step, registered
+    :math:`J^\\top` (it may overwrite its argument); None where a step has no VJP (an edge hook's view
+    of the messages, a mask) or nothing leads to a smaller tensor.  The root is kept as a :class:`Recipe` of no step, registered
     in ``registry`` like :func:`recipe_for`'s, so that a change in place copies it first."""
     fns, vjps, t = [], [], src
     for _ in range(_STEPS):
