@@ -7,7 +7,9 @@
 A 3-layer GCN (32 input features, 32 hidden, 4 classes, ReLU, a linear head; random weights: the
 cost does not depend on training) on a random graph (``torch.randint`` senders and receivers),
 float32, CPU, ``--threads`` intra-op threads (default 2, the cores of the book's machine).  Every
-method runs through PyG's ``Explainer`` (``explanation_type="model"``, node-level multiclass):
+method runs through ``lrp_lib.Explainer`` (``explanation_type="model"``, node-level multiclass), which is
+PyG's ``Explainer`` with the inputs checked, and which hands its prediction pass on to ``per_index=True``
+(the subgraphs' outputs are compared with it, so the full graph is not run again):
 
 * **LRP, per_index=True**: ``LRPExplainer(per_index=True)`` with ``index`` = all targets in one call:
   each target explained on its own, chunks of ``--chunk-size`` targets on the disjoint union of
@@ -23,7 +25,7 @@ method runs through PyG's ``Explainer`` (``explanation_type="model"``, node-leve
   that subset's.
 * **GNNExplainer** (PyG, ``--gnnexplainer-epochs`` steps), one call per target, timed on
   ``--gnnexplainer-subset`` targets; the time for all targets is extrapolated (and labelled so).
-* The two ways of batching the issue names, measured on ``--subset`` targets: a batched backward
+* Two other ways of batching, measured on ``--subset`` targets: a batched backward
   (``torch.autograd.grad(..., is_grads_batched=True)``, i.e. ``vmap`` over the backward of the whole
   graph) and one backward of the whole graph per target (``retain_graph=True``), against the
   k-hop subgraphs above.  The relevance backward is written with autograd Functions whose backward
@@ -48,11 +50,11 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch_geometric.explain import Explainer, GNNExplainer
+from torch_geometric.explain import GNNExplainer
 from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.nn import GCNConv, GINConv
 
-from lrp_lib.explain.explainer import LRPExplainer
+from lrp_lib.explain.explainer import Explainer, LRPExplainer
 from lrp_lib.explain.function_mode import RelevanceMode
 
 import results_file  # benchmarks/results_file.py

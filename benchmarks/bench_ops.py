@@ -1,6 +1,6 @@
 """Relevance backward vs the plain autograd backward of the same computation.
 
-    python benchmarks/bench_ops.py            # the issue's sizes
+    python benchmarks/bench_ops.py            # the full sizes (writes results/ops.json)
     python benchmarks/bench_ops.py --quick    # small sizes, a smoke test (writes no results file)
 
 For each case the forward is run once, then the backward is timed (median of --repeat runs,
