@@ -30,7 +30,10 @@ allocator took fresh from the kernel.  From a few hundred nodes up, the relevanc
 times the gradient's (the allocator gives freed memory back and takes it again); run with
 ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_`` raised (glibc) to see the times without them.
 
-Writes ``benchmarks/results/profile_explain.json``.
+Writes ``benchmarks/results/profile_explain.json``; with either variable set,
+``benchmarks/results/profile_explain_malloc.json``::
+
+    MALLOC_TRIM_THRESHOLD_=1000000000 MALLOC_MMAP_THRESHOLD_=1000000000 python benchmarks/profile_explain.py --sizes 25 700 2000
 """
 from __future__ import annotations
 
@@ -197,10 +200,10 @@ def main() -> None:
         if args.cprofile:
             print(top_functions(n))
     if not args.no_write:
-        path = results_file.write_results("profile_explain", rows, {
+        malloc = {k: os.environ[k] for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_") if k in os.environ}
+        path = results_file.write_results("profile_explain_malloc" if malloc else "profile_explain", rows, {
             "sizes": args.sizes, "edges_per_node": 10, "threads": 1, "dtype": "float32",
-            "malloc_env": {k: os.environ[k] for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
-                           if k in os.environ},
+            "malloc_env": malloc,
             "load_average_1min_start": machine.get("load_average_1min"),
             "load_average_1min_end": results_file.machine_info().get("load_average_1min")})
         print(f"wrote {path}")

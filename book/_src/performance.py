@@ -37,6 +37,8 @@ nodes_gpu_b = load_results("nodes-cuda", repository=REPO)
 scaling_b = load_results("scaling", repository=REPO)
 profile_b = load_results("profile_explain", repository=REPO)
 molecules_b = load_results("molecules", repository=REPO)
+memory_b = load_results("explain_memory", repository=REPO)
+profile_malloc_b = load_results("profile_explain_malloc", repository=REPO)
 benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b, profile_b, molecules_b]
 
 
@@ -873,6 +875,8 @@ sc_bigger = [r for r in sc_rows if r["nodes"] >= SC_FROM]
 g("sc_from700_algo_max", max(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in sc_bigger))
 g("sc_from700_algo_min", min(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in sc_bigger))
 assert all(r["replayed"]["lrp"] and not r["replayed"]["lrp_mode"] for r in sc_rows)
+assert sc_bigger[-1]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] < \
+    sc_bigger[0]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"]
 
 # %% [markdown]
 # From {glue:text}`sc_smallest` to {glue:text}`sc_largest` nodes, the gradient's time grows with
@@ -885,9 +889,9 @@ assert all(r["replayed"]["lrp"] and not r["replayed"]["lrp_mode"] for r in sc_ro
 #
 # **The explanation's own cost.** Called directly, an LRP explanation costs {glue:text}`sc_small_algo`
 # times the gradient on {glue:text}`sc_smallest` nodes ({glue:text}`sc_small_mode` without replay) and
-# {glue:text}`sc_from700_algo_min` to {glue:text}`sc_from700_algo_max` times from {glue:text}`sc_from`
-# nodes up, the most where a graph is large enough for the relevance rules' element-wise passes to
-# count and small enough for Python's work per call to count too; and through `Explainer` with `"phenomenon"` {glue:text}`sc_lrp_phenomenon_min` to
+# {glue:text}`sc_from700_algo_max` to {glue:text}`sc_from700_algo_min` times from {glue:text}`sc_from`
+# nodes up, less as the graph grows and the Python work per call counts for less of the time; and
+# through `Explainer` with `"phenomenon"` {glue:text}`sc_lrp_phenomenon_min` to
 # {glue:text}`sc_lrp_phenomenon_max` times, against {glue:text}`sc_saliency_phenomenon_min` to
 # {glue:text}`sc_saliency_phenomenon_max` for saliency, which is one gradient. Without replay the
 # algorithm costs {glue:text}`sc_lrp_algorithm_mode_min` to {glue:text}`sc_lrp_algorithm_mode_max`
@@ -978,6 +982,92 @@ g("pr_backward_gradient", pr("gradient") - pr("forward"))
 # above measure them op by op).
 
 # %% [markdown]
+# ### The C allocator
+#
+# From a few hundred nodes up, part of every method's time above is the C allocator's. glibc gives
+# large freed blocks back to the kernel and maps them again on the next call, and the kernel zeroes
+# them page by page: the page faults counted in the tables. How many a method pays depends on the
+# order and the sizes of its allocations more than on its arithmetic, so the ratios above move between
+# runs. Told to keep freed memory, by `MALLOC_TRIM_THRESHOLD_=1000000000` and
+# `MALLOC_MMAP_THRESHOLD_=1000000000` in the environment before Python starts (jemalloc and tcmalloc
+# behave alike), the same phases take:
+
+# %% tags=["hide-input"]
+pm_rows = profile_malloc_b["results"]
+PM_PHASES = ["gradient", "replay_forward_backward", "lrp_algorithm_replay", "lrp_algorithm", "lrp_replay", "saliency"]
+display(Markdown(machine_note(profile_malloc_b)))
+display(
+    results_table(
+        [
+            {"phase": label, **{r["nodes"]: r["phases"][key]["paired_ratio_to_gradient"] for r in pm_rows}}
+            for key, label in PHASES
+            if key in PM_PHASES
+        ]
+        + [
+            {"phase": "page faults per LRPExplainer call", **{r["nodes"]: r["phases"]["lrp_algorithm_replay"]["median_page_faults"] for r in pm_rows}}
+        ],
+        [("phase", "phase")] + [(f"{r['nodes']:,} nodes", r["nodes"], "{:.2f}") for r in pm_rows],
+    )
+)
+pm_big = [r for r in pm_rows if r["nodes"] >= SC_FROM]
+pr_big = [r for r in pr_rows if r["nodes"] >= SC_FROM]
+g("pm_from", SC_FROM, "{:,}")
+g("pm_algo_min", min(r["phases"]["lrp_algorithm_replay"]["paired_ratio_to_gradient"] for r in pm_big))
+g("pm_algo_max", max(r["phases"]["lrp_algorithm_replay"]["paired_ratio_to_gradient"] for r in pm_big))
+g("pr_algo_min", min(r["phases"]["lrp_algorithm_replay"]["paired_ratio_to_gradient"] for r in pr_big))
+g("pr_algo_max", max(r["phases"]["lrp_algorithm_replay"]["paired_ratio_to_gradient"] for r in pr_big))
+assert {r["nodes"] for r in pm_rows} == {r["nodes"] for r in pr_rows}
+
+# %% [markdown]
+# From {glue:text}`pm_from` nodes up, the replaying LRP algorithm then costs {glue:text}`pm_algo_min` to
+# {glue:text}`pm_algo_max` times the gradient, against {glue:text}`pr_algo_min` to
+# {glue:text}`pr_algo_max` times in the run with the default allocator above: the rest of its cost is
+# the relevance rules' own work. On a machine that explains many graphs, setting the two variables (or
+# preloading jemalloc) costs nothing but memory that the process keeps.
+
+# %% [markdown]
+# ### Memory
+#
+# The gradient keeps, for each layer, what its backward reads: node rows and the edge weights. A scatter
+# split in proportion to its messages reads the messages themselves, one row per edge, and a graph
+# has several times more edges than nodes. But where each message is a row of a node tensor times a
+# constant (GCN's `edge_weight * x_j`, GraphConv's, the sum aggregation of SAGE), relevance passes
+# unchanged through the selection and the product, so the scatter is split as one linear map from
+# the node rows, $R_x = x \odot J^\top(R / z)$ with $J^\top$ the gradient's own backward, and only the
+# node tensor is kept. Where the edge relevance is recorded (`edge_mask_type="object"`), the messages
+# pass a hook that reads each one's share and are kept. `benchmarks/bench_explain_memory.py` measures
+# the peak memory of one explanation (in the relevance mode, without replay), each case in a fresh
+# process, on the graphs of the previous section:
+
+# %% tags=["hide-input"]
+em_rows = memory_b["results"]
+display(Markdown(machine_note(memory_b) + " Peak resident memory above the start of the call."))
+display(
+    results_table(
+        em_rows,
+        [
+            ("nodes", "nodes", "{:,}"),
+            ("gradient (MiB)", lambda r: r["cases"]["gradient"]["peak_mib"], "{:,.0f}"),
+            ("LRP, nodes (MiB)", lambda r: r["cases"]["lrp"]["peak_mib"], "{:,.0f}"),
+            ("/ gradient", lambda r: r["cases"]["lrp"]["ratio_to_gradient"], "{:.2f}x"),
+            ("LRP, nodes and edges (MiB)", lambda r: r["cases"]["lrp_edges"]["peak_mib"], "{:,.0f}"),
+            ("/ gradient", lambda r: r["cases"]["lrp_edges"]["ratio_to_gradient"], "{:.2f}x"),
+        ],
+    )
+)
+for case in ("lrp", "lrp_edges"):
+    g(f"em_{case}_min", min(r["cases"][case]["ratio_to_gradient"] for r in em_rows))
+    g(f"em_{case}_max", max(r["cases"][case]["ratio_to_gradient"] for r in em_rows))
+assert all(r["cases"]["lrp"]["peak_mib"] < r["cases"]["lrp_edges"]["peak_mib"] for r in em_rows)
+
+# %% [markdown]
+# With node relevance alone an explanation takes {glue:text}`em_lrp_min` to {glue:text}`em_lrp_max`
+# times the gradient's peak memory; recording the edge relevance as well, which keeps every layer's
+# messages, {glue:text}`em_lrp_edges_min` to {glue:text}`em_lrp_edges_max` times. For a graph that
+# barely fits, ask for the node mask alone, or pass `LRPExplainer(recompute=True)`, which recomputes
+# kept messages in backward from the node rows they were selected from.
+
+# %% [markdown]
 # ## Molecules, one at a time and in a batch
 #
 # Most explanations of a molecular model are of small graphs, one after another. `benchmarks/bench_molecules.py`
@@ -1059,6 +1149,7 @@ g("mo_batch_mode", mo_batch["batch_lrp_mode"]["ratio_to_gradient"])
 # python benchmarks/bench_nodes.py            # nodes.json (--fast: a smaller graph, writes nothing)
 # python benchmarks/bench_scaling.py          # scaling.json (--fast: three sizes, writes nothing)
 # python benchmarks/profile_explain.py        # profile_explain.json
+# python benchmarks/bench_explain_memory.py   # explain_memory.json
 # python benchmarks/bench_molecules.py        # molecules.json
 # python tools/nb.py book/_src/performance.py # rebuild this page from the new files
 # ```
