@@ -68,6 +68,8 @@ def _selection_vjp(func, args: tuple, kwargs: dict):
             and index.dtype != torch.bool and isinstance(dim, int)):
         return None
     shape = x.shape
+    if name == "__getitem__":  # autograd's own backward of x[index], negative indices included
+        return lambda v: v.new_zeros(shape).index_put_((index,), v, accumulate=True)
     return lambda v: v.new_zeros(shape).index_add_(dim, index, v)
 
 
