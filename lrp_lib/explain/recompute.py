@@ -51,7 +51,7 @@ def note(out, source: Tensor, fn: Callable[[Tensor], Tensor], vjp: Callable[[Ten
 
 def note_selection(func, out, args: tuple, kwargs: dict) -> None:
     """Note that ``out = func(*args, **kwargs)``, a selection of ``args[0]``, is recomputed from it
-    (and, for rows picked by a 1-D integer index, its VJP: the rows added back, ``index_add``)."""
+    (and, for rows picked by a 1-D integer index, its VJP: the rows added back, as autograd does)."""
     rest = args[1:]  # (not args itself: the function would keep args[0] when a recipe does not)
     note(out, args[0], lambda t: func(t, *rest, **kwargs), _selection_vjp(func, args, kwargs))
 
@@ -139,8 +139,9 @@ def linear_chain(src: Tensor, registry: dict):
     """``(root, compute, vjp)`` where ``src = compute(root)`` through noted steps that all have a VJP
     (row selections, products with constants), ``root`` having fewer elements and ``vjp`` the chain's
     :math:`J^\\top` (it may overwrite its argument); None where a step has no VJP (an edge hook's view
-    of the messages, a mask) or nothing leads to a smaller tensor.  The root is kept as a :class:`Recipe` of no step, registered
-    in ``registry`` like :func:`recipe_for`'s, so that a change in place copies it first."""
+    of the messages, a mask) or nothing leads to a smaller tensor.  The root is kept as a
+    :class:`Recipe` of no step, registered in ``registry`` like :func:`recipe_for`'s, so that a change
+    in place copies it first."""
     fns, vjps, t = [], [], src
     for _ in range(_STEPS):
         noted = getattr(t, "_lrp_recipe", None)
