@@ -132,8 +132,11 @@ def machine_note(results: Mapping) -> str:
         parts.append(f"PyTorch {m['torch']}")
     if m.get("gpu"):
         parts.append(f"GPU {m['gpu']}")
-    if m.get("load_average_1min") is not None:
-        parts.append(f"load average {m['load_average_1min']:.1f} at the start")
+    start = (results.get("settings") or {}).get("load_average_1min_start")
+    if start is not None:  # taken by the benchmark before it ran
+        parts.append(f"load average {start:.1f} at the start")
+    elif m.get("load_average_1min") is not None:  # taken when the file was written
+        parts.append(f"load average {m['load_average_1min']:.1f} at the end")
     when = f" on {m['date']}" if m.get("date") else ""
     return f"Measured{when} by `{results['command']}`: " + ", ".join(parts) + "."
 

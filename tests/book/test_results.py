@@ -147,8 +147,11 @@ def test_machine_note():
     note = R.machine_note(payload())
     assert note == ("Measured on 2026-01-02 by `python benchmarks/bench_ops.py --threads 1`: Test CPU 9000, "
                     "2 cores, 1 PyTorch thread, kernels for AVX512, PyTorch 2.13.0+cpu, "
-                    "load average 3.5 at the start.")
+                    "load average 3.5 at the end.")  # machine_info() runs when the file is written
     assert "\n" not in note
+    started = payload()
+    started["settings"] = {"load_average_1min_start": 0.4}
+    assert R.machine_note(started).endswith("load average 0.4 at the start.")
     sparse = payload(machine={"machine": "arm64", "torch_threads": 4})
     assert R.machine_note(sparse) == "Measured by `python benchmarks/bench_ops.py --threads 1`: arm64, 4 PyTorch threads."
     with pytest.raises(ValueError, match="missing key"):
