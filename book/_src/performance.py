@@ -625,7 +625,8 @@ g("expl_best_auroc", best, None)
 # edges into the targets; the edges left out carry no relevance to a target, and a pass whose outputs
 # at the targets differ from the full graph's is run again without this pruning.
 # `benchmarks/bench_nodes.py` explains many target nodes of a random graph with a GCN, all
-# methods through PyG's `Explainer`; saliency and GNNExplainer run one call per target, timed on a
+# methods through `lrp_lib.Explainer` (PyG's `Explainer` with the inputs checked, whose prediction
+# pass `per_index=True` compares with); saliency and GNNExplainer run one call per target, timed on a
 # subset (GNNExplainer's time for all targets is extrapolated from it, and labelled so). The two
 # rows below the line compare the other way to batch: backward passes of the whole graph.
 
