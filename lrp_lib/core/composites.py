@@ -61,6 +61,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Callable, Mapping, Sequence
 
+import torch
 from torch import nn
 
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, ZBox, get_rule
@@ -132,6 +133,21 @@ class Composite:
             if i < len(self.layers):
                 return self.layers[i]
         return self.linear
+
+    def key(self) -> tuple:
+        """A hashable value, the same for composites that give every weight the same rule and make
+        the same other choices (the key under which :mod:`lrp_lib.explain.replay` keeps the plans
+        recorded with them, so that explainers built alike share them).  A tensor in a rule (a
+        :class:`~lrp_lib.core.rules.ZBox` bound) and a ``layers`` function count by identity."""
+        def value(v):
+            return ("object", id(v)) if isinstance(v, torch.Tensor) or callable(v) else v
+
+        def rule(r):
+            return type(r).__name__, tuple(sorted((k, value(v)) for k, v in vars(r).items()))
+        layers = value(self.layers) if callable(self.layers) or self.layers is None else \
+            tuple(rule(r) for r in self.layers)
+        return (rule(self.linear), tuple((value(k) if isinstance(k, type) else k, rule(r)) for k, r in self.rules),
+                self.epsilon, self.attention, self.bias, layers)
 
     def __repr__(self):
         return (f"Composite(linear={self.linear!r}, rules={dict(self.rules)!r}, epsilon={self.epsilon!r}, "

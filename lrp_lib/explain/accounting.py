@@ -49,7 +49,7 @@ from torch import Tensor
 from lrp_lib.core import stabilizer
 from lrp_lib.explain.primitives import Tally
 
-__all__ = ["account", "GroupedTally", "lost_relevance", "LostRelevanceWarning"]
+__all__ = ["account", "GroupedTally", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
 
 
 class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
@@ -128,6 +128,23 @@ class GroupedTally(Tally):
         return out
 
 
+def batch_row_groups(batch: Tensor) -> dict | None:
+    """The group of each row of the tensors of a batch of graphs, by row count, for
+    :meth:`GroupedTally.split`: the node rows (``batch``, the graph of each node) and the graph rows
+    (pooled tensors, the output: graph ``g`` in row ``g``).  None where a single graph needs no split.
+    Tensors with other row counts (edge rows, where a rule keeps relevance on the edges) are not
+    covered; where they keep some, the split gives None and :func:`account` runs its backward."""
+    graphs = int(batch.max()) + 1 if batch.numel() else 0
+    if graphs < 2:
+        return None
+    rows = {batch.numel(): batch}
+    own = torch.arange(graphs, device=batch.device)
+    if graphs in rows and not torch.equal(rows[graphs], own):
+        return None  # as many graphs as nodes, not one node each in order: the rows cannot be told apart
+    rows[graphs] = own
+    return rows
+
+
 def _total(tally) -> float:
     return tally.total(tally.absorbed)
 
@@ -154,7 +171,7 @@ def _records(recorder) -> list:
 
 def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recorder, *,
             node_group: Tensor, row_group: Tensor, num_groups: int, edge_group: Tensor | None = None,
-            row_groups: dict | None = None):
+            row_groups: dict | None = None, split_losses: bool = True):
     """``(bias_relevance, relevance_residual)``, one value per group (shape ``[num_groups]``).
 
     ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features
@@ -163,7 +180,9 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     of each node (``-1``: none), ``edge_group`` of each ``edge_attr`` row; ``row_group``: the group
     of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``.  ``row_groups``: for a
     :class:`GroupedTally`, the group of each row of the tensors of each row count; where it splits
-    the tally, no backward pass is run again."""
+    the tally, no backward pass is run again; ``split_losses=False``: only where it shows that no group
+    lost relevance (a group that lost some then gets its bias from its own backward, as without
+    ``row_groups``)."""
     dtype, device = start.dtype, start.device
     explained = torch.zeros(num_groups, dtype=torch.float64, device=device)
     rows = start.detach().reshape(start.shape[0], -1).sum(-1).double()
@@ -184,21 +203,27 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     bias = unaccounted.clone()
     split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None and \
         isinstance(tally, GroupedTally) else None
+    found_loss = False
     if split is not None:
         tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
-        if bool(((unaccounted - split).abs() > tol).any()):  # a loss in some group
+        found_loss = bool(((unaccounted - split).abs() > tol).any())
+    if split is not None and (split_losses or not found_loss):
+        if found_loss:  # a loss in some group
             bias = split
     elif num_groups > 1:
-        weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
-                                        * 0.6180339887498949, 1.0)
-        lost = float(unaccounted.sum()) - total_bias
-        weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(-1, *([1] * (start.dim() - 1)))
-        weighted_start = torch.where((row_group >= 0).view(-1, *([1] * (start.dim() - 1))), weighted_start,
-                                     torch.zeros_like(weighted_start))
-        weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally, recorder)
         eps = torch.finfo(dtype).eps
         tol = 1e3 * eps * (1.0 + size + abs(total_bias))
-        if abs(lost) > tol or abs(weighted_lost) > 2 * tol:
+        if not found_loss:  # the weighted check
+            weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
+                                            * 0.6180339887498949, 1.0)
+            lost = float(unaccounted.sum()) - total_bias
+            weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(-1, *([1] * (start.dim() - 1)))
+            weighted_start = torch.where((row_group >= 0).view(-1, *([1] * (start.dim() - 1))), weighted_start,
+                                         torch.zeros_like(weighted_start))
+            weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally,
+                                                                          recorder)
+            found_loss = abs(lost) > tol or abs(weighted_lost) > 2 * tol
+        if found_loss:
             # a loss in some group: total each group's bias by its own backward
             done = 0.0
             shape = (-1, *([1] * (start.dim() - 1)))

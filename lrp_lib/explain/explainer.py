@@ -51,7 +51,8 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.explain.accounting import GroupedTally, LostRelevanceWarning, account, lost_relevance
+from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, batch_row_groups,
+                                       lost_relevance)
 from lrp_lib.explain import replay
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
@@ -120,7 +121,9 @@ class LRPExplainer(ExplainerAlgorithm):
             subgraphs do not reproduce it either.
         accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one
             value per graph of a graph-level batch and per target of ``per_index=True`` (see
-            below; one more backward pass per explanation, :mod:`lrp_lib.explain.accounting`);
+            below; :mod:`lrp_lib.explain.accounting`: the amounts the rules keep are summed per
+            graph or target as the backward runs, and one more backward pass is needed only where
+            some are kept on rows it cannot assign, such as the edges);
             ``"total"``: one number each, for the whole call (one backward pass).
         fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
@@ -300,13 +303,14 @@ class LRPExplainer(ExplainerAlgorithm):
             if self.accounts == "total":  # the chunks' totals, summed
                 extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})
             return self._masked(node_rel, edge_rel, **extra)
-        node_group = None
+        node_group = row_groups = None
         if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
             batch = kwargs.get("batch")
             node_group = batch.long() if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else \
                 torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+            row_groups = batch_row_groups(node_group)
         node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
-                                                       **kwargs)
+                                                       row_groups=row_groups, split_losses=False, **kwargs)
         return self._explanation(node_rel, edge_rel, **extra)
 
     def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
@@ -324,14 +328,16 @@ class LRPExplainer(ExplainerAlgorithm):
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
-                   row_groups=None, **kwargs):
+                   row_groups=None, split_losses=True, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
 
         With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and
         ``relevance_residual`` hold one value per group (:func:`lrp_lib.explain.accounting.account`):
         group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None: row ``g``);
         ``row_groups`` (filled by the forward: the group of the rows of each row count) splits the
-        biases by group without another backward where it covers every tensor they were kept on."""
+        biases by group without another backward where it covers every tensor they were kept on
+        (``split_losses=False``: only where no group lost relevance, see
+        :func:`~lrp_lib.explain.accounting.account`)."""
         if not checked and not checked_by_explainer(x, edge_index):
             check_inputs(model, x, edge_index, **kwargs)
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
@@ -353,7 +359,7 @@ class LRPExplainer(ExplainerAlgorithm):
         mode, recorder, out, replayed, reason = replay.forward(
             model, make, [leaf, edge_index, *tensors.values()], inputs,
             {k: v for k, v in kwargs.items() if k not in tensors},
-            (id(self.composite), self.fast, edges, grouped, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
+            (self.composite.key(), self.fast, edges, grouped, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
             enabled=self.replay and self.fast and not self.recompute)
         out, start, grads, head = propagate(model, mode, recorder, inputs, None, target, index, self.model_config,
                                             self.explained, retain_graph=node_group is not None, out=out,
@@ -380,7 +386,7 @@ class LRPExplainer(ExplainerAlgorithm):
                 bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
                                          [node_rel], mode.tally, recorder, node_group=node_group,
                                          row_group=row_group, num_groups=groups, edge_group=edge_group,
-                                         row_groups=row_groups)
+                                         row_groups=row_groups, split_losses=split_losses)
                 extra.update(bias_relevance=bias, relevance_residual=residual)
         if mode.explained_head is not None:
             extra["explained_output"] = f"the input of the model's final {mode.explained_head}"

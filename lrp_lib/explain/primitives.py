@@ -88,8 +88,12 @@ class Tally:
 
     @staticmethod
     def _add(table: dict, label: str, amount: Tensor) -> None:
-        amount = amount.detach().double()
-        table[label] = table[label] + amount if label in table else amount
+        if amount.requires_grad:
+            amount = amount.detach()
+        if amount.dtype != torch.float64:
+            amount = amount.double()
+        previous = table.get(label)
+        table[label] = amount if previous is None else previous + amount
 
     #: Whether :meth:`absorb_rows` wants the tensors' rows too (a tally that splits the amounts by rows).
     rows_wanted = False

@@ -199,3 +199,19 @@ def test_named_schedules_and_bad_layers():
         Composite(layers="gamma")
     with pytest.raises(ValueError, match="rule 'nope'"):
         Composite(layers=["nope"])
+
+
+def test_the_key_is_equal_for_composites_built_alike_and_differs_otherwise():
+    from lrp_lib.core.rules import Epsilon, Gamma, ZBox
+    assert get_composite("zplus").key() == get_composite("zplus").key()
+    assert get_composite("gamma_sgnn").key() == get_composite("gamma_sgnn").key()
+    assert Composite(rules={"conv1.*": "gamma"}).key() == Composite(rules={"conv1.*": Gamma()}).key()
+    assert hash(get_composite("layered").key()) is not None
+    keys = [Composite().key(), Composite(linear=Epsilon(0.1)).key(), Composite(linear="gamma").key(),
+            Composite(linear=Gamma(0.5)).key(), Composite(epsilon=0.0).key(), Composite(attention="uniform").key(),
+            Composite(bias=False).key(), Composite(layers=["zplus"]).key(), Composite(rules={nn.Linear: "z"}).key(),
+            Composite(rules={"lin": "z"}).key(), get_composite("zplus").key()]
+    assert len(set(keys)) == len(keys)
+    low = torch.zeros(3)
+    assert Composite(linear=ZBox(low=low)).key() == Composite(linear=ZBox(low=low)).key()
+    assert Composite(linear=ZBox(low=low)).key() != Composite(linear=ZBox(low=torch.zeros(3))).key()

@@ -776,10 +776,10 @@ def _graphs(device, sizes=(3, 7, 5, 9), seed=0):
     return graphs
 
 
-def _graph_explainer(model, rule="epsilon", mode="multiclass_classification"):
+def _graph_explainer(model, rule="epsilon", mode="multiclass_classification", edge_mask_type="object"):
     from lrp_lib.explain.explainer import Explainer as CheckingExplainer
     return CheckingExplainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="phenomenon",
-                             node_mask_type="attributes", edge_mask_type="object",
+                             node_mask_type="attributes", edge_mask_type=edge_mask_type,
                              model_config=dict(mode=mode, task_level="graph", return_type="raw"))
 
 
@@ -789,16 +789,18 @@ def _per_graph(values, batch, graphs):
 
 @pytest.mark.parametrize("conv", ["gcn", "gin", "gat"])
 @pytest.mark.parametrize("rule", ["epsilon", "zplus", "z"])
-def test_bias_and_residual_are_accounted_per_graph(device, conv, rule):
+@pytest.mark.parametrize("edges", ["object", None])
+def test_bias_and_residual_are_accounted_per_graph(device, conv, rule, edges):
     """A batch of graphs of different sizes: one bias_relevance and one relevance_residual per graph
     (on the explanation's device), with node relevance of graph g + bias[g] + residual[g] = the
-    logit of graph g's target, and each graph's values those of the graph explained alone."""
+    logit of graph g's target, and each graph's values those of the graph explained alone (with
+    and without edge relevance: the amounts kept are then split by graph as the backward runs)."""
     torch.manual_seed(3)
     model = _Pooled(conv).double().to(device).eval()
     graphs = _graphs(device)
     data = Batch.from_data_list(graphs)
     target = torch.tensor([0, 1, 1, 0], device=device)
-    ex = _graph_explainer(model, rule)
+    ex = _graph_explainer(model, rule, edge_mask_type=edges)
     e = ex(data.x, data.edge_index, batch=data.batch, target=target)
     logits = model(data.x, data.edge_index, data.batch).detach()
     want = logits.gather(1, target.view(-1, 1)).view(-1)
@@ -838,7 +840,8 @@ def test_a_batch_explained_in_one_backward_equals_each_graph_alone(device):
     torch.testing.assert_close(some.bias_relevance[[1, 3]], e.bias_relevance[[1, 3]], rtol=0, atol=1e-9)
 
 
-def test_losses_that_cancel_over_the_batch_are_still_placed_per_graph(device):
+@pytest.mark.parametrize("edges", ["object", None])
+def test_losses_that_cancel_over_the_batch_are_still_placed_per_graph(device, edges):
     """The same graph twice, explained for class 1 and for class 0 of a binary model that detaches
     part of its signal: the two graphs lose opposite amounts, so the total residual is zero, but
     each graph's residual (and bias) is its own, as when explained alone."""
@@ -848,7 +851,7 @@ def test_losses_that_cancel_over_the_batch_are_still_placed_per_graph(device):
     model.head = nn.Linear(6, 1).double().to(device)
     graph = _graphs(device, sizes=(6,), seed=4)[0]
     data = Batch.from_data_list([graph, graph])
-    ex = _graph_explainer(model, "epsilon", mode="binary_classification")
+    ex = _graph_explainer(model, "epsilon", mode="binary_classification", edge_mask_type=edges)
     target = torch.tensor([1, 0], device=device)
     e = ex(data.x, data.edge_index, batch=data.batch, target=target)  # no warning: the total is kept
     assert abs(float(e.relevance_residual.sum())) < 1e-9 < abs(float(e.relevance_residual[0]))
@@ -877,8 +880,12 @@ def test_single_graph_accounting_is_one_value(device):
 
 
 def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(monkeypatch):
-    """Without lost relevance the per-graph split needs one more backward (the weighted check);
-    with a loss in some graph, one backward per graph but the last."""
+    """Where a rule keeps relevance on the edges (GCN's aggregation, with edge relevance recorded), the
+    per-graph split needs one more backward (the weighted check) without lost relevance, and one
+    backward per graph but the last with a loss in some graph.  Without edge relevance every amount
+    is kept on node or graph rows, summed by graph as the backward runs: no more backward where those
+    sums show that no graph lost relevance, and one per graph but the last where one did (the same
+    backward passes, so the same values, as with edge relevance)."""
     from lrp_lib.explain import accounting
     calls = []
     rerun = accounting._rerun
@@ -894,6 +901,12 @@ def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(m
     with pytest.warns(UserWarning, match="did not reach x"):
         _graph_explainer(lossy)(data.x, data.edge_index, batch=data.batch, target=target)
     assert len(calls) == 1 + 3
+    for model, backward in ((_Pooled("gcn").double().eval(), 0), (lossy, 3)):
+        calls.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            e = _graph_explainer(model, edge_mask_type=None)(data.x, data.edge_index, batch=data.batch, target=target)
+        assert e.bias_relevance.shape == (4,) and len(calls) == backward
 
 
 @pytest.mark.parametrize("conv", ["gcn", "gin", "gat"])

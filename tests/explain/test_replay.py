@@ -333,3 +333,20 @@ def test_a_signature_is_recorded_on_its_second_explanation(monkeypatch):
         got = fast(torch.randn(n, 4), torch.randint(0, n, (2, 3 * n)), index=0)
         assert not got.replayed and got.replay_reason.startswith("a new signature")
     assert len(replay.plans_of(model)) == recorded
+
+
+def test_explainers_built_alike_share_their_plans():
+    """Two explainers with equal composites (each its own object) replay the plans the other recorded,
+    with the relevance of the mode; an explainer with another rule records its own."""
+    m = model()
+    first, slow = explainers(m)
+    second, _ = explainers(m)
+    other, other_slow = explainers(m, rule="zplus")
+    x, ei = graph()
+    assert first(x, ei, index=3).replay_reason == "recorded"
+    got = second(x, ei, index=3)
+    assert got.replayed and got.replay_reason == "replayed"
+    assert_same(got, slow(x, ei, index=3))
+    own = other(x, ei, index=3)
+    assert (own.replayed, own.replay_reason) == (False, "recorded")
+    assert_same(other(x, ei, index=3), other_slow(x, ei, index=3))
