@@ -1119,18 +1119,35 @@ g("mo_speedup", mo_batch["speedup_over_one_at_a_time"], "{:.0f}")
 g("mo_batch_per_molecule", mo_batch["batch_lrp"]["ms_per_molecule"], "{:.2f}")
 g("mo_lrp_mode", mo_one["lrp_algorithm_mode"]["median_ratio_to_gradient"])
 g("mo_batch_mode", mo_batch["batch_lrp_mode"]["ratio_to_gradient"])
+mo_runs = molecules_b["results"]["lrp_algorithm_runs"]
+for how, key in (("replayed", "replayed"), ("recorded", "recorded"), ("a new signature", "new")):
+    g(f"mo_{key}_count", mo_runs[how]["molecules"], "{:,}")
+    g(f"mo_{key}", mo_runs[how]["median_ratio_to_gradient"])
+# replaying is cheaper than the mode, recording dearer, by more than one replay saves
+mo_ratio = {how: r["median_ratio_to_gradient"] for how, r in mo_runs.items()}
+assert mo_ratio["replayed"] < mo_ratio["a new signature"] < mo_ratio["recorded"]
+assert mo_ratio["recorded"] - mo_ratio["a new signature"] > mo_ratio["a new signature"] - mo_ratio["replayed"]
+# the per-molecule accounts cost no backward pass of their own: about the cost of accounts="total"
+assert mo_batch["batch_lrp"]["ratio_to_gradient"] < 1.3 * mo_batch["batch_lrp_total"]["ratio_to_gradient"]
 
 # %% [markdown]
 # One at a time, a molecule's LRP explanation costs {glue:text}`mo_lrp` times its Gradient $\times$ Input
 # when the algorithm is called directly ({glue:text}`mo_lrp_mode` without replay) and
 # {glue:text}`mo_lrp_phen` times through `Explainer`, against {glue:text}`mo_sal_phen` for Captum's
-# saliency: on a graph of twenty atoms almost all of the time is Python work per call. Replay helps
-# little here, since each molecule is explained once and only molecules of the same numbers of atoms
-# and bonds share a recorded forward. In one batch the same {glue:text}`mo_count` explanations take
+# saliency: on a graph of twenty atoms almost all of the time is Python work per call. Each method
+# explains the whole pass with one explainer, so molecules with the same numbers of atoms and bonds
+# share a recorded forward: the {glue:text}`mo_replayed_count` molecules that replayed one cost
+# {glue:text}`mo_replayed` times their gradient, the {glue:text}`mo_new_count` that were the first of
+# their size {glue:text}`mo_new` (in the mode), and the {glue:text}`mo_recorded_count` that recorded
+# {glue:text}`mo_recorded`. Recording a size costs more than one replay of it saves, so replay pays
+# only where sizes come back several times. In one batch the same
+# {glue:text}`mo_count` explanations take
 # {glue:text}`mo_batch_each` times one batched gradient ({glue:text}`mo_batch_per_molecule` ms per
 # molecule, {glue:text}`mo_speedup` times faster than one at a time; {glue:text}`mo_batch_mode` without
-# replay), or {glue:text}`mo_batch_total` times with `accounts="total"`, which skips the extra backward
-# pass that splits the biases' share molecule by molecule. The batch's relevance equals the molecules'
+# replay), and {glue:text}`mo_batch_total` times with `accounts="total"`: the biases' share is summed
+# molecule by molecule as the backward runs, with no pass of its own (one more backward is needed only
+# where a rule keeps relevance on the edges, as with an edge mask, or where a molecule loses relevance).
+# The batch's relevance equals the molecules'
 # relevance explained one at a time (checked by the benchmark). To explain a data set, batch it:
 # `explain_dataset` ([Explaining a whole data set](explain_jobs.ipynb)) does so, and `Explainer` takes a
 # `Batch` as it is.
