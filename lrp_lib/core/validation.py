@@ -17,6 +17,8 @@ import numbers
 import torch
 from torch import Tensor
 
+from lrp_lib.core.stabilizer import all_finite
+
 __all__ = ["INDEX_DTYPES", "check_number", "check_tensor", "check_linear", "check_finite", "check_index_dtype", "check_edge_index",
            "check_node_features", "check_batch", "check_edge_values"]
 
@@ -39,10 +41,10 @@ def check_finite(t: Tensor, name: str, fix: str | None = None) -> None:
     the relevance computed from it would be NaN."""
     if not isinstance(t, Tensor) or not t.is_floating_point() or not t.numel():
         return
-    t = t.detach()  # isfinite is composite (abs): on a tensor requiring grad it would save it for backward
-    finite = torch.isfinite(t)
-    if bool(finite.all()):
+    t = t.detach()
+    if all_finite(t):  # one read-only pass; the counts below only where something is not finite
         return
+    finite = torch.isfinite(t)
     nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
     first = tuple(int(i) for i in (~finite).nonzero()[0])
     raise ValueError(

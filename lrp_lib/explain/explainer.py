@@ -51,6 +51,7 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
+from lrp_lib.core.stabilizer import all_finite
 from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, batch_row_groups,
                                        lost_relevance)
 from lrp_lib.explain import replay
@@ -366,7 +367,7 @@ class LRPExplainer(ExplainerAlgorithm):
                                             replayed=replayed)
         replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
-        if not bool(torch.isfinite(node_rel).all()):
+        if not all_finite(node_rel):
             raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
                              "running statistics) contain NaN or Inf values, or its output is not finite; check "
                              "them with torch.isfinite")
