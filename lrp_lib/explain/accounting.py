@@ -27,8 +27,8 @@ each group's :math:`B_g` is totalled by a backward from its own explained value 
 backward passes, the last group by difference), and :math:`\rho_g = u_g - B_g`.  "Zero up to
 rounding" is :math:`10^3` machine epsilons of the relevance's magnitude (the explained values,
 the inputs' relevance and the biases', in absolute value): a loss smaller than that is counted
-with the biases.  So the usual cost is one more backward pass (``LRPExplainer(accounts="total")``
-skips it and reports the totals only).  The backward
+with the biases.  So without the row sums below the usual cost is one more backward pass
+(``LRPExplainer(accounts="total")`` skips it and reports the totals only).  The backward
 passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
 as when its graph is explained alone.
 
@@ -37,7 +37,11 @@ is the difference of, and where the caller knows the group of every row of every
 nodes, and the edges of each message-passing step: ``per_index=True``,
 :class:`~lrp_lib.explain.layer_pruning.LayerPlan`), :math:`B_g` is read off directly; a group
 with :math:`|u_g - B_g|` above rounding has lost relevance, and otherwise :math:`B_g = u_g`,
-:math:`\rho_g = 0` as above.
+:math:`\rho_g = 0` as above.  A batch of graphs (:func:`batch_row_groups`) gives the group of the node
+rows and of the graph rows (pooled tensors); a rule that keeps relevance on other rows (the edges,
+where edge relevance is recorded) leaves the split to the weighted backward.  There the row sums only
+show that no group lost relevance (``split_losses=False``): where one did, each group's
+:math:`B_g` comes from its own backward, as above.
 """
 from __future__ import annotations
 
