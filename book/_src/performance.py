@@ -301,14 +301,14 @@ floor = [r for r in ops_b["results"] if r.get("group") == "floor"]
 floor_passes = [r for r in floor if r["case"] == "linear_eps_floor_pass"]
 floor_totals = {r["method"]: r for r in floor if r["case"] == "linear_eps_floor_total"}
 print(f"float32, median of {ops_b['settings']['repeat']} interleaved rounds")
-results_table(floor_passes, [
+display(results_table(floor_passes, [
     ("pass", "pass"),
     ("MB read", lambda r: r["bytes_read"] / 1e6, "{:.1f}"),
     ("MB written", lambda r: r["bytes_written"] / 1e6, "{:.1f}"),
     ("ms", "ms", "{:.2f}"),
     ("run by", lambda r: ", ".join(r["methods"])),
-])
-results_table(list(floor_totals.values()), [
+]))
+display(results_table(list(floor_totals.values()), [
     ("method", "method"),
     ("passes", "passes", "{}"),
     ("matrix products", "matrix_products", "{}"),
@@ -317,7 +317,7 @@ results_table(list(floor_totals.values()), [
     ("measured ratio", "measured_ratio", "{:.2f}x"),
     ("CPU-time ratio", "measured_cpu_ratio", "{:.2f}x"),
     ("matrix products only", "fused_ratio", "{:.2f}x"),
-])
+]))
 lrp_floor = floor_totals["linear_eps"]
 kept_floor = floor_totals["linear_eps_recompute_false"]
 grad_floor = floor_totals["gradient"]
@@ -1091,15 +1091,15 @@ display(
         + f" {mo['molecules']} molecules of {mo['atoms_min']} to {mo['atoms_max']} atoms, {mo['model']}."
     )
 )
-results_table(
+display(results_table(
     list(mo_one.values()),
     [
         ("one molecule at a time", "label"),
         ("ms per molecule", "median_ms", "{:.2f}"),
         ("time / gradient's", "median_ratio_to_gradient", "{:.2f}x"),
     ],
-)
-results_table(
+))
+display(results_table(
     [r for r in mo_batch.values() if isinstance(r, dict)],
     [
         ("all molecules in one batch", "label"),
@@ -1107,7 +1107,15 @@ results_table(
         ("ms per molecule", "ms_per_molecule", "{:.3f}"),
         ("time / batched gradient's", "ratio_to_gradient", "{:.2f}x"),
     ],
-)
+))
+display(results_table(
+    [{"how": how, **r} for how, r in molecules_b["results"]["lrp_algorithm_runs"].items()],
+    [
+        ("LRP algorithm, one at a time: how it ran", "how"),
+        ("molecules", "molecules", "{:,}"),
+        ("time / gradient's", "median_ratio_to_gradient", "{:.2f}x"),
+    ],
+))
 assert mo_batch["equal_to_one_at_a_time"]
 g("mo_count", mo["molecules"], "{:,}")
 g("mo_lrp", mo_one["lrp_algorithm"]["median_ratio_to_gradient"])

@@ -72,3 +72,36 @@ def test_the_check_catches_an_edit_made_in_the_notebook(tmp_path):
     assert problems[0].startswith("cell 0: tags differ") and problems[1].startswith(f"cell {code}: source differ")
     assert "edited in Colab" in problems[1]
     assert differences(cells_of_source(src), stored[:-1])[0].endswith("in the notebook")
+
+
+#: Functions whose result shows only when displayed (or when it is the last expression of its cell).
+_SHOWN_WHEN_DISPLAYED = ("results_table", "Markdown", "HTML")
+
+
+def undisplayed(source: str) -> list[int]:
+    """Lines of ``source`` (one code cell) where a table or Markdown is made and dropped: a bare
+    expression that is not the cell's last statement, so the reader never sees it."""
+    import ast
+    lines = [line if not line.lstrip().startswith(("%", "!")) else "" for line in source.splitlines()]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return []
+    last = tree.body[-1] if tree.body else None
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and node is not last
+            and getattr(node.value.func, "id", None) in _SHOWN_WHEN_DISPLAYED]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_every_table_a_cell_makes_is_shown(src):
+    dropped = [(i, line) for i, (kind, source, _) in enumerate(cells_of_source(src)) if kind == "code"
+               for line in undisplayed(source)]
+    assert not dropped, f"{src.name}: tables made but not displayed (cell, line): {dropped}; wrap them in display()"
+
+
+def test_the_display_check_catches_a_dropped_table():
+    assert undisplayed("results_table(rows, cols)\nx = 1") == [1]
+    assert undisplayed("if ok:\n    results_table(rows, cols)\nx = 1") == [2]
+    assert undisplayed("display(results_table(rows, cols))\nx = 1") == []
+    assert undisplayed("x = 1\nresults_table(rows, cols)") == []
