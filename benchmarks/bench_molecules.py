@@ -2,12 +2,15 @@
 
     python benchmarks/bench_molecules.py                 # 300 molecules (about 2 minutes)
     python benchmarks/bench_molecules.py --molecules 40 --no-write   # a quick look
+    python benchmarks/bench_molecules.py --save-graphs FILE   # the molecules as a torch file, for a machine without RDKit
+    python benchmarks/bench_molecules.py --device cuda --graphs FILE   # on a GPU: results/molecules-cuda.json
 
 The molecules are the first ``--molecules`` of graph-attribution's benzene task (Sanchez-Lengeling et
 al. 2020, from ``$LRP_DATA_ROOT/graph-attribution``; 10 to 40 atoms, 14 atom features), the model is
 the molecular tasks' 3-layer GCN of the quality benchmark (``quality_tasks.GraphGCN``: GCN layers of
 64 units with ReLU, a mean pool, a linear head; seeded random weights: the cost does not depend on
-training), float32, CPU, one intra-op thread.  What is explained: each molecule's logit of the class
+training), float32, CPU (or ``--device cuda``, each call timed from a synchronised start to a
+synchronised end), one intra-op thread.  What is explained: each molecule's logit of the class
 the model predicts, by the relevance (or attribution) of every atom feature
 (``node_mask_type="attributes"``, no edge mask).
 
@@ -40,8 +43,8 @@ which gives each molecule's own Gradient x Input since the molecules share no ed
 the default replays it.  As a check, the batch's LRP relevance must equal the one-at-a-
 time relevance of every molecule (up to float32 rounding).
 
-Writes ``benchmarks/results/molecules.json`` (``results_file.write_results``), which the book's
-Performance page renders.
+Writes ``benchmarks/results/molecules.json`` (``molecules-cuda.json`` with ``--device cuda``;
+``results_file.write_results``), which the book's Performance page renders.
 """
 from __future__ import annotations
 
@@ -51,10 +54,11 @@ import statistics
 import sys
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import torch
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, Data
 from torch_geometric.explain.algorithm import CaptumExplainer
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
@@ -63,6 +67,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results_file  # noqa: E402
 from quality_tasks import GraphGCN, molecules  # noqa: E402
 
+#: Where the model and the molecules live (``--device``).
+DEVICE = torch.device("cpu")
 #: How each explanation of the LRP algorithm (replay=True) ran: "replayed", "recorded", "a new signature".
 REPLAYS: list = []
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
@@ -107,11 +113,11 @@ def one_at_a_time_methods(model) -> dict:
     def via(name):
         if name.endswith("model"):
             return lambda g, t: ex[name](g.x, g.edge_index).node_mask
-        return lambda g, t: ex[name](g.x, g.edge_index, target=torch.tensor([t])).node_mask
+        return lambda g, t: ex[name](g.x, g.edge_index, target=torch.tensor([t], device=DEVICE)).node_mask
 
     def direct(e, reasons=None):  # the algorithm, connected to its configuration by its Explainer, called without it
         def call(g, t):
-            out = e.algorithm(e.model, g.x, g.edge_index, target=torch.tensor([t]))
+            out = e.algorithm(e.model, g.x, g.edge_index, target=torch.tensor([t], device=DEVICE))
             if reasons is not None:
                 reasons.append(out.replay_reason.split(":")[0].split(" (")[0])
             return out.node_mask
@@ -127,9 +133,16 @@ def one_at_a_time_calls(methods: dict, g, target):
     return {name: (lambda f=f: f(g, target)) for name, f in methods.items()}
 
 
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def timed(fn):
+    sync()
     start = time.perf_counter()
     out = fn()
+    sync()
     return time.perf_counter() - start, out
 
 
@@ -139,14 +152,28 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1, help="passes over the molecules (1: each explained once)")
     p.add_argument("--batch-rounds", type=int, default=15)
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu (default; results/molecules.json) or cuda (results/molecules-cuda.json)")
+    p.add_argument("--graphs", help="read the molecules from this torch file (written by --save-graphs) instead of "
+                                    "building them from the SMILES with RDKit")
+    p.add_argument("--save-graphs", metavar="FILE", help="write the first --molecules molecules to FILE and stop")
     args = p.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")  # Captum/PyG deprecation notes
     machine = results_file.machine_info()
-    graphs, _, _ = molecules("benzene")
+    if args.graphs:
+        graphs = [Data(x=x, edge_index=e) for x, e in torch.load(args.graphs)]
+    else:
+        graphs, _, _ = molecules("benzene")
     graphs = [g for g in graphs[: args.molecules]]
+    if args.save_graphs:
+        torch.save([(g.x, g.edge_index) for g in graphs], args.save_graphs)
+        print(f"wrote {len(graphs)} molecules to {args.save_graphs}")
+        return
+    graphs = [Data(x=g.x.to(DEVICE), edge_index=g.edge_index.to(DEVICE)) for g in graphs]
     torch.manual_seed(0)
-    model = GraphGCN(graphs[0].num_node_features, 2).eval()
+    model = GraphGCN(graphs[0].num_node_features, 2).eval().to(DEVICE)
     with torch.no_grad():
         targets = [int(model(g.x, g.edge_index).argmax()) for g in graphs]
     methods = one_at_a_time_methods(model)
@@ -170,7 +197,7 @@ def main() -> None:
                 lrp_one.append(got["lrp_algorithm"])
     # the whole batch
     batch = Batch.from_data_list([g.__class__(x=g.x, edge_index=g.edge_index) for g in graphs])
-    t_all = torch.tensor(targets)
+    t_all = torch.tensor(targets, device=DEVICE)
     ex_each = explainer(model, LRPExplainer(), "phenomenon")
     ex_total = explainer(model, LRPExplainer(accounts="total"), "phenomenon")
     ex_mode = explainer(model, LRPExplainer(replay=False), "phenomenon")
@@ -188,11 +215,12 @@ def main() -> None:
     for _ in range(2):  # the second explanation of the batch records its plan
         first = {name: fn() for name, fn in batch_calls.items()}
     lrp_batch = ex_each(batch.x, batch.edge_index, target=t_all, batch=batch.batch)
-    if not lrp_batch.replayed or not torch.equal(first["batch_lrp_mode"], lrp_batch.node_mask):
+    equal = torch.equal if DEVICE.type == "cpu" else partial(torch.allclose, rtol=1e-4, atol=1e-6)  # GPU sums: no fixed order
+    if not lrp_batch.replayed or not equal(first["batch_lrp_mode"], lrp_batch.node_mask):
         raise AssertionError("the batch's second explanation did not replay, or differs from the mode's")
     per_molecule = torch.cat(lrp_one)
     same = torch.allclose(lrp_batch.node_relevance, torch.cat(
-        [explainer(model, LRPExplainer(mask="relevance"), "phenomenon")(g.x, g.edge_index, target=torch.tensor([t]))
+        [explainer(model, LRPExplainer(mask="relevance"), "phenomenon")(g.x, g.edge_index, target=torch.tensor([t], device=DEVICE))
          .node_relevance for g, t in zip(graphs, targets)]), rtol=1e-4, atol=1e-5)
     if not same:
         raise AssertionError("the batch's LRP relevance differs from the molecules' one at a time")
@@ -237,9 +265,9 @@ def main() -> None:
     settings = {"task": "benzene (graph-attribution)", "molecules": len(graphs), "atoms_min": min(atoms),
                 "atoms_max": max(atoms), "atoms_median": statistics.median(atoms), "model": "GraphGCN, 3 GCN layers of 64, mean pool",
                 "rounds": args.rounds, "batch_rounds": args.batch_rounds, "threads": 1, "dtype": "float32",
-                "device": "cpu", "load_average_1min_start": machine.get("load_average_1min"),
+                "device": DEVICE.type, "load_average_1min_start": machine.get("load_average_1min"),
                 "load_average_1min_end": results_file.machine_info().get("load_average_1min")}
-    path = results_file.write_results("molecules", rows, settings)
+    path = results_file.write_results("molecules-cuda" if DEVICE.type == "cuda" else "molecules", rows, settings)
     print(f"wrote {path}")
 
 

@@ -2,11 +2,13 @@
 
     python benchmarks/bench_scaling.py            # 25, 700, 1k, 2k, 3k, 10k, 30k, 100k nodes (about 6 minutes)
     python benchmarks/bench_scaling.py --fast     # 25, 700, 2k, 10k nodes, fewer repeats (writes no results file)
+    python benchmarks/bench_scaling.py --device cuda   # on a GPU: writes benchmarks/results/scaling-cuda.json
 
 The model is a 3-layer GCN, the architecture of ``bench_nodes.py`` (32 input features, 32 hidden, 4 classes, ReLU, a
 linear head; random weights: the cost does not depend on training).  The graphs are random, ``N``
 nodes and ``10 N`` edges (``torch.randint`` senders and receivers, generator seeded with 0),
-float32, CPU, ``--threads`` intra-op threads (default 1).
+float32, CPU (or ``--device cuda``: the model and the tensors on the GPU, each call timed from a
+synchronised start to a synchronised end), ``--threads`` intra-op threads (default 1).
 
 What is explained: the output of one node (node classification, ``index`` = one node drawn with the
 seed, ``target`` = the class the model predicts for it), by the relevance or attribution of every
@@ -54,8 +56,8 @@ ratio of the medians to the gradient's, and the median over rounds of the ratio 
 equal ``|gradient|``, and LRP's relevance must be finite and of the gradient's shape (its sum
 is recorded; it is not the logit, since the biases take their share).
 
-Writes ``benchmarks/results/scaling.json`` (``results_file.write_results``), which the book's
-Performance page plots.
+Writes ``benchmarks/results/scaling.json`` (``scaling-cuda.json`` with ``--device cuda``;
+``results_file.write_results``), which the book's Performance page plots.
 """
 from __future__ import annotations
 
@@ -92,13 +94,17 @@ LABELS = {
 }
 
 
+#: Where the model and the tensors live (``--device``); the graphs are drawn on the CPU, then moved.
+DEVICE = torch.device("cpu")
+
+
 def setup(nodes: int, edges_per_node: int, features: int = 32):
-    """The model, features, edges and the explained node of a seeded random graph."""
+    """The model, features, edges and the explained node of a seeded random graph, on ``DEVICE``."""
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
-    model = GCN(features, 32, 4).eval()
-    x = torch.randn(nodes, features, generator=g)
-    edge_index = torch.randint(0, nodes, (2, edges_per_node * nodes), generator=g)
+    model = GCN(features, 32, 4).eval().to(DEVICE)
+    x = torch.randn(nodes, features, generator=g).to(DEVICE)
+    edge_index = torch.randint(0, nodes, (2, edges_per_node * nodes), generator=g).to(DEVICE)
     index = int(torch.randint(0, nodes, (1,), generator=g))
     with torch.no_grad():
         target = int(model(x, edge_index)[index].argmax())
@@ -121,20 +127,20 @@ def explainers(model, ig_steps: int) -> dict:
 def method_calls(model, x, edge_index, index, target, ig_steps):
     """{method: function of no argument returning the (N, F) node mask}."""
     ex = explainers(model, ig_steps)
-    target_t = torch.tensor([target])
+    target_t = torch.tensor([target], device=DEVICE)
 
     def gradient():
         leaf = x.detach().requires_grad_()
         out = model(leaf, edge_index)
         return torch.autograd.grad(out[index, target], leaf)[0]
 
-    target_all = torch.full((x.shape[0],), target)  # "phenomenon": PyG reads the target at index
+    target_all = torch.full((x.shape[0],), target, device=DEVICE)  # "phenomenon": PyG reads the target at index
 
     def via(name):
         t = target_all if name.endswith("phenomenon") else target_t
         return lambda: ex[name](x, edge_index, index=index, target=t).node_mask
 
-    index_t = torch.tensor([index])
+    index_t = torch.tensor([index], device=DEVICE)
 
     def direct(algorithm):  # connected to the configuration by its Explainer, called without it
         return lambda: algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask
@@ -149,11 +155,24 @@ def method_calls(model, x, edge_index, index, target, ig_steps):
     return calls, replayed
 
 
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal on the CPU; on a GPU, whose scatter sums add in no fixed order, equal to float32 rounding."""
+    return torch.equal(a, b) if DEVICE.type == "cpu" else torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 def timed(fn):
-    """(wall seconds, CPU seconds of the process, minor page faults, result) of one call."""
+    """(wall seconds, CPU seconds of the process, minor page faults, result) of one call (on a GPU,
+    from a synchronised start to the end of its last kernel)."""
+    sync()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start, cpu = time.perf_counter(), time.process_time()
     result = fn()
+    sync()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults, result
 
@@ -170,9 +189,9 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
     if not torch.isfinite(masks["lrp"]).all() or masks["lrp"].shape != grad.shape:
         raise AssertionError(f"{nodes} nodes: LRP relevance not finite or of the wrong shape")
     for name in ("lrp_one_pass", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode"):
-        if not torch.equal(masks[name], masks["lrp"]):
+        if not same(masks[name], masks["lrp"]):
             raise AssertionError(f"{nodes} nodes: {name} differs from LRP through PyG's Explainer")
-    if not torch.equal(masks["saliency_phenomenon"], masks["saliency"]):
+    if not same(masks["saliency_phenomenon"], masks["saliency"]):
         raise AssertionError(f"{nodes} nodes: saliency differs between the explanation types")
     replayed = replayed_now()  # after the warm-up the LRP methods replay, but those with replay=False
     if replayed != {name: name != "lrp_mode" for name in replayed}:
@@ -224,7 +243,10 @@ def main() -> None:
     p.add_argument("--ig-steps", type=int, default=20, help="n_steps of Integrated Gradients")
     p.add_argument("--fast", action="store_true", help="sizes 25 700 2k 10k, 3 rounds; writes no results file")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--device", default="cpu", help="cpu (default; results/scaling.json) or cuda (results/scaling-cuda.json)")
     args = p.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")  # Captum/PyG deprecation notes; LostRelevanceWarning at dead ReLUs
     sizes = args.sizes or (FAST_SIZES if args.fast else SIZES)
@@ -245,16 +267,16 @@ def main() -> None:
               + " | ".join(f"{m[c]['paired_ratio_to_gradient']:.2f}" for c in cols)
               + f" | {row['lrp_over_saliency_paired']:.3f} | {row['lrp_one_pass_over_saliency_paired']:.3f} |", flush=True)
     if args.fast or args.no_write:
-        print("--fast/--no-write: benchmarks/results/scaling.json left as it is")
+        print("--fast/--no-write: no results file written")
         return
     settings = {"sizes": sizes, "edges_per_node": args.edges_per_node, "features": 32, "hidden": 32, "layers": 3,
                 "classes": 4, "repeat": repeat, "ig_repeat": ig_repeat, "ig_steps": args.ig_steps,
-                "threads": args.threads, "dtype": "float32", "device": "cpu",
+                "threads": args.threads, "dtype": "float32", "device": DEVICE.type,
                 "explained": "one node's logit of its predicted class, node_mask_type='attributes'",
                 "timing": "wall clock, methods take turns within each round, one warm-up each",
                 "load_average_1min_start": machine.get("load_average_1min"),
                 "load_average_1min_end": results_file.machine_info().get("load_average_1min")}
-    path = results_file.write_results("scaling", rows, settings)
+    path = results_file.write_results("scaling-cuda" if DEVICE.type == "cuda" else "scaling", rows, settings)
     print(f"wrote {path} (load average at start {machine.get('load_average_1min')})")
 
 
