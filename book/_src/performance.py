@@ -37,9 +37,12 @@ nodes_gpu_b = load_results("nodes-cuda", repository=REPO)
 scaling_b = load_results("scaling", repository=REPO)
 profile_b = load_results("profile_explain", repository=REPO)
 molecules_b = load_results("molecules", repository=REPO)
+scaling_gpu_b = load_results("scaling-cuda", repository=REPO)
+molecules_gpu_b = load_results("molecules-cuda", repository=REPO)
 memory_b = load_results("explain_memory", repository=REPO)
 profile_malloc_b = load_results("profile_explain_malloc", repository=REPO)
-benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b, profile_b, molecules_b]
+benches = [ops_b, graph_b, conv_b, impl_b, expl_b, nodes_b, nodes_gpu_b, scaling_b, profile_b, molecules_b,
+           scaling_gpu_b, molecules_gpu_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -1161,6 +1164,79 @@ assert mo_batch["batch_lrp"]["ratio_to_gradient"] < 1.3 * mo_batch["batch_lrp_to
 # `Batch` as it is.
 
 # %% [markdown]
+# ## On a GPU
+#
+# The same two benchmarks with `--device cuda`: the model and the tensors on the GPU, every call timed
+# from a synchronised start to the end of its last kernel (`benchmarks/results/scaling-cuda.json` and
+# `molecules-cuda.json`). On the GPU, LRP's relevance is compared with float32 tolerances rather than
+# bit for bit, since the scatter sums there add in no fixed order.
+
+# %% tags=["hide-input"]
+gs_rows = scaling_gpu_b["results"]
+display(Markdown(machine_note(scaling_gpu_b)))
+display(results_table(
+    gs_rows,
+    [
+        ("nodes", "nodes", "{:,}"),
+        ("gradient (ms)", lambda r: r["methods"]["gradient"]["median_seconds"] * 1e3, "{:,.2f}"),
+        ("LRP algorithm", sc_ratio("lrp_algorithm"), "{:.2f}x"),
+        ("LRP, phenomenon", sc_ratio("lrp_phenomenon"), "{:.2f}x"),
+        ("saliency, phenomenon", sc_ratio("saliency_phenomenon"), "{:.2f}x"),
+        ("LRP algorithm without replay", sc_ratio("lrp_algorithm_mode"), "{:.2f}x"),
+        ("LRP / saliency (model)", "lrp_over_saliency_paired", "{:.2f}x"),
+    ],
+))
+gm_one = molecules_gpu_b["results"]["one_at_a_time"]
+gm_batch = molecules_gpu_b["results"]["batch"]
+display(Markdown(machine_note(molecules_gpu_b)))
+display(results_table(
+    list(gm_one.values()) + [r for r in gm_batch.values() if isinstance(r, dict)],
+    [
+        ("molecules", "label"),
+        ("ms", "median_ms", "{:.2f}"),
+        ("time / gradient's", lambda r: r.get("median_ratio_to_gradient", r.get("ratio_to_gradient")), "{:.2f}x"),
+    ],
+))
+gs_grad_ms = [r["methods"]["gradient"]["median_seconds"] * 1e3 for r in gs_rows]
+gs_algo = [r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in gs_rows]
+g("gs_gpu", scaling_gpu_b["machine"].get("gpu", "a GPU"), None)
+g("gs_grad_min", min(gs_grad_ms))
+g("gs_grad_max", max(gs_grad_ms[:-1]))
+g("gs_flat_until", gs_rows[-2]["nodes"], "{:,}")
+g("gs_largest", gs_rows[-1]["nodes"], "{:,}")
+g("gs_grad_largest", gs_grad_ms[-1])
+g("gs_algo_min", min(gs_algo[:-1]))
+g("gs_algo_max", max(gs_algo[:-1]))
+g("gs_algo_largest", gs_algo[-1])
+g("gs_mode_max", max(r["methods"]["lrp_algorithm_mode"]["paired_ratio_to_gradient"] for r in gs_rows))
+g("gm_lrp", gm_one["lrp_algorithm"]["median_ratio_to_gradient"])
+g("gm_mode", gm_one["lrp_algorithm_mode"]["median_ratio_to_gradient"])
+g("gm_sal", gm_one["saliency_phenomenon"]["median_ratio_to_gradient"])
+g("gm_batch", gm_batch["batch_lrp"]["ratio_to_gradient"])
+g("gm_speedup", gm_batch["speedup_over_one_at_a_time"], "{:.0f}")
+g("gm_cpu_speedup_ratio", gm_batch["speedup_over_one_at_a_time"] / mo_batch["speedup_over_one_at_a_time"], "{:.0f}")
+# up to the largest graph the gradient's time hardly grows: kernel launches and Python, not arithmetic
+assert max(gs_grad_ms[:-1]) < 2 * min(gs_grad_ms) < gs_grad_ms[-1] * 2
+assert gs_algo[-1] < min(gs_algo[:-1])
+assert all(r["replayed"]["lrp"] and not r["replayed"]["lrp_mode"] for r in gs_rows)
+assert gm_batch["equal_to_one_at_a_time"] and gm_batch["speedup_over_one_at_a_time"] > mo_batch["speedup_over_one_at_a_time"]
+
+# %% [markdown]
+# On the {glue:text}`gs_gpu` the gradient takes {glue:text}`gs_grad_min` to {glue:text}`gs_grad_max` ms
+# from the smallest graph to {glue:text}`gs_flat_until` nodes, about the same time whatever the size:
+# its cost is the launching of kernels and the Python around them, not arithmetic, and only at
+# {glue:text}`gs_largest` nodes ({glue:text}`gs_grad_largest` ms) does the work itself begin to
+# count. An LRP explanation is made of more and smaller operations than a gradient, so on the GPU
+# its ratio is the ratio of their numbers: {glue:text}`gs_algo_min` to {glue:text}`gs_algo_max` times
+# the gradient when the algorithm is called directly, falling to {glue:text}`gs_algo_largest` at
+# {glue:text}`gs_largest` nodes (at most {glue:text}`gs_mode_max` without replay). One molecule at a
+# time the explanation costs {glue:text}`gm_lrp` times Gradient $\times$ Input
+# ({glue:text}`gm_mode` without replay, {glue:text}`gm_sal` for saliency). On a GPU batching matters
+# even more than on a processor: the whole batch explained at once costs {glue:text}`gm_batch` times
+# one batched gradient and is {glue:text}`gm_speedup` times faster than the molecules one at a time,
+# about {glue:text}`gm_cpu_speedup_ratio` times the speed-up that batching gives on the processor above.
+
+# %% [markdown]
 # ## Measuring on your machine
 #
 # Each script prints its tables and writes its results file; this page and the chapters read the
@@ -1177,6 +1253,9 @@ assert mo_batch["batch_lrp"]["ratio_to_gradient"] < 1.3 * mo_batch["batch_lrp_to
 # python benchmarks/profile_explain.py        # profile_explain.json
 # python benchmarks/bench_explain_memory.py   # explain_memory.json
 # python benchmarks/bench_molecules.py        # molecules.json
+# python benchmarks/bench_scaling.py --device cuda    # on a GPU: scaling-cuda.json
+# python benchmarks/bench_molecules.py --device cuda  # molecules-cuda.json (--graphs: molecules saved without RDKit)
+# python benchmarks/bench_nodes.py --device cuda      # nodes-cuda.json
 # python tools/nb.py book/_src/performance.py # rebuild this page from the new files
 # ```
 #

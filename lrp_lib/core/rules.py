@@ -81,19 +81,20 @@ def _negative(w: Weight) -> Weight:
     return min(w, 0.0) if isinstance(w, float) else w.clamp(max=0)
 
 
-def _is_zero(t: Weight | None) -> bool:
-    if t is None:
-        return True
-    return t == 0.0 if isinstance(t, float) else not bool(t.any())
-
-
-def _signs(x: Tensor) -> tuple[bool, bool]:
-    """Whether ``x.clamp(min=0)`` and ``x.clamp(max=0)`` have a non-zero entry (NaN counts), from one
-    pass over ``x``."""
-    if not x.numel():
-        return False, False
-    low, high = torch.aminmax(x)  # NaN reaches both ends
-    return not bool(high <= 0), not bool(low >= 0)
+def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
+    """For each of ``parts`` (a tensor or a number): whether ``clamp(min=0)`` and ``clamp(max=0)`` of
+    it have a non-zero entry (NaN counts as both), from one ``aminmax`` per tensor and a single
+    synchronisation for all of them."""
+    ends = [end for t in parts if isinstance(t, Tensor) and t.numel() for end in torch.aminmax(t)]
+    read = iter(torch.stack(ends).tolist() if ends else [])
+    signs = []
+    for t in parts:
+        if isinstance(t, Tensor):
+            low, high = (next(read), next(read)) if t.numel() else (0.0, 0.0)
+        else:
+            low = high = float(t)
+        signs.append((not high <= 0, not low >= 0))  # NaN reaches both ends: both true
+    return signs
 
 
 # ----------------------------------------------------------------------- rules
@@ -181,14 +182,19 @@ class AlphaBeta(Rule):
         self.alpha, self.beta = alpha, beta
 
     @staticmethod
-    def _parts(x: Tensor, weight: Weight) -> tuple:
+    def _parts(x: Tensor, weight: Weight, crossed: bool = True) -> tuple:
         """``(x+, x-, w+, w-)`` with ``None`` for a part without a non-zero entry: one pass over
-        ``x`` (after a ReLU ``x >= 0``: ``x+`` is ``x`` itself, no copy) and each weight part once."""
-        has_pos, has_neg = _signs(x)
+        ``x`` and the weight and one synchronisation to learn which parts exist (after a ReLU
+        ``x >= 0``: ``x+`` is ``x`` itself, no copy).  ``crossed=False`` (z+, which pairs ``x+``
+        with ``w+`` and ``x-`` with ``w-`` only): a weight part is made only where the input part of
+        its sign exists."""
+        (has_pos, has_neg), (w_has_pos, w_has_neg) = _signs(x, weight)
         x_pos = (x if not has_neg else x.clamp(min=0)) if has_pos else None
         x_neg = x.clamp(max=0) if has_neg else None
-        w_pos, w_neg = _positive(weight), _negative(weight)
-        return x_pos, x_neg, (None if _is_zero(w_pos) else w_pos), (None if _is_zero(w_neg) else w_neg)
+        any_x = has_pos or has_neg
+        w_pos = _positive(weight) if w_has_pos and (has_pos if not crossed else any_x) else None
+        w_neg = _negative(weight) if w_has_neg and (has_neg if not crossed else any_x) else None
+        return x_pos, x_neg, w_pos, w_neg
 
     @staticmethod
     def _sum_of(m: LinearMap, x: Tensor, pairs: list, relevance: Tensor | None) -> Tensor:
@@ -244,7 +250,7 @@ class ZPlus(AlphaBeta):
         super().__init__(1.0, 0.0)
 
     def propagate(self, m, x, weight, bias, out, rel_out, op):
-        x_pos, x_neg, w_pos, w_neg = self._parts(x, weight)
+        x_pos, x_neg, w_pos, w_neg = self._parts(x, weight, crossed=False)
         pairs = [(xp, wp) for xp, wp in ((x_pos, w_pos), (x_neg, w_neg)) if xp is not None and wp is not None]
         z = self._z(m, x, weight, pairs, None if bias is None else bias.clamp(min=0), out)
         zero = z == 0 if has_zero(z) else None  # None: no unit without a positive contribution

@@ -60,7 +60,21 @@ def stabilize(z: Tensor, eps: float) -> Tensor:
     (one ``copysign`` and one add); ``eps = 0`` returns ``z`` itself."""
     if not eps:
         return z
-    return torch.copysign(z.new_tensor(float(eps)), z).add_(z)
+    return torch.copysign(_constant(float(eps), z), z).add_(z)
+
+
+#: Scalar tensors of :func:`stabilize`'s epsilon by (value, dtype, device), made once: a new one per
+#: call would be one more operation, and on a GPU a copy from the host, per rule application.
+_CONSTANTS: dict = {}
+
+
+def _constant(value: float, like: Tensor) -> Tensor:
+    key = (value, like.dtype, like.device)
+    found = _CONSTANTS.get(key)
+    if found is None:
+        with torch.inference_mode(False):  # an ordinary tensor, usable where autograd records
+            found = _CONSTANTS.setdefault(key, torch.tensor(value, dtype=like.dtype, device=like.device))
+    return found
 
 
 def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None, *,
@@ -121,8 +135,8 @@ def has_zero(t: Tensor) -> bool:
     answers ``True``).  Empty tensors hold none."""
     if not t.numel():
         return False
-    low, high = torch.aminmax(t)
-    return not (low.item() > 0 or high.item() < 0)
+    low, high = torch.stack(torch.aminmax(t)).tolist()  # one synchronisation
+    return not (low > 0 or high < 0)
 
 
 def all_finite(*tensors: Tensor) -> bool:

@@ -99,7 +99,7 @@ class GroupedTally(Tally):
         super().absorb(label, amount)
 
     def absorb_rows(self, label: str, amount: Tensor, plus=(), minus=()) -> None:
-        self._add(self.absorbed, label, amount)
+        Tally.absorb(self, label, amount)
         if not plus:
             self.unsplit = True
         for sign, parts in ((1.0, plus), (-1.0, minus)):

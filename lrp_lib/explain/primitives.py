@@ -79,27 +79,59 @@ __all__ = ["Tally", "linear_relevance", "LinearMapRelevance", "AddRelevance", "I
 class Tally:
     """Amounts of relevance kept by constants (biases, the stabiliser) or blocked, per label.
 
-    Filled during the backward pass (which runs in the thread that called it); read with
-    :meth:`total` afterwards.  Values stay tensors until read, so no synchronisation per op."""
+    Filled during the backward pass (which runs in the thread that called it); read afterwards
+    through :attr:`absorbed` and :attr:`blocked` (``{label: float64 amount}``) or :meth:`total`.
+    The amounts are kept as they come, tensors of the backward's dtype, until one of the tables is
+    read: then all of them are converted to float64 at once, with one synchronisation, and summed
+    label by label in the order they came (so no operation and no synchronisation per op)."""
 
     def __init__(self):
-        self.absorbed: dict[str, Tensor] = {}
-        self.blocked: dict[str, Tensor] = {}
+        self._tables: dict[str, dict] = {"absorbed": {}, "blocked": {}}
+        self._pending: list[tuple[str, str, Tensor]] = []
 
-    @staticmethod
-    def _add(table: dict, label: str, amount: Tensor) -> None:
-        if amount.requires_grad:
-            amount = amount.detach()
-        if amount.dtype != torch.float64:
-            amount = amount.double()
-        previous = table.get(label)
-        table[label] = amount if previous is None else previous + amount
+    def _put(self, table: str, label: str, amount: Tensor) -> None:
+        self._pending.append((table, label, amount.detach() if amount.requires_grad else amount))
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        amounts = [a for _, _, a in pending]
+        if all(a.device == amounts[0].device for a in amounts):
+            values = torch.stack([a if a.dtype == amounts[0].dtype else a.double()
+                                  for a in amounts]).double().tolist()
+        else:  # a model spread over devices
+            values = [float(a.double()) for a in amounts]
+        for (table, label, _), value in zip(pending, values):
+            target = self._tables[table]
+            previous = target.get(label)
+            target[label] = value if previous is None else previous + value
+
+    @property
+    def absorbed(self) -> dict[str, float]:
+        self._flush()
+        return self._tables["absorbed"]
+
+    @absorbed.setter
+    def absorbed(self, table: dict) -> None:
+        self._flush()
+        self._tables["absorbed"] = table
+
+    @property
+    def blocked(self) -> dict[str, float]:
+        self._flush()
+        return self._tables["blocked"]
+
+    @blocked.setter
+    def blocked(self, table: dict) -> None:
+        self._flush()
+        self._tables["blocked"] = table
 
     #: Whether :meth:`absorb_rows` wants the tensors' rows too (a tally that splits the amounts by rows).
     rows_wanted = False
 
     def absorb(self, label: str, amount: Tensor) -> None:
-        self._add(self.absorbed, label, amount)
+        self._put("absorbed", label, amount)
 
     def absorb_rows(self, label: str, amount: Tensor, plus=(), minus=()) -> None:
         """:meth:`absorb` ``amount``, which is the sum of the tensors ``plus`` minus the sum of
@@ -107,7 +139,7 @@ class Tally:
         self.absorb(label, amount)
 
     def block(self, label: str, amount: Tensor) -> None:
-        self._add(self.blocked, label, amount)
+        self._put("blocked", label, amount)
 
     @staticmethod
     def total(table: dict) -> float:

@@ -1,5 +1,8 @@
 """Each relevance primitive against a slow reference written from its rule's definition."""
+import math
+
 import pytest
+
 import torch
 
 from lrp_lib.explain import primitives as P
@@ -155,6 +158,35 @@ def test_edge_messages_record_each_edges_relevance():
                                                     R[0].sum() + R[3].sum()]))
 
 
+def test_tally_sums_each_label_in_float64_in_the_order_the_amounts_came():
+    """The amounts are converted and summed only when a table is read; the sums are those of adding
+    each amount in float64 as it comes (float32 and float64 amounts mixed, labels repeated), the
+    tables can be swapped out and back (as the weighted bookkeeping backward does) and a table read
+    twice does not count an amount twice."""
+    g = torch.Generator().manual_seed(3)
+    amounts = [torch.randn((), generator=g) * 10 ** int(torch.randint(-6, 6, (), generator=g)) for _ in range(40)]
+    amounts[7] = amounts[7].double()
+    labels = [f"op{i % 3}" for i in range(40)]
+    tally = P.Tally()
+    reference: dict = {}
+    for label, a in zip(labels, amounts):
+        tally.absorb(label, a.requires_grad_() if a.dtype == torch.float32 and label == "op1" else a)
+        previous = reference.get(label)
+        reference[label] = a.detach().double() if previous is None else previous + a.detach().double()
+    tally.block("b", torch.tensor(2.5))
+    assert tally.absorbed == {k: v.item() for k, v in reference.items()}  # exact, not approximately
+    assert tally.absorbed == {k: v.item() for k, v in reference.items()}
+    assert tally.total(tally.absorbed) == float(sum(reference.values()))
+    kept = tally.absorbed
+    tally.absorb("op0", torch.tensor(1.0))  # pending while the tables are swapped: into the old table
+    tally.absorbed = {}
+    tally.absorb("other", torch.tensor(4.0))
+    assert tally.absorbed == {"other": 4.0}
+    tally.absorbed = kept
+    assert tally.absorbed["op0"] == (reference["op0"] + 1.0).item()
+    assert tally.read(tally.blocked) == {"b": 2.5}
+
+
 def test_unchecked_share_stabilises_with_the_sign_and_drops_zero_outputs():
     """The primitives' division: R / (z + eps sign z), sign(0) = +1; with eps = 0, 0 where z = 0
     (no warning: the explainer accounts for it at the end)."""
@@ -192,7 +224,7 @@ def test_softmax_rule_gives_masked_logits_nothing_and_stays_finite():
         xs, rs = x[n][keep[n]], R[n][keep[n]]
         sm = torch.softmax(xs, -1)
         torch.testing.assert_close(rx[n][keep[n]], xs * (rs - sm * rs.sum()))
-    assert all(torch.isfinite(v) for v in tally.absorbed.values())
+    assert all(math.isfinite(v) for v in tally.absorbed.values())
 
 
 def test_join_passes_slices_and_a_constant_keeps_its_share():
