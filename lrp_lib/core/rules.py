@@ -355,8 +355,8 @@ class LinearMapRelevance(torch.autograd.Function):
 
     Arguments after ``rule``: ``op`` (the name in warnings and in the tally), ``tally`` (an
     object with ``absorb(label, amount)``, given :math:`\sum R_{out} - \sum R_x`, the share the
-    bias and the stabiliser kept, or ``absorb_rows(label, amount, (R_out,), (R_x,))`` where it has
-    one; ``None``: not counted), ``keep_bias`` (``False``: the bias, or a
+    bias and the stabiliser kept, or, where it has one, ``absorb_rows(label, None, (R_out,), (R_x,))``,
+    which leaves that difference of sums to the tally; ``None``: not counted), ``keep_bias`` (``False``: the bias, or a
     weight-free map's constant term :math:`f(0)`, takes no share: the split is over
     :math:`z - b`), ``check`` (``False``: the epsilon rule divides without the per-op warning
     and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
@@ -393,9 +393,9 @@ class LinearMapRelevance(torch.autograd.Function):
         else:
             rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
         if ctx.tally is not None:
-            absorb_rows = getattr(ctx.tally, "absorb_rows", None)  # a tally that also reads the rows
+            absorb_rows = getattr(ctx.tally, "absorb_rows", None)  # a tally that takes the sums itself
             if absorb_rows is not None:
-                absorb_rows(ctx.op, rel_out.sum() - rel.sum(), (rel_out,), (rel,))
+                absorb_rows(ctx.op, None, (rel_out,), (rel,))
             else:
                 ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
         return rel, None, None, None, None, None, None, None, None, None, None

@@ -98,8 +98,8 @@ class GroupedTally(Tally):
         self.unsplit = True  # an amount without its rows
         super().absorb(label, amount)
 
-    def absorb_rows(self, label: str, amount: Tensor, plus=(), minus=()) -> None:
-        Tally.absorb(self, label, amount)
+    def absorb_rows(self, label: str, amount: Tensor | None, plus=(), minus=()) -> None:
+        Tally.absorb_rows(self, label, amount, plus, minus)
         if not plus:
             self.unsplit = True
         for sign, parts in ((1.0, plus), (-1.0, minus)):

@@ -63,6 +63,9 @@ inputs went.
 """
 from __future__ import annotations
 
+import math
+import struct
+import weakref
 from typing import Callable
 
 import torch
@@ -82,27 +85,43 @@ class Tally:
     Filled during the backward pass (which runs in the thread that called it); read afterwards
     through :attr:`absorbed` and :attr:`blocked` (``{label: float64 amount}``) or :meth:`total`.
     The amounts are kept as they come, tensors of the backward's dtype, until one of the tables is
-    read: then all of them are converted to float64 at once, with one synchronisation, and summed
-    label by label in the order they came (so no operation and no synchronisation per op)."""
+    read: then all of them are read at once, with one synchronisation, and summed label by label
+    in float64 in the order they came (so no operation and no synchronisation per op).  An amount
+    given as a difference of sums (:meth:`absorb_rows` with ``amount=None``) is kept as its terms,
+    and the sum of a tensor is taken once while it is unchanged: the relevance that one rule
+    returns is, most often, the very tensor that the next one receives.  The difference is then
+    taken in the terms' own precision (float32 subtraction for float32 terms), so each amount is
+    the one that ``R_out.sum() - R_x.sum()`` gives."""
 
     def __init__(self):
         self._tables: dict[str, dict] = {"absorbed": {}, "blocked": {}}
-        self._pending: list[tuple[str, str, Tensor]] = []
+        self._pending: list[tuple[str, str, tuple]] = []
+        self._sums: dict[int, tuple] = {}
 
-    def _put(self, table: str, label: str, amount: Tensor) -> None:
-        self._pending.append((table, label, amount.detach() if amount.requires_grad else amount))
+    def _put(self, table: str, label: str, terms: tuple) -> None:
+        self._pending.append((table, label, tuple(t.detach() if t.requires_grad else t for t in terms)))
+
+    def _sum(self, t: Tensor) -> Tensor:
+        """``t.sum()``, once per tensor and version (a weak reference: no tensor is kept alive)."""
+        hit = self._sums.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == t._version:
+            return hit[2]
+        total = t.sum()
+        self._sums[id(t)] = (weakref.ref(t), t._version, total)
+        return total
 
     def _flush(self) -> None:
+        self._sums.clear()
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        amounts = [a for _, _, a in pending]
-        if all(a.device == amounts[0].device for a in amounts):
-            values = torch.stack([a if a.dtype == amounts[0].dtype else a.double()
-                                  for a in amounts]).double().tolist()
-        else:  # a model spread over devices
-            values = [float(a.double()) for a in amounts]
-        for (table, label, _), value in zip(pending, values):
+        terms = [t for _, _, ts in pending for t in ts]
+        if all(t.device == terms[0].device and t.dtype == terms[0].dtype for t in terms):
+            read = iter(torch.stack(terms).tolist())  # one synchronisation
+        else:  # a model spread over devices or dtypes
+            read = iter([t.item() for t in terms])
+        for table, label, ts in pending:
+            value = _difference([next(read) for _ in ts], ts[0].dtype)
             target = self._tables[table]
             previous = target.get(label)
             target[label] = value if previous is None else previous + value
@@ -131,15 +150,23 @@ class Tally:
     rows_wanted = False
 
     def absorb(self, label: str, amount: Tensor) -> None:
-        self._put("absorbed", label, amount)
+        self._put("absorbed", label, (amount,))
 
-    def absorb_rows(self, label: str, amount: Tensor, plus=(), minus=()) -> None:
-        """:meth:`absorb` ``amount``, which is the sum of the tensors ``plus`` minus the sum of
-        ``minus`` (a tally that splits the amounts by rows reads them; this one does not)."""
-        self.absorb(label, amount)
+    def absorb_rows(self, label: str, amount: Tensor | None, plus=(), minus=()) -> None:
+        """:meth:`absorb` ``amount``, which is the sum of the tensors ``plus`` minus the sums of
+        ``minus`` (a tally that splits the amounts by rows reads them; this one does not).
+        ``amount=None``: that difference, left to the tally (``plus`` one tensor): kept as its
+        terms, each tensor's sum taken once."""
+        if amount is not None:
+            terms = (amount,)
+        elif len(plus) == 1 and plus[0].dtype in _EXACT:
+            terms = (self._sum(plus[0]), *(self._sum(m) for m in minus))
+        else:
+            terms = (_eager_difference(plus, minus),)
+        self._put("absorbed", label, terms)
 
     def block(self, label: str, amount: Tensor) -> None:
-        self._put("blocked", label, amount)
+        self._put("blocked", label, (amount,))
 
     @staticmethod
     def total(table: dict) -> float:
@@ -147,6 +174,38 @@ class Tally:
 
     def read(self, table: dict) -> dict[str, float]:
         return {k: float(v) for k, v in table.items()}
+
+
+#: Dtypes whose subtraction :func:`_difference` repeats exactly from the terms read as Python floats.
+_EXACT = (torch.float32, torch.float64)
+
+
+def _difference(values: list, dtype: torch.dtype) -> float:
+    """``values[0] - values[1] - ...`` (left to right) as the dtype of the terms computes it: a
+    float32 difference is the float64 difference of the (exactly representable) terms rounded to
+    float32, which is exactly float32 subtraction (53 bits hold 2 x 24 + 2)."""
+    value = values[0]
+    for v in values[1:]:
+        value = value - v
+        if dtype == torch.float32:
+            value = _float32(value)
+    return value
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest float32 (ties to even; C's conversion), an infinity where
+    that rounding overflows (which ``struct`` reports instead of returning it)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def _eager_difference(plus, minus) -> Tensor:
+    amount = sum(p.sum() for p in plus) if len(plus) != 1 else plus[0].sum()
+    for m in minus:
+        amount = amount - m.sum()
+    return amount
 
 
 def _to_shape(rel: Tensor, shape) -> Tensor:
@@ -164,11 +223,7 @@ def _times(t: Tensor, s: Tensor, last: bool) -> Tensor:
 
 def _absorbed(tally: Tally | None, label: str, rel_out: Tensor, *rel_in: Tensor) -> None:
     if tally is not None:
-        kept = rel_out.sum()
-        for r in rel_in:
-            if r is not None:
-                kept = kept - r.sum()
-        tally.absorb_rows(label, kept, (rel_out,), [r for r in rel_in if r is not None])
+        tally.absorb_rows(label, None, (rel_out,), [r for r in rel_in if r is not None])
 
 
 def _keep(ctx, out: Tensor, eps: float, label: str, tally, *saved: Tensor) -> Tensor:

@@ -67,6 +67,10 @@ class _PausableTally(Tally):
         if not self.paused:
             super().absorb(label, amount)
 
+    def absorb_rows(self, label, amount, plus=(), minus=()):
+        if not self.paused:
+            super().absorb_rows(label, amount, plus, minus)
+
     def block(self, label, amount):
         if not self.paused:
             super().block(label, amount)

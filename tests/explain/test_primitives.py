@@ -2,8 +2,9 @@
 import math
 
 import pytest
-
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lrp_lib.explain import primitives as P
 from lrp_lib.core.rules import Epsilon, Gamma, LinearMap
@@ -185,6 +186,33 @@ def test_tally_sums_each_label_in_float64_in_the_order_the_amounts_came():
     tally.absorbed = kept
     assert tally.absorbed["op0"] == (reference["op0"] + 1.0).item()
     assert tally.read(tally.blocked) == {"b": 2.5}
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.floats(width=32), min_size=1, max_size=6), min_size=1, max_size=4),
+       st.sampled_from([torch.float32, torch.float64]))
+def test_a_difference_left_to_the_tally_is_the_one_the_dtype_computes(rows, dtype):
+    """``absorb_rows(label, None, (a,), (b, c))`` gives ``a.sum() - b.sum() - c.sum()`` computed in
+    the tensors' dtype, bit for bit: float32 overflow to infinity, NaN and cancellation included."""
+    tensors = [torch.tensor(r, dtype=dtype) for r in rows]
+    tally = P.Tally()
+    tally.absorb_rows("op", None, (tensors[0],), tensors[1:])
+    want = tensors[0].sum()
+    for t in tensors[1:]:
+        want = want - t.sum()
+    got, want = tally.absorbed["op"], float(want.double())
+    assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+def test_the_tally_sums_a_tensor_once_and_again_after_a_change_in_place():
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([0.25, 0.5])
+    tally = P.Tally()
+    tally.absorb_rows("first", None, (a,), (b,))
+    tally.absorb_rows("second", None, (b,), ())  # b's sum is taken once
+    b.mul_(4)  # a new version: summed again
+    tally.absorb_rows("third", None, (b,), ())
+    assert tally.absorbed == {"first": 2.25, "second": 0.75, "third": 3.0}
+    assert len(tally._sums) == 0  # read: the sums are forgotten with the tensors
 
 
 def test_unchecked_share_stabilises_with_the_sign_and_drops_zero_outputs():
