@@ -113,7 +113,36 @@ def _einsum(mode: RelevanceMode, func, args, kwargs):
 def _reduction(mode: RelevanceMode, func, args, kwargs):
     """sum, mean, nansum, cumsum (linear in their one input)."""
     x = args[0]
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__)
+    vjp = _sum_vjp(x, args, kwargs) if getattr(func, "__name__", None) == "sum" else None
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), vjp, func.__name__)
+
+
+def _sum_vjp(x: Tensor, args: tuple, kwargs: dict):
+    """The VJP of ``torch.sum(x, dim, keepdim)`` (``dim`` an int, a sequence of ints or None): ``v``
+    given back its summed dimensions and expanded to ``x``'s shape, as autograd's own backward of a
+    sum, copied (a new tensor each call); None for any other form (autograd then takes the VJP)."""
+    if set(kwargs) - {"dim", "keepdim"} or len(args) > 3:
+        return None
+    dim, keepdim = arg(args, kwargs, 1, "dim"), arg(args, kwargs, 2, "keepdim", False)
+    if not isinstance(keepdim, bool) or not isinstance(x, Tensor) or x.dim() == 0:
+        return None
+    shape = x.shape
+    if dim is None:
+        if len(args) > 2 or "keepdim" in kwargs:
+            return None
+        return lambda v: v.expand(shape).clone()
+    dims = (dim,) if isinstance(dim, int) else tuple(dim) if isinstance(dim, (tuple, list)) else None
+    if not dims or not all(isinstance(d, int) and -x.dim() <= d < max(x.dim(), 1) for d in dims):
+        return None
+    dims = sorted({d % max(x.dim(), 1) for d in dims})
+    if keepdim:
+        return lambda v: v.expand(shape).clone()
+
+    def vjp(v):
+        for d in dims:
+            v = v.unsqueeze(d)
+        return v.expand(shape).clone()
+    return vjp
 
 
 def _mean(mode: RelevanceMode, func, args, kwargs):
@@ -123,7 +152,7 @@ def _mean(mode: RelevanceMode, func, args, kwargs):
     if kwargs.get("dtype") is not None:
         return _reduction(mode, func, args, kwargs)
     rest = {k: v for k, v in kwargs.items()}
-    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), None, "mean"))
+    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), _sum_vjp(x, args, rest), "mean"))
     count = x.numel() // max(total.numel(), 1) if x.numel() else 1
     return IdentityRelevance.apply(total, lambda t: t / count)
 

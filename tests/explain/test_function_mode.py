@@ -791,3 +791,41 @@ def test_gpsconv_with_attnlrp_uniform_attention_accounts_for_the_output():
     assert torch.isfinite(e.node_relevance).all()
     cp = _graph_explainer(model, _z("cp"))(data.x, data.edge_index, batch=data.batch)
     assert float((cp.node_relevance - e.node_relevance).abs().max()) > 1e-6
+
+
+
+SUM_FORMS = [  # (name, the reduction, the sum it is a multiple of)
+    ("torch.sum(x)", lambda x: torch.sum(x), None),
+    ("x.sum(0)", lambda x: x.sum(0), None),
+    ("x.sum(-1, keepdim=True)", lambda x: x.sum(-1, keepdim=True), None),
+    ("x.sum((0, 2))", lambda x: x.sum((0, 2)), None),
+    ("torch.sum(x, dim=[2, -3])", lambda x: torch.sum(x, dim=[2, -3]), None),
+    ("x.mean(1)", lambda x: x.mean(1), lambda x: x.sum(1)),
+    ("x.mean(dim=(0, 1), keepdim=True)", lambda x: x.mean(dim=(0, 1), keepdim=True),
+     lambda x: x.sum(dim=(0, 1), keepdim=True)),
+    ("torch.mean(x)", lambda x: torch.mean(x), lambda x: torch.sum(x)),
+]
+
+
+@pytest.mark.parametrize("form,total", [(f, t) for _, f, t in SUM_FORMS], ids=[n for n, _, _ in SUM_FORMS])
+@given(seed=st.integers(0, 2**16))
+def test_a_sum_splits_its_relevance_in_proportion_without_a_nested_backward(form, total, seed):
+    """Sums and means (a mean is a sum, then the identity) give each summand its share of the sum,
+    R_x = x * R / sum, expanded back over the summed dimensions (the z-rule, from the definition);
+    their VJP is written out, so no backward runs inside the relevance backward."""
+    total = total or form
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 4, 2, generator=g, dtype=torch.float64)
+    nested = []
+    original = torch.autograd.grad
+
+    def counted(*args, **kwargs):
+        nested.append(1)
+        return original(*args, **kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.autograd, "grad", counted)
+        out, (rx,), _ = relevance_of(form, x, composite="z")
+    assert len(nested) == 1  # the outer backward alone
+    share = out.detach() / total(x)
+    reference = x * torch.autograd.functional.vjp(total, x, share)[1]
+    torch.testing.assert_close(rx, reference, rtol=1e-12, atol=1e-12)
