@@ -25,7 +25,10 @@ same round):
   ``lrp_replay_one_pass``: ``LRPExplainer(replay=True)`` called directly, through ``Explainer``, and with
   ``one_pass=True`` (each replays: the first call, the warm-up, records).
 
-Beside the times, the median number of minor page faults per call (``getrusage``): memory the C
+Beside the times, the number of ATen operations one call of each phase dispatches (counted once, after
+the warm-up, by a ``TorchDispatchMode`` that only counts: on a small graph each costs about the same
+Python and dispatch time, and on a GPU each is at least one kernel launch), and the median number
+of minor page faults per call (``getrusage``): memory the C
 allocator took fresh from the kernel.  From a few hundred nodes up, the relevance pass takes several
 times the gradient's (the allocator gives freed memory back and takes it again); run with
 ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_`` raised (glibc) to see the times without them.
@@ -49,6 +52,7 @@ import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 from lrp_lib.explain.function_mode import RelevanceMode
@@ -141,10 +145,30 @@ def phases(nodes: int) -> dict:
     }
 
 
+class _Count(TorchDispatchMode):
+    """Counts the ATen operations dispatched inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def operations(fn) -> int:
+    """How many ATen operations one call of ``fn`` dispatches."""
+    with _Count() as counter:
+        fn()
+    return counter.count
+
+
 def measure(nodes: int, rounds: int) -> dict:
     calls = phases(nodes)
     for fn in calls.values():  # warm-up
         fn()
+    ops = {name: operations(fn) for name, fn in calls.items()}
     wall = {name: [] for name in calls}
     faults = {name: [] for name in calls}
     for _ in range(rounds):
@@ -161,7 +185,8 @@ def measure(nodes: int, rounds: int) -> dict:
                                "ratio_to_gradient": statistics.median(times) / base,
                                "paired_ratio_to_gradient": statistics.median(
                                    t / g for t, g in zip(times, wall["gradient"])),
-                               "median_page_faults": statistics.median(faults[name])}
+                               "median_page_faults": statistics.median(faults[name]),
+                               "aten_operations": ops[name]}
     return row
 
 
@@ -196,7 +221,8 @@ def main() -> None:
         print(f"\n{n:,} nodes, {row['rounds']} rounds (median ms; ratio to the gradient, paired)")
         for name, ph in row["phases"].items():
             print(f"  {name:34s} {ph['median_seconds'] * 1e3:8.3f}  {ph['ratio_to_gradient']:5.2f}x "
-                  f"({ph['paired_ratio_to_gradient']:.2f}x)  {ph['median_page_faults']:8.0f} page faults")
+                  f"({ph['paired_ratio_to_gradient']:.2f}x)  {ph['median_page_faults']:8.0f} page faults  "
+                  f"{ph['aten_operations']:5d} operations")
         if args.cprofile:
             print(top_functions(n))
     if not args.no_write:

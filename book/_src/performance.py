@@ -949,11 +949,13 @@ display(Markdown(machine_note(profile_b)))
 display(
     results_table(
         [
-            {"phase": label, **{r["nodes"]: r["phases"][key]["paired_ratio_to_gradient"] for r in pr_rows}}
+            {"phase": label, **{r["nodes"]: r["phases"][key]["paired_ratio_to_gradient"] for r in pr_rows},
+             "ops": pr_rows[0]["phases"][key]["aten_operations"]}
             for key, label in PHASES
         ],
         [("phase", "phase")]
-        + [(f"{r['nodes']:,} nodes", r["nodes"], "{:.2f}x") for r in pr_rows],
+        + [(f"{r['nodes']:,} nodes", r["nodes"], "{:.2f}x") for r in pr_rows]
+        + [(f"operations ({pr_rows[0]['nodes']:,} nodes)", "ops", "{:,}")],
     )
 )
 small = pr_rows[0]["phases"]
@@ -971,6 +973,13 @@ assert pr("mode_forward") > pr("bare_mode_forward") and pr("replay_forward") < p
 g("pr_backward_mode", pr("mode_forward_backward") - pr("mode_forward"))
 g("pr_backward_replay", pr("replay_forward_backward") - pr("replay_forward"))
 g("pr_backward_gradient", pr("gradient") - pr("forward"))
+pr_ops = {key: small[key]["aten_operations"] for key, _ in PHASES}
+g("pr_ops_gradient", pr_ops["gradient"], "{:,}")
+g("pr_ops_replay", pr_ops["lrp_algorithm_replay"], "{:,}")
+g("pr_ops_mode", pr_ops["lrp_algorithm"], "{:,}")
+g("pr_ops_backward_gradient", pr_ops["gradient"] - pr_ops["forward"], "{:,}")
+g("pr_ops_backward_replay", pr_ops["replay_forward_backward"] - pr_ops["replay_forward"], "{:,}")
+assert pr_ops["gradient"] < pr_ops["lrp_algorithm_replay"] < pr_ops["lrp_algorithm"]
 
 # %% [markdown]
 # On {glue:text}`pr_small` nodes the forward alone takes {glue:text}`pr_forward` of the gradient's
@@ -983,7 +992,13 @@ g("pr_backward_gradient", pr("gradient") - pr("forward"))
 # to the replayed forward ({glue:text}`pr_backward_mode` to the mode's), where the gradient's own
 # backward takes {glue:text}`pr_backward_gradient`, because each rule is a Python
 # `torch.autograd.Function` with element-wise passes that a gradient does not need (the sections
-# above measure them op by op).
+# above measure them op by op). The last column counts the ATen operations that one call dispatches:
+# the replayed explanation runs {glue:text}`pr_ops_replay` where the gradient runs
+# {glue:text}`pr_ops_gradient` ({glue:text}`pr_ops_mode` in the mode), and its backward alone
+# {glue:text}`pr_ops_backward_replay` against the gradient's {glue:text}`pr_ops_backward_gradient`: the
+# rules divide by the stabilised output, multiply by the input, learn which signs and zeros are
+# present, and count what the biases keep. On a small graph these operations are small, so their
+# number and the Python around each weigh more than their arithmetic.
 
 # %% [markdown]
 # ### The C allocator
@@ -1226,8 +1241,9 @@ assert gm_batch["equal_to_one_at_a_time"] and gm_batch["speedup_over_one_at_a_ti
 # from the smallest graph to {glue:text}`gs_flat_until` nodes, about the same time whatever the size:
 # its cost is the launching of kernels and the Python around them, not arithmetic, and only at
 # {glue:text}`gs_largest` nodes ({glue:text}`gs_grad_largest` ms) does the work itself begin to
-# count. An LRP explanation is made of more and smaller operations than a gradient, so on the GPU
-# its ratio is the ratio of their numbers: {glue:text}`gs_algo_min` to {glue:text}`gs_algo_max` times
+# count. An LRP explanation dispatches more operations than a gradient ({glue:text}`pr_ops_replay`
+# against {glue:text}`pr_ops_gradient`, counted in the section above), each a kernel launch with
+# Python around it, so on the GPU it costs {glue:text}`gs_algo_min` to {glue:text}`gs_algo_max` times
 # the gradient when the algorithm is called directly, falling to {glue:text}`gs_algo_largest` at
 # {glue:text}`gs_largest` nodes (at most {glue:text}`gs_mode_max` without replay). One molecule at a
 # time the explanation costs {glue:text}`gm_lrp` times Gradient $\times$ Input
