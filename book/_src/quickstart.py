@@ -223,7 +223,13 @@ plt.show()
 # - **The same shapes again**: from the second explanation of an input signature on (the shapes of the
 #   inputs, the model, the rule), `LRPExplainer` records the torch functions of the model's forward and
 #   replays them without the model's Python, with the same relevance; `explanation.replayed` says
-#   whether it did, `replay=False` turns it off. What each costs: [Performance](performance.ipynb).
+#   whether it did, `replay=False` turns it off.
+# - **Fewer passes per call**: with `explanation_type="model"`, `Explainer(..., one_pass=True)` takes
+#   the prediction and the target from the explanation's own forward instead of running PyG's
+#   prediction pass first, and `LRPExplainer(accounts="total")` keeps one bias and residual value for
+#   the whole call instead of one per graph of a batch.
+# - **On a GPU**: on a small graph every operation costs a kernel launch, whatever its size, so explain
+#   graphs in batches rather than one at a time. What each choice costs: [Performance](performance.ipynb).
 #
 # ## Which rule?
 #
