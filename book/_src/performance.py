@@ -700,6 +700,9 @@ gpu_rows = {r["key"]: r for r in nodes_gpu_b["results"]}
 g("nodes_gpu", nodes_gpu_b["machine"].get("gpu", "a GPU"), None)
 g("nodes_gpu_lrp", gpu_rows["lrp"]["nodes_per_second"], "{:,.0f}")
 g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
+g("nodes_gpu_chunk", nodes_gpu_b["settings"]["chunk_size"], "{:,}")
+g("nodes_cpu_chunk", s["chunk_size"], "{:,}")
+g("nodes_gpu_gin", gpu_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
 
 # %% [markdown]
 # LRP explains {glue:text}`nodes_lrp` target nodes per second over all {glue:text}`nodes_targets`
@@ -718,7 +721,10 @@ g("nodes_gpu_saliency", gpu_rows["saliency"]["nodes_per_second"], "{:,.0f}")
 # {glue:text}`nodes_gin` targets per second ({glue:text}`nodes_gin_cpu` per CPU second). On an
 # {glue:text}`nodes_gpu`
 # (`benchmarks/results/nodes-cuda.json`, `--device cuda`) the same benchmark explains
-# {glue:text}`nodes_gpu_lrp` targets per second, against {glue:text}`nodes_gpu_saliency` for saliency.
+# {glue:text}`nodes_gpu_lrp` targets per second ({glue:text}`nodes_gpu_gin` for the GIN), against
+# {glue:text}`nodes_gpu_saliency` for saliency; there the chunks may hold up to
+# {glue:text}`nodes_gpu_chunk` targets (`--chunk-size`, {glue:text}`nodes_cpu_chunk` above) as the
+# GPU's free memory allows, and fewer, larger passes launch fewer kernels per target.
 # A batched backward of the whole graph
 # (`torch.autograd.grad(..., is_grads_batched=True)`) {glue:text}`nodes_batched` here: `vmap` cannot
 # batch the relevance ops' backward (the table gives the first error), which divides into a
