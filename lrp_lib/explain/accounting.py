@@ -98,7 +98,9 @@ class GroupedTally(Tally):
         self.unsplit = True  # an amount without its rows
         super().absorb(label, amount)
 
-    def absorb_rows(self, label: str, amount: Tensor | None, plus=(), minus=()) -> None:
+    def absorb_rows(self, label: str, amount: Tensor | None, plus=(), minus=(), rows=None) -> None:
+        """``rows``: ``(index, n)`` where the tensors are rows ``index`` of ``n``-row tensors (a map
+        computed on some rows only): their per-row amounts count at those rows."""
         Tally.absorb_rows(self, label, amount, plus, minus)
         if not plus:
             self.unsplit = True
@@ -109,6 +111,8 @@ class GroupedTally(Tally):
                     continue
                 per_row = (t.detach().flatten(1).sum(-1) if t.dim() > 1 else t.detach()).double()
                 n = t.shape[0]
+                if rows is not None and n == rows[0].numel():
+                    per_row, n = per_row.new_zeros(rows[1]).index_add_(0, rows[0], per_row), rows[1]
                 self.rows[n] = self.rows[n] + sign * per_row if n in self.rows else sign * per_row
 
     def split(self, row_groups: dict, num_groups: int) -> Tensor | None:

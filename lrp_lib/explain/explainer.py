@@ -355,6 +355,9 @@ class LRPExplainer(ExplainerAlgorithm):
             mode = mode_class(self.composite, model, fast=self.fast, recompute=self.recompute)
             if grouped:
                 mode.tally = GroupedTally()
+            layer_plan = current_plan()  # per_index: the rows each layer's outputs are read at
+            if layer_plan is not None:
+                mode.live_rows = layer_plan.live_rows
             return mode, recorder_class(mode, model, edge_index, x.dtype) if edges else None
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
         mode, recorder, out, replayed, reason = replay.forward(

@@ -111,6 +111,9 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
         # a scatter of node rows times constants split as one map from the rows (explain.recompute.linear_chain);
         # False where the relevance of each message is read (the walks' recorded graph)
         self.chains = True
+        # (row count) -> the rows of a node tensor that the explained outputs read at this point of the
+        # forward, or None (all): set by per_index's layer pruning (explain.layer_pruning.LayerPlan.live_rows)
+        self.live_rows = None
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:

@@ -39,7 +39,7 @@ def _linear(mode: RelevanceMode, func, args, kwargs):
     x, weight, bias = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
     if mode.is_marked(weight) or mode.is_marked(bias):
         return mode.blocked(func, "linear with an input-dependent weight", args, kwargs)
-    return mode.weighted(x, weight, bias, F.linear, lambda v, x_, w: v @ w, "linear")
+    return mode.weighted(x, weight, bias, F.linear, lambda v, x_, w: v @ w, "linear", rowwise=True)
 
 
 def _matmul(mode: RelevanceMode, func, args, kwargs):
@@ -60,7 +60,7 @@ def _matmul(mode: RelevanceMode, func, args, kwargs):
     plain = torch.matmul if func in (torch.Tensor.__matmul__, torch.Tensor.__rmatmul__) else func
     if ma:
         return mode.weighted(a, b, None, lambda x, w, bias: plain(x, w) if bias is None else plain(x, w) + bias,
-                             None, "matmul")
+                             None, "matmul", rowwise=a.dim() == 2 and b.dim() == 2)
     return mode.weighted(b, a, None, lambda x, w, bias: plain(w, x) if bias is None else plain(w, x) + bias,
                          None, "matmul")
 
@@ -76,7 +76,7 @@ def _addmm(mode: RelevanceMode, func, args, kwargs):
     if not (ma or mb):
         return mode.sum_terms(inp, (torch.mm(a, b) * alpha).detach(), beta, 1.0, op="addmm")
     if ma:
-        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, None, "addmm")
+        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, None, "addmm", rowwise=True)
     else:
         part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, None, "addmm")
     part = mode.mark(part)

@@ -14,6 +14,12 @@ attention logits) still sees every edge of the subgraph.  The other receivers' o
 no target depends on them: their relevance, and the relevance of the removed edges, is zero, as
 on the unpruned subgraph.
 
+Rows, likewise.  After ``c`` calls, a node tensor is read by the targets' outputs only at the nodes
+within ``hops - c`` hops (:meth:`LayerPlan.live_rows`): the next call's kept edges send from no
+farther.  The relevance mode computes a weighted map applied row by row (``F.linear``, ``x @ W``) on
+those rows only where they are fewer than half (its other rows are zero instead: no target reads
+them), so the layers near the targets multiply a few rows, not the whole subgraph.
+
 The schedule counts ``propagate`` calls in the order they run, which is exact when the model makes
 at most ``hops`` of them on the way to its output (the ``l``-th call feeds at most
 ``hops - 1 - l`` later ones).  A forward with more calls than ``hops`` is marked inexact
@@ -61,8 +67,22 @@ class LayerPlan:
         self.depth, self.hops, self.groups = depth, hops, groups
         self.calls, self.exact, self.kept = 0, True, []
         self.row_groups: dict[int, Tensor | None] = {}
+        self._live: dict[int, Tensor | None] = {}
         if groups is not None:
             self._rows(groups)
+
+    def live_rows(self, n: int) -> Tensor | None:
+        """The rows of an ``n``-row node tensor that the targets' outputs can still read after the
+        calls made so far (depth at most ``hops - calls``), if they are fewer than half of the rows;
+        else None (all rows).  None also for a tensor of another row count than the subgraph's nodes,
+        and once the schedule is inexact."""
+        limit = self.hops - self.calls
+        if n != self.depth.numel() or not self.exact or limit < 0:
+            return None
+        if limit not in self._live:
+            rows = (self.depth <= limit).nonzero().view(-1)
+            self._live[limit] = rows if 2 * rows.numel() < n else None
+        return self._live[limit]
 
     def _rows(self, groups: Tensor) -> None:
         n = groups.numel()

@@ -55,8 +55,23 @@ class RuleFamilies:
                                 source, value)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
-                 op: str):
-        """A map linear in ``x`` and in a constant ``weight``: the composite's rule for that weight."""
+                 op: str, rowwise: bool = False):
+        """A map linear in ``x`` and in a constant ``weight``: the composite's rule for that weight.
+        ``rowwise``: each output row is the map of the same row of ``x`` (``F.linear``, ``x @ W`` on a
+        matrix), so where the mode's ``live_rows`` names the only rows that the explained outputs read
+        (:meth:`lrp_lib.explain.layer_pruning.LayerPlan.live_rows`), the map runs on those rows and the
+        others are zero."""
+        if rowwise and self.live_rows is not None and x.dim() == 2:
+            rows = self.live_rows(x.shape[0])
+            if rows is not None:
+                tally = self.tally
+                if getattr(tally, "rows_wanted", False):  # the amounts count at the rows they were kept on
+                    self.tally = _OnRows(tally, rows, x.shape[0])
+                try:
+                    part = self.weighted(x.index_select(0, rows), weight, bias, fn, vjp, op)
+                finally:
+                    self.tally = tally
+                return part.new_zeros((x.shape[0], *part.shape[1:])).index_copy(0, rows, part)
         rule, label = self.rule_for(weight)
         w = weight.detach()
         b = None if bias is None else bias.detach()
@@ -118,3 +133,21 @@ class RuleFamilies:
         for i, r in zip(floats, res):
             items[i] = r
         return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
+
+
+class _OnRows:
+    """A tally that splits amounts by rows, seen from a map computed on rows ``rows`` of ``n``-row
+    tensors: the amounts' rows are counted at those rows."""
+    rows_wanted = True
+
+    def __init__(self, tally, rows: Tensor, n: int):
+        self.tally, self.rows, self.n = tally, rows, n
+
+    def absorb(self, label, amount):
+        self.tally.absorb(label, amount)
+
+    def absorb_rows(self, label, amount, plus=(), minus=()):
+        self.tally.absorb_rows(label, amount, plus, minus, rows=(self.rows, self.n))
+
+    def block(self, label, amount):
+        self.tally.block(label, amount)

@@ -246,6 +246,46 @@ def test_pruned_equals_unpruned_on_random_graphs(name, n, per_node, targets, see
     assert_same(pruned, unpruned)
 
 
+def test_live_rows_are_the_nodes_within_the_hops_left():
+    depth = torch.tensor([0, 1, 2, 3, 3, 3, 3, 3, 2, 1, torch.iinfo(torch.long).max])
+    groups = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    plan = LayerPlan(depth, 3, groups)
+    assert plan.live_rows(11) is None  # before any step: all but the stand-in, more than half
+    plan.calls = 1
+    assert torch.equal(plan.live_rows(11), torch.tensor([0, 1, 2, 8, 9]))
+    plan.calls = 3
+    assert torch.equal(plan.live_rows(11), torch.tensor([0]))
+    assert plan.live_rows(10) is None  # not the subgraph's node count: edges, or another tensor
+    plan.calls = 4
+    assert plan.live_rows(11) is None  # more steps than hops: nothing is known
+    plan.calls, plan.exact = 2, False
+    assert plan.live_rows(11) is None
+
+
+@pytest.mark.parametrize("rule", ["epsilon", "zplus"])
+@pytest.mark.parametrize("name", ["gcn", "graphconv", "residual_gcn", "jk_sage", "gin"])
+def test_maps_on_the_live_rows_only_give_the_same_relevance(name, rule, monkeypatch):
+    """The weighted maps of the layers near the targets run on the rows the targets read; the
+    relevance and the accounts are those of the maps on every row, bit for bit, from one backward."""
+    from lrp_lib.explain import accounting
+
+    model = model_of(name)
+    x, edge_index, kwargs = inputs(MODELS[name][1], n=300, e=600)
+    index = torch.tensor([0, 17, 123, 299])
+    monkeypatch.setattr(layer_pruning.LayerPlan, "live_rows", lambda self, n: None)
+    every_row = explain(model, x, edge_index, index, rule, **kwargs)
+    monkeypatch.undo()
+    used, original = [], layer_pruning.LayerPlan.live_rows
+    monkeypatch.setattr(layer_pruning.LayerPlan, "live_rows",
+                        lambda self, n: (lambda r: used.append(None if r is None else r.numel()) or r)(original(self, n)))
+    reruns, rerun = [], accounting._rerun
+    monkeypatch.setattr(accounting, "_rerun", lambda *a: reruns.append(1) or rerun(*a))
+    live = explain(model, x, edge_index, index, rule, **kwargs)
+    assert any(u is not None for u in used) and not reruns
+    for key in ("nodes", "edges", "bias", "residual"):
+        assert torch.equal(live[key], every_row[key]), key
+
+
 def test_the_accounts_need_no_second_backward(monkeypatch):
     """With the rows of every tensor grouped (``LayerPlan.row_groups``), the biases are split by
     target from the one backward; the unpruned pass (no plan) splits them with one more."""
