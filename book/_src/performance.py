@@ -626,7 +626,10 @@ g("expl_best_auroc", best, None)
 # along the edges into nodes from which a target can still be reached in the steps that remain: the
 # first layer along the edges into the nodes at most k - 1 hops from a target, the last along the
 # edges into the targets; the edges left out carry no relevance to a target, and a pass whose outputs
-# at the targets differ from the full graph's is run again without this pruning.
+# at the targets differ from the full graph's is run again without this pruning. The rows are pruned
+# likewise: after l steps the targets read a node tensor only at the nodes at most k - l hops away,
+# so a map with weights applied row by row (`F.linear`, `x @ W`) runs on those rows alone where they
+# are fewer than half, and gives zeros on the others, which nothing that reaches a target reads.
 # `benchmarks/bench_nodes.py` explains many target nodes of a random graph with a GCN, all
 # methods through `lrp_lib.Explainer` (PyG's `Explainer` with the inputs checked, whose prediction
 # pass `per_index=True` compares with); saliency and GNNExplainer run one call per target, timed on a
@@ -712,8 +715,9 @@ g("nodes_gpu_gin", gpu_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
 # targets (extrapolated). Per CPU second of the process (its {glue:text}`nodes_threads` threads
 # together, whatever else the machine ran), LRP explains {glue:text}`nodes_cpu_rate` targets: most of a
 # subgraph's nodes lie on its border, where they are needed only as inputs of the first layer; their
-# messages are pruned from the later layers, but the model's node-wise maps still run every layer on
-# every row. The GCN's subgraphs also carry the edges into their border
+# messages are pruned from the later layers and the later layers' weights multiply only the rows near
+# the targets, but the elementwise functions (ReLU, the biases) and the relevance of the aggregations
+# still cover every row. The GCN's subgraphs also carry the edges into their border
 # nodes (from one zero-feature stand-in node per subgraph), so that every node keeps its in-degree,
 # which GCN's normalisation of the messages reads. A model whose layers never read a sender's degree
 # (GIN, GAT, SAGE and a few more, by their exact type) is explained on subgraphs without those edges:
