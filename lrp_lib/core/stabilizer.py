@@ -57,10 +57,12 @@ def stabilize(z: Tensor, eps: float) -> Tensor:
     r"""The one stabiliser of :mod:`lrp_lib`: :math:`z + \epsilon\,\mathrm{sign}(z)` with
     :math:`\mathrm{sign}(0) = +1` (Zennit's convention; a negative zero, ``-0.0``, gets
     :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor
-    (one ``copysign`` and one add); ``eps = 0`` returns ``z`` itself."""
+    (one ``copysign`` and one add); ``eps = 0`` returns ``z`` itself.  The constant is expanded to
+    ``z``'s shape (a view, no copy): ATen's CPU ``copysign`` vectorises only when neither operand is a
+    0-dimensional tensor, and runs about three times faster so."""
     if not eps:
         return z
-    return torch.copysign(_constant(float(eps), z), z).add_(z)
+    return torch.copysign(_constant(float(eps), z).expand_as(z), z).add_(z)
 
 
 #: Scalar tensors of :func:`stabilize`'s epsilon by (value, dtype, device), made once: a new one per
