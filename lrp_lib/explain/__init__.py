@@ -23,7 +23,8 @@
   per target);
 * :mod:`~lrp_lib.explain.subgraphs`: ``per_index=True``, k-hop subgraphs explained in chunks, on
   :mod:`~lrp_lib.explain.unions` (the subgraphs of many targets as one graph) and
-  :mod:`~lrp_lib.explain.layer_pruning` (each message-passing step along the edges it needs);
+  :mod:`~lrp_lib.explain.layer_pruning` (each message-passing step along the edges it needs) and
+  :mod:`~lrp_lib.explain.border_degrees` (GCN's degrees at the border from one counted edge per node);
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``;
   :mod:`~lrp_lib.explain.pyg_explainer`: ``Explainer``, PyG's with the inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
   :mod:`~lrp_lib.explain.one_pass`: ``Explainer(one_pass=True)``, the prediction taken from the
@@ -43,7 +44,7 @@ Imports :mod:`lrp_lib.core` only.
 import importlib
 
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
-            "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "explainer", "masks", "walks",
+            "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "border_degrees", "explainer", "masks", "walks",
             "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
             "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "pyg_explainer")
 

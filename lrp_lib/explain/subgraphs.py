@@ -11,13 +11,17 @@ exactly ``num_hops`` hops from a target carry messages that reach the target onl
 the *sender's* in-degree: GCN's normalisation :math:`1/\sqrt{\deg(i)\deg(j)}` does.  The subgraph
 of a model whose message-passing layers are all of the types in :data:`PRUNABLE` (their message
 into :math:`i` reads the features of :math:`i` and :math:`j`, the edge and :math:`i`'s own
-in-edges, never :math:`j`'s in-degree) leaves those edges out; any other model keeps them, their
-senders outside the subgraph replaced by one zero-feature stand-in node per subgraph, so that every
-node keeps its in-degree (the per-layer pruning then passes them to no layer: they serve the
-degrees).  Either way the targets' outputs on the subgraphs are compared with the model's output
-on the full graph; a chunk whose outputs differ (or whose forward made more message-passing steps
-than ``num_hops``) is explained again with the border edges kept, then without per-layer pruning,
-and later chunks skip what failed.
+in-edges, never :math:`j`'s in-degree) leaves those edges out.  Where the other layers are
+``GCNConv`` (:func:`countable`), each outermost node gets one edge standing for all its in-edges,
+whose number reaches ``gcn_norm`` as the edge's weight (:mod:`lrp_lib.explain.border_degrees`): the
+same degrees from about a tenth of the edges, on a graph with ten edges per node.  Any other model
+keeps the border's edges, their senders outside the subgraph replaced by one zero-feature stand-in
+node per subgraph, so that every node keeps its in-degree (the per-layer pruning then passes them
+to no layer: they serve the degrees).  Either way the targets' outputs on the subgraphs are compared
+with the model's output on the full graph; a chunk whose outputs differ (or whose forward made more
+message-passing steps than ``num_hops``, or whose ``GCNConv`` could not be given the counts) is
+explained again with the border's edges counted, then kept, then without per-layer pruning, and
+later chunks skip what failed.
 """
 from __future__ import annotations
 
@@ -32,11 +36,12 @@ from torch_geometric.explain.config import MaskType
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as pyg_conv
 
+from lrp_lib.explain.border_degrees import counted_border
 from lrp_lib.explain.inputs import check_inputs
 from lrp_lib.explain.layer_pruning import pruned_layers
-from lrp_lib.explain.unions import KHopUnion, k_hop_union, union_graph
+from lrp_lib.explain.unions import KHopUnion, k_hop_union, union_graph, with_border
 
-__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "chunk_bytes", "pass_bytes", "memory_budget",
+__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "countable", "chunk_bytes", "pass_bytes", "memory_budget",
            "predicted", "PROBE_TARGETS", "EDGE_BYTES"]
 
 #: How many targets' subgraphs the memory estimate is measured on when the full graph's output is known.
@@ -91,6 +96,15 @@ def prunable(model: nn.Module) -> bool:
     layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
     return bool(layers) and all(type(m) in PRUNABLE or (type(m) is pyg_conv.GCNConv and not m.normalize)
                                 for m in layers)
+
+
+def countable(model: nn.Module) -> bool:
+    """Whether the border of ``model``'s subgraphs can be counted instead of kept
+    (``border="counted"``, :mod:`lrp_lib.explain.border_degrees`): every message-passing layer is
+    of a type in :data:`PRUNABLE` or a ``GCNConv``, which reads the senders' degrees only through
+    ``gcn_norm``."""
+    layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
+    return bool(layers) and all(type(m) in PRUNABLE or type(m) is pyg_conv.GCNConv for m in layers)
 
 
 def memory_budget(device: torch.device, fraction: float = 0.25) -> int:
@@ -148,15 +162,16 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
 
 
 def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: int, hops: int, *,
-               keep_border: bool, layered: bool) -> float:
+               border_edges: int | None, layered: bool) -> float:
     """The estimated memory of one relevance pass over the union ``union`` of ``targets``
     subgraphs (``per_node``, ``per_message``: from :func:`chunk_bytes`): ``per_node`` per node
-    (with ``keep_border``, the stand-ins too), :data:`EDGE_BYTES` per edge (with ``keep_border``,
-    the border's too), and each step's message bytes per edge it passes a message along: with
+    (with ``border_edges`` not None, the stand-ins too), :data:`EDGE_BYTES` per edge (the
+    ``border_edges`` too), and each step's message bytes per edge it passes a message along: with
     ``layered`` (per-layer pruning), the ``l``-th step along the edges into nodes within ``hops -
     1 - l`` hops only."""
-    edges = union.edge_id.numel() + (union.border_id.numel() if keep_border else 0)
-    total = per_node * (union.keys.numel() + (targets if keep_border else 0)) + EDGE_BYTES * edges
+    kept = border_edges is not None
+    edges = union.edge_id.numel() + (border_edges if kept else 0)
+    total = per_node * (union.keys.numel() + (targets if kept else 0)) + EDGE_BYTES * edges
     within = torch.bincount(union.edge_depth, minlength=hops).cumsum(0).tolist() if layered else []
     for step, width in enumerate(per_message):
         limit = hops - 1 - step
@@ -224,7 +239,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     rowptr = torch.cumsum(counts, 0) - counts
     probe = None
     if expected is not None and index.numel():  # the widths measured on a few targets' subgraphs
-        probe_union = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n)
+        probe_union = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n, border=False)
         keys, edge_b, edge_e = probe_union.keys, probe_union.edge_graph, probe_union.edge_id
         sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]),
                                  torch.searchsorted(keys, edge_b * n + dst[edge_e])])
@@ -238,6 +253,9 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     budget = max_memory if max_memory is not None else memory_budget(x.device)
     pruning = prunable(model) if prune is None else prune  # the border edges left out
     layered = prune is not False  # per-layer pruning
+    # the border's in-degrees counted, one weighted edge per outermost node (GCN)
+    counting = layered and countable(model) and all(v is None for v in kwargs.values())
+    loops = torch.bincount(dst[src == dst], minlength=n) if counting else None
     nodes, edges, accounts, offset = [], [], [], 0
     k, per_target = index.numel(), None
     while offset < k:
@@ -246,36 +264,50 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
             size = max(1, min(size, int(budget // per_target)))
         while True:  # halve the chunk until its estimated memory fits the budget
             chunk = index[offset:offset + size]
-            union = k_hop_union(chunk, hops, src, perm, rowptr, counts, n)
-            estimate = pass_bytes(per_node, per_message, union, chunk.numel(), hops, keep_border=not pruning,
+            union = k_hop_union(chunk, hops, src, perm, rowptr, counts, n, border=False)
+            border_edges = None if pruning else int((union.depth == hops).sum()) if counting else \
+                int(counts[union.keys[union.depth == hops] % n].sum())
+            estimate = pass_bytes(per_node, per_message, union, chunk.numel(), hops, border_edges=border_edges,
                                   layered=layered)
             if estimate <= budget or size == 1:
                 break
             size = max(1, size // 2)
         per_target = estimate / size
-        # the pruned pass first; where the targets' outputs differ, the border kept, then every layer whole
-        attempts = [(False, layered)] if pruning else []
-        attempts += [(True, True)] if layered else []
-        for keep, per_layer in attempts + [(True, False)]:
-            graph = union_graph(x, kwargs, target, chunk, offset, union, src, dst, n, keep)
-            sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e, depth, groups = graph
-            with pruned_layers(model, depth, hops, groups) if per_layer else nullcontext() as plan:
-                node_rel, edge_rel, out, extra = relevance(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs)
-            want, got = expected[chunk].to(out.dtype), out[rows]
+        # the pruned pass first; where the targets' outputs differ, the border counted, then kept whole,
+        # then every layer whole
+        while True:
+            border = "none" if pruning else "counted" if counting and layered else "all"
+            per_layer = layered
+            if border == "all" and not union.border_id.numel():
+                union = with_border(union, hops, perm, rowptr, counts, n)
+            graph = union_graph(x, kwargs, target, chunk, offset, union, src, dst, n, border, hops=hops,
+                                loops=loops, counts=counts)
+            real, edge_b, edge_e = graph.real, graph.edge_graph, graph.edge_id
+            with pruned_layers(model, graph.depth, hops, graph.groups) if per_layer else nullcontext() as plan, \
+                    counted_border(model, graph.edge_index, graph.multiplicity) if border == "counted" else \
+                    nullcontext() as weighed:
+                node_rel, edge_rel, out, extra = relevance(graph.x, graph.edge_index, graph.target, graph.rows,
+                                                           graph.groups, **graph.kwargs)
+            want, got = expected[chunk].to(out.dtype), out[graph.rows]
             tol = 1e-4 if out.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
             scale = max(1.0, float(want.abs().max()) if want.numel() else 1.0)
-            if (plan is None or plan.exact) and torch.allclose(got, want, rtol=tol, atol=tol * scale):
+            if (plan is None or plan.exact) and (weighed is None or weighed.complete) and \
+                    torch.allclose(got, want, rtol=tol, atol=tol * scale):
                 break
             # the model reads more than the pruned subgraphs hold: from now on, not pruned that way
-            if not keep:
+            if border == "all" and not per_layer:
+                raise ValueError(
+                    f"per_index=True: the targets' {hops}-hop subgraphs do not reproduce the model's output "
+                    f"(largest difference {float((got - want).abs().max()):.3g}): the model looks further than "
+                    f"{hops} hops; pass num_hops= the number of message-passing steps of the model")
+            if border == "none":
                 pruning = False
-            elif per_layer:
+            elif border == "counted":
+                counting = False
+            else:
                 layered = False
-        else:
-            raise ValueError(
-                f"per_index=True: the targets' {hops}-hop subgraphs do not reproduce the model's output "
-                f"(largest difference {float((got - want).abs().max()):.3g}): the model looks further than "
-                f"{hops} hops; pass num_hops= the number of message-passing steps of the model")
+            if plan is not None and not plan.exact:  # more steps than hops: no schedule per layer holds
+                layered = False
         keys = union.keys
         node_rel = node_rel[:keys.numel()]
         if edge_rel is not None:

@@ -1,6 +1,7 @@
 r"""The k-hop subgraphs of many targets as one disjoint union: :func:`k_hop_union` finds them (one
-breadth-first search over the graph's edges sorted by receiver, for all targets at once), and
-:func:`union_graph` builds the inputs of a model's pass over their union.
+breadth-first search over the graph's edges sorted by receiver, for all targets at once),
+:func:`with_border` adds the edges into their outermost nodes, and :func:`union_graph` builds the
+inputs of a model's pass over their union.
 """
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["KHopUnion", "k_hop_union", "union_graph"]
+__all__ = ["KHopUnion", "UnionGraph", "k_hop_union", "with_border", "union_graph", "BORDERS"]
+
+#: What a union graph holds of the edges into its outermost nodes (:func:`union_graph`).
+BORDERS = ("none", "all", "counted")
 
 
 class KHopUnion(NamedTuple):
@@ -39,13 +43,14 @@ def _in_edges(frontier: Tensor, n: int, perm: Tensor, rowptr: Tensor, counts: Te
 
 
 def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor,
-                n: int) -> KHopUnion:
+                n: int, border: bool = True) -> KHopUnion:
     """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union
     (:class:`KHopUnion`), found by one breadth-first search for all of them: subgraph ``b`` (of
     ``targets[b]``) holds every node within ``hops`` hops of it, every edge into a node fewer than
     ``hops`` hops away, and apart, the edges into the nodes exactly ``hops`` hops away (the
-    border).  ``perm``/``rowptr``/``counts``: the edges sorted by receiver, where each receiver's
-    start, how many."""
+    border; ``border=False``: left empty, :func:`with_border` adds them later).
+    ``perm``/``rowptr``/``counts``: the edges sorted by receiver, where each receiver's start, how
+    many."""
     empty = torch.zeros(0, dtype=torch.long, device=targets.device)
     frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
     layers, found = [frontier], []  # found: (step, position in the frontier, edge id)
@@ -75,41 +80,95 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
 
     parts = [located(step, which, e) + (torch.full_like(e, step),) for step, which, e in found]
     cat = (lambda i: torch.cat([p[i] for p in parts]) if parts else empty)
-    border = (empty, empty, empty)
-    if frontier.numel() and len(layers) == hops + 1:
-        edges = _in_edges(frontier, n, perm, rowptr, counts)
-        if edges is not None:
-            border = located(hops, *edges)
-    return KHopUnion(keys, depth, cat(0), cat(1), cat(2), cat(3), *border)
+    union = KHopUnion(keys, depth, cat(0), cat(1), cat(2), cat(3), empty, empty, empty)
+    return with_border(union, hops, perm, rowptr, counts, n) if border else union
+
+
+def with_border(union: KHopUnion, hops: int, perm: Tensor, rowptr: Tensor, counts: Tensor, n: int) -> KHopUnion:
+    """``union`` with its border: the edges into its nodes exactly ``hops`` hops from their target,
+    in the order of those nodes' keys."""
+    outer = (union.depth == hops).nonzero().view(-1)
+    edges = _in_edges(union.keys[outer], n, perm, rowptr, counts) if outer.numel() else None
+    if edges is None:
+        return union
+    which, e = edges
+    receiver = outer[which]
+    return union._replace(border_graph=union.keys[receiver] // n, border_id=e, border_receiver=receiver)
+
+
+class UnionGraph(NamedTuple):
+    """The inputs of one chunk's pass over a union of subgraphs (:func:`union_graph`)."""
+    x: Tensor                   #: the union's node features (the stand-ins' zero)
+    edge_index: Tensor          #: its edges, as positions in ``x``
+    target: Tensor | None       #: the target of each row (None if none was given)
+    rows: Tensor                #: the targets' rows
+    kwargs: dict                #: the edge-level arguments, of the union's edges
+    real: Tensor                #: the union's edges whose relevance is reported (not the border's)
+    edge_graph: Tensor          #: each union edge's subgraph
+    edge_id: Tensor             #: and its id in the full graph (0 for a counted border edge)
+    depth: Tensor               #: each row's distance from its target (the stand-ins: the largest long)
+    groups: Tensor              #: each row's subgraph
+    multiplicity: Tensor | None  #: ``border="counted"``: how many full-graph edges each union edge stands for
 
 
 def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, union: KHopUnion, src: Tensor,
-                dst: Tensor, n: int, keep_border: bool):
-    """The inputs of one chunk's pass on the disjoint union ``union`` (:func:`k_hop_union`):
-    ``(x, edge_index, target, rows, kwargs, real, edge_graph, edge_id, depth, groups)`` of the union
-    graph, with ``rows`` the targets' rows, ``real`` the union's edges whose relevance is reported
-    (``edge_graph``, ``edge_id``: for each union edge, its subgraph and its id in the full graph), ``depth`` each union node's distance from its target and ``groups`` its subgraph.
+                dst: Tensor, n: int, border: str = "all", hops: int | None = None,
+                loops: Tensor | None = None, counts: Tensor | None = None) -> UnionGraph:
+    r"""The inputs of one chunk's pass on the disjoint union ``union`` (:func:`k_hop_union`), a
+    :class:`UnionGraph`: ``rows`` are the targets' rows, ``real`` the union's edges whose relevance
+    is reported (``edge_graph``, ``edge_id``: for each union edge, its subgraph and its id in the
+    full graph), ``depth`` each union node's distance from its target and ``groups`` its subgraph.
 
-    With ``keep_border`` the edges into the outermost nodes are kept, each sent from the one
-    zero-feature stand-in node of its subgraph (rows after the union's nodes, at the largest
-    depth), a self-loop from its node, so that every node keeps its in-degree (GCN normalises
-    messages by the sender's degree, which it counts at the receivers, a self-loop once); what they carry reaches only the outermost nodes'
-    later layers, which the targets do not depend on, so their relevance is zero and they are not
-    among the ``real`` edges.  Without it they are left
-    out, and so are the stand-ins."""
+    ``border`` says what the union holds of the edges into its outermost nodes (those ``hops`` hops
+    from their target); what they carry reaches only those nodes' later layers, which the targets do
+    not depend on, so their relevance is zero and they are never among the ``real`` edges:
+
+    * ``"none"``: nothing.
+    * ``"all"``: each of them (``union`` must hold them: :func:`with_border`), sent from the one
+      zero-feature stand-in node of its subgraph (rows after the union's nodes, at the largest
+      depth), a self-loop from its node, so that every node keeps its in-degree (GCN normalises
+      messages by the sender's degree, which it counts at the receivers, a self-loop once).
+    * ``"counted"``: per outermost node, one edge from the stand-in for all its in-edges that are
+      not self-loops and one self-loop for all its self-loops, each with its ``multiplicity`` (how
+      many edges it stands for; ``hops``, ``loops``: each full-graph node's number of self-loops,
+      and ``counts``: of in-edges, are needed).  Summed as edge weights, the multiplicities give
+      every node the in-degree that ``"all"`` gives it, with about one edge per outermost node
+      instead of its whole in-degree (:mod:`lrp_lib.explain.border_degrees` hands them to GCN).
+      Only without edge-level ``kwargs``.
+    """
+    if border not in BORDERS:
+        raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
     keys, depth, edge_b, edge_e = union.keys, union.depth, union.edge_graph, union.edge_id
     m = keys.numel()
     senders = torch.searchsorted(keys, edge_b * n + src[edge_e])
     receivers = union.edge_receiver
     real = torch.ones(edge_b.numel(), dtype=torch.bool, device=x.device)
-    stand_ins = 0
-    if keep_border:
+    stand_ins, multiplicity = 0, None
+    if border == "all":
         border_b, border_e, border_r = union.border_graph, union.border_id, union.border_receiver
         loop = src[border_e] == dst[border_e]  # a self-loop stays one (GCN counts it once, with its own)
         senders = torch.cat([senders, torch.where(loop, border_r, m + border_b)])
         receivers = torch.cat([receivers, border_r])
         edge_b, edge_e = torch.cat([edge_b, border_b]), torch.cat([edge_e, border_e])
         real = torch.cat([real, torch.zeros_like(border_b, dtype=torch.bool)])
+        stand_ins = chunk.numel()
+    elif border == "counted":
+        if hops is None or loops is None or counts is None:
+            raise ValueError('border="counted" needs hops, loops and counts')
+        if any(v is not None for v in kwargs.values()):
+            raise ValueError('border="counted" takes no edge-level kwargs (a counted edge has no attributes)')
+        outer = (depth == hops).nonzero().view(-1)
+        node, graph = keys[outer] % n, keys[outer] // n
+        own = loops[node]
+        plain = counts[node] - own
+        sent, looped = plain > 0, own > 0
+        senders = torch.cat([senders, m + graph[sent], outer[looped]])
+        receivers = torch.cat([receivers, outer[sent], outer[looped]])
+        edge_b = torch.cat([edge_b, graph[sent], graph[looped]])
+        extra = int(sent.sum()) + int(looped.sum())
+        edge_e = torch.cat([edge_e, edge_e.new_zeros(extra)])
+        real = torch.cat([real, real.new_zeros(extra)])
+        multiplicity = torch.cat([torch.ones_like(union.edge_id), plain[sent], own[looped]])
         stand_ins = chunk.numel()
     sub_edges = torch.stack([senders, receivers])
     rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)
@@ -125,4 +184,5 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
     sub_x = torch.cat([x[keys % n], x.new_zeros(stand_ins, *x.shape[1:])])
     sub_depth = torch.cat([depth, depth.new_full((stand_ins,), torch.iinfo(torch.long).max)])
     groups = torch.cat([keys // n, torch.arange(stand_ins, device=x.device)])
-    return sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e, sub_depth, groups
+    return UnionGraph(sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e, sub_depth, groups,
+                      multiplicity)

@@ -138,7 +138,7 @@ def test_the_edges_a_step_leaves_out_carry_no_relevance_through_it(monkeypatch):
     x, edge_index, _ = inputs(None, n=120, e=300)
     index = torch.tensor([3, 50, 77])
     graphs, original = [], subgraphs.union_graph
-    monkeypatch.setattr(subgraphs, "union_graph", lambda *a: graphs.append(original(*a)) or graphs[-1])
+    monkeypatch.setattr(subgraphs, "union_graph", lambda *a, **k: graphs.append(original(*a, **k)) or graphs[-1])
     per_step = []
 
     def on_messages(module, args, out):
@@ -179,12 +179,13 @@ def test_more_steps_than_hops_are_explained_unpruned(monkeypatch):
     unpruned = explain(model, x, edge_index, INDEX, prune=False, num_hops=2)
     plans = spy_on_plans(monkeypatch)
     calls, original = [], subgraphs.union_graph
-    monkeypatch.setattr(subgraphs, "union_graph", lambda *a: calls.append(a[-1]) or original(*a))
+    monkeypatch.setattr(subgraphs, "union_graph", lambda *a, **k: calls.append(a[9]) or original(*a, **k))
     again = explain(model, x, edge_index, INDEX, chunk_size=3, num_hops=2)
     assert_same(again, unpruned)
     assert len(plans) == 1  # the first chunk only: the later ones are not pruned per layer
     assert not plans[0].exact and plans[0].calls == 3 and plans[0].kept[2] is None
-    assert calls == [True, True, True, True]  # (GCN keeps the border from the start)
+    # GCN counts the border's degrees from the start; the inexact schedule sends the chunk to the whole border
+    assert calls == ["counted", "all", "all", "all"]
 
 
 @pytest.mark.parametrize("name", ["gcn", "gin"])
@@ -200,8 +201,9 @@ def test_a_pruned_pass_whose_outputs_differ_is_explained_again_unpruned(name, mo
     monkeypatch.setattr(subgraphs, "pruned_layers", lambda m, depth, hops, groups: too_far(m, depth + 1, hops, groups))
     again = explain(model, x, edge_index, INDEX, chunk_size=3)
     assert_same(again, unpruned)
-    # GCN: pruned per layer with the border kept, then not; GIN: the border left out too, then kept, then neither
-    assert len(plans) == (1 if name == "gcn" else 2) and all(p.exact for p in plans)
+    # pruned per layer with the border counted, then kept whole, then not per layer (GIN: the border left out
+    # first)
+    assert len(plans) == (2 if name == "gcn" else 3) and all(p.exact for p in plans)
 
 
 def test_a_call_on_other_nodes_or_a_sparse_adjacency_passes_every_edge():

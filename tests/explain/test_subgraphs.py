@@ -58,12 +58,12 @@ def explain(model, x, edge_index, index, chunk_size=1_000):
 
 
 def spy_on_union_graph(monkeypatch):
-    """Record keep_border of every union_graph call (and the number of union edges)."""
+    """Record the border of every union_graph call ("none", "counted", "all") and its number of edges."""
     calls, original = [], subgraphs.union_graph
 
-    def spy(*args):
-        out = original(*args)
-        calls.append((args[-1], out[1].shape[1]))
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append((args[9], out.edge_index.shape[1]))
         return out
 
     monkeypatch.setattr(subgraphs, "union_graph", spy)
@@ -91,18 +91,27 @@ def test_which_models_are_pruned():
 def test_pruned_equals_unpruned(conv, monkeypatch):
     model, x, edge_index, index = setup(conv)
     monkeypatch.setattr(subgraphs, "prunable", lambda m: False)
+    monkeypatch.setattr(subgraphs, "countable", lambda m: False)
     kept_calls = spy_on_union_graph(monkeypatch)
     unpruned = explain(model, x, edge_index, index)
-    assert [keep for keep, _ in kept_calls] == [True]
+    assert [border for border, _ in kept_calls] == ["all"]
+    monkeypatch.undo()
+    monkeypatch.setattr(subgraphs, "prunable", lambda m: False)  # the border counted, also on GIN, GAT, SAGE
+    counted_calls = spy_on_union_graph(monkeypatch)
+    counted = explain(model, x, edge_index, index)
+    assert [border for border, _ in counted_calls] == ["counted"]
+    assert counted_calls[0][1] < kept_calls[0][1]
+    for a, b in zip(counted, unpruned):  # the same degrees: the same relevance, to the bit
+        assert torch.equal(a, b)
     monkeypatch.setattr(subgraphs, "prunable", lambda m: True)  # forced, also on GCN
     calls = spy_on_union_graph(monkeypatch)
     pruned = explain(model, x, edge_index, index)
     assert_same(pruned, unpruned)
-    if conv == "gcn":  # the degrees at the border change the outputs: explained again with the edges
-        assert [keep for keep, _ in calls] == [False, True]
+    if conv == "gcn":  # the degrees at the border change the outputs: explained again with them counted
+        assert [border for border, _ in calls] == ["none", "counted"]
     else:
-        assert [keep for keep, _ in calls] == [False]
-        assert calls[0][1] < kept_calls[0][1]  # fewer edges in the pruned union
+        assert [border for border, _ in calls] == ["none"]
+        assert calls[0][1] < counted_calls[0][1]  # fewer edges in the pruned union
 
 
 @pytest.mark.parametrize("conv", ["gcn", "gin"])
@@ -116,7 +125,8 @@ def test_chunks_by_memory_equal_one_chunk(conv, monkeypatch):
     calls.clear()
     # a budget of about two targets' subgraphs
     union = subgraphs.k_hop_union(index[:2], 3, edge_index[0], *_csr(edge_index, 60), 60)
-    budget = int(subgraphs.pass_bytes(per_node, per_message, union, 2, 3, keep_border=conv == "gcn", layered=True))
+    border_edges = int((union.depth == 3).sum()) if conv == "gcn" else None  # GCN's border: counted
+    budget = int(subgraphs.pass_bytes(per_node, per_message, union, 2, 3, border_edges=border_edges, layered=True))
     monkeypatch.setattr(subgraphs, "memory_budget", lambda device: budget)
     chunked = explain(model, x, edge_index, index)
     assert len(calls) > 2
@@ -159,8 +169,8 @@ def test_the_explainer_passes_max_memory_and_prune_on(conv, monkeypatch):
     tiny_calls, tiny = run(max_memory=1)
     kept_calls, kept = run(prune=False)
     assert len(default_calls) == 1 and len(tiny_calls) == len(index)  # one chunk / one target per chunk
-    assert all(keep for keep, _ in kept_calls)
-    assert [keep for keep, _ in default_calls] == [conv == "gcn"]
+    assert all(border == "all" for border, _ in kept_calls)
+    assert [border for border, _ in default_calls] == ["counted" if conv == "gcn" else "none"]
     assert_same(default, tiny)
     assert_same(default, kept)
     with pytest.raises(ValueError, match="max_memory"):

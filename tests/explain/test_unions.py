@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lrp_lib.explain.subgraphs import EDGE_BYTES, pass_bytes
-from lrp_lib.explain.unions import k_hop_union, union_graph
+from lrp_lib.explain.unions import k_hop_union, union_graph, with_border
 
 
 def csr(edge_index, n):
@@ -52,6 +52,7 @@ def test_the_union_is_each_targets_bfs(n, per_node, hops, targets, seed):
 
 @pytest.mark.parametrize("keep", [True, False])
 def test_the_union_graph_keeps_the_degrees_and_the_loops(keep):
+    border = "all" if keep else "none"
     g = torch.Generator().manual_seed(3)
     n = 40
     edge_index = torch.randint(0, n, (2, 160), generator=g)
@@ -60,7 +61,7 @@ def test_the_union_graph_keeps_the_degrees_and_the_loops(keep):
     x = torch.randn(n, 3, generator=g)
     u = k_hop_union(index, 2, edge_index[0], *csr(edge_index, n), n)
     sub_x, sub_edges, _, rows, _, real, edge_b, edge_e, depth, groups = \
-        union_graph(x, {}, None, index, 0, u, edge_index[0], edge_index[1], n, keep)
+        union_graph(x, {}, None, index, 0, u, edge_index[0], edge_index[1], n, border)[:10]
     m = u.keys.numel()
     assert torch.equal(u.keys[rows], torch.arange(4) * n + index) and torch.equal(groups[:m], u.keys // n)
     assert torch.equal(sub_x[:m], x[u.keys % n])
@@ -93,12 +94,72 @@ def test_the_memory_estimate_counts_each_steps_messages_on_its_edges():
     per_node, per_message = 100.0, [10.0, 20.0, 40.0]
     inner, border = u.edge_id.numel(), u.border_id.numel()
     into = [int((u.edge_depth <= d).sum()) for d in range(3)]  # edges into nodes within d hops
-    assert pass_bytes(per_node, per_message, u, 3, 3, keep_border=True, layered=False) == \
+    assert pass_bytes(per_node, per_message, u, 3, 3, border_edges=border, layered=False) == \
         100 * (u.keys.numel() + 3) + (EDGE_BYTES + 70) * (inner + border)
-    assert pass_bytes(per_node, per_message, u, 3, 3, keep_border=False, layered=False) == \
+    assert pass_bytes(per_node, per_message, u, 3, 3, border_edges=None, layered=False) == \
         100 * u.keys.numel() + (EDGE_BYTES + 70) * inner
-    assert pass_bytes(per_node, per_message, u, 3, 3, keep_border=True, layered=True) == \
+    assert pass_bytes(per_node, per_message, u, 3, 3, border_edges=border, layered=True) == \
         100 * (u.keys.numel() + 3) + EDGE_BYTES * (inner + border) + 10 * into[2] + 20 * into[1] + 40 * into[0]
     # a fourth step (more than hops): not pruned, on every edge
-    assert pass_bytes(per_node, per_message + [5.0], u, 3, 3, keep_border=False, layered=True) == \
+    assert pass_bytes(per_node, per_message + [5.0], u, 3, 3, border_edges=None, layered=True) == \
         100 * u.keys.numel() + EDGE_BYTES * inner + 10 * into[2] + 20 * into[1] + 40 * into[0] + 5 * inner
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), per_node=st.integers(0, 4), hops=st.integers(0, 3), targets=st.integers(1, 4),
+       loops=st.integers(0, 6), seed=st.integers(0, 2**16))
+def test_the_border_added_later_is_the_border_found_at_once(n, per_node, hops, targets, loops, seed):
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, n, (2, n * per_node + loops), generator=g)
+    edge_index[1, :loops] = edge_index[0, :loops]  # self-loops
+    index = torch.randint(0, n, (targets,), generator=g)
+    csr_ = csr(edge_index, n)
+    at_once = k_hop_union(index, hops, edge_index[0], *csr_, n)
+    bare = k_hop_union(index, hops, edge_index[0], *csr_, n, border=False)
+    assert bare.border_id.numel() == 0
+    later = with_border(bare, hops, *csr_, n)
+    for a, b in zip(at_once, later):
+        assert torch.equal(a, b)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), per_node=st.integers(0, 4), hops=st.integers(0, 3), targets=st.integers(1, 4),
+       loops=st.integers(0, 8), seed=st.integers(0, 2**16))
+def test_a_counted_border_gives_every_node_its_in_degree(n, per_node, hops, targets, loops, seed):
+    """border="counted": the multiplicities summed per receiver are each node's full in-degree, its
+    self-loops summed apart; the edges into nodes closer than the border are those of "all", in the
+    same order; the counted edges are never real."""
+    g = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, n, (2, n * per_node + loops), generator=g)
+    edge_index[1, :loops] = edge_index[0, :loops]
+    src, dst = edge_index
+    index = torch.randint(0, n, (targets,), generator=g)
+    csr_ = csr(edge_index, n)
+    u = k_hop_union(index, hops, src, *csr_, n)
+    x = torch.randn(n, 2, generator=g)
+    own = torch.bincount(dst[src == dst], minlength=n)
+    counted = union_graph(x, {}, None, index, 0, u, src, dst, n, "counted", hops=hops, loops=own, counts=csr_[2])
+    every = union_graph(x, {}, None, index, 0, u, src, dst, n, "all")
+    m = u.keys.numel()
+    senders, receivers = counted.edge_index
+    weight = counted.multiplicity
+    assert weight.shape == (senders.numel(),) and bool((weight > 0).all())
+    loop = senders == receivers
+    degree = torch.zeros(m + targets, dtype=torch.long).index_add_(0, receivers, weight)[:m]
+    looped = torch.zeros(m + targets, dtype=torch.long).index_add_(0, receivers[loop], weight[loop])[:m]
+    node = u.keys % n
+    assert torch.equal(degree, csr_[2][node]) and torch.equal(looped, own[node])
+    inner = u.edge_id.numel()
+    assert torch.equal(counted.edge_index[:, :inner], every.edge_index[:, :inner])
+    assert torch.equal(counted.real, torch.arange(senders.numel()) < inner)
+    assert bool((u.depth[receivers[inner:]] == hops).all())  # counted edges go into the outermost nodes only
+    assert bool((senders[inner:][~loop[inner:]] >= m).all())  # from the stand-ins
+    for name in ("x", "rows", "depth", "groups"):
+        assert torch.equal(getattr(counted, name), getattr(every, name))
+    with pytest.raises(ValueError, match="hops, loops and counts"):
+        union_graph(x, {}, None, index, 0, u, src, dst, n, "counted")
+    with pytest.raises(ValueError, match="border must be"):
+        union_graph(x, {}, None, index, 0, u, src, dst, n, "some")
+    with pytest.raises(ValueError, match="no edge-level kwargs"):
+        union_graph(x, {"edge_weight": torch.ones(src.numel())}, None, index, 0, u, src, dst, n, "counted",
+                    hops=hops, loops=own, counts=csr_[2])
