@@ -110,14 +110,19 @@ class LRPExplainer(ExplainerAlgorithm):
             their ``num_hops``-hop subgraphs (one forward and one backward per chunk);
             ``num_hops`` defaults to the number of message-passing modules of the model.  A
             chunk holds as many targets as keep the estimated memory of its pass within
-            ``max_memory`` bytes (default: a quarter of the memory available), at most
+            ``max_memory`` bytes (default: a quarter of the memory available) and, on the CPU,
+            its largest tensor within :data:`~lrp_lib.explain.subgraphs.CPU_TENSOR_BYTES` (larger
+            ones come from fresh pages of the kernel on every allocation), at most
             ``chunk_size`` (default: no limit).  Each message-passing step passes only the edges
             into the nodes that the targets' outputs read of it (the last step: the targets'
             in-edges; :mod:`~lrp_lib.explain.layer_pruning`).  The edges into the outermost
             nodes are left out where no layer reads a sender's degree (``prune=None``,
-            :func:`~lrp_lib.explain.subgraphs.prunable`), else kept so that a layer that
-            normalises by degree, as GCN, sees every node's full degree; ``prune=False`` prunes
-            neither way.  Where a pruned pass does not reproduce the model's output at the
+            :func:`~lrp_lib.explain.subgraphs.prunable`); where the other layers are ``GCNConv``,
+            which normalises by the senders' degrees, each outermost node gets one edge standing
+            for all its in-edges, their number handed to ``gcn_norm`` as its weight
+            (:mod:`~lrp_lib.explain.border_degrees`: the same degrees, to the bit); any other
+            model keeps the edges, so that every node has its full degree.  ``prune=False``
+            prunes in no way.  Where a pruned pass does not reproduce the model's output at the
             targets, the chunk is explained again unpruned; an error says if the unpruned
             subgraphs do not reproduce it either.
         accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one

@@ -26,6 +26,7 @@ later chunks skip what failed.
 from __future__ import annotations
 
 import builtins
+import math
 import threading
 from contextlib import contextmanager, nullcontext
 from typing import Callable
@@ -41,8 +42,8 @@ from lrp_lib.explain.inputs import check_inputs
 from lrp_lib.explain.layer_pruning import pruned_layers
 from lrp_lib.explain.unions import KHopUnion, k_hop_union, union_graph, with_border
 
-__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "countable", "chunk_bytes", "pass_bytes", "memory_budget",
-           "predicted", "PROBE_TARGETS", "EDGE_BYTES"]
+__all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "countable", "chunk_bytes", "pass_bytes",
+           "largest_tensor", "CPU_TENSOR_BYTES", "memory_budget", "predicted", "PROBE_TARGETS", "EDGE_BYTES"]
 
 #: How many targets' subgraphs the memory estimate is measured on when the full graph's output is known.
 PROBE_TARGETS = 4
@@ -127,8 +128,9 @@ def memory_budget(device: torch.device, fraction: float = 0.25) -> int:
 EDGE_BYTES = 64.0
 
 
-def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tuple[Tensor, float, list]:
-    """``(forward(), bytes per subgraph node, bytes per message of each message-passing step)``:
+def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tuple[Tensor, float, list, float]:
+    """``(forward(), bytes per subgraph node, bytes per message of each message-passing step, bytes of
+    the widest row)``:
     the estimated memory of one relevance pass (forward and backward) of ``model`` per node of
     the graph it runs on and per edge that each step passes a message along, from the widths of
     what ``forward()`` (a forward without autograd on a graph of ``n`` nodes) computes, seen by
@@ -137,7 +139,8 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
     Per node: the sum of the widths of every module's node-shaped output (first dimension ``n``);
     per message: its width; both in bytes of the output's dtype, times four (the value kept for
     backward, its relevance, and a temporary of each).  :func:`pass_bytes` adds them up for a
-    union of subgraphs."""
+    union of subgraphs.  The widest row: the largest of one row of those outputs and one message
+    (:func:`largest_tensor`)."""
     per_node, per_message, handles = [], [], []
 
     def on_module(module, args, out):
@@ -158,7 +161,28 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
     finally:
         for h in handles:
             h.remove()
-    return out, 4.0 * builtins.sum(per_node), per_message
+    widest = builtins.max(per_node + [m / 4.0 for m in per_message], default=0.0)
+    return out, 4.0 * builtins.sum(per_node), per_message, float(widest)
+
+
+#: On the CPU, the most bytes that one tensor of a chunk's pass may take (:func:`largest_tensor`).
+#: glibc's ``malloc`` hands out a block above its ``mmap`` threshold, which grows with the blocks
+#: freed but never beyond 32 MiB, as fresh pages from the kernel, zero-filled on first touch, and
+#: returns it on ``free``: every such tensor then costs a page fault per 4 KiB.  Chunks whose
+#: tensors stay below it reuse the freed memory instead (on the benchmark's 100,000-node GCN, per
+#: target: about 0.6x the CPU time of chunks of 256 targets, whose node tensors take 36 MB).
+CPU_TENSOR_BYTES = 16 * 2**20
+
+
+def largest_tensor(widest: float, union: KHopUnion, targets: int, *, border_edges: int | None,
+                   layered: bool) -> float:
+    """The estimated bytes of the largest tensor of one pass over ``union``: the widest row
+    (:func:`chunk_bytes`) times the larger of its node count (the stand-ins too where
+    ``border_edges`` is not None) and the edges the first step passes (``layered``: those into
+    nodes closer than the border; else the border's too)."""
+    rows = union.keys.numel() + (targets if border_edges is not None else 0)
+    edges = union.edge_id.numel() + ((border_edges or 0) if not layered else 0)
+    return widest * builtins.max(rows, edges)
 
 
 def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: int, hops: int, *,
@@ -203,7 +227,8 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     on the model's forward over the subgraphs of the first :data:`PROBE_TARGETS` targets where the
     full graph's output is known from the explainer's prediction pass (:func:`predicted`), else
     over the full graph, which gives that output) within ``max_memory`` bytes (default:
-    :func:`memory_budget`, a quarter of the memory available), at most ``chunk_size`` (None: no
+    :func:`memory_budget`, a quarter of the memory available) and, on the CPU, its largest tensor
+    within :data:`CPU_TENSOR_BYTES` (:func:`largest_tensor`), at most ``chunk_size`` (None: no
     limit), at least one.  The subgraphs' outputs at the targets are compared with the model's
     output on the full graph: where a pruned pass differs, the chunk is explained again less
     pruned (see the module docstring); a model that looks further than ``num_hops`` gives an error
@@ -247,9 +272,11 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         if 0 < edge_e.numel() != keys.numel():  # else a node-shaped output could be an edge-shaped one
             probe = chunk_bytes(model, keys.numel(), lambda: model(x[keys % n], sub_edges, **sub_kwargs))
     if probe is None:  # the full graph's output, and the widths measured on it
-        expected, per_node, per_message = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
+        expected, per_node, per_message, widest = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
     else:
-        per_node, per_message = probe[1:]
+        per_node, per_message, widest = probe[1:]
+    widest = builtins.max(widest, x[:1].numel() * x.element_size())  # the input's rows too
+    cap = CPU_TENSOR_BYTES if x.device.type == "cpu" else math.inf
     budget = max_memory if max_memory is not None else memory_budget(x.device)
     pruning = prunable(model) if prune is None else prune  # the border edges left out
     layered = prune is not False  # per-layer pruning
@@ -261,7 +288,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     while offset < k:
         size = k - offset if chunk_size is None else min(chunk_size, k - offset)
         if per_target:
-            size = max(1, min(size, int(budget // per_target)))
+            size = max(1, min(size, int(budget // per_target), int(cap // largest_per_target)))
         while True:  # halve the chunk until its estimated memory fits the budget
             chunk = index[offset:offset + size]
             union = k_hop_union(chunk, hops, src, perm, rowptr, counts, n, border=False)
@@ -269,10 +296,11 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
                 int(counts[union.keys[union.depth == hops] % n].sum())
             estimate = pass_bytes(per_node, per_message, union, chunk.numel(), hops, border_edges=border_edges,
                                   layered=layered)
-            if estimate <= budget or size == 1:
+            largest = largest_tensor(widest, union, chunk.numel(), border_edges=border_edges, layered=layered)
+            if estimate <= budget and largest <= cap or size == 1:
                 break
             size = max(1, size // 2)
-        per_target = estimate / size
+        per_target, largest_per_target = estimate / size, largest / size
         # the pruned pass first; where the targets' outputs differ, the border counted, then kept whole,
         # then every layer whole
         while True:

@@ -120,7 +120,8 @@ def test_chunks_by_memory_equal_one_chunk(conv, monkeypatch):
     calls = spy_on_union_graph(monkeypatch)
     one = explain(model, x, edge_index, index)
     assert len(calls) == 1
-    per_node, per_message = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[1:]
+    per_node, per_message, widest = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[1:]
+    assert widest == 6 * 8  # the hidden width, float64
     assert per_node > 0 and len(per_message) == 3 and all(m > 0 for m in per_message)
     calls.clear()
     # a budget of about two targets' subgraphs
@@ -213,3 +214,27 @@ def test_the_prediction_pass_serves_as_the_full_output_and_a_few_subgraphs_give_
     finally:
         handle.remove()
     assert torch.equal(direct.node_relevance_per_index.to_dense(), via_explainer[0])
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gin"])
+def test_on_the_cpu_the_largest_tensor_bounds_the_chunks(conv, monkeypatch):
+    """CPU_TENSOR_BYTES caps the largest tensor of a pass (the widest row times the union's nodes or
+    first-step edges): a cap of about two targets' largest tensor gives chunks of about two targets,
+    with the relevance of one chunk."""
+    model, x, edge_index, index = setup(conv)
+    calls = spy_on_union_graph(monkeypatch)
+    one = explain(model, x, edge_index, index)
+    assert len(calls) == 1
+    widest = subgraphs.chunk_bytes(model, x.shape[0], lambda: model(x, edge_index))[3]
+    union = subgraphs.k_hop_union(index[:2], 3, edge_index[0], *_csr(edge_index, 60), 60, border=False)
+    border_edges = int((union.depth == 3).sum()) if conv == "gcn" else None
+    largest = subgraphs.largest_tensor(widest, union, 2, border_edges=border_edges, layered=True)
+    rows = union.keys.numel() + (2 if conv == "gcn" else 0)
+    assert largest == widest * max(rows, union.edge_id.numel())
+    unlayered = subgraphs.largest_tensor(widest, union, 2, border_edges=100_000, layered=False)
+    assert unlayered == widest * (union.edge_id.numel() + 100_000)
+    monkeypatch.setattr(subgraphs, "CPU_TENSOR_BYTES", largest)
+    calls.clear()
+    capped = explain(model, x, edge_index, index)
+    assert len(calls) > 2
+    assert_same(capped, one)
