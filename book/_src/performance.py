@@ -621,8 +621,9 @@ g("expl_best_auroc", best, None)
 # `LRPExplainer(per_index=True)` explains each node of `index` on its own, in one call: the targets go
 # in chunks onto the disjoint union of their k-hop subgraphs (k = the number of message-passing
 # layers), one forward and one backward per chunk, as many targets per chunk as the estimated memory
-# of the pass allows (GCN's normalisation takes the degrees of the full graph, and the subgraphs'
-# outputs at the targets are checked against the full graph's). Each message-passing step runs only
+# of the pass allows and, on the CPU, as keep its largest tensor small enough for the allocator to
+# reuse freed memory instead of asking the kernel for fresh pages (the subgraphs' outputs at the
+# targets are checked against the full graph's). Each message-passing step runs only
 # along the edges into nodes from which a target can still be reached in the steps that remain: the
 # first layer along the edges into the nodes at most k - 1 hops from a target, the last along the
 # edges into the targets; the edges left out carry no relevance to a target, and a pass whose outputs
@@ -717,9 +718,11 @@ g("nodes_gpu_gin", gpu_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
 # subgraph's nodes lie on its border, where they are needed only as inputs of the first layer; their
 # messages are pruned from the later layers and the later layers' weights multiply only the rows near
 # the targets, but the elementwise functions (ReLU, the biases) and the relevance of the aggregations
-# still cover every row. The GCN's subgraphs also carry the edges into their border
-# nodes (from one zero-feature stand-in node per subgraph), so that every node keeps its in-degree,
-# which GCN's normalisation of the messages reads. A model whose layers never read a sender's degree
+# still cover every row. GCN's normalisation of the messages reads each sender's in-degree, and a
+# border node's in-edges lie outside its subgraph: instead of those edges, each border node gets one
+# edge from a zero-feature stand-in node, weighted by the number of edges it stands for, which GCN
+# receives as its edge weight (`lrp_lib.explain.border_degrees`), so `gcn_norm` sums the same
+# degrees, to the bit, from one edge per border node. A model whose layers never read a sender's degree
 # (GIN, GAT, SAGE and a few more, by their exact type) is explained on subgraphs without those edges:
 # a GIN of the same depth and width, on the same graph and targets, explains
 # {glue:text}`nodes_gin` targets per second ({glue:text}`nodes_gin_cpu` per CPU second). On an
