@@ -3,17 +3,22 @@
 PyG's ``Explainer`` (``explanation_type="model"``) first runs the model without autograd to get its
 prediction, and the target (the predicted class) from it; then the algorithm runs the model again.
 :class:`~lrp_lib.explain.explainer.LRPExplainer` computes the model's output in its own forward (the
-relevance primitives compute the same functions as the model), so with
-``Explainer(..., one_pass=True)`` the prediction is that output and the target is taken from it
-(:func:`explain_in_one_pass`), and the first pass is saved.
+relevance primitives compute the same functions as the model), so
+:class:`~lrp_lib.explain.pyg_explainer.Explainer` takes the prediction from that output and the target
+from it (:func:`explain_in_one_pass`), and the first pass is saved.
 
 What may differ: the prediction is the output computed through the relevance primitives, in the
 same operations as the model's own except where a primitive reorders one (a mean computed as a sum
 divided by the count): equal to the model's prediction up to rounding, and bitwise equal where no
-such operation is on the way (``tests/explain/test_one_pass.py``).  The target, an ``argmax`` or a
-sign of it, is then the same unless two classes tie to the last bit.  So the switch is off by
-default.  Used for a homogeneous graph, without ``per_index`` (whose subgraphs are chosen from the
-targets first); otherwise the explainer runs its two passes as PyG's does.
+such operation is on the way (``tests/explain/test_one_pass.py``).  The target is a decision taken
+from it (an ``argmax``, a sign, a threshold), which rounding could only change where the decision is
+that close: :func:`clear_of_rounding` checks every row, and where one is not clear (two classes closer
+than the square root of the machine precision, relative to their size; a binary output that close to
+its threshold; a value that is not finite) the model's own prediction pass runs after all and decides,
+so the target is PyG's wherever the forward's rounding stays within that margin (far within it on
+every model tested).  ``Explainer(one_pass=None)``, the default, does this for classification;
+a regression's target is the prediction itself, not a decision, so it keeps PyG's two passes unless
+``one_pass=True``.
 """
 from __future__ import annotations
 
@@ -25,32 +30,63 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["OnePass", "one_pass", "pending_target", "explain_in_one_pass"]
+__all__ = ["OnePass", "one_pass", "pending_target", "explain_in_one_pass", "clear_of_rounding"]
 
 _current = threading.local()  # the one-pass explanation running in this thread (its OnePass)
 
 
+def clear_of_rounding(prediction: Tensor, model_config) -> bool:
+    r"""Whether PyG's target (``Explainer.get_target``) of every row of ``prediction`` stays the same for
+    any value within rounding of it: the two largest classes more than
+    :math:`\sqrt{\epsilon}\,(1 + |a| + |b|)` apart (multiclass), a binary output more than
+    :math:`\sqrt{\epsilon}` from its threshold (0 for raw outputs, 0.5 for probabilities), every value
+    finite; :math:`\epsilon` is the machine precision of the dtype (:math:`\sqrt{\epsilon} \approx 3.5
+    \cdot 10^{-4}` in float32).  A regression has no decision: always ``True``.  One synchronisation."""
+    mode = getattr(model_config.mode, "value", model_config.mode)
+    if not prediction.is_floating_point() or prediction.numel() == 0 or mode == "regression":
+        return True
+    tol = torch.finfo(prediction.dtype).eps ** 0.5
+    if mode == "binary_classification":
+        threshold = 0.5 if getattr(model_config.return_type, "value", model_config.return_type) == "probs" else 0.0
+        return bool(((prediction - threshold).abs() > tol).all())  # NaN: not clear
+    if prediction.shape[-1] < 2:
+        return bool(torch.isfinite(prediction).all())
+    top = prediction.topk(2, dim=-1).values
+    return bool((top[..., 0] - top[..., 1] > tol * (1 + top.abs().sum(-1))).all())  # inf - inf, NaN: not clear
+
+
 class OnePass:
     """The target of an explanation, taken from the model's output of its own forward: called with
-    that output (``target_of(prediction)``), it keeps both and returns the target."""
+    that output (``target_of(prediction)``), it keeps both and returns the target.
 
-    def __init__(self, target_of: Callable[[Tensor], Tensor]):
-        self.target_of = target_of
+    ``settle`` (a function of no argument giving the model's own prediction, and ``clear``, a function
+    of a prediction saying whether its target is clear of rounding): where ``clear`` says no, the
+    prediction and the target are taken from ``settle()`` instead, and :attr:`settled` is ``True``."""
+
+    def __init__(self, target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
+                 clear: Callable[[Tensor], bool] | None = None):
+        self.target_of, self.settle, self.clear = target_of, settle, clear
         self.prediction: Tensor | None = None
         self.target: Tensor | None = None
+        self.settled = False
 
     def __call__(self, prediction: Tensor) -> Tensor:
         self.prediction = prediction.detach()
+        if self.settle is not None and self.clear is not None and not self.clear(self.prediction):
+            with torch.no_grad():  # a near tie: the model's own prediction decides, as in PyG's two passes
+                self.prediction = self.settle()
+            self.settled = True
         self.target = self.target_of(self.prediction)
         return self.target
 
 
 @contextmanager
-def one_pass(target_of: Callable[[Tensor], Tensor]):
+def one_pass(target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
+             clear: Callable[[Tensor], bool] | None = None):
     """Inside the block, an explainer called with ``target=None`` in this thread takes its target
-    from its own forward (:func:`pending_target`)."""
+    from its own forward (:func:`pending_target`); ``settle`` and ``clear``: see :class:`OnePass`."""
     previous = getattr(_current, "record", None)
-    _current.record = OnePass(target_of)
+    _current.record = OnePass(target_of, settle, clear)
     try:
         yield _current.record
     finally:
@@ -64,7 +100,8 @@ def pending_target() -> OnePass | None:
 
 def explain_in_one_pass(explainer, x: Tensor, edge_index: Tensor, target, index, **kwargs):
     """What PyG's ``Explainer.__call__`` does for ``explanation_type="model"``, without its
-    prediction pass: the algorithm runs once, with the target taken from its own forward; the
+    prediction pass: the algorithm runs once, with the target taken from its own forward (or from the
+    model's own prediction pass where :func:`clear_of_rounding` says rounding could change it); the
     explanation gets the same attributes (prediction, target, index, the inputs, the threshold)."""
     if target is not None:
         warnings.warn(f"The 'target' should not be provided for the explanation type "
@@ -74,7 +111,8 @@ def explain_in_one_pass(explainer, x: Tensor, edge_index: Tensor, target, index,
     training = explainer.model.training
     explainer.model.eval()
     try:
-        with one_pass(explainer.get_target) as record:
+        with one_pass(explainer.get_target, lambda: explainer.get_prediction(x, edge_index, **kwargs),
+                      lambda prediction: clear_of_rounding(prediction, explainer.model_config)) as record:
             explanation = explainer.algorithm(explainer.model, x, edge_index, target=None, index=index, **kwargs)
     finally:
         explainer.model.train(training)

@@ -1,13 +1,13 @@
 r"""PyG's :class:`~torch_geometric.explain.Explainer` with the inputs checked before its prediction pass,
-the model's training flag restored when an explanation fails, and ``one_pass=True`` (the prediction
-taken from the explanation's own forward).  ``lrp_lib.Explainer`` and
+the model's training flag restored when an explanation fails, and the prediction taken from the
+explanation's own forward (``one_pass``).  ``lrp_lib.Explainer`` and
 ``lrp_lib.explain.explainer.Explainer`` are this class.
 """
 from __future__ import annotations
 
 from torch import Tensor
 from torch_geometric.explain import Explainer as PyGExplainer
-from torch_geometric.explain.config import ModelTaskLevel
+from torch_geometric.explain.config import ModelMode, ModelTaskLevel
 
 from lrp_lib.explain.explainer import LRPExplainer
 from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs, inputs_checked
@@ -25,17 +25,20 @@ class Explainer(PyGExplainer):
     :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
     error that names it instead of one from inside PyG's message passing (or NaN masks).
 
-    ``one_pass=True`` (``explanation_type="model"``, an :class:`LRPExplainer`): the prediction and the
-    target are taken from the explanation's own forward instead of a separate prediction pass
-    (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to rounding).
-    With ``per_index=True`` the prediction pass also serves as the model's output on the full graph,
-    which the subgraphs' outputs are compared with (:func:`lrp_lib.explain.subgraphs.predicted`).
+    ``one_pass`` (``explanation_type="model"``, an :class:`LRPExplainer`, a homogeneous graph): the
+    prediction and the target are taken from the explanation's own forward instead of a separate
+    prediction pass (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to
+    rounding; where rounding could change the target, a near tie, the model's own pass runs and
+    decides).  ``None`` (default): for classification; a regression, whose target is the prediction
+    itself, runs PyG's two passes.  ``True``: for every mode.  ``False``: PyG's two passes always.
+    With ``per_index=True`` the prediction pass runs (it also serves as the model's output on the full
+    graph, which the subgraphs' outputs are compared with: :func:`lrp_lib.explain.subgraphs.predicted`).
     """
 
-    def __init__(self, *args, one_pass: bool = False, **kwargs):
+    def __init__(self, *args, one_pass: bool | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        if not isinstance(one_pass, bool):
-            raise TypeError(f"one_pass must be True or False, got {one_pass!r}")
+        if one_pass is not None and not isinstance(one_pass, bool):
+            raise TypeError(f"one_pass must be None, True or False, got {one_pass!r}")
         self.one_pass = one_pass
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
@@ -44,7 +47,8 @@ class Explainer(PyGExplainer):
             check_hetero_inputs(x, edge_index)
         if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
-        once = checked and self.one_pass and self.explanation_type.value == "model" and not (
+        wanted = self.one_pass if self.one_pass is not None else self.model_config.mode != ModelMode.regression
+        once = checked and wanted and self.explanation_type.value == "model" and not (
             self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)
         training = self.model.training
         try:

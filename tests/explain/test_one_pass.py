@@ -3,17 +3,23 @@ the explanation's own forward.  On every model of the coverage zoo (``benchmarks
 float64, explained as a binary classifier so that the target, the sign of the output, matters) and
 on multiclass GCN / GIN / GAT models: the same target and bitwise the same relevance as PyG's two
 passes, the prediction equal to PyG's up to rounding (1e-12 relative, float64: a primitive may
-compute a mean as a sum divided by the count), the same error where the model is refused."""
+compute a mean as a sum divided by the count), the same error where the model is refused.  A decision
+within rounding of flipping (a near tie) is taken by the model's own pass (``clear_of_rounding``); the
+default ``one_pass=None`` runs one pass for classification, two for a regression."""
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
+from torch import nn
+from torch_geometric.explain import Explainer as PyGExplainer
+from torch_geometric.explain.config import ModelConfig
 from torch_geometric.nn.models import GAT, GCN, GIN
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.one_pass import OnePass, one_pass, pending_target
+from lrp_lib.explain.one_pass import OnePass, clear_of_rounding, one_pass, pending_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_coverage as bc  # noqa: E402
@@ -116,3 +122,110 @@ def test_one_pass_with_per_index_runs_the_two_passes():
     assert torch.equal(a.prediction, b.prediction) and torch.equal(a.target, b.target)
     assert torch.equal(a.node_relevance, b.node_relevance)
     assert torch.equal(a.node_relevance_per_index.to_dense(), b.node_relevance_per_index.to_dense())
+
+
+def _config(mode, return_type="raw"):
+    return ModelConfig(mode=mode, task_level="node", return_type=return_type)
+
+
+def test_clear_of_rounding_on_hand_made_predictions():
+    multi, binary, probs = _config("multiclass_classification"), _config("binary_classification"), \
+        _config("binary_classification", "probs")
+    assert clear_of_rounding(torch.tensor([[0.0, 1.0, -2.0], [3.0, 2.0, 2.0]]), multi)
+    assert not clear_of_rounding(torch.tensor([[0.0, 1.0, -2.0], [3.0, 2.0, 3.0]]), multi)  # an exact tie
+    assert not clear_of_rounding(torch.tensor([[100.0, 100.01]]), multi)  # 1e-2 apart: within 3.5e-4 * 201
+    assert clear_of_rounding(torch.tensor([[100.0, 100.1]]), multi)
+    assert clear_of_rounding(torch.tensor([[100.0, 100.01]], dtype=torch.float64), multi)  # float64: 1.5e-8
+    for bad in (float("nan"), float("inf")):
+        assert not clear_of_rounding(torch.tensor([[bad, 1.0]]), multi)
+    assert not clear_of_rounding(torch.tensor([[float("inf"), float("inf")]]), multi)
+    assert clear_of_rounding(torch.tensor([[1.0]]), multi) and not clear_of_rounding(torch.tensor([[float("nan")]]),
+                                                                                      multi)
+    assert clear_of_rounding(torch.tensor([0.5, -0.01]), binary)
+    assert not clear_of_rounding(torch.tensor([0.5, 1e-4]), binary)  # 1e-4 from the threshold 0
+    assert not clear_of_rounding(torch.tensor([0.50001]), probs) and clear_of_rounding(torch.tensor([0.51]), probs)
+    assert clear_of_rounding(torch.tensor([0.0, float("nan")]), _config("regression"))  # no decision
+    assert clear_of_rounding(torch.empty(0, 3), multi)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1e4, 1e4, width=32), st.lists(st.floats(-1, 1, width=32), min_size=2, max_size=5)),
+                min_size=1, max_size=4),
+       st.sampled_from([1e-6, 1e-4, 1e-2, 1.0]), st.integers(0, 2**31 - 1),
+       st.sampled_from(["multiclass_classification", "binary_classification"]))
+def test_a_clear_target_survives_any_perturbation_within_rounding(rows, spread, seed, mode):
+    """Where the check says clear, moving every value by up to a tenth of its margin (relative) leaves
+    PyG's target unchanged: a wrong margin (too small, or without the values' size) would let it flip.
+    Each row is a base value plus offsets of a given spread, so that near ties of large values come up."""
+    width = min(len(offsets) for _, offsets in rows)
+    prediction = torch.tensor([[base + spread * o for o in offsets[:width]] for base, offsets in rows],
+                              dtype=torch.float32)
+    if mode == "binary_classification":
+        prediction = prediction[:, 0] - torch.tensor([base for base, _ in rows])  # offsets around the threshold
+    config = _config(mode)
+    explainer = PyGExplainer(nn.Identity(), algorithm=LRPExplainer(), explanation_type="model",
+                             node_mask_type="attributes", model_config=config)
+    if not clear_of_rounding(prediction, config):
+        return
+    tol = torch.finfo(torch.float32).eps ** 0.5
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(20):
+        noise = (torch.rand(prediction.shape, generator=g) * 2 - 1) * tol / 10
+        moved = prediction + noise * (1 + prediction.abs()) / 2
+        assert torch.equal(explainer.get_target(moved), explainer.get_target(prediction))
+
+
+class _Tied(nn.Module):
+    """A GCN whose two output classes have the same weights (and bias): every row ties exactly."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.gcn = GCN(4, 8, 2, out_channels=1)
+        self.classes = 2
+
+    def forward(self, x, edge_index):
+        return self.gcn(x, edge_index).expand(-1, self.classes)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tie", "clear"])
+def test_a_near_tie_is_decided_by_the_models_own_pass(tied):
+    torch.manual_seed(1)
+    model = (_Tied() if tied else GCN(4, 8, 2, out_channels=3)).eval()
+    x, edge_index = torch.randn(10, 4), torch.randint(0, 10, (2, 30))
+    forwards = []
+    model.register_forward_hook(lambda *a: forwards.append(1))
+    config = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+    made = {once: Explainer(model, algorithm=LRPExplainer(replay=False), explanation_type="model",
+                            node_mask_type="attributes", model_config=config, one_pass=once)
+            for once in (None, False)}
+    counts, out = {}, {}
+    for once, explainer in made.items():
+        forwards.clear()
+        out[once] = explainer(x, edge_index, index=torch.tensor([2, 7]))
+        counts[once] = len(forwards)
+    assert counts[False] == 2 and counts[None] == (2 if tied else 1)  # a tie: the model's pass runs too
+    assert torch.equal(out[None].target, out[False].target)
+    assert torch.equal(out[None].node_relevance, out[False].node_relevance)
+    if tied:  # the prediction is then the model's own, to the bit
+        assert torch.equal(out[None].prediction, out[False].prediction)
+
+
+@pytest.mark.parametrize("mode,forwards", [("multiclass_classification", 1), ("binary_classification", 1),
+                                           ("regression", 2)])
+def test_the_default_runs_one_pass_for_classification_only(mode, forwards):
+    torch.manual_seed(0)
+    model = GCN(4, 8, 2, out_channels=1 if mode != "multiclass_classification" else 3).eval()
+    x, edge_index = torch.randn(10, 4), torch.randint(0, 10, (2, 30))
+    calls = []
+    model.register_forward_hook(lambda *a: calls.append(1))
+    explainer = Explainer(model, algorithm=LRPExplainer(replay=False), explanation_type="model",
+                          node_mask_type="attributes",
+                          model_config=dict(mode=mode, task_level="node", return_type="raw"))
+    assert explainer.one_pass is None
+    two = Explainer(model, algorithm=LRPExplainer(replay=False), explanation_type="model", node_mask_type="attributes",
+                    model_config=dict(mode=mode, task_level="node", return_type="raw"), one_pass=False)
+    a = explainer(x, edge_index, index=3)
+    assert len(calls) == forwards
+    b = two(x, edge_index, index=3)
+    assert torch.equal(a.target, b.target) and torch.equal(a.node_relevance, b.node_relevance)

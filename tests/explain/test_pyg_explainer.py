@@ -1,5 +1,5 @@
 """``lrp_lib.Explainer`` (:mod:`lrp_lib.explain.pyg_explainer`): PyG's ``Explainer`` with the inputs
-checked before its prediction pass, the training flag restored after a failure, and ``one_pass=True``;
+checked before its prediction pass, the training flag restored after a failure, and ``one_pass``;
 one class under its three import paths."""
 import pytest
 import torch
@@ -72,5 +72,6 @@ def test_one_pass_gives_the_same_explanation_with_one_forward_fewer():
     assert len(forwards) - n_two == n_two - 1  # one forward fewer
     assert torch.equal(one.node_relevance, two.node_relevance) and torch.equal(one.edge_mask, two.edge_mask)
     torch.testing.assert_close(one.prediction, two.prediction)
-    with pytest.raises(TypeError, match="one_pass"):
+    with pytest.raises(TypeError, match="one_pass must be None, True or False"):
         make("yes")
+    assert make(None).one_pass is None
