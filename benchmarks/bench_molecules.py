@@ -32,7 +32,8 @@ explainer for the whole pass, as a user explaining a data set would, with its ow
   (PyG's, with the inputs checked) with ``explanation_type="phenomenon"``, which runs no prediction
   pass of its own: each method's own cost with PyG's wrapping;
 * **LRP, model** / **saliency, model**: ``explanation_type="model"``, where PyG adds a prediction pass
-  for every method.
+  before saliency to pick its target; for LRP, ``lrp_lib``'s ``Explainer`` takes the prediction from
+  the explanation's own forward instead (:mod:`lrp_lib.explain.one_pass`).
 
 A whole batch: all molecules in one PyG ``Batch``, each molecule's logit explained from its own
 output (graph-level ``LRPExplainer``, ``explanation_type="phenomenon"``, target = each molecule's

@@ -16,14 +16,15 @@ same round):
   dispatch), ``mode_forward_reference``: with its reference dispatch (``fast=False``);
 * ``mode_forward_backward``: that forward and the relevance backward, nothing else;
 * ``lrp_algorithm``: ``LRPExplainer`` called directly (the checks, accounts and masks around it);
-* ``lrp``: through ``Explainer`` (PyG's prediction pass, the training flag, the explanation's
-  attributes); ``lrp_one_pass``: ``Explainer(one_pass=True)``; ``saliency``: Captum's, through ``Explainer``;
+* ``lrp``: through ``Explainer`` (the prediction taken from the explanation's own forward, the training
+  flag, the explanation's attributes); ``lrp_two_passes``: ``Explainer(one_pass=False)``, PyG's prediction
+  pass first; ``saliency``: Captum's, through ``Explainer``;
 * ``replay_forward``, ``replay_forward_backward``: the forward replayed from its recorded plan
   (:mod:`lrp_lib.explain.replay`), and with the relevance backward; ``replay_all_steps_forward_backward``:
   also the steps on ``edge_index`` alone (kept from the recording otherwise, the graph being the same);
   ``lrp_algorithm_replay``, ``lrp_replay``,
-  ``lrp_replay_one_pass``: ``LRPExplainer(replay=True)`` called directly, through ``Explainer``, and with
-  ``one_pass=True`` (each replays: the first call, the warm-up, records).
+  ``lrp_replay_two_passes``: ``LRPExplainer(replay=True)`` called directly, through ``Explainer``, and with
+  ``one_pass=False`` (each replays: the first call, the warm-up, records).
 
 Beside the times, the number of ATen operations one call of each phase dispatches (counted once, after
 the warm-up, by a ``TorchDispatchMode`` that only counts: on a small graph each costs about the same
@@ -72,7 +73,7 @@ class BareMode(TorchFunctionMode):
 def phases(nodes: int) -> dict:
     model, x, edge_index, index, target = setup(nodes, 10)
     ex = explainers(model, 20)
-    for name in ("lrp", "lrp_one_pass"):  # the mode on every call
+    for name in ("lrp", "lrp_two_passes"):  # the mode on every call
         ex[name].algorithm.replay = False
     target_t, index_t = torch.tensor([target]), torch.tensor([index])
     algorithm = ex["lrp"].algorithm
@@ -107,7 +108,8 @@ def phases(nodes: int) -> dict:
 
     replay_ex = {name: Explainer(model, algorithm=LRPExplainer(replay=True), explanation_type="model",
                                  node_mask_type="attributes", edge_mask_type=None, model_config=MODEL_CONFIG,
-                                 one_pass=name == "lrp_replay_one_pass") for name in ("lrp_replay", "lrp_replay_one_pass")}
+                                 one_pass=None if name == "lrp_replay" else False)
+                for name in ("lrp_replay", "lrp_replay_two_passes")}
     replay_algorithm = replay_ex["lrp_replay"].algorithm
     for e in replay_ex.values():  # the phases below replay (the second call of a signature records)
         for _ in range(replay.RECORD_ON):
@@ -134,14 +136,14 @@ def phases(nodes: int) -> dict:
         "mode_forward_backward": lambda: mode_forward(backward=True),
         "lrp_algorithm": lambda: algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask,
         "lrp": lambda: ex["lrp"](x, edge_index, index=index).node_mask,
-        "lrp_one_pass": lambda: ex["lrp_one_pass"](x, edge_index, index=index).node_mask,
+        "lrp_two_passes": lambda: ex["lrp_two_passes"](x, edge_index, index=index).node_mask,
         "saliency": lambda: ex["saliency"](x, edge_index, index=index).node_mask,
         "replay_forward": replay_forward, "replay_forward_backward": lambda: replay_forward(backward=True),
         "replay_all_steps_forward_backward": lambda: replay_forward(backward=True, reuse=False),
         "lrp_algorithm_replay": lambda: replay_algorithm(model, x, edge_index, target=target_t,
                                                          index=index_t).node_mask,
         "lrp_replay": lambda: replay_ex["lrp_replay"](x, edge_index, index=index).node_mask,
-        "lrp_replay_one_pass": lambda: replay_ex["lrp_replay_one_pass"](x, edge_index, index=index).node_mask,
+        "lrp_replay_two_passes": lambda: replay_ex["lrp_replay_two_passes"](x, edge_index, index=index).node_mask,
     }
 
 

@@ -224,10 +224,10 @@ plt.show()
 #   inputs, the model, the rule), `LRPExplainer` records the torch functions of the model's forward and
 #   replays them without the model's Python, with the same relevance; `explanation.replayed` says
 #   whether it did, `replay=False` turns it off.
-# - **Fewer passes per call**: with `explanation_type="model"`, `Explainer(..., one_pass=True)` takes
-#   the prediction and the target from the explanation's own forward instead of running PyG's
-#   prediction pass first, and `LRPExplainer(accounts="total")` keeps one bias and residual value for
-#   the whole call instead of one per graph of a batch.
+# - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
+#   prediction and the target of a classifier from the explanation's own forward instead of running
+#   PyG's prediction pass first (`one_pass=False` runs it), and `LRPExplainer(accounts="total")` keeps
+#   one bias and residual value for the whole call instead of one per graph of a batch.
 # - **On a GPU**: on a small graph every operation costs a kernel launch, whatever its size, so explain
 #   graphs in batches rather than one at a time. What each choice costs: [Performance](performance.ipynb).
 #
