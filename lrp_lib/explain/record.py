@@ -71,33 +71,6 @@ def _literal(v) -> bool:
     return isinstance(v, (*LITERALS, np.ndarray))
 
 
-def _has_ref(a) -> bool:
-    if type(a) is Ref:
-        return True
-    if type(a) in (tuple, list):
-        return any(_has_ref(b) for b in a)
-    return type(a) is dict and any(_has_ref(b) for b in a.values())
-
-
-def _refs(a) -> list[int]:
-    if type(a) is Ref:
-        return [a.slot]
-    if type(a) in (tuple, list):
-        return [r for b in a for r in _refs(b)]
-    return [r for b in a.values() for r in _refs(b)] if type(a) is dict else []
-
-
-def _flat(args_t: tuple):
-    """``(args with None for each tensor, ((position, slot), ...))``, or None where a container holds tensors."""
-    refs = []
-    for i, a in enumerate(args_t):
-        if type(a) is Ref:
-            refs.append((i, a.slot))
-        elif _has_ref(a):
-            return None
-    return [None if type(a) is Ref else a for a in args_t], tuple(refs)
-
-
 def same_value(new, old) -> bool:
     if isinstance(new, np.ndarray) or isinstance(old, np.ndarray):
         return isinstance(new, np.ndarray) and isinstance(old, np.ndarray) and new.shape == old.shape and \
@@ -114,6 +87,7 @@ class Plan:
 
     def __init__(self, inputs: list[Tensor], marked: list[Tensor]):
         self.steps: list[tuple] = []
+        self.step_refs: list[list[int]] = []  # per step: the slots its arguments read (while recording)
         self.env: list = list(inputs)  # slots 0..len(inputs)-1: the inputs, filled per replay
         self.n_inputs = len(inputs)
         self._slots = {id(t): i for i, t in enumerate(inputs)}
@@ -151,13 +125,17 @@ class Plan:
         self.held.append((t, t._version))
         return Ref(slot)
 
-    def template(self, a, mode):
+    def template(self, a, mode, refs: list | None = None):
+        """``a`` with each tensor replaced by its :class:`Ref`; ``refs``: a list the slots are appended to."""
         if isinstance(a, Tensor):
-            return self.ref(a, mode.is_marked(a))
+            ref = self.ref(a, mode.is_marked(a))
+            if refs is not None:
+                refs.append(ref.slot)
+            return ref
         if type(a) in (tuple, list):
-            return type(a)(self.template(b, mode) for b in a)
+            return type(a)(self.template(b, mode, refs) for b in a)
         if type(a) is dict:
-            return {k: self.template(v, mode) for k, v in a.items()}
+            return {k: self.template(v, mode, refs) for k, v in a.items()}
         if isinstance(a, slice) and all(isinstance(v, (int, type(None))) for v in (a.start, a.stop, a.step)):
             return a
         if isinstance(a, LITERALS):
@@ -179,8 +157,25 @@ class Plan:
         self._alive.append(t)
         return slot, t.shape, t.dtype, mode.is_marked(t)
 
+    def append(self, step: tuple, refs: list) -> None:
+        """A step, with the slots its arguments read (``refs``, in order)."""
+        self.steps.append(step)
+        self.step_refs.append(refs)
+
     def add(self, kind: int, func, args, kwargs, out, labels: list, mode) -> None:
-        args_t, kwargs_t = self.template(tuple(args), mode), self.template(dict(kwargs or {}), mode)
+        refs: list[int] = []
+        args_t, top, nested = [], [], False  # top: (position, slot) of the arguments that are tensors
+        for i, a in enumerate(args):
+            before = len(refs)
+            t = self.template(a, mode, refs)
+            if type(t) is Ref:
+                top.append((i, t.slot))
+            elif len(refs) > before:
+                nested = True
+            args_t.append(t)
+        flat = None if nested else ([None if type(a) is Ref else a for a in args_t], tuple(top))
+        args_t = tuple(args_t)
+        kwargs_t = {k: self.template(v, mode, refs) for k, v in kwargs.items()} if kwargs else {}
         spec = self.result(out, mode)
         value = None
         if spec is None:
@@ -188,8 +183,7 @@ class Plan:
             if not _literal(out):
                 raise NotReplayable(f"{getattr(func, '__name__', func)} returned a {type(out).__name__}")
             kind = READ_STEP
-        self.steps.append((kind, func, args_t, kwargs_t, _flat(args_t), spec, value, labels[::-1]))
-        refs = _refs((args_t, kwargs_t))
+        self.append((kind, func, args_t, kwargs_t, flat, spec, value, labels[::-1]), refs)
         name = getattr(func, "__name__", "")
         graph = all(r in self._graph for r in refs) and (refs or kind == PLAIN_STEP)
         if kind in (PLAIN_STEP, READ_STEP) and graph and not any(w in name for w in _RANDOM):
@@ -216,7 +210,7 @@ class Plan:
                 raise NotReplayable("the forward changes a constant in place")
         self.detaches = bool(mode.detached)
         self.env = [None] * self.n_inputs + self.env[self.n_inputs:]
-        self.drops = _drops(self.steps, self.output.slot)
+        self.drops = _drops(self.steps, self.output.slot, self.step_refs)
         if not self.detaches and all(t._version == v for t, v in self._touched.values()):
             # nothing else changed the graph part in place: its results are kept, for calls on the same graph
             self.graph_inputs = [(i, self._alive[i].detach().clone()) for i in range(self.n_inputs)
@@ -227,23 +221,25 @@ class Plan:
                     self.cached_env[slot] = t
             cached = set(self._cached_steps)
             self.live_steps = [step for i, step in enumerate(self.steps) if i not in cached]
-            self.live_drops = _drops(self.live_steps, self.output.slot)
+            self.live_drops = _drops(self.live_steps, self.output.slot,
+                                     [r for i, r in enumerate(self.step_refs) if i not in cached])
             inputs = {id(t) for t in self._alive[:self.n_inputs]}
             self.cached = [(t, v) for t, v in self._touched.values() if id(t) not in inputs]
-        del self._slots, self._alive, self._index, self._touched, self._graph, self._kept
+        del self._slots, self._alive, self._index, self._touched, self._graph, self._kept, self.step_refs
 
 
-def _drops(steps: list, output: int) -> list:
-    """For each step, the slots that no later step reads: :func:`~lrp_lib.explain.replay.replay`
-    lets go of them after the step, so that a replayed forward holds no more than the model's own
-    (an intermediate tensor, such as a layer's messages, is freed once its last reader has run)."""
+def _drops(steps: list, output: int, refs: list) -> list:
+    """For each step, the slots that no later step reads (``refs``: the slots each step reads):
+    :func:`~lrp_lib.explain.replay.replay` lets go of them after the step, so that a replayed forward
+    holds no more than the model's own (an intermediate tensor, such as a layer's messages, is freed
+    once its last reader has run)."""
     last: dict[int, int] = {}
-    for i, step in enumerate(steps):
+    for i, (step, reads) in enumerate(zip(steps, refs)):
         spec = step[5]
         if spec is not None:  # a result read by no step is dropped at once
             for e in ([spec] if type(spec[0]) is int else [e for e in spec if e[0] is not None]):
                 last.setdefault(e[0], i)
-        for r in _refs((step[2], step[3])):
+        for r in reads:
             last[r] = i
     drops: dict[int, list] = {}
     for slot, i in last.items():
@@ -302,9 +298,10 @@ class RecordingMode(RelevanceMode):
         messages, ``passed`` what the hook returned) as a step of the plan."""
         if self.failure is None:
             try:
+                refs: list[int] = []
+                args_t = self.plan.template(tensors, self, refs)
                 spec = self.plan.result(passed, self) if passed is not None else None
-                self.plan.steps.append((kind, weakref.ref(module), self.plan.template(tensors, self), None, None,
-                                        spec, None, []))
+                self.plan.append((kind, weakref.ref(module), args_t, None, None, spec, None, []), refs)
             except NotReplayable as e:
                 self.failure = str(e)
 
