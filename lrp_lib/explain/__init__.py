@@ -27,8 +27,8 @@
   :mod:`~lrp_lib.explain.border_degrees` (GCN's degrees at the border from one counted edge per node);
 * :mod:`~lrp_lib.explain.explainer`: ``LRPExplainer`` for PyG's ``Explainer``;
   :mod:`~lrp_lib.explain.pyg_explainer`: ``Explainer``, PyG's with the inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
-  :mod:`~lrp_lib.explain.one_pass`: ``Explainer(one_pass=True)``, the prediction taken from the
-  explanation's own forward;
+  :mod:`~lrp_lib.explain.one_pass`: the prediction taken from the explanation's own forward (a
+  classifier's, by default), near ties decided by the model's own pass;
 * :mod:`~lrp_lib.explain.masks`: signed relevance to the masks PyG's plots and metrics read;
 * :mod:`~lrp_lib.explain.walks`: relevant walks and subgraphs (GNN-LRP, sGNN-LRP), on
   :mod:`~lrp_lib.explain.walk_model` (``WalkModel``), :mod:`~lrp_lib.explain.walk_graph` (the cut
