@@ -117,8 +117,9 @@ class Plan:
             return Ref(slot)
         if marked or t.requires_grad and t.grad_fn is not None:
             raise NotReplayable("a tensor depending on the input was made outside the intercepted functions")
-        slot = self._slots[id(t)] = len(self.env)  # a constant: a parameter, a buffer, a tensor the model holds
-        self._graph.add(slot)
+        # a constant: a parameter, a buffer, a tensor the model holds.  Not part of the graph part: its
+        # values can change through .data without a version bump, so steps reading it run on every call
+        slot = self._slots[id(t)] = len(self.env)
         self.env.append(t)
         self._index[slot] = len(self._alive)
         self._alive.append(t)

@@ -27,12 +27,14 @@ When.  The first explanation of a signature runs in the mode and records nothing
 never comes back, as molecules of many sizes explained one at a time, costs nothing more); the
 second records (:data:`RECORD_ON`), the later ones replay.
 
-The graph part.  Steps computed from the unexplained inputs (``edge_index``, ``batch``) and constants
-alone (degrees, normalisation coefficients, self-loops: most of the torch functions a GCN calls)
-give the same results while those inputs have the same values.  The plan keeps their results, and
-a call whose unexplained inputs equal the recorded ones (``torch.equal``) runs only the other
-steps; a step that changes a kept result in place, or a random function, keeps the plan from
-keeping them.
+The graph part.  Steps computed from the unexplained inputs (``edge_index``, ``batch``) alone, and
+from tensors that such steps or steps without tensor arguments made (degrees, normalisation
+coefficients, self-loops: most of the torch functions a GCN calls), give the same results while those
+inputs have the same values.  The plan keeps their results, and a call whose unexplained inputs equal
+the recorded ones (``torch.equal``) runs only the other steps; a step that changes a kept result in
+place, or a random function, keeps the plan from keeping them.  A step that reads a parameter, a
+buffer or another tensor the model holds is always run again: such a tensor can change without its
+version counter noticing (through ``.data``), and the replay must then compute with its new values.
 """
 
 from __future__ import annotations

@@ -182,6 +182,35 @@ def test_the_graph_part_is_kept_only_for_the_same_graph():
     assert_same(got, slow(x, ei, index=4))
 
 
+class ScaledByAParameter(nn.Module):
+    """A step on a parameter alone (``scale.exp()``) beside the steps on edge_index."""
+
+    def __init__(self, conv=GCNConv):
+        super().__init__()
+        self.conv, self.lin = conv(4, 6), nn.Linear(6, 3)
+        self.scale = nn.Parameter(torch.rand(6) + 0.5)
+
+    def forward(self, x, edge_index):
+        return self.lin(F.relu(self.conv(x, edge_index)) * self.scale.exp())
+
+
+def test_a_parameter_changed_through_data_is_read_again():
+    """``p.data`` changes a parameter without its version counter: the replay, which keeps the results of
+    the steps on the graph, must not keep those of a step on the parameter.  (Keeping ``scale.exp()``
+    gave relevance off by 0.18 here.)"""
+    m = model(cls=ScaledByAParameter)
+    fast, slow = explainers(m)
+    x, ei = graph(n=10, e=30)
+    fast(x, ei, index=2)
+    plan = next(iter(replay.plans_of(m).values()))
+    assert plan.cached_env is not None and len(plan.live_steps) < len(plan.steps)  # the graph part is kept
+    for factor in (-3.0, 0.5):
+        m.scale.data.mul_(factor)  # no version bump
+        got = fast(x, ei, index=2)
+        assert got.replayed
+        assert_same(got, slow(x, ei, index=2))
+
+
 def test_a_wrong_plan_is_caught():
     """A recorded value changed: the guard refuses the plan.  A recorded function changed (no guard
     can see that): the replayed relevance differs from the mode's, which the comparisons here detect."""
