@@ -208,11 +208,25 @@ def test_gcn_relevance_matches_the_slow_reference(rule, gamma):
 
 
 # ------------------------------------------------------------------ batches
+def max_pool_gap(model, g) -> float:
+    """The smallest gap between the largest and the second largest positive entry of a feature over the
+    nodes, at the input of the model's pool."""
+    with torch.no_grad():
+        h = model.conv2(F.relu(model.conv1(g.x, g.edge_index)), g.edge_index).relu()
+    top = h.topk(2, dim=0).values
+    gap = top[0] - top[1]
+    return float(gap[top[0] > 0].min())
+
+
 @pytest.mark.parametrize("conv", ["gcn", "graphconv-max", "sage-mean", "gin-mlp"])
 @pytest.mark.parametrize("pool", ["mean", "max"])
 def test_batched_equals_one_by_one(conv, pool):
     model = make(conv, pool=pool)
     graphs = random_graphs(4, seed=7)
+    if pool == "max":  # a max with two entries within rounding of each other (symmetric nodes) is decided
+        # by rounding, which differs between the batch and one graph (MKL blocks its products by shape)
+        graphs = [g for g in random_graphs(8, seed=7) if max_pool_gap(model, g) > 1e-9][:4]
+        assert len(graphs) == 4
     batch = Batch.from_data_list(graphs)
     exp = explainer(model, "binary_classification")
     with warnings.catch_warnings():
