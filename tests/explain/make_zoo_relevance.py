@@ -19,6 +19,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import platform
+import re
 import subprocess
 import sys
 import warnings
@@ -50,19 +53,46 @@ def zoo_keys() -> list[str]:
 INPUTS = {"x", "edge_index", "edge_attr", "batch", "index"}
 
 
-def fingerprint(t: torch.Tensor) -> str:
-    """The first 12 hex digits of the SHA-256 of a tensor's shape, dtype and values: equal
-    fingerprints are tensors that ``torch.equal`` finds equal (``-0.0`` is written as ``0.0`` first)."""
+def fingerprint(t: torch.Tensor) -> list:
+    """``[hash, summary]``: the first 12 hex digits of the SHA-256 of a tensor's shape, dtype and values
+    (equal hashes are tensors that ``torch.equal`` finds equal; ``-0.0`` is written as ``0.0`` first),
+    and, for a floating point tensor, three sums in float64 (of the values, of their magnitudes, and
+    weighted by fixed random weights, written with ``float.hex``) that another processor, whose
+    matrix products round differently, reproduces to rounding (None for other dtypes)."""
     t = (t.to_dense() if t.is_sparse else t).detach().contiguous()
     if t.is_floating_point():
         t = t + 0.0  # -0.0 + 0.0 = 0.0: the sign of a zero is not a difference of value
     digest = hashlib.sha256(f"{tuple(t.shape)} {t.dtype}".encode())
     digest.update(t.numpy().tobytes())
-    return digest.hexdigest()[:12]
+    summary = None
+    if t.is_floating_point():
+        v = t.double().flatten()
+        w = torch.rand(v.numel(), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        summary = [float(v.sum()).hex(), float(v.abs().sum()).hex(), float((v * w).sum()).hex()]
+    return [digest.hexdigest()[:12], summary]
+
+
+def machine() -> str:
+    """What the stored hashes depend on: the processor, PyTorch's version, the instruction set its
+    kernels use and MKL's settings (MKL picks its kernels by processor too)."""
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    mkl = ",".join(f"{k}={os.environ[k]}" for k in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR") if k in os.environ)
+    return f"{model} | torch {torch.__version__} | {torch.backends.cpu.get_cpu_capability()} | {mkl or 'MKL default'}"
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def _digest(texts: list[str]) -> str:
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
+
+
+def _digests(texts: list[str]) -> list[str]:
+    """``[digest of the texts, digest with every number in them replaced by #]``: the messages that
+    state amounts (relevance lost, ...) are compared by their words on another processor."""
+    return [_digest(texts), _digest(sorted(_NUMBER.sub("#", t) for t in texts))]
 
 
 def _tensors(explanation) -> dict:
@@ -88,9 +118,9 @@ def _run(call) -> dict:
         try:
             out = call()
         except Exception as e:  # noqa: BLE001 - the error is what is kept
-            return {"error": _digest([f"{type(e).__name__}: {e}"]), "warnings": _digest(sorted(
+            return {"error": _digests([f"{type(e).__name__}: {e}"]), "warnings": _digests(sorted(
                 str(w.message) for w in caught))}
-    return {"tensors": _tensors(out), "warnings": _digest(sorted(str(w.message) for w in caught)),
+    return {"tensors": _tensors(out), "warnings": _digests(sorted(str(w.message) for w in caught)),
             "explained_output": getattr(out, "explained_output", None)}
 
 
@@ -175,7 +205,8 @@ def main() -> None:
     records = {key: make() for key, make in cases()}
     PATH.parent.mkdir(exist_ok=True)
     with gzip.open(PATH, "wt") as f:
-        json.dump({"commit": commit or str(root), "torch": torch.__version__, "records": records}, f,
+        json.dump({"commit": commit or str(root), "torch": torch.__version__, "machine": machine(),
+                   "records": records}, f,
                   separators=(",", ":"), sort_keys=True)
     print(f"wrote {PATH}: {len(records)} cases from {commit or root}")
 
