@@ -332,7 +332,7 @@ print(f"relevance of the atoms (nodes)   {node_total:7.3f}")
 print(
     f"relevance kept by the biases     {bias_share:7.3f}  (explanation.bias_relevance)"
 )
-print(f"atoms + biases - log-odds        {node_total + bias_share - explained:7.3f}")
+print(f"atoms + biases - log-odds        {round(node_total + bias_share - explained, 3) + 0.0:7.3f}")  # no -0.000
 glue("explained_logodds", f"{explained:.2f}", display=False)
 glue("node_relevance", f"{node_total:.2f}", display=False)
 glue("bias_relevance", f"{bias_share:.2f}", display=False)

