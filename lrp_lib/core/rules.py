@@ -57,6 +57,7 @@ from torch import Tensor
 
 from lrp_lib.core.linear_map import LinearMap, Weight
 from lrp_lib.core.stabilizer import has_zero, relevance_share
+from lrp_lib.core.stabilizer import read as read_values
 from lrp_lib.core.validation import check_number
 
 __all__ = [
@@ -84,9 +85,11 @@ def _negative(w: Weight) -> Weight:
 def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
     """For each of ``parts`` (a tensor or a number): whether ``clamp(min=0)`` and ``clamp(max=0)`` of
     it have a non-zero entry (NaN counts as both), from one ``aminmax`` per tensor and a single
-    synchronisation for all of them."""
+    synchronisation for all of them, which reads the ends' signs through
+    :func:`~lrp_lib.core.stabilizer.read` (so that a recorder sees the values this choice depends on,
+    the same values for the same choice)."""
     ends = [end for t in parts if isinstance(t, Tensor) and t.numel() for end in torch.aminmax(t)]
-    read = iter(torch.stack(ends).tolist() if ends else [])
+    read = iter(read_values(torch.stack(ends).sign()) if ends else [])
     signs = []
     for t in parts:
         if isinstance(t, Tensor):

@@ -16,13 +16,15 @@ through these two functions.
 from __future__ import annotations
 
 import math
+import threading
 import warnings
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
 __all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite",
-           "has_zero"]
+           "has_zero", "read", "reading"]
 
 
 class LostRelevanceWarning(UserWarning):
@@ -131,13 +133,38 @@ def _differentiable(*tensors: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+_readers = threading.local()
+
+
+def read(t: Tensor) -> list:
+    """``t.tolist()``: the one way the rules read tensor data into Python, so that a recorder
+    (:func:`reading`) sees every value a rule's choice depends on."""
+    values = t.tolist()
+    for callback in getattr(_readers, "stack", ()):
+        callback(t, values)
+    return values
+
+
+@contextmanager
+def reading(callback):
+    """Within: ``callback(tensor, values)`` for each :func:`read` in this thread."""
+    stack = getattr(_readers, "stack", None)
+    if stack is None:
+        stack = _readers.stack = []
+    stack.append(callback)
+    try:
+        yield
+    finally:
+        stack.remove(callback)
+
+
 def has_zero(t: Tensor) -> bool:
     """Whether ``t`` may hold a zero: ``False`` when its smallest entry is positive or its largest
     negative (one read-only pass, ``torch.aminmax``, cheaper on the CPU than a boolean mask; NaN
     answers ``True``).  Empty tensors hold none."""
     if not t.numel():
         return False
-    low, high = torch.stack(torch.aminmax(t)).tolist()  # one synchronisation
+    low, high = read(torch.stack(torch.aminmax(t)).sign())  # one synchronisation; the signs decide
     return not (low > 0 or high < 0)
 
 
