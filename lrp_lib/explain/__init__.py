@@ -8,6 +8,8 @@
   in-place operations);
 * :mod:`~lrp_lib.explain.record` and :mod:`~lrp_lib.explain.replay`: the forward recorded once per
   input signature and replayed without the mode and the model's Python;
+* :mod:`~lrp_lib.explain.compiled`: a replayed explanation's ATen operations, forward and backward, run
+  as a program without the rules' Python;
 * :mod:`~lrp_lib.explain.op_tables`: which torch functions and autograd nodes pass relevance as
   they are; :mod:`~lrp_lib.explain.graph_check`: ``UnsupportedModelError`` and
   ``check_relevance_graph``;
@@ -46,7 +48,8 @@ import importlib
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
             "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "border_degrees", "explainer", "masks", "walks",
             "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
-            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "pyg_explainer")
+            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "compiled",
+            "pyg_explainer")
 
 
 def __getattr__(name):

@@ -43,6 +43,9 @@ one value per graph (:mod:`lrp_lib.explain.accounting`), each as when its graph 
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+from types import SimpleNamespace
+
 import torch
 from torch import Tensor, nn
 from torch_geometric.explain import Explanation
@@ -54,7 +57,7 @@ from lrp_lib.core.rules import Rule
 from lrp_lib.core.stabilizer import all_finite
 from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, batch_row_groups,
                                        lost_relevance)
-from lrp_lib.explain import replay
+from lrp_lib.explain import compiled, replay
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.layer_pruning import current_plan
@@ -62,7 +65,8 @@ from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_b
                                     explainer_training_flag, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
-from lrp_lib.explain.propagate import propagate
+from lrp_lib.explain.propagate import check_blocked, propagate
+from lrp_lib.explain.targets import start_relevance
 from lrp_lib.explain.subgraphs import explain_per_index
 
 __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
@@ -138,10 +142,19 @@ class LRPExplainer(ExplainerAlgorithm):
         replay: the second explanation of each input signature is recorded (the first runs in the
             mode only), later ones replay the recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
             same relevance; ``replayed`` and ``replay_reason`` on the explanation say whether it was
-            replayed and why not (recorded, a guard that failed, a model that cannot be replayed).
+            replayed (``"replayed"``, or ``"compiled"``: run as a program, see ``compile``) and why not
+            (recorded, a guard that failed, a model that cannot be replayed).
             On by default (every case of the coverage zoo replays to the mode's values,
             ``tests/explain/test_replay.py``); not with ``recompute=True`` or ``fast=False``, nor for a
             model with hooks (a replay would not run them).
+        compile: a replayed explanation's ATen operations, forward and backward, are recorded once
+            (the third explanation of a signature) and later explanations run them as a program,
+            without the rules' Python (:mod:`lrp_lib.explain.compiled`): the same relevance, to the
+            bit, at about the cost of one gradient.  Every value the rules read from the data (the
+            signs z+ splits by, a zero in a denominator) is read again and compared; where one
+            differs the explanation is replayed instead (and compiled again).  On by default; it
+            applies with one account for the call (node-level tasks, graph-level tasks with
+            ``accounts="total"``), without an edge mask or ``per_index``, on the CPU.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -194,12 +207,14 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True):
+                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
+                 compile: bool = True):
         super().__init__()
-        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
+        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index),
+                            ("compile", compile)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
-        self.replay, self.fast, self.recompute = replay, fast, recompute
+        self.replay, self.fast, self.recompute, self.compile = replay, fast, recompute, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -333,6 +348,14 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_relevance"] = edge_rel.detach()
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
+    def _start_of(self, target, index):
+        """The start relevance of a model's output and explained head (the target, where a function of
+        the output, taken from it)."""
+        def start_of(out: Tensor, head: Tensor) -> Tensor:
+            t = target(out) if callable(target) and not isinstance(target, Tensor) else target
+            return start_relevance(head, t, index, self.model_config, self.explained)
+        return start_of
+
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
                    row_groups=None, split_losses=True, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
@@ -365,15 +388,33 @@ class LRPExplainer(ExplainerAlgorithm):
                 mode.live_rows = layer_plan.live_rows
             return mode, recorder_class(mode, model, edge_index, x.dtype) if edges else None
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
-        mode, recorder, out, replayed, reason = replay.forward(
-            model, make, [leaf, edge_index, *tensors.values()], inputs,
-            {k: v for k, v in kwargs.items() if k not in tensors},
-            (self.composite.key(), self.fast, edges, grouped, tuple(kwargs)), lambda: model(leaf, edge_index, **kwargs),
-            enabled=self.replay and self.fast and not self.recompute)
-        out, start, grads, head = propagate(model, mode, recorder, inputs, None, target, index, self.model_config,
-                                            self.explained, retain_graph=node_group is not None, out=out,
-                                            replayed=replayed)
-        replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
+        model_inputs, other = [leaf, edge_index, *tensors.values()], {k: v for k, v in kwargs.items() if k not in tensors}
+        options = (self.composite.key(), self.fast, edges, grouped, tuple(kwargs))
+        enabled = self.replay and self.fast and not self.recompute
+        # one account for the call, no edge relevance: the plan's ATen operations run as a program
+        compile_ = enabled and self.compile and not edges and not grouped and node_group is None and \
+            current_plan() is None
+        done = compiled.explain(model, model_inputs, other, options, self._start_of(target, index)) \
+            if compile_ else None
+        recording = None
+        if done is not None:
+            out, head, start, grads, tally, program = done
+            check_blocked(tally)
+            mode = SimpleNamespace(tally=tally, detached=program.detached, explained_head=program.explained_head)
+            recorder, replayed, reason = None, True, "compiled"
+        else:
+            recording = compiled.compiling(model, model_inputs, other, options) if compile_ else None
+            with recording.forward() if recording is not None else nullcontext():
+                mode, recorder, out, replayed, reason = replay.forward(
+                    model, make, model_inputs, inputs, other, options, lambda: model(leaf, edge_index, **kwargs),
+                    enabled=enabled)
+            if not replayed:
+                recording = None
+            out, start, grads, head = propagate(
+                model, mode, recorder, inputs, None, target, index, self.model_config, self.explained,
+                retain_graph=node_group is not None, out=out, replayed=replayed,
+                backward_context=recording.backward(mode.tally) if recording is not None else None)
+            replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
         if not all_finite(node_rel):
             raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
@@ -403,6 +444,8 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_attr_relevance"] = attr_rel
         if self.replay:
             extra.update(replayed=replayed, replay_reason=reason)
+        if recording is not None:  # the explanation passed every check: its program is kept
+            recording.finish(out, head, grads, mode.detached, mode.explained_head)
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
 
 

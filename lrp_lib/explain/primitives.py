@@ -146,6 +146,21 @@ class Tally:
         self._flush()
         self._tables["blocked"] = table
 
+    def unread(self) -> list[tuple[str, str, tuple]]:
+        """The amounts kept and not read yet: ``(table, label, terms)`` in the order they came."""
+        return list(self._pending)
+
+    def was_read(self) -> bool:
+        """Whether any amount has been read into the tables."""
+        return any(self._tables.values())
+
+    @classmethod
+    def of(cls, unread: list[tuple[str, str, tuple]]) -> "Tally":
+        """A tally holding ``unread`` (as :meth:`unread` gives them), to be read like any other."""
+        tally = cls()
+        tally._pending = list(unread)
+        return tally
+
     #: Whether :meth:`absorb_rows` wants the tensors' rows too (a tally that splits the amounts by rows).
     rows_wanted = False
 

@@ -4,6 +4,7 @@ relevance), refuses what relevance cannot pass through, and sends the explained 
 relevance back to the inputs."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable
 
 import torch
@@ -14,7 +15,7 @@ from lrp_lib.explain.edges import ensure_hooks, recording
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
 from lrp_lib.explain.targets import explained_logits, start_relevance
 
-__all__ = ["propagate", "forward_in_mode"]
+__all__ = ["propagate", "forward_in_mode", "check_blocked"]
 
 
 def forward_in_mode(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable):
@@ -30,7 +31,7 @@ def forward_in_mode(model: nn.Module, mode: RelevanceMode, recorder, inputs: lis
 
 def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
               model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False, out=None,
-              replayed: bool = False):
+              replayed: bool = False, backward_context: Callable | None = None):
     """The one forward (``call()``, inside ``mode``, with the message hooks recording into
     ``recorder``) and the one backward from the explained output: (output, start relevance,
     relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
@@ -39,7 +40,8 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
     model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`).  ``out``: the forward's
     output computed already (:mod:`lrp_lib.explain.replay`), ``call`` not called; ``replayed``: by a plan
     whose recording passed :func:`check_relevance_graph` (the same functions, the same autograd nodes):
-    not checked again."""
+    not checked again.  ``backward_context(start)``: a context manager the backward runs in
+    (:class:`lrp_lib.explain.compiled.Recorder`'s)."""
     if out is None:
         out = forward_in_mode(model, mode, recorder, inputs, call)
     if not isinstance(out, Tensor) or not mode.is_marked(out):
@@ -56,11 +58,18 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
     if recorder is not None:
         recorder.check()
     start = start_relevance(head, target, index, model_config, explained)
-    grads = torch.autograd.grad(head, inputs, start, allow_unused=True, retain_graph=retain_graph)
-    blocked = {k: v for k, v in mode.tally.read(mode.tally.blocked).items() if v != 0}
+    with backward_context(start) if backward_context is not None else nullcontext():
+        grads = torch.autograd.grad(head, inputs, start, allow_unused=True, retain_graph=retain_graph)
+    check_blocked(mode.tally)
+    return out, start, grads, head
+
+
+def check_blocked(tally) -> None:
+    """:class:`UnsupportedModelError` where relevance reached operations without a rule (``tally``'s
+    blocked amounts)."""
+    blocked = {k: v for k, v in tally.read(tally.blocked).items() if v != 0}
     if blocked:
         raise UnsupportedModelError(
             "relevance reached operations that LRP has no rule for: " + "; ".join(
                 f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
             ". Replace them with supported torch operations, or explain with another method")
-    return out, start, grads, head

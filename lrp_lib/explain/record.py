@@ -109,6 +109,11 @@ class Plan:
         self.live_drops: list[tuple] = []
         self.cached_env: list | None = None
         self.cached: list[tuple[Tensor, int]] = []  # (kept result of the graph part, its version)
+        # the ATen program of a replayed explanation (lrp_lib.explain.compiled), how many times the
+        # programs failed their guards and ran, and why none is made
+        self.program = None
+        self.program_failures = self.program_runs = 0
+        self.program_refused: str | None = None
 
     # ------------------------------------------------------------ recording
     def ref(self, t: Tensor, marked: bool) -> Ref:

@@ -1,0 +1,407 @@
+r"""Compiled explanations: a replayed explanation's ATen operations, run again without Python rules.
+
+A replayed explanation (:mod:`lrp_lib.explain.replay`) still runs the relevance rules' Python: each
+step of the plan goes through the mode's handlers and an autograd function, and the backward calls
+each rule's Python ``backward``, which picks its operations (the sign checks of z+, the zero checks of
+a share, the accounts).  On a small graph that Python is most of the cost.  Yet for a given plan the
+operations that reach PyTorch's dispatcher -- the ATen operations, forward and backward -- are the
+same on every call, as long as the values that the Python read from tensor data are the same.
+
+:class:`Recorder` is a ``TorchDispatchMode`` that writes down, during one replayed explanation, every
+ATen operation of its forward (segment one) and of its backward (segment two): the operator, its
+arguments with each tensor replaced by a slot (an input, an earlier operation's result) or kept as a
+constant (a parameter or buffer of the model, a tensor the plan holds), and each value the Python read
+from the data (``.item()``, ``bool(t)``, ``torch.equal``: ATen operations; ``.tolist()``, which is not
+one, through :func:`lrp_lib.core.stabilizer.read`, the rules' one way to read it).  :func:`run` executes that
+:class:`Program` on new inputs: one call of each operator, under ``torch.no_grad()``, with no Python
+between them.  Between the two segments the explainer's own Python computes the relevance the
+backward starts from (the target class, the explained rows), so a new target needs no new program.
+The relevance is the one the replay gives, to the bit: the same kernels on the same values, in the
+same order.
+
+Guards (:class:`~lrp_lib.explain.record.Stale`: the explainer then replays the plan, and records the
+program again on a later call).  Every value read from the data is read again and compared: a rule
+whose choice depends on the data (the signs of a layer's input for z+, a zero in a denominator)
+compiles to the choice it made, and a call where it would choose otherwise falls back.  The rules
+read signs, booleans and counts, not amounts, so that the same choice reads the same value; a program
+whose recording read an amount (a warning about lost relevance reads the amount lost) is not kept.
+The operations whose result's shape depends on the data (``nonzero``, boolean indexing, ``unique``)
+have their shapes compared.  The parameters, buffers and constants must be the same tensors at the
+same version, as for the plan itself.
+
+What is compiled: explanations with one account for the whole call (node-level tasks, or
+``accounts="total"``), without an edge mask, ``per_index`` or ``recompute``, on the CPU (on a GPU the
+autograd engine runs the backward in threads of its own, where the rules' reads would not be seen),
+of models that read no tensor data through ``tolist`` or ``numpy`` in their forward (a plan compares
+those values itself; a program could not see them); the others replay.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lrp_lib.core.stabilizer import reading
+from lrp_lib.explain.primitives import Tally
+from lrp_lib.explain import replay
+from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_state, resolve
+
+__all__ = ["Program", "Recorder", "Compiling", "run", "explain", "compiling", "NotCompiled", "DATA_SHAPED",
+           "PY_READS", "MAX_FAILURES", "RUNS_PER_FAILURE"]
+
+#: Operators whose result's shape depends on the data: their shapes are compared on every run.
+DATA_SHAPED = frozenset("""nonzero nonzero_static argwhere masked_select index unique_dim unique_consecutive
+unique_dim_consecutive _unique _unique2 repeat_interleave bincount""".split())
+_ALIASES = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+_STEP, _READ, _MULTI, _PY_READ = range(4)
+#: Tensor methods that read data without an ATen operation (the dispatcher does not see them).
+PY_READS = frozenset({"tolist", "numpy", "__array__"})
+
+
+class NotCompiled(Exception):
+    """The recorded explanation cannot be written as a :class:`Program`."""
+
+
+def _template(a, slot_of: Callable):
+    if isinstance(a, Tensor):
+        return slot_of(a)
+    if type(a) in (list, tuple):
+        return type(a)(_template(b, slot_of) for b in a)
+    return a
+
+
+def _slots_in(a, found: list) -> None:
+    if type(a) is Ref:
+        found.append(a.slot)
+    elif type(a) in (list, tuple):
+        for b in a:
+            _slots_in(b, found)
+
+
+class Program:
+    """The ATen operations of one explanation (see the module docstring)."""
+
+    def __init__(self):
+        self.steps: list = []  # (kind, op, args, kwargs, flat, out, check)
+        self.n_slots = 0
+        self.inputs: list[int] = []  # slots of the model's inputs, in order
+        self.start_slot: int | None = None
+        self.split = 0  # steps[:split]: the forward; steps[split:]: the backward
+        self.out_slot = self.head_slot = None
+        self.grad_slots: list[int | None] = []
+        self.tally: list[tuple[str, str, tuple[int, ...]]] = []
+        self.detached: set[str] = set()
+        self.explained_head: str | None = None
+        self.constants: list[tuple[Tensor, int]] = []
+        self.scalars: list[tuple[Tensor, object]] = []  # 0-dimensional constants and their values
+        self.states = None
+        self.drops: list[tuple[int, ...]] = []
+
+
+class Recorder(TorchDispatchMode):
+    """Writes a :class:`Program` while a replayed explanation runs (entered once for its forward,
+    once for its backward).  ``constants``: the tensors the program may hold (the model's
+    parameters and buffers, the plan's constants and kept results)."""
+
+    def __init__(self, model: nn.Module, constants: list[Tensor]):
+        super().__init__()
+        self.program = Program()
+        self.program.states = model_state(model)
+        self._slot: dict[int, int] = {}
+        self._alive: list = []  # every recorded tensor, kept alive while recording (no reused ids)
+        self._allowed = {id(t): t for t in constants}
+        self._constants: dict[int, Tensor] = {}
+        self.failure: str | None = None
+
+    def declare(self, t: Tensor) -> None:
+        """Make ``t`` the program's next input."""
+        self.program.inputs.append(self._new(t))
+
+    def _new(self, t: Tensor) -> int:
+        k = self.program.n_slots
+        self.program.n_slots += 1
+        self._slot[id(t)] = k
+        self._alive.append(t)
+        return k
+
+    def slot(self, t: Tensor):
+        k = self._slot.get(id(t))
+        if k is not None:
+            return Ref(k)
+        if id(t) in self._allowed or id(t) in self._constants:
+            self._constants[id(t)] = t
+            return t
+        if t.dim() == 0 and not t.requires_grad:  # a scalar constant (a stabiliser's epsilon): its value checked
+            self._constants[id(t)] = t
+            self.program.scalars.append((t, t.item()))
+            return t
+        raise NotCompiled(f"an operation reads a tensor of shape {tuple(t.shape)} made outside the explanation")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.failure is not None:
+            return out
+        try:
+            self._record(func, args, kwargs, out)
+        except NotCompiled as e:
+            self.failure = str(e)
+        return out
+
+    def _record(self, func, args, kwargs, out) -> None:
+        if func in _ALIASES and isinstance(args[0], Tensor) and id(args[0]) in self._slot:
+            self._slot[id(out)] = self._slot[id(args[0])]  # without autograd, the same tensor
+            self._alive.append(out)
+            return
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            raise NotCompiled(f"{func} is random")
+        t_args = _template(args, self.slot)
+        t_kwargs = {k: _template(v, self.slot) for k, v in kwargs.items()}
+        flat = None
+        if not t_kwargs or not any(type(v) in (Ref, list, tuple) for v in t_kwargs.values()):
+            if not any(type(a) in (list, tuple) and any(type(b) is Ref for b in a) for a in t_args):
+                flat = (list(t_args), tuple((i, a.slot) for i, a in enumerate(t_args) if type(a) is Ref))
+                flat[0][:] = [None if type(a) is Ref else a for a in t_args]
+        check = func.overloadpacket.__name__ in DATA_SHAPED
+        if isinstance(out, Tensor):
+            k = self._slot.get(id(out))
+            if k is None:
+                k = self._new(out)
+            self.program.steps.append((_STEP, func._op, t_args, t_kwargs, flat, k, tuple(out.shape) if check else None))
+        elif isinstance(out, (tuple, list)) and all(isinstance(o, Tensor) for o in out):
+            ks = tuple(self._slot[id(o)] if id(o) in self._slot else self._new(o) for o in out)
+            shapes = tuple(tuple(o.shape) for o in out) if check else None
+            self.program.steps.append((_MULTI, func._op, t_args, t_kwargs, flat, ks, shapes))
+        else:
+            if isinstance(out, float) and out not in (-1.0, 0.0, 1.0):
+                raise NotCompiled(f"{func} read an amount from the data")
+            if not isinstance(out, (bool, int, float)) and not (
+                    isinstance(out, (tuple, list)) and all(isinstance(o, (bool, int)) for o in out)):
+                raise NotCompiled(f"{func} gave a result of type {type(out).__name__}")
+            self.program.steps.append((_READ, func._op, t_args, t_kwargs, flat, None, out))
+
+    def begin_backward(self, start: Tensor) -> None:
+        """Between the segments: ``start`` (the relevance the backward starts from) is an input."""
+        self.program.split = len(self.program.steps)
+        self.program.start_slot = self._new(start)
+
+    def read(self, func, args, kwargs, out) -> None:
+        """A value read from tensor data without an ATen operation (``tolist``, through
+        :func:`lrp_lib.core.stabilizer.read`): a guard."""
+        if self.failure is None:
+            try:
+                self._record_read(func, args, kwargs, out)
+            except NotCompiled as e:
+                self.failure = str(e)
+
+    def _record_read(self, func, args, kwargs, out) -> None:
+        values = out.tolist() if hasattr(out, "tolist") else out  # numpy: compared as lists
+        flat = values if isinstance(values, list) else [values]
+        while flat and isinstance(flat[0], list):
+            flat = [v for row in flat for v in row]
+        if any(isinstance(v, float) and v not in (-1.0, 0.0, 1.0) for v in flat):
+            raise NotCompiled(f"{getattr(func, '__name__', func)} read an amount from the data")
+        t_args = _template(args, self.slot)
+        self.program.steps.append((_PY_READ, func, t_args, dict(kwargs), None, None, values))
+
+    def finish(self, out: Tensor, head: Tensor, grads, unread: list, detached: set, explained_head) -> Program:
+        """The program, once the backward has run (``unread``: the tally's amounts, as
+        :meth:`~lrp_lib.explain.primitives.Tally.unread` gives them); :class:`NotCompiled` if it
+        cannot be one."""
+        if self.failure is not None:
+            raise NotCompiled(self.failure)
+        p = self.program
+
+        def known(t):
+            if t is None:
+                return None
+            k = self._slot.get(id(t))
+            if k is None:
+                raise NotCompiled("a result the program does not compute")
+            return k
+        p.out_slot, p.head_slot = known(out), known(head)
+        p.grad_slots = [known(g) for g in grads]
+        p.tally = [(table, label, tuple(known(t) for t in terms)) for table, label, terms in unread]
+        p.detached, p.explained_head = set(detached), explained_head
+        for t in self._constants.values():
+            p.constants.append((t, t._version))
+        for t, value in p.scalars:
+            if t.item() != value:
+                raise NotCompiled("a scalar constant changed while recording")
+        keep = {k for k in (p.out_slot, p.head_slot, *p.grad_slots) if k is not None}
+        keep.update(k for _, _, ks in p.tally for k in ks)
+        last: dict[int, int] = {}
+        for i, (kind, _, a, kw, _, outs, _) in enumerate(p.steps):
+            found: list = []
+            _slots_in(a, found)
+            _slots_in(list(kw.values()), found)
+            for k in found:
+                last[k] = i
+            for k in (outs if kind == _MULTI else (outs,) if kind == _STEP else ()):
+                last.setdefault(k, i)
+        drops: list[list[int]] = [[] for _ in p.steps]
+        for k, i in last.items():
+            if k not in keep:
+                drops[i].append(k)
+        p.drops = [tuple(d) for d in drops]
+        self._alive = []
+        return p
+
+
+def _run(p: Program, env: list, start: int, stop: int) -> None:
+    steps, drops = p.steps, p.drops
+    for i in range(start, stop):
+        kind, op, args, kwargs, flat, outs, check = steps[i]
+        if flat is not None:
+            a = flat[0][:]
+            for j, k in flat[1]:
+                a[j] = env[k]
+            out = op(*a, **kwargs)
+        else:
+            out = op(*resolve(args, env), **{k: resolve(v, env) for k, v in kwargs.items()})
+        if kind == _PY_READ:
+            out = out.tolist() if hasattr(out, "tolist") else out
+        if kind == _STEP:
+            if check is not None and tuple(out.shape) != check:
+                raise Stale(f"{op} gave a result of another shape than when compiled")
+            env[outs] = out
+        elif kind == _MULTI:
+            if check is not None and tuple(tuple(o.shape) for o in out) != check:
+                raise Stale(f"{op} gave results of other shapes than when compiled")
+            for k, o in zip(outs, out):
+                env[k] = o
+        elif type(out) is not type(check) or out != check:
+            raise Stale(f"{op} read {out!r} from the data, not {check!r} as when compiled")
+        for k in drops[i]:
+            env[k] = None
+
+
+def _guarded(p: Program, env: list, start: int, stop: int) -> None:
+    try:
+        _run(p, env, start, stop)
+    except Stale:
+        raise
+    except Exception as e:  # noqa: BLE001 - an operation that does not run on these inputs: the replay decides
+        raise Stale(f"an operation failed ({type(e).__name__}: {e})") from e
+
+
+def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, Tensor], Tensor]):
+    """The explanation of ``inputs`` by program ``p``: (output, explained head, start relevance, the
+    relevance of each input, the tally).  ``start_of(output, head)`` gives the start relevance
+    between the segments.  :class:`Stale` if a guard fails."""
+    if model_state(model) != p.states:
+        raise Stale("the model's parameters, buffers or training flags changed")
+    for t, version in p.constants:
+        if t._version != version:
+            raise Stale("a constant of the program changed in place")
+    for t, value in p.scalars:
+        if t.item() != value:
+            raise Stale("a scalar constant of the program changed")
+    env = [None] * p.n_slots
+    for k, t in zip(p.inputs, inputs):
+        env[k] = t
+    with torch.no_grad():
+        _guarded(p, env, 0, p.split)
+        out, head = env[p.out_slot], env[p.head_slot]
+        start = start_of(out, head)  # (its errors, a target out of range, are the caller's)
+        env[p.start_slot] = start
+        _guarded(p, env, p.split, len(p.steps))
+    tally = Tally.of([(table, label, tuple(env[k] for k in ks)) for table, label, ks in p.tally])
+    grads = [None if k is None else env[k] for k in p.grad_slots]
+    return out, head, start, grads, tally
+
+
+
+#: How many times a plan's programs may fail their guards and the plan still be compiled again, or more
+#: where they ran :data:`RUNS_PER_FAILURE` times as often (a rule whose choice changes now and then, as when a
+#: layer's input has no positive entry on one graph in many, is compiled again after a failure).
+MAX_FAILURES = 2
+RUNS_PER_FAILURE = 4
+
+
+def _plan(model: nn.Module, inputs: list, kwargs: dict, options: tuple):
+    if replay.hooked(model):
+        return None
+    try:
+        key = replay.signature(inputs, kwargs, options)
+    except NotReplayable:
+        return None
+    return replay.plans_of(model).get(key)
+
+
+def explain(model: nn.Module, inputs: list, kwargs: dict, options: tuple, start_of: Callable):
+    """The explanation by the program of this signature's plan, as :func:`run` gives it, plus the
+    program; None where there is none or a guard failed (the program is then dropped)."""
+    plan = _plan(model, inputs, kwargs, options)
+    program = None if plan is None else plan.program
+    if program is None:
+        return None
+    try:
+        done = run(program, model, inputs, start_of)
+        plan.program_runs += 1
+        return (*done, program)
+    except Stale:
+        plan.program = None
+        plan.program_failures += 1
+        return None
+
+
+class Compiling:
+    """Records the program of ``plan`` while an explanation replays it: :meth:`forward` around the
+    replay, :meth:`backward` around the backward, then :meth:`finish`."""
+
+    def __init__(self, model: nn.Module, plan, inputs: list):
+        held = [t for t, _ in plan.held]
+        kept = [t for t in (plan.cached_env or ()) if isinstance(t, Tensor)]
+        graph = [v for _, v in (plan.graph_inputs or ())]
+        self.plan = plan
+        self.recorder = Recorder(model, [*model.parameters(), *model.buffers(), *held, *kept, *graph])
+        for t in inputs:
+            self.recorder.declare(t)
+        self.unread = None
+
+    @contextmanager
+    def forward(self):
+        with self.recorder, reading(self._read):
+            yield
+
+    def _read(self, t: Tensor, values) -> None:
+        self.recorder.read(Tensor.tolist, (t,), {}, values)
+
+    def backward(self, tally: Tally):
+        @contextmanager
+        def context(start: Tensor):
+            self.recorder.begin_backward(start)
+            with self.recorder, reading(self._read):
+                yield
+            self.unread = None if tally.was_read() else tally.unread()
+        return context
+
+    def finish(self, out: Tensor, head: Tensor, grads, detached: set, explained_head) -> None:
+        """Keep the program on the plan (None where it cannot be one: the plan is then not compiled)."""
+        try:
+            if self.unread is None:
+                raise NotCompiled("the accounts were read during the backward")
+            self.plan.program = self.recorder.finish(out, head, grads, self.unread, detached, explained_head)
+        except NotCompiled as e:
+            self.plan.program_refused = str(e)
+
+
+def compiling(model: nn.Module, inputs: list, kwargs: dict, options: tuple) -> Compiling | None:
+    """A :class:`Compiling` where this signature has a plan without a program (and not refused)."""
+    plan = _plan(model, inputs, kwargs, options)
+    if plan is None or plan.program is not None or plan.program_refused is not None or \
+            plan.program_failures > max(MAX_FAILURES, plan.program_runs // RUNS_PER_FAILURE):
+        return None
+    refused = None
+    if any(t.device.type != "cpu" for t in inputs if isinstance(t, Tensor)):
+        refused = "not on the CPU"  # a GPU's backward runs in the engine's threads, whose reads a recorder misses
+    elif any(step[0] == READ_STEP and getattr(step[1], "__name__", None) in PY_READS for step in plan.steps):
+        refused = "the model reads tensor data without an ATen operation (tolist, numpy)"
+    if refused is not None:
+        plan.program_refused = refused
+        return None
+    return Compiling(model, plan, inputs)
