@@ -29,10 +29,14 @@ whole graph:
 * **LRP, phenomenon**: the same ``Explainer`` with ``explanation_type="phenomenon"``, which runs no
   prediction pass of its own (the target given): the explanation's own cost with PyG's wrapping;
 * **without replay**: ``LRPExplainer(replay=False)`` through ``Explainer`` and called directly: every
-  explanation runs the model's forward under the relevance mode.  The others use the default
-  ``replay=True`` (:mod:`lrp_lib.explain.replay`): the second warm-up call records the forward, the timed
-  calls replay it (asserted), and since the graph is the same on every call, its part of the plan
-  (degrees, normalisation) is reused, as when many nodes of one graph are explained one by one;
+  explanation runs the model's forward under the relevance mode.  The others use the defaults
+  ``replay=True`` (:mod:`lrp_lib.explain.replay`) and ``compile=True`` (:mod:`lrp_lib.explain.compiled`):
+  the second warm-up call records the forward, the third replays it and records its ATen operations,
+  forward and backward, and the timed calls run those as a program (asserted); since the graph is the
+  same on every call, its part of the plan (degrees, normalisation) is reused, as when many nodes of
+  one graph are explained one by one;
+* **LRP replayed, not compiled**: ``LRPExplainer(compile=False)`` called directly: the timed calls
+  replay the recorded forward and run the rules' Python backward;
 * **saliency**: ``Explainer(model, algorithm=CaptumExplainer("Saliency"), ...)``, and with
   ``explanation_type="phenomenon"``;
 * **Integrated Gradients**: ``Explainer(model, algorithm=CaptumExplainer("IntegratedGradients",
@@ -81,7 +85,7 @@ MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_
 SIZES = [25, 700, 1_000, 2_000, 3_000, 10_000, 30_000, 100_000]
 FAST_SIZES = [25, 700, 2_000, 10_000]
 METHODS = ["gradient", "lrp", "lrp_two_passes", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode",
-           "saliency", "saliency_phenomenon", "integrated_gradients"]
+           "lrp_algorithm_replay", "saliency", "saliency_phenomenon", "integrated_gradients"]
 LABELS = {
     "gradient": "gradient (torch.autograd.grad)",
     "lrp": "LRP (LRPExplainer)",
@@ -90,6 +94,7 @@ LABELS = {
     "lrp_phenomenon": "LRP (LRPExplainer, explanation_type='phenomenon')",
     "lrp_mode": "LRP without replay (LRPExplainer(replay=False))",
     "lrp_algorithm_mode": "LRP without replay, called directly",
+    "lrp_algorithm_replay": "LRP replayed but not compiled (LRPExplainer(compile=False)), called directly",
     "saliency": "saliency (CaptumExplainer)",
     "saliency_phenomenon": "saliency (CaptumExplainer, explanation_type='phenomenon')",
     "integrated_gradients": "Integrated Gradients (CaptumExplainer)",
@@ -121,6 +126,7 @@ def explainers(model, ig_steps: int) -> dict:
     return {"lrp": make(LRPExplainer()), "lrp_two_passes": make(LRPExplainer(), one_pass=False),
             "lrp_phenomenon": make(LRPExplainer(), "phenomenon"),
             "lrp_mode": make(LRPExplainer(replay=False)),
+            "lrp_replay": make(LRPExplainer(compile=False)),
             "saliency": make(CaptumExplainer("Saliency")),
             "saliency_phenomenon": make(CaptumExplainer("Saliency"), "phenomenon"),
             "integrated_gradients": make(CaptumExplainer("IntegratedGradients", n_steps=ig_steps))}
@@ -148,11 +154,12 @@ def method_calls(model, x, edge_index, index, target, ig_steps):
         return lambda: algorithm(model, x, edge_index, target=target_t, index=index_t).node_mask
 
     calls = {"gradient": gradient, **{name: via(name) for name in ex},
-             "lrp_algorithm": direct(ex["lrp"].algorithm), "lrp_algorithm_mode": direct(ex["lrp_mode"].algorithm)}
+             "lrp_algorithm": direct(ex["lrp"].algorithm), "lrp_algorithm_mode": direct(ex["lrp_mode"].algorithm),
+             "lrp_algorithm_replay": direct(ex["lrp_replay"].algorithm)}
     calls = {name: calls[name] for name in METHODS}
 
-    def replayed():  # whether each LRP explanation through Explainer replays its recorded forward
-        return {name: bool(getattr(ex[name](x, edge_index, index=index, target=target_all), "replayed", False))
+    def replayed():  # how each LRP explanation through Explainer ran: "compiled", "replayed", ...
+        return {name: getattr(ex[name](x, edge_index, index=index, target=target_all), "replay_reason", None)
                 for name in ex if name.startswith("lrp")}
     return calls, replayed
 
@@ -183,20 +190,22 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
     model, x, edge_index, index, target = setup(nodes, edges_per_node)
     calls, replayed_now = method_calls(model, x, edge_index, index, target, ig_steps)
     # warm-up, and the checks below (Integrated Gradients warms up on its own first steps)
-    for _ in range(2):  # the second explanation of a signature records its plan
+    for _ in range(3):  # the second explanation of a signature records its plan, the third its program
         masks = {name: fn() for name, fn in calls.items() if name != "integrated_gradients"}
     grad = masks["gradient"]
     if not torch.allclose(masks["saliency"], grad.abs(), rtol=1e-4, atol=1e-7):
         raise AssertionError(f"{nodes} nodes: Captum saliency differs from |gradient|")
     if not torch.isfinite(masks["lrp"]).all() or masks["lrp"].shape != grad.shape:
         raise AssertionError(f"{nodes} nodes: LRP relevance not finite or of the wrong shape")
-    for name in ("lrp_two_passes", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode"):
+    for name in ("lrp_two_passes", "lrp_algorithm", "lrp_phenomenon", "lrp_mode", "lrp_algorithm_mode",
+                 "lrp_algorithm_replay"):
         if not same(masks[name], masks["lrp"]):
             raise AssertionError(f"{nodes} nodes: {name} differs from LRP through PyG's Explainer")
     if not same(masks["saliency_phenomenon"], masks["saliency"]):
         raise AssertionError(f"{nodes} nodes: saliency differs between the explanation types")
-    replayed = replayed_now()  # after the warm-up the LRP methods replay, but those with replay=False
-    if replayed != {name: name != "lrp_mode" for name in replayed}:
+    replayed = replayed_now()  # after the warm-up: compiled, but without compiling or without replay
+    expected = {"lrp_mode": "replay=False", "lrp_replay": "replayed"}
+    if replayed != {name: expected.get(name, "compiled") for name in replayed}:
         raise AssertionError(f"{nodes} nodes: replayed {replayed}")
     wall = {m: [] for m in calls}
     cpu = {m: [] for m in calls}

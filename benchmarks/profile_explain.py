@@ -23,8 +23,11 @@ same round):
   (:mod:`lrp_lib.explain.replay`), and with the relevance backward; ``replay_all_steps_forward_backward``:
   also the steps on ``edge_index`` alone (kept from the recording otherwise, the graph being the same);
   ``lrp_algorithm_replay``, ``lrp_replay``,
-  ``lrp_replay_two_passes``: ``LRPExplainer(replay=True)`` called directly, through ``Explainer``, and with
-  ``one_pass=False`` (each replays: the first call, the warm-up, records).
+  ``lrp_replay_two_passes``: ``LRPExplainer(replay=True, compile=False)`` called directly, through
+  ``Explainer``, and with ``one_pass=False`` (each replays: the first call, the warm-up, records);
+* ``lrp_algorithm_compiled``, ``lrp_compiled``: ``LRPExplainer()`` (the defaults) called directly and through
+  ``Explainer``: the replayed explanation's ATen operations run as a program
+  (:mod:`lrp_lib.explain.compiled`; asserted after the warm-up).
 
 Beside the times, the number of ATen operations one call of each phase dispatches (counted once, after
 the warm-up, by a ``TorchDispatchMode`` that only counts: on a small graph each costs about the same
@@ -106,10 +109,17 @@ def phases(nodes: int) -> dict:
         start[index, target] = out[index, target].detach()
         return torch.autograd.grad(out, leaf, start)[0]
 
-    replay_ex = {name: Explainer(model, algorithm=LRPExplainer(replay=True), explanation_type="model",
+    replay_ex = {name: Explainer(model, algorithm=LRPExplainer(replay=True, compile=False), explanation_type="model",
                                  node_mask_type="attributes", edge_mask_type=None, model_config=MODEL_CONFIG,
                                  one_pass=None if name == "lrp_replay" else False)
                 for name in ("lrp_replay", "lrp_replay_two_passes")}
+    compiled_ex = Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
+                            edge_mask_type=None, model_config=MODEL_CONFIG)
+    compiled_algorithm = compiled_ex.algorithm
+    for _ in range(replay.RECORD_ON + 1):  # the call after the plan's recording records the program
+        compiled_ex(x, edge_index, index=index)
+    assert compiled_ex(x, edge_index, index=index).replay_reason == "compiled"
+    assert compiled_algorithm(model, x, edge_index, target=target_t, index=index_t).replay_reason == "compiled"
     replay_algorithm = replay_ex["lrp_replay"].algorithm
     for e in replay_ex.values():  # the phases below replay (the second call of a signature records)
         for _ in range(replay.RECORD_ON):
@@ -144,6 +154,9 @@ def phases(nodes: int) -> dict:
                                                          index=index_t).node_mask,
         "lrp_replay": lambda: replay_ex["lrp_replay"](x, edge_index, index=index).node_mask,
         "lrp_replay_two_passes": lambda: replay_ex["lrp_replay_two_passes"](x, edge_index, index=index).node_mask,
+        "lrp_algorithm_compiled": lambda: compiled_algorithm(model, x, edge_index, target=target_t,
+                                                             index=index_t).node_mask,
+        "lrp_compiled": lambda: compiled_ex(x, edge_index, index=index).node_mask,
     }
 
 
