@@ -754,11 +754,15 @@ g("nodes_gpu_gin", gpu_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
 # By default `LRPExplainer` replays: the second explanation of an input signature (the shapes of the
 # inputs, the model, the rule) records the torch functions of the model's forward, and the later ones
 # run that record without the relevance mode and without the model's own Python, with the same
-# relevance (`lrp_lib.explain.replay`; the first explanation of a signature runs in the mode). Here the
-# same graph is explained again and again, as when the nodes of one graph are explained one by one,
-# so the replay also reuses what the record computed from `edge_index` alone (degrees and
-# normalisation). The columns *without replay* run every explanation in the mode
-# (`LRPExplainer(replay=False)`).
+# relevance (`lrp_lib.explain.replay`; the first explanation of a signature runs in the mode). The
+# third also records the ATen operations that its forward and its relevance backward dispatch, and
+# the later ones run those as a program, without the rules' Python either (`lrp_lib.explain.compiled`;
+# every value a rule read from the data, such as the signs that z+ splits by, is read again and
+# compared, and a call where one differs is replayed instead). Here the same graph is explained again
+# and again, as when the nodes of one graph are explained one by one, so the replay also reuses what
+# the record computed from `edge_index` alone (degrees and normalisation). The columns *without
+# replay* run every explanation in the mode (`LRPExplainer(replay=False)`), *not compiled* replay
+# without the program (`LRPExplainer(compile=False)`).
 #
 # The first table is the explanation's own cost: `LRPExplainer` called directly, and LRP and Captum's
 # saliency through PyG's `Explainer` with `explanation_type="phenomenon"`, which runs no prediction
@@ -789,6 +793,7 @@ results_table(
         ("LRP algorithm", sc_ratio("lrp_algorithm"), "{:.2f}x"),
         ("LRP, phenomenon", sc_ratio("lrp_phenomenon"), "{:.2f}x"),
         ("saliency, phenomenon", sc_ratio("saliency_phenomenon"), "{:.2f}x"),
+        ("LRP algorithm, not compiled", sc_ratio("lrp_algorithm_replay"), "{:.2f}x"),
         ("LRP algorithm without replay", sc_ratio("lrp_algorithm_mode"), "{:.2f}x"),
     ],
 )
@@ -826,6 +831,7 @@ sc_nodes = np.array([r["nodes"] for r in sc_rows])
 sc_methods = [
     ("gradient", "o-", "black"),
     ("lrp_algorithm", "s-", "tab:blue"),
+    ("lrp_algorithm_replay", "s:", "tab:purple"),
     ("lrp_algorithm_mode", "s--", "tab:cyan"),
     ("saliency", "^-", "tab:orange"),
     ("integrated_gradients", "v-", "tab:green"),
@@ -893,7 +899,11 @@ g("sc_from", SC_FROM, "{:,}")
 sc_bigger = [r for r in sc_rows if r["nodes"] >= SC_FROM]
 g("sc_from700_algo_max", max(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in sc_bigger))
 g("sc_from700_algo_min", min(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] for r in sc_bigger))
-assert all(r["replayed"]["lrp"] and not r["replayed"]["lrp_mode"] for r in sc_rows)
+assert all(r["replayed"]["lrp"] == "compiled" and r["replayed"]["lrp_replay"] == "replayed"
+           and r["replayed"]["lrp_mode"] is None for r in sc_rows)
+assert all(r["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"]
+           < r["methods"]["lrp_algorithm_replay"]["paired_ratio_to_gradient"] for r in sc_rows[:3])
+g("sc_small_replay", sc_small["lrp_algorithm_replay"]["paired_ratio_to_gradient"])
 assert sc_bigger[-1]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] < \
     sc_bigger[0]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"]
 
@@ -907,9 +917,11 @@ assert sc_bigger[-1]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] < \
 # afresh from the kernel, which zeroes it page by page; every method pays this alike.
 #
 # **The explanation's own cost.** Called directly, an LRP explanation costs {glue:text}`sc_small_algo`
-# times the gradient on {glue:text}`sc_smallest` nodes ({glue:text}`sc_small_mode` without replay) and
-# {glue:text}`sc_from700_algo_max` to {glue:text}`sc_from700_algo_min` times from {glue:text}`sc_from`
-# nodes up, less as the graph grows and the Python work per call counts for less of the time; and
+# times the gradient on {glue:text}`sc_smallest` nodes ({glue:text}`sc_small_replay` replayed but not
+# compiled, {glue:text}`sc_small_mode` without replay) and {glue:text}`sc_from700_algo_min` to
+# {glue:text}`sc_from700_algo_max` times from {glue:text}`sc_from` nodes up; replayed but not compiled
+# it costs {glue:text}`sc_lrp_algorithm_replay_min` to {glue:text}`sc_lrp_algorithm_replay_max` times
+# over all sizes, most on small graphs, where the rules' Python is most of the work; and
 # through `Explainer` with `"phenomenon"` {glue:text}`sc_lrp_phenomenon_min` to
 # {glue:text}`sc_lrp_phenomenon_max` times, against {glue:text}`sc_saliency_phenomenon_min` to
 # {glue:text}`sc_saliency_phenomenon_max` for saliency, which is one gradient. Without replay the
@@ -925,10 +937,10 @@ assert sc_bigger[-1]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] < \
 # {glue:text}`sc_lrp_two_passes_over_saliency_paired_max` times saliency's time. Integrated Gradients with
 # {glue:text}`sc_ig_steps` steps costs {glue:text}`sc_integrated_gradients_min` to
 # {glue:text}`sc_integrated_gradients_max` times the gradient, since `CaptumExplainer` runs its steps
-# one at a time. What LRP still adds to a gradient: its backward applies the relevance rules in
-# Python (`torch.autograd.Function`s), with the element-wise passes that the sections above measure,
-# and the explanation checks its inputs, splits what the biases kept and builds its masks; the next
-# section times these parts.
+# one at a time. What LRP still adds to a gradient: the rules' element-wise passes that the sections
+# above measure (compiled, they run without Python between them; replayed, each rule is a Python
+# `torch.autograd.Function`), and the explanation checks its inputs, splits what the biases kept and
+# builds its masks; the next section times these parts.
 
 # %% [markdown]
 # ### Where the time goes
@@ -956,9 +968,11 @@ PHASES = [
     ("replay_forward", "the replayed forward"),
     ("replay_forward_backward", "... and the relevance backward"),
     ("replay_all_steps_forward_backward", "... with the steps on edge_index run again"),
-    ("lrp_algorithm_replay", "LRPExplainer (replaying) called directly"),
+    ("lrp_algorithm_replay", "LRPExplainer(compile=False), replaying, called directly"),
     ("lrp_replay", "... through Explainer"),
     ("lrp_replay_two_passes", "... through Explainer(one_pass=False)"),
+    ("lrp_algorithm_compiled", "LRPExplainer (compiled) called directly"),
+    ("lrp_compiled", "... through Explainer"),
     ("saliency", "Captum saliency through Explainer"),
 ]
 pr_rows = profile_b["results"]
@@ -997,6 +1011,10 @@ g("pr_ops_mode", pr_ops["lrp_algorithm"], "{:,}")
 g("pr_ops_backward_gradient", pr_ops["gradient"] - pr_ops["forward"], "{:,}")
 g("pr_ops_backward_replay", pr_ops["replay_forward_backward"] - pr_ops["replay_forward"], "{:,}")
 assert pr_ops["gradient"] < pr_ops["lrp_algorithm_replay"] < pr_ops["lrp_algorithm"]
+g("pr_compiled", pr("lrp_algorithm_compiled"))
+g("pr_replay_algo", pr("lrp_algorithm_replay"))
+g("pr_ops_compiled", pr_ops["lrp_algorithm_compiled"], "{:,}")
+assert pr("lrp_algorithm_compiled") < pr("lrp_algorithm_replay")
 
 # %% [markdown]
 # On {glue:text}`pr_small` nodes the forward alone takes {glue:text}`pr_forward` of the gradient's
@@ -1015,7 +1033,10 @@ assert pr_ops["gradient"] < pr_ops["lrp_algorithm_replay"] < pr_ops["lrp_algorit
 # {glue:text}`pr_ops_backward_replay` against the gradient's {glue:text}`pr_ops_backward_gradient`: the
 # rules divide by the stabilised output, multiply by the input, learn which signs and zeros are
 # present, and count what the biases keep. On a small graph these operations are small, so their
-# number and the Python around each weigh more than their arithmetic.
+# number and the Python around each weigh more than their arithmetic. Compiled, the same explanation
+# runs {glue:text}`pr_ops_compiled` operations as a program, with none of the rules' Python between
+# them, and takes {glue:text}`pr_compiled` of the gradient's time, against {glue:text}`pr_replay_algo`
+# replayed.
 
 # %% [markdown]
 # ### The C allocator
@@ -1030,7 +1051,8 @@ assert pr_ops["gradient"] < pr_ops["lrp_algorithm_replay"] < pr_ops["lrp_algorit
 
 # %% tags=["hide-input"]
 pm_rows = profile_malloc_b["results"]
-PM_PHASES = ["gradient", "replay_forward_backward", "lrp_algorithm_replay", "lrp_algorithm", "lrp_replay", "saliency"]
+PM_PHASES = ["gradient", "replay_forward_backward", "lrp_algorithm_replay", "lrp_algorithm", "lrp_replay",
+             "lrp_algorithm_compiled", "saliency"]
 display(Markdown(machine_note(profile_malloc_b)))
 display(
     results_table(

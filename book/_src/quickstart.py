@@ -222,8 +222,10 @@ plt.show()
 #   ([Explaining a whole data set](explain_jobs.ipynb)).
 # - **The same shapes again**: from the second explanation of an input signature on (the shapes of the
 #   inputs, the model, the rule), `LRPExplainer` records the torch functions of the model's forward and
-#   replays them without the model's Python, with the same relevance; `explanation.replayed` says
-#   whether it did, `replay=False` turns it off.
+#   replays them without the model's Python, with the same relevance; from the third on, it runs the
+#   ATen operations of the whole explanation, forward and backward, as a recorded program without the
+#   rules' Python either. `explanation.replay_reason` says which (`"replayed"`, `"compiled"`) or why
+#   not; `compile=False` and `replay=False` turn them off.
 # - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
 #   prediction and the target of a classifier from the explanation's own forward instead of running
 #   PyG's prediction pass first (`one_pass=False` runs it), and `LRPExplainer(accounts="total")` keeps
