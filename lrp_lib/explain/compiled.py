@@ -27,7 +27,8 @@ read signs, booleans and counts, not amounts, so that the same choice reads the 
 whose recording read an amount (a warning about lost relevance reads the amount lost) is not kept.
 The operations whose result's shape depends on the data (``nonzero``, boolean indexing, ``unique``)
 have their shapes compared.  The parameters, buffers and constants must be the same tensors at the
-same version, as for the plan itself.
+same version, as for the plan itself, and autocast on or off as when recorded (its casts happen above
+ATen, so a program holds them).
 
 What is compiled: explanations with one account for the whole call (node-level tasks, or
 ``accounts="total"``), without an edge mask, ``per_index`` or ``recompute``, on the CPU (on a GPU the
@@ -59,6 +60,12 @@ _ALIASES = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
 _STEP, _READ, _MULTI, _PY_READ = range(4)
 #: Tensor methods that read data without an ATen operation (the dispatcher does not see them).
 PY_READS = frozenset({"tolist", "numpy", "__array__"})
+
+
+def _context() -> tuple:
+    """The dispatch state that the recorded operations depend on: autocast casts above ATen, so a program
+    recorded under it holds the casts (and one recorded without it holds none)."""
+    return tuple(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
 
 
 class NotCompiled(Exception):
@@ -97,7 +104,7 @@ class Program:
         self.explained_head: str | None = None
         self.constants: list[tuple[Tensor, int]] = []
         self.scalars: list[tuple[Tensor, object]] = []  # 0-dimensional constants and their values
-        self.states = None
+        self.states = self.context = None
         self.drops: list[tuple[int, ...]] = []
 
 
@@ -110,6 +117,7 @@ class Recorder(TorchDispatchMode):
         super().__init__()
         self.program = Program()
         self.program.states = model_state(model)
+        self.program.context = _context()
         self._slot: dict[int, int] = {}
         self._alive: list = []  # every recorded tensor, kept alive while recording (no reused ids)
         self._allowed = {id(t): t for t in constants}
@@ -147,8 +155,8 @@ class Recorder(TorchDispatchMode):
             return out
         try:
             self._record(func, args, kwargs, out)
-        except NotCompiled as e:
-            self.failure = str(e)
+        except Exception as e:  # noqa: BLE001 - what the recorder cannot write keeps the plan from compiling,
+            self.failure = str(e) if isinstance(e, NotCompiled) else f"{type(e).__name__}: {e}"  # never the call
         return out
 
     def _record(self, func, args, kwargs, out) -> None:
@@ -194,8 +202,8 @@ class Recorder(TorchDispatchMode):
         if self.failure is None:
             try:
                 self._record_read(func, args, kwargs, out)
-            except NotCompiled as e:
-                self.failure = str(e)
+            except Exception as e:  # noqa: BLE001 - as in __torch_dispatch__
+                self.failure = str(e) if isinstance(e, NotCompiled) else f"{type(e).__name__}: {e}"
 
     def _record_read(self, func, args, kwargs, out) -> None:
         values = out.tolist() if hasattr(out, "tolist") else out  # numpy: compared as lists
@@ -294,6 +302,8 @@ def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, 
     between the segments.  :class:`Stale` if a guard fails."""
     if model_state(model) != p.states:
         raise Stale("the model's parameters, buffers or training flags changed")
+    if _context() != p.context:
+        raise Stale("autocast is on or off, not as when compiled")
     for t, version in p.constants:
         if t._version != version:
             raise Stale("a constant of the program changed in place")
@@ -386,8 +396,8 @@ class Compiling:
             if self.unread is None:
                 raise NotCompiled("the accounts were read during the backward")
             self.plan.program = self.recorder.finish(out, head, grads, self.unread, detached, explained_head)
-        except NotCompiled as e:
-            self.plan.program_refused = str(e)
+        except Exception as e:  # noqa: BLE001 - the explanation is done: a program that cannot be made is refused
+            self.plan.program_refused = str(e) if isinstance(e, NotCompiled) else f"{type(e).__name__}: {e}"
 
 
 def compiling(model: nn.Module, inputs: list, kwargs: dict, options: tuple) -> Compiling | None:

@@ -166,6 +166,16 @@ def test_a_parameter_changed_through_data_is_read_again(runs):
     assert runs[0] == 1 and torch.equal(got.node_relevance, want.node_relevance)
 
 
+def test_a_program_runs_only_with_autocast_as_when_recorded(runs):
+    """Recorded without autocast, the program holds no casts: under autocast the explanation is replayed
+    (with the casts), as the mode would run it."""
+    model, x, ei, fast, mode, plan = compiled_setup(evaluating=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = fast(x, ei, index=2), mode(x, ei, index=2)
+    assert got.replay_reason != "compiled" and runs[0] == 0
+    assert torch.equal(got.node_relevance, want.node_relevance)
+
+
 def test_no_program_where_the_accounts_are_per_graph_or_edges_are_explained(runs):
     torch.manual_seed(0)
     model = Net()
