@@ -66,7 +66,7 @@ from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_b
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
 from lrp_lib.explain.propagate import check_blocked, propagate
-from lrp_lib.explain.targets import start_relevance
+from lrp_lib.explain.targets import start_of
 from lrp_lib.explain.subgraphs import explain_per_index
 
 __all__ = ["LRPExplainer", "Explainer", "UnsupportedModelError", "LostRelevanceWarning", "check_inputs",
@@ -348,14 +348,6 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_relevance"] = edge_rel.detach()
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
-    def _start_of(self, target, index):
-        """The start relevance of a model's output and explained head (the target, where a function of
-        the output, taken from it)."""
-        def start_of(out: Tensor, head: Tensor) -> Tensor:
-            t = target(out) if callable(target) and not isinstance(target, Tensor) else target
-            return start_relevance(head, t, index, self.model_config, self.explained)
-        return start_of
-
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
                    row_groups=None, split_losses=True, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
@@ -394,8 +386,8 @@ class LRPExplainer(ExplainerAlgorithm):
         # one account for the call, no edge relevance: the plan's ATen operations run as a program
         compile_ = enabled and self.compile and not edges and not grouped and node_group is None and \
             current_plan() is None
-        done = compiled.explain(model, model_inputs, other, options, self._start_of(target, index)) \
-            if compile_ else None
+        done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
+            o, h, target, index, self.model_config, self.explained)) if compile_ else None
         recording = None
         if done is not None:
             out, head, start, grads, tally, program = done

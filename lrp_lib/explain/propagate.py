@@ -13,7 +13,7 @@ from torch_geometric.explain.config import ModelConfig
 
 from lrp_lib.explain.edges import ensure_hooks, recording
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
-from lrp_lib.explain.targets import explained_logits, start_relevance
+from lrp_lib.explain.targets import explained_logits, start_of
 
 __all__ = ["propagate", "forward_in_mode", "check_blocked"]
 
@@ -49,15 +49,13 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
             "the model's output does not depend on x through autograd: model.forward detaches it "
             "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
             "propagated through the model's autograd graph, so remove the detach")
-    if callable(target) and not isinstance(target, Tensor):  # the target taken from this very output
-        target = target(out)
     head = explained_logits(mode, out, model_config)
     mode.explained_head = mode.head_of(out)[0] if head is not out else None
     if not replayed:
         check_relevance_graph(head, inputs)
     if recorder is not None:
         recorder.check()
-    start = start_relevance(head, target, index, model_config, explained)
+    start = start_of(out, head, target, index, model_config, explained)
     with backward_context(start) if backward_context is not None else nullcontext():
         grads = torch.autograd.grad(head, inputs, start, allow_unused=True, retain_graph=retain_graph)
     check_blocked(mode.tally)

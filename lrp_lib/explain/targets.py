@@ -17,7 +17,7 @@ from torch_geometric.explain.config import ModelConfig, ModelMode, ModelReturnTy
 if TYPE_CHECKING:
     from lrp_lib.explain.function_mode import RelevanceMode
 
-__all__ = ["explained_logits", "start_relevance", "check_index"]
+__all__ = ["explained_logits", "start_relevance", "start_of", "check_index"]
 
 
 def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig) -> Tensor:
@@ -63,6 +63,15 @@ def check_index(index, rows: int) -> None:
     if low < -rows or high >= rows:
         raise IndexError(f"index selects rows {low}..{high} but the model gives {rows} output row(s) "
                          f"(valid: 0..{rows - 1}, or negative from the end)")
+
+
+def start_of(out: Tensor, head: Tensor, target, index, model_config: ModelConfig, explained: str = "logit") -> Tensor:
+    """:func:`start_relevance` of ``head`` (the explained output of the model's output ``out``), with
+    ``target`` the class labels or a function of ``out`` giving them
+    (:class:`lrp_lib.explain.one_pass.OnePass`)."""
+    if callable(target) and not isinstance(target, Tensor):  # the target taken from this very output
+        target = target(out)
+    return start_relevance(head, target, index, model_config, explained)
 
 
 def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig,
