@@ -288,7 +288,9 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     while offset < k:
         size = k - offset if chunk_size is None else min(chunk_size, k - offset)
         if per_target:
-            size = max(1, min(size, int(budget // per_target), int(cap // largest_per_target)))
+            size = max(1, min(size, int(budget // per_target)))
+            if math.isfinite(cap):  # (inf // a number is NaN)
+                size = max(1, min(size, int(cap // largest_per_target)))
         while True:  # halve the chunk until its estimated memory fits the budget
             chunk = index[offset:offset + size]
             union = k_hop_union(chunk, hops, src, perm, rowptr, counts, n, border=False)

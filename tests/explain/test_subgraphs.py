@@ -238,3 +238,22 @@ def test_on_the_cpu_the_largest_tensor_bounds_the_chunks(conv, monkeypatch):
     capped = explain(model, x, edge_index, index)
     assert len(calls) > 2
     assert_same(capped, one)
+
+
+def test_without_a_tensor_cap_the_memory_budget_alone_sizes_the_chunks(monkeypatch):
+    """Off the CPU there is no cap on the largest tensor (``inf``): the chunks after the first are then
+    sized by the memory budget alone (``inf // n`` is NaN in Python, which must not reach ``int``)."""
+    import math
+    model, x, edge_index, index = setup("gcn")
+    one = explain(model, x, edge_index, index)
+    monkeypatch.setattr(subgraphs, "CPU_TENSOR_BYTES", math.inf)
+    calls = spy_on_union_graph(monkeypatch)
+    explainer = Explainer(model, algorithm=LRPExplainer(rule="epsilon", per_index=True, chunk_size=None,
+                                                        max_memory=100_000),
+                          explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node",
+                                            return_type="raw"))
+    e = explainer(x, edge_index, index=index)
+    assert len(calls) > 2
+    assert_same((e.node_relevance_per_index.to_dense(), e.edge_relevance_per_index.to_dense(),
+                 e.node_relevance, e.edge_relevance), one)
