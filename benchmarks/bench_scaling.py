@@ -205,8 +205,7 @@ def measure(nodes: int, edges_per_node: int, repeat: int, ig_repeat: int, ig_ste
         raise AssertionError(f"{nodes} nodes: saliency differs between the explanation types")
     replayed = replayed_now()  # after the warm-up: compiled, but without compiling or without replay
     expected = {"lrp_mode": None, "lrp_replay": "replayed"}  # (replay=False: no replay_reason)
-    fast = "compiled" if DEVICE.type == "cpu" else "replayed"  # programs are recorded on the CPU only
-    if replayed != {name: expected.get(name, fast) for name in replayed}:
+    if replayed != {name: expected.get(name, "compiled") for name in replayed}:
         raise AssertionError(f"{nodes} nodes: replayed {replayed}")
     wall = {m: [] for m in calls}
     cpu = {m: [] for m in calls}

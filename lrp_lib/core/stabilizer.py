@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 __all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite",
            "has_zero", "read", "reading"]
@@ -137,11 +138,19 @@ _readers = threading.local()
 
 
 def read(t: Tensor) -> list:
-    """``t.tolist()``: the one way the rules read tensor data into Python, so that a recorder
-    (:func:`reading`) sees every value a rule's choice depends on."""
+    """``t.tolist()``: the one way the rules read tensor data into Python, so that a recorder sees
+    every value a rule's choice depends on: the callbacks of :func:`reading` in this thread, and each
+    active ``TorchDispatchMode`` that has a method ``on_read(tensor, values)`` (a dispatch mode, unlike
+    a thread's callbacks, is carried into the threads of the autograd engine, where a GPU's backward
+    runs)."""
     values = t.tolist()
     for callback in getattr(_readers, "stack", ()):
         callback(t, values)
+    if torch._C._len_torch_dispatch_stack():
+        for mode in _get_current_dispatch_mode_stack():
+            on_read = getattr(mode, "on_read", None)
+            if on_read is not None:
+                on_read(t, values)
     return values
 
 

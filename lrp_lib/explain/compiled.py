@@ -31,13 +31,17 @@ same version, as for the plan itself, and autocast on or off as when recorded (i
 ATen, so a program holds them).
 
 What is compiled: explanations with one account for the whole call (node-level tasks, or
-``accounts="total"``), without an edge mask, ``per_index`` or ``recompute``, on the CPU (on a GPU the
-autograd engine runs the backward in threads of its own, where the rules' reads would not be seen),
-of models that read no tensor data through ``tolist`` or ``numpy`` in their forward (a plan compares
-those values itself; a program could not see them); the others replay.
+``accounts="total"``), without an edge mask, ``per_index`` or ``recompute``, of models that read no
+tensor data through ``tolist`` or ``numpy`` in their forward (a plan compares those values itself; a
+program could not see them); the others replay.  On a GPU the autograd engine runs the backward in a
+thread of its own per device: the recorder, a dispatch mode, is carried into it, and sees the rules'
+reads there too (:meth:`Recorder.on_read`); a backward whose operations ran in more than one thread
+(tensors on several devices) has no fixed order and is not compiled.  The program itself runs in the
+calling thread.
 """
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import Callable
 
@@ -45,7 +49,6 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lrp_lib.core.stabilizer import reading
 from lrp_lib.explain.primitives import Tally
 from lrp_lib.explain import replay
 from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_state, resolve
@@ -122,6 +125,8 @@ class Recorder(TorchDispatchMode):
         self._alive: list = []  # every recorded tensor, kept alive while recording (no reused ids)
         self._allowed = {id(t): t for t in constants}
         self._constants: dict[int, Tensor] = {}
+        self._threads: set[int] = set()  # the threads the backward's operations ran in
+        self._backward = False
         self.failure: str | None = None
 
     def declare(self, t: Tensor) -> None:
@@ -160,6 +165,8 @@ class Recorder(TorchDispatchMode):
         return out
 
     def _record(self, func, args, kwargs, out) -> None:
+        if self._backward:
+            self._threads.add(threading.get_ident())
         if func in _ALIASES and isinstance(args[0], Tensor) and id(args[0]) in self._slot:
             self._slot[id(out)] = self._slot[id(args[0])]  # without autograd, the same tensor
             self._alive.append(out)
@@ -195,10 +202,18 @@ class Recorder(TorchDispatchMode):
         """Between the segments: ``start`` (the relevance the backward starts from) is an input."""
         self.program.split = len(self.program.steps)
         self.program.start_slot = self._new(start)
+        self._backward = True
+
+    def on_read(self, t: Tensor, values) -> None:
+        """Called by :func:`lrp_lib.core.stabilizer.read` in any thread where this mode is active (the
+        autograd engine carries it into the threads where a GPU's backward runs)."""
+        self.read(Tensor.tolist, (t,), {}, values)
 
     def read(self, func, args, kwargs, out) -> None:
         """A value read from tensor data without an ATen operation (``tolist``, through
         :func:`lrp_lib.core.stabilizer.read`): a guard."""
+        if self._backward:
+            self._threads.add(threading.get_ident())
         if self.failure is None:
             try:
                 self._record_read(func, args, kwargs, out)
@@ -221,6 +236,8 @@ class Recorder(TorchDispatchMode):
         cannot be one."""
         if self.failure is not None:
             raise NotCompiled(self.failure)
+        if len(self._threads) > 1:  # (devices of their own: the order of their operations is not fixed)
+            raise NotCompiled("the backward ran in several threads")
         p = self.program
 
         def known(t):
@@ -375,17 +392,14 @@ class Compiling:
 
     @contextmanager
     def forward(self):
-        with self.recorder, reading(self._read):
+        with self.recorder:  # (which sees the rules' reads: Recorder.on_read)
             yield
-
-    def _read(self, t: Tensor, values) -> None:
-        self.recorder.read(Tensor.tolist, (t,), {}, values)
 
     def backward(self, tally: Tally):
         @contextmanager
         def context(start: Tensor):
             self.recorder.begin_backward(start)
-            with self.recorder, reading(self._read):
+            with self.recorder:
                 yield
             self.unread = None if tally.was_read() else tally.unread()
         return context
@@ -407,9 +421,7 @@ def compiling(model: nn.Module, inputs: list, kwargs: dict, options: tuple) -> C
             plan.program_failures > max(MAX_FAILURES, plan.program_runs // RUNS_PER_FAILURE):
         return None
     refused = None
-    if any(t.device.type != "cpu" for t in inputs if isinstance(t, Tensor)):
-        refused = "not on the CPU"  # a GPU's backward runs in the engine's threads, whose reads a recorder misses
-    elif any(step[0] == READ_STEP and getattr(step[1], "__name__", None) in PY_READS for step in plan.steps):
+    if any(step[0] == READ_STEP and getattr(step[1], "__name__", None) in PY_READS for step in plan.steps):
         refused = "the model reads tensor data without an ATen operation (tolist, numpy)"
     if refused is not None:
         plan.program_refused = refused

@@ -67,3 +67,31 @@ def test_reading_sees_the_reads_of_its_own_thread_only():
         worker.join()
     assert stabilizer.read(t) == t.tolist()  # outside: not seen
     assert seen == [t.tolist(), [-1.0, 1.0], [1.0, 1.0]] and other == [True]
+
+
+def test_an_active_dispatch_mode_with_on_read_sees_the_reads():
+    """A ``TorchDispatchMode`` with ``on_read`` is told of each read while it is active (so that one the
+    autograd engine carries into its threads sees a GPU's backward's reads), once per read, also with a
+    callback of ``reading`` active; a mode without ``on_read`` is passed over."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Plain(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Reads(Plain):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def on_read(self, tensor, values):
+            self.seen.append((tensor.shape, values))
+
+    t = torch.tensor([[-2.0, 0.5], [3.0, 1.0]])
+    mode, called = Reads(), []
+    with mode, Plain(), stabilizer.reading(lambda tensor, values: called.append(values)):
+        assert stabilizer.read(t) == t.tolist()
+        assert stabilizer.has_zero(t)
+    stabilizer.read(t)  # outside: not seen
+    assert mode.seen == [(t.shape, t.tolist()), (torch.Size([2]), [-1.0, 1.0])]
+    assert called == [t.tolist(), [-1.0, 1.0]]

@@ -244,3 +244,47 @@ def test_compiled_or_not_the_relevance_is_the_modes(runs, seed, shift, scale, in
     assert got.replayed and got_warnings == want_warnings  # (alpha-beta loses relevance at zero outputs: warned)
     for key in ("node_relevance", "bias_relevance", "relevance_residual", "node_mask", "target"):
         assert torch.equal(got[key], want[key]), key
+
+
+def test_on_every_device_the_program_gives_the_modes_relevance(device, runs):
+    """On a GPU the backward runs in the autograd engine's thread for the device: the recorder is carried
+    there, so the program holds the backward's operations and the rules' reads.  Its relevance is the
+    mode's (bit for bit on the CPU; to float32 rounding on a GPU, whose scatter sums add in no fixed
+    order), and features of other signs, which z+ splits otherwise, go back to the replay."""
+    torch.manual_seed(0)
+    model = Net().to(device).eval()
+    x, ei = (t.to(device) for t in graph())
+    fast, mode = node_explainer(model), node_explainer(model, replay=False)
+    fast(x, ei, index=2)
+    fast(x, ei, index=2)
+    plan = next(iter(replay.plans_of(model).values()))
+    assert plan.program is not None, plan.program_refused
+    tol = dict(rtol=0, atol=0) if device.type == "cpu" else dict(rtol=1e-5, atol=1e-7)
+    for seed, index in ((1, 2), (2, 5)):
+        x2 = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed)).to(device)
+        got, want = fast(x2, ei, index=index), mode(x2, ei, index=index)
+        assert got.replay_reason == "compiled"
+        torch.testing.assert_close(got.node_relevance, want.node_relevance, **tol)
+        torch.testing.assert_close(got.bias_relevance, want.bias_relevance, **tol)
+    assert runs[0] == 2
+    got, want = fast(x - 0.5, ei, index=2), mode(x - 0.5, ei, index=2)  # the signs read again: replayed
+    assert runs[0] == 2 and got.replay_reason == "replayed" and plan.program_failures == 1
+    torch.testing.assert_close(got.node_relevance, want.node_relevance, **tol)
+
+
+def test_a_backward_in_several_threads_is_not_compiled():
+    """Operations or reads of the backward seen in two threads (tensors on two devices, each with its own
+    thread in the autograd engine) have no fixed order: no program."""
+    recorder = compiled.Recorder(nn.Linear(1, 1), [])
+    x = torch.ones(3)
+    recorder.declare(x)
+    with recorder:
+        y, signs = x * 2, x.sign()
+    recorder.begin_backward(torch.ones(()))
+    with recorder:
+        g = y * 3
+    worker = threading.Thread(target=lambda: recorder.on_read(signs, signs.tolist()))
+    worker.start()
+    worker.join()
+    with pytest.raises(compiled.NotCompiled, match="several threads"):
+        recorder.finish(y, y, [g], [], set(), None)
