@@ -149,12 +149,13 @@ class LRPExplainer(ExplainerAlgorithm):
             model with hooks (a replay would not run them).
         compile: a replayed explanation's ATen operations, forward and backward, are recorded once
             (the third explanation of a signature) and later explanations run them as a program,
-            without the rules' Python (:mod:`lrp_lib.explain.compiled`): the same relevance, to the
-            bit, at about the cost of one gradient.  Every value the rules read from the data (the
+            without the rules' Python (:mod:`lrp_lib.explain.compiled`): the same relevance (to the
+            bit on the CPU; on a GPU, whose scatter sums add in no fixed order, to rounding), at
+            about the cost of one gradient.  Every value the rules read from the data (the
             signs z+ splits by, a zero in a denominator) is read again and compared; where one
             differs the explanation is replayed instead (and compiled again).  On by default; it
             applies with one account for the call (node-level tasks, graph-level tasks with
-            ``accounts="total"``), without an edge mask or ``per_index``, on the CPU.
+            ``accounts="total"``), without an edge mask or ``per_index``, on the CPU and on a GPU.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
