@@ -23,11 +23,14 @@ explainer for the whole pass, as a user explaining a data set would, with its ow
 * **gradient**: ``x * torch.autograd.grad(logit, x)`` (Gradient x Input), one forward and one
   backward, no explainer around it: the floor the others are divided by;
 * **LRP algorithm**: ``LRPExplainer`` called directly, the target given (the explanation's own cost),
-  with the default ``replay=True`` and with ``replay=False``.  Replay (:mod:`lrp_lib.explain.replay`)
-  records a forward per input signature (numbers of atoms and bonds, ...) and replays it for the
-  later explanations of that signature; the first explanation of a signature runs in the mode, the
-  second records.  One pass over the molecules (``--rounds 1``, the default) explains each once, as a
-  pass over a data set would: molecules of the same size replay, the others run in the mode;
+  with the defaults ``replay=True, compile=True``, with ``compile="exact"`` and with ``replay=False``.
+  Replay (:mod:`lrp_lib.explain.replay`) records a forward per input signature (numbers of atoms and
+  bonds, ...) and replays it for the later explanations of that signature; the first explanation of a
+  signature runs in the mode, the second records, the third records its program
+  (:mod:`lrp_lib.explain.compiled`), which the later ones run.  Once two sizes have programs that
+  differ only in their sizes, one program serves molecules of every size ("compiled for any size");
+  ``compile="exact"`` keeps the programs per size.  One pass over the molecules (``--rounds 1``, the
+  default) explains each once, as a pass over a data set would;
 * **LRP, phenomenon** / **saliency, phenomenon**: through ``lrp_lib.explain.explainer.Explainer``
   (PyG's, with the inputs checked) with ``explanation_type="phenomenon"``, which runs no prediction
   pass of its own: each method's own cost with PyG's wrapping;
@@ -73,11 +76,12 @@ DEVICE = torch.device("cpu")
 #: How each explanation of the LRP algorithm (replay=True) ran: "replayed", "recorded", "a new signature".
 REPLAYS: list = []
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
-ONE = ["gradient", "lrp_algorithm", "lrp_algorithm_mode", "lrp_phenomenon", "saliency_phenomenon", "lrp_model",
+ONE = ["gradient", "lrp_algorithm", "lrp_algorithm_exact", "lrp_algorithm_mode", "lrp_phenomenon", "saliency_phenomenon", "lrp_model",
        "saliency_model"]
 LABELS = {
     "gradient": "Gradient x Input (torch.autograd.grad)",
     "lrp_algorithm": "LRP (LRPExplainer called directly)",
+    "lrp_algorithm_exact": "LRP, programs per size only (LRPExplainer(compile='exact') called directly)",
     "lrp_algorithm_mode": "LRP without replay (LRPExplainer(replay=False) called directly)",
     "lrp_phenomenon": "LRP (Explainer, phenomenon)",
     "saliency_phenomenon": "saliency (CaptumExplainer, phenomenon)",
@@ -106,6 +110,7 @@ def one_at_a_time_methods(model) -> dict:
           "lrp_model": own(LRPExplainer(), "model"),
           "saliency_model": own(CaptumExplainer("Saliency"), "model")}
     algorithm, plain = own(LRPExplainer(), "phenomenon"), own(LRPExplainer(replay=False), "phenomenon")
+    exact = own(LRPExplainer(compile="exact"), "phenomenon")
 
     def gradient(g, target):
         leaf = g.x.detach().requires_grad_()
@@ -125,6 +130,7 @@ def one_at_a_time_methods(model) -> dict:
         return call
 
     methods = {"gradient": gradient, "lrp_algorithm": direct(algorithm, REPLAYS), "lrp_algorithm_mode": direct(plain),
+               "lrp_algorithm_exact": direct(exact),
                **{name: via(name) for name in ex}}
     return {name: methods[name] for name in ONE}
 

@@ -115,7 +115,9 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
         share = rel_out / out.masked_fill(zero, 1)  # 1 where out = 0: no division by zero
         return share.masked_fill_(zero, 0)  # (zero has out's shape, which broadcasts to the share's)
     d = out if denom is None else denom
-    zero = d == 0 if has_zero(d) and int(torch.count_nonzero(d)) < d.numel() else None
+    zero = d == 0 if has_zero(d) else None
+    if zero is not None and not bool(zero.any()):  # (a yes or no, not a count: the same read for the same choice)
+        zero = None
     share = rel_out / out if denom is None or _differentiable(rel_out, denom) else torch.div(rel_out, denom, out=denom)
     if zero is not None:
         warn_lost(op, zero, rel_out)

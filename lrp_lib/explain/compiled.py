@@ -38,10 +38,31 @@ thread of its own per device: the recorder, a dispatch mode, is carried into it,
 reads there too (:meth:`Recorder.on_read`); a backward whose operations ran in more than one thread
 (tensors on several devices) has no fixed order and is not compiled.  The program itself runs in the
 calling thread.
+
+Programs for any size (:func:`generalise`).  A program is recorded for one input signature, sizes
+included, as a plan is.  Explanations whose inputs come in many sizes (molecules one at a time) would
+rarely meet a program of their size.  Yet the programs of two sizes most often run the same
+operations, with only the sizes in their arguments changed.  Where two programs of a family (the same
+model, options, dtypes and numbers of dimensions) differ in nothing else, and every number that differs
+is the size of a tensor the program has at that point, the same tensor dimension in both, one program
+is made whose sizes are read from the tensors it runs on (:class:`SizeRef`).  The guards of such a
+program, beyond those above:
+
+* each size of an input that was free (differed between the two) is at least 2, and no two free sizes
+  are equal (models branch on empty or single-entry tensors, and a model could compare two sizes);
+* the two programs' free input sizes must not be in the same ratio (twice as many edges as nodes in
+  both), or a number twice the node count could be taken for the edge count;
+* a data-dependent size (the edges that remain once self-loops are removed) that equalled an earlier
+  size in both programs must equal it again; one that was new is free.
+
+What no guard can see is a model's Python that takes another branch at another size above 1 without
+reading tensor data (a different algorithm above some number of nodes, say): ``LRPExplainer(compile=
+"exact")`` keeps programs per signature for such a model.
 """
 from __future__ import annotations
 
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Callable
 
@@ -51,10 +72,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from lrp_lib.explain.primitives import Tally
 from lrp_lib.explain import replay
-from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_state, resolve
+from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_state
 
 __all__ = ["Program", "Recorder", "Compiling", "run", "explain", "compiling", "NotCompiled", "DATA_SHAPED",
-           "PY_READS", "MAX_FAILURES", "RUNS_PER_FAILURE"]
+           "PY_READS", "MAX_FAILURES", "RUNS_PER_FAILURE", "SizeRef", "generalise", "family", "families_of",
+           "FAMILY_PROGRAMS"]
 
 #: Operators whose result's shape depends on the data: their shapes are compared on every run.
 DATA_SHAPED = frozenset("""nonzero nonzero_static argwhere masked_select index unique_dim unique_consecutive
@@ -83,12 +105,59 @@ def _template(a, slot_of: Callable):
     return a
 
 
+class SizeRef:
+    """A size of a generic program (:func:`generalise`): dimension ``dim`` of the tensor in ``slot``."""
+    __slots__ = ("slot", "dim")
+
+    def __init__(self, slot: int, dim: int):
+        self.slot, self.dim = slot, dim
+
+
 def _slots_in(a, found: list) -> None:
-    if type(a) is Ref:
+    if type(a) is Ref or type(a) is SizeRef:
         found.append(a.slot)
     elif type(a) in (list, tuple):
         for b in a:
             _slots_in(b, found)
+
+
+def _resolve(a, env: list):
+    t = type(a)
+    if t is Ref:
+        return env[a.slot]
+    if t is SizeRef:
+        return env[a.slot].shape[a.dim]
+    if t is tuple or t is list:
+        return t(_resolve(b, env) for b in a)
+    return a
+
+
+def _flat(t_args, t_kwargs):
+    """The fast form of a step's arguments (a list with None at the tensors, and their slots), or None."""
+    if t_kwargs and any(type(v) in (Ref, SizeRef, list, tuple) for v in t_kwargs.values()):
+        return None
+    if any(type(a) is SizeRef or type(a) in (list, tuple) and any(type(b) in (Ref, SizeRef) for b in a)
+           for a in t_args):
+        return None
+    return ([None if type(a) is Ref else a for a in t_args],
+            tuple((i, a.slot) for i, a in enumerate(t_args) if type(a) is Ref))
+
+
+def _same_shape(shape, check, env: list | None = None) -> bool:
+    """``shape`` is the recorded ``check``: a number, None for a size of at least 2, or a
+    :class:`SizeRef` for the size of a tensor in ``env``."""
+    if len(shape) != len(check):
+        return False
+    for s, c in zip(shape, check):
+        if c is None:
+            if s < 2:
+                return False
+        elif type(c) is SizeRef:
+            if s != env[c.slot].shape[c.dim]:
+                return False
+        elif s != c:
+            return False
+    return True
 
 
 class Program:
@@ -109,6 +178,8 @@ class Program:
         self.scalars: list[tuple[Tensor, object]] = []  # 0-dimensional constants and their values
         self.states = self.context = None
         self.drops: list[tuple[int, ...]] = []
+        self.shapes: dict[int, tuple] = {}  # each tensor slot's shape when recorded
+        self.input_sizes: list[tuple] | None = None  # a generic program's inputs' shapes (None: any size >= 2)
 
 
 class Recorder(TorchDispatchMode):
@@ -137,6 +208,7 @@ class Recorder(TorchDispatchMode):
         k = self.program.n_slots
         self.program.n_slots += 1
         self._slot[id(t)] = k
+        self.program.shapes[k] = tuple(t.shape)
         self._alive.append(t)
         return k
 
@@ -175,11 +247,7 @@ class Recorder(TorchDispatchMode):
             raise NotCompiled(f"{func} is random")
         t_args = _template(args, self.slot)
         t_kwargs = {k: _template(v, self.slot) for k, v in kwargs.items()}
-        flat = None
-        if not t_kwargs or not any(type(v) in (Ref, list, tuple) for v in t_kwargs.values()):
-            if not any(type(a) in (list, tuple) and any(type(b) is Ref for b in a) for a in t_args):
-                flat = (list(t_args), tuple((i, a.slot) for i, a in enumerate(t_args) if type(a) is Ref))
-                flat[0][:] = [None if type(a) is Ref else a for a in t_args]
+        flat = _flat(t_args, t_kwargs)
         check = func.overloadpacket.__name__ in DATA_SHAPED
         if isinstance(out, Tensor):
             k = self._slot.get(id(out))
@@ -256,24 +324,31 @@ class Recorder(TorchDispatchMode):
         for t, value in p.scalars:
             if t.item() != value:
                 raise NotCompiled("a scalar constant changed while recording")
-        keep = {k for k in (p.out_slot, p.head_slot, *p.grad_slots) if k is not None}
-        keep.update(k for _, _, ks in p.tally for k in ks)
-        last: dict[int, int] = {}
-        for i, (kind, _, a, kw, _, outs, _) in enumerate(p.steps):
-            found: list = []
-            _slots_in(a, found)
-            _slots_in(list(kw.values()), found)
-            for k in found:
-                last[k] = i
-            for k in (outs if kind == _MULTI else (outs,) if kind == _STEP else ()):
-                last.setdefault(k, i)
-        drops: list[list[int]] = [[] for _ in p.steps]
-        for k, i in last.items():
-            if k not in keep:
-                drops[i].append(k)
-        p.drops = [tuple(d) for d in drops]
+        p.drops = _drops(p)
         self._alive = []
         return p
+
+
+def _drops(p: Program) -> list[tuple[int, ...]]:
+    """The slots each step is the last to read (or, unread, to write), but for the program's results."""
+    keep = {k for k in (p.out_slot, p.head_slot, *p.grad_slots) if k is not None}
+    keep.update(k for _, _, ks in p.tally for k in ks)
+    last: dict[int, int] = {}
+    for i, (kind, _, a, kw, _, outs, check) in enumerate(p.steps):
+        found: list = []
+        _slots_in(a, found)
+        _slots_in(list(kw.values()), found)
+        if kind in (_STEP, _MULTI) and check is not None:
+            _slots_in(check, found)  # (a generic program's sizes that a data-shaped result must have)
+        for k in found:
+            last[k] = i
+        for k in (outs if kind == _MULTI else (outs,) if kind == _STEP else ()):
+            last.setdefault(k, i)
+    drops: list[list[int]] = [[] for _ in p.steps]
+    for k, i in last.items():
+        if k not in keep:
+            drops[i].append(k)
+    return [tuple(d) for d in drops]
 
 
 def _run(p: Program, env: list, start: int, stop: int) -> None:
@@ -286,15 +361,16 @@ def _run(p: Program, env: list, start: int, stop: int) -> None:
                 a[j] = env[k]
             out = op(*a, **kwargs)
         else:
-            out = op(*resolve(args, env), **{k: resolve(v, env) for k, v in kwargs.items()})
+            out = op(*_resolve(args, env), **{k: _resolve(v, env) for k, v in kwargs.items()})
         if kind == _PY_READ:
             out = out.tolist() if hasattr(out, "tolist") else out
         if kind == _STEP:
-            if check is not None and tuple(out.shape) != check:
+            if check is not None and not _same_shape(out.shape, check, env):
                 raise Stale(f"{op} gave a result of another shape than when compiled")
             env[outs] = out
         elif kind == _MULTI:
-            if check is not None and tuple(tuple(o.shape) for o in out) != check:
+            if check is not None and not (len(out) == len(check) and all(_same_shape(o.shape, c, env)
+                                                                          for o, c in zip(out, check))):
                 raise Stale(f"{op} gave results of other shapes than when compiled")
             for k, o in zip(outs, out):
                 env[k] = o
@@ -349,30 +425,224 @@ MAX_FAILURES = 2
 RUNS_PER_FAILURE = 4
 
 
-def _plan(model: nn.Module, inputs: list, kwargs: dict, options: tuple):
+def _key(model: nn.Module, inputs: list, kwargs: dict, options: tuple):
+    """This call's plan signature, or None where the model's explanations are not replayed."""
     if replay.hooked(model):
         return None
     try:
-        key = replay.signature(inputs, kwargs, options)
+        return replay.signature(inputs, kwargs, options)
     except NotReplayable:
         return None
-    return replay.plans_of(model).get(key)
 
 
-def explain(model: nn.Module, inputs: list, kwargs: dict, options: tuple, start_of: Callable):
-    """The explanation by the program of this signature's plan, as :func:`run` gives it, plus the
-    program; None where there is none or a guard failed (the program is then dropped)."""
-    plan = _plan(model, inputs, kwargs, options)
+# Generic programs: one program for inputs of any size.  Two programs of the same model and
+# options whose inputs differ only in their sizes (molecules of other numbers of atoms and bonds) most
+# often run the same operations, the sizes in their arguments aside.  Where they do, and every size
+# that differs is the size of a tensor the program has at that point (a dimension of an input or of
+# an earlier result, the same one in both), the program is written once with those sizes read from
+# the tensors it runs on (:class:`SizeRef`).
+
+#: The programs of other signatures kept per family, to be generalised with a new one.
+FAMILY_PROGRAMS = 4
+
+
+def family(key: tuple) -> tuple:
+    """A signature (:func:`lrp_lib.explain.replay.signature`) with each tensor's shape replaced by its
+    number of dimensions: the key of the programs that a generic program covers."""
+    def abstract(d):
+        return (d[0], len(d[1]), *d[2:]) if type(d) is tuple and d and d[0] == "tensor" else d
+    inputs, kwargs, alias, options = key
+    return tuple(abstract(d) for d in inputs), tuple((k, abstract(d)) for k, d in kwargs), alias, options
+
+
+class _Family:
+    __slots__ = ("programs", "generic", "runs", "failures", "refused")
+
+    def __init__(self):
+        self.programs: dict = {}  # signature -> its program (the latest FAMILY_PROGRAMS)
+        self.generic: Program | None = None
+        self.runs = self.failures = 0
+        self.refused: str | None = None  # why the latest pair could not be generalised
+
+
+_families: "weakref.WeakKeyDictionary[nn.Module, dict]" = weakref.WeakKeyDictionary()
+_families_lock = threading.Lock()
+
+
+def families_of(model: nn.Module) -> dict:
+    """The families of ``model``'s programs (family key -> their programs and generic program)."""
+    with _families_lock:
+        found = _families.get(model)
+        if found is None:
+            found = _families[model] = {}
+        return found
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and (a == b or a != a and b != b)  # (NaN constants)
+
+
+def generalise(a: Program, b: Program) -> Program:
+    """One program for the inputs of both ``a`` and ``b`` and of any size between and beyond, as long
+    as each size stays at least 2 (sizes 0 and 1 change broadcasting and the branches that models take);
+    :class:`NotCompiled` (with the first difference) where they differ otherwise, or where a size that
+    differs is not the size of a tensor the program has."""
+    if (a.n_slots, a.inputs, a.start_slot, a.split, a.out_slot, a.head_slot, a.grad_slots, a.tally,
+            a.detached, a.explained_head, a.states, a.context) != \
+            (b.n_slots, b.inputs, b.start_slot, b.split, b.out_slot, b.head_slot, b.grad_slots, b.tally,
+             b.detached, b.explained_head, b.states, b.context) or len(a.steps) != len(b.steps):
+        raise NotCompiled("the programs differ in their form")
+    if [v for _, v in a.scalars] != [v for _, v in b.scalars]:
+        raise NotCompiled("the programs hold other scalars")
+    scalars = {id(t) for t, _ in a.scalars} | {id(t) for t, _ in b.scalars}  # (their values checked on each run)
+    sizes: dict[tuple[int, int], SizeRef] = {}  # (size in a, size in b) -> the first tensor dimension so
+
+    def define(k: int) -> None:
+        sa, sb = a.shapes[k], b.shapes[k]
+        if len(sa) != len(sb):
+            raise NotCompiled(f"a result has {len(sa)} dimensions in one program, {len(sb)} in the other")
+        for d, (u, v) in enumerate(zip(sa, sb)):
+            if u != v:
+                if u < 2 or v < 2:
+                    raise NotCompiled("a size of 0 or 1 differs")
+                sizes.setdefault((u, v), SizeRef(k, d))
+
+    def unify(x, y, guard: bool):
+        tx = type(x)
+        if tx is Ref:
+            if type(y) is Ref and y.slot == x.slot:
+                return x
+            raise NotCompiled("an operation reads other tensors")
+        if tx is tuple or tx is list:
+            if type(y) is not tx or len(x) != len(y):
+                raise NotCompiled("an operation has other arguments")
+            return tx(unify(u, v, guard) for u, v in zip(x, y))
+        if isinstance(x, Tensor):
+            # a guard's constant (the graph a plan keeps its graph part for, compared by torch.equal) may
+            # differ: the generic program compares with a's, and reads the value that both programs read
+            if x is y or guard and isinstance(y, Tensor) or id(x) in scalars and id(y) in scalars and \
+                    x.dtype == y.dtype and x.device == y.device and x.item() == y.item():
+                return x
+            raise NotCompiled("an operation reads other constants")
+        if tx is int and type(y) is int and x != y:
+            ref = sizes.get((x, y))
+            if ref is None:
+                raise NotCompiled(f"a number ({x} and {y}) is not the size of a tensor of the program")
+            return ref
+        if _same(x, y):
+            return x
+        raise NotCompiled(f"an operation has other arguments ({x!r} and {y!r})")
+
+    g = Program()
+    for name in ("n_slots", "inputs", "start_slot", "split", "out_slot", "head_slot", "grad_slots", "tally",
+                 "detached", "explained_head", "constants", "scalars", "states", "context", "shapes"):
+        setattr(g, name, getattr(a, name))
+    for k in a.inputs:
+        define(k)
+    g.input_sizes = [tuple(u if u == v else None for u, v in zip(a.shapes[k], b.shapes[k])) for k in a.inputs]
+    free = [(a.shapes[k][d], b.shapes[k][d]) for k, spec in zip(a.inputs, g.input_sizes)
+            for d, c in enumerate(spec) if c is None]
+    for i, (u, v) in enumerate(free):  # two sizes in the same ratio in both (as many edges as nodes, or twice
+        for w, z in free[i + 1:]:  # as many): a number that is the one could be taken for the other
+            if u * z == v * w:
+                raise NotCompiled("two sizes of the inputs are in the same ratio in both programs")
+    for i, (sa, sb) in enumerate(zip(a.steps, b.steps)):
+        if i == a.split:
+            define(a.start_slot)
+        kind, op, args, kwargs, _, outs, check = sa
+        if (kind, op, outs) != sb[:2] + sb[5:6] or kwargs.keys() != sb[3].keys():
+            raise NotCompiled(f"the programs run other operations ({op} and {sb[1]})")
+        guard = kind in (_READ, _PY_READ)
+        t_args = unify(args, sb[2], guard)
+        t_kwargs = {k: unify(v, sb[3][k], guard) for k, v in kwargs.items()}
+        if kind in (_READ, _PY_READ):
+            if not _same(check, sb[6]) and check != sb[6]:
+                raise NotCompiled(f"{op} read {check!r} in one program, {sb[6]!r} in the other")
+        elif check is not None:  # a data-shaped result: a size that differs is free (None), unless both
+            shapes = (check,) if kind == _STEP else check  # programs had it already: it must then be that
+            other = (sb[6],) if kind == _STEP else sb[6]  # size again (as many edges kept as given)
+            if len(shapes) != len(other) or any(len(c) != len(o) for c, o in zip(shapes, other)):
+                raise NotCompiled(f"{op} gave results of other dimensions")
+            free = tuple(tuple(u if u == v else sizes.get((u, v)) for u, v in zip(c, o)) for c, o in zip(shapes, other))
+            check = free[0] if kind == _STEP else free
+        g.steps.append((kind, op, t_args, t_kwargs, _flat(t_args, t_kwargs), outs, check))
+        for k in (outs if kind == _MULTI else (outs,) if kind == _STEP else ()):
+            define(k)
+    g.drops = _drops(g)
+    return g
+
+
+def _fits(p: Program, inputs: list) -> bool:
+    """The inputs have the shapes of generic program ``p``'s: the same sizes where its are fixed, sizes
+    of at least 2 where they are free, and no two free sizes equal (a model may compare them: as many
+    edges as nodes could take another branch)."""
+    free = []
+    for t, spec in zip(inputs, p.input_sizes):
+        if not _same_shape(t.shape, spec):
+            return False
+        free.extend(s for s, c in zip(t.shape, spec) if c is None)
+    return len(set(free)) == len(free)
+
+
+def _offer(model: nn.Module, key: tuple, program: Program) -> None:
+    """Keep ``program`` (of signature ``key``) in its family, and make the family's generic program of it
+    and another signature's where there is none."""
+    fam_key = family(key)
+    families = families_of(model)
+    with _families_lock:
+        fam = families.get(fam_key)
+        if fam is None:
+            fam = families[fam_key] = _Family()
+        others = [p for k, p in fam.programs.items() if k != key]
+        fam.programs.pop(key, None)
+        fam.programs[key] = program
+        while len(fam.programs) > FAMILY_PROGRAMS:
+            del fam.programs[next(iter(fam.programs))]
+        if fam.generic is not None:
+            return
+    for other in reversed(others):
+        try:
+            generic = generalise(other, program)
+        except NotCompiled as e:
+            fam.refused = str(e)
+            continue
+        with _families_lock:
+            fam.generic, fam.refused = generic, None
+        return
+
+
+def explain(model: nn.Module, inputs: list, kwargs: dict, options: tuple, start_of: Callable,
+            generic: bool = True):
+    """The explanation by the program of this signature's plan, or else (``generic``) by its family's
+    generic program (:func:`generalise`), as :func:`run` gives it, plus the program; None where there
+    is none or a guard failed (the program is then dropped)."""
+    key = _key(model, inputs, kwargs, options)
+    if key is None:
+        return None
+    plan = replay.plans_of(model).get(key)
     program = None if plan is None else plan.program
-    if program is None:
+    if program is not None:
+        try:
+            done = run(program, model, inputs, start_of)
+            plan.program_runs += 1
+            return (*done, program)
+        except Stale:
+            plan.program = None
+            plan.program_failures += 1
+            return None
+    fam = families_of(model).get(family(key)) if generic else None
+    generic = None if fam is None else fam.generic
+    if generic is None or not _fits(generic, inputs):
         return None
     try:
-        done = run(program, model, inputs, start_of)
-        plan.program_runs += 1
-        return (*done, program)
+        done = run(generic, model, inputs, start_of)
+        fam.runs += 1
+        return (*done, generic)
     except Stale:
-        plan.program = None
-        plan.program_failures += 1
+        fam.failures += 1
+        if fam.failures > max(MAX_FAILURES, fam.runs // RUNS_PER_FAILURE):
+            fam.generic = None  # made again from the next programs recorded
+            fam.failures, fam.runs = 0, 0
         return None
 
 
@@ -380,11 +650,11 @@ class Compiling:
     """Records the program of ``plan`` while an explanation replays it: :meth:`forward` around the
     replay, :meth:`backward` around the backward, then :meth:`finish`."""
 
-    def __init__(self, model: nn.Module, plan, inputs: list):
+    def __init__(self, model: nn.Module, plan, inputs: list, key: tuple):
         held = [t for t, _ in plan.held]
         kept = [t for t in (plan.cached_env or ()) if isinstance(t, Tensor)]
         graph = [v for _, v in (plan.graph_inputs or ())]
-        self.plan = plan
+        self.plan, self.model, self.key = plan, model, key
         self.recorder = Recorder(model, [*model.parameters(), *model.buffers(), *held, *kept, *graph])
         for t in inputs:
             self.recorder.declare(t)
@@ -405,18 +675,22 @@ class Compiling:
         return context
 
     def finish(self, out: Tensor, head: Tensor, grads, detached: set, explained_head) -> None:
-        """Keep the program on the plan (None where it cannot be one: the plan is then not compiled)."""
+        """Keep the program on the plan (None where it cannot be one: the plan is then not compiled), and
+        in its family (:func:`generalise`)."""
         try:
             if self.unread is None:
                 raise NotCompiled("the accounts were read during the backward")
             self.plan.program = self.recorder.finish(out, head, grads, self.unread, detached, explained_head)
         except Exception as e:  # noqa: BLE001 - the explanation is done: a program that cannot be made is refused
             self.plan.program_refused = str(e) if isinstance(e, NotCompiled) else f"{type(e).__name__}: {e}"
+            return
+        _offer(self.model, self.key, self.plan.program)
 
 
 def compiling(model: nn.Module, inputs: list, kwargs: dict, options: tuple) -> Compiling | None:
     """A :class:`Compiling` where this signature has a plan without a program (and not refused)."""
-    plan = _plan(model, inputs, kwargs, options)
+    key = _key(model, inputs, kwargs, options)
+    plan = None if key is None else replay.plans_of(model).get(key)
     if plan is None or plan.program is not None or plan.program_refused is not None or \
             plan.program_failures > max(MAX_FAILURES, plan.program_runs // RUNS_PER_FAILURE):
         return None
@@ -426,4 +700,4 @@ def compiling(model: nn.Module, inputs: list, kwargs: dict, options: tuple) -> C
     if refused is not None:
         plan.program_refused = refused
         return None
-    return Compiling(model, plan, inputs)
+    return Compiling(model, plan, inputs, key)

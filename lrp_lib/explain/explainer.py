@@ -154,8 +154,15 @@ class LRPExplainer(ExplainerAlgorithm):
             about the cost of one gradient.  Every value the rules read from the data (the
             signs z+ splits by, a zero in a denominator) is read again and compared; where one
             differs the explanation is replayed instead (and compiled again).  On by default; it
-            applies with one account for the call (node-level tasks, graph-level tasks with
+            applies with one account for the call (node-level tasks, one graph, or a batch with
             ``accounts="total"``), without an edge mask or ``per_index``, on the CPU and on a GPU.
+            Once two input signatures that differ only in their sizes (molecules of other numbers of
+            atoms and bonds) have programs that run the same operations, one program is made for
+            inputs of any size (``replay_reason`` ``"compiled for any size"``;
+            :func:`lrp_lib.explain.compiled.generalise`), which reads its sizes from the tensors it
+            runs on; sizes 0 and 1, and free sizes equal to each other, are left to the replay.
+            ``compile="exact"``: programs per signature only, for a model whose forward takes other
+            branches at other sizes (a size threshold, say), which no program could see.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -209,12 +216,13 @@ class LRPExplainer(ExplainerAlgorithm):
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
                  prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
-                 compile: bool = True):
+                 compile: bool | str = True):
         super().__init__()
-        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index),
-                            ("compile", compile)):
+        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
+        if not (isinstance(compile, bool) or compile == "exact"):
+            raise ValueError(f"compile must be True, False or 'exact', got {compile!r}")
         self.replay, self.fast, self.recompute, self.compile = replay, fast, recompute, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
@@ -326,13 +334,15 @@ class LRPExplainer(ExplainerAlgorithm):
                 extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})
             return self._masked(node_rel, edge_rel, **extra)
         node_group = row_groups = None
+        one_graph = False
         if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
             batch = kwargs.get("batch")
-            node_group = batch.long() if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else \
-                torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+            one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
+            node_group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device) if one_graph else batch.long()
             row_groups = batch_row_groups(node_group)
         node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
-                                                       row_groups=row_groups, split_losses=False, **kwargs)
+                                                       row_groups=row_groups, split_losses=False,
+                                                       one_group=one_graph, **kwargs)
         return self._explanation(node_rel, edge_rel, **extra)
 
     def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
@@ -350,7 +360,7 @@ class LRPExplainer(ExplainerAlgorithm):
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
-                   row_groups=None, split_losses=True, **kwargs):
+                   row_groups=None, split_losses=True, one_group=False, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
 
         With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and
@@ -359,7 +369,8 @@ class LRPExplainer(ExplainerAlgorithm):
         ``row_groups`` (filled by the forward: the group of the rows of each row count) splits the
         biases by group without another backward where it covers every tensor they were kept on
         (``split_losses=False``: only where no group lost relevance, see
-        :func:`~lrp_lib.explain.accounting.account`)."""
+        :func:`~lrp_lib.explain.accounting.account`).  ``one_group``: ``node_group`` is known to hold one
+        group (a single graph), whose account needs no other backward, so the explanation may be compiled."""
         if not checked and not checked_by_explainer(x, edge_index):
             check_inputs(model, x, edge_index, **kwargs)
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
@@ -385,16 +396,18 @@ class LRPExplainer(ExplainerAlgorithm):
         options = (self.composite.key(), self.fast, edges, grouped, tuple(kwargs))
         enabled = self.replay and self.fast and not self.recompute
         # one account for the call, no edge relevance: the plan's ATen operations run as a program
-        compile_ = enabled and self.compile and not edges and not grouped and node_group is None and \
-            current_plan() is None
+        compile_ = enabled and self.compile is not False and not edges and not grouped and (node_group is None or one_group) \
+            and current_plan() is None
         done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
-            o, h, target, index, self.model_config, self.explained)) if compile_ else None
+            o, h, target, index, self.model_config, self.explained), generic=self.compile is True) \
+            if compile_ else None
         recording = None
         if done is not None:
             out, head, start, grads, tally, program = done
             check_blocked(tally)
             mode = SimpleNamespace(tally=tally, detached=program.detached, explained_head=program.explained_head)
-            recorder, replayed, reason = None, True, "compiled"
+            recorder, replayed = None, True
+            reason = "compiled" if program.input_sizes is None else "compiled for any size"
         else:
             recording = compiled.compiling(model, model_inputs, other, options) if compile_ else None
             with recording.forward() if recording is not None else nullcontext():
@@ -405,7 +418,7 @@ class LRPExplainer(ExplainerAlgorithm):
                 recording = None
             out, start, grads, head = propagate(
                 model, mode, recorder, inputs, None, target, index, self.model_config, self.explained,
-                retain_graph=node_group is not None, out=out, replayed=replayed,
+                retain_graph=node_group is not None and not one_group, out=out, replayed=replayed,
                 backward_context=recording.backward(mode.tally) if recording is not None else None)
             replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)

@@ -11,7 +11,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
-from torch_geometric.nn import GCNConv
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import (GATConv, GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool, global_max_pool,
+                                global_mean_pool)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_zoo_relevance as zoo  # noqa: E402
@@ -288,3 +290,253 @@ def test_a_backward_in_several_threads_is_not_compiled():
     worker.join()
     with pytest.raises(compiled.NotCompiled, match="several threads"):
         recorder.finish(y, y, [g], [], set(), None)
+
+
+class Pooled(nn.Module):
+    def __init__(self, features=4, hidden=6):
+        super().__init__()
+        self.conv1, self.conv2 = GCNConv(features, hidden), GCNConv(hidden, hidden)
+        self.lin = nn.Linear(hidden, 2)
+
+    def forward(self, x, edge_index, batch=None):
+        h = self.conv2(self.conv1(x, edge_index).relu(), edge_index).relu()
+        return self.lin(h.mean(0, keepdim=True) if batch is None else global_mean_pool(h, batch))
+
+
+def test_one_graph_with_an_account_per_graph_is_compiled(runs):
+    """A graph-level explanation of one graph (no ``batch``) has one account, as ``accounts="total"``:
+    it runs as a program, with the mode's relevance and per-graph accounts (shape ``[1]``) bit for bit,
+    on graphs of the recorded size with other features and edges; a batch of two is not compiled."""
+    torch.manual_seed(0)
+    model = Pooled().eval()
+
+    def graph_explainer(**options):
+        return Explainer(model, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
+                         node_mask_type="attributes", edge_mask_type=None,
+                         model_config=dict(mode="multiclass_classification", task_level="graph", return_type="raw"))
+    fast, mode = graph_explainer(), graph_explainer(replay=False)
+
+    def loopless(seed):  # (a self-loop more or less is another plan: GCN adds the missing ones)
+        x, ei = graph(seed=seed)
+        return x, torch.stack([ei[0], (ei[0] + 1 + ei[1] % 11) % 12])
+    target = torch.tensor([1])
+    for seed in (0, 0, 1):  # recorded, then compiled on the same graph (which it holds and checks),
+        x, ei = loopless(seed)  # then compiled again for another graph
+        fast(x, ei, target=target)
+    for seed in (2, 3, 4):
+        x2, ei2 = loopless(seed)
+        got, want = fast(x2, ei2, target=target), mode(x2, ei2, target=target)
+        assert got.replay_reason == "compiled"
+        assert torch.equal(got.node_relevance, want.node_relevance)
+        assert got.bias_relevance.shape == (1,) and torch.equal(got.bias_relevance, want.bias_relevance)
+        assert torch.equal(got.relevance_residual, want.relevance_residual)
+    assert runs[0] == 3
+    two = Batch.from_data_list([Data(x=x, edge_index=ei), Data(x=x2, edge_index=ei2)])
+    for _ in range(3):
+        e = fast(two.x, two.edge_index, batch=two.batch, target=torch.tensor([1, 0]))
+    assert e.replay_reason == "replayed" and runs[0] == 3
+
+
+# Generic programs: one program for graphs of any size (compiled.generalise)
+
+def molecule(nodes, edges, seed):
+    """A graph of ``nodes`` nodes and ``edges`` edges without self-loops."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, nodes, (edges,), generator=g)
+    dst = (src + 1 + torch.randint(0, nodes - 1, (edges,), generator=g)) % nodes
+    return torch.rand(nodes, 4, generator=g), torch.stack([src, dst])
+
+
+class PoolNet(nn.Module):
+    """Two message-passing layers and a pool: the model of one molecule at a time."""
+    def __init__(self, conv="gcn", pool="mean"):
+        super().__init__()
+        make = {"gcn": lambda i, o: GCNConv(i, o), "gat": lambda i, o: GATConv(i, o, heads=2, concat=False),
+                "gin": lambda i, o: GINConv(nn.Sequential(nn.Linear(i, o), nn.ReLU(), nn.Linear(o, o))),
+                "sage": lambda i, o: SAGEConv(i, o), "graph": lambda i, o: GraphConv(i, o)}[conv]
+        self.conv1, self.conv2, self.lin = make(4, 6), make(6, 6), nn.Linear(6, 2)
+        self.pool = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_pool}[pool]
+
+    def forward(self, x, edge_index, batch=None):
+        h = self.conv2(self.conv1(x, edge_index).relu(), edge_index).relu()
+        return self.lin(self.pool(h, batch))
+
+
+def graph_explainers(model, rule="zplus"):
+    def make(**options):
+        return Explainer(model, algorithm=LRPExplainer(rule=RULES[rule], **options), explanation_type="phenomenon",
+                         node_mask_type="attributes", edge_mask_type=None,
+                         model_config=dict(mode="multiclass_classification", task_level="graph",
+                                           return_type="raw"))
+    return make(), make(replay=False)
+
+
+def assert_same_explanation(got, want):
+    for name in ("node_relevance", "bias_relevance", "relevance_residual"):
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+
+
+def warm_up_two_sizes(fast, sizes=((10, 21), (13, 27))):
+    """Each size explained three times (recorded, compiled, run): two programs of one family."""
+    for seed, (nodes, edges) in enumerate(sizes):
+        for k in range(3):
+            fast(*molecule(nodes, edges, 10 * seed + k), target=torch.tensor([1]))
+
+
+@pytest.mark.parametrize("conv", ["gcn", "gat", "gin", "sage", "graph"])
+@pytest.mark.parametrize("pool", ["mean", "max", "add"])
+def test_a_generic_program_explains_graphs_of_other_sizes(conv, pool):
+    """Two sizes compiled make one program for any size: graphs of sizes never seen run it ("compiled for
+    any size") and get the mode's relevance and accounts bit for bit; where z+ finds other signs in a
+    layer's input than when recorded (a unit without positive input), the guard sends the graph back."""
+    torch.manual_seed(0)
+    model = PoolNet(conv, pool).eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    assert fam.generic is not None, fam.refused
+    ran = []
+    for seed, (nodes, edges) in enumerate([(7, 16), (25, 53), (18, 40), (30, 70)]):
+        x, ei = molecule(nodes, edges, 100 + seed)
+        got, want = fast(x, ei, target=torch.tensor([1])), mode(x, ei, target=torch.tensor([1]))
+        ran.append(got.replay_reason == "compiled for any size")
+        assert_same_explanation(got, want)
+    assert fam.runs == sum(ran) >= 2 and fam.failures == 4 - sum(ran)
+    if conv in ("gcn", "gin"):
+        assert all(ran)
+
+
+def test_a_generic_program_is_not_run_where_a_size_is_0_or_1_or_two_sizes_are_equal():
+    """A graph of one node, one edge, or as many edges as nodes is explained as without a generic program
+    (its model could take other branches there), with the mode's relevance."""
+    torch.manual_seed(0)
+    model = PoolNet().eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    one_edge = (torch.rand(2, 4), torch.tensor([[0], [1]]))
+    no_edge = (torch.rand(3, 4), torch.zeros(2, 0, dtype=torch.long))
+    for x, ei in (one_edge, no_edge, molecule(9, 9, 1)):
+        got, want = fast(x, ei, target=torch.tensor([0])), mode(x, ei, target=torch.tensor([0]))
+        assert not got.replay_reason.startswith("compiled")
+        assert_same_explanation(got, want)
+    assert fam.runs == 0
+
+
+def test_a_generic_program_checks_the_sizes_the_data_decides():
+    """GCN adds the self-loops a graph lacks: the count of those it has (0 in the recorded graphs) is the
+    size of a data-dependent result, compared on every run, so a graph with self-loops falls back."""
+    torch.manual_seed(0)
+    model = PoolNet().eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    x, ei = molecule(11, 30, 5)
+    ei[1, :3] = ei[0, :3]  # three self-loops
+    got, want = fast(x, ei, target=torch.tensor([1])), mode(x, ei, target=torch.tensor([1]))
+    assert got.replay_reason != "compiled for any size" and fam.failures == 1
+    assert_same_explanation(got, want)
+
+
+class Sliced(nn.Module):
+    """A model whose forward uses a number that is no tensor's size (the node count plus one)."""
+    def __init__(self):
+        super().__init__()
+        self.conv, self.lin = GCNConv(4, 6), nn.Linear(6, 2)
+
+    def forward(self, x, edge_index):
+        h = self.conv(x, edge_index).relu()
+        return self.lin(torch.cat([h, h])[: x.shape[0] + 1].mean(0, keepdim=True))
+
+
+def test_programs_with_a_number_that_is_no_size_are_not_generalised():
+    """A size that differs between two programs must be read from a tensor of the program; one that
+    cannot be (here the node count plus one) leaves the family without a generic program."""
+    torch.manual_seed(0)
+    model = Sliced().eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    assert fam.generic is None and "is not the size of a tensor" in fam.refused
+    x, ei = molecule(17, 40, 3)
+    assert_same_explanation(fast(x, ei, target=torch.tensor([1])), mode(x, ei, target=torch.tensor([1])))
+
+
+def test_sizes_in_the_same_ratio_are_not_generalised():
+    """Two programs whose graphs have edges and nodes in the same ratio (twice as many edges as nodes
+    in both) could not tell a number that is the edge count from twice the node count."""
+    torch.manual_seed(0)
+    model = PoolNet().eval()
+    fast, _ = graph_explainers(model)
+    warm_up_two_sizes(fast, sizes=((10, 20), (13, 26)))
+    (fam,) = compiled.families_of(model).values()
+    assert fam.generic is None and "same ratio" in fam.refused
+
+
+_GENERIC = {}
+
+
+@given(nodes=st.integers(2, 40), edges=st.integers(2, 120), seed=st.integers(0, 2**31 - 1),
+       rule=st.sampled_from(["zplus", "epsilon", "gamma", "alpha2beta1"]), shift=st.sampled_from([0.0, 0.3]),
+       scale=st.floats(0.01, 100.0))
+@settings(max_examples=60, deadline=None)
+def test_generic_or_not_the_relevance_is_the_modes(nodes, edges, seed, rule, shift, scale):
+    """Any graph, any rule, features of any scale and sign: the explanation equals the mode's bit for bit,
+    whether the generic program ran it or a guard sent it back (a model whose generic program failed too
+    often, and was dropped, is made again)."""
+    model = _GENERIC.get(rule, (None,))[0]
+    family = None if model is None else next(iter(compiled.families_of(model).values()), None)
+    if model is None or family is not None and family.generic is None:  # (alpha-beta makes no program)
+        torch.manual_seed(1)
+        model = PoolNet().eval()
+        fast, mode = graph_explainers(model, rule)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            warm_up_two_sizes(fast)
+        _GENERIC[rule] = (model, fast, mode)
+    model, fast, mode = _GENERIC[rule]
+    x, ei = molecule(nodes, edges, seed)
+    x = (x - shift) * scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got, want = fast(x, ei, target=torch.tensor([seed % 2])), mode(x, ei, target=torch.tensor([seed % 2]))
+    assert_same_explanation(got, want)
+
+
+def test_compile_exact_runs_no_generic_program_and_a_bad_value_is_named():
+    """``compile="exact"`` keeps the programs per signature and runs no generic one; another value of
+    ``compile`` is refused with an error naming it."""
+    torch.manual_seed(0)
+    model = PoolNet().eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    exact = Explainer(model, algorithm=LRPExplainer(compile="exact"), explanation_type="phenomenon",
+                      node_mask_type="attributes", edge_mask_type=None,
+                      model_config=dict(mode="multiclass_classification", task_level="graph", return_type="raw"))
+    x, ei = molecule(17, 40, 3)
+    got = exact(x, ei, target=torch.tensor([1]))
+    assert not got.replay_reason.startswith("compiled")
+    assert_same_explanation(got, mode(x, ei, target=torch.tensor([1])))
+    assert exact(*molecule(10, 21, 7), target=torch.tensor([1])).replay_reason == "compiled"  # its own size
+    assert fast(x, ei, target=torch.tensor([1])).replay_reason == "compiled for any size"
+    with pytest.raises(ValueError, match="compile must be True, False or 'exact', got 'yes'"):
+        LRPExplainer(compile="yes")
+
+
+def test_on_every_device_a_generic_program_gives_the_modes_relevance(device):
+    """A generic program on the device of its model: the mode's relevance for graphs of new sizes (bit for
+    bit on the CPU, to float32 rounding on a GPU)."""
+    torch.manual_seed(0)
+    model = PoolNet().to(device).eval()
+    fast, mode = graph_explainers(model)
+    target = torch.tensor([1], device=device)
+    for seed, (nodes, edges) in enumerate(((10, 21), (13, 27))):
+        for k in range(3):
+            fast(*(t.to(device) for t in molecule(nodes, edges, 10 * seed + k)), target=target)
+    tol = dict(rtol=0, atol=0) if device.type == "cpu" else dict(rtol=1e-5, atol=1e-7)
+    for seed, (nodes, edges) in enumerate([(7, 16), (25, 53)]):
+        x, ei = (t.to(device) for t in molecule(nodes, edges, 100 + seed))
+        got, want = fast(x, ei, target=target), mode(x, ei, target=target)
+        assert got.replay_reason == "compiled for any size"
+        for name in ("node_relevance", "bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(getattr(got, name), getattr(want, name), **tol)
