@@ -224,8 +224,10 @@ plt.show()
 #   inputs, the model, the rule), `LRPExplainer` records the torch functions of the model's forward and
 #   replays them without the model's Python, with the same relevance; from the third on, it runs the
 #   ATen operations of the whole explanation, forward and backward, as a recorded program without the
-#   rules' Python either. `explanation.replay_reason` says which (`"replayed"`, `"compiled"`) or why
-#   not; `compile=False` and `replay=False` turn them off.
+#   rules' Python either. Graphs of other sizes (molecules one at a time) share one program once two
+#   sizes have programs that differ in nothing but their sizes. `explanation.replay_reason` says which
+#   (`"replayed"`, `"compiled"`, `"compiled for any size"`) or why not; `compile="exact"` keeps
+#   programs per size, and `compile=False` and `replay=False` turn them off.
 # - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
 #   prediction and the target of a classifier from the explanation's own forward instead of running
 #   PyG's prediction pass first (`one_pass=False` runs it), and `LRPExplainer(accounts="total")` keeps
