@@ -39,6 +39,10 @@ reads there too (:meth:`Recorder.on_read`); a backward whose operations ran in m
 (tensors on several devices) has no fixed order and is not compiled.  The program itself runs in the
 calling thread.
 
+A program runs simplified (:func:`simplify`, made on its first run): the steps that give the same values
+on every run (on the model's parameters alone, or repeating an earlier step on the same values, as each
+GCN layer normalising the same edges again) run once, when it is made; the results are the same to the bit.
+
 Programs for any size (:func:`generalise`).  A program is recorded for one input signature, sizes
 included, as a plan is.  Explanations whose inputs come in many sizes (molecules one at a time) would
 rarely meet a program of their size.  Yet the programs of two sizes most often run the same
@@ -76,7 +80,7 @@ from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_s
 
 __all__ = ["Program", "Recorder", "Compiling", "run", "explain", "compiling", "NotCompiled", "DATA_SHAPED",
            "PY_READS", "MAX_FAILURES", "RUNS_PER_FAILURE", "SizeRef", "generalise", "family", "families_of",
-           "FAMILY_PROGRAMS"]
+           "FAMILY_PROGRAMS", "simplify"]
 
 #: Operators whose result's shape depends on the data: their shapes are compared on every run.
 DATA_SHAPED = frozenset("""nonzero nonzero_static argwhere masked_select index unique_dim unique_consecutive
@@ -180,6 +184,7 @@ class Program:
         self.drops: list[tuple[int, ...]] = []
         self.shapes: dict[int, tuple] = {}  # each tensor slot's shape when recorded
         self.input_sizes: list[tuple] | None = None  # a generic program's inputs' shapes (None: any size >= 2)
+        self.fast: Program | None = None  # the program that runs: :func:`simplify`'s (made on the first run)
 
 
 class Recorder(TorchDispatchMode):
@@ -245,6 +250,7 @@ class Recorder(TorchDispatchMode):
             return
         if torch.Tag.nondeterministic_seeded in func.tags:
             raise NotCompiled(f"{func} is random")
+        _OVERLOADS.setdefault(func._op, func)
         t_args = _template(args, self.slot)
         t_kwargs = {k: _template(v, self.slot) for k, v in kwargs.items()}
         flat = _flat(t_args, t_kwargs)
@@ -351,6 +357,210 @@ def _drops(p: Program) -> list[tuple[int, ...]]:
     return [tuple(d) for d in drops]
 
 
+# Simplifying a program.  A recorded program repeats work that gives the same values on every run: each
+# GCN layer normalises the same edges again, and each rule transposes, clips and reads the signs of its
+# layer's weights.  :func:`simplify` does that work once.  The same kernels run on the same values, so the
+# relevance is unchanged to the bit; what changes is how many operations each run calls.
+
+_OVERLOADS: dict = {}  # an operator (``OpOverload._op``, as steps hold it) -> its OpOverload (its schema)
+_EFFECTS: dict = {}
+
+
+def _effects(op):
+    """``(written, viewed)``: the arguments ``op`` writes in place and those its results may share memory
+    with (a view, or the tensor an in-place operation returns), each as (position, name); None for an
+    operator without a schema."""
+    found = _EFFECTS.get(op)
+    if found is None:
+        f = _OVERLOADS.get(op)
+        if f is None:
+            return None
+        schema = f._schema
+        sets = set()
+        for r in schema.returns:
+            if r.alias_info is not None:
+                sets.update(r.alias_info.before_set)
+        written, viewed = [], []
+        for i, a in enumerate(schema.arguments):
+            where = (None if a.kwarg_only else i, a.name)
+            if a.alias_info is not None and a.alias_info.is_write:
+                written.append(where)
+            if a.alias_info is not None and sets.intersection(a.alias_info.before_set):
+                viewed.append(where)
+        found = _EFFECTS[op] = (tuple(written), tuple(viewed))
+    return found
+
+
+def _key_of(a, vn: dict):
+    """What an argument is, for comparing two steps: each slot by the value it holds (``vn``)."""
+    t = type(a)
+    if t is Ref:
+        return "ref", vn[a.slot]
+    if t is SizeRef:
+        return "size", vn[a.slot], a.dim
+    if t is tuple or t is list:
+        return t, tuple(_key_of(b, vn) for b in a)
+    if isinstance(a, Tensor):
+        return "tensor", id(a)
+    if t is float:
+        return t, repr(a)  # (0.0 and -0.0 differ; nan equals nan)
+    return t, a
+
+
+def simplify(p: Program) -> Program:
+    """``p`` with the work that gives the same values on every run done once, as a program of its own:
+
+    * a step whose arguments are all constants (the model's parameters, or results of such steps) is run
+      now, and its result becomes a constant of the program (a weight's transpose, its positive part);
+      a value read from constants alone is not read again (the constants are checked on every run);
+    * a step that repeats an earlier one on the same values reads the earlier result instead (each layer
+      of a GCN normalising the same edges again), and a value read twice is read once.
+
+    Values are compared by how they were computed (the operator and the values of its arguments), a
+    tensor written in place by what wrote it.  A step whose result is written in place, or shares memory
+    with a tensor that is, is neither run now nor replaced; a program that writes a constant is kept as
+    it is.  The kernels and their inputs are those of ``p``: the results are the same, to the bit."""
+    steps = p.steps
+    effects = []
+    for kind, op, *_ in steps:
+        e = ((), False) if kind == _PY_READ else _effects(op)
+        if e is None:
+            return p
+        effects.append(e)
+    # the slots that share memory (a view and what it views), and the groups of them that are written
+    parent = list(range(p.n_slots))
+
+    def root(k: int) -> int:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+    def arg(args, kwargs, pos, name):
+        return args[pos] if pos is not None and pos < len(args) else kwargs.get(name)
+    written: set[int] = set()
+    for (kind, op, args, kwargs, _, outs, _), (writes, viewed) in zip(steps, effects):
+        for pos, name in writes:
+            v = arg(args, kwargs, pos, name)
+            if isinstance(v, Tensor) or type(v) in (list, tuple) and any(isinstance(b, Tensor) for b in v):
+                return p  # (a constant written in place)
+            found: list = []
+            _slots_in([v], found)
+            written.update(found)
+        if viewed and kind in (_STEP, _MULTI):
+            found = []
+            _slots_in([arg(args, kwargs, pos, name) for pos, name in viewed], found)
+            for o in (outs if kind == _MULTI else (outs,)):
+                for k in found:
+                    parent[root(o)] = root(k)
+    shared = {root(k) for k in written}
+    members: dict[int, list[int]] = {}
+    for k in range(p.n_slots):
+        members.setdefault(root(k), []).append(k)
+    keep = {k for k in (p.out_slot, p.head_slot, *p.grad_slots) if k is not None}
+    keep.update(k for _, _, ks in p.tally for k in ks)
+
+    const: dict[int, Tensor] = {}  # slots whose values are constants now
+    rename: dict[int, int] = {}  # slot -> the earlier slot holding its value
+    vn: dict[int, object] = {k: ("input", k) for k in (*p.inputs, p.start_slot) if k is not None}
+    seen: dict = {}
+    ids: dict = {}
+    fresh = 0
+
+    def sub(a):
+        t = type(a)
+        if t is Ref or t is SizeRef:
+            k = rename.get(a.slot, a.slot)
+            if k in const:
+                return const[k] if t is Ref else const[k].shape[a.dim]
+            return a if k == a.slot else Ref(k) if t is Ref else SizeRef(k, a.dim)
+        if t is tuple or t is list:
+            return t(sub(b) for b in a)
+        return a
+
+    out_steps: list = []
+    effects_of: list = []  # (written, viewed) of each step kept
+    split = None
+    for i, ((kind, op, args, kwargs, _, outs, check), (writes, _)) in enumerate(zip(steps, effects)):
+        if i == p.split:
+            split = len(out_steps)
+        a, kw = sub(args), {k: sub(v) for k, v in kwargs.items()}
+        refs: list = []
+        _slots_in(a, refs)
+        _slots_in(list(kw.values()), refs)
+        outs_t = outs if kind == _MULTI else (outs,) if kind == _STEP else ()
+        free = not writes and all(root(k) not in shared for k in outs_t)
+        if kind in (_READ, _PY_READ):
+            if not refs:
+                continue  # read from constants: the same value on every run
+            key = (kind, op, _key_of(a, vn), tuple((k, _key_of(v, vn)) for k, v in kw.items()))
+            if key in seen:
+                continue
+            seen[key] = None
+            out_steps.append((kind, op, a, kw, None, outs, check))
+            effects_of.append(((), ()))
+            continue
+        if free and not refs and not keep.intersection(outs_t):
+            with torch.no_grad():
+                out = op(*a, **kw)
+            for k, o in zip(outs_t, out if kind == _MULTI else (out,)):
+                const[k] = o
+            continue
+        key = (kind, op, _key_of(a, vn), tuple((k, _key_of(v, vn)) for k, v in kw.items()))
+        if free:
+            earlier = seen.get(key)
+            if earlier is not None:
+                for k, e in zip(outs_t, earlier):
+                    rename[k] = e
+                continue
+            seen[key] = outs_t
+            number = ids.setdefault(key, len(ids))  # (numbers, not the nested keys: hashing stays flat)
+            for j, k in enumerate(outs_t):
+                vn[k] = (number, j)
+        else:
+            changed = list(outs_t)
+            _slots_in([arg(a, kw, pos, name) for pos, name in writes], changed)
+            changed = set(changed)
+            if len(changed) == 1 and len(members[root(next(iter(changed)))]) == 1:
+                vn[changed.pop()] = (ids.setdefault(key, len(ids)), 0)  # written, sharing memory with none:
+                # known by what wrote it
+            for k in changed:
+                for m in members[root(k)]:
+                    fresh += 1
+                    vn[m] = ("written", fresh)
+        if check is not None:
+            check = sub(check)
+        out_steps.append((kind, op, a, kw, _flat(a, kw), outs, check))
+        effects_of.append((writes, ()))
+    # what no longer reaches a result (a layer's edge normalisation once its reads read the first layer's)
+    live = {rename.get(k, k) for k in keep}
+    needed = [False] * len(out_steps)
+    for i in range(len(out_steps) - 1, -1, -1):
+        kind, op, a, kw, _, outs, check = out_steps[i]
+        if kind in (_STEP, _MULTI):
+            touched = list(outs if kind == _MULTI else (outs,))
+            _slots_in([arg(a, kw, pos, name) for pos, name in effects_of[i][0]], touched)
+            if not any(m in live for k in touched for m in members[root(k)]):
+                continue
+        needed[i] = True
+        found: list = []
+        _slots_in(a, found)
+        _slots_in(list(kw.values()), found)
+        if kind in (_STEP, _MULTI) and check is not None:
+            _slots_in(check, found)
+        live.update(found)
+    split = sum(needed[:split]) if split is not None else None
+    out_steps = [st for st, n in zip(out_steps, needed) if n]
+    q = Program()
+    q.__dict__.update(p.__dict__)
+    q.fast = None
+    q.steps, q.split = out_steps, len(out_steps) if split is None else split
+    q.out_slot, q.head_slot = (None if k is None else rename.get(k, k) for k in (p.out_slot, p.head_slot))
+    q.grad_slots = [None if k is None else rename.get(k, k) for k in p.grad_slots]
+    q.tally = [(table, label, tuple(rename.get(k, k) for k in ks)) for table, label, ks in p.tally]
+    q.drops = _drops(q)
+    return q
+
+
 def _run(p: Program, env: list, start: int, stop: int) -> None:
     steps, drops = p.steps, p.drops
     for i in range(start, stop):
@@ -403,6 +613,9 @@ def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, 
     for t, value in p.scalars:
         if t.item() != value:
             raise Stale("a scalar constant of the program changed")
+    if p.fast is None:
+        p.fast = simplify(p)
+    p = p.fast
     env = [None] * p.n_slots
     for k, t in zip(p.inputs, inputs):
         env[k] = t

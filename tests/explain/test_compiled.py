@@ -540,3 +540,93 @@ def test_on_every_device_a_generic_program_gives_the_modes_relevance(device):
         assert got.replay_reason == "compiled for any size"
         for name in ("node_relevance", "bias_relevance", "relevance_residual"):
             torch.testing.assert_close(getattr(got, name), getattr(want, name), **tol)
+
+
+# simplify: work that gives the same values on every run is done once
+
+
+def program_of(fn, x: torch.Tensor, constants=()):
+    """The program of ``fn(x)`` (its ATen operations, all in the forward segment), and its simplified form."""
+    rec = compiled.Recorder(nn.Module(), list(constants))
+    rec.declare(x)
+    with torch.no_grad(), rec:
+        out = fn(x)
+    rec.begin_backward(torch.zeros(()))
+    p = rec.finish(out, out, [out], [], set(), None)
+    return p, compiled.simplify(p)
+
+
+def run_program(p, x):
+    return compiled.run(p, nn.Module(), [x], lambda out, head: torch.zeros(()))[0]
+
+
+def test_simplify_does_constant_work_once_and_repeated_work_once():
+    """Steps on constants alone run once (the transpose and positive part of a weight, the signs read
+    from it); a step repeated on the same values reads the first result, also after a tensor written in
+    place went through the same writes (two normalisations of the same edges); what no result needs goes."""
+    w = torch.randn(5, 3)
+
+    def fn(x):
+        wt = w.t().clamp(min=0)
+        assert not bool((w.sign() > 1).any())  # a value read from a constant
+        norms = []
+        for _ in range(3):  # the same normalisation three times, each written in place
+            d = x.new_zeros(x.shape[0])
+            d.add_(x.sum(-1)).abs_().add_(1.0)
+            norms.append(d.rsqrt())
+        unused = x * 3  # noqa: F841 - needed by nothing
+        return (x @ wt) * norms[0][:, None] + (x @ wt) * norms[2][:, None]
+
+    x = torch.randn(4, 3)
+    p, q = program_of(fn, x, [w])
+    names = [str(compiled._OVERLOADS[s[1]]) for s in q.steps]
+    assert len(p.steps) >= 25 and names == [
+        "aten.new_zeros.default", "aten.sum.dim_IntList", "aten.add_.Tensor", "aten.abs_.default", "aten.add_.Tensor",
+        "aten.rsqrt.default", "aten.mm.default", "aten.unsqueeze.default", "aten.mul.Tensor", "aten.add.Tensor"], names
+    assert "aten.clamp.default" not in names and "aten.sign.default" not in names
+    for seed in range(3):
+        x = torch.randn(4, 3)
+        assert torch.equal(run_program(q, x), fn(x)) and torch.equal(run_program(p, x), fn(x))
+
+
+def test_simplify_keeps_what_a_write_in_place_makes_different():
+    """Two clones of one tensor are not one tensor when one is then written in place, nor when a view of
+    it is; nor are two reads of a tensor on either side of a write through its view."""
+    def fn(x):
+        a, b = x.clone(), x.clone()
+        b.add_(1.0)
+        c = x.clone()
+        c.view(-1)[0] = 5.0  # (c written through its view)
+        d = x.clone()
+        y = x.clone()
+        before = y * 2
+        y.view(-1).mul_(3.0)
+        after = y * 2
+        return a + b + c + d + before + after
+
+    x = torch.randn(3, 2)
+    p, q = program_of(fn, x)
+    for x in (torch.randn(3, 2), torch.randn(3, 2)):
+        assert torch.equal(run_program(q, x), fn(x))
+    names = [str(compiled._OVERLOADS[s[1]]) for s in q.steps]
+    assert names.count("aten.clone.default") == 4, names  # a and d are one; b, c and y are their own
+
+
+def test_a_simplified_program_is_the_program_on_the_zoo_of_sizes():
+    """A GCN's program for any size: the simplified one runs fewer operations (the later layers' edge
+    normalisation is the first layer's; the weights' transposes and positive parts are made once) and
+    gives the same relevance to the bit."""
+    torch.manual_seed(0)
+    model = PoolNet("gcn", "mean").eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    p = fam.generic
+    q = compiled.simplify(p)
+    assert len(q.steps) <= 0.75 * len(p.steps) and q.split < p.split
+    x, ei = molecule(20, 44, 7)
+    start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
+                                          torch.zeros_like(head))
+    a, b = compiled.run(p, model, [x, ei], start), compiled.run(q, model, [x, ei], start)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[3][0], b[3][0])
+    assert torch.equal(a[3][0], mode(x, ei, target=torch.tensor([1])).node_relevance)
