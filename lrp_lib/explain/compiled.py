@@ -185,6 +185,7 @@ class Program:
         self.shapes: dict[int, tuple] = {}  # each tensor slot's shape when recorded
         self.input_sizes: list[tuple] | None = None  # a generic program's inputs' shapes (None: any size >= 2)
         self.fast: Program | None = None  # the program that runs: :func:`simplify`'s (made on the first run)
+        self.code: tuple | None = None  # a simplified program's two segments as functions (:func:`_code`)
 
 
 class Recorder(TorchDispatchMode):
@@ -558,6 +559,7 @@ def simplify(p: Program) -> Program:
     q.grad_slots = [None if k is None else rename.get(k, k) for k in p.grad_slots]
     q.tally = [(table, label, tuple(rename.get(k, k) for k in ks)) for table, label, ks in p.tally]
     q.drops = _drops(q)
+    q.code = (_code(q, 0, q.split), _code(q, q.split, len(q.steps)))
     return q
 
 
@@ -590,8 +592,68 @@ def _run(p: Program, env: list, start: int, stop: int) -> None:
             env[k] = None
 
 
+def _code(p: Program, start: int, stop: int) -> Callable[[list], None]:
+    """Steps ``start:stop`` of ``p`` as one Python function of ``env``: what :func:`_run` does, written out
+    step by step (each operator and constant a name of the function's globals), without the loop that
+    reads each step's form on every run."""
+    names: dict = {"Stale": Stale, "_same_shape": _same_shape, "_multi_shapes": _multi_shapes}
+
+    def name(v) -> str:
+        k = f"c{len(names)}"
+        names[k] = v
+        return k
+
+    def arg(a) -> str:
+        t = type(a)
+        if t is Ref:
+            return f"env[{a.slot}]"
+        if t is SizeRef:
+            return f"env[{a.slot}].shape[{a.dim}]"
+        if t is list or t is tuple:
+            inner = ", ".join(arg(b) for b in a)
+            return f"[{inner}]" if t is list else f"({inner}{',' if len(a) == 1 else ''})"
+        if t is int or t is bool or a is None:
+            return repr(a)
+        return name(a)
+    lines = ["def segment(env):"]
+    for i in range(start, stop):
+        kind, op, args, kwargs, _, outs, check = p.steps[i]
+        call = f"{name(op)}({', '.join([*(arg(a) for a in args), *(f'{k}={arg(v)}' for k, v in kwargs.items())])})"
+        what = name(str(_OVERLOADS.get(op, getattr(op, "__name__", op))))
+        if kind == _STEP:
+            lines.append(f"    env[{outs}] = {call}")
+            if check is not None:
+                lines.append(f"    if not _same_shape(env[{outs}].shape, {name(check)}, env):")
+                lines.append(f"        raise Stale(f'{{{what}}} gave a result of another shape than when compiled')")
+        elif kind == _MULTI:
+            lines.append(f"    out = {call}")
+            if check is not None:
+                lines.append(f"    if not _multi_shapes(out, {name(check)}, env):")
+                lines.append(f"        raise Stale(f'{{{what}}} gave results of other shapes than when compiled')")
+            lines.append(f"    {', '.join(f'env[{k}]' for k in outs)}, = out")
+        else:
+            lines.append(f"    out = {call}")
+            if kind == _PY_READ:
+                lines.append("    out = out.tolist() if hasattr(out, 'tolist') else out")
+            c = name(check)
+            lines.append(f"    if type(out) is not type({c}) or out != {c}:")
+            lines.append(f"        raise Stale(f'{{{what}}} read {{out!r}} from the data, not {{{c}!r}} as when compiled')")
+        for k in p.drops[i]:
+            lines.append(f"    env[{k}] = None")
+    lines.append("    return None")
+    exec(compile("\n".join(lines), f"<program steps {start}:{stop}>", "exec"), names)  # noqa: S102 - our own text
+    return names["segment"]
+
+
+def _multi_shapes(out, check, env: list) -> bool:
+    return len(out) == len(check) and all(_same_shape(o.shape, c, env) for o, c in zip(out, check))
+
+
 def _guarded(p: Program, env: list, start: int, stop: int) -> None:
     try:
+        if p.code is not None:
+            p.code[0 if start == 0 else 1](env)
+            return
         _run(p, env, start, stop)
     except Stale:
         raise

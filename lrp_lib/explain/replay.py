@@ -194,11 +194,18 @@ def hooked(model: nn.Module) -> str | None:
         if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
             return f"module '{name or type(m).__name__}' has hooks"
         if isinstance(m, MessagePassing):
-            for attr, hooks in vars(m).items():
-                if "forward" in attr and isinstance(hooks, dict) and any(
-                        getattr(h, "__module__", None) != _OWN_HOOKS for h in hooks.values()):
+            attrs = _HOOK_DICTS.get(type(m))
+            if attrs is None:  # (the same for every instance of a class: made by MessagePassing.__init__)
+                attrs = _HOOK_DICTS[type(m)] = tuple(a for a, v in vars(m).items() if "forward" in a and
+                                                     isinstance(v, dict) and not a.startswith("_forward"))
+            for attr in attrs:
+                hooks = getattr(m, attr, None)
+                if hooks and any(getattr(h, "__module__", None) != _OWN_HOOKS for h in hooks.values()):
                     return f"module '{name or type(m).__name__}' has {attr.strip('_')}"
     return None
+
+
+_HOOK_DICTS: dict = {}  # a MessagePassing class -> the names of its hook dictionaries
 
 
 def plans_of(model: nn.Module) -> dict:

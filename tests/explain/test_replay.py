@@ -315,6 +315,25 @@ def test_a_model_with_hooks_is_not_replayed():
     assert fast(x, ei, index=0).replayed
 
 
+@pytest.mark.parametrize("kind", ["message_forward", "propagate_forward_pre", "aggregate_forward"])
+def test_a_message_passing_hook_is_seen_on_every_layer(kind):
+    """PyG's message-passing hooks run Python in the forward too: a hook on any layer, registered after
+    the plan (and its program) were made, sends the explanation back to the mode, which runs it."""
+    m = model()
+    fast, slow = explainers(m, edges=False)
+    x, ei = graph()
+    for _ in range(3):
+        fast(x, ei, index=0)
+    assert fast(x, ei, index=0).replayed
+    seen = []
+    handle = getattr(m.conv2, f"register_{kind}_hook")(lambda *args: seen.append(1))
+    got = fast(x, ei, index=0)
+    assert not got.replayed and f"'conv2' has {kind}_hooks" in got.replay_reason and seen
+    assert_same(got, slow(x, ei, index=0))
+    handle.remove()
+    assert fast(x, ei, index=0).replayed
+
+
 def test_replay_must_be_a_bool():
     with pytest.raises(TypeError, match="replay"):
         LRPExplainer(replay="yes")
