@@ -65,6 +65,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.explain.algorithm import CaptumExplainer
 
+from lrp_lib.explain import compiled
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,6 +76,8 @@ from quality_tasks import GraphGCN, molecules  # noqa: E402
 DEVICE = torch.device("cpu")
 #: How each explanation of the LRP algorithm (replay=True) ran: "replayed", "recorded", "a new signature".
 REPLAYS: list = []
+#: The LRP algorithm's copy of the model (whose program for any size is counted).
+PROGRAM_OF: list = []
 MODEL_CONFIG = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
 ONE = ["gradient", "lrp_algorithm", "lrp_algorithm_exact", "lrp_algorithm_mode", "lrp_phenomenon", "saliency_phenomenon", "lrp_model",
        "saliency_model"]
@@ -110,6 +113,7 @@ def one_at_a_time_methods(model) -> dict:
           "lrp_model": own(LRPExplainer(), "model"),
           "saliency_model": own(CaptumExplainer("Saliency"), "model")}
     algorithm, plain = own(LRPExplainer(), "phenomenon"), own(LRPExplainer(replay=False), "phenomenon")
+    PROGRAM_OF.append(algorithm.model)
     exact = own(LRPExplainer(compile="exact"), "phenomenon")
 
     def gradient(g, target):
@@ -248,6 +252,13 @@ def main() -> None:
         runs.setdefault(how, []).append(ratio)
     rows["lrp_algorithm_runs"] = {how: {"molecules": len(r), "median_ratio_to_gradient": statistics.median(r)}
                                   for how, r in runs.items()}
+    generic = [f.generic for f in compiled.families_of(PROGRAM_OF[0]).values() if f.generic is not None]
+    if generic:  # the operations of the program for any size, as recorded and as it runs (simplified)
+        p = generic[0]
+        rows["program_operations"] = {"recorded": len(p.steps), "run": len((p.fast or compiled.simplify(p)).steps),
+                                      "recorded_forward": p.split,
+                                      "run_forward": (p.fast or compiled.simplify(p)).split}
+        print(f"program for any size: {rows['program_operations']}")
     base = statistics.median(btimes["batch_gradient"])
     for name in batch_calls:
         med = statistics.median(btimes[name])

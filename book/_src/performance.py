@@ -758,7 +758,10 @@ g("nodes_gpu_gin", gpu_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
 # third also records the ATen operations that its forward and its relevance backward dispatch, and
 # the later ones run those as a program, without the rules' Python either (`lrp_lib.explain.compiled`;
 # every value a rule read from the data, such as the signs that z+ splits by, is read again and
-# compared, and a call where one differs is replayed instead). Here the same graph is explained again
+# compared, and a call where one differs is replayed instead). The program runs simplified: what gives
+# the same values on every run (a weight's transpose and positive part, the signs read from it, each
+# GCN layer normalising the same edges again) is computed once, when the program is made, and the
+# results are the same to the bit (`lrp_lib.explain.compiled.simplify`). Here the same graph is explained again
 # and again, as when the nodes of one graph are explained one by one, so the replay also reuses what
 # the record computed from `edge_index` alone (degrees and normalisation). The columns *without
 # replay* run every explanation in the mode (`LRPExplainer(replay=False)`), *not compiled* replay
@@ -1185,6 +1188,10 @@ g("mo_speedup", mo_batch["speedup_over_one_at_a_time"], "{:.0f}")
 g("mo_batch_per_molecule", mo_batch["batch_lrp"]["ms_per_molecule"], "{:.2f}")
 g("mo_lrp_mode", mo_one["lrp_algorithm_mode"]["median_ratio_to_gradient"])
 g("mo_batch_mode", mo_batch["batch_lrp_mode"]["ratio_to_gradient"])
+mo_ops = molecules_b["results"]["program_operations"]
+for k in ("recorded", "run", "recorded_forward", "run_forward"):
+    g(f"mo_ops_{k}", mo_ops[k], "{:,}")
+assert mo_ops["run"] < mo_ops["recorded"] and mo_ops["run_forward"] < mo_ops["recorded_forward"]
 mo_runs = molecules_b["results"]["lrp_algorithm_runs"]
 for how, key in (("compiled for any size", "generic"), ("compiled", "compiled"), ("recorded", "recorded"),
                  ("a new signature", "new")):
@@ -1214,8 +1221,12 @@ assert mo_batch["batch_lrp"]["ratio_to_gradient"] < 1.3 * mo_batch["batch_lrp_to
 # {glue:text}`mo_compiled_count` ran the program of their own size ({glue:text}`mo_compiled`). The
 # early molecules pay for the others: the {glue:text}`mo_new_count` that were the first of their size
 # ran in the mode ({glue:text}`mo_new` times their gradient), and the {glue:text}`mo_recorded_count`
-# that recorded a forward cost {glue:text}`mo_recorded` times theirs. What is left is the price of a rule's operations
-# each launched on its own, where the gradient's backward runs in C++. In one batch the same
+# that recorded a forward cost {glue:text}`mo_recorded` times theirs. The program for any size was
+# recorded as {glue:text}`mo_ops_recorded` operations ({glue:text}`mo_ops_recorded_forward` of them in
+# the forward) and runs {glue:text}`mo_ops_run` ({glue:text}`mo_ops_run_forward`): the later layers
+# read the first layer's edge normalisation, and the weights' transposes, positive parts and signs are
+# taken once. What is left is the price of a rule's operations each launched from Python, where the
+# gradient's backward runs in C++, and of the checks and accounts around them. In one batch the same
 # {glue:text}`mo_count` explanations take
 # {glue:text}`mo_batch_each` times one batched gradient ({glue:text}`mo_batch_per_molecule` ms per
 # molecule, {glue:text}`mo_speedup` times faster than one at a time; {glue:text}`mo_batch_mode` without
