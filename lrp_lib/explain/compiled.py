@@ -39,7 +39,7 @@ reads there too (:meth:`Recorder.on_read`); a backward whose operations ran in m
 (tensors on several devices) has no fixed order and is not compiled.  The program itself runs in the
 calling thread.
 
-A program runs simplified (:func:`simplify`, made on its first run): the steps that give the same values
+A program that has run :data:`SIMPLIFY_AFTER` times runs simplified (:func:`simplify`): the steps that give the same values
 on every run (on the model's parameters alone, or repeating an earlier step on the same values, as each
 GCN layer normalising the same edges again) run once, when it is made; the results are the same to the bit.
 
@@ -80,7 +80,7 @@ from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_s
 
 __all__ = ["Program", "Recorder", "Compiling", "run", "explain", "compiling", "NotCompiled", "DATA_SHAPED",
            "PY_READS", "MAX_FAILURES", "RUNS_PER_FAILURE", "SizeRef", "generalise", "family", "families_of",
-           "FAMILY_PROGRAMS", "simplify"]
+           "FAMILY_PROGRAMS", "simplify", "SIMPLIFY_AFTER"]
 
 #: Operators whose result's shape depends on the data: their shapes are compared on every run.
 DATA_SHAPED = frozenset("""nonzero nonzero_static argwhere masked_select index unique_dim unique_consecutive
@@ -184,7 +184,8 @@ class Program:
         self.drops: list[tuple[int, ...]] = []
         self.shapes: dict[int, tuple] = {}  # each tensor slot's shape when recorded
         self.input_sizes: list[tuple] | None = None  # a generic program's inputs' shapes (None: any size >= 2)
-        self.fast: Program | None = None  # the program that runs: :func:`simplify`'s (made on the first run)
+        self.fast: Program | None = None  # the program that runs: :func:`simplify`'s (made after SIMPLIFY_AFTER runs)
+        self.runs = 0  # the runs before it was simplified
         self.code: tuple | None = None  # a simplified program's two segments as functions (:func:`_code`)
 
 
@@ -675,9 +676,13 @@ def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, 
     for t, value in p.scalars:
         if t.item() != value:
             raise Stale("a scalar constant of the program changed")
-    if p.fast is None:
-        p.fast = simplify(p)
-    p = p.fast
+    if p.fast is not None:
+        p = p.fast
+    else:
+        p.runs += 1
+        if p.runs > SIMPLIFY_AFTER:  # (simplifying costs a few explanations: programs run rarely are not)
+            p.fast = simplify(p)
+            p = p.fast
     env = [None] * p.n_slots
     for k, t in zip(p.inputs, inputs):
         env[k] = t
@@ -692,6 +697,10 @@ def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, 
     return out, head, start, grads, tally
 
 
+
+#: How many runs a program makes as recorded before it is simplified (:func:`simplify`, which costs about
+#: as much as a few explanations of a small graph: a program for one size that runs once or twice is not).
+SIMPLIFY_AFTER = 2
 
 #: How many times a plan's programs may fail their guards and the plan still be compiled again, or more
 #: where they ran :data:`RUNS_PER_FAILURE` times as often (a rule whose choice changes now and then, as when a

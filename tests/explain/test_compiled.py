@@ -26,7 +26,10 @@ from lrp_lib.explain.explainer import Explainer, LRPExplainer  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def record_on_the_first_call(monkeypatch):
+    """Plans recorded on the first call, and programs simplified from their first run (the tests of the
+    program as recorded set SIMPLIFY_AFTER themselves)."""
     monkeypatch.setattr(replay, "RECORD_ON", 1)
+    monkeypatch.setattr(compiled, "SIMPLIFY_AFTER", 0)
 
 
 @pytest.fixture
@@ -560,7 +563,7 @@ def run_program(p, x):
     return compiled.run(p, nn.Module(), [x], lambda out, head: torch.zeros(()))[0]
 
 
-def test_simplify_does_constant_work_once_and_repeated_work_once():
+def test_simplify_does_constant_work_once_and_repeated_work_once(monkeypatch):
     """Steps on constants alone run once (the transpose and positive part of a weight, the signs read
     from it); a step repeated on the same values reads the first result, also after a tensor written in
     place went through the same writes (two normalisations of the same edges); what no result needs goes."""
@@ -577,6 +580,7 @@ def test_simplify_does_constant_work_once_and_repeated_work_once():
         unused = x * 3  # noqa: F841 - needed by nothing
         return (x @ wt) * norms[0][:, None] + (x @ wt) * norms[2][:, None]
 
+    monkeypatch.setattr(compiled, "SIMPLIFY_AFTER", 10 ** 9)  # p runs as recorded
     x = torch.randn(4, 3)
     p, q = program_of(fn, x, [w])
     names = [str(compiled._OVERLOADS[s[1]]) for s in q.steps]
@@ -612,7 +616,7 @@ def test_simplify_keeps_what_a_write_in_place_makes_different():
     assert names.count("aten.clone.default") == 4, names  # a and d are one; b, c and y are their own
 
 
-def test_a_simplified_program_is_the_program_on_the_zoo_of_sizes():
+def test_a_simplified_program_is_the_program_on_the_zoo_of_sizes(monkeypatch):
     """A GCN's program for any size: the simplified one runs fewer operations (the later layers' edge
     normalisation is the first layer's; the weights' transposes and positive parts are made once) and
     gives the same relevance to the bit."""
@@ -623,10 +627,28 @@ def test_a_simplified_program_is_the_program_on_the_zoo_of_sizes():
     (fam,) = compiled.families_of(model).values()
     p = fam.generic
     q = compiled.simplify(p)
+    monkeypatch.setattr(compiled, "SIMPLIFY_AFTER", 10 ** 9)  # p runs as recorded
     assert len(q.steps) <= 0.75 * len(p.steps) and q.split < p.split
     x, ei = molecule(20, 44, 7)
     start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
                                           torch.zeros_like(head))
     a, b = compiled.run(p, model, [x, ei], start), compiled.run(q, model, [x, ei], start)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[3][0], b[3][0])
+    assert p.fast is None and torch.equal(a[0], b[0]) and torch.equal(a[3][0], b[3][0])
     assert torch.equal(a[3][0], mode(x, ei, target=torch.tensor([1])).node_relevance)
+
+
+def test_a_program_is_simplified_once_it_has_run_a_few_times(monkeypatch):
+    """Simplifying costs about as much as a few explanations: a program runs as recorded at first, and
+    simplified (the same relevance) from its run SIMPLIFY_AFTER + 1 on."""
+    monkeypatch.setattr(compiled, "SIMPLIFY_AFTER", 2)
+    torch.manual_seed(0)
+    model = PoolNet("gcn", "mean").eval()
+    fast, mode = graph_explainers(model)
+    x, ei = molecule(12, 26, 3)
+    for _ in range(2):  # records the plan, then the program
+        fast(x, ei, target=torch.tensor([1]))
+    (plan,) = replay.plans_of(model).values()
+    for k in range(4):
+        got = fast(x, ei, target=torch.tensor([1]))
+        assert got.replay_reason == "compiled" and (plan.program.fast is None) == (k < 2)
+        assert torch.equal(got.node_relevance, mode(x, ei, target=torch.tensor([1])).node_relevance)
