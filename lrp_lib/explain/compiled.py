@@ -425,7 +425,7 @@ def simplify(p: Program) -> Program:
     steps = p.steps
     effects = []
     for kind, op, *_ in steps:
-        e = ((), False) if kind == _PY_READ else _effects(op)
+        e = ((), ()) if kind == _PY_READ else _effects(op)
         if e is None:
             return p
         effects.append(e)
@@ -437,6 +437,7 @@ def simplify(p: Program) -> Program:
             parent[k] = parent[parent[k]]
             k = parent[k]
         return k
+
     def arg(args, kwargs, pos, name):
         return args[pos] if pos is not None and pos < len(args) else kwargs.get(name)
     written: set[int] = set()
@@ -534,7 +535,7 @@ def simplify(p: Program) -> Program:
         out_steps.append((kind, op, a, kw, _flat(a, kw), outs, check))
         effects_of.append((writes, ()))
     # what no longer reaches a result (a layer's edge normalisation once its reads read the first layer's)
-    live = {rename.get(k, k) for k in keep}
+    live = {rename.get(k, k) for k in keep} | set(p.inputs)  # (a write into an input is kept)
     needed = [False] * len(out_steps)
     for i in range(len(out_steps) - 1, -1, -1):
         kind, op, a, kw, _, outs, check = out_steps[i]
