@@ -45,6 +45,7 @@ show that no group lost relevance (``split_losses=False``): where one did, each 
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -53,7 +54,7 @@ from torch import Tensor
 from lrp_lib.core import stabilizer
 from lrp_lib.explain.primitives import Tally
 
-__all__ = ["account", "GroupedTally", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
+__all__ = ["account", "account_one", "GroupedTally", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
 
 
 class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
@@ -69,16 +70,51 @@ def lost_relevance(start: Tensor, node_rel: Tensor, attr_rel: Tensor | None, abs
     explained = float(start.sum())
     reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
     lost = explained - reached - absorbed
-    scale = max(1.0, float(start.abs().sum()))
-    if abs(lost) > (1e-6 if dtype == torch.float64 else 1e-3) * scale:
+    _warn_lost(lost, explained, float(start.abs().sum()), detached, dtype)
+    return lost
+
+
+def _warn_lost(lost: float, explained: float, magnitude: float, detached: set, dtype: torch.dtype) -> None:
+    """The :class:`LostRelevanceWarning` of :func:`lost_relevance` (``magnitude``: of the explained relevance)."""
+    if abs(lost) > (1e-6 if dtype == torch.float64 else 1e-3) * max(1.0, magnitude):
         share = f" ({100 * lost / explained:.1f} % of the explained {explained:.4g})" if explained else ""
         where = (f"model.forward detaches tensors ({', '.join(sorted(detached))}) or joins constants"
                  if detached else "relevance reached constants joined to the computation (torch.cat, "
                                   "indexing) or outputs equal to zero")
         warnings.warn(
             f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
-            f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=5)
-    return lost
+            f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=6)
+
+
+def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> tuple[Tensor, Tensor, bool]:
+    r""":func:`account` of an explanation with one group whose output is one row (a single graph), and
+    the warning of :func:`lost_relevance`, from one read of the data: ``(bias_relevance,
+    relevance_residual, finite)``, each of the first two of shape ``[1]``, the numbers :func:`account`
+    gives (the same float64 sums, in the same order: the row sums of ``start`` and of each of
+    ``grads``, added one after another); ``finite``: whether those sums are (False where the inputs'
+    relevance may hold NaN or Inf).
+
+    .. math::  B = \sum_\text{ops} b, \qquad \rho = \Big(\sum_j v_j - \sum_i R_i\Big) - B"""
+    dtype = start.dtype
+    start = start.detach()
+    parts = [start.reshape(1, -1).sum(-1), start.abs().sum().view(1)]
+    for rel in grads:
+        if rel is not None:
+            rel = rel.detach()
+            parts.append(rel.flatten(1).sum(-1) if rel.dim() > 1 else rel)
+    if any(p.dtype != dtype for p in parts):
+        parts = [p.double() for p in parts]
+    values = torch.cat(parts).tolist()  # one synchronisation
+    explained = 0.0 + values[0]
+    reached = 0.0
+    for v in values[2:]:
+        reached += v
+    unaccounted = explained - reached
+    finite = math.isfinite(unaccounted)
+    if finite:
+        _warn_lost(unaccounted - absorbed, explained, values[1], detached, dtype)
+    return (torch.tensor([absorbed], dtype=dtype, device=start.device),
+            torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device), finite)
 
 
 class GroupedTally(Tally):

@@ -55,7 +55,7 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, batch_row_groups,
+from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, account_one, batch_row_groups,
                                        lost_relevance)
 from lrp_lib.explain import compiled, replay
 from lrp_lib.explain.hetero import explain_hetero
@@ -80,6 +80,9 @@ DEFAULTS = {
     "node": {"rule": "zplus", "explained": "logit", "mask": "abs"},
     "graph": {"rule": "zplus", "explained": "logit", "mask": "abs"},
 }
+
+NOT_FINITE = ("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's running "
+              "statistics) contain NaN or Inf values, or its output is not finite; check them with torch.isfinite")
 
 
 class LRPExplainer(ExplainerAlgorithm):
@@ -338,8 +341,9 @@ class LRPExplainer(ExplainerAlgorithm):
         if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
             batch = kwargs.get("batch")
             one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
-            node_group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device) if one_graph else batch.long()
-            row_groups = batch_row_groups(node_group)
+            if not one_graph:  # (one graph: its one account, without groups)
+                node_group = batch.long()
+                row_groups = batch_row_groups(node_group)
         node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
                                                        row_groups=row_groups, split_losses=False,
                                                        one_group=one_graph, **kwargs)
@@ -422,28 +426,34 @@ class LRPExplainer(ExplainerAlgorithm):
                 backward_context=recording.backward(mode.tally) if recording is not None else None)
             replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
         node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
-        if not all_finite(node_rel):
-            raise ValueError("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's "
-                             "running statistics) contain NaN or Inf values, or its output is not finite; check "
-                             "them with torch.isfinite")
         attr_rel = None
         if len(inputs) > 1:
             attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])
         absorbed = mode.tally.total(mode.tally.absorbed)
-        lost = lost_relevance(start, node_rel, attr_rel, absorbed, mode.detached, x.dtype)
-        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
-                 "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
-        if node_group is not None and start.dim() > 0:
-            if row_group is None:
-                row_group = torch.arange(start.shape[0], device=start.device)
-            groups = int(row_group.max()) + 1 if row_group.numel() else 0
-            if groups and (not node_group.numel() or int(node_group.max()) < groups):
-                edge_group = node_group[edge_index[1]] if attr_rel is not None else None
-                bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
-                                         [node_rel], mode.tally, recorder, node_group=node_group,
-                                         row_group=row_group, num_groups=groups, edge_group=edge_group,
-                                         row_groups=row_groups, split_losses=split_losses)
-                extra.update(bias_relevance=bias, relevance_residual=residual)
+        if one_group and start.dim() > 0 and start.shape[0] == 1:  # a single graph and output row: one account
+            bias, residual, finite = account_one(start, [node_rel, attr_rel], absorbed, mode.detached)
+            if not finite and not all_finite(node_rel):
+                raise ValueError(NOT_FINITE)
+            extra = {"bias_relevance": bias, "relevance_residual": residual}
+        else:
+            if not all_finite(node_rel):
+                raise ValueError(NOT_FINITE)
+            lost = lost_relevance(start, node_rel, attr_rel, absorbed, mode.detached, x.dtype)
+            extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
+                     "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
+            if one_group and node_group is None:
+                node_group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+            if node_group is not None and start.dim() > 0:
+                if row_group is None:
+                    row_group = torch.arange(start.shape[0], device=start.device)
+                groups = int(row_group.max()) + 1 if row_group.numel() else 0
+                if groups and (not node_group.numel() or int(node_group.max()) < groups):
+                    edge_group = node_group[edge_index[1]] if attr_rel is not None else None
+                    bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
+                                             [node_rel], mode.tally, recorder, node_group=node_group,
+                                             row_group=row_group, num_groups=groups, edge_group=edge_group,
+                                             row_groups=row_groups, split_losses=split_losses)
+                    extra.update(bias_relevance=bias, relevance_residual=residual)
         if mode.explained_head is not None:
             extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
         if attr_rel is not None:
