@@ -580,18 +580,23 @@ def _run(p: Program, env: list, start: int, stop: int) -> None:
             out = out.tolist() if hasattr(out, "tolist") else out
         if kind == _STEP:
             if check is not None and not _same_shape(out.shape, check, env):
-                raise Stale(f"{op} gave a result of another shape than when compiled")
+                raise Stale(f"{_op_name(op)} gave a result of another shape than when compiled")
             env[outs] = out
         elif kind == _MULTI:
             if check is not None and not (len(out) == len(check) and all(_same_shape(o.shape, c, env)
                                                                           for o, c in zip(out, check))):
-                raise Stale(f"{op} gave results of other shapes than when compiled")
+                raise Stale(f"{_op_name(op)} gave results of other shapes than when compiled")
             for k, o in zip(outs, out):
                 env[k] = o
         elif type(out) is not type(check) or out != check:
-            raise Stale(f"{op} read {out!r} from the data, not {check!r} as when compiled")
+            raise Stale(f"{_op_name(op)} read {out!r} from the data, not {check!r} as when compiled")
         for k in drops[i]:
             env[k] = None
+
+
+def _op_name(op) -> str:
+    """A step's operator as messages name it (``aten.equal.default``, ``tolist``)."""
+    return str(_OVERLOADS.get(op, getattr(op, "__name__", op)))
 
 
 def _code(p: Program, start: int, stop: int) -> Callable[[list], None]:
@@ -621,7 +626,7 @@ def _code(p: Program, start: int, stop: int) -> Callable[[list], None]:
     for i in range(start, stop):
         kind, op, args, kwargs, _, outs, check = p.steps[i]
         call = f"{name(op)}({', '.join([*(arg(a) for a in args), *(f'{k}={arg(v)}' for k, v in kwargs.items())])})"
-        what = name(str(_OVERLOADS.get(op, getattr(op, "__name__", op))))
+        what = name(_op_name(op))
         if kind == _STEP:
             lines.append(f"    env[{outs}] = {call}")
             if check is not None:
@@ -663,11 +668,13 @@ def _guarded(p: Program, env: list, start: int, stop: int) -> None:
         raise Stale(f"an operation failed ({type(e).__name__}: {e})") from e
 
 
-def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, Tensor], Tensor]):
+def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, Tensor], Tensor],
+        state: tuple | None = None):
     """The explanation of ``inputs`` by program ``p``: (output, explained head, start relevance, the
     relevance of each input, the tally).  ``start_of(output, head)`` gives the start relevance
-    between the segments.  :class:`Stale` if a guard fails."""
-    if model_state(model) != p.states:
+    between the segments; ``state``: the model's :func:`~lrp_lib.explain.record.model_state` if the
+    caller has it.  :class:`Stale` if a guard fails."""
+    if (model_state(model) if state is None else state) != p.states:
         raise Stale("the model's parameters, buffers or training flags changed")
     if _context() != p.context:
         raise Stale("autocast is on or off, not as when compiled")
@@ -710,9 +717,10 @@ MAX_FAILURES = 2
 RUNS_PER_FAILURE = 4
 
 
-def _key(model: nn.Module, inputs: list, kwargs: dict, options: tuple):
-    """This call's plan signature, or None where the model's explanations are not replayed."""
-    if replay.hooked(model):
+def _key(state: tuple, inputs: list, kwargs: dict, options: tuple):
+    """This call's plan signature, or None where the model's explanations are not replayed (``state``,
+    the model's :func:`~lrp_lib.explain.record.model_state`, says it has hooks)."""
+    if state[2]:
         return None
     try:
         return replay.signature(inputs, kwargs, options)
@@ -901,14 +909,15 @@ def explain(model: nn.Module, inputs: list, kwargs: dict, options: tuple, start_
     """The explanation by the program of this signature's plan, or else (``generic``) by its family's
     generic program (:func:`generalise`), as :func:`run` gives it, plus the program; None where there
     is none or a guard failed (the program is then dropped)."""
-    key = _key(model, inputs, kwargs, options)
+    state = model_state(model)
+    key = _key(state, inputs, kwargs, options)
     if key is None:
         return None
     plan = replay.plans_of(model).get(key)
     program = None if plan is None else plan.program
     if program is not None:
         try:
-            done = run(program, model, inputs, start_of)
+            done = run(program, model, inputs, start_of, state)
             plan.program_runs += 1
             return (*done, program)
         except Stale:
@@ -920,7 +929,7 @@ def explain(model: nn.Module, inputs: list, kwargs: dict, options: tuple, start_
     if generic is None or not _fits(generic, inputs):
         return None
     try:
-        done = run(generic, model, inputs, start_of)
+        done = run(generic, model, inputs, start_of, state)
         fam.runs += 1
         return (*done, generic)
     except Stale:
@@ -974,7 +983,7 @@ class Compiling:
 
 def compiling(model: nn.Module, inputs: list, kwargs: dict, options: tuple) -> Compiling | None:
     """A :class:`Compiling` where this signature has a plan without a program (and not refused)."""
-    key = _key(model, inputs, kwargs, options)
+    key = _key(model_state(model), inputs, kwargs, options)
     plan = None if key is None else replay.plans_of(model).get(key)
     if plan is None or plan.program is not None or plan.program_refused is not None or \
             plan.program_failures > max(MAX_FAILURES, plan.program_runs // RUNS_PER_FAILURE):

@@ -44,16 +44,15 @@ import weakref
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import MessagePassing
 
 from lrp_lib.explain.edges import EdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode
 from lrp_lib.explain.propagate import forward_in_mode
 from lrp_lib.explain.record import (LITERALS, PLAIN_STEP, PROPAGATE_STEP, NotReplayable, Plan, RecordingEdgeRecorder,
-                                    RecordingMode, Stale, model_state, resolve, same_value)
+                                    RecordingMode, Stale, hooked, model_state, resolve, same_value)
 
 __all__ = ["ReplayMode", "replay", "signature", "plans_of", "forward", "keep", "MAX_PLANS", "RECORD_ON", "MAX_SEEN", "Plan",
-           "Stale", "NotReplayable"]
+           "Stale", "NotReplayable", "hooked"]
 
 
 class ReplayMode(RelevanceMode):
@@ -178,34 +177,6 @@ RECORD_ON = 2
 
 #: How many signatures seen once are remembered per model (the oldest forgotten first).
 MAX_SEEN = 256
-
-
-_OWN_HOOKS = "lrp_lib.explain.edges"  # the message hooks of edge relevance: steps of the plan
-
-
-def hooked(model: nn.Module) -> str | None:
-    """Which hooks of ``model`` (or global module hooks) would run Python in its forward, or None."""
-    torch_module = torch.nn.modules.module
-    if any(getattr(torch_module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
-                                                           "_global_backward_hooks",
-                                                           "_global_backward_pre_hooks")):
-        return "global module hooks are registered"
-    for name, m in model.named_modules():
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
-            return f"module '{name or type(m).__name__}' has hooks"
-        if isinstance(m, MessagePassing):
-            attrs = _HOOK_DICTS.get(type(m))
-            if attrs is None:  # (the same for every instance of a class: made by MessagePassing.__init__)
-                attrs = _HOOK_DICTS[type(m)] = tuple(a for a, v in vars(m).items() if "forward" in a and
-                                                     isinstance(v, dict) and not a.startswith("_forward"))
-            for attr in attrs:
-                hooks = getattr(m, attr, None)
-                if hooks and any(getattr(h, "__module__", None) != _OWN_HOOKS for h in hooks.values()):
-                    return f"module '{name or type(m).__name__}' has {attr.strip('_')}"
-    return None
-
-
-_HOOK_DICTS: dict = {}  # a MessagePassing class -> the names of its hook dictionaries
 
 
 def plans_of(model: nn.Module) -> dict:

@@ -100,11 +100,11 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
             raise ValueError(f"target has {target.numel()} entries but the model gives {out_d.shape[0]} output "
                              f"row(s): pass one label per row")
         classes = out_d.shape[-1] if mode == ModelMode.multiclass_classification else 2
-        if target.numel() and (int(target.min()) < 0 or int(target.max()) >= classes):
+        low, high = torch.stack(torch.aminmax(target.view(-1))).tolist() if target.numel() else (0, 0)  # one read
+        if low < 0 or high >= classes:
             allowed = "0 or 1 (binary_classification: the class to explain)" if classes == 2 and \
                 mode == ModelMode.binary_classification else f"0..{classes - 1} (one per output column)"
-            raise ValueError(f"target must contain only {allowed}, got values "
-                             f"{int(target.min())}..{int(target.max())}")
+            raise ValueError(f"target must contain only {allowed}, got values {low}..{high}")
     if mode == ModelMode.multiclass_classification:
         rel = torch.zeros_like(out_d)
         target = target.view(-1)

@@ -334,6 +334,36 @@ def test_a_message_passing_hook_is_seen_on_every_layer(kind):
     assert fast(x, ei, index=0).replayed
 
 
+def test_model_state_walks_the_modules_in_order_and_sees_their_hooks():
+    """model_state walks the modules as ``model.modules()`` does (a shared module once, a None child
+    skipped), and its last entry says whether any hook would run Python: a module hook, a global one,
+    a message-passing hook."""
+    from lrp_lib.explain.record import hooked, model_state
+    shared = nn.Linear(3, 3)
+    m = nn.Sequential(shared, nn.Sequential(nn.ReLU(), shared, nn.BatchNorm1d(3)), GCNConv(3, 3))
+    m.add_module("empty", None)
+    m[1][2].eval()
+    tensors, flags, hooks = model_state(m)
+    assert flags == tuple(x.training for x in m.modules()) and not hooks and hooked(m) is None
+    assert tensors == tuple((id(t), t._version) for x in m.modules()
+                            for t in (*x._parameters.values(), *x._buffers.values()) if t is not None)
+    handle = m[1][0].register_forward_pre_hook(lambda *a: None)
+    assert model_state(m)[2] and hooked(m) == "module '1.0' has hooks"
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+    try:
+        assert model_state(m)[2] and hooked(m) == "global module hooks are registered"
+    finally:
+        handle.remove()
+    handle = m[2].register_aggregate_forward_hook(lambda *a: None)
+    assert model_state(m)[2] and hooked(m) == "module '2' has aggregate_forward_hooks"
+    handle.remove()
+    assert not model_state(m)[2]
+    with torch.no_grad():
+        shared.weight.add_(1.0)
+    assert model_state(m)[0] != tensors  # a parameter written in place: another version
+
+
 def test_replay_must_be_a_bool():
     with pytest.raises(TypeError, match="replay"):
         LRPExplainer(replay="yes")
