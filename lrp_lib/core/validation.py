@@ -80,7 +80,7 @@ def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Te
                 else "row 0 the senders, row 1 the receivers")
         raise ValueError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}; {hint}")
     if edge_index.numel():
-        low, high = int(edge_index.min()), int(edge_index.max())
+        low, high = torch.stack(torch.aminmax(edge_index)).tolist()  # (one read)
         if low < 0 or high >= num_nodes:
             raise IndexError(f"{name} refers to nodes {low}..{high} but the graph has {num_nodes} nodes "
                              f"(valid: 0..{num_nodes - 1}); check that {name} belongs to these node features")

@@ -298,15 +298,19 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index=None, **kwargs) -> Explanation:
-        training = explainer_training_flag(model)
         try:
             # the relevance is a backward: it runs with autograd on, also when the caller evaluates under
             # torch.no_grad() or torch.inference_mode() (whose tensors cannot be saved for backward: copied)
+            def explain():
+                args = [usable(t) for t in (x, edge_index, target, index)]
+                return self._explain(model, *args[:2], target=args[2], index=args[3],
+                                     **{k: usable(v) for k, v in kwargs.items()})
+            if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+                return explain()
             with torch.inference_mode(False), torch.enable_grad():
-                x, edge_index, target, index = (usable(t) for t in (x, edge_index, target, index))
-                kwargs = {k: usable(v) for k, v in kwargs.items()}
-                return self._explain(model, x, edge_index, target=target, index=index, **kwargs)
+                return explain()
         except BaseException:
+            training = explainer_training_flag(model)  # (PyG's Explainer, up the stack, set eval mode)
             if training is not None:
                 model.train(training)
             raise

@@ -106,6 +106,9 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
                 mode == ModelMode.binary_classification else f"0..{classes - 1} (one per output column)"
             raise ValueError(f"target must contain only {allowed}, got values {low}..{high}")
     if mode == ModelMode.multiclass_classification:
+        if index is None and out_d.dim() == 2 and not (explained == "contrast" and out_d.shape[-1] > 1):
+            at = target.view(-1, 1).to(out_d.device, torch.long)  # each row's logit of its class, the rest 0
+            return torch.zeros_like(out_d).scatter_(1, at, out_d.gather(1, at))
         rel = torch.zeros_like(out_d)
         target = target.view(-1)
         rows = torch.arange(out_d.shape[0], device=out.device)
