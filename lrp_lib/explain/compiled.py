@@ -906,38 +906,45 @@ def _offer(model: nn.Module, key: tuple, program: Program) -> None:
 
 def explain(model: nn.Module, inputs: list, kwargs: dict, options: tuple, start_of: Callable,
             generic: bool = True):
-    """The explanation by the program of this signature's plan, or else (``generic``) by its family's
-    generic program (:func:`generalise`), as :func:`run` gives it, plus the program; None where there
-    is none or a guard failed (the program is then dropped)."""
+    """The explanation by the program of this signature's plan or (``generic``) by its family's generic
+    program (:func:`generalise`), as :func:`run` gives it, plus the program; None where there is none or
+    the guards of each failed (a program that failed is dropped).  The generic program runs first where
+    it is simplified and this signature's own program is not yet (:data:`SIMPLIFY_AFTER`); either one
+    runs where the other's guards fail (another branch of the data)."""
     state = model_state(model)
     key = _key(state, inputs, kwargs, options)
     if key is None:
         return None
     plan = replay.plans_of(model).get(key)
     program = None if plan is None else plan.program
-    if program is not None:
-        try:
-            done = run(program, model, inputs, start_of, state)
-            plan.program_runs += 1
-            return (*done, program)
-        except Stale:
-            plan.program = None
-            plan.program_failures += 1
-            return None
     fam = families_of(model).get(family(key)) if generic else None
-    generic = None if fam is None else fam.generic
-    if generic is None or not _fits(generic, inputs):
-        return None
-    try:
-        done = run(generic, model, inputs, start_of, state)
-        fam.runs += 1
-        return (*done, generic)
-    except Stale:
-        fam.failures += 1
-        if fam.failures > max(MAX_FAILURES, fam.runs // RUNS_PER_FAILURE):
-            fam.generic = None  # made again from the next programs recorded
-            fam.failures, fam.runs = 0, 0
-        return None
+    any_size = None if fam is None else fam.generic
+    if any_size is not None and not _fits(any_size, inputs):
+        any_size = None
+    order = [program, any_size]
+    if program is not None and any_size is not None and program.fast is None and any_size.fast is not None:
+        order.reverse()
+    for p in order:
+        if p is None:
+            continue
+        try:
+            done = run(p, model, inputs, start_of, state)
+        except Stale:
+            if p is program:
+                plan.program = None
+                plan.program_failures += 1
+            else:
+                fam.failures += 1
+                if fam.failures > max(MAX_FAILURES, fam.runs // RUNS_PER_FAILURE):
+                    fam.generic = None  # made again from the next programs recorded
+                    fam.failures, fam.runs = 0, 0
+            continue
+        if p is program:
+            plan.program_runs += 1
+        else:
+            fam.runs += 1
+        return (*done, p)
+    return None
 
 
 class Compiling:
