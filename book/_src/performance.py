@@ -1229,9 +1229,9 @@ assert mo_batch["batch_lrp"]["ratio_to_gradient"] < 1.45 * mo_batch["batch_lrp_t
 # their sizes, one program serves every size, reading its sizes from the tensors it runs on
 # (`lrp_lib.explain.compiled.generalise`): {glue:text}`mo_generic_count` of the
 # {glue:text}`mo_count` molecules ran it, at {glue:text}`mo_generic` times their gradient, and
-# {glue:text}`mo_compiled_count` ran the program of their own size ({glue:text}`mo_compiled`; a size's
-# own program runs first only once it is simplified, or where the data takes a branch that the program
-# for any size did not). The
+# {glue:text}`mo_compiled_count` ran the program of their own size ({glue:text}`mo_compiled`: a size's
+# own program yields to the simplified program for any size until it is simplified itself, and runs
+# where the data takes a branch that the other did not record). The
 # early molecules pay for the others: the {glue:text}`mo_new_count` that were the first of their size
 # ran in the mode ({glue:text}`mo_new` times their gradient), and the {glue:text}`mo_recorded_count`
 # that recorded a forward cost {glue:text}`mo_recorded` times theirs. The program for any size was
