@@ -24,9 +24,9 @@ from lrp_lib.explain.dispatch import METADATA, PLAIN_ROUTE, route_of
 from lrp_lib.explain.edges import EdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode
 
-__all__ = ["Plan", "RecordingMode", "RecordingEdgeRecorder", "Ref", "Stale", "NotReplayable", "model_state", "hooked", "hooks_of",
-           "resolve", "same_value", "LITERALS", "SHAPE_READS", "PLAIN_STEP", "MODE_STEP", "READ_STEP",
-           "PROPAGATE_STEP", "MESSAGE_STEP"]
+__all__ = ["Plan", "RecordingMode", "RecordingEdgeRecorder", "Ref", "Stale", "NotReplayable", "model_state",
+           "hooked", "hooks_of", "resolve", "same_value", "LITERALS", "SHAPE_READS", "PLAIN_STEP", "MODE_STEP",
+           "READ_STEP", "PROPAGATE_STEP", "MESSAGE_STEP"]
 
 #: Functions whose (non-tensor) result follows from the shapes, which the signature and the shape checks fix.
 SHAPE_READS = frozenset("""size dim ndimension numel nelement stride is_contiguous is_floating_point is_complex
