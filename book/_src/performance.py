@@ -761,7 +761,11 @@ g("nodes_gpu_gin", gpu_rows["lrp_gin"]["nodes_per_second"], "{:,.0f}")
 # compared, and a call where one differs is replayed instead). The program runs simplified: what gives
 # the same values on every run (a weight's transpose and positive part, the signs read from it, each
 # GCN layer normalising the same edges again) is computed once, when the program is made, and the
-# results are the same to the bit (`lrp_lib.explain.compiled.simplify`). Here the same graph is explained again
+# results are the same to the bit (`lrp_lib.explain.compiled.simplify`). From its second run on, the program calls
+# each operator through the C function that PyTorch's Python API calls it with (`torch.mm`, `Tensor.mul_`),
+# which parses its arguments in generated code, where that function was seen to dispatch that very
+# operator on the program's kinds of arguments (`lrp_lib.explain.bindings`); on the CPU, the signs that z+
+# reads of a few numbers are read one number at a time. Here the same graph is explained again
 # and again, as when the nodes of one graph are explained one by one, so the replay also reuses what
 # the record computed from `edge_index` alone (degrees and normalisation). The columns *without
 # replay* run every explanation in the mode (`LRPExplainer(replay=False)`), *not compiled* replay

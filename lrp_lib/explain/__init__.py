@@ -9,7 +9,8 @@
 * :mod:`~lrp_lib.explain.record` and :mod:`~lrp_lib.explain.replay`: the forward recorded once per
   input signature and replayed without the mode and the model's Python;
 * :mod:`~lrp_lib.explain.compiled`: a replayed explanation's ATen operations, forward and backward, run
-  as a program without the rules' Python;
+  as a program without the rules' Python; :mod:`~lrp_lib.explain.bindings`: the C binding that calls an
+  operator on given arguments, which the program calls it through;
 * :mod:`~lrp_lib.explain.op_tables`: which torch functions and autograd nodes pass relevance as
   they are; :mod:`~lrp_lib.explain.graph_check`: ``UnsupportedModelError`` and
   ``check_relevance_graph``;
@@ -49,7 +50,7 @@ _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent"
             "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "border_degrees", "explainer", "masks", "walks",
             "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
             "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "compiled",
-            "pyg_explainer")
+            "bindings", "pyg_explainer")
 
 
 def __getattr__(name):

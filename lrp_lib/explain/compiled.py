@@ -42,6 +42,12 @@ calling thread.
 A program that has run :data:`SIMPLIFY_AFTER` times runs simplified (:func:`simplify`): the steps that give the same values
 on every run (on the model's parameters alone, or repeating an earlier step on the same values, as each
 GCN layer normalising the same edges again) run once, when it is made; the results are the same to the bit.
+On the CPU the signs that a rule reads of a few numbers (z+'s signs of its input's extremes) are read with
+one ``item`` each instead of ``stack``, ``sign`` and ``tolist`` (:func:`_read_signs_by_item`).  From its
+second run on, a simplified program calls each operator through the C binding of PyTorch's Python API
+that was seen to call that operator on the same kinds of arguments (:mod:`lrp_lib.explain.bindings`:
+``torch.mm`` parses its arguments faster than the ``OpOverload``), except under a torch function mode,
+which then sees the operators as before.
 
 Programs for any size (:func:`generalise`).  A program is recorded for one input signature, sizes
 included, as a plan is.  Explanations whose inputs come in many sizes (molecules one at a time) would
@@ -74,6 +80,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lrp_lib.explain.bindings import binding
 from lrp_lib.explain.primitives import Tally
 from lrp_lib.explain import replay
 from lrp_lib.explain.record import READ_STEP, NotReplayable, Ref, Stale, model_state
@@ -187,6 +194,7 @@ class Program:
         self.fast: Program | None = None  # the program that runs: :func:`simplify`'s (made after SIMPLIFY_AFTER runs)
         self.runs = 0  # the runs before it was simplified
         self.code: tuple | None = None  # a simplified program's two segments as functions (:func:`_code`)
+        self.bound: tuple | None = None  # the same, each operator called through its C binding where one was found
 
 
 class Recorder(TorchDispatchMode):
@@ -560,12 +568,79 @@ def simplify(p: Program) -> Program:
     q.out_slot, q.head_slot = (None if k is None else rename.get(k, k) for k in (p.out_slot, p.head_slot))
     q.grad_slots = [None if k is None else rename.get(k, k) for k in p.grad_slots]
     q.tally = [(table, label, tuple(rename.get(k, k) for k in ks)) for table, label, ks in p.tally]
+    _read_signs_by_item(q)
     q.drops = _drops(q)
     q.code = (_code(q, 0, q.split), _code(q, q.split, len(q.steps)))
     return q
 
 
-def _run(p: Program, env: list, start: int, stop: int) -> None:
+_SIGN, _STACK = torch.ops.aten.sign.default, torch.ops.aten.stack.default
+
+
+def _sign(v):
+    """``torch.sign`` of a number, as ``tolist`` gives it (NaN stays NaN, 0.0 and -0.0 stay)."""
+    return 1.0 if v > 0 else -1.0 if v < 0 else v
+
+
+def _signs(items: list) -> list:
+    """``torch.stack(items).sign().tolist()`` where ``items`` are 0-dimensional tensors on the CPU and the
+    signs of constants, read with one ``item`` per tensor instead of two operations and a ``tolist``."""
+    return [_sign(t.item()) if type(t) is not float else t for t in items]
+
+
+def _read_signs_by_item(q: Program) -> None:
+    """Where a rule reads the signs of a few numbers (z+'s signs of its input's and weight's extremes: a
+    ``stack`` of 0-dimensional tensors, its ``sign``, then ``tolist``), read them one ``item`` at a time
+    (:func:`_signs`): the same values, compared with the same recorded ones, at a fraction of the cost on the
+    CPU.  The constants' signs are taken now.  On a GPU each ``item`` would wait for the device: there
+    the operations stay."""
+    if any(t.device.type != "cpu" for t, _ in q.constants):
+        return
+    steps = q.steps
+    made: dict[int, int] = {}
+    uses: dict[int, int] = {}
+    for i, (kind, op, args, kwargs, _, outs, check) in enumerate(steps):
+        if kind == _STEP:
+            made[outs] = i
+        found: list = []
+        _slots_in(args, found)
+        _slots_in(list(kwargs.values()), found)
+        if kind in (_STEP, _MULTI) and check is not None:
+            _slots_in(check, found)
+        for k in found:
+            uses[k] = uses.get(k, 0) + 1
+    kept = {k for k in (q.out_slot, q.head_slot, *q.grad_slots) if k is not None}
+    kept.update(k for _, _, ks in q.tally for k in ks)
+    gone: set[int] = set()
+    for j, (kind, op, args, kwargs, _, outs, check) in enumerate(steps):
+        if kind != _PY_READ or getattr(op, "__name__", None) != "tolist" or kwargs or len(args) != 1 or \
+                type(args[0]) is not Ref:
+            continue
+        s_slot = args[0].slot
+        i_s = made.get(s_slot)
+        if i_s is None or _OVERLOADS.get(steps[i_s][1]) is not _SIGN or type(steps[i_s][2][0]) is not Ref:
+            continue
+        t_slot = steps[i_s][2][0].slot
+        i_t = made.get(t_slot)
+        if i_t is None or _OVERLOADS.get(steps[i_t][1]) is not _STACK or steps[i_t][3] or \
+                steps[i_t][2][1:] not in ((), (0,)) or uses.get(s_slot) != 1 or uses.get(t_slot) != 1 or \
+                kept.intersection((s_slot, t_slot)):
+            continue
+        items = steps[i_t][2][0]
+        if not all(type(a) is Ref and q.shapes.get(a.slot) == () or
+                   isinstance(a, Tensor) and a.dim() == 0 and a.is_floating_point() for a in items):
+            continue
+        signs = [a if type(a) is Ref else float(_sign(a.item())) for a in items]
+        steps[j] = (_PY_READ, _signs, (signs,), {}, None, None, check)
+        gone.update((i_s, i_t))
+    if gone:
+        q.split -= sum(1 for i in gone if i < q.split)
+        q.steps = [st for i, st in enumerate(steps) if i not in gone]
+
+
+def _run(p: Program, env: list, start: int, stop: int, found: list | None = None) -> None:
+    """Steps ``start:stop`` of ``p`` on ``env``; with ``found``, also the C binding of each step's operator
+    on its arguments (:func:`lrp_lib.explain.bindings.binding`), or None, at the step's index."""
     steps, drops = p.steps, p.drops
     for i in range(start, stop):
         kind, op, args, kwargs, flat, outs, check = steps[i]
@@ -573,9 +648,11 @@ def _run(p: Program, env: list, start: int, stop: int) -> None:
             a = flat[0][:]
             for j, k in flat[1]:
                 a[j] = env[k]
-            out = op(*a, **kwargs)
         else:
-            out = op(*_resolve(args, env), **{k: _resolve(v, env) for k, v in kwargs.items()})
+            a, kwargs = _resolve(args, env), {k: _resolve(v, env) for k, v in kwargs.items()}
+        if found is not None and op in _OVERLOADS:
+            found[i] = binding(_OVERLOADS[op], tuple(a), kwargs)
+        out = op(*a, **kwargs)
         if kind == _PY_READ:
             out = out.tolist() if hasattr(out, "tolist") else out
         if kind == _STEP:
@@ -599,10 +676,11 @@ def _op_name(op) -> str:
     return str(_OVERLOADS.get(op, getattr(op, "__name__", op)))
 
 
-def _code(p: Program, start: int, stop: int) -> Callable[[list], None]:
+def _code(p: Program, start: int, stop: int, bound: list | None = None) -> Callable[[list], None]:
     """Steps ``start:stop`` of ``p`` as one Python function of ``env``: what :func:`_run` does, written out
     step by step (each operator and constant a name of the function's globals), without the loop that
-    reads each step's form on every run."""
+    reads each step's form on every run.  ``bound``: per step, the C binding to call instead of its
+    operator, or None (:func:`_run`'s ``found``)."""
     names: dict = {"Stale": Stale, "_same_shape": _same_shape, "_multi_shapes": _multi_shapes}
 
     def name(v) -> str:
@@ -625,7 +703,7 @@ def _code(p: Program, start: int, stop: int) -> Callable[[list], None]:
     lines = ["def segment(env):"]
     for i in range(start, stop):
         kind, op, args, kwargs, _, outs, check = p.steps[i]
-        call = f"{name(op)}({', '.join([*(arg(a) for a in args), *(f'{k}={arg(v)}' for k, v in kwargs.items())])})"
+        call = f"{name(op if bound is None or bound[i] is None else bound[i])}({', '.join([*(arg(a) for a in args), *(f'{k}={arg(v)}' for k, v in kwargs.items())])})"
         what = name(_op_name(op))
         if kind == _STEP:
             lines.append(f"    env[{outs}] = {call}")
@@ -656,12 +734,13 @@ def _multi_shapes(out, check, env: list) -> bool:
     return len(out) == len(check) and all(_same_shape(o.shape, c, env) for o, c in zip(out, check))
 
 
-def _guarded(p: Program, env: list, start: int, stop: int) -> None:
+def _guarded(p: Program, env: list, start: int, stop: int, code: tuple | None = None,
+             found: list | None = None) -> None:
     try:
-        if p.code is not None:
-            p.code[0 if start == 0 else 1](env)
+        if code is not None:
+            code[0 if start == 0 else 1](env)
             return
-        _run(p, env, start, stop)
+        _run(p, env, start, stop, found)
     except Stale:
         raise
     except Exception as e:  # noqa: BLE001 - an operation that does not run on these inputs: the replay decides
@@ -691,15 +770,26 @@ def run(p: Program, model: nn.Module, inputs: list, start_of: Callable[[Tensor, 
         if p.runs > SIMPLIFY_AFTER:  # (simplifying costs a few explanations: programs run rarely are not)
             p.fast = simplify(p)
             p = p.fast
+    code, found = p.code, None
+    # the C bindings call the operators sooner; a torch function mode (or a tensor subclass) would see their
+    # calls, not the operators', so then the operators are called as recorded
+    if code is not None and not torch._C._is_torch_function_mode_enabled() and \
+            all(type(t) is Tensor for t in inputs):
+        if p.bound is not None:
+            code = p.bound
+        else:  # this run finds the bindings, step by step
+            code, found = None, [None] * len(p.steps)
     env = [None] * p.n_slots
     for k, t in zip(p.inputs, inputs):
         env[k] = t
     with torch.no_grad():
-        _guarded(p, env, 0, p.split)
+        _guarded(p, env, 0, p.split, code, found)
         out, head = env[p.out_slot], env[p.head_slot]
         start = start_of(out, head)  # (its errors, a target out of range, are the caller's)
         env[p.start_slot] = start
-        _guarded(p, env, p.split, len(p.steps))
+        _guarded(p, env, p.split, len(p.steps), code, found)
+    if found is not None:
+        p.bound = (_code(p, 0, p.split, found), _code(p, p.split, len(p.steps), found))
     tally = Tally.of([(table, label, tuple(env[k] for k in ks)) for table, label, ks in p.tally])
     grads = [None if k is None else env[k] for k in p.grad_slots]
     return out, head, start, grads, tally

@@ -652,3 +652,84 @@ def test_a_program_is_simplified_once_it_has_run_a_few_times(monkeypatch):
         got = fast(x, ei, target=torch.tensor([1]))
         assert got.replay_reason == "compiled" and (plan.program.fast is None) == (k < 2)
         assert torch.equal(got.node_relevance, mode(x, ei, target=torch.tensor([1])).node_relevance)
+
+
+def test_a_simplified_program_calls_the_c_bindings_unless_a_torch_function_mode_is_on():
+    """From the second run of a simplified program on, each operator that has a C binding calling it is called
+    through it (:mod:`lrp_lib.explain.bindings`): the same relevance to the bit.  Under a torch function mode the
+    operators are called as recorded, so the mode sees what it saw before."""
+    from torch.overrides import TorchFunctionMode
+
+    class Seen(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(func)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    model = PoolNet("gcn", "mean").eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    x, ei = molecule(17, 36, 5)
+    first = fast(x, ei, target=torch.tensor([1]))
+    assert first.replay_reason == "compiled for any size"
+    q = fam.generic.fast
+    start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
+                                          torch.zeros_like(head))
+    want = mode(x, ei, target=torch.tensor([1]))
+    assert torch.equal(first.node_relevance, want.node_relevance)
+    if q.bound is None:  # the run that finds the bindings
+        compiled.run(q, model, [x, ei], start)
+    assert q.bound is not None
+    called = {id(v) for code in q.bound for v in code.__globals__.values()}
+    assert id(torch._C._VariableFunctions.mm) in called and id(torch._C.TensorBase.mul_) in called
+    runs = []
+
+    def counted(code):
+        def segment(env):
+            runs.append(code)
+            return code(env)
+        return segment
+    q.bound = tuple(counted(code) for code in q.bound)
+    got = compiled.run(q, model, [x, ei], start)
+    assert torch.equal(got[3][0], want.node_relevance) and len(runs) == 2
+    with Seen() as seen:
+        under_mode = compiled.run(q, model, [x, ei], start)
+    assert torch.equal(under_mode[3][0], want.node_relevance) and len(runs) == 2
+    recorded = [s for s in q.steps if s[1] in compiled._OVERLOADS]
+    assert len([f for f in seen.calls if isinstance(f, torch._ops.OpOverload)]) == len(recorded)
+
+
+def test_a_simplified_program_reads_the_signs_of_z_plus_one_number_at_a_time():
+    """z+ reads the signs of its input's and weight's extremes as ``stack``, ``sign`` and ``tolist``; the simplified
+    program reads them with an ``item`` each (the weight's signs taken when simplified): the same relevance,
+    and an input with other signs (a negative feature) still fails the guard, with the values read."""
+    torch.manual_seed(0)
+    model = PoolNet("gcn", "mean").eval()
+    fast, mode = graph_explainers(model)
+    warm_up_two_sizes(fast)
+    (fam,) = compiled.families_of(model).values()
+    p = fam.generic
+    q = compiled.simplify(p)
+    names = [getattr(s[1], "__name__", None) for s in q.steps]
+    reads = [s for s in q.steps if s[1] is compiled._signs]
+    assert reads and "tolist" not in names
+    assert len(reads) == sum(getattr(s[1], "__name__", None) == "tolist" for s in p.steps)
+    assert any(isinstance(v, float) for s in reads for v in s[2][0])  # a weight's signs, taken now
+    signs = [str(compiled._OVERLOADS.get(s[1])) for s in q.steps].count("aten.sign.default")
+    assert signs == 0
+    start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
+                                          torch.zeros_like(head))
+    x, ei = molecule(16, 33, 11)
+    assert torch.equal(compiled.run(q, model, [x, ei], start)[3][0],
+                       mode(x, ei, target=torch.tensor([1])).node_relevance)
+    x[3, 2] = -0.5  # z+ now finds negative input: another branch
+    with pytest.raises(compiled.Stale, match=r"_signs read \[-1\.0, 1\.0, -1\.0, 1\.0\]"):
+        compiled.run(q, model, [x, ei], start)
+    got = fast(x, ei, target=torch.tensor([1]))
+    assert got.replay_reason != "compiled for any size"
+    assert_same_explanation(got, mode(x, ei, target=torch.tensor([1])))
