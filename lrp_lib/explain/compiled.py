@@ -345,19 +345,33 @@ class Recorder(TorchDispatchMode):
         return p
 
 
-def _drops(p: Program) -> list[tuple[int, ...]]:
-    """The slots each step is the last to read (or, unread, to write), but for the program's results."""
+def _results(p: Program) -> set[int]:
+    """The slots of what a run of ``p`` returns: the output, the explained head, the relevance, the tally."""
     keep = {k for k in (p.out_slot, p.head_slot, *p.grad_slots) if k is not None}
     keep.update(k for _, _, ks in p.tally for k in ks)
+    return keep
+
+
+def _read_by(step) -> list[int]:
+    """The slots a step reads: in its arguments, and a generic program's sizes that a data-shaped result
+    must have (its check)."""
+    kind, _, a, kw, _, _, check = step
+    found: list = []
+    _slots_in(a, found)
+    _slots_in(list(kw.values()), found)
+    if kind in (_STEP, _MULTI) and check is not None:
+        _slots_in(check, found)
+    return found
+
+
+def _drops(p: Program) -> list[tuple[int, ...]]:
+    """The slots each step is the last to read (or, unread, to write), but for the program's results."""
+    keep = _results(p)
     last: dict[int, int] = {}
-    for i, (kind, _, a, kw, _, outs, check) in enumerate(p.steps):
-        found: list = []
-        _slots_in(a, found)
-        _slots_in(list(kw.values()), found)
-        if kind in (_STEP, _MULTI) and check is not None:
-            _slots_in(check, found)  # (a generic program's sizes that a data-shaped result must have)
-        for k in found:
+    for i, step in enumerate(p.steps):
+        for k in _read_by(step):
             last[k] = i
+        kind, outs = step[0], step[5]
         for k in (outs if kind == _MULTI else (outs,) if kind == _STEP else ()):
             last.setdefault(k, i)
     drops: list[list[int]] = [[] for _ in p.steps]
@@ -467,8 +481,7 @@ def simplify(p: Program) -> Program:
     members: dict[int, list[int]] = {}
     for k in range(p.n_slots):
         members.setdefault(root(k), []).append(k)
-    keep = {k for k in (p.out_slot, p.head_slot, *p.grad_slots) if k is not None}
-    keep.update(k for _, _, ks in p.tally for k in ks)
+    keep = _results(p)
 
     const: dict[int, Tensor] = {}  # slots whose values are constants now
     rename: dict[int, int] = {}  # slot -> the earlier slot holding its value
@@ -553,12 +566,7 @@ def simplify(p: Program) -> Program:
             if not any(m in live for k in touched for m in members[root(k)]):
                 continue
         needed[i] = True
-        found: list = []
-        _slots_in(a, found)
-        _slots_in(list(kw.values()), found)
-        if kind in (_STEP, _MULTI) and check is not None:
-            _slots_in(check, found)
-        live.update(found)
+        live.update(_read_by(out_steps[i]))
     split = sum(needed[:split]) if split is not None else None
     out_steps = [st for st, n in zip(out_steps, needed) if n]
     q = Program()
@@ -599,18 +607,12 @@ def _read_signs_by_item(q: Program) -> None:
     steps = q.steps
     made: dict[int, int] = {}
     uses: dict[int, int] = {}
-    for i, (kind, op, args, kwargs, _, outs, check) in enumerate(steps):
-        if kind == _STEP:
-            made[outs] = i
-        found: list = []
-        _slots_in(args, found)
-        _slots_in(list(kwargs.values()), found)
-        if kind in (_STEP, _MULTI) and check is not None:
-            _slots_in(check, found)
-        for k in found:
+    for i, step in enumerate(steps):
+        if step[0] == _STEP:
+            made[step[5]] = i
+        for k in _read_by(step):
             uses[k] = uses.get(k, 0) + 1
-    kept = {k for k in (q.out_slot, q.head_slot, *q.grad_slots) if k is not None}
-    kept.update(k for _, _, ks in q.tally for k in ks)
+    kept = _results(q)
     gone: set[int] = set()
     for j, (kind, op, args, kwargs, _, outs, check) in enumerate(steps):
         if kind != _PY_READ or getattr(op, "__name__", None) != "tolist" or kwargs or len(args) != 1 or \

@@ -616,6 +616,11 @@ def test_simplify_keeps_what_a_write_in_place_makes_different():
     assert names.count("aten.clone.default") == 4, names  # a and d are one; b, c and y are their own
 
 
+def start_of_class_1(out, head):
+    """The start relevance of class 1's logit (what ``compiled.run`` takes between its segments)."""
+    return torch.where(torch.arange(head.numel()).view(head.shape) == 1, head, torch.zeros_like(head))
+
+
 def test_a_simplified_program_is_the_program_on_the_zoo_of_sizes(monkeypatch):
     """A GCN's program for any size: the simplified one runs fewer operations (the later layers' edge
     normalisation is the first layer's; the weights' transposes and positive parts are made once) and
@@ -630,8 +635,7 @@ def test_a_simplified_program_is_the_program_on_the_zoo_of_sizes(monkeypatch):
     monkeypatch.setattr(compiled, "SIMPLIFY_AFTER", 10 ** 9)  # p runs as recorded
     assert len(q.steps) <= 0.75 * len(p.steps) and q.split < p.split
     x, ei = molecule(20, 44, 7)
-    start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
-                                          torch.zeros_like(head))
+    start = start_of_class_1
     a, b = compiled.run(p, model, [x, ei], start), compiled.run(q, model, [x, ei], start)
     assert p.fast is None and torch.equal(a[0], b[0]) and torch.equal(a[3][0], b[3][0])
     assert torch.equal(a[3][0], mode(x, ei, target=torch.tensor([1])).node_relevance)
@@ -678,8 +682,7 @@ def test_a_simplified_program_calls_the_c_bindings_unless_a_torch_function_mode_
     first = fast(x, ei, target=torch.tensor([1]))
     assert first.replay_reason == "compiled for any size"
     q = fam.generic.fast
-    start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
-                                          torch.zeros_like(head))
+    start = start_of_class_1
     want = mode(x, ei, target=torch.tensor([1]))
     assert torch.equal(first.node_relevance, want.node_relevance)
     if q.bound is None:  # the run that finds the bindings
@@ -722,8 +725,7 @@ def test_a_simplified_program_reads_the_signs_of_z_plus_one_number_at_a_time():
     assert any(isinstance(v, float) for s in reads for v in s[2][0])  # a weight's signs, taken now
     signs = [str(compiled._OVERLOADS.get(s[1])) for s in q.steps].count("aten.sign.default")
     assert signs == 0
-    start = lambda out, head: torch.where(torch.arange(head.numel()).view(head.shape) == 1, head,  # noqa: E731
-                                          torch.zeros_like(head))
+    start = start_of_class_1
     x, ei = molecule(16, 33, 11)
     assert torch.equal(compiled.run(q, model, [x, ei], start)[3][0],
                        mode(x, ei, target=torch.tensor([1])).node_relevance)
