@@ -84,7 +84,8 @@ def _negative(w: Weight) -> Weight:
 
 def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
     """For each of ``parts`` (a tensor or a number): whether ``clamp(min=0)`` and ``clamp(max=0)`` of
-    it have a non-zero entry (NaN counts as both), from one ``aminmax`` per tensor and a single
+    it have a non-zero entry (a NaN end reads as neither: ``torch.sign`` of NaN is 0, and the share's
+    finiteness check then names the operation), from one ``aminmax`` per tensor and a single
     synchronisation for all of them, which reads the ends' signs through
     :func:`~lrp_lib.core.stabilizer.read` (so that a recorder sees the values this choice depends on,
     the same values for the same choice)."""
@@ -96,7 +97,7 @@ def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
             low, high = (next(read), next(read)) if t.numel() else (0.0, 0.0)
         else:
             low = high = float(t)
-        signs.append((not high <= 0, not low >= 0))  # NaN reaches both ends: both true
+        signs.append((not high <= 0, not low >= 0))  # (a number's NaN: both true)
     return signs
 
 

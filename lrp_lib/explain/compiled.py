@@ -42,8 +42,8 @@ calling thread.
 A program that has run :data:`SIMPLIFY_AFTER` times runs simplified (:func:`simplify`): the steps that give the same values
 on every run (on the model's parameters alone, or repeating an earlier step on the same values, as each
 GCN layer normalising the same edges again) run once, when it is made; the results are the same to the bit.
-On the CPU the signs that a rule reads of a few numbers (z+'s signs of its input's extremes) are read with
-one ``item`` each instead of ``stack``, ``sign`` and ``tolist`` (:func:`_read_signs_by_item`).  From its
+The signs that a rule reads of a few numbers (z+'s signs of its input's extremes) are read, on the CPU,
+with one ``item`` each instead of ``stack``, ``sign`` and ``tolist`` (:func:`_read_signs_by_item`).  From its
 second run on, a simplified program calls each operator through the C binding of PyTorch's Python API
 that was seen to call that operator on the same kinds of arguments (:mod:`lrp_lib.explain.bindings`:
 ``torch.mm`` parses its arguments faster than the ``OpOverload``), except under a torch function mode,
@@ -586,24 +586,26 @@ _SIGN, _STACK = torch.ops.aten.sign.default, torch.ops.aten.stack.default
 
 
 def _sign(v):
-    """``torch.sign`` of a number, as ``tolist`` gives it (NaN stays NaN, 0.0 and -0.0 stay)."""
-    return 1.0 if v > 0 else -1.0 if v < 0 else v
+    """``torch.sign`` of a number, as ``tolist`` gives it: 1.0, -1.0, or 0.0 (for 0.0, -0.0 and NaN)."""
+    return 1.0 if v > 0 else -1.0 if v < 0 else 0.0
 
 
 def _signs(items: list) -> list:
-    """``torch.stack(items).sign().tolist()`` where ``items`` are 0-dimensional tensors on the CPU and the
-    signs of constants, read with one ``item`` per tensor instead of two operations and a ``tolist``."""
-    return [_sign(t.item()) if type(t) is not float else t for t in items]
+    """``torch.stack(items).sign().tolist()`` where ``items`` are 0-dimensional tensors and the signs of
+    constants (floats): on the CPU one ``item`` per tensor instead of two operations and a ``tolist``; on a
+    GPU, where each ``item`` would wait for the device, the tensors' signs in one read."""
+    tensors = [t for t in items if type(t) is not float]
+    if all(t.device.type == "cpu" for t in tensors):
+        return [_sign(t.item()) if type(t) is not float else t for t in items]
+    read = iter(torch.stack(tensors).sign().tolist())  # one synchronisation
+    return [next(read) if type(t) is not float else t for t in items]
 
 
 def _read_signs_by_item(q: Program) -> None:
     """Where a rule reads the signs of a few numbers (z+'s signs of its input's and weight's extremes: a
-    ``stack`` of 0-dimensional tensors, its ``sign``, then ``tolist``), read them one ``item`` at a time
-    (:func:`_signs`): the same values, compared with the same recorded ones, at a fraction of the cost on the
-    CPU.  The constants' signs are taken now.  On a GPU each ``item`` would wait for the device: there
-    the operations stay."""
-    if any(t.device.type != "cpu" for t, _ in q.constants):
-        return
+    ``stack`` of 0-dimensional tensors, its ``sign``, then ``tolist``), read them with :func:`_signs`: the
+    same values, compared with the same recorded ones; the constants' signs are taken now, and on the CPU
+    each tensor is read with ``item``, at a fraction of the cost."""
     steps = q.steps
     made: dict[int, int] = {}
     uses: dict[int, int] = {}

@@ -735,3 +735,19 @@ def test_a_simplified_program_reads_the_signs_of_z_plus_one_number_at_a_time():
     got = fast(x, ei, target=torch.tensor([1]))
     assert got.replay_reason != "compiled for any size"
     assert_same_explanation(got, mode(x, ei, target=torch.tensor([1])))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a GPU"))])
+def test_the_signs_read_by_item_are_those_of_stack_sign_tolist(device):
+    import math
+    values = [-2.5, -0.0, 0.0, 3.0, float("inf"), -float("inf"), 1e-30, float("nan")]
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        items = [torch.tensor(v, dtype=dtype, device=device) for v in values]
+        want = torch.stack(items).sign().tolist()
+        mixed = [*items[:3], 1.0, *items[3:], -1.0]  # constants' signs, taken when simplified
+        got = compiled._signs(mixed)
+        expected = [*want[:3], 1.0, *want[3:], -1.0]
+        assert len(got) == len(expected)
+        for g_, w in zip(got, expected):
+            assert (math.isnan(g_) and math.isnan(w)) or (g_ == w and type(g_) is type(w)), (dtype, got, expected)
