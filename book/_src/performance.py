@@ -877,6 +877,12 @@ slope = np.polyfit(
     1,
 )[0]
 g("sc_slope", slope)
+# per node, the smallest graph pays most (a call's fixed cost), and the largest more than 10,000 nodes do
+SC_MID = 10_000
+sc_per_node = {r["nodes"]: r["methods"]["gradient"]["median_seconds"] / r["nodes"] for r in sc_rows}
+assert sc_per_node[sc_rows[0]["nodes"]] == max(sc_per_node.values())
+assert sc_per_node[sc_rows[-1]["nodes"]] > sc_per_node[SC_MID]
+g("sc_mid", SC_MID, "{:,}")
 faulting = [
     r["nodes"]
     for r in sc_rows
@@ -916,8 +922,9 @@ assert sc_bigger[-1]["methods"]["lrp_algorithm"]["paired_ratio_to_gradient"] < \
 
 # %% [markdown]
 # From {glue:text}`sc_smallest` to {glue:text}`sc_largest` nodes, the gradient's time grows with
-# the graph with a slope of {glue:text}`sc_slope` on the log-log plot (1 would be proportional; a
-# graph whose feature rows no longer fit in the processor's caches costs more per node). The last
+# the graph with a slope of {glue:text}`sc_slope` on the log-log plot (1 would be proportional). Per
+# node, the smallest graph costs most, since a call has a fixed cost, and the largest costs more than
+# a graph of {glue:text}`sc_mid` nodes. The last
 # column counts the page faults of one gradient call: from {glue:text}`sc_faults_from` nodes on
 # there are more of them than nodes, because a tensor of messages is then larger than the C
 # allocator's largest threshold for reusing freed memory (32 MiB in glibc), so every call maps it
