@@ -56,7 +56,8 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core.linear_map import LinearMap, Weight
-from lrp_lib.core.stabilizer import has_zero, relevance_share
+from lrp_lib.core.modify import epsilon, keep_value, share_of
+from lrp_lib.core.stabilizer import has_zero, relevance_share, stabilize
 from lrp_lib.core.stabilizer import read as read_values
 from lrp_lib.core.validation import check_number
 
@@ -103,10 +104,20 @@ def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
 
 # ----------------------------------------------------------------------- rules
 class Rule:
-    """Base class: ``propagate`` returns the input relevance of one linear map."""
+    r"""Base class: a rule for one linear map, in two forms that give the same relevance.
+
+    ``propagate`` returns the input relevance from the output's relevance ``rel_out`` (the
+    backward form, for :class:`LinearMapRelevance`); ``modify`` returns the map's output ``out``
+    (computed with its graph from ``x``), with its value kept and its gradient changed so that
+    :math:`x \odot \partial f/\partial x` is the same relevance when the output's relevance is
+    :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form, see
+    :mod:`lrp_lib.core.modify`)."""
 
     def propagate(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None,
                   out: Tensor, rel_out: Tensor, op: str) -> Tensor:
+        raise NotImplementedError
+
+    def modify(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor) -> Tensor:
         raise NotImplementedError
 
     def __eq__(self, other):
@@ -139,6 +150,9 @@ class Epsilon(Rule):
     def propagate(self, m, x, weight, bias, out, rel_out, op):
         return m.times_input(x, m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight))
 
+    def modify(self, m, x, weight, bias, out):
+        return epsilon(out, self.eps)
+
 
 class Gamma(Rule):
     r"""Gamma rule: the epsilon rule on the weights :math:`w + \gamma w^+` (bias :math:`b + \gamma b^+`).
@@ -161,6 +175,12 @@ class Gamma(Rule):
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         z = m(x, w, b)
         return m.times_input(x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
+
+    def modify(self, m, x, weight, bias, out):
+        w = weight + self.gamma * _positive(weight)
+        b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
+        z = m(x, w, b)
+        return keep_value(out, z * share_of(out, stabilize(z.detach(), self.eps)))
 
 
 class AlphaBeta(Rule):
@@ -234,6 +254,26 @@ class AlphaBeta(Rule):
             rel = self._sum_of(m, x, [(xp, wp, s) for xp, wp in pairs], rel) if pairs else rel
         return torch.zeros_like(x) if rel is None else rel
 
+    @staticmethod
+    def _signed(m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, positive: bool = True) -> Tensor:
+        r""":math:`z^+` (``positive``) or :math:`z^-`, computed with its graph from the clamped input (the
+        gradient of ``x.clamp(min=0)`` is 1 where :math:`x > 0`, so :math:`x \odot \mathrm{grad}` picks
+        each contribution's own part)."""
+        x_pos, x_neg = x.clamp(min=0), x.clamp(max=0)
+        w_pos, w_neg = _positive(weight), _negative(weight)
+        if not positive:
+            w_pos, w_neg = w_neg, w_pos
+        b = None if bias is None else (bias.clamp(min=0) if positive else bias.clamp(max=0))
+        return m(x_pos, w_pos, b) + m(x_neg, w_neg, None)
+
+    def modify(self, m, x, weight, bias, out):
+        z_pos = self._signed(m, x, weight, bias)
+        t = (z_pos * share_of(out, z_pos)) * self.alpha
+        if self.beta:
+            z_neg = self._signed(m, x, weight, bias, positive=False)
+            t = t - (z_neg * share_of(out, z_neg)) * self.beta
+        return keep_value(out, t)
+
 
 class ZPlus(AlphaBeta):
     r"""z+ rule: positive contributions only (alpha-beta with :math:`\alpha = 1, \beta = 0`).
@@ -267,6 +307,11 @@ class ZPlus(AlphaBeta):
                                        torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
             rel = rel.add_(m.times_input(x, m.vjp(fallback, x, weight)))
         return rel
+
+    def modify(self, m, x, weight, bias, out):
+        z_pos = self._signed(m, x, weight, bias)
+        some = z_pos != 0
+        return keep_value(out, torch.where(some, z_pos * share_of(out, z_pos), out))
 
     def __repr__(self):
         return "ZPlus()"
@@ -302,13 +347,16 @@ class ZBox(Rule):
         self.eps = check_number(eps, "eps")
 
     def bounds(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The box :math:`(l, h)` for input ``x``, each shaped like ``x``."""
+        """The box :math:`(l, h)` for input ``x``, each shaped like ``x``.  Bounds given by the user are
+        checked against ``x`` (a ``ValueError`` when ``x`` leaves the box); the default box holds ``x``
+        by construction and reads nothing."""
         zero = torch.zeros((), dtype=x.dtype, device=x.device)
         low = torch.minimum(x.amin(0, keepdim=True), zero) if self.low is None else \
             torch.as_tensor(self.low, dtype=x.dtype, device=x.device)
         high = torch.maximum(x.amax(0, keepdim=True), zero) if self.high is None else \
             torch.as_tensor(self.high, dtype=x.dtype, device=x.device)
-        if bool((low > x).any()) or bool((high < x).any()):
+        given = self.low is not None or self.high is not None
+        if given and (bool((low > x).any()) or bool((high < x).any())):
             raise ValueError(f"ZBox: the input lies outside the box [low, high] ({float((low - x).max()):.3g} below "
                              f"low or {float((x - high).max()):.3g} above high); widen the bounds")
         return low.expand_as(x), high.expand_as(x)
@@ -319,6 +367,18 @@ class ZBox(Rule):
         z = m(x, weight, None) - m(low, w_pos, None) - m(high, w_neg, None)
         s = relevance_share(op, rel_out, z, eps=self.eps)
         return x * m.vjp(s, x, weight) - low * m.vjp(s, x, w_pos) - high * m.vjp(s, x, w_neg)
+
+    def modify(self, m, x, weight, bias, out, low: Tensor | None = None, high: Tensor | None = None):
+        r"""The forward form.  The relevance here is not :math:`x \odot \mathrm{grad}` alone: its bound
+        terms :math:`-l \odot J_{w^+}^\top s - h \odot J_{w^-}^\top s` are the relevance of the bounds, read
+        as :math:`l \odot \mathrm{grad}_l + h \odot \mathrm{grad}_h` when ``low`` and ``high`` are given
+        as tensors shaped like ``x`` that require grad (from :meth:`bounds`); the input's relevance is
+        the sum of the three."""
+        if low is None or high is None:
+            box = self.bounds(x.detach())
+            low, high = (box[0] if low is None else low), (box[1] if high is None else high)
+        z = m(x, weight, None) - m(low, _positive(weight), None) - m(high, _negative(weight), None)
+        return keep_value(out, z * share_of(out, stabilize(z.detach(), self.eps)))
 
     def __repr__(self):
         return f"ZBox(low={self.low!r}, high={self.high!r})"

@@ -1,0 +1,114 @@
+r"""LRP rules as forward modifications: each keeps its operation's value and changes its gradient.
+
+Every rule of :mod:`lrp_lib` gives an input :math:`x` of an operation the relevance
+:math:`R_x = x \odot v`, for some vector :math:`v` computed from the output's relevance.  If the
+relevance of every tensor :math:`t` is read as :math:`R_t = t \odot \partial f / \partial t` (the
+gradient of the explained output :math:`f`), a rule is therefore a statement about the *gradient*
+of its operation, and can be written as a forward pass that computes the ordinary value but whose
+gradient is the rule's.  One plain ``.backward()`` through the modified forward then leaves
+relevance :math:`= t \odot t.\mathrm{grad}` on every tensor (the form of LXT's efficient mode,
+Achtibat et al., 2024).  Nothing here defines a :class:`torch.autograd.Function` and nothing reads
+tensor data into Python, so ``torch.compile`` traces a modified forward as it traces any other.
+
+The building block is :func:`keep_value`: the value of one tensor with the gradient of another.
+With the output :math:`z` of an operation and :math:`R = z \odot g` its relevance (:math:`g` the
+gradient arriving at :math:`z`):
+
+* a proportional rule with denominator :math:`d` (:func:`share_of`) makes the gradient
+  :math:`g \odot z / d = R / d` and sends it back through the contributions it splits over;
+* :func:`identity` (an elementwise function :math:`y = f(x)`, AttnLRP's identity rule
+  :math:`R_x = R_y`): the gradient :math:`g \odot y / x`;
+* :func:`uniform` (a product of :math:`n` input-dependent factors, the uniform rule
+  :math:`R_i = R / n`): the gradient scaled by :math:`1/n`;
+* :func:`held_constant` (an attention weight under CP-LRP, the denominator of a normalisation):
+  no gradient at all;
+* :func:`blocked` (an operation without a rule): no gradient into its input, and a probe that
+  measures how much relevance reached it.
+
+The linear-map rules (epsilon, gamma, alpha-beta, z+, z\ :sup:`B`) are declared with their formulas
+in :mod:`lrp_lib.core.rules`; each rule's ``modify`` builds its forward from these pieces.
+
+Two limits of the form :math:`R_t = t \odot \mathrm{grad}` are kept here as rules, not hidden:
+relevance that reaches an entry equal to zero stays there (no gradient can carry it onto a zero),
+and an infinite value has no finite relevance (:func:`keep_value` would read
+:math:`\infty - \infty`).  Both are reported by the explainer as relevance that did not arrive.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lrp_lib.core.stabilizer import stabilize
+
+__all__ = ["keep_value", "scale_gradient", "share_of", "epsilon", "identity", "uniform", "held_constant",
+           "blocked"]
+
+
+def keep_value(value: Tensor, t: Tensor) -> Tensor:
+    r"""A tensor with ``value``'s value and ``t``'s gradient: ``value.detach() + (t - t.detach())``.
+
+    ``t - t.detach()`` is exactly zero (for finite ``t``), so the value is ``value``'s to the bit
+    (a ``-0.0`` becomes ``+0.0``); the gradient flows into ``t``'s graph only."""
+    return value.detach() + (t - t.detach())
+
+
+def scale_gradient(y: Tensor, c: Tensor) -> Tensor:
+    r"""``y``'s value, with the gradient arriving at it multiplied by ``c`` (taken as a constant):
+    :math:`\partial / \partial y \mapsto c \odot g`."""
+    return keep_value(y, y * c.detach())
+
+
+def share_of(z: Tensor, d: Tensor) -> Tensor:
+    r""":math:`z / d` where :math:`d \ne 0`, and :math:`0` where :math:`d = 0`, as a constant.
+
+    Multiplied onto a gradient :math:`g` at :math:`z`, it gives :math:`R / d` with
+    :math:`R = z \odot g`: the relevance per unit of a proportional rule's denominator.  Where the
+    denominator is zero the relevance cannot be split and is lost (the rules' convention, see
+    :func:`~lrp_lib.core.stabilizer.relevance_share`)."""
+    z, d = z.detach(), d.detach()
+    zero = d == 0
+    return torch.where(zero, torch.zeros_like(z), z / torch.where(zero, torch.ones_like(d), d))
+
+
+def epsilon(z: Tensor, eps: float) -> Tensor:
+    r"""The epsilon rule on an operation linear in its marked inputs, output ``z`` (computed with
+    its graph): :math:`R_x = x \odot J^\top \big(R / (z + \epsilon\,\mathrm{sign}(z))\big)`.
+
+    The gradient at ``z`` becomes :math:`g \odot z / \mathrm{stab}(z)`.  It serves weighted maps
+    (through :class:`~lrp_lib.core.rules.Epsilon`) and maps without a weight alike: a sum of marked
+    tensors, a mean, a scatter or an aggregation of messages (a constant term keeps its share)."""
+    return scale_gradient(z, share_of(z, stabilize(z.detach(), eps)))
+
+
+def identity(x: Tensor, y: Tensor) -> Tensor:
+    r"""The identity rule for an elementwise ``y = f(x)`` (activations, :math:`x` times a constant):
+    :math:`R_x = R_y`.  The gradient at ``x`` is :math:`g \odot y / x`, so
+    :math:`x \odot \mathrm{grad} = y \odot g`.  ``x`` may broadcast against ``y`` (then
+    :math:`R_x` is summed over the broadcast dimensions, as autograd sums the gradient).  Where
+    :math:`x = 0` and :math:`f(0) \ne 0` the relevance stays on the zero entry."""
+    return keep_value(y, x * share_of(y, x))
+
+
+def uniform(y: Tensor, n: int) -> Tensor:
+    r"""The uniform rule for ``y``, a product of ``n`` input-dependent factors computed with its
+    graph (AttnLRP): :math:`R_i = R / n` for each factor.  The gradient of a product with respect
+    to factor :math:`i` is :math:`y / x_i`, so scaling it by :math:`1/n` gives
+    :math:`x_i \odot \mathrm{grad} = R / n`."""
+    return keep_value(y, y * (1.0 / n))
+
+
+def held_constant(t: Tensor) -> Tensor:
+    r"""``t`` as a constant: no relevance flows into it (CP-LRP's attention weight, the denominator
+    of a normalisation :math:`a / b`, for which :math:`R_a = R`)."""
+    return t.detach()
+
+
+def blocked(y: Tensor) -> tuple[Tensor, Tensor]:
+    r"""An operation without a rule: ``y``'s value, no gradient into its inputs, and a probe.
+
+    Returns ``(out, probe)``: ``probe`` is a zero tensor that requires grad, added to ``out``, so
+    that after the backward :math:`\sum_k y_k \, \mathrm{probe.grad}_k` is the relevance that
+    reached the operation and went no further (the explainer refuses the model when it is not
+    zero)."""
+    probe = torch.zeros_like(y, requires_grad=True)
+    return y.detach() + probe, probe
