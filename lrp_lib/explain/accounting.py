@@ -199,7 +199,7 @@ def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
     saved = None if recorder is None else [r.clone() for r in _records(recorder)]
     tally.absorbed, tally.blocked = {}, {}
     try:
-        torch.autograd.grad(head, inputs, start, retain_graph=True, allow_unused=True)
+        tally.backward(head, inputs, start, retain_graph=True)
         return _total(tally)
     finally:
         tally.absorbed, tally.blocked = absorbed, blocked

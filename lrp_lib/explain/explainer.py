@@ -58,6 +58,7 @@ from lrp_lib.core.stabilizer import all_finite
 from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, account_one, batch_row_groups,
                                        lost_relevance)
 from lrp_lib.explain import compiled, replay
+from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.layer_pruning import current_plan
@@ -166,6 +167,12 @@ class LRPExplainer(ExplainerAlgorithm):
             runs on; sizes 0 and 1, and free sizes equal to each other, are left to the replay.
             ``compile="exact"``: programs per signature only, for a model whose forward takes other
             branches at other sizes (a size threshold, say), which no program could see.
+        mechanism: how the rules run.  ``"functions"`` (the default): each rule is a relevance primitive
+            whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), with ``replay`` and
+            ``compile`` above.  ``"forward"``: each rule is a forward that keeps its operation's value and
+            changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation is one ordinary
+            backward of PyTorch's own, and each input's relevance is the input times its gradient: the
+            same relevance (to rounding), without replay or programs, and not yet with ``per_index``.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -219,8 +226,15 @@ class LRPExplainer(ExplainerAlgorithm):
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
                  prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
-                 compile: bool | str = True):
+                 compile: bool | str = True, mechanism: str = "functions"):
         super().__init__()
+        if mechanism not in ("functions", "forward"):
+            raise ValueError(f"mechanism must be 'functions' (relevance primitives) or 'forward' (rules as forward "
+                             f"modifications, one ordinary backward), got {mechanism!r}")
+        if mechanism == "forward" and (per_index or recompute):
+            raise ValueError("mechanism='forward' does not take per_index=True or recompute=True yet; use "
+                             "mechanism='functions' for them")
+        self.mechanism = mechanism
         for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
@@ -393,7 +407,7 @@ class LRPExplainer(ExplainerAlgorithm):
 
         def make(mode_class, recorder_class):
             mode = mode_class(self.composite, model, fast=self.fast, recompute=self.recompute)
-            if grouped:
+            if grouped and mode_class is not ForwardMode:  # (the forward rules' tally reads totals: one per backward)
                 mode.tally = GroupedTally()
             layer_plan = current_plan()  # per_index: the rows each layer's outputs are read at
             if layer_plan is not None:
@@ -402,7 +416,10 @@ class LRPExplainer(ExplainerAlgorithm):
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
         model_inputs, other = [leaf, edge_index, *tensors.values()], {k: v for k, v in kwargs.items() if k not in tensors}
         options = (self.composite.key(), self.fast, edges, grouped, tuple(kwargs))
-        enabled = self.replay and self.fast and not self.recompute
+        forward = self.mechanism == "forward"
+        if forward:  # the rules as forward modifications: PyTorch's own backward, nothing recorded
+            make = (lambda make_: lambda mode_class, recorder_class: make_(ForwardMode, ProbeRecorder))(make)
+        enabled = self.replay and self.fast and not self.recompute and not forward
         # one account for the call, no edge relevance: the plan's ATen operations run as a program
         compile_ = enabled and self.compile is not False and not edges and not grouped and (node_group is None or one_group) \
             and current_plan() is None

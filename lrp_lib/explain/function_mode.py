@@ -87,6 +87,10 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
     the biases and stabilisers kept and how much reached operations without a rule.
     """
 
+    #: Whether :func:`~lrp_lib.explain.graph_check.check_relevance_graph` applies: the explained output's
+    #: autograd graph holds relevance primitives and nodes that pass relevance as they are.
+    checks_graph = True
+
     def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True,
                  recompute: bool = False):
         super().__init__()

@@ -1,7 +1,7 @@
 """The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
 
 A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the
-relevance primitive (:mod:`lrp_lib.explain.primitives`) that fits it: linear maps, matrix products,
+mode's rule family (:mod:`lrp_lib.explain.rule_families`) that fits it: linear maps, matrix products,
 convolutions and ``einsum`` with a weight get the composite's rule for that weight
 (:meth:`~lrp_lib.explain.function_mode.RelevanceMode.weighted`); sums, means, pools, scatters and
 ``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.function_mode.RelevanceMode.linear`); sums
@@ -19,8 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.explain.primitives import (BilinearRelevance, IdentityRelevance, JoinRelevance, NormAffineRelevance,
-                                        NormaliseRelevance, SoftmaxRelevance, UniformProductRelevance)
 from lrp_lib.explain.recompute import linear_chain, recipe_for
 
 if TYPE_CHECKING:  # annotations only: the mode imports this module
@@ -55,8 +53,7 @@ def _matmul(mode: RelevanceMode, func, args, kwargs):
             weights = (0.5, 0.5)
         if a.is_sparse or b.is_sparse:
             return mode.blocked(func, "sparse matmul of two input-dependent tensors", args, kwargs)
-        return BilinearRelevance.apply(a, b, weights, mode.composite.epsilon, f"matmul in {mode.module_label()}",
-                                       mode.tally)
+        return mode.bilinear(a, b, weights, f"matmul in {mode.module_label()}")
     plain = torch.matmul if func in (torch.Tensor.__matmul__, torch.Tensor.__rmatmul__) else func
     if ma:
         return mode.weighted(a, b, None, lambda x, w, bias: plain(x, w) if bias is None else plain(x, w) + bias,
@@ -81,7 +78,7 @@ def _addmm(mode: RelevanceMode, func, args, kwargs):
         part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, None, "addmm")
     part = mode.mark(part)
     if alpha != 1:
-        part = mode.mark(IdentityRelevance.apply(part, lambda t: t * alpha))
+        part = mode.mark(mode.elementwise(part, lambda t: t * alpha))
     return mode.sum_terms(part, inp, 1.0, beta, op="addmm")
 
 
@@ -154,7 +151,7 @@ def _mean(mode: RelevanceMode, func, args, kwargs):
     rest = {k: v for k, v in kwargs.items()}
     total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), _sum_vjp(x, args, rest), "mean"))
     count = x.numel() // max(total.numel(), 1) if x.numel() else 1
-    return IdentityRelevance.apply(total, lambda t: t / count)
+    return mode.elementwise(total, lambda t: t / count)
 
 
 def _pool(mode: RelevanceMode, func, args, kwargs):
@@ -213,10 +210,9 @@ def _scatter_reduce(mode: RelevanceMode, func, args, kwargs):
         const = inp.detach()
         counts = torch.zeros(const.shape, dtype=torch.long, device=const.device).scatter_add(
             dim, index, torch.ones_like(index))
-        return UniformProductRelevance.apply(
+        return mode.uniform_product(
             src, lambda s: const.scatter_reduce(dim, index, s, "prod", include_self=include_self), counts,
-            lambda t: t.gather(dim, index), f"scatter_reduce (prod) of empty groups in {mode.module_label()}",
-            mode.tally)
+            lambda t: t.gather(dim, index), f"scatter_reduce (prod) of empty groups in {mode.module_label()}")
     return mode.blocked(func, f"scatter_reduce ({reduce})", args, kwargs)
 
 
@@ -249,7 +245,7 @@ def _div(mode: RelevanceMode, func, args, kwargs):
     if func.__name__ == "__rtruediv__":
         a, b = b, a
     if mode.is_marked(a) and mode.is_marked(b):
-        return mode.gate(NormaliseRelevance.apply(a, b))
+        return mode.gate(mode.normalise(a, b))
     return mode.identity(func, args, kwargs)
 
 
@@ -263,15 +259,15 @@ def _prod(mode: RelevanceMode, func, args, kwargs):
         return mode.blocked(func, "prod with dtype", args, kwargs)
     if dim is None:
         counts = torch.full((), x.numel(), dtype=torch.long, device=x.device)
-        return UniformProductRelevance.apply(x, torch.prod, counts, lambda t: t.expand(x.shape), "prod", mode.tally)
+        return mode.uniform_product(x, torch.prod, counts, lambda t: t.expand(x.shape), "prod")
     d = dim % x.dim()
     shape = list(x.shape)
     shape[d] = 1
     counts = torch.full(shape if keepdim else shape[:d] + shape[d + 1:], x.shape[d], dtype=torch.long,
                         device=x.device)
-    return UniformProductRelevance.apply(x, lambda t: torch.prod(t, d, keepdim), counts,
-                                         lambda t: (t if keepdim else t.unsqueeze(d)).expand(x.shape),
-                                         f"prod in {mode.module_label()}", mode.tally)
+    return mode.uniform_product(x, lambda t: torch.prod(t, d, keepdim), counts,
+                                lambda t: (t if keepdim else t.unsqueeze(d)).expand(x.shape),
+                                f"prod in {mode.module_label()}")
 
 
 def _max_min(mode: RelevanceMode, func, args, kwargs):
@@ -311,8 +307,7 @@ def _cat(mode: RelevanceMode, func, args, kwargs):
     ref = tensors[0]
     joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
     dim = dim if dim >= 0 else dim + ref.dim()
-    return JoinRelevance.apply(dim, marked, f"constant joined by {name} in {mode.module_label()}", mode.tally,
-                               *joined)
+    return mode.join(dim, marked, f"constant joined by {name} in {mode.module_label()}", joined)
 
 
 def _softmax(mode: RelevanceMode, func, args, kwargs):
@@ -321,10 +316,10 @@ def _softmax(mode: RelevanceMode, func, args, kwargs):
     if dim is None:
         return mode.blocked(func, "softmax without dim", args, kwargs)
     if kwargs.get("dtype") is not None:
-        x = mode.mark(IdentityRelevance.apply(x, lambda t: t.to(kwargs["dtype"])))
+        x = mode.mark(mode.elementwise(x, lambda t: t.to(kwargs["dtype"])))
     # AttnLRP's softmax rule does not conserve: what it does not pass on is left to the explanation's
     # relevance_residual (and its warning), not counted as a bias
-    return mode.gate(SoftmaxRelevance.apply(x, dim, f"softmax in {mode.module_label()}", None))
+    return mode.gate(mode.softmax(x, dim, f"softmax in {mode.module_label()}"))
 
 
 def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
@@ -342,9 +337,8 @@ def _batch_norm(mode: RelevanceMode, func, args, kwargs):
     p["eps"] = 1e-5 if p["eps"] is None else p["eps"]
     label = f"batch_norm in {mode.module_label()}"
     if p["training"] or p["running_mean"] is None:
-        return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs),
-                                         _channel_view(p["bias"], x) if mode.composite.bias else None,
-                                         mode.composite.epsilon, label, mode.tally)
+        return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs),
+                                _channel_view(p["bias"], x) if mode.composite.bias else None, label)
     scale = (p["running_var"].detach() + p["eps"]).rsqrt()
     if p["weight"] is not None:
         scale = scale * p["weight"].detach()
@@ -359,8 +353,8 @@ def _norm_affine(bias_index: int, channel: bool):
         beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())
         if not mode.composite.bias:
             beta = None
-        return NormAffineRelevance.apply(x, lambda t: func(t, *args[1:], **kwargs), beta, mode.composite.epsilon,
-                                         f"{func.__name__} in {mode.module_label()}", mode.tally)
+        return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs), beta,
+                                f"{func.__name__} in {mode.module_label()}")
     return handler
 
 

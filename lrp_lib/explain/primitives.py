@@ -183,6 +183,11 @@ class Tally:
     def block(self, label: str, amount: Tensor) -> None:
         self._put("blocked", label, (amount,))
 
+    def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> tuple:
+        """The relevance of ``inputs`` from one backward of ``head`` with start relevance ``start``, its
+        amounts kept here: the primitives' backward computes relevance, so it is the gradient."""
+        return torch.autograd.grad(head, inputs, start, allow_unused=True, retain_graph=retain_graph)
+
     @staticmethod
     def total(table: dict) -> float:
         return float(sum(table.values())) if table else 0.0

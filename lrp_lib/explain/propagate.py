@@ -51,13 +51,13 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
             "propagated through the model's autograd graph, so remove the detach")
     head = explained_logits(mode, out, model_config)
     mode.explained_head = mode.head_of(out)[0] if head is not out else None
-    if not replayed:
+    if not replayed and mode.checks_graph:
         check_relevance_graph(head, inputs)
     if recorder is not None:
         recorder.check()
     start = start_of(out, head, target, index, model_config, explained)
     with backward_context(start) if backward_context is not None else nullcontext():
-        grads = torch.autograd.grad(head, inputs, start, allow_unused=True, retain_graph=retain_graph)
+        grads = mode.tally.backward(head, inputs, start, retain_graph)
     check_blocked(mode.tally)
     return out, start, grads, head
 

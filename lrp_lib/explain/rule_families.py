@@ -13,8 +13,10 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core.rules import LinearMap
-from lrp_lib.explain.primitives import (AddRelevance, BlockedRelevance, IdentityRelevance, LinearMapRelevance,
-                                        ProductRelevance, linear_relevance)
+from lrp_lib.explain.primitives import (AddRelevance, BilinearRelevance, BlockedRelevance, IdentityRelevance,
+                                        JoinRelevance, LinearMapRelevance, NormAffineRelevance, NormaliseRelevance,
+                                        ProductRelevance, SoftmaxRelevance, UniformProductRelevance,
+                                        linear_relevance)
 from lrp_lib.explain.recompute import SCALINGS, note, scaling_vjp
 
 __all__ = ["RuleFamilies"]
@@ -92,16 +94,16 @@ class RuleFamilies:
         if not mb:
             tb = tb.detach()
         if ca != 1.0:
-            ta = IdentityRelevance.apply(ta, lambda t: t * ca) if ma else ta * ca
+            ta = self.elementwise(ta, lambda t: t * ca) if ma else ta * ca
         if cb != 1.0:
-            tb = IdentityRelevance.apply(tb, lambda t: t * cb) if mb else tb * cb
+            tb = self.elementwise(tb, lambda t: t * cb) if mb else tb * cb
         gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
         if gate:  # 1 - z of a gate z is a gate too (GRU's update gate): it passes relevance like one
             marked, const = (ta, tb) if ma else (tb, ta)
-            return self.gate(IdentityRelevance.apply(marked, lambda t: t + const))
+            return self.gate(self.elementwise(marked, lambda t: t + const))
         if not (ma and mb) and not self.composite.bias:  # the constant term takes no share
             marked, const = (ta, tb) if ma else (tb, ta)
-            return IdentityRelevance.apply(marked, lambda t: t + const)
+            return self.elementwise(marked, lambda t: t + const)
         label = op if (ma and mb) else f"{op} of a constant in {self.module_label()}"
         return AddRelevance.apply(ta, tb, (ma, mb), self.composite.epsilon, label, self.tally)
 
@@ -112,6 +114,35 @@ class RuleFamilies:
         else:
             weights = (0.5, 0.5)
         return ProductRelevance.apply(a, b, weights)
+
+    def elementwise(self, x: Tensor, fn: Callable):
+        """``fn(x)``, elementwise in ``x``: the identity rule."""
+        return IdentityRelevance.apply(x, fn)
+
+    def bilinear(self, a: Tensor, b: Tensor, weights: tuple, label: str):
+        """``a @ b``, both marked: each product term split uniformly (``weights``: the share of each)."""
+        return BilinearRelevance.apply(a, b, weights, self.composite.epsilon, label, self.tally)
+
+    def normalise(self, a: Tensor, b: Tensor):
+        """``a / b``, both marked: the denominator held constant."""
+        return NormaliseRelevance.apply(a, b)
+
+    def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor, expand: Callable, label: str):
+        """``fn(x)`` a product of ``counts`` factors of ``x`` per output: each gets ``R / n``."""
+        return UniformProductRelevance.apply(x, fn, counts, expand, label, self.tally)
+
+    def join(self, dim: int, marked: tuple, label: str, joined: list):
+        """``torch.cat(joined, dim)`` of marked tensors and constants: each constant keeps its slice."""
+        return JoinRelevance.apply(dim, marked, label, self.tally, *joined)
+
+    def softmax(self, x: Tensor, dim: int, label: str):
+        """A dense softmax: AttnLRP's rule."""
+        return SoftmaxRelevance.apply(x, dim, label, None)
+
+    def norm_affine(self, x: Tensor, fn: Callable, beta: Tensor | None, label: str):
+        """A normalisation with an affine part (``fn(x) = gamma * x_hat + beta``): the identity through
+        the normalisation, the affine part split with ``beta`` keeping its share."""
+        return NormAffineRelevance.apply(x, fn, beta, self.composite.epsilon, label, self.tally)
 
     def blocked(self, func, name, args, kwargs):
         with torch.no_grad():

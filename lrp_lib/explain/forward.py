@@ -1,0 +1,250 @@
+r"""The explanation as one ordinary backward: :class:`ForwardMode` emits each rule as a forward modification.
+
+:class:`~lrp_lib.explain.function_mode.RelevanceMode` sends every torch function a model calls to a rule
+family (:mod:`lrp_lib.explain.rule_families`), whose relevance primitives are autograd Functions: their
+backward computes relevance.  :class:`ForwardMode` is the same mode -- the same interception, marks,
+routes and handlers -- with each family written as a forward that keeps the operation's value and changes
+its gradient (:mod:`lrp_lib.core.modify`, and each rule's ``modify``).  The backward of the explained output
+is then PyTorch's own, and the relevance of every tensor :math:`t` is :math:`t \odot \partial f/\partial t`:
+
+* the start: the explained output :math:`f` with the start relevance :math:`R_0`, sent back as the gradient
+  :math:`R_0 / f` (:func:`~lrp_lib.core.modify.share_of`);
+* the node features and ``edge_attr``: input times gradient;
+* the edges: a multiplicative probe of ones, one entry per input edge, on the messages of every layer
+  (:class:`ProbeRecorder`): its gradient is the relevance of each edge's messages summed over features and
+  layers;
+* an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
+  gradient times the output is the relevance that reached it.
+
+``LRPExplainer(mechanism="forward")`` explains with it.  What the biases and stabilisers keep is the explained value less
+the inputs' relevance, split into what the biases, constant terms and stabilisers kept (two scalar probes
+of ones: one on the outputs of the operations that can keep relevance, one on their inputs) and what was
+lost.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from lrp_lib.core import modify
+from lrp_lib.core.linear_map import LinearMap
+from lrp_lib.core.stabilizer import stabilize
+from lrp_lib.explain.edges import EdgeRecorder
+from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.primitives import Tally
+
+__all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally", "ProbeRecorder"]
+
+
+class ForwardFamilies:
+    """The rule families of :class:`~lrp_lib.explain.rule_families.RuleFamilies`, each as a forward
+    modification (same names, same arguments)."""
+
+    def _in(self, t: Tensor) -> Tensor:
+        """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1): the
+        probe's gradient totals the relevance such operations pass on."""
+        return t * self.one_in
+
+    def _out(self, t: Tensor) -> Tensor:
+        """``t``, the output of an operation that may keep relevance, times the probe ``one_out`` (1): the
+        probe's gradient totals the relevance such operations receive."""
+        return t * self.one_out
+
+    def _eps_share(self, z: Tensor, base: Tensor | None = None) -> Tensor:
+        """The epsilon rule's constant :math:`z / \\mathrm{stab}(z)`; ``base``: the part of ``z`` that is
+        split, when a constant term takes no share (``Composite(bias=False)``)."""
+        return modify.share_of(z, stabilize((z if base is None else base).detach(), self.composite.epsilon))
+
+    def identity(self, func, args, kwargs):
+        kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
+        marked = [a for a in args if self.is_marked(a)] + [v for v in kwargs.values() if self.is_marked(v)]
+        if len(marked) != 1:
+            return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
+        return modify.identity(marked[0], func(*args, **kwargs))
+
+    def elementwise(self, x: Tensor, fn: Callable):
+        return modify.identity(x, fn(x))
+
+    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None):
+        z = fn(self._in(x))
+        if self.composite.bias:
+            return self._out(modify.keep_value(z, z * self._eps_share(z)))
+        return self._out(modify.keep_value(z, z * self._eps_share(z, z - fn(torch.zeros_like(x)))))
+
+    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
+                 op: str, rowwise: bool = False):
+        rule, _ = self.rule_for(weight)
+        w, b = weight.detach(), None if bias is None else bias.detach()
+        if rule is None:  # a data constant, not a parameter
+            return self.linear(x, lambda t: fn(t, w, b), None, op)
+        m = LinearMap(fn)
+        x = self._in(x)
+        out = fn(x, w, b)
+        if b is None or self.composite.bias:
+            return self._out(rule.modify(m, x, w, b, out))
+        # the bias takes no share: the rule splits the map without it, z0, whose relevance is out's
+        z0 = fn(x, w, None)
+        return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0) * modify.share_of(out, z0)))
+
+    def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
+        ma, mb = self.is_marked(a), self.is_marked(b)
+        ref = a if isinstance(a, Tensor) else b
+        ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
+        tb = b if isinstance(b, Tensor) else torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
+        ta, tb = (ta if ma else ta.detach()), (tb if mb else tb.detach())
+        if ca != 1.0:
+            ta = modify.identity(ta, ta * ca) if ma else ta * ca
+        if cb != 1.0:
+            tb = modify.identity(tb, tb * cb) if mb else tb * cb
+        gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
+        if gate or (not (ma and mb) and not self.composite.bias):  # the constant term takes no share
+            out = modify.identity(ta if ma else tb, ta + tb)
+            return self.gate(out) if gate else out
+        ta, tb = (self._in(ta) if ma else ta), (self._in(tb) if mb else tb)
+        z = ta + tb
+        return self._out(modify.keep_value(z, z * self._eps_share(z)))
+
+    def product(self, a: Tensor, b: Tensor):
+        ga, gb = self.is_gate(a), self.is_gate(b)
+        if self.composite.attention == "cp" and ga != gb:  # the attention weight held constant
+            return modify.held_constant(a) * b if ga else a * modify.held_constant(b)
+        return modify.uniform(a * b, 2)
+
+    def bilinear(self, a: Tensor, b: Tensor, weights: tuple, label: str):
+        a, b = self._in(a), self._in(b)
+        z = a @ b
+        c = self._eps_share(z)
+        wa, wb = weights
+        if wa == wb:
+            return self._out(modify.keep_value(z, z * (c * wa)))
+        t = (a @ b.detach()) * (c * wa) if wa else 0.0
+        return self._out(modify.keep_value(z, t + (a.detach() @ b) * (c * wb) if wb else t))
+
+    def normalise(self, a: Tensor, b: Tensor):
+        return a / modify.held_constant(b)
+
+    def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor, expand: Callable, label: str):
+        y = fn(self._in(x))
+        n = counts.to(y.dtype)
+        return self._out(modify.keep_value(y, y * torch.where(n == 0, torch.zeros_like(n), 1.0 / n.clamp(min=1))))
+
+    def join(self, dim: int, marked: tuple, label: str, joined: list):
+        return self._out(torch.cat([self._in(t) if m else t for t, m in zip(joined, marked)], dim))
+
+    def softmax(self, x: Tensor, dim: int, label: str):
+        return torch.softmax(x, dim)  # AttnLRP's rule R_x = x (R - s sum R) is input times gradient
+
+    def norm_affine(self, x: Tensor, fn: Callable, beta: Tensor | None, label: str):
+        y = fn(x)
+        part = y if beta is None else y - beta.detach()  # what the input contributes (beta keeps its share)
+        x = self._in(x)
+        return self._out(modify.keep_value(y, x * (modify.share_of(part, x) * self._eps_share(y))))
+
+    def blocked(self, func, name, args, kwargs):
+        with torch.no_grad():
+            out = func(*args, **kwargs)
+        flat = out if isinstance(out, (tuple, list)) else (out,)
+        items = list(flat)
+        for i, t in enumerate(flat):
+            if isinstance(t, Tensor) and t.is_floating_point():
+                probed, probe = modify.blocked(t)
+                self.probes.append((f"{name} in {self.module_label()}", t, probe))
+                items[i] = self.mark(probed)
+        if not isinstance(out, (tuple, list)):
+            return items[0]
+        return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
+
+
+class ProbeTally(Tally):
+    """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
+    (:meth:`backward`): what the operations that can keep relevance kept (biases, constant terms and
+    stabilisers: the relevance they received less what they passed on), and what reached each operation
+    without a rule."""
+
+    def __init__(self, mode: "ForwardMode"):
+        super().__init__()
+        self.mode = mode
+
+    def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> list:
+        """One ordinary backward from ``head``, whose relevance is ``start``: the gradient ``start / head``
+        sent back; the inputs' relevance (input times gradient), the edge probe's gradient into the edge
+        recorder, and the probes' amounts into this tally."""
+        mode = self.mode
+        recorder = mode.recorder
+        probes = [recorder.probe] if recorder is not None else []
+        blocked = [p for _, _, p in mode.probes]
+        wrt = [*inputs, *probes, mode.one_out, mode.one_in, *blocked]
+        grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True,
+                                    retain_graph=retain_graph)
+        n, k = len(inputs), len(probes)
+        if recorder is not None and grads[n] is not None:
+            recorder.record.copy_(grads[n])
+        received, passed = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[n + k:n + k + 2])
+        self._put("absorbed", "biases, constant terms and stabilisers", (received - passed,))
+        for (label, value, _), g in zip(mode.probes, grads[n + k + 2:]):
+            if g is not None:
+                self._put("blocked", label, ((value * g).sum(),))
+        return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
+
+
+class ForwardMode(ForwardFamilies, RelevanceMode):
+    """:class:`~lrp_lib.explain.function_mode.RelevanceMode` with every rule a forward modification: after
+    the forward, one ordinary backward (its :attr:`tally`'s :meth:`ProbeTally.backward`) leaves
+    :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``probes`` holds ``(label, output, probe)``
+    of each operation without a rule; ``recorder`` the :class:`ProbeRecorder` of the edges, if any."""
+
+    checks_graph = False  # the graph holds PyTorch's own nodes only
+
+    def __init__(self, composite="epsilon", model: nn.Module | None = None, fast: bool = True,
+                 recompute: bool = False):
+        if recompute:
+            raise ValueError("recompute=True keeps no messages for the relevance primitives' backward; the "
+                             "forward rules have none to keep: use recompute=False")
+        super().__init__(composite, model, fast=fast)
+        self.chains = False  # messages are not rewritten as maps from node rows: autograd sees them as they are
+        self.probes: list[tuple[str, Tensor, Tensor]] = []
+        self.recorder: ProbeRecorder | None = None
+        self.one_in, self.one_out = (torch.ones((), requires_grad=True) for _ in range(2))
+        self.tally = ProbeTally(self)
+
+    def mark(self, t):
+        if isinstance(t, Tensor) and not self._leaves and t.is_floating_point() and t.requires_grad:
+            self.one_in, self.one_out = (torch.ones((), dtype=t.dtype, device=t.device, requires_grad=True)
+                                         for _ in range(2))  # the first input's dtype and device
+        return super().mark(t)
+
+    def keep_saved_output(self, target) -> None:
+        """Nothing to keep: no primitive holds an output that an in-place write could change (autograd's
+        own version counters guard the tensors it saved)."""
+
+
+class ProbeRecorder(EdgeRecorder):
+    """Edge relevance as the gradient of a probe: the messages of every layer are multiplied by
+    ``probe[edge]`` (a tensor of ones, one entry per input edge; a self-loop the layer added gets a constant
+    1), so ``probe.grad`` is the relevance of each edge's messages, summed over features and layers."""
+
+    def __init__(self, mode: ForwardMode, model: nn.Module, edge_index: Tensor, dtype):
+        super().__init__(mode, model, edge_index, dtype)
+        self.probe = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device, requires_grad=True)
+        self._padded = None
+        mode.recorder = self
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        ids = self.edge_ids(self.edges_of.get(id(module)))
+        if ids is None or ids.numel() != out.shape[dim]:
+            self.unaligned[self.names[id(module)]] = out.shape[dim]
+            return None
+        with torch._C.DisableTorchFunction():  # plain products: the probe's gradient is the edge relevance
+            if self._padded is None:  # index -1 (an added self-loop) reads the constant 1 at the end
+                self._padded = torch.cat([self.probe, self.probe.new_ones(1).detach()])
+            scale = self._padded.index_select(0, torch.where(ids < 0, ids.new_full((), self.probe.numel()), ids))
+            shape = [1] * out.dim()
+            shape[dim] = -1
+            probed = out * scale.view(shape).to(out.dtype)
+        return self.mode.mark(probed)
