@@ -231,9 +231,9 @@ class LRPExplainer(ExplainerAlgorithm):
         if mechanism not in ("functions", "forward"):
             raise ValueError(f"mechanism must be 'functions' (relevance primitives) or 'forward' (rules as forward "
                              f"modifications, one ordinary backward), got {mechanism!r}")
-        if mechanism == "forward" and (per_index or recompute):
-            raise ValueError("mechanism='forward' does not take per_index=True or recompute=True yet; use "
-                             "mechanism='functions' for them")
+        if mechanism == "forward" and recompute:
+            raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
+                             "backward; mechanism='forward' keeps none (PyTorch's own backward): use one or the other")
         self.mechanism = mechanism
         for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
             if not isinstance(value, bool):

@@ -31,11 +31,11 @@ from torch import Tensor, nn
 from lrp_lib.core import modify
 from lrp_lib.core.linear_map import LinearMap
 from lrp_lib.core.stabilizer import stabilize
-from lrp_lib.explain.edges import EdgeRecorder
+from lrp_lib.explain.edges import EdgeRecorder, HeteroEdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode
 from lrp_lib.explain.primitives import Tally
 
-__all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally", "ProbeRecorder"]
+__all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally", "ProbeRecorder", "ProbeHeteroRecorder"]
 
 
 class ForwardFamilies:
@@ -173,14 +173,16 @@ class ProbeTally(Tally):
         recorder, and the probes' amounts into this tally."""
         mode = self.mode
         recorder = mode.recorder
-        probes = [recorder.probe] if recorder is not None else []
+        parts = recorder.probed() if recorder is not None else []
+        probes = [part.probe for part in parts]
         blocked = [p for _, _, p in mode.probes]
         wrt = [*inputs, *probes, mode.one_out, mode.one_in, *blocked]
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True,
                                     retain_graph=retain_graph)
         n, k = len(inputs), len(probes)
-        if recorder is not None and grads[n] is not None:
-            recorder.record.copy_(grads[n])
+        for part, g in zip(parts, grads[n:n + k]):
+            if g is not None:
+                part.record.copy_(g)
         received, passed = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[n + k:n + k + 2])
         self._put("absorbed", "biases, constant terms and stabilisers", (received - passed,))
         for (label, value, _), g in zip(mode.probes, grads[n + k + 2:]):
@@ -193,7 +195,8 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
     """:class:`~lrp_lib.explain.function_mode.RelevanceMode` with every rule a forward modification: after
     the forward, one ordinary backward (its :attr:`tally`'s :meth:`ProbeTally.backward`) leaves
     :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``probes`` holds ``(label, output, probe)``
-    of each operation without a rule; ``recorder`` the :class:`ProbeRecorder` of the edges, if any."""
+    of each operation without a rule; ``recorder`` the :class:`ProbeRecorder` (or
+    :class:`ProbeHeteroRecorder`) of the edges, if any."""
 
     checks_graph = False  # the graph holds PyTorch's own nodes only
 
@@ -205,7 +208,7 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
         super().__init__(composite, model, fast=fast)
         self.chains = False  # messages are not rewritten as maps from node rows: autograd sees them as they are
         self.probes: list[tuple[str, Tensor, Tensor]] = []
-        self.recorder: ProbeRecorder | None = None
+        self.recorder: ProbeRecorder | ProbeHeteroRecorder | None = None
         self.one_in, self.one_out = (torch.ones((), requires_grad=True) for _ in range(2))
         self.tally = ProbeTally(self)
 
@@ -231,6 +234,10 @@ class ProbeRecorder(EdgeRecorder):
         self._padded = None
         mode.recorder = self
 
+    def probed(self) -> list:
+        """The recorders whose ``probe`` gradient is their ``record``: this one."""
+        return [self]
+
     def messages(self, module, out):
         if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
             return None
@@ -248,3 +255,34 @@ class ProbeRecorder(EdgeRecorder):
             shape[dim] = -1
             probed = out * scale.view(shape).to(out.dtype)
         return self.mode.mark(probed)
+
+
+class ProbeHeteroRecorder(HeteroEdgeRecorder):
+    """:class:`ProbeRecorder` for a heterogeneous graph: one probe per edge type, on the messages of the layers
+    that pass messages along that type's ``edge_index`` (the very tensor of the input dict)."""
+
+    def __init__(self, mode: ForwardMode, model: nn.Module, edge_index_dict: dict, dtype):
+        super().__init__(mode, model, edge_index_dict, dtype)
+        for part in self.parts.values():
+            part.probe = torch.ones(part.edge_index.shape[1], dtype=dtype, device=part.edge_index.device,
+                                    requires_grad=True)
+        mode.recorder = self
+
+    def probed(self) -> list:
+        return list(self.parts.values())
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        edges = self.edges_of.get(id(module))
+        for part in self.parts.values():
+            if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
+                shape = [1] * out.dim()
+                shape[dim] = -1
+                with torch._C.DisableTorchFunction():
+                    probed = out * part.probe.view(shape).to(out.dtype)
+                return self.mode.mark(probed)
+        self.unaligned[self.names[id(module)]] = out.shape[dim]
+        return None
