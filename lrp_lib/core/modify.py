@@ -40,22 +40,33 @@ from torch import Tensor
 
 from lrp_lib.core.stabilizer import stabilize
 
-__all__ = ["keep_value", "scale_gradient", "share_of", "epsilon", "identity", "uniform", "held_constant",
-           "blocked"]
+__all__ = ["keep_value", "add_gradient", "scale_gradient", "share_of", "epsilon", "identity", "HOMOGENEOUS", "uniform",
+           "held_constant", "blocked"]
 
 
-def keep_value(value: Tensor, t: Tensor) -> Tensor:
-    r"""A tensor with ``value``'s value and ``t``'s gradient: ``value.detach() + (t - t.detach())``.
+def keep_value(value: Tensor, t: Tensor, c: Tensor | None = None) -> Tensor:
+    r"""A tensor with ``value``'s value and the gradient of ``t`` (of ``t * c``, ``c`` taken as a constant):
+    ``value.detach() + (t - t.detach()) * c``, one ``addcmul``.
 
     ``t - t.detach()`` is exactly zero (for finite ``t``), so the value is ``value``'s to the bit
     (a ``-0.0`` becomes ``+0.0``); the gradient flows into ``t``'s graph only."""
-    return value.detach() + (t - t.detach())
+    if c is None:
+        return value.detach() + (t - t.detach())
+    return torch.addcmul(value.detach(), t - t.detach(), c.detach())
+
+
+def add_gradient(y: Tensor, t: Tensor, c: Tensor) -> Tensor:
+    r"""``y`` (its value and its gradient) plus the gradient of ``t * c`` (``c`` a constant), without changing
+    the value: ``y + (t - t.detach()) * c``, one ``addcmul``.  Rules whose input relevance is a sum of parts
+    (alpha-beta's two, z+'s fallback) add each part's gradient so."""
+    return torch.addcmul(y, t - t.detach(), c.detach())
 
 
 def scale_gradient(y: Tensor, c: Tensor) -> Tensor:
     r"""``y``'s value, with the gradient arriving at it multiplied by ``c`` (taken as a constant):
-    :math:`\partial / \partial y \mapsto c \odot g`."""
-    return keep_value(y, y * c.detach())
+    :math:`\partial / \partial y \mapsto c \odot g`.  One ``lerp`` from ``y`` to itself with weight ``c``:
+    :math:`y + c\,(y - y) = y` exactly, and its gradient with respect to the end is ``c``."""
+    return torch.lerp(y.detach(), y, c.detach())
 
 
 def share_of(z: Tensor, d: Tensor) -> Tensor:
@@ -80,13 +91,20 @@ def epsilon(z: Tensor, eps: float) -> Tensor:
     return scale_gradient(z, share_of(z, stabilize(z.detach(), eps)))
 
 
+#: Elementwise functions whose derivative is :math:`f(x)/x` wherever :math:`x \ne 0` (positively homogeneous
+#: of degree one on each side of 0, and the products and quotients by constants): for them the identity rule
+#: is the ordinary gradient, and :func:`identity` is not needed.
+HOMOGENEOUS = frozenset("""relu leaky_relu prelu neg __neg__ negative positive __pos__ abs __abs__ absolute
+mul __mul__ __rmul__ multiply div __truediv__ divide true_divide""".split())
+
+
 def identity(x: Tensor, y: Tensor) -> Tensor:
     r"""The identity rule for an elementwise ``y = f(x)`` (activations, :math:`x` times a constant):
     :math:`R_x = R_y`.  The gradient at ``x`` is :math:`g \odot y / x`, so
     :math:`x \odot \mathrm{grad} = y \odot g`.  ``x`` may broadcast against ``y`` (then
     :math:`R_x` is summed over the broadcast dimensions, as autograd sums the gradient).  Where
     :math:`x = 0` and :math:`f(0) \ne 0` the relevance stays on the zero entry."""
-    return keep_value(y, x * share_of(y, x))
+    return keep_value(y, x, share_of(y, x))
 
 
 def uniform(y: Tensor, n: int) -> Tensor:
@@ -94,7 +112,7 @@ def uniform(y: Tensor, n: int) -> Tensor:
     graph (AttnLRP): :math:`R_i = R / n` for each factor.  The gradient of a product with respect
     to factor :math:`i` is :math:`y / x_i`, so scaling it by :math:`1/n` gives
     :math:`x_i \odot \mathrm{grad} = R / n`."""
-    return keep_value(y, y * (1.0 / n))
+    return torch.lerp(y.detach(), y, torch.full((), 1.0 / n, dtype=y.dtype, device=y.device))
 
 
 def held_constant(t: Tensor) -> Tensor:

@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core.linear_map import LinearMap, Weight
-from lrp_lib.core.modify import epsilon, keep_value, share_of
+from lrp_lib.core.modify import add_gradient, epsilon, keep_value, share_of
 from lrp_lib.core.stabilizer import has_zero, relevance_share, stabilize
 from lrp_lib.core.stabilizer import read as read_values
 from lrp_lib.core.validation import check_number
@@ -117,7 +117,10 @@ class Rule:
                   out: Tensor, rel_out: Tensor, op: str) -> Tensor:
         raise NotImplementedError
 
-    def modify(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor) -> Tensor:
+    def modify(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor,
+               nonneg: bool = False) -> Tensor:
+        """``nonneg``: ``x`` is known to hold no negative entry (a ReLU's output), so rules that split it by
+        sign need not compute the negative part."""
         raise NotImplementedError
 
     def __eq__(self, other):
@@ -150,7 +153,7 @@ class Epsilon(Rule):
     def propagate(self, m, x, weight, bias, out, rel_out, op):
         return m.times_input(x, m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight))
 
-    def modify(self, m, x, weight, bias, out):
+    def modify(self, m, x, weight, bias, out, nonneg=False):
         return epsilon(out, self.eps)
 
 
@@ -176,11 +179,11 @@ class Gamma(Rule):
         z = m(x, w, b)
         return m.times_input(x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
 
-    def modify(self, m, x, weight, bias, out):
+    def modify(self, m, x, weight, bias, out, nonneg=False):
         w = weight + self.gamma * _positive(weight)
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         z = m(x, w, b)
-        return keep_value(out, z * share_of(out, stabilize(z.detach(), self.eps)))
+        return keep_value(out, z, share_of(out, stabilize(z.detach(), self.eps)))
 
 
 class AlphaBeta(Rule):
@@ -255,24 +258,27 @@ class AlphaBeta(Rule):
         return torch.zeros_like(x) if rel is None else rel
 
     @staticmethod
-    def _signed(m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, positive: bool = True) -> Tensor:
+    def _signed(m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, positive: bool = True,
+                nonneg: bool = False) -> Tensor:
         r""":math:`z^+` (``positive``) or :math:`z^-`, computed with its graph from the clamped input (the
         gradient of ``x.clamp(min=0)`` is 1 where :math:`x > 0`, so :math:`x \odot \mathrm{grad}` picks
         each contribution's own part)."""
-        x_pos, x_neg = x.clamp(min=0), x.clamp(max=0)
         w_pos, w_neg = _positive(weight), _negative(weight)
+        x_pos, x_neg = (x, None) if nonneg else (x.clamp(min=0), x.clamp(max=0))
         if not positive:
             w_pos, w_neg = w_neg, w_pos
         b = None if bias is None else (bias.clamp(min=0) if positive else bias.clamp(max=0))
+        if nonneg:  # x = x+ (its gradient is 1 everywhere, as clamp's where x > 0)
+            return m(x, w_pos, b)
         return m(x_pos, w_pos, b) + m(x_neg, w_neg, None)
 
-    def modify(self, m, x, weight, bias, out):
-        z_pos = self._signed(m, x, weight, bias)
-        t = (z_pos * share_of(out, z_pos)) * self.alpha
+    def modify(self, m, x, weight, bias, out, nonneg=False):
+        z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
+        y = keep_value(out, z_pos, share_of(out, z_pos) * self.alpha)
         if self.beta:
-            z_neg = self._signed(m, x, weight, bias, positive=False)
-            t = t - (z_neg * share_of(out, z_neg)) * self.beta
-        return keep_value(out, t)
+            z_neg = self._signed(m, x, weight, bias, positive=False, nonneg=nonneg)
+            y = add_gradient(y, z_neg, share_of(out, z_neg) * -self.beta)
+        return y
 
 
 class ZPlus(AlphaBeta):
@@ -308,10 +314,11 @@ class ZPlus(AlphaBeta):
             rel = rel.add_(m.times_input(x, m.vjp(fallback, x, weight)))
         return rel
 
-    def modify(self, m, x, weight, bias, out):
-        z_pos = self._signed(m, x, weight, bias)
-        some = z_pos != 0
-        return keep_value(out, torch.where(some, z_pos * share_of(out, z_pos), out))
+    def modify(self, m, x, weight, bias, out, nonneg=False):
+        z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
+        none = z_pos == 0  # units without a positive contribution: LRP-0 (the gradient of out itself)
+        y = keep_value(out, z_pos, share_of(out, z_pos))
+        return add_gradient(y, out, none.to(out.dtype))
 
     def __repr__(self):
         return "ZPlus()"
@@ -368,7 +375,7 @@ class ZBox(Rule):
         s = relevance_share(op, rel_out, z, eps=self.eps)
         return x * m.vjp(s, x, weight) - low * m.vjp(s, x, w_pos) - high * m.vjp(s, x, w_neg)
 
-    def modify(self, m, x, weight, bias, out, low: Tensor | None = None, high: Tensor | None = None):
+    def modify(self, m, x, weight, bias, out, nonneg=False, low: Tensor | None = None, high: Tensor | None = None):
         r"""The forward form.  The relevance here is not :math:`x \odot \mathrm{grad}` alone: its bound
         terms :math:`-l \odot J_{w^+}^\top s - h \odot J_{w^-}^\top s` are the relevance of the bounds, read
         as :math:`l \odot \mathrm{grad}_l + h \odot \mathrm{grad}_h` when ``low`` and ``high`` are given
@@ -378,7 +385,7 @@ class ZBox(Rule):
             box = self.bounds(x.detach())
             low, high = (box[0] if low is None else low), (box[1] if high is None else high)
         z = m(x, weight, None) - m(low, _positive(weight), None) - m(high, _negative(weight), None)
-        return keep_value(out, z * share_of(out, stabilize(z.detach(), self.eps)))
+        return keep_value(out, z, share_of(out, stabilize(z.detach(), self.eps)))
 
     def __repr__(self):
         return f"ZBox(low={self.low!r}, high={self.high!r})"

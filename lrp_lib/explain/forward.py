@@ -10,9 +10,8 @@ is then PyTorch's own, and the relevance of every tensor :math:`t` is :math:`t \
 * the start: the explained output :math:`f` with the start relevance :math:`R_0`, sent back as the gradient
   :math:`R_0 / f` (:func:`~lrp_lib.core.modify.share_of`);
 * the node features and ``edge_attr``: input times gradient;
-* the edges: a multiplicative probe of ones, one entry per input edge, on the messages of every layer
-  (:class:`ProbeRecorder`): its gradient is the relevance of each edge's messages summed over features and
-  layers;
+* the edges: the relevance of each layer's messages, messages times their gradient (a hook on the message
+  tensor, :class:`ProbeRecorder`), summed over features and added to the message's input edge;
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
 
@@ -38,6 +37,10 @@ from lrp_lib.explain.primitives import Tally
 __all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally", "ProbeRecorder", "ProbeHeteroRecorder"]
 
 
+#: Elementwise functions whose output has no negative entry.
+NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs __abs__ absolute square".split())
+
+
 class ForwardFamilies:
     """The rule families of :class:`~lrp_lib.explain.rule_families.RuleFamilies`, each as a forward
     modification (same names, same arguments)."""
@@ -52,26 +55,43 @@ class ForwardFamilies:
         probe's gradient totals the relevance such operations receive."""
         return t * self.one_out
 
+    def _kept(self, y: Tensor, amount: Tensor) -> Tensor:
+        """``y`` unchanged, plus the gradient of ``kept * amount`` for the scalar probe ``kept``: its gradient
+        totals :math:`\\sum g \\odot a` over such operations, the relevance they keep when ``amount`` is
+        :math:`a = z - c \\odot (z - f(0))` (output :math:`z`, constant term :math:`f(0)`, gradient scale
+        :math:`c`: what reaches the output less what its input gets)."""
+        return torch.addcmul(y, self.kept_delta, amount.detach())
+
     def _eps_share(self, z: Tensor, base: Tensor | None = None) -> Tensor:
         """The epsilon rule's constant :math:`z / \\mathrm{stab}(z)`; ``base``: the part of ``z`` that is
-        split, when a constant term takes no share (``Composite(bias=False)``)."""
-        return modify.share_of(z, stabilize((z if base is None else base).detach(), self.composite.epsilon))
+        split, when a constant term takes no share (``Composite(bias=False)``).  With :math:`\\epsilon > 0` no
+        stabilised denominator is zero (:math:`\\mathrm{sign}(0) = +1`): one division."""
+        eps = self.composite.epsilon
+        d = stabilize((z if base is None else base).detach(), eps)
+        return z.detach() / d if eps > 0 else modify.share_of(z, d)
 
     def identity(self, func, args, kwargs):
         kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
         marked = [a for a in args if self.is_marked(a)] + [v for v in kwargs.values() if self.is_marked(v)]
         if len(marked) != 1:
             return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
-        return modify.identity(marked[0], func(*args, **kwargs))
+        name = getattr(func, "__name__", None)
+        out = func(*args, **kwargs) if name in modify.HOMOGENEOUS else modify.identity(marked[0], func(*args, **kwargs))
+        if name in NONNEGATIVE:
+            out._lrp_nonneg = self._token  # (lets z+ and alpha-beta skip the negative part of the next map's input)
+        return out
 
     def elementwise(self, x: Tensor, fn: Callable):
         return modify.identity(x, fn(x))
 
-    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None):
-        z = fn(self._in(x))
-        if self.composite.bias:
-            return self._out(modify.keep_value(z, z * self._eps_share(z)))
-        return self._out(modify.keep_value(z, z * self._eps_share(z, z - fn(torch.zeros_like(x)))))
+    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None,
+               constant=None):
+        z = fn(x)
+        zd = z.detach()
+        if constant is None:  # the constant term f(0), not given by the handler: computed
+            constant = fn(torch.zeros_like(x.detach())).detach()
+        c = self._eps_share(zd, zd if self.composite.bias else zd - constant)
+        return self._kept(modify.scale_gradient(z, c), torch.addcmul(zd, c, constant - zd))
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str, rowwise: bool = False):
@@ -80,13 +100,14 @@ class ForwardFamilies:
         if rule is None:  # a data constant, not a parameter
             return self.linear(x, lambda t: fn(t, w, b), None, op)
         m = LinearMap(fn)
+        nonneg = getattr(x, "_lrp_nonneg", None) is self._token
         x = self._in(x)
         out = fn(x, w, b)
         if b is None or self.composite.bias:
-            return self._out(rule.modify(m, x, w, b, out))
+            return self._out(rule.modify(m, x, w, b, out, nonneg=nonneg))
         # the bias takes no share: the rule splits the map without it, z0, whose relevance is out's
         z0 = fn(x, w, None)
-        return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0) * modify.share_of(out, z0)))
+        return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0, nonneg=nonneg), modify.share_of(out, z0)))
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
         ma, mb = self.is_marked(a), self.is_marked(b)
@@ -102,9 +123,12 @@ class ForwardFamilies:
         if gate or (not (ma and mb) and not self.composite.bias):  # the constant term takes no share
             out = modify.identity(ta if ma else tb, ta + tb)
             return self.gate(out) if gate else out
-        ta, tb = (self._in(ta) if ma else ta), (self._in(tb) if mb else tb)
         z = ta + tb
-        return self._out(modify.keep_value(z, z * self._eps_share(z)))
+        zd = z.detach()
+        c = self._eps_share(zd)
+        constant = tb if ma and not mb else (ta if mb and not ma else None)
+        kept = zd - c * zd if constant is None else torch.addcmul(zd, c, constant - zd)
+        return self._kept(modify.scale_gradient(z, c), kept)
 
     def product(self, a: Tensor, b: Tensor):
         ga, gb = self.is_gate(a), self.is_gate(b)
@@ -169,23 +193,18 @@ class ProbeTally(Tally):
 
     def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> list:
         """One ordinary backward from ``head``, whose relevance is ``start``: the gradient ``start / head``
-        sent back; the inputs' relevance (input times gradient), the edge probe's gradient into the edge
-        recorder, and the probes' amounts into this tally."""
+        sent back; the inputs' relevance (input times gradient), the edges' relevance into the edge recorder
+        (by its hooks on the messages), and the probes' amounts into this tally."""
         mode = self.mode
-        recorder = mode.recorder
-        parts = recorder.probed() if recorder is not None else []
-        probes = [part.probe for part in parts]
-        blocked = [p for _, _, p in mode.probes]
-        wrt = [*inputs, *probes, mode.one_out, mode.one_in, *blocked]
+        if mode.recorder is not None:
+            mode.recorder.clear()
+        wrt = [*inputs, mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes)]
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True,
                                     retain_graph=retain_graph)
-        n, k = len(inputs), len(probes)
-        for part, g in zip(parts, grads[n:n + k]):
-            if g is not None:
-                part.record.copy_(g)
-        received, passed = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[n + k:n + k + 2])
-        self._put("absorbed", "biases, constant terms and stabilisers", (received - passed,))
-        for (label, value, _), g in zip(mode.probes, grads[n + k + 2:]):
+        n = len(inputs)
+        received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[n:n + 3])
+        self._put("absorbed", "biases, constant terms and stabilisers", (received - passed + kept,))
+        for (label, value, _), g in zip(mode.probes, grads[n + 3:]):
             if g is not None:
                 self._put("blocked", label, ((value * g).sum(),))
         return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
@@ -209,13 +228,20 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
         self.chains = False  # messages are not rewritten as maps from node rows: autograd sees them as they are
         self.probes: list[tuple[str, Tensor, Tensor]] = []
         self.recorder: ProbeRecorder | ProbeHeteroRecorder | None = None
-        self.one_in, self.one_out = (torch.ones((), requires_grad=True) for _ in range(2))
+        self._probes(torch.float32, torch.device("cpu"))
         self.tally = ProbeTally(self)
+
+    def _probes(self, dtype, device) -> None:
+        """The scalar probes of the kept amounts (ones that require grad) in the explained input's dtype and
+        device, and ``kept - kept.detach()``, the zero whose product with an amount carries its gradient."""
+        self.one_in, self.one_out, self.kept = (torch.ones((), dtype=dtype, device=device, requires_grad=True)
+                                                for _ in range(3))
+        with torch.enable_grad():
+            self.kept_delta = self.kept - self.kept.detach()
 
     def mark(self, t):
         if isinstance(t, Tensor) and not self._leaves and t.is_floating_point() and t.requires_grad:
-            self.one_in, self.one_out = (torch.ones((), dtype=t.dtype, device=t.device, requires_grad=True)
-                                         for _ in range(2))  # the first input's dtype and device
+            self._probes(t.dtype, t.device)  # the first input's dtype and device
         return super().mark(t)
 
     def keep_saved_output(self, target) -> None:
@@ -223,19 +249,36 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
         own version counters guard the tensors it saved)."""
 
 
+def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
+    """A hook on a layer's messages: their relevance, messages times gradient summed over all but the edge
+    dimension ``dim``, added to ``record`` at each message's input edge (``ids``; -1: a self-loop the layer
+    added, whose relevance stays with its node)."""
+    keep = ids >= 0
+    ids = ids[keep]
+    values = messages.detach()
+
+    def hook(grad):
+        rel = (values * grad).movedim(dim, 0).reshape(grad.shape[dim], -1).sum(1)
+        record.index_add_(0, ids, rel[keep].to(record.dtype))
+    return hook
+
+
 class ProbeRecorder(EdgeRecorder):
-    """Edge relevance as the gradient of a probe: the messages of every layer are multiplied by
-    ``probe[edge]`` (a tensor of ones, one entry per input edge; a self-loop the layer added gets a constant
-    1), so ``probe.grad`` is the relevance of each edge's messages, summed over features and layers."""
+    """Edge relevance from the gradient at the messages: a hook on the messages of every layer adds
+    ``messages * grad``, summed over features, to the message's input edge (relevance = tensor times gradient,
+    read where the messages are)."""
 
     def __init__(self, mode: ForwardMode, model: nn.Module, edge_index: Tensor, dtype):
         super().__init__(mode, model, edge_index, dtype)
-        self.probe = torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device, requires_grad=True)
-        self._padded = None
         mode.recorder = self
 
+    def clear(self) -> None:
+        """Before a backward: the records start from zero."""
+        for part in self.probed():
+            part.record.zero_()
+
     def probed(self) -> list:
-        """The recorders whose ``probe`` gradient is their ``record``: this one."""
+        """The recorders whose ``record`` the hooks fill: this one."""
         return [self]
 
     def messages(self, module, out):
@@ -247,26 +290,19 @@ class ProbeRecorder(EdgeRecorder):
         if ids is None or ids.numel() != out.shape[dim]:
             self.unaligned[self.names[id(module)]] = out.shape[dim]
             return None
-        with torch._C.DisableTorchFunction():  # plain products: the probe's gradient is the edge relevance
-            if self._padded is None:  # index -1 (an added self-loop) reads the constant 1 at the end
-                self._padded = torch.cat([self.probe, self.probe.new_ones(1).detach()])
-            scale = self._padded.index_select(0, torch.where(ids < 0, ids.new_full((), self.probe.numel()), ids))
-            shape = [1] * out.dim()
-            shape[dim] = -1
-            probed = out * scale.view(shape).to(out.dtype)
-        return self.mode.mark(probed)
+        out.register_hook(_message_relevance(self.record, out, ids, dim))
+        return None
 
 
 class ProbeHeteroRecorder(HeteroEdgeRecorder):
-    """:class:`ProbeRecorder` for a heterogeneous graph: one probe per edge type, on the messages of the layers
-    that pass messages along that type's ``edge_index`` (the very tensor of the input dict)."""
+    """:class:`ProbeRecorder` for a heterogeneous graph: a layer's messages belong to the edge type whose
+    ``edge_index`` (the very tensor of the input dict) it passes them along."""
 
     def __init__(self, mode: ForwardMode, model: nn.Module, edge_index_dict: dict, dtype):
         super().__init__(mode, model, edge_index_dict, dtype)
-        for part in self.parts.values():
-            part.probe = torch.ones(part.edge_index.shape[1], dtype=dtype, device=part.edge_index.device,
-                                    requires_grad=True)
         mode.recorder = self
+
+    clear = ProbeRecorder.clear
 
     def probed(self) -> list:
         return list(self.parts.values())
@@ -279,10 +315,8 @@ class ProbeHeteroRecorder(HeteroEdgeRecorder):
         edges = self.edges_of.get(id(module))
         for part in self.parts.values():
             if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
-                shape = [1] * out.dim()
-                shape[dim] = -1
-                with torch._C.DisableTorchFunction():
-                    probed = out * part.probe.view(shape).to(out.dtype)
-                return self.mode.mark(probed)
+                ids = torch.arange(edges.shape[1], device=edges.device)
+                out.register_hook(_message_relevance(part.record, out, ids, dim))
+                return None
         self.unaligned[self.names[id(module)]] = out.shape[dim]
         return None

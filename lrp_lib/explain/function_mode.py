@@ -270,6 +270,8 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
                 note_selection(func, out, args, kwargs)
             if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
                 self._gate_all(out)
+            if args and getattr(args[0], "_lrp_nonneg", None) is self._token and isinstance(out, Tensor):
+                out._lrp_nonneg = self._token  # a view or selection of a non-negative tensor is one
             return self.mark(out)
         if kind == COPY_ROUTE:
             if not kwargs.get("reduce") and not kwargs.get("accumulate"):

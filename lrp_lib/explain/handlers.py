@@ -111,7 +111,7 @@ def _reduction(mode: RelevanceMode, func, args, kwargs):
     """sum, mean, nansum, cumsum (linear in their one input)."""
     x = args[0]
     vjp = _sum_vjp(x, args, kwargs) if getattr(func, "__name__", None) == "sum" else None
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), vjp, func.__name__)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), vjp, func.__name__, constant=0.0)
 
 
 def _sum_vjp(x: Tensor, args: tuple, kwargs: dict):
@@ -149,14 +149,15 @@ def _mean(mode: RelevanceMode, func, args, kwargs):
     if kwargs.get("dtype") is not None:
         return _reduction(mode, func, args, kwargs)
     rest = {k: v for k, v in kwargs.items()}
-    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), _sum_vjp(x, args, rest), "mean"))
+    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), _sum_vjp(x, args, rest), "mean",
+                                  constant=0.0))
     count = x.numel() // max(total.numel(), 1) if x.numel() else 1
     return mode.elementwise(total, lambda t: t / count)
 
 
 def _pool(mode: RelevanceMode, func, args, kwargs):
     x = args[0]
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__, constant=0.0)
 
 
 def _scatter_add(mode: RelevanceMode, func, args, kwargs):
@@ -174,7 +175,8 @@ def _scatter_add(mode: RelevanceMode, func, args, kwargs):
                                lambda v: chain_vjp(v.gather(dim, index)), label, root,
                                zeros.scatter_add(dim, index, src.detach()))
         out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp, label,
-                          recipe_for(src, mode.recipes) if mode.recompute else None)  # recomputed, not kept
+                          recipe_for(src, mode.recipes) if mode.recompute else None,  # recomputed, not kept
+                          constant=zeros)
         return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
 
@@ -188,7 +190,7 @@ def _index_add(mode: RelevanceMode, func, args, kwargs):
         zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
         out = mode.linear(src, lambda s: zeros.index_add(dim, index, s, alpha=alpha),
                           lambda v: v.index_select(dim, index) * alpha,
-                          "index_add" if mi else f"index_add into a constant in {mode.module_label()}")
+                          "index_add" if mi else f"index_add into a constant in {mode.module_label()}", constant=zeros)
         return mode.sum_terms(inp, mode.mark(out), op="index_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).index_add(dim, index, src.detach(), alpha=alpha),
                           op="index_add")

@@ -49,10 +49,13 @@ class RuleFamilies:
             note(out, x, fn, scaling_vjp(name, args, kwargs, pos[0], out) if pos else None)
         return out
 
-    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None):
+    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None,
+               constant=None):
         """A map linear in ``x`` (plus constants) with no weight: the epsilon rule.  ``vjp`` (the
         handlers' own) returns a new tensor each call; ``source``: ``x`` recomputed in backward
-        (:class:`lrp_lib.explain.recompute.Recipe`); ``value``: ``fn(x)``, computed already."""
+        (:class:`lrp_lib.explain.recompute.Recipe`); ``value``: ``fn(x)``, computed already; ``constant``:
+        the constant term ``fn(0)`` where the handler knows it (``None``: not known; the primitives' backward
+        does not need it)."""
         return linear_relevance(x, fn, vjp, self.composite.epsilon, label, self.tally, self.composite.bias, True,
                                 source, value)
 

@@ -65,6 +65,11 @@ def test_linear_equals_definition(rule, bias, signed, gen):
     R = out * g
     torch.testing.assert_close(rx, ref_rule(rule, x, w, b, R), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(rx, backward_relevance(rule, LINEAR, x, w, b, R), rtol=1e-12, atol=1e-12)
+    if not signed:  # an input known to be non-negative: the negative part is not computed, the same relevance
+        leaf = x.clone().requires_grad_(True)
+        out = F.linear(leaf, w, b)
+        rule.modify(LINEAR, leaf, w, b, out, nonneg=True).backward(g)
+        torch.testing.assert_close(leaf * leaf.grad, rx, rtol=1e-12, atol=1e-12)
 
 
 def test_zplus_falls_back_to_lrp0(gen):
@@ -116,7 +121,7 @@ def test_zbox_with_its_bounds(gen):
     leaf = x.clone().requires_grad_(True)
     low, high = (t.detach().clone().requires_grad_(True) for t in rule.bounds(x))
     out = F.linear(leaf, w, b)
-    y = rule.modify(LINEAR, leaf, w, b, out, low, high)
+    y = rule.modify(LINEAR, leaf, w, b, out, low=low, high=high)
     assert torch.equal(y.detach(), out.detach())
     g = torch.randn(out.shape, generator=gen, dtype=torch.float64)
     y.backward(g)

@@ -225,3 +225,39 @@ def test_threads_do_not_disturb_each_other():
         t.join()
     for got, want in zip(results, alone):
         assert torch.equal(got, want)
+
+
+# ------------------------------------------------------------- captured and compiled
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
+def test_compiled_explanation_traces_without_a_graph_break(kind):
+    """The explanation's forward captured once per graph (the graph part folded into constants) and compiled with
+    torch.compile(fullgraph=True) gives the eager explanation's node, edge and bias relevance to float32 rounding.
+    (The test compiles with the aot_eager backend, which traces as inductor does and compiles in a fraction of
+    the time; benchmarks/bench_mechanism.py uses inductor.)"""
+    from lrp_lib.explain.capture import capture, compiled_explanation
+    torch._dynamo.reset()
+    model = _model(kind, dtype=torch.float32)
+    x, edge_index = _graph(dtype=torch.float32)
+    target = model(x, edge_index).argmax(-1)
+    explain = compiled_explanation(model, x, edge_index, "zplus", edges=True, backend="aot_eager")
+    weight = torch.zeros(x.shape[0], 3)
+    weight[7, target[7]] = 1.0
+    node, edges, kept = explain(x, weight)
+    want = Explainer(model, algorithm=LRPExplainer(mechanism="forward", mask="relevance"), explanation_type="phenomenon",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))(
+        x, edge_index, target=target, index=7)
+    torch.testing.assert_close(node, want.node_relevance, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(edges, want.edge_relevance, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(kept, want.bias_relevance, rtol=1e-4, atol=1e-6)
+    again, _, _ = explain(x * 2, weight)  # a second call runs the compiled graph on other features
+    assert not torch.allclose(again, node)
+    # the graph part is folded: every operation left reads an input (no degree or normalisation is recomputed)
+    graph, _ = capture(model, x, edge_index, "zplus")
+    variable = set()
+    for n in graph.graph.nodes:
+        if n.op == "placeholder" or any(a in variable for a in n.all_input_nodes):
+            variable.add(n)
+    constant = [str(n.target) for n in graph.graph.nodes if n.op == "call_function" and n not in variable]
+    assert not constant
+    assert len([n for n in graph.graph.nodes if n.op == "get_attr"]) > 2

@@ -1,0 +1,196 @@
+r"""An explanation of one graph, captured once and compiled by PyTorch: :func:`compiled_explanation`.
+
+Many explanations on one graph (every node of a node classifier, say) repeat the same forward: the same
+layers on the same ``edge_index``.  With the rules written as forward modifications
+(:mod:`lrp_lib.explain.forward`), that forward is an ordinary PyTorch program, so PyTorch's own tools take it
+over: :func:`torch.fx.experimental.proxy_tensor.make_fx` records the model's forward under
+:class:`~lrp_lib.explain.forward.ForwardMode` once, as a graph of ATen operations from the node features (and
+the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output; the graph
+part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept in the
+graph as constants.  :func:`torch.compile` compiles that graph with ``fullgraph=True``: it traces without a
+break, because no rule reads tensor data into Python.  Each explanation then runs the compiled forward and one
+ordinary backward.
+
+The captured graph holds the values the model's Python read from the data while it was recorded (the
+graph's size, the edges a layer adds), so it explains that graph only, with node features of the recorded
+shape; a new ``edge_index`` needs a new capture.  An operation without a rule is refused when the graph is
+captured.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from lrp_lib.core import modify
+from lrp_lib.core.composites import get_composite
+from lrp_lib.explain.edges import ensure_hooks, recording
+from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
+from lrp_lib.explain.function_mode import UnsupportedModelError
+
+__all__ = ["compiled_explanation", "capture"]
+
+
+class _IdsRecorder(ProbeRecorder):
+    """An eager pass that records the input edge of each message of each layer, in the order the layers pass
+    them (matching a layer's edges to the input's reads them, which a captured graph cannot)."""
+
+    def __init__(self, mode, model, edge_index, dtype):
+        super().__init__(mode, model, edge_index, dtype)
+        self.order: list[tuple[Tensor, int]] = []
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        self.messaged[id(module)] += 1
+        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
+        ids = self.edge_ids(self.edges_of.get(id(module)))
+        if ids is None or ids.numel() != out.shape[dim]:
+            self.unaligned[self.names[id(module)]] = out.shape[dim]
+            return None
+        self.order.append((ids, dim))
+        return None
+
+
+class _ProductRecorder(ProbeRecorder):
+    """Edge relevance by a multiplicative probe (a graph input of ones, one per input edge) on every layer's
+    messages, so that the captured graph computes it: the probe's gradient is each edge's relevance.  The
+    input edge of each message comes from ``order``, recorded by an eager pass (:class:`_IdsRecorder`)."""
+
+    def __init__(self, mode, model, edge_index, dtype, probe: Tensor, order: list):
+        super().__init__(mode, model, edge_index, dtype)
+        self.probe, self.order = probe, list(order)
+
+    def messages(self, module, out):
+        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+            return None
+        ids, dim = self.order.pop(0)
+        padded = torch.cat([self.probe, self.probe.new_ones(1)])  # an added self-loop (id -1) reads the 1
+        scale = padded.index_select(0, torch.where(ids < 0, ids.new_full((), self.probe.numel()), ids))
+        shape = [1] * out.dim()
+        shape[dim] = -1
+        with torch._C.DisableTorchFunction():  # a plain product: the probe's gradient is the edge relevance
+            probed = out * scale.view(shape)
+        return self.mode.mark(probed)
+
+
+def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
+            **kwargs) -> tuple[torch.fx.GraphModule, dict]:
+    """The explanation's forward on this graph as an FX graph of ATen operations.
+
+    The graph takes ``(x, one_out, one_in, kept, probe)`` (``probe``: the edge probe, ones of length ``E``;
+    pass any tensor when ``edges=False``) and returns the explained output: the model's output, or the logits
+    before a final softmax, log_softmax or sigmoid.  ``kwargs``: the model's other inputs (``edge_attr``,
+    ``batch``), constants of the graph.  Returns the graph and what was seen while recording (``head``: the
+    final function the logits were taken before, or None)."""
+    composite = get_composite(composite)
+    seen: dict = {}
+    order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
+
+    def forward(x_, one_out, one_in, kept, probe):
+        mode = ForwardMode(composite, model)
+        recorder = _ProductRecorder(mode, model, edge_index, x_.dtype, probe, order) if edges else None
+        with recording(recorder), torch.enable_grad(), mode:
+            mode.mark(x_)
+            mode.one_out, mode.one_in, mode.kept = one_out, one_in, kept  # (after the first mark, which makes its own)
+            mode.kept_delta = kept - kept.detach()
+            out = model(x_, edge_index, **kwargs)
+        if mode.probes:
+            raise UnsupportedModelError("relevance cannot pass through " + ", ".join(
+                label for label, _, _ in mode.probes) + ": an operation without a rule; a captured explanation "
+                "does not take it")
+        head = mode.head_of(out)
+        seen["head"] = None if head is None else head[0]
+        return out if head is None else head[1]
+
+    leaves = _leaves(x, edge_index if edges else None)
+    with torch.enable_grad():
+        graph = make_fx(forward)(*leaves)
+    return fold_constants(graph, leaves), seen
+
+
+def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
+    """The graph part -- every operation that reads no input of ``graph``: self-loops, degrees, normalisation
+    coefficients, the weights' clamps -- run once, its results kept as constants of the graph.
+
+    ``torch.fx.experimental.const_fold`` leaves the in-place operations PyG's scatters make (``scatter_add_``
+    into a buffer) in the graph; here the graph runs once on ``inputs`` and each constant that an
+    input-dependent operation reads is kept as the value it had when that operation read it, so an in-place
+    change is seen where it happened.  The constant operations are then removed."""
+    nodes = list(graph.graph.nodes)
+    variable = set()
+    for node in nodes:
+        if node.op == "placeholder" or any(a in variable for a in node.all_input_nodes):
+            variable.add(node)
+    reads: dict = {}
+
+    class Reader(torch.fx.Interpreter):
+        def run_node(self, node):
+            if node in variable and node.op != "placeholder":
+                for arg in node.all_input_nodes:
+                    if arg not in variable and (node, arg) not in reads:
+                        value = self.env[arg]
+                        reads[(node, arg)] = value.detach().clone() if isinstance(value, Tensor) else value
+            return super().run_node(node)
+
+    with torch.enable_grad():
+        Reader(graph).run(*inputs)
+    for i, ((node, arg), value) in enumerate(reads.items()):
+        if not isinstance(value, Tensor):
+            continue
+        name = f"_graph_part_{i}"
+        graph.register_buffer(name, value)
+        with graph.graph.inserting_before(node):
+            node.replace_input_with(arg, graph.graph.get_attr(name))
+    for node in reversed(nodes):
+        if node not in variable and node.op not in ("placeholder", "output", "get_attr") and not node.users:
+            graph.graph.erase_node(node)
+    graph.graph.lint()
+    graph.recompile()
+    return graph
+
+
+def _edge_order(model: nn.Module, x: Tensor, edge_index: Tensor, composite, **kwargs) -> list:
+    """The input edge of each layer's messages, in the order the layers pass them, from one eager forward."""
+    ensure_hooks(model)
+    mode = ForwardMode(composite, model)
+    recorder = _IdsRecorder(mode, model, edge_index, x.dtype)
+    with recording(recorder), torch.enable_grad(), mode:
+        leaf = mode.mark(x.detach().clone().requires_grad_(True))
+        model(leaf, edge_index, **kwargs)
+    recorder.check()
+    return recorder.order
+
+
+def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
+    ones = [torch.ones((), dtype=x.dtype, device=x.device, requires_grad=True) for _ in range(3)]
+    probe = torch.ones(edge_index.shape[1] if edge_index is not None else 1, dtype=x.dtype, device=x.device,
+                       requires_grad=edge_index is not None)
+    return [x.detach().clone().requires_grad_(True), *ones, probe]
+
+
+def compiled_explanation(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
+                         backend: str = "inductor", **kwargs) -> Callable:
+    """An explanation of ``model`` on this graph, captured (:func:`capture`) and compiled with
+    ``torch.compile(fullgraph=True)``: ``explain(x, weight)`` explains :math:`\\sum w \\odot f(x)`, the explained
+    output :math:`f` (the model's output, or its logits) weighted by ``weight`` (for the logit of class ``c``
+    of node ``i``: a one-hot at ``[i, c]``), and returns ``(node relevance, edge relevance or None, kept)``:
+    input times gradient, the edges' probe gradient, and what biases, constant terms and stabilisers kept.
+    ``x`` must have the recorded shape, dtype and device.  The first call compiles (tens of seconds on a
+    CPU); later calls run the compiled forward and one ordinary backward."""
+    graph, _ = capture(model, x, edge_index, composite, edges, **kwargs)
+    forward = torch.compile(graph, fullgraph=True, backend=backend, dynamic=False)
+
+    def explain(x_: Tensor, weight: Tensor):
+        leaves = _leaves(x_, edge_index if edges else None)
+        with torch.enable_grad():
+            out = forward(*leaves)
+            wrt = leaves if edges else leaves[:4]
+            grads = torch.autograd.grad(out, wrt, modify.share_of(weight * out.detach(), out), allow_unused=True)
+        zero = x_.new_zeros(())
+        received, passed, kept = (zero if g is None else g for g in grads[1:4])
+        return leaves[0].detach() * grads[0], (grads[4] if edges else None), received - passed + kept
+
+    return explain
