@@ -1,7 +1,8 @@
 """References written from the definitions of the linear-map rules, shared by the tests of
-``lrp_lib.core.rules`` (tests/core/test_rules.py) and of chapter 3's skip connections
-(tests/teach/test_residual.py): the dense matrix of a convolution by explicit loops, and each
-rule's input relevance on the explicit contribution tensor."""
+``lrp_lib.core.rules`` (tests/core/test_rules.py, tests/core/test_modify.py) and of chapter 3's skip
+connections (tests/teach/test_residual.py): the dense matrix of a convolution by explicit loops, each
+rule's input relevance on the explicit contribution tensor, and the autograd nodes behind a tensor (to
+check that an explanation holds no Python autograd Function)."""
 import itertools
 
 import torch
@@ -64,3 +65,20 @@ def ref_rule(rule, X, A, b, R):
         return rule.alpha * split(pos, z_pos, R) - rule.beta * split(neg, z_neg, R)
     z = c.sum(2) + bias
     return split(c, torch.where(z == 0, z, stab(z, rule.eps)), R)
+
+
+def autograd_nodes(t):
+    """Every autograd node that ``t``'s graph reaches."""
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(n for n, _ in node.next_functions)
+    return seen
+
+
+def python_nodes(t) -> list:
+    """The nodes of ``t``'s graph that are Python autograd Functions."""
+    return [n for n in autograd_nodes(t) if isinstance(n, torch.autograd.function.BackwardCFunction)]

@@ -30,7 +30,10 @@ from lrp_lib.explain.edges import ensure_hooks, recording
 from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
 from lrp_lib.explain.function_mode import UnsupportedModelError
 
-__all__ = ["compiled_explanation", "capture"]
+#: torch.compile's backend for compiled explanations (PyTorch's default compiler).
+BACKEND = "inductor"
+
+__all__ = ["BACKEND", "CompiledExplanation", "compiled_explanation", "capture", "fold_constants"]
 
 
 class _IdsRecorder(ProbeRecorder):
@@ -42,16 +45,9 @@ class _IdsRecorder(ProbeRecorder):
         self.order: list[tuple[Tensor, int]] = []
 
     def messages(self, module, out):
-        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
-            return None
-        self.messaged[id(module)] += 1
-        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
-        ids = self.edge_ids(self.edges_of.get(id(module)))
-        if ids is None or ids.numel() != out.shape[dim]:
-            self.unaligned[self.names[id(module)]] = out.shape[dim]
-            return None
-        self.order.append((ids, dim))
-        return None
+        found = self.locate(module, out)
+        if found is not None:
+            self.order.append(found)
 
 
 class _ProductRecorder(ProbeRecorder):
@@ -81,8 +77,8 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     """The explanation's forward on this graph as an FX graph of ATen operations.
 
     The graph takes ``(x, one_out, one_in, kept, probe)`` (``probe``: the edge probe, ones of length ``E``;
-    pass any tensor when ``edges=False``) and returns the explained output: the model's output, or the logits
-    before a final softmax, log_softmax or sigmoid.  ``kwargs``: the model's other inputs (``edge_attr``,
+    pass any tensor when ``edges=False``) and returns the model's output and the explained output: the output
+    itself, or the logits before a final softmax, log_softmax or sigmoid.  ``kwargs``: the model's other inputs (``edge_attr``,
     ``batch``), constants of the graph.  Returns the graph and what was seen while recording (``head``: the
     final function the logits were taken before, or None)."""
     composite = get_composite(composite)
@@ -103,7 +99,7 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
                 "does not take it")
         head = mode.head_of(out)
         seen["head"] = None if head is None else head[0]
-        return out if head is None else head[1]
+        return out, (out if head is None else head[1])
 
     leaves = _leaves(x, edge_index if edges else None)
     with torch.enable_grad():
@@ -171,26 +167,47 @@ def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
     return [x.detach().clone().requires_grad_(True), *ones, probe]
 
 
+class CompiledExplanation:
+    """One graph's explanation, captured (:func:`capture`) and compiled by ``torch.compile(fullgraph=True)``:
+    :meth:`forward` runs the compiled forward on node features of the recorded shape, :meth:`backward` the one
+    ordinary backward.  ``head``: the final function whose input is explained, or None."""
+
+    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
+                 backend: str | None = None, **kwargs):
+        graph, seen = capture(model, x, edge_index, composite, edges, **kwargs)
+        self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False)
+        self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, list]:
+        """``(output, explained output, leaves)``."""
+        leaves = _leaves(x, self.edge_index if self.edges else None)
+        with torch.enable_grad():
+            out, head = self.compiled(*leaves)
+        return out, head, leaves
+
+    def backward(self, head: Tensor, leaves: list, start: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
+        """From the explained output ``head`` with start relevance ``start``: ``(node relevance, edge relevance
+        or None, kept)``: input times gradient, the edge probe's gradient, and what biases, constant terms and
+        stabilisers kept."""
+        wrt = leaves if self.edges else leaves[:4]
+        grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True)
+        zero = leaves[0].new_zeros(())
+        received, passed, kept = (zero if g is None else g for g in grads[1:4])
+        return leaves[0].detach() * grads[0], (grads[4] if self.edges else None), received - passed + kept
+
+
 def compiled_explanation(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
-                         backend: str = "inductor", **kwargs) -> Callable:
-    """An explanation of ``model`` on this graph, captured (:func:`capture`) and compiled with
-    ``torch.compile(fullgraph=True)``: ``explain(x, weight)`` explains :math:`\\sum w \\odot f(x)`, the explained
-    output :math:`f` (the model's output, or its logits) weighted by ``weight`` (for the logit of class ``c``
-    of node ``i``: a one-hot at ``[i, c]``), and returns ``(node relevance, edge relevance or None, kept)``:
-    input times gradient, the edges' probe gradient, and what biases, constant terms and stabilisers kept.
-    ``x`` must have the recorded shape, dtype and device.  The first call compiles (tens of seconds on a
-    CPU); later calls run the compiled forward and one ordinary backward."""
-    graph, _ = capture(model, x, edge_index, composite, edges, **kwargs)
-    forward = torch.compile(graph, fullgraph=True, backend=backend, dynamic=False)
+                         backend: str | None = None, **kwargs) -> Callable:
+    """An explanation of ``model`` on this graph, compiled (:class:`CompiledExplanation`): ``explain(x, weight)``
+    explains :math:`\\sum w \\odot f(x)`, the explained output :math:`f` (the model's output, or its logits)
+    weighted by ``weight`` (for the logit of class ``c`` of node ``i``: a one-hot at ``[i, c]``), and returns
+    ``(node relevance, edge relevance or None, kept)``.  ``x`` must have the recorded shape, dtype and device.
+    The first call compiles (seconds to tens of seconds on a CPU); later calls run the compiled forward and one
+    ordinary backward."""
+    explanation = CompiledExplanation(model, x, edge_index, composite, edges, backend, **kwargs)
 
     def explain(x_: Tensor, weight: Tensor):
-        leaves = _leaves(x_, edge_index if edges else None)
-        with torch.enable_grad():
-            out = forward(*leaves)
-            wrt = leaves if edges else leaves[:4]
-            grads = torch.autograd.grad(out, wrt, modify.share_of(weight * out.detach(), out), allow_unused=True)
-        zero = x_.new_zeros(())
-        received, passed, kept = (zero if g is None else g for g in grads[1:4])
-        return leaves[0].detach() * grads[0], (grads[4] if edges else None), received - passed + kept
+        _, head, leaves = explanation.forward(x_)
+        return explanation.backward(head, leaves, weight * head.detach())
 
     return explain

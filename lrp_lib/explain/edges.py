@@ -132,7 +132,10 @@ class EdgeRecorder:
         if ids is not None:
             self._ids[id(kept_edges)] = (kept_edges, ids.index_select(0, kept))
 
-    def messages(self, module, out):
+    def locate(self, module, out):
+        """``(ids, dim)`` for a layer's messages ``out``: the input edge of each (-1: a self-loop the layer
+        added) and the edge dimension; None where they are not this explanation's to record (a module of
+        another model, constant messages) or belong to no input edge (then noted for :meth:`check`)."""
         if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
             return None
         self.messaged[id(module)] += 1
@@ -141,6 +144,13 @@ class EdgeRecorder:
         if ids is None or ids.numel() != out.shape[dim]:
             self.unaligned[self.names[id(module)]] = out.shape[dim]
             return None
+        return ids, dim
+
+    def messages(self, module, out):
+        found = self.locate(module, out)
+        if found is None:
+            return None
+        ids, dim = found
         passed = EdgeMessageRelevance.apply(out, ids, self.record, dim)
         note(passed, out, lambda t: t.view_as(t))  # a view of the messages: recomputed with them
         return self.mode.mark(passed)
@@ -169,7 +179,9 @@ class HeteroEdgeRecorder(EdgeRecorder):
         self.edges_of: dict[int, Tensor] = {}
         self.edge_index = None
 
-    def messages(self, module, out):
+    def locate(self, module, out):
+        """``(part, ids, dim)``: the edge type's recorder whose ``edge_index`` the layer passes ``out`` along,
+        the input edge of each message and the edge dimension; None as for :meth:`EdgeRecorder.locate`."""
         if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
             return None
         self.messaged[id(module)] += 1
@@ -177,10 +189,16 @@ class HeteroEdgeRecorder(EdgeRecorder):
         edges = self.edges_of.get(id(module))
         for part in self.parts.values():
             if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
-                ids = torch.arange(edges.shape[1], device=edges.device)
-                return self.mode.mark(EdgeMessageRelevance.apply(out, ids, part.record, dim))
+                return part, torch.arange(edges.shape[1], device=edges.device), dim
         self.unaligned[self.names[id(module)]] = out.shape[dim]
         return None
+
+    def messages(self, module, out):
+        found = self.locate(module, out)
+        if found is None:
+            return None
+        part, ids, dim = found
+        return self.mode.mark(EdgeMessageRelevance.apply(out, ids, part.record, dim))
 
     def check(self) -> None:
         silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]

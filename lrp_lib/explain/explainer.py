@@ -58,7 +58,9 @@ from lrp_lib.core.stabilizer import all_finite
 from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, account_one, batch_row_groups,
                                        lost_relevance)
 from lrp_lib.explain import compiled, replay
+from lrp_lib.explain.capture import CompiledExplanation
 from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
+from lrp_lib.explain.primitives import Tally
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.layer_pruning import current_plan
@@ -167,6 +169,14 @@ class LRPExplainer(ExplainerAlgorithm):
             runs on; sizes 0 and 1, and free sizes equal to each other, are left to the replay.
             ``compile="exact"``: programs per signature only, for a model whose forward takes other
             branches at other sizes (a size threshold, say), which no program could see.
+            With ``mechanism="forward"``, ``compile=True`` means PyTorch's compiler instead: the explanation's
+            forward on a graph is captured once (:mod:`lrp_lib.explain.capture`: the graph part, self-loops and
+            normalisation, folded into constants) and compiled by ``torch.compile(fullgraph=True)``; later
+            explanations on the same ``edge_index`` (by identity, unchanged), with node features of the same shape
+            and the model's parameters unchanged, run the compiled forward and one ordinary backward.  Compiling
+            takes seconds (tens on a small CPU), so it pays where one graph is explained many times.  It applies
+            without a floating-point ``edge_attr`` and ``per_index``; elsewhere the forward rules run eagerly.
+            Default (None): True for ``"functions"``, False for ``"forward"``.
         mechanism: how the rules run.  ``"functions"`` (the default): each rule is a relevance primitive
             whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), with ``replay`` and
             ``compile`` above.  ``"forward"``: each rule is a forward that keeps its operation's value and
@@ -226,7 +236,7 @@ class LRPExplainer(ExplainerAlgorithm):
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
                  prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
-                 compile: bool | str = True, mechanism: str = "functions"):
+                 compile: bool | str | None = None, mechanism: str = "functions"):
         super().__init__()
         if mechanism not in ("functions", "forward"):
             raise ValueError(f"mechanism must be 'functions' (relevance primitives) or 'forward' (rules as forward "
@@ -235,11 +245,16 @@ class LRPExplainer(ExplainerAlgorithm):
             raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
                              "backward; mechanism='forward' keeps none (PyTorch's own backward): use one or the other")
         self.mechanism = mechanism
+        self._compiled: dict = {}  # mechanism="forward", compile=True: the compiled explanation of each graph
         for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
-        if not (isinstance(compile, bool) or compile == "exact"):
-            raise ValueError(f"compile must be True, False or 'exact', got {compile!r}")
+        if not (compile is None or isinstance(compile, bool) or compile == "exact"):
+            raise ValueError(f"compile must be True, False, 'exact' or None (the mechanism's default), got {compile!r}")
+        if mechanism == "forward" and compile == "exact":
+            raise ValueError("compile='exact' chooses the relevance primitives' programs; with mechanism='forward' "
+                             "use compile=True (torch.compile) or False")
+        compile = (mechanism == "functions") if compile is None else compile
         self.replay, self.fast, self.recompute, self.compile = replay, fast, recompute, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
@@ -381,6 +396,21 @@ class LRPExplainer(ExplainerAlgorithm):
             extra["edge_relevance"] = edge_rel.detach()
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
+    def _captured(self, model, x, edge_index, kwargs, edges, inputs):
+        """The compiled explanation of this graph (:class:`~lrp_lib.explain.capture.CompiledExplanation`), made on
+        the first call and kept for the next ones (four graphs at most); None where it does not apply: an
+        ``edge_attr`` whose relevance is reported (an input of its own)."""
+        if len(inputs) > 1:
+            return None
+        key = _captured_key(model, x, edge_index, kwargs, self.composite, edges)
+        found = self._compiled.pop(key, None)
+        if found is None:
+            found = CompiledExplanation(model, x, edge_index, self.composite, edges, **kwargs)
+            while len(self._compiled) >= 4:
+                self._compiled.pop(next(iter(self._compiled)))
+        self._compiled[key] = found  # (the most recent last)
+        return found
+
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
                    row_groups=None, split_losses=True, one_group=False, **kwargs):
         """(node relevance, edge relevance, the model's output, extras): one forward, one backward.
@@ -426,8 +456,20 @@ class LRPExplainer(ExplainerAlgorithm):
         done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
             o, h, target, index, self.model_config, self.explained), generic=self.compile is True) \
             if compile_ else None
+        captured = self._captured(model, x, edge_index, kwargs, edges, inputs) if forward and self.compile is True \
+            and not grouped and (node_group is None or one_group) and current_plan() is None else None
         recording = None
-        if done is not None:
+        if captured is not None:  # the forward rules on this graph, compiled by torch.compile
+            out, head, leaves = captured.forward(x)
+            start = start_of(out, head, target, index, self.model_config, self.explained)
+            node_grad, edge_rel, kept = captured.backward(head, leaves, start)
+            grads = (node_grad,)
+            tally = Tally()
+            tally.absorb("biases, constant terms and stabilisers", kept)
+            mode = SimpleNamespace(tally=tally, detached=set(), explained_head=captured.head)
+            recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
+            replayed, reason = False, "torch.compile"
+        elif done is not None:
             out, head, start, grads, tally, program = done
             check_blocked(tally)
             mode = SimpleNamespace(tally=tally, detached=program.detached, explained_head=program.explained_head)
@@ -484,6 +526,16 @@ class LRPExplainer(ExplainerAlgorithm):
         if recording is not None:  # the explanation passed every check: its program is kept
             recording.finish(out, head, grads, mode.detached, mode.explained_head)
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
+
+
+def _captured_key(model, x, edge_index, kwargs, composite, edges) -> tuple:
+    """What a captured explanation depends on: the model and its parameters' values (their versions), the
+    composite, the graph (``edge_index`` and the other tensor inputs, by identity and version), and the shape,
+    dtype and device of the node features."""
+    tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
+    params = tuple(p._version for p in model.parameters())
+    return (id(model), params, composite.key(), edges, id(edge_index), edge_index._version, tensors,
+            tuple(x.shape), x.dtype, x.device)
 
 
 def __getattr__(name):

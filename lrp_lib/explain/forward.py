@@ -282,16 +282,9 @@ class ProbeRecorder(EdgeRecorder):
         return [self]
 
     def messages(self, module, out):
-        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
-            return None
-        self.messaged[id(module)] += 1
-        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
-        ids = self.edge_ids(self.edges_of.get(id(module)))
-        if ids is None or ids.numel() != out.shape[dim]:
-            self.unaligned[self.names[id(module)]] = out.shape[dim]
-            return None
-        out.register_hook(_message_relevance(self.record, out, ids, dim))
-        return None
+        found = self.locate(module, out)
+        if found is not None:
+            out.register_hook(_message_relevance(self.record, out, *found))
 
 
 class ProbeHeteroRecorder(HeteroEdgeRecorder):
@@ -308,15 +301,7 @@ class ProbeHeteroRecorder(HeteroEdgeRecorder):
         return list(self.parts.values())
 
     def messages(self, module, out):
-        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
-            return None
-        self.messaged[id(module)] += 1
-        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
-        edges = self.edges_of.get(id(module))
-        for part in self.parts.values():
-            if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
-                ids = torch.arange(edges.shape[1], device=edges.device)
-                out.register_hook(_message_relevance(part.record, out, ids, dim))
-                return None
-        self.unaligned[self.names[id(module)]] = out.shape[dim]
-        return None
+        found = self.locate(module, out)
+        if found is not None:
+            part, ids, dim = found
+            out.register_hook(_message_relevance(part.record, out, ids, dim))

@@ -16,7 +16,7 @@ from lrp_lib.core.rules import LinearMapRelevance
 from lrp_lib.core.stabilizer import LostRelevanceWarning
 from lrp_lib.explain import primitives
 
-from rule_references import ref_rule
+from rule_references import autograd_nodes, python_nodes, ref_rule
 
 RULES = [rules.Epsilon(0.0), rules.Epsilon(0.3), rules.Gamma(0.25), rules.Gamma(1.0, eps=0.0),
          rules.AlphaBeta(2, 1), rules.AlphaBeta(1.5, 0.5), rules.ZPlus()]
@@ -279,25 +279,14 @@ def _all_rules(x, w, b):
     return total
 
 
-def _autograd_nodes(t):
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return seen
-
-
 def test_only_pytorch_nodes(gen):
     x, w, b = data(gen)
-    nodes = _autograd_nodes(_all_rules(x.requires_grad_(True), w, b))
-    assert nodes and not [n for n in nodes if isinstance(n, torch.autograd.function.BackwardCFunction)]
+    out = _all_rules(x.requires_grad_(True), w, b)
+    assert autograd_nodes(out) and not python_nodes(out)
     # and the check sees a Python Function where there is one
     leaf = x.detach().clone().requires_grad_(True)
     with_function = LinearMapRelevance.apply(leaf, w, b, LINEAR, rules.Epsilon(), "test")
-    assert [n for n in _autograd_nodes(with_function) if isinstance(n, torch.autograd.function.BackwardCFunction)]
+    assert python_nodes(with_function)
 
 
 def test_compiles_without_graph_break(gen):

@@ -15,9 +15,11 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 from lrp_lib.core.composites import get_composite
 from lrp_lib.explain.explainer import Explainer, LRPExplainer, UnsupportedModelError
 from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.function_mode import RelevanceMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_zoo_relevance as zoo  # noqa: E402
+from rule_references import autograd_nodes, python_nodes  # noqa: E402
 
 bc = zoo.bc
 #: the zoo's cases under the default rule and epsilon (the other three rules run in the tests of lrp_lib.core)
@@ -174,17 +176,6 @@ def test_mechanism_is_checked():
         LRPExplainer(mechanism="forward", recompute=True)
 
 
-def _autograd_nodes(t):
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        stack.extend(n for n, _ in node.next_functions)
-    return seen
-
-
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
 def test_only_pytorch_nodes(kind):
     """The explanation's autograd graph holds PyTorch's own nodes only: no Python autograd Function."""
@@ -195,15 +186,14 @@ def test_only_pytorch_nodes(kind):
     with torch.enable_grad(), mode:
         mode.mark(leaf)
         out = model(leaf, edge_index)
-    nodes = _autograd_nodes(out)
-    assert len(nodes) > 20
-    assert not [n for n in nodes if isinstance(n, torch.autograd.function.BackwardCFunction)]
+    assert len(autograd_nodes(out)) > 20
+    assert not python_nodes(out)
     # and the primitives' graph, which the check must see, does have them
-    with torch.enable_grad(), ForwardMode.__mro__[2](get_composite("zplus"), model) as plain:
+    with torch.enable_grad(), RelevanceMode(get_composite("zplus"), model) as plain:
         leaf2 = x.clone().requires_grad_(True)
         plain.mark(leaf2)
         out2 = model(leaf2, edge_index)
-    assert [n for n in _autograd_nodes(out2) if isinstance(n, torch.autograd.function.BackwardCFunction)]
+    assert python_nodes(out2)
 
 
 def test_threads_do_not_disturb_each_other():
@@ -261,3 +251,32 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
     constant = [str(n.target) for n in graph.graph.nodes if n.op == "call_function" and n not in variable]
     assert not constant
     assert len([n for n in graph.graph.nodes if n.op == "get_attr"]) > 2
+
+
+def test_lrp_explainer_compile_true(monkeypatch):
+    """LRPExplainer(mechanism="forward", compile=True): the compiled explanation of a graph, made once and reused
+    for the next node of the same graph, gives the eager explanation (node, edge, bias, residual); a new
+    edge_index or a changed parameter makes a new one.  (Compiled with the aot_eager backend: inductor's code
+    generation takes several seconds a graph here; benchmarks/bench_mechanism.py uses it.)"""
+    from lrp_lib.explain import capture
+    monkeypatch.setattr(capture, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    model = _model("gcn", dtype=torch.float32)
+    x, edge_index = _graph(dtype=torch.float32)
+    eager, compiled = (_explainer(model, mechanism="forward", compile=c) for c in (False, True))
+    algorithm = compiled.algorithm
+    for index in (3, 11):
+        want, got = eager(x, edge_index, index=index), compiled(x, edge_index, index=index)
+        for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6, msg=key)
+        assert got.replay_reason == "torch.compile"
+    assert len(algorithm._compiled) == 1
+    compiled(x, edge_index.clone(), index=3)
+    assert len(algorithm._compiled) == 2
+    with torch.no_grad():
+        model.lin.weight.mul_(2.0)
+    doubled = compiled(x, edge_index, index=3)
+    torch.testing.assert_close(doubled.node_relevance, eager(x, edge_index, index=3).node_relevance, rtol=1e-4,
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="compile='exact'"):
+        LRPExplainer(mechanism="forward", compile="exact")

@@ -1,0 +1,168 @@
+"""What an explanation costs under each mechanism, against the plain input gradient.
+
+    python benchmarks/bench_mechanism.py                     # 25, 700, 2k, 10k, 100k nodes (about 10 minutes)
+    python benchmarks/bench_mechanism.py --sizes 700 --no-write
+    python benchmarks/bench_mechanism.py --device cuda       # writes benchmarks/results/mechanism-cuda.json
+
+The model is a 3-layer GCN (32 input features, 64 hidden, 4 classes, ReLU, PyG's ``GCNConv``; random weights,
+float32), on a random graph of ``N`` nodes and ``8 N`` edges (``torch.randint``, seeded).  One node's output is
+explained: ``explanation_type="phenomenon"`` with the target given, so that what is timed is the explanation's own
+cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explainer.Explainer``).  The methods:
+
+* ``gradient``: ``torch.autograd.grad(model(x, edge_index)[i, c], x)``, the floor every ratio is divided by;
+* ``gradient_edge_mask``: PyG's own gradient with an edge mask: ``set_masks`` puts a mask of ones on every
+  layer's messages (as PyG's explainers do), and the gradient is taken with respect to ``x`` and the mask;
+* ``functions`` and ``functions_edges``: ``LRPExplainer()`` (z+), node masks alone and with
+  ``edge_mask_type="object"`` (the README's call): the rules as relevance primitives, with their replay and
+  programs (``replay=True, compile=True``, the defaults; a program runs only without an edge mask);
+* ``forward`` and ``forward_edges``: ``LRPExplainer(mechanism="forward")``: the rules as forward modifications,
+  one ordinary backward;
+* ``compiled`` and ``compiled_edges``: ``lrp_lib.explain.capture.compiled_explanation``: the forward rules on this
+  graph captured once (its graph part folded), compiled by ``torch.compile(fullgraph=True)`` (inductor); its
+  compile time is reported.
+
+Timing: per size, six warm-up calls of each method, then ``--repeat`` rounds (more below 10,000 nodes) in which
+the methods take turns, in one process, one intra-op thread (``--threads``).  Per method the median wall-clock
+seconds per call and its ratio to the gradient's median.  Every LRP method's node relevance is checked against
+the ``functions`` explanation before timing (float32 rounding).  Writes ``benchmarks/results/mechanism.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+from torch_geometric.nn import GCNConv
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_file import write_results  # noqa: E402
+
+from lrp_lib.explain.capture import compiled_explanation  # noqa: E402
+from lrp_lib.explain.explainer import Explainer, LRPExplainer  # noqa: E402
+
+MODEL_CONFIG = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+
+
+class GCN(nn.Module):
+    def __init__(self, features=32, hidden=64, classes=4):
+        super().__init__()
+        self.conv1, self.conv2, self.conv3 = GCNConv(features, hidden), GCNConv(hidden, hidden), GCNConv(hidden, classes)
+
+    def forward(self, x, edge_index):
+        return self.conv3(self.conv2(self.conv1(x, edge_index).relu(), edge_index).relu(), edge_index)
+
+
+def setup(nodes: int, edges_per_node: int, device):
+    g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = GCN().eval().to(device)
+    x = torch.randn(nodes, 32, generator=g).to(device)
+    edge_index = torch.randint(0, nodes, (2, edges_per_node * nodes), generator=g).to(device)
+    index = int(torch.randint(0, nodes, (1,), generator=g))
+    with torch.no_grad():
+        target = model(x, edge_index).argmax(-1)
+    return model, x, edge_index, index, target
+
+
+def methods(model, x, edge_index, index, target, compile_times: dict) -> dict:
+    c = int(target[index])
+
+    def gradient():
+        leaf = x.clone().requires_grad_(True)
+        return torch.autograd.grad(model(leaf, edge_index)[index, c], leaf)[0]
+
+    def gradient_edge_mask():
+        leaf = x.clone().requires_grad_(True)
+        mask = torch.ones(edge_index.shape[1], device=x.device, requires_grad=True)
+        set_masks(model, mask, edge_index, apply_sigmoid=False)
+        try:
+            return torch.autograd.grad(model(leaf, edge_index)[index, c], [leaf, mask])[0]
+        finally:
+            clear_masks(model)
+
+    def lrp(edges: bool, **options):
+        explainer = Explainer(model, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
+                              node_mask_type="attributes", edge_mask_type="object" if edges else None,
+                              model_config=MODEL_CONFIG)
+        return lambda: explainer(x, edge_index, target=target, index=index).node_relevance
+
+    def compiled(edges: bool):
+        start = time.perf_counter()
+        explain = compiled_explanation(model, x, edge_index, "zplus", edges=edges)
+        weight = torch.zeros(x.shape[0], 4, device=x.device)
+        weight[index, c] = 1.0
+        explain(x, weight)  # the first call compiles
+        compile_times["compiled_edges" if edges else "compiled"] = time.perf_counter() - start
+        return lambda: explain(x, weight)[0]
+
+    return {"gradient": gradient, "gradient_edge_mask": gradient_edge_mask,
+            "functions": lrp(False), "functions_edges": lrp(True),
+            "forward": lrp(False, mechanism="forward"), "forward_edges": lrp(True, mechanism="forward"),
+            "compiled": compiled(False), "compiled_edges": compiled(True)}
+
+
+def sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
+    model, x, edge_index, index, target = setup(nodes, edges_per_node, device)
+    compile_times: dict = {}
+    calls = methods(model, x, edge_index, index, target, compile_times)
+    reference = calls["functions"]()
+    for name, call in calls.items():
+        if name.startswith(("forward", "compiled", "functions")):
+            got = call()
+            scale = float(reference.abs().max())
+            assert float((got - reference).abs().max()) <= 1e-4 * max(scale, 1e-12), name
+    for call in calls.values():
+        for _ in range(6):
+            call()
+    times: dict = {name: [] for name in calls}
+    rounds = repeat * max(1, min(10, 10_000 // nodes))
+    for _ in range(rounds):
+        for name, call in calls.items():
+            sync(device)
+            start = time.perf_counter()
+            call()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    return {"nodes": nodes, "edges": edges_per_node * nodes, "rounds": rounds,
+            "median_seconds": medians,
+            "ratio_to_gradient": {name: medians[name] / medians["gradient"] for name in calls},
+            "compile_seconds": compile_times}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[25, 700, 2000, 10_000, 100_000])
+    p.add_argument("--edges-per-node", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=7, help="rounds from 10,000 nodes up (more below)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    warnings.filterwarnings("ignore")
+    rows = []
+    for nodes in args.sizes:
+        row = measure(nodes, args.edges_per_node, args.repeat, device)
+        rows.append(row)
+        print(nodes, {k: round(v, 2) for k, v in row["ratio_to_gradient"].items()},
+              {k: round(v, 1) for k, v in row["compile_seconds"].items()}, flush=True)
+    if not args.no_write:
+        name = "mechanism" if device.type == "cpu" else f"mechanism-{device.type}"
+        print(write_results(name, rows, vars(args)))
+
+
+if __name__ == "__main__":
+    main()
