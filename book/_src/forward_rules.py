@@ -1,0 +1,287 @@
+# %% [markdown]
+# # Rules as forward modifications
+#
+# The first chapter made relevance flow backwards by giving every operation an autograd function whose
+# backward *is* an LRP rule. This chapter turns the idea around. Instead of replacing the backward, it
+# changes the *forward* so that PyTorch's ordinary backward computes relevance: each operation keeps its
+# value, but its gradient becomes the rule's. One plain `.backward()` then gives every tensor
+# $t$ its relevance as $t \odot \partial f / \partial t$, input times gradient, the form of LXT's
+# efficient mode {cite}`achtibat2024attnlrp`. Nothing in the explanation is a Python autograd function, so
+# PyTorch's compiler can take the whole explanation over. `lrp_lib` ships both forms:
+# `LRPExplainer()` runs the relevance primitives, `LRPExplainer(mechanism="forward")` the forward
+# modifications, and both give the same relevance.
+#
+# ```{admonition} Audience & Objectives
+# :class: tip
+# This chapter assumes "Hijacking autograd for LRP" and "Convolutions and skip connections". After
+# reading it you should be able to
+# - derive, for each LRP rule, the gradient that makes input times gradient equal the rule;
+# - write a rule as a forward that keeps its value (`lrp_lib.core.modify.keep_value`);
+# - check the forward form against the relevance functions of the first chapters, cell by cell;
+# - explain a PyG model with `mechanism="forward"`, and say when `compile=True` pays.
+# ```
+
+# %% tags=["hide-input"]
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
+import numpy as np  # noqa: E402
+import torch
+import torch.nn.functional as F
+from IPython.display import display
+from myst_nb import glue
+
+from lrp_lib import Explainer, LRPExplainer
+from lrp_lib.book.datasets.mutagenicity import mutagenicity
+from lrp_lib.book.models import MutagenicityGCN
+from lrp_lib.book.pretrained import load_record
+from lrp_lib.book.results import load_results, machine_note, results_table
+from lrp_lib.core import modify, rules
+from lrp_lib.core.linear_map import LinearMap
+from lrp_lib.teach import linear_maps, ops
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+
+
+def show(t, decimals=4):
+    """A tensor as a rounded numpy array (+ 0.0 turns -0.0 into 0.0)."""
+    return np.round(t.detach().double().numpy(), decimals) + 0.0
+
+
+# %% [markdown]
+# ## Relevance is input times gradient
+#
+# Every rule of this book gives an input $x$ of an operation the relevance $R_x = x \odot v$, for some
+# vector $v$ computed from the relevance of the output. Suppose that at the output $z$ of an operation the
+# relevance is $R = z \odot g$, with $g$ the gradient arriving there. If the operation's backward sends
+# $v$ to $x$ instead of the true gradient, then $x \odot \mathrm{grad}_x = R_x$ again, and the property
+# holds one operation further back. So a rule is a statement about a gradient:
+#
+# | rule | relevance of the input | gradient the forward must produce |
+# | --- | --- | --- |
+# | epsilon on $z = Wx + b$ | $x \odot W^\top \frac{R}{z + \epsilon\,\mathrm{sign}(z)}$ | $W^\top\!\big(g \odot \frac{z}{z + \epsilon\,\mathrm{sign}(z)}\big)$: scale $g$ at $z$ |
+# | gamma | epsilon on $W + \gamma W^+$ | the gradient of $z' = (W + \gamma W^+) x$, scaled by $z / z'$ |
+# | z+ | $x^+ \odot W^{+\top}\frac{R}{z^+} + x^- \odot W^{-\top}\frac{R}{z^+}$ | the gradient of $z^+$, scaled by $z / z^+$; LRP-0 where $z^+ = 0$ |
+# | alpha-beta | $\alpha$ times the positive part less $\beta$ times the negative | the two parts' gradients, scaled by $\alpha z / z^+$ and $-\beta z / z^-$ |
+# | identity ($y = f(x)$ elementwise) | $R_x = R_y$ | $g \odot y / x$ (for ReLU and products by constants this is the gradient already) |
+# | uniform ($y = a \odot b$) | $R_a = R_b = R / 2$ | half the gradient |
+# | held constant ($a / b$, attention) | $R_b = 0$ | none into $b$: `b.detach()` |
+#
+# The one tool needed is a tensor with the value of one tensor and the gradient of another. Because
+# `t - t.detach()` is exactly zero, `value.detach() + (t - t.detach()) * c` has `value`'s value to the bit
+# and the gradient of `t * c`; `lrp_lib.core.modify.keep_value` writes it as one `addcmul`.
+
+# %%
+z = torch.tensor([3.0, -2.0, 0.5], requires_grad=True)
+t = z * 10.0  # some other computation of z
+y = modify.keep_value(z, t, torch.tensor([0.5, 1.0, 2.0]))
+print("value kept to the bit:", torch.equal(y.detach(), z.detach()))
+y.sum().backward()
+print("gradient:", show(z.grad))  # 10 * c
+
+# %% [markdown]
+# ## The first chapter's layer, forwards
+#
+# Chapter 1 explained `x = [4, 8, 0]` through one linear unit with weights `[1, 2, -1]` and found the
+# relevance `[4, 16, 0]`, summing to the output 20. The forward form gets it from an ordinary backward:
+# compute $z$, keep its value, scale its gradient by $z / (z + \epsilon\,\mathrm{sign}(z))$, start the
+# backward with $g = R / z$ at the output, and multiply the input by its gradient.
+
+# %%
+x = torch.tensor([[4.0, 8.0, 0.0]], requires_grad=True)
+w = torch.tensor([[1.0, 2.0, -1.0]])
+out = F.linear(x, w)
+y = rules.Epsilon().modify(LinearMap(F.linear), x, w, None, out)
+y.backward(modify.share_of(out, out))  # R = out at the output: the gradient R / z = 1
+forward_relevance = x.detach() * x.grad
+
+x1 = x.detach().clone().requires_grad_(True)
+y1 = ops.linear_eps(x1, w)
+y1.backward(y1)  # chapter 1: the backward computes relevance
+print("forward form:  ", show(forward_relevance))
+print("chapter 1's op:", show(x1.grad))
+assert torch.allclose(forward_relevance, x1.grad)
+
+# %% [markdown]
+# ## Every rule of chapter 3, cell by cell
+#
+# Chapter 3 applied each rule to any linear map through one autograd function
+# (`lrp_lib.teach.linear_maps`). The forward form of each rule is its `modify` method in
+# `lrp_lib.core.rules`, beside the backward form `propagate`, so that the rule is declared once. On a
+# dense layer with signed inputs and a bias, and on a convolution, the two forms agree for every rule:
+
+# %%
+gen = torch.Generator().manual_seed(0)
+xs = torch.randn(5, 12, generator=gen, dtype=torch.float64)
+W = torch.randn(4, 12, generator=gen, dtype=torch.float64)
+b = torch.randn(4, generator=gen, dtype=torch.float64)
+images = torch.randn(2, 3, 6, 6, generator=gen, dtype=torch.float64)
+kernel = torch.randn(4, 3, 3, 3, generator=gen, dtype=torch.float64)
+g_dense = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+
+
+def forward_form(rule, fn, inputs, weight, bias, g):
+    leaf = inputs.clone().requires_grad_(True)
+    out = fn(leaf, weight, bias)
+    rule.modify(LinearMap(fn), leaf, weight, bias, out).backward(g)
+    return (leaf * leaf.grad).detach(), (out * g).detach()
+
+
+def chapter3_form(rule, apply, inputs, R):
+    leaf = inputs.clone().requires_grad_(True)
+    apply(leaf).backward(R)
+    return leaf.grad
+
+
+conv = lambda t, k, c: F.conv2d(t, k, c, padding=1)  # noqa: E731
+rows = []
+warnings.simplefilter("ignore")  # (alpha-beta loses relevance at units without a part of one sign: both forms warn)
+for rule in [rules.Epsilon(0.0), rules.Epsilon(0.25), rules.Gamma(0.25), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
+    rel, R = forward_form(rule, F.linear, xs, W, b, g_dense)
+    dense = float((rel - chapter3_form(rule, lambda t: linear_maps.linear(t, W, b, rule=rule), xs, R)).abs().max())
+    g_conv = torch.randn(2, 4, 6, 6, generator=gen, dtype=torch.float64)
+    rel, R = forward_form(rule, conv, images, kernel, None, g_conv)
+    conv_diff = float((rel - chapter3_form(rule, lambda t: linear_maps.conv2d(t, kernel, padding=1, rule=rule),
+                                           images, R)).abs().max())
+    rows.append({"rule": repr(rule), "dense": dense < 1e-12, "conv": conv_diff < 1e-12})
+warnings.resetwarnings()
+display(results_table(rows, [("rule", "rule", None), ("dense layer: equal to 1e-12", "dense", None),
+                             ("convolution: equal to 1e-12", "conv", None)]))
+assert all(r["dense"] and r["conv"] for r in rows)
+
+# %% [markdown]
+# ## A graph network, forwards
+#
+# `LRPExplainer(mechanism="forward")` runs the model's own `forward` under the same interception as the
+# default (a `TorchFunctionMode` that gives every torch function on input-dependent tensors its rule), but
+# each rule is emitted as a forward modification. The backward is PyTorch's own. The relevance of the
+# biases and stabilisers is read from two scalar probes of ones (one on the outputs of the operations that
+# can keep relevance, one on their inputs: their gradients are what those operations received and passed
+# on), and each edge's relevance from a hook on every layer's messages: messages times their gradient.
+#
+# On a molecule of Mutagenicity, with the GCN trained in "Explaining graph neural networks", the two
+# mechanisms give the same explanation:
+
+# %%
+dataset = mutagenicity()
+model = MutagenicityGCN(dataset.num_features, hidden=64)
+model.load_state_dict(load_record("mutagenicity-gcn")["state_dict"])
+model.eval()
+molecule = dataset[10]
+
+
+def explain(mechanism):
+    explainer = Explainer(model, algorithm=LRPExplainer(mechanism=mechanism), explanation_type="model",
+                          node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="binary_classification", task_level="graph", return_type="raw"))
+    return explainer(molecule.x, molecule.edge_index)
+
+
+primitives, forwards = explain("functions"), explain("forward")
+for key in ["node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"]:
+    difference = float((forwards[key] - primitives[key]).abs().max())
+    print(f"{key:20s} largest difference {'below 1e-6' if difference < 1e-6 else difference}")
+    assert difference < 1e-6
+glue("fw_atoms", molecule.num_nodes, display=False)
+
+# %% [markdown]
+# The explained molecule has {glue:text}`fw_atoms` atoms. The autograd graph behind the forward explanation
+# holds only PyTorch's own nodes; the same model under the relevance primitives has one Python autograd
+# function per rule application:
+
+# %%
+from lrp_lib.core.composites import get_composite  # noqa: E402
+from lrp_lib.explain.forward import ForwardMode  # noqa: E402
+from lrp_lib.explain.function_mode import RelevanceMode  # noqa: E402
+
+
+def python_nodes(mode_class):
+    mode = mode_class(get_composite("zplus"), model)
+    leaf = molecule.x.clone().requires_grad_(True)
+    with torch.enable_grad(), mode:
+        mode.mark(leaf)
+        out = model(leaf, molecule.edge_index)
+    seen, stack, python = set(), [out.grad_fn], 0
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        python += isinstance(node, torch.autograd.function.BackwardCFunction)
+        stack.extend(n for n, _ in node.next_functions)
+    return python
+
+
+counts = {"forward modifications": python_nodes(ForwardMode), "relevance primitives": python_nodes(RelevanceMode)}
+for name, count in counts.items():
+    print(f"{name}: {count} Python autograd nodes")
+assert counts["forward modifications"] == 0 < counts["relevance primitives"]
+
+# %% [markdown]
+# ## What it buys: PyTorch's compiler
+#
+# Because no rule reads tensor data into Python, the modified forward on one graph is an ordinary PyTorch
+# program. `lrp_lib.explain.capture` records it with `make_fx` as a graph of ATen operations, runs the
+# part that depends on `edge_index` alone (self-loops, degrees, normalisation) once and keeps its results
+# as constants, and hands the rest to `torch.compile(fullgraph=True)`. `LRPExplainer(mechanism="forward",
+# compile=True)` does this for the first explanation of a graph and reuses it while the graph, the shape of
+# the features and the model's parameters stay the same: the case of a node classifier whose nodes are
+# explained one after another.
+#
+# The cost of one node's explanation against the plain input gradient, on a 3-layer GCN (64 hidden units,
+# 8 edges per node), measured by `benchmarks/bench_mechanism.py` with the methods taking turns in one
+# process:
+
+# %% tags=["hide-input"]
+bench = load_results("mechanism", repository=globals().get("REPOSITORY"))
+columns = [("nodes", "nodes", ",d")] + [
+    (label, (lambda key: lambda r: r["ratio_to_gradient"][key])(key), "{:.2f}x")
+    for label, key in [("primitives", "functions"), ("primitives, edges", "functions_edges"),
+                       ("forward", "forward"), ("forward, edges", "forward_edges"),
+                       ("compiled", "compiled"), ("compiled, edges", "compiled_edges"),
+                       ("PyG's gradient with an edge mask", "gradient_edge_mask")]]
+display(results_table(bench["results"], columns))
+print(machine_note(bench))
+big = [r for r in bench["results"] if r["nodes"] >= 700]
+glue("fw_compiled_max", max(r["ratio_to_gradient"]["compiled"] for r in big), display=False)
+glue("fw_compile_s", max(max(r["compile_seconds"].values()) for r in bench["results"]), display=False)
+assert all(r["ratio_to_gradient"]["compiled"] <= r["ratio_to_gradient"]["forward"] for r in big)
+assert all(r["ratio_to_gradient"]["forward"] > r["ratio_to_gradient"]["functions"] for r in bench["results"])
+
+# %% [markdown]
+# From 700 nodes up the compiled explanation of the node masks costs at most
+# {glue:text}`fw_compiled_max:.2f` times the gradient, and it is cheaper than the eager forward rules at every
+# such size. Compiling took up to {glue:text}`fw_compile_s:.0f` seconds per graph on this machine, so it pays
+# where a graph is explained many times. Eagerly, the forward rules cost more than the relevance
+# primitives: each rule adds a few elementwise operations to the forward, where the primitives do their
+# work only in the backward and replay a recorded program.
+#
+# ## Summary
+#
+# - With the relevance of every tensor read as $t \odot \partial f/\partial t$, each LRP rule is a change
+#   of one operation's gradient; the forward keeps its value (`keep_value`), so the model computes what it
+#   always computes.
+# - Each rule of `lrp_lib.core.rules` is declared once with both forms, `propagate` (backward) and `modify`
+#   (forward), and they agree on dense layers, convolutions and every model of the coverage zoo.
+# - `LRPExplainer(mechanism="forward")` explains any PyG model with one ordinary backward; node, edge and
+#   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
+# - An explanation made of PyTorch operations can be compiled: `compile=True` captures one graph's
+#   explanation and hands it to `torch.compile`.
+#
+# ## Exercises
+#
+# 1. Write the gamma rule's forward by hand for the layer of chapter 1 with $\gamma = 1$ and check it against
+#    `rules.Gamma(1.0)`'s `propagate`.
+# 2. `modify.HOMOGENEOUS` lists the functions whose gradient is already the identity rule. Show that
+#    `relu6` cannot be among them: find an input where $f(x)/x$ differs from $f'(x)$.
+# 3. Explain a GAT with `mechanism="forward"` and `Composite(attention="cp")`. Where does the relevance of the
+#    attention coefficients go, and how does the forward express it?
+# 4. The z+ rule falls back to LRP-0 for a unit without a positive contribution. Build a unit where that
+#    happens and check, with `modify.keep_value`, that its input gets $x \odot W^\top (R / z)$.
+#
+# ## References
+#
+# ```{bibliography}
+# :filter: docname in docnames
+# ```
