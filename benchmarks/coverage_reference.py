@@ -85,13 +85,13 @@ class Capture(LRPExplainer):
         return self.explanation
 
 
-def algorithm(variant: str) -> Capture:
+def algorithm(variant: str, **options) -> Capture:
     """The explainer of a variant: LRP-0 as the benchmark's (:func:`bench_coverage.default_algorithm`),
-    or the library's defaults (z+)."""
+    or the library's defaults (z+); ``options``: more arguments of ``LRPExplainer`` (``mechanism``)."""
     if variant == "lrp0":
-        return Capture(rule=Epsilon(0.0), mask="relevance")
+        return Capture(rule=Epsilon(0.0), mask="relevance", **options)
     if variant == "zplus":
-        return Capture()
+        return Capture(**options)
     raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
 
 

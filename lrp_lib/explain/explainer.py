@@ -182,7 +182,11 @@ class LRPExplainer(ExplainerAlgorithm):
             ``compile`` above.  ``"forward"``: each rule is a forward that keeps its operation's value and
             changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation is one ordinary
             backward of PyTorch's own, and each input's relevance is the input times its gradient: the
-            same relevance (to rounding), without replay or programs, and not yet with ``per_index``.
+            same relevance (to rounding), without replay or programs (``compile=True``: PyTorch's compiler,
+            above).  Relevance that does not reach the inputs is reported by the explanation's
+            :class:`LostRelevanceWarning`; the warnings that the primitives give per map (a part of
+            alpha-beta without contributions of its sign) are not given, as the relevance is only known
+            in the backward.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
