@@ -71,6 +71,9 @@ class ForwardFamilies:
         return z.detach() / d if eps > 0 else modify.share_of(z, d)
 
     def identity(self, func, args, kwargs):
+        r"""An elementwise function of one marked input, :math:`R_x = R_y`: the gradient
+        :math:`g \odot y / x` (:func:`~lrp_lib.core.modify.identity`), or the function itself where its
+        gradient is that already (:data:`~lrp_lib.core.modify.HOMOGENEOUS`)."""
         kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
         marked = [a for a in args if self.is_marked(a)] + [v for v in kwargs.values() if self.is_marked(v)]
         if len(marked) != 1:
@@ -82,10 +85,15 @@ class ForwardFamilies:
         return out
 
     def elementwise(self, x: Tensor, fn: Callable):
+        """``fn(x)`` elementwise: the identity rule."""
         return modify.identity(x, fn(x))
 
     def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None,
                constant=None):
+        r"""A map linear in ``x`` without a weight, :math:`z = J x + f(0)`, under the epsilon rule
+        :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))`: the gradient at :math:`z` scaled by
+        :math:`c = z / \mathrm{stab}(z)`; the amount kept, :math:`\sum g \odot (z - c \odot (z - f(0)))`, into
+        the probe ``kept``."""
         z = fn(x)
         zd = z.detach()
         if constant is None:  # the constant term f(0), not given by the handler: computed
@@ -95,6 +103,10 @@ class ForwardFamilies:
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
                  op: str, rowwise: bool = False):
+        """A map linear in ``x`` and a parameter ``weight``: the composite's rule for it, in its forward form
+        (``Rule.modify``); what it keeps is the relevance its output receives (probe ``one_out``) less what
+        its input gets (probe ``one_in``).  (``rowwise``: all rows are computed; the primitives' row pruning
+        under ``per_index`` only saves work.)"""
         rule, _ = self.rule_for(weight)
         w, b = weight.detach(), None if bias is None else bias.detach()
         if rule is None:  # a data constant, not a parameter
@@ -110,6 +122,9 @@ class ForwardFamilies:
         return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0, nonneg=nonneg), modify.share_of(out, z0)))
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
+        r"""``ca * a + cb * b``: each marked term its proportional share, :math:`R_a = a \odot R/\mathrm{stab}(z)`
+        (the epsilon rule on the sum); a constant term keeps its share (the identity rule for the marked one
+        with ``Composite(bias=False)``, or where the marked term is a gate)."""
         ma, mb = self.is_marked(a), self.is_marked(b)
         ref = a if isinstance(a, Tensor) else b
         ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
@@ -131,12 +146,16 @@ class ForwardFamilies:
         return self._kept(modify.scale_gradient(z, c), kept)
 
     def product(self, a: Tensor, b: Tensor):
+        """``a * b``, both marked: the uniform rule (half the gradient each), or, under CP-LRP, the gate (an
+        attention weight) held constant."""
         ga, gb = self.is_gate(a), self.is_gate(b)
         if self.composite.attention == "cp" and ga != gb:  # the attention weight held constant
             return modify.held_constant(a) * b if ga else a * modify.held_constant(b)
         return modify.uniform(a * b, 2)
 
     def bilinear(self, a: Tensor, b: Tensor, weights: tuple, label: str):
+        r"""``a @ b``, both marked: the epsilon rule on the product terms, :math:`R_a = w_a\, a \odot (S b^\top)`,
+        :math:`R_b = w_b\, b \odot (a^\top S)`, :math:`S = R / \mathrm{stab}(z)`."""
         a, b = self._in(a), self._in(b)
         z = a @ b
         c = self._eps_share(z)
@@ -147,26 +166,35 @@ class ForwardFamilies:
         return self._out(modify.keep_value(z, t + (a.detach() @ b) * (c * wb) if wb else t))
 
     def normalise(self, a: Tensor, b: Tensor):
+        """``a / b``, both marked: the denominator held constant, :math:`R_a = R`."""
         return a / modify.held_constant(b)
 
     def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor, expand: Callable, label: str):
+        """``fn(x)``, a product of ``counts`` factors per output: :math:`R_i = R / n` (an empty product keeps
+        its value's share)."""
         y = fn(self._in(x))
         n = counts.to(y.dtype)
         return self._out(modify.keep_value(y, y * torch.where(n == 0, torch.zeros_like(n), 1.0 / n.clamp(min=1))))
 
     def join(self, dim: int, marked: tuple, label: str, joined: list):
+        """``torch.cat``: the gradient's copy; a joined constant keeps its slice."""
         return self._out(torch.cat([self._in(t) if m else t for t, m in zip(joined, marked)], dim))
 
     def softmax(self, x: Tensor, dim: int, label: str):
         return torch.softmax(x, dim)  # AttnLRP's rule R_x = x (R - s sum R) is input times gradient
 
     def norm_affine(self, x: Tensor, fn: Callable, beta: Tensor | None, label: str):
+        r""":math:`y = \gamma \hat x + \beta`: the identity through the normalisation, the affine part split,
+        :math:`R_x = (y - \beta) \odot R / \mathrm{stab}(y)`: the gradient at ``x``
+        :math:`g \odot y (y - \beta) / (x\, \mathrm{stab}(y))`."""
         y = fn(x)
         part = y if beta is None else y - beta.detach()  # what the input contributes (beta keeps its share)
         x = self._in(x)
         return self._out(modify.keep_value(y, x * (modify.share_of(part, x) * self._eps_share(y))))
 
     def blocked(self, func, name, args, kwargs):
+        """An operation without a rule: its value, no gradient, and a zero probe on each floating-point output,
+        whose gradient times the output is the relevance that reached it (refused with its amount)."""
         with torch.no_grad():
             out = func(*args, **kwargs)
         flat = out if isinstance(out, (tuple, list)) else (out,)
