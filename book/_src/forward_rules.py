@@ -263,7 +263,7 @@ assert all(r["ratio_to_gradient"]["forward"] > r["ratio_to_gradient"]["functions
 #   of one operation's gradient; the forward keeps its value (`keep_value`), so the model computes what it
 #   always computes.
 # - Each rule of `lrp_lib.core.rules` is declared once with both forms, `propagate` (backward) and `modify`
-#   (forward), and they agree on dense layers, convolutions and every model of the coverage zoo.
+#   (forward), and they agree on dense layers, convolutions and a trained GCN.
 # - `LRPExplainer(mechanism="forward")` explains any PyG model with one ordinary backward; node, edge and
 #   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
 # - An explanation made of PyTorch operations can be compiled: `compile=True` captures one graph's
