@@ -367,10 +367,11 @@ display(tables["model"])
 # outputs, and conservation is over the relevance of both types. {glue:text}`hetero_ok` of the
 # {glue:text}`hetero_total` are ok at every task level. `LRPExplainer` returns a `HeteroExplanation`
 # with the signed relevance per node type (`node_relevance`) and per edge type (`edge_relevance`),
-# and beside each the mask PyG's tools read ($|R| / \max |R|$ over all types). The edge relevance needs each layer to
-# pass its messages along one of the input's `edge_index` tensors: a `HeteroConv` whose `GCNConv` adds
-# self-loops, and HGT, which joins all edge types into one index, are refused for edge masks and
-# explained without them.
+# and beside each the mask PyG's tools read ($|R| / \max |R|$ over all types). The edge relevance needs each
+# layer's messages to belong to input edges: a layer passes them along one of the input's `edge_index`
+# tensors, along one edge type's edges with self-loops added (a `GCNConv` inside `HeteroConv`; the loops'
+# relevance stays with their nodes), or, as HGT does, along all edge types joined into one index, each
+# shifted by its node types' offsets (checked block by block against the input's).
 
 # %% tags=["hide-input"]
 display(tables["hetero"])

@@ -167,48 +167,83 @@ class EdgeRecorder:
 
 
 class HeteroEdgeRecorder(EdgeRecorder):
-    """Edge relevance of a heterogeneous graph: a layer's messages belong to the edge type whose
-    ``edge_index`` (the very tensor of the input dict) it propagates along."""
+    """Edge relevance of a heterogeneous graph.  ``record`` holds every edge type's edges, one after another in
+    the order of the input dict; each type's ``parts[type].record`` is its stretch of it.  A layer's messages
+    belong to (:meth:`edge_ids`):
+
+    * the edge type whose ``edge_index`` (the very tensor of the input dict) it propagates along;
+    * one edge type's edges with self-loops added (a ``GCNConv`` inside ``HeteroConv``), matched as in a
+      homogeneous graph: each of the type's edges exactly once, every other column a self-loop, whose
+      relevance stays with its node;
+    * every edge type's edges joined in the order of the input dict, each shifted by constant node offsets
+      (``HGTConv``'s one index over all types)."""
 
     def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index_dict: dict, dtype):
         self.parts = {k: EdgeRecorder(mode, model, v, dtype) for k, v in edge_index_dict.items()}
+        sizes = [v.shape[1] for v in edge_index_dict.values()]
+        device = next(iter(edge_index_dict.values())).device if edge_index_dict else None
+        self.record = torch.zeros(sum(sizes), dtype=dtype, device=device)
+        self.offsets, start = {}, 0
+        for (key, part), size in zip(self.parts.items(), sizes):
+            part.record, self.offsets[key] = self.record.narrow(0, start, size), start
+            start += size
         self.mode = mode
         self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         self.propagated, self.messaged = Counter(), Counter()
         self.unaligned: dict[str, int] = {}
         self.edges_of: dict[int, Tensor] = {}
         self.edge_index = None
+        self._ids = {}
 
-    def locate(self, module, out):
-        """``(part, ids, dim)``: the edge type's recorder whose ``edge_index`` the layer passes ``out`` along,
-        the input edge of each message and the edge dimension; None as for :meth:`EdgeRecorder.locate`."""
-        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+    def edge_ids(self, edges) -> Tensor | None:
+        """The position in :attr:`record` of each edge of ``edges`` (-1: a self-loop the layer added), or None
+        where they are not the input's edges in one of the three ways of the class docstring."""
+        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
+                or edges.is_floating_point():
             return None
-        self.messaged[id(module)] += 1
-        dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
-        edges = self.edges_of.get(id(module))
-        for part in self.parts.values():
-            if edges is part.edge_index and edges.shape[1] == out.shape[dim]:
-                return part, torch.arange(edges.shape[1], device=edges.device), dim
-        self.unaligned[self.names[id(module)]] = out.shape[dim]
-        return None
+        key = id(edges)
+        if key not in self._ids:
+            self._ids[key] = (edges, self._place(edges.long()))
+        return self._ids[key][1]
 
-    def messages(self, module, out):
-        found = self.locate(module, out)
-        if found is None:
-            return None
-        part, ids, dim = found
-        return self.mode.mark(EdgeMessageRelevance.apply(out, ids, part.record, dim))
+    def _place(self, edges: Tensor) -> Tensor | None:
+        for key, part in self.parts.items():
+            if edges is part.edge_index:
+                return torch.arange(edges.shape[1], device=edges.device) + self.offsets[key]
+        found = []
+        for key, part in self.parts.items():  # one type's edges and self-loops
+            ids = part.edge_ids(edges)
+            if ids is None or ids.numel() != edges.shape[1]:
+                continue
+            matched = ids[ids >= 0]
+            counts = torch.bincount(matched, minlength=part.edge_index.shape[1]) if matched.numel() else \
+                torch.zeros(part.edge_index.shape[1], dtype=torch.long, device=edges.device)
+            own_loops = part.edge_index[0] == part.edge_index[1]
+            if bool(((ids >= 0) | (edges[0] == edges[1])).all()) and bool((counts <= 1).all()) \
+                    and bool((counts[~own_loops] == 1).all()):
+                found.append(torch.where(ids >= 0, ids + self.offsets[key], ids))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1 or edges.shape[1] != self.record.numel():
+            return None  # (several types would fit: which one is not known)
+        for key, part in self.parts.items():  # all types joined, each shifted by its node offsets
+            block = edges[:, self.offsets[key]:self.offsets[key] + part.edge_index.shape[1]]
+            if block.numel():
+                shift = block - part.edge_index.to(block.dtype)
+                if not torch.equal(shift, shift[:, :1].expand_as(shift)):
+                    return None
+        return torch.arange(edges.shape[1], device=edges.device)
 
     def check(self) -> None:
         silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
-        problems = [f"'{n}' passes {c} messages along an edge_index that is not one of the input's" for n, c in
+        problems = [f"'{n}' passes {c} messages along edges that are not the input's" for n, c in
                     self.unaligned.items()]
         problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
         if problems:
             raise UnsupportedModelError(
-                f"edge relevance of a heterogeneous graph needs each layer to pass messages along one of the "
-                f"input's edge_index tensors, but {'; '.join(problems)}. Explain with edge_mask_type=None")
+                f"edge relevance of a heterogeneous graph needs each message of a layer to belong to an input edge "
+                f"(along one of the input's edge_index tensors, with self-loops added, or along all of them joined), "
+                f"but {'; '.join(problems)}. Explain with edge_mask_type=None")
 
 
 

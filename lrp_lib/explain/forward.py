@@ -301,13 +301,8 @@ class ProbeRecorder(EdgeRecorder):
         mode.recorder = self
 
     def clear(self) -> None:
-        """Before a backward: the records start from zero."""
-        for part in self.probed():
-            part.record.zero_()
-
-    def probed(self) -> list:
-        """The recorders whose ``record`` the hooks fill: this one."""
-        return [self]
+        """Before a backward: the record starts from zero."""
+        self.record.zero_()
 
     def messages(self, module, out):
         found = self.locate(module, out)
@@ -316,20 +311,16 @@ class ProbeRecorder(EdgeRecorder):
 
 
 class ProbeHeteroRecorder(HeteroEdgeRecorder):
-    """:class:`ProbeRecorder` for a heterogeneous graph: a layer's messages belong to the edge type whose
-    ``edge_index`` (the very tensor of the input dict) it passes them along."""
+    """:class:`ProbeRecorder` for a heterogeneous graph: the hooks add to the one record of all edge types."""
 
     def __init__(self, mode: ForwardMode, model: nn.Module, edge_index_dict: dict, dtype):
         super().__init__(mode, model, edge_index_dict, dtype)
         mode.recorder = self
 
-    clear = ProbeRecorder.clear
-
-    def probed(self) -> list:
-        return list(self.parts.values())
+    def clear(self) -> None:
+        self.record.zero_()
 
     def messages(self, module, out):
         found = self.locate(module, out)
         if found is not None:
-            part, ids, dim = found
-            out.register_hook(_message_relevance(part.record, out, ids, dim))
+            out.register_hook(_message_relevance(self.record, out, *found))

@@ -197,11 +197,31 @@ def cases(**options):
 
 
 def main() -> None:
+    """``python tests/explain/make_zoo_relevance.py [COMMIT]``: every case; ``--update NAME [NAME ...]``: only
+    the cases of those zoo entries, written into the stored file with this machine and commit noted per case
+    (``machines``, ``commits``), the other cases left as they were made."""
     torch.set_num_threads(1)
     import lrp_lib
     root = Path(lrp_lib.__file__).resolve().parents[1]
-    commit = sys.argv[1] if len(sys.argv) > 1 else subprocess.run(
+    args = sys.argv[1:]
+    update = args[args.index("--update") + 1:] if "--update" in args else None
+    args = args[:args.index("--update")] if update is not None else args
+    commit = args[0] if args else subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    if update is not None:
+        stored = json.loads(gzip.open(PATH, "rt").read())
+        keys = [key for key, make in cases() if key.split("|")[0] in update]
+        if not keys:
+            raise SystemExit(f"no case of {update}; the zoo's names are in benchmarks/bench_coverage.py")
+        made = dict(cases())
+        for key in keys:
+            stored["records"][key] = made[key]()
+            stored.setdefault("machines", {})[key] = machine()
+            stored.setdefault("commits", {})[key] = commit or str(root)
+        with gzip.open(PATH, "wt") as f:
+            json.dump(stored, f, separators=(",", ":"), sort_keys=True)
+        print(f"updated {PATH}: {len(keys)} cases of {', '.join(update)} from {commit or root}")
+        return
     records = {key: make() for key, make in cases()}
     PATH.parent.mkdir(exist_ok=True)
     with gzip.open(PATH, "wt") as f:

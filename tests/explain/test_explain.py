@@ -525,6 +525,114 @@ def test_a_heterogeneous_model_is_explained_per_node_and_edge_type():
             x, {("a", "to", "c"): ei[("a", "to", "b")]}, index=1)
 
 
+HETERO_EI = {("a", "to", "b"): torch.tensor([[0, 1, 2, 3, 4, 4], [0, 1, 2, 3, 0, 2]]),
+             ("b", "rev", "a"): torch.tensor([[0, 1, 2, 3, 3], [1, 2, 3, 4, 0]]),
+             ("a", "self", "a"): torch.tensor([[0, 1, 2, 2], [1, 2, 3, 2]])}  # (one self-loop of its own)
+
+
+def _hetero_x():
+    g = torch.Generator().manual_seed(3)
+    return {"a": torch.rand(5, 3, generator=g, dtype=torch.float64),
+            "b": torch.rand(4, 2, generator=g, dtype=torch.float64)}
+
+
+def _hetero_explain(model, x, ei, mechanism="functions", rule="z"):
+    return Explainer(model, algorithm=LRPExplainer(rule, mechanism=mechanism), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="regression", task_level="node", return_type="raw"))(x, ei, index=1)
+
+
+@pytest.mark.parametrize("mechanism", ["functions", "forward"])
+def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance(mechanism):
+    """HeteroConv {a->b: SAGE, b->a: GraphConv, a->a: GCN}: the GCN passes messages along its edge type's edges
+    with self-loops added; each edge's relevance is the gradient of a mask of ones on its messages (PyG's
+    set_hetero_masks), as LRP-0 of a bias-free ReLU network is input times gradient."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_hetero_masks
+    from torch_geometric.nn import HeteroConv
+
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HeteroConv({("a", "to", "b"): SAGEConv((-1, -1), 4, bias=False),
+                                    ("b", "rev", "a"): GraphConv((-1, -1), 4, bias=False),
+                                    ("a", "self", "a"): GCNConv(-1, 4, bias=False)}, aggr="sum")
+            self.head = nn.Linear(4, 1, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.head(self.conv(x, edge_index)["a"].relu())
+
+    x, ei = _hetero_x(), HETERO_EI
+    model = Net().double().eval()
+    model(x, ei)  # the lazy layers
+    e = _hetero_explain(model, x, ei, mechanism)
+    masks = {k: torch.ones(v.shape[1], dtype=torch.float64, requires_grad=True) for k, v in ei.items()}
+    set_hetero_masks(model, masks, ei, apply_sigmoid=False)
+    try:
+        model(x, ei)[1].sum().backward()
+    finally:
+        clear_masks(model)
+    for k in ei:  # (a->b does not reach the explained node of type a: no gradient, no relevance)
+        want = masks[k].grad if masks[k].grad is not None else torch.zeros_like(masks[k])
+        torch.testing.assert_close(e[k].edge_relevance, want, rtol=1e-10, atol=1e-12)
+    assert float(e[("a", "self", "a")].edge_relevance.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("mechanism", ["functions", "forward"])
+def test_hgt_joins_all_edge_types_into_one_index(mechanism):
+    """HGTConv passes its messages along every edge type's edges joined in the input's order, each shifted by its
+    node types' offsets: each edge's relevance lands on its own type, as PyG's own mask on the joined messages
+    finds it, and both mechanisms agree."""
+    from torch_geometric.nn import HGTConv
+
+    torch.manual_seed(0)
+    meta = (["a", "b"], list(HETERO_EI))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = HGTConv(-1, 4, meta, heads=2), HGTConv(4, 4, meta, heads=2)
+            self.head = nn.Linear(4, 1)
+
+        def forward(self, x, edge_index):
+            h = {k: v.relu() for k, v in self.conv1(x, edge_index).items()}
+            return self.head(self.conv2(h, edge_index)["a"].relu())
+
+    x = _hetero_x()
+    model = Net().double().eval()
+    model(x, HETERO_EI)
+    e = _hetero_explain(model, x, HETERO_EI, mechanism, rule="epsilon")
+    other = _hetero_explain(model, x, HETERO_EI, "forward" if mechanism == "functions" else "functions", "epsilon")
+    # PyG's own injection, independent of how the explainer places messages: a mask of ones over the joined edges
+    # on every layer's messages; under the forward rules its gradient is each edge's relevance
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    from lrp_lib.core.composites import get_composite
+    from lrp_lib.explain.forward import ForwardMode
+    mask = torch.ones(sum(v.shape[1] for v in HETERO_EI.values()), dtype=torch.float64, requires_grad=True)
+    set_masks(model, mask, torch.cat(list(HETERO_EI.values()), 1), apply_sigmoid=False)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
+    try:
+        mode = ForwardMode(get_composite("epsilon"), model)
+        with torch.enable_grad(), mode:
+            for t in leaves.values():
+                mode.mark(t)
+            out = model(leaves, HETERO_EI)
+        out[1].sum().backward()  # the explained output's relevance is itself: gradient 1
+    finally:
+        clear_masks(model)
+    want = dict(zip(HETERO_EI, mask.grad.split([v.shape[1] for v in HETERO_EI.values()])))
+    for k in HETERO_EI:
+        torch.testing.assert_close(e[k].edge_relevance, want[k], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(other[k].edge_relevance, e[k].edge_relevance, rtol=1e-10, atol=1e-12)
+        assert float(e[k].edge_relevance.abs().sum()) > 0
+    # an edge whose messages cannot reach the explained node (a of index 1) in two steps gets none
+    reach = {1} | {int(s) for s, t in HETERO_EI[("a", "self", "a")].t().tolist() if t == 1}
+    into_a = HETERO_EI[("a", "self", "a")]
+    far = torch.tensor([int(t) not in reach for t in into_a[1]])
+    assert far.any() and float(e[("a", "self", "a")].edge_relevance[far].abs().sum()) == 0
+
+
 class NodeNet(nn.Module):
     def __init__(self):
         super().__init__()
