@@ -291,12 +291,13 @@ def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     return hook
 
 
-class ProbeRecorder(EdgeRecorder):
+class _HookedMessages:
     """Edge relevance from the gradient at the messages: a hook on the messages of every layer adds
-    ``messages * grad``, summed over features, to the message's input edge (relevance = tensor times gradient,
-    read where the messages are)."""
+    ``messages * grad``, summed over features, to the message's input edge in ``record`` (relevance = tensor
+    times gradient, read where the messages are).  Mixed into an edge recorder, whose ``locate`` places the
+    messages."""
 
-    def __init__(self, mode: ForwardMode, model: nn.Module, edge_index: Tensor, dtype):
+    def __init__(self, mode: ForwardMode, model: nn.Module, edge_index, dtype):
         super().__init__(mode, model, edge_index, dtype)
         mode.recorder = self
 
@@ -310,17 +311,10 @@ class ProbeRecorder(EdgeRecorder):
             out.register_hook(_message_relevance(self.record, out, *found))
 
 
-class ProbeHeteroRecorder(HeteroEdgeRecorder):
-    """:class:`ProbeRecorder` for a heterogeneous graph: the hooks add to the one record of all edge types."""
+class ProbeRecorder(_HookedMessages, EdgeRecorder):
+    """The edges of a graph (:class:`~lrp_lib.explain.edges.EdgeRecorder`), recorded by hooks on the messages."""
 
-    def __init__(self, mode: ForwardMode, model: nn.Module, edge_index_dict: dict, dtype):
-        super().__init__(mode, model, edge_index_dict, dtype)
-        mode.recorder = self
 
-    def clear(self) -> None:
-        self.record.zero_()
-
-    def messages(self, module, out):
-        found = self.locate(module, out)
-        if found is not None:
-            out.register_hook(_message_relevance(self.record, out, *found))
+class ProbeHeteroRecorder(_HookedMessages, HeteroEdgeRecorder):
+    """The edges of every type of a heterogeneous graph (:class:`~lrp_lib.explain.edges.HeteroEdgeRecorder`, one
+    record for all types), recorded by hooks on the messages."""
