@@ -19,12 +19,20 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
   one ordinary backward;
 * ``compiled`` and ``compiled_edges``: ``lrp_lib.explain.capture.compiled_explanation``: the forward rules on this
   graph captured once (its graph part folded), compiled by ``torch.compile(fullgraph=True)`` (inductor); its
-  compile time is reported.
+  compile time is reported, with PyTorch's compile caches as they are (a graph that inductor compiled before, in
+  an earlier run on the same machine, loads from its on-disk cache in about a second).
 
 Timing: per size, six warm-up calls of each method, then ``--repeat`` rounds (more below 10,000 nodes) in which
 the methods take turns, in one process, one intra-op thread (``--threads``).  Per method the median wall-clock
 seconds per call and its ratio to the gradient's median.  Every LRP method's node relevance is checked against
-the ``functions`` explanation before timing (float32 rounding).  Writes ``benchmarks/results/mechanism.json``.
+the ``functions`` explanation before timing (float32 rounding).
+
+Molecules one at a time (``--molecules``, default 300): the first molecules of graph-attribution's benzene task and
+the molecular tasks' 3-layer GCN (``quality_tasks``, as ``bench_molecules.py``), each molecule's predicted logit
+explained by ``LRPExplainer`` called directly (the target given) under each mechanism, each with its own copy of
+the model, taking turns with the gradient (``x * grad``) molecule by molecule after five molecules of warm-up; the
+median over the molecules of each one's ratio to its gradient.  (``compile=True`` is left out: it compiles per
+graph.)  Writes ``benchmarks/results/mechanism.json``.
 """
 from __future__ import annotations
 
@@ -141,6 +149,50 @@ def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
             "compile_seconds": compile_times}
 
 
+def per_molecule(count: int, device) -> dict:
+    """The median per-molecule ratio to the gradient of each mechanism, molecules one at a time."""
+    import copy
+    from quality_tasks import GraphGCN, molecules
+    graphs = molecules("benzene")[0][:count]
+    torch.manual_seed(0)
+    model = GraphGCN(graphs[0].num_node_features, 2).eval().to(device)
+    graphs = [(g.x.to(device), g.edge_index.to(device)) for g in graphs]
+    with torch.no_grad():
+        targets = [torch.tensor([int(model(x, e).argmax())], device=device) for x, e in graphs]
+    config = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
+    explainers = {}
+    for name, options in (("functions", {}), ("forward", {"mechanism": "forward"})):
+        own = copy.deepcopy(model)
+        explainers[name] = Explainer(own, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
+                                     node_mask_type="attributes", model_config=config)
+
+    def gradient(x, e, t):
+        leaf = x.clone().requires_grad_(True)
+        logit = model(leaf, e)[0, t[0]]
+        return leaf * torch.autograd.grad(logit, leaf)[0]
+
+    def lrp(name):
+        ex = explainers[name]
+        return lambda x, e, t: ex.algorithm(ex.model, x, e, target=t).node_mask
+
+    calls = {"gradient": gradient, "functions": lrp("functions"), "forward": lrp("forward")}
+    for (x, e), t in list(zip(graphs, targets))[:5]:
+        for call in calls.values():
+            call(x, e, t)
+    ratios: dict = {name: [] for name in calls}
+    for (x, e), t in zip(graphs, targets):
+        seconds = {}
+        for name, call in calls.items():
+            sync(device)
+            start = time.perf_counter()
+            call(x, e, t)
+            sync(device)
+            seconds[name] = time.perf_counter() - start
+        for name in calls:
+            ratios[name].append(seconds[name] / seconds["gradient"])
+    return {"molecules": len(graphs), "median_ratio_to_gradient": {k: statistics.median(v) for k, v in ratios.items()}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[25, 700, 2000, 10_000, 100_000])
@@ -148,6 +200,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=7, help="rounds from 10,000 nodes up (more below)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--molecules", type=int, default=300, help="molecules one at a time (0: none)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -159,9 +212,13 @@ def main() -> None:
         rows.append(row)
         print(nodes, {k: round(v, 2) for k, v in row["ratio_to_gradient"].items()},
               {k: round(v, 1) for k, v in row["compile_seconds"].items()}, flush=True)
+    results = {"graphs": rows}
+    if args.molecules:
+        results["molecules"] = per_molecule(args.molecules, device)
+        print("molecules", {k: round(v, 2) for k, v in results["molecules"]["median_ratio_to_gradient"].items()})
     if not args.no_write:
         name = "mechanism" if device.type == "cpu" else f"mechanism-{device.type}"
-        print(write_results(name, rows, vars(args)))
+        print(write_results(name, results, vars(args)))
 
 
 if __name__ == "__main__":
