@@ -177,6 +177,8 @@ class CompiledExplanation:
         graph, seen = capture(model, x, edge_index, composite, edges, **kwargs)
         self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False)
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
+        # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
+        self.held = (model, list(model.parameters()), edge_index, dict(kwargs))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, list]:
         """``(output, explained output, leaves)``."""

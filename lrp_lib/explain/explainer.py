@@ -533,11 +533,12 @@ class LRPExplainer(ExplainerAlgorithm):
 
 
 def _captured_key(model, x, edge_index, kwargs, composite, edges) -> tuple:
-    """What a captured explanation depends on: the model and its parameters' values (their versions), the
+    """What a captured explanation depends on: the model and its parameters (by identity and version), the
     composite, the graph (``edge_index`` and the other tensor inputs, by identity and version), and the shape,
-    dtype and device of the node features."""
+    dtype and device of the node features.  (The compiled explanation holds each object it is keyed by, so that
+    no new object can take a cached one's identity.)"""
     tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
-    params = tuple(p._version for p in model.parameters())
+    params = tuple((id(p), p._version) for p in model.parameters())
     return (id(model), params, composite.key(), edges, id(edge_index), edge_index._version, tensors,
             tuple(x.shape), x.dtype, x.device)
 

@@ -280,5 +280,19 @@ def test_lrp_explainer_compile_true(monkeypatch):
     doubled = compiled(x, edge_index, index=3)
     torch.testing.assert_close(doubled.node_relevance, eager(x, edge_index, index=3).node_relevance, rtol=1e-4,
                                atol=1e-6)
+    # a parameter replaced by a new object (not changed in place) makes a new one too
+    model.lin.weight = torch.nn.Parameter(model.lin.weight.detach() * 0.5)
+    halved = compiled(x, edge_index, index=3)
+    torch.testing.assert_close(halved.node_relevance, eager(x, edge_index, index=3).node_relevance, rtol=1e-4,
+                               atol=1e-6)
+    # the cache holds the graph it is keyed by: a later edge_index cannot take a cached one's identity
+    import gc
+    import weakref
+    other = edge_index.flip(0)
+    compiled(x, other, index=3)
+    alive = weakref.ref(other)
+    del other
+    gc.collect()
+    assert alive() is not None
     with pytest.raises(ValueError, match="compile='exact'"):
         LRPExplainer(mechanism="forward", compile="exact")
