@@ -198,6 +198,39 @@ def test_only_pytorch_nodes(kind):
     assert python_nodes(out2)
 
 
+ZOO_MODELS = [(spec, level, ea) for spec, level, ea in zoo.ZOO]
+
+
+@pytest.mark.parametrize("spec,level,ea", ZOO_MODELS, ids=[f"{s.name}|{lv}|{e}" for s, lv, e in ZOO_MODELS])
+def test_every_zoo_model_gets_pytorchs_own_autograd_nodes_only(spec, level, ea):
+    """Every model of the coverage zoo run under ForwardMode (z+, marked node features and edge_attr): the graph
+    behind its output holds no Python autograd Function, and (the check can fail) the same model under the
+    relevance primitives holds some, unless relevance cannot reach it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model, inputs = bc.build_case(spec, level, ea)
+            bc.reference(model, inputs, level)
+        except Exception:  # noqa: BLE001 - the zoo skips a model whose own forward fails
+            pytest.skip("the unmodified model does not run on the zoo's inputs")
+        outs = []
+        for mode_class in (ForwardMode, RelevanceMode):
+            mode = mode_class(get_composite("zplus"), model)
+            x = inputs["x"]
+            leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()} if isinstance(x, dict) else \
+                x.clone().requires_grad_(True)
+            kwargs = bc._kwargs(inputs)
+            if "edge_attr" in kwargs and kwargs["edge_attr"].is_floating_point():
+                kwargs["edge_attr"] = kwargs["edge_attr"].clone().requires_grad_(True)
+            with torch.enable_grad(), mode:
+                mode.mark(list(leaves.values()) if isinstance(leaves, dict) else leaves)
+                mode.mark(kwargs.get("edge_attr"))
+                outs.append(model(leaves, inputs["edge_index"], **kwargs))
+    forward, primitives = outs
+    assert forward.requires_grad and not python_nodes(forward)
+    assert python_nodes(primitives)
+
+
 def test_threads_do_not_disturb_each_other():
     """Two threads explaining different models at once get what each gets alone."""
     import threading
