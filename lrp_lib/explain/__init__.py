@@ -20,7 +20,8 @@
 * :mod:`~lrp_lib.explain.primitives`: the relevance primitives, each a ``torch.autograd.Function``;
 * :mod:`~lrp_lib.explain.forward`: ``ForwardMode``, the same mode with each rule family a forward
   modification, one ordinary backward (``LRPExplainer(mechanism="forward")``); :mod:`~lrp_lib.explain.capture`:
-  one graph's explanation captured and compiled by ``torch.compile``;
+  one graph's explanation captured and compiled by ``torch.compile``; :mod:`~lrp_lib.explain.tensors`:
+  ``explain_tensor``, any torch model on a plain tensor input (no graph);
 * :mod:`~lrp_lib.explain.edges`: edge relevance through message hooks;
 * :mod:`~lrp_lib.explain.inputs`: ``check_inputs`` and ``check_hetero_inputs``;
 * :mod:`~lrp_lib.explain.targets`: the explained output and its start relevance;
@@ -53,7 +54,7 @@ _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent"
             "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "border_degrees", "explainer", "masks", "walks",
             "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
             "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "compiled",
-            "bindings", "pyg_explainer", "forward", "capture")
+            "bindings", "pyg_explainer", "forward", "capture", "tensors")
 
 
 def __getattr__(name):

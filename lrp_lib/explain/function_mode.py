@@ -18,7 +18,7 @@ operations on marked tensors                           rule
 views, indexing, ``gather``, ``index_select``, ``cat``,  passes like the gradient (copies sum
 ``stack``, ``split``, ``expand``, ``repeat``, ``where``, their relevance; max and min: the
 ``max``/``min``/``amax``, ``scatter_reduce`` amax/amin,  winner takes all)
-``sort``, ``topk``, dropout in eval mode
+``sort``, ``topk``, max pooling, dropout in eval mode
 ``F.linear``, ``x @ W``, convolutions (``W`` a weight)   the composite's rule for that weight
 sums, means, ``scatter_add``, ``index_add``,            epsilon rule (proportional split;
 ``scatter_reduce`` sum/mean, ``A @ x`` (``A`` data),    constant terms keep their share)

@@ -28,7 +28,8 @@ register_hook retain_grad requires_grad_ get_device numpy __deepcopy__ __setstat
 #: Functions that drop the autograd link: their result is a constant (relevance sent there is lost).
 DETACH = frozenset({"detach", "detach_"})
 
-#: Functions whose gradient is already the relevance rule (copies, selections, max/min).
+#: Functions whose gradient is already the relevance rule (copies, selections, max/min, max pooling: the
+#: maximum's winner takes the relevance).
 PASS = frozenset("""
 view view_as reshape reshape_as flatten unflatten squeeze unsqueeze transpose t permute movedim moveaxis
 swapaxes swapdims __getitem__ index_select gather take take_along_dim narrow select
@@ -37,6 +38,8 @@ repeat repeat_interleave tile contiguous clone to float double half bfloat16 typ
 amax amin maximum minimum fmax fmin topk sort msort kthvalue median where masked_fill index_fill
 index_copy masked_scatter pad constant_pad_nd diagonal diag tril triu unsqueeze_ squeeze_ t_ transpose_
 as_strided scatter narrow_copy select_scatter slice_scatter movedim_ real view_as_real
+max_pool1d max_pool2d max_pool3d max_pool1d_with_indices max_pool2d_with_indices max_pool3d_with_indices
+adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d
 """.split())
 
 #: Elementwise functions of one marked input: the identity rule.
@@ -59,6 +62,7 @@ T Transpose Permute Clone Alias ToCopy Expand Cat Split SplitWithSizes Unbind St
 Maximum Minimum Fmax Fmin Topk Sort Kthvalue Median Where MaskedFill MaskedScatter IndexPut IndexFill IndexCopy
 CopyBackwards CopySlices ConstantPadNd Repeat Flip Roll Diagonal Tril Triu AsStrided Scatter ScatterReduce
 Take TakeAlongDim ViewAsReal SelectScatter SliceScatter Movedim Unfold PermuteBackward Squeeze
+MaxPool2DWithIndices MaxPool3DWithIndices AdaptiveMaxPool2D AdaptiveMaxPool3D
 """.split())
 
 RELEVANCE_NODES = PASS_NODES  # for the docs: what check_relevance_graph accepts besides relevance ops

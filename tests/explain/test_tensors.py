@@ -1,0 +1,141 @@
+"""Models without a graph (lrp_lib.explain.tensors.explain_tensor): an MLP and a CNN with max and average pooling
+against Captum's LRP (an independent implementation of the epsilon rule), both mechanisms alike on a transformer
+block with its relevance accounted, input times gradient where LRP-0 equals it, and the errors for bad input.
+(Zennit is not among the references: its package imports torchvision, which PyPI offers only for a newer torch
+than the one pinned here.)"""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from lrp_lib.core.rules import Epsilon
+from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.tensors import explain_tensor
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(12, 16), nn.Linear(16, 16), nn.Linear(16, 5)
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
+
+    def forward(self, x):
+        return self.fc3(self.relu2(self.fc2(self.relu1(self.fc1(x)))))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(2, 6, 3, padding=1), nn.Conv2d(6, 8, 3, padding=1)
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
+        self.maxpool, self.avgpool = nn.MaxPool2d(2), nn.AvgPool2d(2)
+        self.fc = nn.Linear(8 * 2 * 2, 4)
+
+    def forward(self, x):
+        h = self.maxpool(self.relu1(self.conv1(x)))
+        h = self.avgpool(self.relu2(self.conv2(h)))
+        return self.fc(h.flatten(1))
+
+
+def _captum(model, x, target):
+    captum_lrp = pytest.importorskip("captum.attr").LRP
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # captum's notes about hooks
+        return captum_lrp(model).attribute(x.clone().requires_grad_(True), target=target).detach()
+
+
+@pytest.mark.parametrize("mechanism", ["forward", "functions"])
+@pytest.mark.parametrize("net,shape", [(MLP, (6, 12)), (CNN, (5, 2, 8, 8))], ids=["mlp", "cnn"])
+def test_equals_captum_lrp_epsilon(net, shape, mechanism):
+    """Captum's LRP: the epsilon rule with eps = 1e-9 on linear maps, convolutions and average pooling, the
+    maximum's winner taking a max pool's relevance, the bias inside z, from the target's logit.  (Captum applies
+    the epsilon rule to the max pool as well, so its winner gets R z / (z + eps): up to eps / z less, a few 1e-6
+    of the relevance where a pooled value is small; lrp_lib passes all of it.)"""
+    torch.manual_seed(0)
+    model = net().double().eval()
+    x = torch.rand(*shape, dtype=torch.float64)
+    target = torch.arange(shape[0]) % 4
+    got = explain_tensor(model, x, target, rule=Epsilon(1e-9), mechanism=mechanism)
+    want = _captum(model, x, target)
+    torch.testing.assert_close(got.relevance, want, rtol=1e-5, atol=1e-8)
+    assert float(want.abs().sum()) > 0.1
+    logits = model(x).gather(1, target[:, None]).squeeze(1).detach()
+    torch.testing.assert_close(got.explained, logits)
+    total = float(got.relevance.sum()) + got.bias_relevance + got.relevance_residual
+    assert total == pytest.approx(float(logits.sum()), rel=1e-9)
+
+
+def test_lrp0_of_a_bias_free_relu_network_is_input_times_gradient():
+    torch.manual_seed(1)
+    model = CNN().double().eval()
+    for m in model.modules():
+        if getattr(m, "bias", None) is not None:
+            nn.init.zeros_(m.bias)
+    x = torch.randn(3, 2, 8, 8, dtype=torch.float64)
+    got = explain_tensor(model, x, 2, rule="z")
+    leaf = x.clone().requires_grad_(True)
+    model(leaf)[:, 2].sum().backward()
+    torch.testing.assert_close(got.relevance, leaf * leaf.grad, rtol=1e-10, atol=1e-12)
+    assert abs(got.relevance_residual) < 1e-10 and abs(got.bias_relevance) < 1e-10
+
+
+@pytest.mark.parametrize("rule", ["epsilon", "zplus"])
+def test_a_transformer_block_both_mechanisms(rule):
+    """nn.TransformerEncoderLayer (attention written out: the softmax by AttnLRP's rule, the attention weights
+    held constant, layer norm by the identity through the normalisation): the forward rules give the primitives'
+    relevance, and relevance, kept amounts and residual add up to the explained value."""
+    torch.manual_seed(0)
+    block = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block, self.head = block, nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.block(x).mean(1))
+
+    model = Net().double().eval()
+    x = torch.randn(4, 5, 8, dtype=torch.float64)
+    a = explain_tensor(model, x, rule=rule, mechanism="functions")
+    b = explain_tensor(model, x, rule=rule, mechanism="forward")
+    torch.testing.assert_close(b.relevance, a.relevance, rtol=1e-9, atol=1e-12)
+    assert b.bias_relevance == pytest.approx(a.bias_relevance, abs=1e-9)
+    total = float(b.relevance.sum()) + b.bias_relevance + b.relevance_residual
+    assert total == pytest.approx(float(b.explained.sum()), rel=1e-9)
+
+
+def test_an_output_that_is_not_per_class_is_explained_as_it_is():
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1), nn.Flatten(0)).double().eval()
+    x = torch.rand(5, 4, dtype=torch.float64)
+    got = explain_tensor(model, x)
+    torch.testing.assert_close(got.explained, model(x).detach())
+    with pytest.raises(ValueError, match="target is for an output of shape \\(N, C\\).*pass target=None"):
+        explain_tensor(model, x, target=0)
+
+
+def test_bad_input_names_the_argument():
+    model = MLP().eval()
+    x = torch.rand(2, 12)
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got torch.int64"):
+        explain_tensor(model, torch.ones(2, 12, dtype=torch.long))
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        explain_tensor(lambda t: t, x)
+    with pytest.raises(ValueError, match=r"target holds labels outside \[0, 4\]"):
+        explain_tensor(model, x, torch.tensor([0, 5]))
+    with pytest.raises(ValueError, match="one label per row of the output \\(2\\), got 3"):
+        explain_tensor(model, x, torch.tensor([0, 1, 2]))
+    with pytest.raises(TypeError, match="target must be an int or an integer tensor"):
+        explain_tensor(model, x, torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="mechanism must be 'forward' or 'functions'"):
+        explain_tensor(model, x, mechanism="hooks")
+    with pytest.raises(UnsupportedModelError, match="in training mode"):
+        explain_tensor(nn.Sequential(nn.Linear(12, 5), nn.Dropout(0.5)).train(), x)
+
+    class Sorted(nn.Module):
+        def forward(self, t):
+            return torch.special.erfcx(t)
+
+    with pytest.raises(UnsupportedModelError, match="erfcx.*magnitude"):
+        explain_tensor(nn.Sequential(MLP(), Sorted()).eval(), x)
