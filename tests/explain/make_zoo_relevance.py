@@ -124,8 +124,9 @@ def _run(call) -> dict:
             "explained_output": getattr(out, "explained_output", None)}
 
 
-def zoo_case(spec, level, edge_attr, rule, **options) -> dict | None:
-    """The explanation of one zoo case with one rule (None: the unmodified model fails, as the zoo skips it)."""
+def built(spec, level, edge_attr):
+    """``(model, inputs)`` of one zoo case, or None where the unmodified model fails on the zoo's inputs (the zoo
+    skips it)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -133,6 +134,15 @@ def zoo_case(spec, level, edge_attr, rule, **options) -> dict | None:
             bc.reference(model, inputs, level)
         except Exception:  # noqa: BLE001
             return None
+    return model, inputs
+
+
+def zoo_case(spec, level, edge_attr, rule, **options) -> dict | None:
+    """The explanation of one zoo case with one rule (None: the unmodified model fails, as the zoo skips it)."""
+    case = built(spec, level, edge_attr)
+    if case is None:
+        return None
+    model, inputs = case
     explainer = Explainer(model, algorithm=LRPExplainer(rule=RULES[rule], mask="relevance", **options),
                           explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="regression", task_level=level, return_type="raw"))
