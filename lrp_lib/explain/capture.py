@@ -121,6 +121,7 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
         if node.op == "placeholder" or any(a in variable for a in node.all_input_nodes):
             variable.add(node)
     reads: dict = {}
+    reads_of: dict = {}  # the values as read, with their strides
 
     class Reader(torch.fx.Interpreter):
         def run_node(self, node):
@@ -129,6 +130,7 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
                     if arg not in variable and (node, arg) not in reads:
                         value = self.env[arg]
                         reads[(node, arg)] = value.detach().clone() if isinstance(value, Tensor) else value
+                        reads_of[(node, arg)] = value
             return super().run_node(node)
 
     with torch.enable_grad():
@@ -137,15 +139,30 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
         if not isinstance(value, Tensor):
             continue
         name = f"_graph_part_{i}"
-        graph.register_buffer(name, value)
+        compact, shape = _compact(reads_of.get((node, arg), value), value)
+        graph.register_buffer(name, compact)
         with graph.graph.inserting_before(node):
-            node.replace_input_with(arg, graph.graph.get_attr(name))
+            kept = graph.graph.get_attr(name)
+            if shape is not None:  # a broadcast (an index expanded over the features) stays a broadcast
+                kept = graph.graph.call_function(torch.ops.aten.expand.default, (kept, shape))
+            node.replace_input_with(arg, kept)
     for node in reversed(nodes):
         if node not in variable and node.op not in ("placeholder", "output", "get_attr") and not node.users:
             graph.graph.erase_node(node)
     graph.graph.lint()
     graph.recompile()
     return graph
+
+
+def _compact(read: Tensor, value: Tensor) -> tuple[Tensor, list | None]:
+    """A constant to keep, and the shape to expand it to: a value read as a broadcast (stride 0 along some
+    dimensions, as PyG's scatters expand an index over the features) is kept as one slice along those dimensions
+    and expanded again in the graph, instead of in full (a copy of the index per feature)."""
+    if read.dim() == 0 or 0 not in read.stride() or read.numel() == 0:
+        return value, None
+    index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None)
+                  for stride, size in zip(read.stride(), read.shape))
+    return value[index].contiguous(), list(read.shape)
 
 
 def _edge_order(model: nn.Module, x: Tensor, edge_index: Tensor, composite, **kwargs) -> list:

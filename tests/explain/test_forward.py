@@ -277,8 +277,11 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
         if n.op == "placeholder" or any(a in variable for a in n.all_input_nodes):
             variable.add(n)
     constant = [str(n.target) for n in graph.graph.nodes if n.op == "call_function" and n not in variable]
-    assert not constant
+    assert constant and set(constant) == {"aten.expand.default"}  # (a kept index, broadcast over the features)
     assert len([n for n in graph.graph.nodes if n.op == "get_attr"]) > 2
+    # an index that PyG's scatter broadcasts over the features is kept as one column, not one copy per feature
+    indices = [b for b in graph.buffers() if not b.is_floating_point()]
+    assert indices and max(b.numel() for b in indices) <= 2 * (edge_index.shape[1] + x.shape[0])  # (E + N) x 6 if copied
 
 
 def test_lrp_explainer_compile_true(monkeypatch):
