@@ -65,7 +65,7 @@ from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.layer_pruning import current_plan
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer,  # noqa: F401
-                                    explainer_training_flag, usable)
+                                    explainer_training_flag, uncompiled, usable)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
 from lrp_lib.explain.propagate import check_blocked, propagate
@@ -331,7 +331,9 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index=None, **kwargs) -> Explanation:
+        given = model
         try:
+            model = uncompiled(model)  # torch.compile(model): its own module, with the same parameters
             # the relevance is a backward: it runs with autograd on, also when the caller evaluates under
             # torch.no_grad() or torch.inference_mode() (whose tensors cannot be saved for backward: copied)
             def explain():
@@ -343,9 +345,9 @@ class LRPExplainer(ExplainerAlgorithm):
             with torch.inference_mode(False), torch.enable_grad():
                 return explain()
         except BaseException:
-            training = explainer_training_flag(model)  # (PyG's Explainer, up the stack, set eval mode)
+            training = explainer_training_flag(given)  # (PyG's Explainer, up the stack, set eval mode)
             if training is not None:
-                model.train(training)
+                given.train(training)
             raise
 
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:

@@ -13,10 +13,11 @@ from torch import Tensor, nn
 from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.nn import GCNConv
 
+from lrp_lib.explain.graph_check import UnsupportedModelError
 from lrp_lib.core.validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
 __all__ = ["check_inputs", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
-           "explainer_training_flag", "usable"]
+           "explainer_training_flag", "uncompiled", "usable"]
 
 _current = threading.local()  # the inputs that Explainer checked in this thread, just before the algorithm
 
@@ -137,3 +138,22 @@ def usable(t):
     if isinstance(t, dict):
         return {k: usable(v) for k, v in t.items()}
     return t
+
+
+def uncompiled(model: nn.Module) -> nn.Module:
+    """The module that ``torch.compile(model)`` wraps, whose own ``forward`` is explained (with the same
+    parameters: the explanation of a compiled model is that of the model).  A compiled program runs neither the
+    explanation's rules nor PyG's message hooks, so a submodule compiled on its own (``torch.compile(layer)``
+    inside the model, or ``Module.compile()``) is refused with its name, where its messages would get no
+    relevance."""
+    if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        model = model._orig_mod
+    for name, module in model.named_modules():
+        if isinstance(module, torch._dynamo.eval_frame.OptimizedModule) or \
+                getattr(module, "_compiled_call_impl", None) is not None:
+            where = f"its submodule {name!r}" if name else "it"
+            raise UnsupportedModelError(
+                f"model: {where} was compiled in place (torch.compile of a submodule, or Module.compile()), and a "
+                f"compiled program runs neither the rules nor PyG's message hooks: explain the uncompiled model "
+                f"(torch.compile(model) of the whole model is fine: its original module is explained)")
+    return model

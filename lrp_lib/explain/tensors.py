@@ -21,6 +21,7 @@ from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.inputs import uncompiled
 from lrp_lib.explain.propagate import check_blocked
 
 __all__ = ["explain_tensor", "TensorRelevance"]
@@ -59,6 +60,7 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
     without a rule, with its name and amount."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model = uncompiled(model)  # torch.compile(model): its own module
     if not isinstance(x, Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
         raise TypeError(f"x must be a floating-point tensor, got {got}; convert it with x.float()")

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs
+from lrp_lib.explain.inputs import uncompiled
 from lrp_lib.explain.walk_defined import check_walks_defined
 from lrp_lib.explain.walk_graph import WalkGraph
 from lrp_lib.explain.walk_model import WalkModel, check_walks, composite_of, explained_start, step_pairs
@@ -327,7 +328,9 @@ class HeteroWalkModel(WalkModel):
 
 
 def walk_model(model: nn.Module, x, edge_index, rule="epsilon", **kwargs) -> WalkModel:
-    """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel`."""
+    """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel`.  A model compiled
+    with ``torch.compile`` is explained through its own module (:func:`~lrp_lib.explain.inputs.uncompiled`)."""
+    model = uncompiled(model)
     if isinstance(x, dict):
         return HeteroWalkModel(model, x, edge_index, rule, **kwargs)
     return WalkModel(model, x, edge_index, rule, **kwargs)
