@@ -41,7 +41,7 @@ from lrp_lib.core import rules
 from lrp_lib.teach import linear_maps
 from torch_geometric.data import Batch, Data  # noqa: E402
 from torch_geometric.explain import Explainer as PyGExplainer  # noqa: E402
-from torch_geometric.nn import GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool  # noqa: E402
+from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool  # noqa: E402
 
 CLASSES = ("clear error", "works", "silently wrong", "obscure crash")
 Explainer = getattr(lrp_explain, "Explainer", PyGExplainer)
@@ -244,6 +244,94 @@ for kind in ("GCN", "GraphConv"):
 explain_case("negative edge weights", "GCN", ("edge_weight",), edge_weight=-torch.ones(EI.shape[1]), check=None)
 explain_case("edge_index int32, no self-loops", "GCN", (), edge_index=EI.int(),
              m=lambda: model("GCN", self_loops=False), check=same_as_long)
+
+
+class PerNode(Net):
+    """One output row per node (no pooling): a node-level model."""
+
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        h = torch.relu(self.conv1(x, edge_index))
+        return self.lin(torch.relu(self.conv2(h, edge_index)))
+
+
+class Dropping(Net):
+    """Dropout between the layers (on in training mode)."""
+
+    def forward(self, x, edge_index, batch=None, edge_weight=None):
+        h = nn.functional.dropout(torch.relu(self.conv1(x, edge_index)), 0.5, self.training)
+        return self.lin(global_add_pool(torch.relu(self.conv2(h, edge_index)), batch))
+
+
+class LinkPredictor(Net):
+    """The score of each link of ``edge_label_index``: the dot product of its ends' embeddings."""
+
+    def forward(self, x, edge_index, edge_label_index=None):
+        z = self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+        return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(dim=-1)
+
+
+class AttentionOnEdges(nn.Module):
+    """A GAT reading edge_attr only in its attention scores (``edge_dim``)."""
+
+    def __init__(self, kind=None):
+        super().__init__()
+        self.att, self.lin = GATConv(3, 4, heads=2, edge_dim=2), nn.Linear(8, 1, bias=False)
+
+    def forward(self, x, edge_index, edge_attr=None, batch=None):
+        return self.lin(global_add_pool(torch.relu(self.att(x, edge_index, edge_attr=edge_attr)), batch))
+
+
+def _conserved_in_training(expl, mm, xx, ei, kwargs):
+    mm.eval()
+    return conserved(expl, mm, xx, ei, **kwargs)
+
+
+explain_case("float64 x into a float32 model", "GCN", ("x", "float64"), x=X.double(), check=None)
+explain_case("float16 x into a float32 model", "GCN", ("x", "float16"), x=X.half(), check=None)
+explain_case("task_level='graph' for a model with one row per node", "GCN", ("task_level",),
+             m=lambda: model("GCN", PerNode), check=None)
+explain_case("model left in training mode (dropout)", "GCN", ("training",),
+             m=lambda: model("GCN", Dropping).train(), check=_conserved_in_training)
+explain_case("edge_attr read only by attention (GATConv edge_dim)", "GAT", ("edge_attr",),
+             m=lambda: model("GAT", AttentionOnEdges), edge_attr=torch.rand(EI.shape[1], 2), check="conserve")
+
+
+def _link(pair):
+    m = model("GCN", LinkPredictor)
+    expl = Explainer(m, algorithm=lrp_explain.LRPExplainer(mask="relevance"), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="binary_classification", task_level="edge", return_type="raw"))(
+        X, EI, edge_label_index=pair)
+    return expl, m, pair
+
+
+def _link_conserved(res):
+    expl, m, pair = res
+    with torch.no_grad():
+        logit = float(m(X, EI, edge_label_index=pair))
+    return math.isclose(float(expl.node_mask.sum() + expl.bias_relevance), abs(logit), rel_tol=1e-4, abs_tol=1e-5)
+
+
+CASES.append(dict(case="one link as a 1-D edge_label_index", entry="Explainer(LRPExplainer) on GCN link predictor",
+                  names=(), run=lambda: _link(torch.tensor([0, 4])), check=_link_conserved))
+
+
+def _node_level_shared_edges():
+    m = model("GCN", PerNode)
+    x, ei, batch = two_graphs()
+    expl = explainer(m, task_level="node")(x, ei, batch=batch, index=2)
+    return expl, m, x, ei
+
+
+def _node_level_conserved(res):
+    expl, m, x, ei = res
+    with torch.no_grad():
+        want = abs(float(m(x, ei)[2, 0]))
+    return math.isclose(float(expl.node_mask.sum()), want, rel_tol=1e-4, abs_tol=1e-5)
+
+
+CASES.append(dict(case="node-level batch whose graphs share edges", entry="Explainer(LRPExplainer) on GCN",
+                  names=(), run=_node_level_shared_edges, check=_node_level_conserved))
 
 
 def _restored(train):

@@ -406,17 +406,18 @@ print(
 # Because the rules attach to torch operations and not to a list of layers, the same explainer
 # explains a model it has never seen. Which rule each weight gets is a *composite*
 # (`lrp_lib.core.composites.Composite`, after Zennit's): a mapping from module types or name patterns to
-# rules, plus the two choices that are not per weight. The defaults: epsilon for every weight;
-# proportional splits for sums, means and aggregations; the winner for max; the identity for
+# rules, plus the two choices that are not per weight. A weight the composite names no rule for gets the
+# explainer's default rule (z$^+$ in `LRPExplainer`), so naming one layer changes no other. The rest is
+# fixed by the operation: proportional splits for sums, means and aggregations; the winner for max; the identity for
 # elementwise functions (ReLU, tanh, a sigmoid head); half each for a product of two input-dependent
 # factors (AttnLRP's uniform rule, {cite}`achtibat2024attnlrp`); and attention weights held constant
 # (CP-LRP, {cite}`ali2022xai`), so that relevance flows through the values, not the scores. Layer
 # norm passes relevance through its normalisation; batch norm in eval mode is the linear map it is.
 #
 # Below, an untrained model that the chapter's GCN never was: a `GATConv` with four heads, a
-# `BatchNorm1d`, a residual sum and a `GraphConv`, in float64. Every weight gets epsilon except the
-# attention layer's, which gets gamma, chosen by name. Atoms plus biases again give the explained
-# logit.
+# `BatchNorm1d`, a residual sum and a `GraphConv`, in float64. The attention layer's weights get gamma,
+# chosen by name; every other weight keeps the default, z$^+$, as the composite's `rules_of` lists. Atoms plus
+# biases again give the explained logit.
 
 # %%
 from torch_geometric.nn import (  # noqa: E402
@@ -455,6 +456,8 @@ any_explainer = Explainer(
     edge_mask_type="object",
     model_config=model_config,
 )
+for name, rule in any_explainer.algorithm.composite.rules_of(other).items():  # the rule of every weight
+    print(f"{name}: {rule}")
 g64 = graph.to("cpu")
 e = any_explainer(g64.x.double(), g64.edge_index)
 value = float(e.prediction) * (1 if int(e.target) == 1 else -1)

@@ -141,6 +141,17 @@ display(results_table([{"outcome": k, "cases": run["counts"][k]} for k in CLASSE
 # be explained, but the relevance that it keeps from the inputs is reported with its amount in a
 # `LostRelevanceWarning`.
 #
+# Other mistakes are a mismatch between what the model does and what it is declared to do, and each
+# has its own message: features of another dtype than the model's weights (the message names both
+# dtypes and the conversion); `task_level="graph"` for a model that returns one row per node; a model
+# left in training mode, which is explained in eval mode, as PyG's `Explainer` predicts with it, with a
+# warning; and `edge_attr` that a GAT reads only in its attention scores, whose relevance is zero by
+# design (attention weights are held constant), which a warning says. Two inputs that PyG accepts are
+# accepted too: one link given as a pair, an `edge_label_index` of shape (2,), as PyG's own
+# link-prediction example passes it; and, for a node-level task, a batch whose graphs share edges,
+# explained as the one graph it is (only the per-graph accounts of a graph-level task need graphs
+# that share no edge).
+#
 # ### Checking the inputs before PyG's prediction pass
 #
 # PyG's `Explainer` runs the unmodified model once, to get the prediction, before it calls the

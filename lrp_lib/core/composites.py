@@ -5,11 +5,13 @@ module type or by the module's qualified name (a glob pattern such as ``"convs.0
 sets the few choices that are not per-weight rules.  The defaults, and why:
 
 * **Linear maps with a weight** (``Linear``, PyG ``Linear``, the ``lin`` of every conv,
-  convolutions, ``x @ W``): ``linear`` (default :class:`~lrp_lib.core.rules.Epsilon` with
-  :math:`\epsilon = 10^{-6}`).  Epsilon with a small :math:`\epsilon` is LRP-0 up to the
-  stabiliser: on a bias-free piecewise-linear model it equals input :math:`\times` gradient
-  and conserves the output, the property the book's tests check.  ``Gamma`` and ``ZPlus``
-  can be chosen for all weights or per module.
+  convolutions, ``x @ W``): the rule that ``rules`` or ``layers`` name for the module, else
+  ``linear``; ``linear=None`` (the default) is the default rule of whatever runs the composite:
+  :class:`~lrp_lib.core.rules.ZPlus` in ``LRPExplainer``, :class:`~lrp_lib.core.rules.Epsilon`
+  (:math:`\epsilon = 10^{-6}`) in the walks and ``explain_tensor``, whose ``rule`` defaults to it.
+  Naming a rule for one module leaves every other weight on that default.  Epsilon with a small
+  :math:`\epsilon` is LRP-0 up to the stabiliser: on a bias-free piecewise-linear model it equals
+  input :math:`\times` gradient and conserves the output.
 * **Maps without a weight** -- sums, means, ``scatter_add`` (sum and mean aggregation, sum and
   mean pooling), a product with the adjacency matrix, batch norm in eval mode: the epsilon
   rule with the composite's ``epsilon``, which splits each output over its terms in
@@ -37,8 +39,8 @@ submodules -- a GIN's MLP, a conv's ``lin`` -- included) can get a rule that dep
 as the LRP-for-GNN literature does.  Named composites:
 
 ========================  =====================================================================
-``"epsilon"``             :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`) on every weight (a
-                          ``Composite()``'s default): LRP-0 up to the stabiliser.
+``"epsilon"``             :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`) on every weight:
+                          LRP-0 up to the stabiliser.
 ``"z"``                   :math:`\epsilon = 0` everywhere: exact conservation on bias-free models.
 ``"gamma"``               ``Gamma(0.25)`` on every weight.
 ``"zplus"``               :class:`~lrp_lib.core.rules.ZPlus` on every weight (``LRPExplainer``'s
@@ -58,16 +60,18 @@ as the LRP-for-GNN literature does.  Named composites:
 """
 from __future__ import annotations
 
+import copy
 import fnmatch
 from typing import Callable, Mapping, Sequence
 
 import torch
 from torch import nn
+from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, ZBox, get_rule
 from lrp_lib.core.validation import check_number
 
-__all__ = ["Composite", "get_composite", "NAMED_COMPOSITES"]
+__all__ = ["Composite", "get_composite", "weight_owners", "NAMED_COMPOSITES"]
 
 _ATTENTION = ("cp", "uniform")
 
@@ -76,7 +80,10 @@ class Composite:
     """Rules for the weights of a model, and the choices that are not per-weight rules.
 
     Args:
-        linear: the rule of every weight that ``rules`` does not name (a :class:`Rule` or its name).
+        linear: the rule of every weight that ``rules`` and ``layers`` do not name (a :class:`Rule` or its
+            name).  ``None`` (the default): the default rule of what runs the composite (``LRPExplainer``:
+            z+, the walks and ``explain_tensor``: epsilon), so that naming a rule for one module changes no
+            other module's rule (:meth:`with_default`).
         rules: ``{module type or glob pattern of the qualified module name: rule}``; the first
             entry that matches the module owning a weight wins (names before types: put the most
             specific first).  Example: ``{"conv1.*": "gamma", nn.Linear: Epsilon(0.01)}``.
@@ -95,10 +102,10 @@ class Composite:
             ``rules`` take precedence, then ``layers``, then ``linear``.
     """
 
-    def __init__(self, linear: Rule | str = "epsilon", rules: Mapping | None = None, epsilon: float = 1e-6,
+    def __init__(self, linear: Rule | str | None = None, rules: Mapping | None = None, epsilon: float = 1e-6,
                  attention: str = "cp", bias: bool = True,
                  layers: Sequence[Rule | str] | Callable[[int, int], Rule | str] | None = None):
-        self.linear = get_rule(linear)
+        self.linear = None if linear is None else get_rule(linear)
         if layers is not None and not callable(layers):
             if isinstance(layers, (str, Rule)) or not isinstance(layers, Sequence):
                 raise TypeError(f"layers must be a sequence of rules or a function (i, n) -> rule, got {layers!r}")
@@ -117,6 +124,22 @@ class Composite:
             raise TypeError(f"bias must be True or False, got {bias!r}")
         self.bias = bias
 
+    def with_default(self, rule: Rule | str) -> "Composite":
+        """This composite, with ``rule`` for the weights it names no rule for if ``linear`` is None (a copy;
+        itself otherwise)."""
+        if self.linear is not None:
+            return self
+        resolved = copy.copy(self)
+        resolved.linear = get_rule(rule)
+        return resolved
+
+    def rules_of(self, model: nn.Module) -> dict[str, Rule]:
+        """The rule of the weights of each module of ``model`` that owns a weight (a parameter of two or more
+        dimensions: a linear map's or a convolution's; biases and norms' scales take no rule), by qualified
+        name (``""``: the model itself)."""
+        return {name: self.rule_for(name, module, layer) for name, module, layer in weight_owners(model)
+                if any(p is not None and p.dim() >= 2 for p in module._parameters.values())}
+
     def rule_for(self, name: str, module: nn.Module, layer: tuple[int, int] | None = None) -> Rule:
         """The rule of the weights owned by ``module`` (qualified name ``name``); ``layer``: ``(i, n)``
         when the module belongs to the ``i``-th of the model's ``n`` message-passing layers."""
@@ -132,6 +155,9 @@ class Composite:
                 return get_rule(self.layers(i, n))
             if i < len(self.layers):
                 return self.layers[i]
+        if self.linear is None:
+            raise ValueError("this Composite leaves its default rule to what runs it (linear=None): give "
+                             "Composite.with_default(rule) a rule, or pass the composite to an explainer")
         return self.linear
 
     def key(self) -> tuple:
@@ -146,7 +172,7 @@ class Composite:
             return type(r).__name__, tuple(sorted((k, value(v)) for k, v in vars(r).items()))
         layers = value(self.layers) if callable(self.layers) or self.layers is None else \
             tuple(rule(r) for r in self.layers)
-        return (rule(self.linear), tuple((value(k) if isinstance(k, type) else k, rule(r)) for k, r in self.rules),
+        return (None if self.linear is None else rule(self.linear), tuple((value(k) if isinstance(k, type) else k, rule(r)) for k, r in self.rules),
                 self.epsilon, self.attention, self.bias, layers)
 
     def __repr__(self):
@@ -167,13 +193,30 @@ NAMED_COMPOSITES: dict[str, Callable[[], Composite]] = {
 }
 
 
-def get_composite(composite: Composite | Rule | str) -> Composite:
+def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int] | None]]:
+    """Each module of ``model`` that owns parameters: its qualified name, the module, and ``(i, n)`` when it
+    belongs to the ``i``-th of the model's ``n`` outermost message-passing modules (else None), each module
+    once, in the order of ``named_modules``."""
+    named = list(model.named_modules())
+    layers = [name for name, module in named if isinstance(module, MessagePassing)]
+    layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
+    owners = []
+    for name, module in named:
+        if not any(p is not None for p in module._parameters.values()):
+            continue
+        depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")), None)
+        owners.append((name, module, None if depth is None else (depth, len(layers))))
+    return owners
+
+
+def get_composite(composite: Composite | Rule | str, default: Rule | str = "epsilon") -> Composite:
     """A :class:`Composite` from a composite, a rule (used for every weight, with that rule's
     epsilon for the maps without weights) or a name: ``"epsilon"``, ``"z"``, ``"gamma"``,
     ``"zplus"``, ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"`` (see the module docstring), or
-    any rule name of :func:`lrp_lib.core.rules.get_rule`."""
+    any rule name of :func:`lrp_lib.core.rules.get_rule`.  A composite that leaves its default rule
+    open (``linear=None``) gets ``default``."""
     if isinstance(composite, Composite):
-        return composite
+        return composite.with_default(default)
     if isinstance(composite, str) and composite.lower().replace("-", "_") in NAMED_COMPOSITES:
         return NAMED_COMPOSITES[composite.lower().replace("-", "_")]()
     rule = get_rule(composite)

@@ -46,6 +46,8 @@ from __future__ import annotations
 from contextlib import nullcontext
 from types import SimpleNamespace
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 from torch_geometric.explain import Explanation
@@ -55,6 +57,7 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.core.stabilizer import all_finite
+from lrp_lib.core.validation import check_batch
 from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, account_one, batch_row_groups,
                                        lost_relevance)
 from lrp_lib.explain import compiled, replay
@@ -65,7 +68,7 @@ from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.layer_pruning import current_plan
 from lrp_lib.explain.inputs import (check_hetero_inputs, check_inputs, checked_by_explainer,  # noqa: F401
-                                    explainer_training_flag, uncompiled, usable)
+                                    explainer_training_flag, uncompiled, usable, warn_training)
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
 from lrp_lib.explain.propagate import check_blocked, propagate
@@ -83,6 +86,12 @@ DEFAULTS = {
     "node": {"rule": "zplus", "explained": "logit", "mask": "abs"},
     "graph": {"rule": "zplus", "explained": "logit", "mask": "abs"},
 }
+
+NO_EDGE_ATTR_RELEVANCE = (
+    "edge_attr_relevance is zero everywhere: no relevance reached edge_attr.  Where the model reads edge_attr only "
+    "inside attention scores (GATConv, TransformerConv with edge_dim), that is by design: attention weights are held "
+    "constant (Composite(attention='cp'), the default), so relevance flows through the values, not the scores "
+    "(under Composite(attention='uniform') the scores take half of each product)")
 
 NOT_FINITE = ("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's running "
               "statistics) contain NaN or Inf values, or its output is not finite; check them with torch.isfinite")
@@ -294,13 +303,27 @@ class LRPExplainer(ExplainerAlgorithm):
 
     @property
     def composite(self) -> Composite:
-        """The composite in use: the one given (or made from ``rule``), else the default's."""
-        if self._composite is not None:
-            return self._composite
+        """The composite in use: the one given (or made from ``rule``), its weights that it names no rule for
+        (``linear=None``) on the default rule; else the default's."""
         name = self.defaults["rule"]
-        if name not in self._default_composites:
-            self._default_composites[name] = get_composite(name)
-        return self._default_composites[name]
+        key = (name, id(self._composite))
+        if key not in self._default_composites:
+            self._default_composites[key] = get_composite(name) if self._composite is None else \
+                self._composite.with_default(name)
+        return self._default_composites[key]
+
+    def __repr__(self) -> str:
+        c = self.composite
+        parts = [f"rule={c.linear!r}"]
+        if c.rules:
+            parts.append("rules={" + ", ".join(f"{k if isinstance(k, str) else k.__name__!r}: {r!r}"
+                                               for k, r in c.rules) + "}")
+        if c.layers is not None:
+            parts.append(f"layers={c.layers!r}")
+        parts += [f"explained={self.explained!r}", f"mask={self.mask!r}"]
+        if self.mechanism != "functions":
+            parts.append(f"mechanism={self.mechanism!r}")
+        return f"LRPExplainer({', '.join(parts)})"
 
     @property
     def rule(self) -> Rule:
@@ -332,6 +355,7 @@ class LRPExplainer(ExplainerAlgorithm):
     def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index=None, **kwargs) -> Explanation:
         given = model
+        warn_training(explainer_training_flag(given))  # (PyG's Explainer, up the stack, set eval mode)
         try:
             model = uncompiled(model)  # torch.compile(model): its own module, with the same parameters
             # the relevance is a backward: it runs with autograd on, also when the caller evaluates under
@@ -355,6 +379,8 @@ class LRPExplainer(ExplainerAlgorithm):
             return explain_hetero(self, model, x, edge_index, target=target, index=index, **kwargs)
         if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
             target = pending_target()
+        if self.model_config.task_level == ModelTaskLevel.graph:
+            target = _graph_rows_checked(target, x, kwargs.get("batch"))
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
             def relevance(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
                 node_group = row_group = row_groups = None
@@ -381,7 +407,7 @@ class LRPExplainer(ExplainerAlgorithm):
             batch = kwargs.get("batch")
             one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
             if not one_graph:  # (one graph: its one account, without groups)
-                node_group = batch.long()
+                node_group = check_batch(batch, x.shape[0], edge_index.long(), "batch")  # (no edge between graphs)
                 row_groups = batch_row_groups(node_group)
         node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
                                                        row_groups=row_groups, split_losses=False,
@@ -498,6 +524,8 @@ class LRPExplainer(ExplainerAlgorithm):
         attr_rel = None
         if len(inputs) > 1:
             attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])
+            if bool(start.any()) and not bool(attr_rel.any()):
+                warnings.warn(NO_EDGE_ATTR_RELEVANCE, UserWarning, stacklevel=2)
         absorbed = mode.tally.total(mode.tally.absorbed)
         if one_group and start.dim() > 0 and start.shape[0] == 1:  # a single graph and output row: one account
             bias, residual, finite = account_one(start, [node_rel, attr_rel], absorbed, mode.detached)
@@ -532,6 +560,29 @@ class LRPExplainer(ExplainerAlgorithm):
         if recording is not None:  # the explanation passed every check: its program is kept
             recording.finish(out, head, grads, mode.detached, mode.explained_head)
         return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
+
+
+def _graph_rows_checked(target, x: Tensor, batch):
+    """``target``, after checking that a graph-level model gives one output row per graph (``target`` holds one
+    label per output row, or is a function of the output giving them): a model that returns one row per node,
+    declared ``task_level="graph"``, is refused naming both."""
+    graphs = int(batch.max()) + 1 if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else 1
+
+    def check(rows: int) -> None:
+        if rows != graphs and rows == x.shape[0]:
+            raise ValueError(
+                f"model_config has task_level='graph', but the model returns {rows} output rows, one per node, not "
+                f"one per graph ({graphs}): declare task_level='node' (and pass index=), or pool the node outputs "
+                f"into one row per graph (global_mean_pool(h, batch))")
+    if isinstance(target, Tensor) and target.dim() > 0:
+        check(target.shape[0])
+    elif callable(target):
+        wrapped = target
+
+        def target(out):
+            check(out.shape[0] if out.dim() else 1)
+            return wrapped(out)
+    return target
 
 
 def _captured_key(model, x, edge_index, kwargs, composite, edges) -> tuple:

@@ -51,9 +51,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
-from torch_geometric.nn import MessagePassing
 
-from lrp_lib.core.composites import Composite, get_composite
+from lrp_lib.core.composites import Composite, get_composite, weight_owners
 from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
                                       HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
@@ -121,18 +120,12 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
-            named = list(model.named_modules())  # one walk of the modules (each module once)
-            layers = [name for name, module in named if isinstance(module, MessagePassing)]
-            layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
-            for name, module in named:
+            for name, module in model.named_modules():
                 self._module_names[id(module)] = name
-                params = [p for p in module._parameters.values() if p is not None]
-                if not params:
-                    continue
-                depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")),
-                             None)
-                for p in params:
-                    self._owners[id(p)] = (name, module, None if depth is None else (depth, len(layers)))
+            for name, module, layer in weight_owners(model):
+                for p in module._parameters.values():
+                    if p is not None:
+                        self._owners[id(p)] = (name, module, layer)
 
     # -------------------------------------------------------------- marks
     def mark(self, t):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -16,8 +17,8 @@ from torch_geometric.nn import GCNConv
 from lrp_lib.explain.graph_check import UnsupportedModelError
 from lrp_lib.core.validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
-__all__ = ["check_inputs", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
-           "explainer_training_flag", "uncompiled", "usable"]
+__all__ = ["check_inputs", "check_dtype", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
+           "explainer_training_flag", "uncompiled", "usable", "warn_training"]
 
 _current = threading.local()  # the inputs that Explainer checked in this thread, just before the algorithm
 
@@ -27,8 +28,9 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
 
     Checks that ``model`` is a module; ``x`` a finite floating point (num_nodes, num_features)
     tensor with at least one node; ``edge_index`` an integer (2, E) tensor (torch.long or
-    torch.int32) within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node, with no
-    edge joining two graphs; ``edge_weight`` one finite value per edge; ``edge_attr`` one finite row
+    torch.int32) within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node (edges
+    joining two graphs are refused where the explanation reads them: the per-graph accounts of a
+    graph-level task); ``x`` of the model's dtype; ``edge_weight`` one finite value per edge; ``edge_attr`` one finite row
     per edge; any other floating point tensor argument finite.
 
     :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of
@@ -43,21 +45,44 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     x = check_node_features(x, "x")
+    check_dtype(model, x, "x")
     edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
     for name, value in kwargs.items():
         if value is None:
             continue
-        if name == "batch":
-            check_batch(value, x.shape[0], edge_index, "batch")
+        if name == "batch":  # (edges shared between graphs: refused where per-graph accounts read them)
+            check_batch(value, x.shape[0], None, "batch")
         elif name == "edge_weight":
             check_edge_values(value, edge_index.shape[1], "edge_weight", one_dimensional=True)
             _check_gcn_degree(model, x.shape[0], edge_index, value)
         elif name == "edge_attr":
             check_edge_values(value, edge_index.shape[1], "edge_attr")
-        elif name == "edge_label_index":
-            check_edge_index(value, x.shape[0], "edge_label_index")
+            if value.is_floating_point():
+                check_dtype(model, value, "edge_attr")
+        elif name == "edge_label_index":  # one link may come as a 1-D pair, as in PyG's examples
+            one = isinstance(value, Tensor) and value.dim() == 1 and value.numel() == 2
+            check_edge_index(value.view(2, 1) if one else value, x.shape[0], "edge_label_index")
         elif isinstance(value, Tensor):
             check_finite(value, name)
+
+
+def check_dtype(model: nn.Module, value: Tensor, name: str) -> None:
+    """A floating-point input whose dtype differs from every floating-point parameter of ``model`` (float64
+    features into a float32 model) is refused naming both, where torch would fail inside a layer (or a
+    half-precision input would lose the explanation's precision)."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if dtypes and value.dtype not in dtypes:
+        weights = " and ".join(sorted(str(d) for d in dtypes))
+        raise TypeError(f"{name} is {value.dtype} but the model's weights are {weights}: convert the input "
+                        f"({name}.to({weights.split(' and ')[0]})) or the model (model.to({value.dtype}))")
+
+
+def warn_training(training: bool | None) -> None:
+    """Warn if ``training``: the model was found in training mode by an explainer that explains it in eval mode."""
+    if training:
+        warnings.warn("the model is in training mode: it is explained in eval mode (dropout off, batch norm on "
+                      "its running statistics), as PyG's Explainer predicts with it, and put back in training mode "
+                      "afterwards; call model.eval() first to make this explicit", UserWarning, stacklevel=4)
 
 
 def check_hetero_inputs(x: dict, edge_index: dict) -> None:

@@ -10,7 +10,7 @@ from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.explain.config import ModelMode, ModelTaskLevel
 
 from lrp_lib.explain.explainer import LRPExplainer
-from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs, inputs_checked
+from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs, inputs_checked, uncompiled
 from lrp_lib.explain.one_pass import explain_in_one_pass
 from lrp_lib.explain.subgraphs import predicted, remember
 
@@ -40,6 +40,15 @@ class Explainer(PyGExplainer):
         if one_pass is not None and not isinstance(one_pass, bool):
             raise TypeError(f"one_pass must be None, True or False, got {one_pass!r}")
         self.one_pass = one_pass
+
+    def __repr__(self) -> str:
+        """The algorithm, and with an :class:`LRPExplainer` the rule that the weights of each module will get."""
+        text = f"{type(self).__name__}(model={type(self.model).__name__}, algorithm={self.algorithm!r}"
+        if not isinstance(self.algorithm, LRPExplainer):
+            return text + ")"
+        rules = self.algorithm.composite.rules_of(uncompiled(self.model))
+        return text + ", rules={\n" + "".join(f"    {name or '(the model)'!r}: {rule!r},\n"
+                                               for name, rule in rules.items()) + "})"
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
         checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)

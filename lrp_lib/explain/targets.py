@@ -89,9 +89,11 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
     ``index`` (None: every row) selects the explained rows; ``target`` holds one class label per
     row (or, for a multiclass model with ``index``, one per explained row).  Errors name the
     argument: a float target, one of the wrong length, a label out of range."""
+    if out.dim() == 0:  # one value (a link predictor given one link as a 1-D pair): a row of one
+        return start_relevance(out.detach().reshape(1), target, index, model_config, explained).reshape(())
     out_d = out.detach()
     mode = model_config.mode
-    check_index(index, out_d.shape[0] if out_d.dim() else 1)
+    check_index(index, out_d.shape[0])
     if mode != ModelMode.regression:
         if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
             got = target.dtype if isinstance(target, Tensor) else type(target).__name__

@@ -42,8 +42,28 @@ def test_named_composites():
     assert get_composite("z").linear == Epsilon(0.0) and get_composite("z").epsilon == 0.0
     assert get_composite("gamma").linear == Gamma()
     assert get_composite(Epsilon(0.1)).epsilon == 0.1
-    c = Composite()
+    c = Composite(linear="gamma")
     assert get_composite(c) is c and c.attention == "cp"
+
+
+def test_a_composite_leaves_its_default_rule_to_what_runs_it():
+    """Composite(rules=...) names the rules of some modules; the others get the default of what runs it
+    (get_composite's ``default``, epsilon unless given; LRPExplainer: z+), never one the composite picked."""
+    net = Net()
+    names = dict(net.named_modules())
+    c = Composite(rules={"conv1.*": "gamma"})
+    assert c.linear is None
+    with pytest.raises(ValueError, match="with_default"):
+        c.rule_for("conv2.lin", names["conv2.lin"])
+    assert get_composite(c).rule_for("conv2.lin", names["conv2.lin"]) == Epsilon()
+    resolved = get_composite(c, default="zplus")
+    assert resolved is not c and c.linear is None
+    assert resolved.rule_for("conv2.lin", names["conv2.lin"]) == ZPlus()
+    assert resolved.rule_for("conv1.lin", names["conv1.lin"]) == Gamma()
+    assert resolved.rules_of(net) == {"conv1.lin": Gamma(), "conv2.lin": ZPlus(), "head": ZPlus()}
+    named = Composite(linear="epsilon", rules={"conv1.*": "gamma"})
+    assert named.with_default("zplus") is named
+    assert Composite().key() != Composite(linear="epsilon").key()
 
 
 def test_bad_composites_are_refused_naming_the_argument():

@@ -73,3 +73,139 @@ def test_a_submodule_compiled_in_place_is_refused_with_its_name(how):
         _explain(model, "forward", x, edge_index)
     with pytest.raises(UnsupportedModelError, match="submodule 'conv1' was compiled"):
         walk_relevance(model, x, edge_index, torch.tensor([[4, 4, 4]]), index=4, target=0)
+
+
+# ------------------------------------------------------------- mistakes that get an error or a warning
+def _explainer(model, level="node", mode="multiclass_classification", **options):
+    return Explainer(model, algorithm=LRPExplainer(**options), explanation_type="model", node_mask_type="attributes",
+                     edge_mask_type="object", model_config=dict(mode=mode, task_level=level, return_type="raw"))
+
+
+def test_a_graph_level_declaration_for_a_node_level_model_names_both():
+    torch.manual_seed(0)
+    model = GCN().eval()
+    x, edge_index = _graph()
+    for one_pass in (True, False):  # (the target from the explanation's own forward, or from PyG's pass)
+        explainer = _explainer(model, "graph")
+        explainer.one_pass = one_pass
+        with pytest.raises(ValueError, match=r"task_level='graph', but the model returns 20 output rows, one per "
+                                             r"node, not one per graph \(1\)"):
+            explainer(x, edge_index)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_features_of_another_dtype_than_the_weights_are_named(dtype):
+    torch.manual_seed(0)
+    model = GCN().eval()
+    x, edge_index = _graph()
+    with pytest.raises(TypeError, match=rf"x is {dtype} but the model's weights are torch.float32: convert the "
+                                        rf"input \(x.to\(torch.float32\)\)"):
+        _explainer(model)(x.to(dtype), edge_index, index=2)
+
+
+def test_a_model_in_training_mode_is_explained_in_eval_mode_with_a_warning():
+    """The explanation of a model left in training mode (dropout on) equals the eval-mode one, with a warning
+    saying so, and the model is back in training mode afterwards."""
+    class Dropping(GCN):
+        def forward(self, x, edge_index):
+            return self.conv2(torch.nn.functional.dropout(self.conv1(x, edge_index).relu(), 0.5, self.training),
+                              edge_index)
+    torch.manual_seed(0)
+    model = Dropping().eval()
+    x, edge_index = _graph()
+    want = _explainer(model)(x, edge_index, index=2)
+    model.train()
+    for one_pass in (True, False):
+        explainer = _explainer(model)
+        explainer.one_pass = one_pass
+        with pytest.warns(UserWarning, match="the model is in training mode: it is explained in eval mode") as seen:
+            got = explainer(x, edge_index, index=2)
+        assert len([w for w in seen if "training mode" in str(w.message)]) == 1
+        assert model.training
+        torch.testing.assert_close(got.node_relevance, want.node_relevance)
+
+
+def test_edge_attr_that_gets_no_relevance_by_design_says_so():
+    """A GAT with edge_dim reads edge_attr only in its attention scores, held constant under attention='cp' (the
+    default): its edge_attr relevance is zero, with a warning that says why; under attention='uniform' the
+    scores take half of each product, and edge_attr gets relevance (and no warning)."""
+    import warnings
+
+    from torch_geometric.nn import GATConv
+
+    from lrp_lib.core.composites import Composite
+
+    class GAT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.att, self.conv = GATConv(6, 4, heads=2, edge_dim=3), GCNConv(8, 3)
+
+        def forward(self, x, edge_index, edge_attr):
+            return self.conv(self.att(x, edge_index, edge_attr=edge_attr).relu(), edge_index)
+    torch.manual_seed(0)
+    model = GAT().eval()
+    x, edge_index = _graph()
+    edge_attr = torch.randn(edge_index.shape[1], 3, generator=torch.Generator().manual_seed(2))
+    with pytest.warns(UserWarning, match="edge_attr_relevance is zero everywhere"):
+        held = _explainer(model)(x, edge_index, edge_attr=edge_attr, index=2)
+    assert not held.edge_attr_relevance.any()
+    with warnings.catch_warnings(record=True) as seen:  # (PyG's softmax detaches its maximum: some is lost)
+        warnings.simplefilter("always")
+        uniform = _explainer(model, composite=Composite(attention="uniform"))(x, edge_index, edge_attr=edge_attr,
+                                                                              index=2)
+    assert not [w for w in seen if "edge_attr_relevance is zero" in str(w.message)]
+    assert uniform.edge_attr_relevance.abs().sum() > 0
+
+
+def test_one_link_as_a_1d_pair_is_explained_as_a_2x1_edge_label_index():
+    """PyG's link-prediction example passes one link as edge_label_index of shape (2,): the model then returns a
+    single value, explained as the (2, 1) form's single row."""
+    class Link(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GCNConv(6, 8), GCNConv(8, 8)
+
+        def forward(self, x, edge_index, edge_label_index):
+            z = self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+            return (z[edge_label_index[0]] * z[edge_label_index[1]]).sum(dim=-1)
+    torch.manual_seed(0)
+    model = Link().eval()
+    x, edge_index = _graph()
+    explain = _explainer(model, "edge", "binary_classification")
+    pair = explain(x, edge_index, edge_label_index=torch.tensor([3, 7]))
+    column = explain(x, edge_index, edge_label_index=torch.tensor([[3], [7]]))
+    assert pair.prediction.dim() == 0
+    torch.testing.assert_close(pair.node_relevance, column.node_relevance)
+    torch.testing.assert_close(pair.edge_relevance, column.edge_relevance)
+    logit = float(model(x, edge_index, torch.tensor([3, 7])))
+    sign = 1.0 if int(pair.target) == 1 else -1.0
+    torch.testing.assert_close(float(pair.node_relevance.sum() + pair.bias_relevance), sign * logit, rtol=1e-4,
+                               atol=1e-5)
+    with pytest.raises(IndexError, match="edge_label_index refers to nodes 3..70"):
+        explain(x, edge_index, edge_label_index=torch.tensor([3, 70]))
+
+
+def test_a_batch_whose_graphs_share_edges_is_refused_only_for_per_graph_accounts():
+    """Node-level: a batch with edges between its graphs (as PyG's explain fixtures build) is explained as one
+    graph; graph-level with one account per graph: refused naming the first shared edge."""
+    from torch_geometric.nn import global_add_pool
+
+    class Pooled(GCN):
+        def forward(self, x, edge_index, batch=None):
+            return global_add_pool(super().forward(x, edge_index), batch)
+    torch.manual_seed(0)
+    x, edge_index = _graph()
+    batch = torch.arange(20) // 10
+    assert bool((batch[edge_index[0]] != batch[edge_index[1]]).any())
+    model = GCN().eval()
+
+    class NodeWithBatch(GCN):
+        def forward(self, x, edge_index, batch=None):
+            return super().forward(x, edge_index)
+    node = NodeWithBatch().eval()
+    node.load_state_dict(model.state_dict())
+    with_batch = _explainer(node)(x, edge_index, index=2, batch=batch)
+    torch.testing.assert_close(with_batch.node_relevance, _explainer(model)(x, edge_index, index=2).node_relevance)
+    pooled = Pooled().eval()
+    with pytest.raises(ValueError, match=r"batch puts the two ends of \d+ edge\(s\) in different graphs"):
+        _explainer(pooled, "graph")(x, edge_index, batch=batch)

@@ -75,3 +75,32 @@ def test_one_pass_gives_the_same_explanation_with_one_forward_fewer():
     with pytest.raises(TypeError, match="one_pass must be None, True or False"):
         make("yes")
     assert make(None).one_pass is None
+
+
+def test_a_composite_naming_one_layer_leaves_the_others_on_the_default_rule():
+    """LRPExplainer(composite=Composite(rules={"conv1.*": "gamma"})): conv2 keeps z+ (the default), as with
+    the default named; with epsilon named for the rest, the relevance differs.  The explainer's repr lists the
+    rule of every weight."""
+    from lrp_lib.core.composites import Composite
+
+    class GCN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GCNConv(4, 8), GCNConv(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+    torch.manual_seed(0)
+    model = GCN().eval()
+    g = torch.Generator().manual_seed(1)
+    x, edge_index = torch.randn(12, 4, generator=g), torch.randint(0, 12, (2, 40), generator=g)
+
+    def explain(composite):
+        explainer = Explainer(model, algorithm=LRPExplainer(composite=composite), explanation_type="model",
+                              node_mask_type="attributes", model_config=CONFIG)
+        return explainer, explainer(x, edge_index, index=3).node_relevance
+    explainer, got = explain(Composite(rules={"conv1.*": "gamma"}))
+    torch.testing.assert_close(got, explain(Composite(linear="zplus", rules={"conv1.*": "gamma"}))[1], rtol=0, atol=0)
+    assert not torch.allclose(got, explain(Composite(linear="epsilon", rules={"conv1.*": "gamma"}))[1])
+    text = repr(explainer)
+    assert "rule=ZPlus()" in text and "'conv1.lin': Gamma(gamma=0.25" in text and "'conv2.lin': ZPlus()" in text
