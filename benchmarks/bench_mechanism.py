@@ -16,7 +16,10 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
   ``edge_mask_type="object"`` (the README's call): the rules as relevance primitives, with their replay and
   programs (``replay=True, compile=True``, the defaults; a program runs only without an edge mask);
 * ``forward`` and ``forward_edges``: ``LRPExplainer(mechanism="forward")``: the rules as forward modifications,
-  one ordinary backward;
+  one ordinary backward, the explanation's forward captured (``make_fx``) from the second call on a graph and run
+  as a graph of ATen operations;
+* ``forward_eager`` and ``forward_eager_edges``: the same with ``replay=False``: the model's forward in the mode
+  on every call (what one explanation of a new graph costs);
 * ``compiled`` and ``compiled_edges``: ``lrp_lib.explain.capture.compiled_explanation``: the forward rules on this
   graph captured once (its graph part folded), compiled by ``torch.compile(fullgraph=True)`` (inductor); its
   compile time is reported, with PyTorch's compile caches as they are (a graph that inductor compiled before, in
@@ -112,6 +115,8 @@ def methods(model, x, edge_index, index, target, compile_times: dict) -> dict:
     return {"gradient": gradient, "gradient_edge_mask": gradient_edge_mask,
             "functions": lrp(False), "functions_edges": lrp(True),
             "forward": lrp(False, mechanism="forward"), "forward_edges": lrp(True, mechanism="forward"),
+            "forward_eager": lrp(False, mechanism="forward", replay=False),
+            "forward_eager_edges": lrp(True, mechanism="forward", replay=False),
             "compiled": compiled(False), "compiled_edges": compiled(True)}
 
 

@@ -18,7 +18,7 @@
 # - derive, for each LRP rule, the gradient that makes input times gradient equal the rule;
 # - write a rule as a forward that keeps its value (`lrp_lib.core.modify.keep_value`);
 # - check the forward form against the relevance functions of the first chapters, cell by cell;
-# - explain a PyG model with `mechanism="forward"`, and say when `compile=True` pays.
+# - explain a PyG model with `mechanism="forward"`, and say when capturing and `compile=True` pay.
 # ```
 
 # %% tags=["hide-input"]
@@ -219,19 +219,21 @@ for name, count in counts.items():
 assert counts["forward modifications"] == 0 < counts["relevance primitives"]
 
 # %% [markdown]
-# ## What it buys: PyTorch's compiler
+# ## What it buys: PyTorch's own tools
 #
 # Because no rule reads tensor data into Python, the modified forward on one graph is an ordinary PyTorch
-# program. `lrp_lib.explain.capture` records it with `make_fx` as a graph of ATen operations, runs the
-# part that depends on `edge_index` alone (self-loops, degrees, normalisation) once and keeps its results
-# as constants, and hands the rest to `torch.compile(fullgraph=True)`. `LRPExplainer(mechanism="forward",
-# compile=True)` does this for the first explanation of a graph and reuses it while the graph, the shape of
-# the features and the model's parameters stay the same: the case of a node classifier whose nodes are
-# explained one after another.
+# program, and PyTorch's tools take it over. `lrp_lib.explain.capture` records it with `make_fx` as a graph
+# of ATen operations, runs the part that depends on `edge_index` alone (self-loops, degrees,
+# normalisation) once and keeps its results as constants. `LRPExplainer(mechanism="forward")` does this at
+# the second explanation of a graph and runs the captured graph from then on, without the model's Python
+# or the rules': the case of a node classifier whose nodes are explained one after another. A model
+# whose own Python reads an input-dependent value (a branch on `x`) cannot be captured, as `make_fx`
+# refuses the read; it is explained eagerly every time. With `compile=True` the captured graph goes to
+# `torch.compile(fullgraph=True)`, at the first explanation of a graph.
 #
 # The cost of one node's explanation against the plain input gradient, on a 3-layer GCN (64 hidden units,
 # 8 edges per node), measured by `benchmarks/bench_mechanism.py` with the methods taking turns in one
-# process:
+# process ("eager": every call in the interception, what the first explanation of a graph costs):
 
 # %% tags=["hide-input"]
 bench = load_results("mechanism", repository=globals().get("REPOSITORY"))
@@ -239,31 +241,44 @@ columns = [("nodes", "nodes", ",d")] + [
     (label, (lambda key: lambda r: r["ratio_to_gradient"][key])(key), "{:.2f}x")
     for label, key in [("primitives", "functions"), ("primitives, edges", "functions_edges"),
                        ("forward", "forward"), ("forward, edges", "forward_edges"),
+                       ("forward, eager", "forward_eager"), ("forward, eager, edges", "forward_eager_edges"),
                        ("compiled", "compiled"), ("compiled, edges", "compiled_edges"),
                        ("PyG's gradient with an edge mask", "gradient_edge_mask")]]
 display(results_table(bench["results"]["graphs"], columns))
 display(Markdown(machine_note(bench)))
-big = [r for r in bench["results"]["graphs"] if r["nodes"] >= 700]
+graphs = bench["results"]["graphs"]
+big = [r for r in graphs if r["nodes"] >= 700]
+ratio = {key: [r["ratio_to_gradient"][key] for r in graphs] for key in graphs[0]["ratio_to_gradient"]}
 glue("fw_compiled_max", max(r["ratio_to_gradient"]["compiled"] for r in big), display=False)
-glue("fw_compile_s", max(max(r["compile_seconds"].values()) for r in bench["results"]["graphs"]), display=False)
+glue("fw_compiled_edges_max", max(ratio["compiled_edges"]), display=False)
+glue("fw_mask_min", min(ratio["gradient_edge_mask"]), display=False)
+glue("fw_compile_s", max(max(r["compile_seconds"].values()) for r in graphs), display=False)
+glue("fw_small_forward", ratio["forward"][0], display=False)
+glue("fw_small_eager", ratio["forward_eager"][0], display=False)
 per_molecule = bench["results"]["molecules"]
 glue("fw_molecules", per_molecule["molecules"], display=False)
 glue("fw_mol_forward", per_molecule["median_ratio_to_gradient"]["forward"], display=False)
 glue("fw_mol_functions", per_molecule["median_ratio_to_gradient"]["functions"], display=False)
 assert per_molecule["median_ratio_to_gradient"]["forward"] > per_molecule["median_ratio_to_gradient"]["functions"]
 assert all(r["ratio_to_gradient"]["compiled"] <= r["ratio_to_gradient"]["forward"] for r in big)
-assert all(r["ratio_to_gradient"]["forward"] > r["ratio_to_gradient"]["functions"] for r in bench["results"]["graphs"])
+assert all(r["ratio_to_gradient"]["forward"] > r["ratio_to_gradient"]["functions"] for r in graphs)
+assert max(ratio["compiled_edges"]) < min(ratio["gradient_edge_mask"])
+assert graphs[0]["nodes"] < 700 and ratio["forward"][0] < ratio["forward_eager"][0]
 
 # %% [markdown]
-# From 700 nodes up the compiled explanation of the node masks costs at most
-# {glue:text}`fw_compiled_max:.2f` times the gradient, and it is cheaper than the eager forward rules at every
-# such size. Compiling took up to {glue:text}`fw_compile_s:.0f` seconds per graph on this machine, so it pays
-# where a graph is explained many times. Eagerly, the forward rules cost more than the relevance
+# Compiled, the explanation of the node masks costs at most {glue:text}`fw_compiled_max:.2f` times the
+# gradient from 700 nodes up, and with the edge masks at most {glue:text}`fw_compiled_edges_max:.2f` times
+# at every size, less than PyG's own gradient with an edge mask (at least {glue:text}`fw_mask_min:.2f`
+# times). Compiling took up to {glue:text}`fw_compile_s:.0f` seconds per graph on this machine, with
+# PyTorch's compile cache as earlier runs left it (a first compile takes longer), so it pays where a
+# graph is explained many times. Without the compiler the forward rules cost more than the relevance
 # primitives: each rule adds a few elementwise operations to the forward, where the primitives do their
-# work only in the backward and replay a recorded program. The same holds for small graphs explained one at
-# a time, where the interception's Python dominates: over {glue:text}`fw_molecules` molecules of the benzene
-# task, one at a time, the forward rules cost {glue:text}`fw_mol_forward:.2f` times the gradient per
-# molecule (median), the primitives {glue:text}`fw_mol_functions:.2f` times.
+# work only in the backward and replay a recorded program. Capturing the graph removes the Python of the
+# interception, which dominates on small graphs (at the smallest size: {glue:text}`fw_small_forward:.2f`
+# times the gradient captured, {glue:text}`fw_small_eager:.2f` times eager). Graphs explained once each are
+# never captured: over {glue:text}`fw_molecules` molecules of the benzene task, one at a time, the forward
+# rules cost {glue:text}`fw_mol_forward:.2f` times the gradient per molecule (median), the primitives
+# {glue:text}`fw_mol_functions:.2f` times.
 #
 # ## Summary
 #
@@ -274,8 +289,8 @@ assert all(r["ratio_to_gradient"]["forward"] > r["ratio_to_gradient"]["functions
 #   (forward), and they agree on dense layers, convolutions and a trained GCN.
 # - `LRPExplainer(mechanism="forward")` explains any PyG model with one ordinary backward; node, edge and
 #   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
-# - An explanation made of PyTorch operations can be compiled: `compile=True` captures one graph's
-#   explanation and hands it to `torch.compile`.
+# - An explanation made of PyTorch operations is PyTorch's to run: the second explanation of a graph
+#   captures it with `make_fx`, and `compile=True` hands it to `torch.compile`.
 #
 # ## Exercises
 #

@@ -7,9 +7,12 @@ over: :func:`torch.fx.experimental.proxy_tensor.make_fx` records the model's for
 :class:`~lrp_lib.explain.forward.ForwardMode` once, as a graph of ATen operations from the node features (and
 the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output; the graph
 part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept in the
-graph as constants.  :func:`torch.compile` compiles that graph with ``fullgraph=True``: it traces without a
-break, because no rule reads tensor data into Python.  Each explanation then runs the compiled forward and one
-ordinary backward.
+graph as constants.  Each explanation then runs that graph and one ordinary backward, without the model's or
+the rules' Python (``LRPExplainer(mechanism="forward")`` does so from the second explanation of a graph on).
+:func:`torch.compile` compiles it with ``fullgraph=True`` (``compile=True``): it traces without a break,
+because no rule reads tensor data into Python.  ``make_fx`` refuses a model whose own Python reads the value
+of an input-dependent tensor (a branch on ``x``), which a captured graph would keep as a constant: such a
+model is explained eagerly.
 
 The captured graph holds the values the model's Python read from the data while it was recorded (the
 graph's size, the edges a layer adds), so it explains that graph only, with node features of the recorded
@@ -185,17 +188,20 @@ def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
 
 
 class CompiledExplanation:
-    """One graph's explanation, captured (:func:`capture`) and compiled by ``torch.compile(fullgraph=True)``:
+    """One graph's explanation, captured (:func:`capture`) and compiled by ``torch.compile(fullgraph=True)``
+    (``compile=False``: the captured graph run as it is):
     :meth:`forward` runs the compiled forward on node features of the recorded shape, :meth:`backward` the one
     ordinary backward.  ``head``: the final function whose input is explained, or None."""
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
-                 backend: str | None = None, **kwargs):
+                 backend: str | None = None, compile: bool = True, **kwargs):
         graph, seen = capture(model, x, edge_index, composite, edges, **kwargs)
-        self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False)
+        # compile=False: the captured graph runs as it is, op by op (no model Python, no rules' Python)
+        self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False) \
+            if compile else graph
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
         # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
-        self.held = (model, list(model.parameters()), edge_index, dict(kwargs))
+        self.held = (model, list(model.parameters()), list(model.buffers()), edge_index, dict(kwargs))
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, list]:
         """``(output, explained output, leaves)``."""

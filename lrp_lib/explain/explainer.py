@@ -61,6 +61,7 @@ from lrp_lib.core.validation import check_batch
 from lrp_lib.explain.accounting import (GroupedTally, LostRelevanceWarning, account, account_one, batch_row_groups,
                                        lost_relevance)
 from lrp_lib.explain import compiled, replay
+from lrp_lib.explain.record import hooked, model_state
 from lrp_lib.explain.capture import CompiledExplanation
 from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
 from lrp_lib.explain.primitives import Tally
@@ -162,6 +163,14 @@ class LRPExplainer(ExplainerAlgorithm):
             On by default (every case of the coverage zoo replays to the mode's values,
             ``tests/explain/test_replay.py``); not with ``recompute=True`` or ``fast=False``, nor for a
             model with hooks (a replay would not run them).
+            With ``mechanism="forward"`` the second explanation of a graph (the same ``edge_index`` and other
+            graph inputs by identity, unchanged, node features of the same shape, the same parameters and
+            buffers) captures the explanation's forward with PyTorch's ``make_fx``
+            (:mod:`lrp_lib.explain.capture`: the graph part, self-loops and normalisation, computed once), and
+            it and later ones run the captured graph and one ordinary backward, without the model's or the
+            rules' Python (``replay_reason`` ``"captured"``).  Capturing takes a fraction of a second per
+            graph.  A model whose Python reads input-dependent values (a branch on ``x``), or that has hooks,
+            is not captured, and runs eagerly (``replay_reason`` says why).
         compile: a replayed explanation's ATen operations, forward and backward, are recorded once
             (the third explanation of a signature) and later explanations run them as a program,
             without the rules' Python (:mod:`lrp_lib.explain.compiled`): the same relevance (to the
@@ -191,8 +200,8 @@ class LRPExplainer(ExplainerAlgorithm):
             ``compile`` above.  ``"forward"``: each rule is a forward that keeps its operation's value and
             changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation is one ordinary
             backward of PyTorch's own, and each input's relevance is the input times its gradient: the
-            same relevance (to rounding), without replay or programs (``compile=True``: PyTorch's compiler,
-            above).  Relevance that does not reach the inputs is reported by the explanation's
+            same relevance (to rounding), its forward captured from the second explanation of a graph on
+            (``replay`` above; ``compile=True``: PyTorch's compiler).  Relevance that does not reach the inputs is reported by the explanation's
             :class:`LostRelevanceWarning`; the warnings that the primitives give per map (a part of
             alpha-beta without contributions of its sign) are not given, as the relevance is only known
             in the backward.
@@ -258,7 +267,8 @@ class LRPExplainer(ExplainerAlgorithm):
             raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
                              "backward; mechanism='forward' keeps none (PyTorch's own backward): use one or the other")
         self.mechanism = mechanism
-        self._compiled: dict = {}  # mechanism="forward", compile=True: the compiled explanation of each graph
+        self._compiled: dict = {}  # mechanism="forward": the captured explanation of each graph (or why not)
+        self._seen: dict = {}  # mechanism="forward": the graphs explained once (captured on the second call)
         for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
@@ -429,19 +439,39 @@ class LRPExplainer(ExplainerAlgorithm):
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
 
     def _captured(self, model, x, edge_index, kwargs, edges, inputs):
-        """The compiled explanation of this graph (:class:`~lrp_lib.explain.capture.CompiledExplanation`), made on
-        the first call and kept for the next ones (four graphs at most); None where it does not apply: an
-        ``edge_attr`` whose relevance is reported (an input of its own)."""
+        """``(the captured explanation of this graph or None, why not)``.
+
+        The forward rules' explanation of a graph (:class:`~lrp_lib.explain.capture.CompiledExplanation`),
+        captured on the second call with this key (``compile=True``: on the first, and compiled) and kept for the
+        next ones (four graphs at most).  None where it does not apply (an ``edge_attr`` whose relevance is
+        reported, an input of its own), on the first call, and where the capture failed: a model whose Python
+        reads the values of input-dependent tensors (``make_fx`` refuses such a read, which a captured graph
+        would keep as a constant), which then runs eagerly on every call with this key."""
         if len(inputs) > 1:
-            return None
-        key = _captured_key(model, x, edge_index, kwargs, self.composite, edges)
+            return None, "edge_attr's relevance: not captured"
+        state, flags, hooks = model_state(model)
+        if hooks:
+            return None, f"not captured: {hooked(model)} (a captured graph would not run them)"
+        key = _captured_key(model, (state, flags), x, edge_index, kwargs, self.composite, edges, self.compile is True)
         found = self._compiled.pop(key, None)
+        if found is None and self.compile is not True and key not in self._seen:  # the first call: eager
+            # (holding what the key names by identity, so that no new object takes its id while it is kept)
+            self._seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
+            while len(self._seen) > 4:
+                self._seen.pop(next(iter(self._seen)))
+            return None, "first call on this graph (captured from the second)"
         if found is None:
-            found = CompiledExplanation(model, x, edge_index, self.composite, edges, **kwargs)
+            try:
+                found = CompiledExplanation(model, x, edge_index, self.composite, edges,
+                                            compile=self.compile is True, **kwargs)
+            except RuntimeError as error:  # (make_fx: a read of input-dependent data)
+                found = f"not captured: {str(error).splitlines()[0]}"
             while len(self._compiled) >= 4:
                 self._compiled.pop(next(iter(self._compiled)))
         self._compiled[key] = found  # (the most recent last)
-        return found
+        if isinstance(found, str):
+            return None, found
+        return found, "torch.compile" if self.compile is True else "captured"
 
     def _relevance(self, model, x, edge_index, target, index, checked=False, node_group=None, row_group=None,
                    row_groups=None, split_losses=True, one_group=False, **kwargs):
@@ -488,10 +518,11 @@ class LRPExplainer(ExplainerAlgorithm):
         done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
             o, h, target, index, self.model_config, self.explained), generic=self.compile is True) \
             if compile_ else None
-        captured = self._captured(model, x, edge_index, kwargs, edges, inputs) if forward and self.compile is True \
-            and not grouped and (node_group is None or one_group) and current_plan() is None else None
+        captured, why = self._captured(model, x, edge_index, kwargs, edges, inputs) if forward and (
+            self.compile is True or self.replay) and not grouped and (node_group is None or one_group) \
+            and current_plan() is None else (None, None)
         recording = None
-        if captured is not None:  # the forward rules on this graph, compiled by torch.compile
+        if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
             out, head, leaves = captured.forward(x)
             start = start_of(out, head, target, index, self.model_config, self.explained)
             node_grad, edge_rel, kept = captured.backward(head, leaves, start)
@@ -500,7 +531,7 @@ class LRPExplainer(ExplainerAlgorithm):
             tally.absorb("biases, constant terms and stabilisers", kept)
             mode = SimpleNamespace(tally=tally, detached=set(), explained_head=captured.head)
             recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
-            replayed, reason = False, "torch.compile"
+            replayed, reason = True, why
         elif done is not None:
             out, head, start, grads, tally, program = done
             check_blocked(tally)
@@ -513,6 +544,7 @@ class LRPExplainer(ExplainerAlgorithm):
                 mode, recorder, out, replayed, reason = replay.forward(
                     model, make, model_inputs, inputs, other, options, lambda: model(leaf, edge_index, **kwargs),
                     enabled=enabled)
+            reason = why or reason
             if not replayed:
                 recording = None
             out, start, grads, head = propagate(
@@ -585,15 +617,14 @@ def _graph_rows_checked(target, x: Tensor, batch):
     return target
 
 
-def _captured_key(model, x, edge_index, kwargs, composite, edges) -> tuple:
-    """What a captured explanation depends on: the model and its parameters (by identity and version), the
-    composite, the graph (``edge_index`` and the other tensor inputs, by identity and version), and the shape,
+def _captured_key(model, state, x, edge_index, kwargs, composite, edges, compiled) -> tuple:
+    """What a captured explanation depends on: the model, its parameters and buffers (by identity and version)
+    and its modules' training flags (``state``, :func:`~lrp_lib.explain.record.model_state`), the composite, the graph (``edge_index`` and the other tensor inputs, by identity and version), and the shape,
     dtype and device of the node features.  (The compiled explanation holds each object it is keyed by, so that
     no new object can take a cached one's identity.)"""
     tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
-    params = tuple((id(p), p._version) for p in model.parameters())
-    return (id(model), params, composite.key(), edges, id(edge_index), edge_index._version, tensors,
-            tuple(x.shape), x.dtype, x.device)
+    return (id(model), state, composite.key(), edges, id(edge_index), edge_index._version, tensors,
+            tuple(x.shape), x.dtype, x.device, compiled)
 
 
 def __getattr__(name):

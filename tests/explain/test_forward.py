@@ -325,3 +325,57 @@ def test_lrp_explainer_compile_true(monkeypatch):
     assert alive() is not None
     with pytest.raises(ValueError, match="compile='exact'"):
         LRPExplainer(mechanism="forward", compile="exact")
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
+def test_the_second_explanation_of_a_graph_runs_its_captured_graph(kind):
+    """mechanism="forward" (replay on, the default): the first explanation of a graph runs eagerly, the second
+    captures the explanation's forward (make_fx, its graph part folded) and runs it, as do later ones, with the
+    eager explanation's node, edge and bias relevance and residual (float64, to rounding); new node features of
+    the same shape reuse the capture, a changed parameter or buffer captures again."""
+    model = _model(kind)
+    x, edge_index = _graph()
+    eager, default = _explainer(model, mechanism="forward", replay=False), _explainer(model, mechanism="forward")
+    reasons = []
+    for features, index in ((x, 3), (x, 11), (x * 2 - 1, 5), (x, 7)):
+        want, got = eager(features, edge_index, index=index), default(features, edge_index, index=index)
+        for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(got[key], want[key], rtol=1e-9, atol=1e-12, msg=key)
+        reasons.append(got.replay_reason)
+    assert reasons == ["first call on this graph (captured from the second)"] + ["captured"] * 3
+    assert len(default.algorithm._compiled) == 1
+    with torch.no_grad():
+        model.lin.weight.mul_(-1.5)
+    for reason in ("first call on this graph (captured from the second)", "captured"):
+        flipped = default(x, edge_index, index=3)
+        torch.testing.assert_close(flipped.node_relevance, eager(x, edge_index, index=3).node_relevance, rtol=1e-9,
+                                   atol=1e-12)
+        assert flipped.replay_reason == reason
+    assert len(default.algorithm._compiled) == 2
+
+
+def test_a_forward_that_reads_its_input_is_not_captured():
+    """A model whose Python reads an input-dependent value (a branch on x) cannot be captured (make_fx refuses the
+    read): it runs eagerly on every call, and each explanation follows the branch its own input takes.  A model
+    with a forward hook is not captured either (a captured graph would not run the hook)."""
+    class Branching(Net):
+        def forward(self, x, edge_index):
+            h = self.conv1(x, edge_index).relu()
+            if bool(h.sum() > 0):  # data-dependent control flow
+                h = h * 2
+            return self.lin(self.conv2(h, edge_index).relu())
+    torch.manual_seed(0)
+    model = Branching("gcn").double().eval()
+    x, edge_index = _graph()
+    eager, default = _explainer(model, mechanism="forward", replay=False), _explainer(model, mechanism="forward")
+    for features in (x, x, -x.abs() * 0):
+        got, want = default(features, edge_index, index=3), eager(features, edge_index, index=3)
+        torch.testing.assert_close(got.node_relevance, want.node_relevance)
+    assert got.replay_reason.startswith("not captured: ")
+    plain = _model("gcn")
+    calls = []
+    plain.lin.register_forward_hook(lambda m, a, o: calls.append(1))
+    hooked = _explainer(plain, mechanism="forward")
+    for _ in range(3):
+        e = hooked(x, edge_index, index=3)
+    assert e.replay_reason.startswith("not captured: module 'lin' has hooks") and len(calls) == 3  # (one forward each)
