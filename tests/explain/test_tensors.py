@@ -1,8 +1,9 @@
 """Models without a graph (lrp_lib.explain.tensors.explain_tensor): an MLP and a CNN with max and average pooling
-against Captum's LRP (an independent implementation of the epsilon rule), both mechanisms alike on a transformer
-block with its relevance accounted, input times gradient where LRP-0 equals it, and the errors for bad input.
-(Zennit is not among the references: its package imports torchvision, which PyPI offers only for a newer torch
-than the one pinned here.)"""
+against Captum's LRP (an independent implementation of the epsilon rule) and Zennit's (epsilon and z+), both
+mechanisms alike on a transformer block with its relevance accounted, input times gradient where LRP-0 equals it,
+and the errors for bad input."""
+import sys
+import types
 import warnings
 
 import pytest
@@ -64,6 +65,48 @@ def test_equals_captum_lrp_epsilon(net, shape, mechanism):
     torch.testing.assert_close(got.explained, logits)
     total = float(got.relevance.sum()) + got.bias_relevance + got.relevance_residual
     assert total == pytest.approx(float(logits.sum()), rel=1e-9)
+
+
+@pytest.fixture
+def zennit(monkeypatch):
+    """Zennit (requirements-nodeps.txt).  Its package imports torchvision's ResNet blocks (for its ResNet
+    canonizers, not used here) and torchvision is not installed (PyPI offers it only with a newer torch): while
+    Zennit is imported, two empty classes stand for those blocks, and the stand-in is gone after the test."""
+    if "zennit" not in sys.modules and "torchvision" not in sys.modules:
+        tv, models, resnet = (types.ModuleType(n) for n in ("torchvision", "torchvision.models",
+                                                            "torchvision.models.resnet"))
+        resnet.Bottleneck = type("Bottleneck", (nn.Module,), {})
+        resnet.BasicBlock = type("BasicBlock", (nn.Module,), {})
+        tv.models, models.resnet = models, resnet
+        for name, module in (("torchvision", tv), ("torchvision.models", models), ("torchvision.models.resnet", resnet)):
+            monkeypatch.setitem(sys.modules, name, module)
+    return pytest.importorskip("zennit")
+
+
+@pytest.mark.parametrize("mechanism", ["forward", "functions"])
+@pytest.mark.parametrize("rule", ["epsilon", "zplus"])
+@pytest.mark.parametrize("net,shape", [(MLP, (6, 12)), (CNN, (5, 2, 8, 8))], ids=["mlp", "cnn"])
+def test_equals_zennit(zennit, net, shape, rule, mechanism):
+    """Zennit's Epsilon(1e-6) and ZPlus on every linear map and convolution, Norm on the average pool (the
+    proportional split), the max pool passing the gradient to its winner, from the target's logit: the same
+    relevance, with signed inputs (Zennit's ZPlus without its stabiliser, as lrp_lib's z+ has none).  (Its Gamma is the generalised rule, which puts gamma on the negative weights of a
+    negative output; lrp_lib's Gamma is the rule of its docstring, gamma on the positive weights.)"""
+    from zennit.attribution import Gradient
+    from zennit.composites import LayerMapComposite
+    from zennit.rules import Epsilon as ZennitEpsilon, Norm, ZPlus as ZennitZPlus
+    torch.manual_seed(0)
+    model = net().double().eval()
+    x = torch.randn(*shape, dtype=torch.float64)
+    target = torch.arange(shape[0]) % 4
+    # (z+ without Zennit's stabiliser, as lrp_lib's: the positive contributions' sum itself, 1 where it is 0)
+    zennit_rule = ZennitEpsilon(1e-6) if rule == "epsilon" else ZennitZPlus(stabilizer=lambda z: z.where(z != 0, 1.0))
+    composite = LayerMapComposite([(nn.Linear, zennit_rule), (nn.Conv2d, zennit_rule), (nn.AvgPool2d, Norm())])
+    with Gradient(model, composite) as attributor:
+        _, want = attributor(x, lambda out: torch.zeros_like(out).scatter(1, target[:, None],
+                                                                          out.gather(1, target[:, None])))
+    got = explain_tensor(model, x, target, rule=rule, mechanism=mechanism)
+    assert float(want.abs().sum()) > 1e-3
+    torch.testing.assert_close(got.relevance, want, rtol=1e-9, atol=1e-14)
 
 
 def test_lrp0_of_a_bias_free_relu_network_is_input_times_gradient():
