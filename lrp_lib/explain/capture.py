@@ -32,11 +32,12 @@ from lrp_lib.core.composites import get_composite
 from lrp_lib.explain.edges import ensure_hooks, recording
 from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
 from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.record import hooked, model_state
 
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
 BACKEND = "inductor"
 
-__all__ = ["BACKEND", "CompiledExplanation", "compiled_explanation", "capture", "fold_constants"]
+__all__ = ["BACKEND", "CaptureCache", "CompiledExplanation", "compiled_explanation", "capture", "fold_constants"]
 
 
 class _IdsRecorder(ProbeRecorder):
@@ -236,3 +237,57 @@ def compiled_explanation(model: nn.Module, x: Tensor, edge_index: Tensor, compos
         return explanation.backward(head, leaves, weight * head.detach())
 
     return explain
+
+
+class CaptureCache:
+    """The captured explanations of the graphs an explainer explained, four at most (the most recent kept).
+
+    :meth:`get` gives a graph's captured explanation on its second call (``compile=True``: on its first,
+    compiled), and None on the first call, where it does not apply (``inputs``: more than the node features, an
+    ``edge_attr`` whose relevance is reported, an input of its own) and where the capture failed: a model whose
+    Python reads the values of input-dependent tensors (``make_fx`` refuses such a read, which a captured graph
+    would keep as a constant), or one with hooks (a captured graph would not run them), which then run eagerly
+    on every call with this key.  The key: the model, its parameters and buffers (by identity and version) and
+    its modules' training flags, the composite, the graph (``edge_index`` and the other tensor inputs, by
+    identity and version), the shape, dtype and device of the node features, and ``compile``.  Each entry
+    holds the objects its key names by identity, so that no new object takes a kept one's id."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self.captured: dict = {}  # key -> CompiledExplanation, or why it is not captured (str)
+        self.seen: dict = {}  # key -> the objects it names: the graphs explained once
+
+    def __len__(self) -> int:
+        return sum(isinstance(v, CompiledExplanation) for v in self.captured.values())
+
+    def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, inputs: list, composite,
+            edges: bool, compile: bool) -> tuple[CompiledExplanation | None, str]:
+        """``(the captured explanation of this graph or None, why: "captured", "torch.compile" or why not)``."""
+        if len(inputs) > 1:
+            return None, "edge_attr's relevance: not captured"
+        state, flags, hooks = model_state(model)
+        if hooks:
+            return None, f"not captured: {hooked(model)} (a captured graph would not run them)"
+        tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
+        key = (id(model), state, flags, composite.key(), edges, id(edge_index), edge_index._version, tensors,
+               tuple(x.shape), x.dtype, x.device, compile)
+        found = self.captured.pop(key, None)
+        if found is None and not compile and key not in self.seen:  # the first call: eager
+            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
+            _trim(self.seen, self.size)
+            return None, "first call on this graph (captured from the second)"
+        if found is None:
+            try:
+                found = CompiledExplanation(model, x, edge_index, composite, edges, compile=compile, **kwargs)
+            except RuntimeError as error:  # (make_fx: a read of input-dependent data)
+                found = f"not captured: {str(error).splitlines()[0]}"
+            _trim(self.captured, self.size - 1)
+        self.captured[key] = found  # (the most recent last)
+        if isinstance(found, str):
+            return None, found
+        return found, "torch.compile" if compile else "captured"
+
+
+def _trim(entries: dict, size: int) -> None:
+    while len(entries) > size:
+        entries.pop(next(iter(entries)))

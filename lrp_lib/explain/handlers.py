@@ -13,16 +13,15 @@ instance norms the identity through the normalisation.  The table of the rules i
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from lrp_lib.explain.recompute import linear_chain, recipe_for
+from lrp_lib.explain.rule_families import RuleFamilies
 
-if TYPE_CHECKING:  # annotations only: the mode imports this module
-    from lrp_lib.explain.function_mode import RelevanceMode
 
 __all__ = ["HANDLERS", "arg"]
 
@@ -33,14 +32,14 @@ def arg(args, kwargs, i, name, default=None):
     return args[i] if len(args) > i else default
 
 
-def _linear(mode: RelevanceMode, func, args, kwargs):
+def _linear(mode: RuleFamilies, func, args, kwargs):
     x, weight, bias = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
     if mode.is_marked(weight) or mode.is_marked(bias):
         return mode.blocked(func, "linear with an input-dependent weight", args, kwargs)
     return mode.weighted(x, weight, bias, F.linear, lambda v, x_, w: v @ w, "linear", rowwise=True)
 
 
-def _matmul(mode: RelevanceMode, func, args, kwargs):
+def _matmul(mode: RuleFamilies, func, args, kwargs):
     a, b = args[0], args[1]
     if func is torch.Tensor.__rmatmul__:
         a, b = b, a
@@ -62,7 +61,7 @@ def _matmul(mode: RelevanceMode, func, args, kwargs):
                          None, "matmul")
 
 
-def _addmm(mode: RelevanceMode, func, args, kwargs):
+def _addmm(mode: RuleFamilies, func, args, kwargs):
     """``beta * input + alpha * (mat1 @ mat2)``: the product by the weight's rule, then the sum in
     proportion to its two terms (a constant ``input`` is a bias and keeps its share)."""
     inp, a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "mat1"), arg(args, kwargs, 2, "mat2")
@@ -82,7 +81,7 @@ def _addmm(mode: RelevanceMode, func, args, kwargs):
     return mode.sum_terms(part, inp, 1.0, beta, op="addmm")
 
 
-def _conv(mode: RelevanceMode, func, args, kwargs):
+def _conv(mode: RuleFamilies, func, args, kwargs):
     x, weight = args[0], arg(args, kwargs, 1, "weight")
     bias = arg(args, kwargs, 2, "bias")
     rest = args[3:]
@@ -92,7 +91,7 @@ def _conv(mode: RelevanceMode, func, args, kwargs):
     return mode.weighted(x, weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra), None, func.__name__)
 
 
-def _einsum(mode: RelevanceMode, func, args, kwargs):
+def _einsum(mode: RuleFamilies, func, args, kwargs):
     eq, ops = args[0], list(args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:])
     marked = [i for i, o in enumerate(ops) if mode.is_marked(o)]
     if len(ops) != 2 or len(marked) != 1:
@@ -107,7 +106,7 @@ def _einsum(mode: RelevanceMode, func, args, kwargs):
     return mode.weighted(ops[i], other, None, fn, None, "einsum")
 
 
-def _reduction(mode: RelevanceMode, func, args, kwargs):
+def _reduction(mode: RuleFamilies, func, args, kwargs):
     """sum, mean, nansum, cumsum (linear in their one input)."""
     x = args[0]
     vjp = _sum_vjp(x, args, kwargs) if getattr(func, "__name__", None) == "sum" else None
@@ -142,7 +141,7 @@ def _sum_vjp(x: Tensor, args: tuple, kwargs: dict):
     return vjp
 
 
-def _mean(mode: RelevanceMode, func, args, kwargs):
+def _mean(mode: RuleFamilies, func, args, kwargs):
     """A mean is a sum (split in proportion, stabilised at the sum) divided by a count (identity),
     as PyG's mean aggregation computes it, so both give the same relevance."""
     x = args[0]
@@ -155,12 +154,12 @@ def _mean(mode: RelevanceMode, func, args, kwargs):
     return mode.elementwise(total, lambda t: t / count)
 
 
-def _pool(mode: RelevanceMode, func, args, kwargs):
+def _pool(mode: RuleFamilies, func, args, kwargs):
     x = args[0]
     return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__, constant=0.0)
 
 
-def _scatter_add(mode: RelevanceMode, func, args, kwargs):
+def _scatter_add(mode: RuleFamilies, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
     mi, ms = mode.is_marked(inp), mode.is_marked(src)
@@ -181,7 +180,7 @@ def _scatter_add(mode: RelevanceMode, func, args, kwargs):
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
 
 
-def _index_add(mode: RelevanceMode, func, args, kwargs):
+def _index_add(mode: RuleFamilies, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "source"))
     alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
@@ -196,7 +195,7 @@ def _index_add(mode: RelevanceMode, func, args, kwargs):
                           op="index_add")
 
 
-def _scatter_reduce(mode: RelevanceMode, func, args, kwargs):
+def _scatter_reduce(mode: RuleFamilies, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
     reduce = arg(args, kwargs, 4, "reduce")
@@ -218,7 +217,7 @@ def _scatter_reduce(mode: RelevanceMode, func, args, kwargs):
     return mode.blocked(func, f"scatter_reduce ({reduce})", args, kwargs)
 
 
-def _add(mode: RelevanceMode, func, args, kwargs):
+def _add(mode: RuleFamilies, func, args, kwargs):
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
     alpha = kwargs.get("alpha", 1)
     name = func.__name__
@@ -233,14 +232,14 @@ def _add(mode: RelevanceMode, func, args, kwargs):
     return mode.sum_terms(a, b, 1.0, alpha, op="add")
 
 
-def _mul(mode: RelevanceMode, func, args, kwargs):
+def _mul(mode: RuleFamilies, func, args, kwargs):
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
     if mode.is_marked(a) and mode.is_marked(b):
         return mode.product(a, b)
     return mode.identity(func, args, kwargs)
 
 
-def _div(mode: RelevanceMode, func, args, kwargs):
+def _div(mode: RuleFamilies, func, args, kwargs):
     if kwargs.get("rounding_mode") is not None:
         return mode.blocked(func, "div with rounding_mode", args, kwargs)
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
@@ -251,7 +250,7 @@ def _div(mode: RelevanceMode, func, args, kwargs):
     return mode.identity(func, args, kwargs)
 
 
-def _prod(mode: RelevanceMode, func, args, kwargs):
+def _prod(mode: RuleFamilies, func, args, kwargs):
     """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim``
     (:class:`~lrp_lib.explain.primitives.UniformProductRelevance`); ``torch.prod(x)`` over all elements."""
     x = args[0]
@@ -272,7 +271,7 @@ def _prod(mode: RelevanceMode, func, args, kwargs):
                                 f"prod in {mode.module_label()}")
 
 
-def _max_min(mode: RelevanceMode, func, args, kwargs):
+def _max_min(mode: RuleFamilies, func, args, kwargs):
     """``max``/``min``: the winner takes all; ties split evenly (as ``amax`` and PyG's max
     aggregation do), so a graph alone and in a batch get the same relevance."""
     x = args[0]
@@ -288,7 +287,7 @@ def _max_min(mode: RelevanceMode, func, args, kwargs):
     return (torch.return_types.max if func.__name__ == "max" else torch.return_types.min)((values, indices))
 
 
-def _cat(mode: RelevanceMode, func, args, kwargs):
+def _cat(mode: RuleFamilies, func, args, kwargs):
     """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant
     (not input-dependent: an LSTM state computed from biases alone, a fixed embedding) keeps its slice
     as a bias does (:class:`~lrp_lib.explain.primitives.JoinRelevance`).  A joined tensor that the model
@@ -312,7 +311,7 @@ def _cat(mode: RelevanceMode, func, args, kwargs):
     return mode.join(dim, marked, f"constant joined by {name} in {mode.module_label()}", joined)
 
 
-def _softmax(mode: RelevanceMode, func, args, kwargs):
+def _softmax(mode: RuleFamilies, func, args, kwargs):
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     if dim is None:
@@ -330,7 +329,7 @@ def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
     return t.detach().view(1, -1, *([1] * (x.dim() - 2))) if x.dim() > 1 else t.detach()
 
 
-def _batch_norm(mode: RelevanceMode, func, args, kwargs):
+def _batch_norm(mode: RuleFamilies, func, args, kwargs):
     if func is not F.batch_norm:
         return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
     x = args[0]
@@ -349,7 +348,7 @@ def _batch_norm(mode: RelevanceMode, func, args, kwargs):
 
 
 def _norm_affine(bias_index: int, channel: bool):
-    def handler(mode: RelevanceMode, func, args, kwargs):
+    def handler(mode: RuleFamilies, func, args, kwargs):
         x = args[0]
         bias = arg(args, kwargs, bias_index, "bias")
         beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())

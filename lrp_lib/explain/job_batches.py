@@ -17,6 +17,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from lrp_lib.explain.algorithm import LRPExplainer
+from lrp_lib.explain.pyg_explainer import Explainer
+
 __all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target", "rows_of", "Capture",
            "PyGBatch", "GraphBatch"]
 
@@ -88,7 +91,6 @@ class PyGBatch:
     """LRPExplainer through lrp_lib.explain.explainer.Explainer, explanation_type='phenomenon': one forward, one backward."""
 
     def __init__(self, model, mode, rule):
-        from lrp_lib.explain.explainer import Explainer, LRPExplainer
         self.model, self.mode = model, mode
         # Binary and regression models are explained from the raw output itself (mode 'regression'):
         # the relevance of target 0 is then the exact negative of that of target 1 (LRP's backward is

@@ -17,7 +17,7 @@ from torch_geometric.explain.config import ModelConfig, ModelMode, ModelReturnTy
 if TYPE_CHECKING:
     from lrp_lib.explain.function_mode import RelevanceMode
 
-__all__ = ["explained_logits", "start_relevance", "start_of", "check_index"]
+__all__ = ["explained_logits", "start_relevance", "start_of", "check_index", "check_graph_rows"]
 
 
 def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig) -> Tensor:
@@ -138,3 +138,26 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
         keep[index] = True
         rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
     return rel
+
+
+def check_graph_rows(target, x: Tensor, batch):
+    """``target``, after checking that a graph-level model gives one output row per graph (``target`` holds one
+    label per output row, or is a function of the output giving them): a model that returns one row per node,
+    declared ``task_level="graph"``, is refused naming both."""
+    graphs = int(batch.max()) + 1 if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else 1
+
+    def check(rows: int) -> None:
+        if rows != graphs and rows == x.shape[0]:
+            raise ValueError(
+                f"model_config has task_level='graph', but the model returns {rows} output rows, one per node, not "
+                f"one per graph ({graphs}): declare task_level='node' (and pass index=), or pool the node outputs "
+                f"into one row per graph (global_mean_pool(h, batch))")
+    if isinstance(target, Tensor) and target.dim() > 0:
+        check(target.shape[0])
+    elif callable(target):
+        wrapped = target
+
+        def target(out):
+            check(out.shape[0] if out.dim() else 1)
+            return wrapped(out)
+    return target

@@ -247,6 +247,12 @@ class HeteroWalkModel(WalkModel):
             return torch.tensor(out, dtype=torch.long, device=self.x.device)
         return walks
 
+    def per_type(self, node: Tensor, edge: Tensor) -> tuple[dict, dict]:
+        """Node and edge scores in global ids, as dicts per node type and per edge type."""
+        sizes = [int(v.shape[1]) for v in self.layout.edge_index.values()]
+        return (dict(zip(self.node_types, node.split([self.count[t] for t in self.node_types]))),
+                dict(zip(self.edge_types, edge.split(sizes))))
+
     def typed_walks(self, walks: Tensor) -> list[tuple]:
         """Global ids (W, L+1) as typed walks: one tuple of (node type, row) per walk."""
         starts = torch.tensor([self.offset[k] for k in self.node_types])

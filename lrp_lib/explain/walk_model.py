@@ -14,6 +14,7 @@ from lrp_lib.explain.targets import start_relevance
 from lrp_lib.explain.walk_algebra import NotDecomposable, WalkAlgebra
 from lrp_lib.explain.walk_defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walk_graph import WalkGraph
+from lrp_lib.explain import walk_search
 
 __all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
            "composite_of", "step_pairs", "check_walks"]
@@ -227,6 +228,10 @@ class WalkModel:
         outside = (1 - inside) * alpha
         return self.weighted_relevance(inside + outside) - self.weighted_relevance(outside)
 
+    def per_type(self, node: Tensor, edge: Tensor):
+        """Node and edge scores as this model reports them (heterogeneous graphs: dicts per type)."""
+        return node, edge
+
     def all_walks(self) -> Tensor:
         """Every walk (W, L+1) ending at the explained node (node-level) or anywhere; exponential in L."""
         return all_walks(self)
@@ -263,18 +268,15 @@ class WalkModel:
 
     # ---- the searches (lrp_lib.explain.walk_search), on this recorded forward pass
     def top_walks(self, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
-        """As :func:`~lrp_lib.explain.walk_search.top_walks`."""
-        from lrp_lib.explain import walk_search
+        """As :func:`~lrp_lib.explain.walks.top_walks`."""
         return walk_search.top_of(self, k, beam, signed)
 
     def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-        """As :func:`~lrp_lib.explain.walk_search.walk_scores`."""
-        from lrp_lib.explain import walk_search
+        """As :func:`~lrp_lib.explain.walks.walk_scores`."""
         return walk_search.scores_of(self, k, signed, beam)
 
     def greedy_subgraph(self, size: int | None = None, alpha: float = 0.0):
-        """As :func:`~lrp_lib.explain.walk_search.greedy_subgraph`."""
-        from lrp_lib.explain import walk_search
+        """As :func:`~lrp_lib.explain.walks.greedy_subgraph`."""
         return walk_search.greedy(self, size, check_alpha(alpha))
 
 

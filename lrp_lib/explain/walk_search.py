@@ -1,18 +1,16 @@
 r"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search,
-on :class:`~lrp_lib.explain.walks.WalkModel` (the product's relevance graph cut at its
-message-passing steps)."""
+on a :class:`~lrp_lib.explain.walk_model.WalkModel` (the product's relevance graph cut at its
+message-passing steps), the ``wm`` of every function here; :mod:`lrp_lib.explain.walks` runs them on a model
+and a graph."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from lrp_lib.explain.walk_hetero import HeteroWalkModel, walk_model
-from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha
-
-__all__ = ["top_walks", "walk_scores", "greedy_subgraph", "GreedySubgraph", "best_walks", "bounded_walks",
-           "enumerated_walks", "scores_from_walks", "greedy", "top_of", "scores_of"]
+__all__ = ["GreedySubgraph", "best_walks", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of",
+           "scores_of"]
 
 
 def _check_k(k, beam):
@@ -27,7 +25,7 @@ def _check_bool(value, name: str):
         raise TypeError(f"{name} must be True or False, got {value!r}")
 
 
-def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024,
+def best_walks(wm, k: int, signed: bool = False, chunk: int = 1024,
                beam: int | None = None) -> tuple[Tensor, Tensor]:
     """The k walks of largest |R| (R if ``signed``) of a recorded model: branch and bound on the
     walk algebra where the model decomposes (:mod:`lrp_lib.explain.walk_algebra`), else every walk
@@ -37,9 +35,9 @@ def best_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024,
     return enumerated_walks(wm, k, signed, chunk)
 
 
-def enumerated_walks(wm: WalkModel, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
+def enumerated_walks(wm, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
     """The exact top k by scoring every walk (the reference of :func:`bounded_walks`)."""
-    walks = all_walks(wm)
+    walks = wm.all_walks()
     key = (lambda r: r) if signed else (lambda r: r.abs())
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
     for part in walks.split(chunk):
@@ -78,7 +76,7 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     return walks[order], rel[order]
 
 
-def _start(wm: WalkModel):
+def _start(wm):
     alg, L = wm.algebra, wm.depth
     ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
     walks = torch.full((ends.numel(), L + 1), -1, dtype=torch.long, device=ends.device)
@@ -86,7 +84,7 @@ def _start(wm: WalkModel):
     return walks, alg.a_out[ends]
 
 
-def _expand(wm: WalkModel, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
+def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     """Children at time t-1 of suffixes whose first node (column t) has state a at time t."""
     alg = wm.algebra
     src, dst, ptr, _ = alg.pairs[t]
@@ -101,7 +99,7 @@ def _expand(wm: WalkModel, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Te
     return child, alg.child(t, pair, v[parent], None if s is None else s[parent])
 
 
-def _finish(wm: WalkModel, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
+def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     """The k best complete walks (by ``key`` of their relevance) from suffixes at time 1 (states a):
     per end node u of step 1, one product of the suffixes' states with the prefix vectors of the
     steps into u; sorted by decreasing key."""
@@ -134,7 +132,7 @@ def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
     return torch.maximum(top, -torch.minimum(lo * a, hi * a).sum(-1))
 
 
-def bounded_walks(wm: WalkModel, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
+def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
     """The exact top k by branch and bound from the output side (see :func:`top_walks`)."""
     L, alg = wm.depth, wm.algebra
     bounds = alg.bounds()
@@ -162,85 +160,24 @@ def bounded_walks(wm: WalkModel, k: int, signed: bool = False, beam: int | None 
     return walks, rel.detach()
 
 
-def top_of(wm: WalkModel, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
-    """:func:`top_walks` on a recorded model."""
+def top_of(wm, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
+    """:func:`~lrp_lib.explain.walks.top_walks` on a recorded model."""
     _check_k(k, beam)
     _check_bool(signed, "signed")
     return best_walks(wm, k, signed, beam=beam)
 
 
-def scores_of(wm: WalkModel, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`walk_scores` on a recorded model (heterogeneous: dicts per node type and edge type)."""
+def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`~lrp_lib.explain.walks.walk_scores` on a recorded model (heterogeneous: dicts per node type and edge
+    type)."""
     walks, rel = top_of(wm, k, beam, signed)
     node, edge = scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
-    if isinstance(wm, HeteroWalkModel):
-        sizes = [int(v.shape[1]) for v in wm.layout.edge_index.values()]
-        return (dict(zip(wm.node_types, node.split([wm.count[t] for t in wm.node_types]))),
-                dict(zip(wm.edge_types, edge.split(sizes))))
-    return node, edge
-
-
-def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
-              index: int | None = None, target: int | None = None, beam: int | None = None,
-              signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
-    r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly.
-
-    Search (where the model decomposes into per-node matrices and per-edge shares,
-    :mod:`lrp_lib.explain.walk_algebra`): **branch and bound from the output side**.  A partial walk
-    is a suffix :math:`(j_t, \dots, j_L)` with its state :math:`a` at time :math:`t`; every completion
-    has relevance :math:`\pi \cdot a` for a prefix vector :math:`\pi` that lies in a box
-    :math:`[lo_t[j_t], hi_t[j_t]]` computed for all nodes by one pass of interval arithmetic from the
-    input, so :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds
-    the :math:`|R|` of every walk that extends the suffix.  A beam pass (width ``beam``, default
-    :math:`\max(8k, 64)`) completes some walks; the :math:`k`-th largest of their :math:`|R|` is a
-    threshold :math:`\tau` (lowered by float rounding's margin); then every suffix is expanded
-    step by step keeping those whose bound is :math:`\ge \tau`.  A walk of the true top :math:`k`
-    has :math:`|R| \ge \tau` and so do the bounds of all its suffixes: **the result is the exact top
-    k** (ties at the :math:`k`-th value broken arbitrarily).  With ``signed=True`` the bound is
-    :math:`\sum_f \max(lo_f a_f, hi_f a_f)` and the threshold the :math:`k`-th largest :math:`R`.
-    Elsewhere (a route that skips two or more ``propagate`` calls: jumping knowledge) every walk is
-    scored with batched masked backwards, :math:`N (d+1)^L` walks for average degree :math:`d`.
-
-    Walks whose relevance differs by less than :data:`TIE` (relative to the largest) are tied, as the
-    walks of a symmetric graph with constant features are; among them the walks with the smallest
-    node ids come first, so that the result does not depend on float rounding.
-
-    Heterogeneous graphs (``x``, ``edge_index`` dicts, :mod:`lrp_lib.explain.walk_hetero`): every
-    walk is scored (masked backwards), and the walks are returned typed, a list of
-    ``((type_0, j_0), ..., (type_L, j_L))``.
-
-    Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
-    (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.
-    """
-    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    walks, rel = top_of(wm, k, beam, signed)
-    return (wm.typed_walks(walks), rel) if isinstance(wm, HeteroWalkModel) else (walks, rel)
-
-
-def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
-                index: int | None = None, target: int | None = None, signed: bool = True,
-                beam: int | None = None, **model_kwargs) -> tuple[Tensor, Tensor]:
-    r"""Node and edge scores from the ``k`` most relevant walks (GNN-LRP, Schnake et al., TPAMI 2021).
-
-    With :math:`T` the top walks (:func:`top_walks` with ``signed``) and :math:`v_w = R_w`
-    (``signed=True``) or :math:`|R_w|`:
-
-    .. math::  \mathrm{node}_j = \sum_{w \in T} v_w \, \#\{t \in 0..L : j_t = j\}, \qquad
-               \mathrm{edge}_e = \sum_{w \in T} v_w \, \#\{t \in 1..L : (j_{t-1}, j_t) = (s_e, d_e)\} / m_e
-
-    (a node once per position it occupies; an edge of ``edge_index`` once per step along it, split
-    between its :math:`m_e` parallel copies; a self step goes to the edge :math:`(j, j)` if
-    ``edge_index`` has one, else to no edge).
-
-    Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype (heterogeneous: dicts per
-    node type and per edge type).
-    """
-    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    return scores_of(wm, k, signed, beam)
+    return wm.per_type(node, edge)
 
 
 def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """Node and edge scores of walks (W, L+1) each adding ``value`` (W,) (see :func:`walk_scores`)."""
+    """Node and edge scores of walks (W, L+1) each adding ``value`` (W,) (see
+    :func:`~lrp_lib.explain.walks.walk_scores`)."""
     length = walks.shape[1]
     node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
     edge_key = edge_index[0] * n + edge_index[1]
@@ -258,34 +195,14 @@ def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) 
 
 
 class GreedySubgraph(NamedTuple):
-    """What :func:`greedy_subgraph` returns."""
+    """What :func:`~lrp_lib.explain.walks.greedy_subgraph` returns."""
     order: Tensor       #: (size,) LongTensor: the nodes in the order the search adds them
     scores: Tensor      #: (N,) node scores for AUROC: N - i for the i-th added node (i from 0), 0 if never added
     relevance: Tensor   #: (size,) the (alpha-)subgraph relevance of the first i + 1 nodes of ``order``
 
 
-def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int | None = None,
-                    rule="epsilon", *, alpha: float = 0.0, index: int | None = None,
-                    target: int | None = None, **model_kwargs) -> GreedySubgraph:
-    r"""sGNN-LRP's greedy subgraph search (Xiong et al., ICML 2022).
-
-    Start from :math:`S_0 = \emptyset`; step :math:`i` adds
-    :math:`v_i = \arg\max_{v \notin S_{i-1}} R_\alpha(S_{i-1} \cup \{v\})` (signed; ties, up to
-    16 ulp of the step's largest :math:`|R|`, to the smallest node id), until ``size`` nodes
-    (default all :math:`N`).  Node score :math:`N - i` for the :math:`i`-th added node (0 if
-    never added), as ``best_fo[fs] = nb_nodes - i`` in their code.  Each step is one batched
-    masked backward over its candidates (two with :math:`\alpha > 0`).
-
-    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global
-    node ids, :class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
-    """
-    alpha = check_alpha(alpha)
-    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
-    return greedy(wm, size, alpha)
-
-
-def greedy(wm: WalkModel, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
-    """:func:`greedy_subgraph` on a recorded model."""
+def greedy(wm, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
+    """:func:`~lrp_lib.explain.walks.greedy_subgraph` on a recorded model."""
     n, device = wm.num_nodes, wm.x.device
     wm.algebra  # built once here: the search makes one weighted query per step
     if size is None:

@@ -62,8 +62,8 @@ masked pass (the sGNN-LRP relevance of Xiong et al., ICML 2022), no enumeration,
 not hold (a route that skips two or more ``propagate`` calls: jumping knowledge, long residuals;
 a message that is not elementwise in what it reads) the same queries run as batched masked
 backwards of the recorded graph (exact, slower: ``top_walks`` then scores every walk).  The
-searches, node and edge scores from the top walks and the greedy subgraph search are in
-:mod:`lrp_lib.explain.walk_search` (re-exported here); :class:`WalkModel` in
+searches, node and edge scores from the top walks and the greedy subgraph search run on a recorded
+model in :mod:`lrp_lib.explain.walk_search`; :class:`WalkModel` in
 :mod:`lrp_lib.explain.walk_model`.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ from torch import Tensor, nn
 from lrp_lib.explain.walk_hetero import HeteroWalkModel, walk_model
 from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha, gamma_schedule
 from lrp_lib.explain.walk_defined import WalksUndefinedError
-from lrp_lib.explain.walk_search import GreedySubgraph, greedy_subgraph, top_walks, walk_scores
+from lrp_lib.explain.walk_search import GreedySubgraph
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "HeteroWalkModel", "walk_scores",
            "greedy_subgraph", "GreedySubgraph", "gamma_schedule", "WalksUndefinedError"]
@@ -128,3 +128,81 @@ def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, r
     alpha = check_alpha(alpha)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.subgraph_relevance(nodes, alpha)
+
+
+def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
+              index: int | None = None, target: int | None = None, beam: int | None = None,
+              signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
+    r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly.
+
+    Search (where the model decomposes into per-node matrices and per-edge shares,
+    :mod:`lrp_lib.explain.walk_algebra`): **branch and bound from the output side**.  A partial walk
+    is a suffix :math:`(j_t, \dots, j_L)` with its state :math:`a` at time :math:`t`; every completion
+    has relevance :math:`\pi \cdot a` for a prefix vector :math:`\pi` that lies in a box
+    :math:`[lo_t[j_t], hi_t[j_t]]` computed for all nodes by one pass of interval arithmetic from the
+    input, so :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds
+    the :math:`|R|` of every walk that extends the suffix.  A beam pass (width ``beam``, default
+    :math:`\max(8k, 64)`) completes some walks; the :math:`k`-th largest of their :math:`|R|` is a
+    threshold :math:`\tau` (lowered by float rounding's margin); then every suffix is expanded
+    step by step keeping those whose bound is :math:`\ge \tau`.  A walk of the true top :math:`k`
+    has :math:`|R| \ge \tau` and so do the bounds of all its suffixes: **the result is the exact top
+    k** (ties at the :math:`k`-th value broken arbitrarily).  With ``signed=True`` the bound is
+    :math:`\sum_f \max(lo_f a_f, hi_f a_f)` and the threshold the :math:`k`-th largest :math:`R`.
+    Elsewhere (a route that skips two or more ``propagate`` calls: jumping knowledge) every walk is
+    scored with batched masked backwards, :math:`N (d+1)^L` walks for average degree :math:`d`.
+
+    Walks whose relevance differs by less than :data:`TIE` (relative to the largest) are tied, as the
+    walks of a symmetric graph with constant features are; among them the walks with the smallest
+    node ids come first, so that the result does not depend on float rounding.
+
+    Heterogeneous graphs (``x``, ``edge_index`` dicts, :mod:`lrp_lib.explain.walk_hetero`): every
+    walk is scored (masked backwards), and the walks are returned typed, a list of
+    ``((type_0, j_0), ..., (type_L, j_L))``.
+
+    Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
+    (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.
+    """
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    walks, rel = wm.top_walks(k, beam, signed)
+    return (wm.typed_walks(walks), rel) if isinstance(wm, HeteroWalkModel) else (walks, rel)
+
+
+def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="epsilon", *,
+                index: int | None = None, target: int | None = None, signed: bool = True,
+                beam: int | None = None, **model_kwargs) -> tuple[Tensor, Tensor]:
+    r"""Node and edge scores from the ``k`` most relevant walks (GNN-LRP, Schnake et al., TPAMI 2021).
+
+    With :math:`T` the top walks (:func:`top_walks` with ``signed``) and :math:`v_w = R_w`
+    (``signed=True``) or :math:`|R_w|`:
+
+    .. math::  \mathrm{node}_j = \sum_{w \in T} v_w \, \#\{t \in 0..L : j_t = j\}, \qquad
+               \mathrm{edge}_e = \sum_{w \in T} v_w \, \#\{t \in 1..L : (j_{t-1}, j_t) = (s_e, d_e)\} / m_e
+
+    (a node once per position it occupies; an edge of ``edge_index`` once per step along it, split
+    between its :math:`m_e` parallel copies; a self step goes to the edge :math:`(j, j)` if
+    ``edge_index`` has one, else to no edge).
+
+    Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype (heterogeneous: dicts per
+    node type and per edge type).
+    """
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    return wm.walk_scores(k, signed, beam)
+
+
+def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int | None = None,
+                    rule="epsilon", *, alpha: float = 0.0, index: int | None = None,
+                    target: int | None = None, **model_kwargs) -> GreedySubgraph:
+    r"""sGNN-LRP's greedy subgraph search (Xiong et al., ICML 2022).
+
+    Start from :math:`S_0 = \emptyset`; step :math:`i` adds
+    :math:`v_i = \arg\max_{v \notin S_{i-1}} R_\alpha(S_{i-1} \cup \{v\})` (signed; ties, up to
+    16 ulp of the step's largest :math:`|R|`, to the smallest node id), until ``size`` nodes
+    (default all :math:`N`).  Node score :math:`N - i` for the :math:`i`-th added node (0 if
+    never added), as ``best_fo[fs] = nb_nodes - i`` in their code.  Each step is one batched
+    masked backward over its candidates (two with :math:`\alpha > 0`).
+
+    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global
+    node ids, :class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
+    """
+    wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
+    return wm.greedy_subgraph(size, alpha)

@@ -301,9 +301,9 @@ def test_lrp_explainer_compile_true(monkeypatch):
         for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
             torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6, msg=key)
         assert got.replay_reason == "torch.compile"
-    assert len(algorithm._compiled) == 1
+    assert len(algorithm.captures) == 1
     compiled(x, edge_index.clone(), index=3)
-    assert len(algorithm._compiled) == 2
+    assert len(algorithm.captures) == 2
     with torch.no_grad():
         model.lin.weight.mul_(2.0)
     doubled = compiled(x, edge_index, index=3)
@@ -343,7 +343,7 @@ def test_the_second_explanation_of_a_graph_runs_its_captured_graph(kind):
             torch.testing.assert_close(got[key], want[key], rtol=1e-9, atol=1e-12, msg=key)
         reasons.append(got.replay_reason)
     assert reasons == ["first call on this graph (captured from the second)"] + ["captured"] * 3
-    assert len(default.algorithm._compiled) == 1
+    assert len(default.algorithm.captures) == 1
     with torch.no_grad():
         model.lin.weight.mul_(-1.5)
     for reason in ("first call on this graph (captured from the second)", "captured"):
@@ -351,7 +351,7 @@ def test_the_second_explanation_of_a_graph_runs_its_captured_graph(kind):
         torch.testing.assert_close(flipped.node_relevance, eager(x, edge_index, index=3).node_relevance, rtol=1e-9,
                                    atol=1e-12)
         assert flipped.replay_reason == reason
-    assert len(default.algorithm._compiled) == 2
+    assert len(default.algorithm.captures) == 2
 
 
 def test_a_forward_that_reads_its_input_is_not_captured():

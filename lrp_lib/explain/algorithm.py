@@ -1,0 +1,381 @@
+r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algorithm: :class:`LRPExplainer`, its
+settings and defaults, and what it returns (:mod:`lrp_lib.explain.explainer` describes how it works).  One
+explanation's forward and backward are :func:`~lrp_lib.explain.relevance_pass.relevance`; ``per_index=True``
+runs them per chunk of targets (:mod:`lrp_lib.explain.subgraphs`), heterogeneous graphs through
+:mod:`lrp_lib.explain.hetero`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.explain import Explanation
+from torch_geometric.explain.algorithm import ExplainerAlgorithm
+from torch_geometric.explain.config import MaskType, ModelTaskLevel
+
+from lrp_lib.core.composites import Composite, get_composite
+from lrp_lib.core.rules import Rule
+from lrp_lib.core.validation import check_batch
+from lrp_lib.explain.accounting import batch_row_groups
+from lrp_lib.explain.capture import CaptureCache
+from lrp_lib.explain.hetero import explain_hetero
+from lrp_lib.explain.inputs import explainer_training_flag, uncompiled, usable, warn_training
+from lrp_lib.explain.layer_pruning import current_plan
+from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
+from lrp_lib.explain.one_pass import pending_target
+from lrp_lib.explain.relevance_pass import relevance
+from lrp_lib.explain.subgraphs import explain_per_index
+from lrp_lib.explain.targets import check_graph_rows
+
+__all__ = ["LRPExplainer", "DEFAULTS"]
+
+
+#: LRPExplainer's defaults per task level ("node" also serves link prediction), chosen by the benchmark
+#: of chapter 9 (``benchmarks/bench_quality.py``) with a rule declared before it ran: among every
+#: (composite x explained x mask), the best mean rank over that level's tasks, ties to the cheaper.
+DEFAULTS = {
+    "node": {"rule": "zplus", "explained": "logit", "mask": "abs"},
+    "graph": {"rule": "zplus", "explained": "logit", "mask": "abs"},
+}
+
+class LRPExplainer(ExplainerAlgorithm):
+    r"""Layer-wise Relevance Propagation for PyG models (see the module docstring).
+
+    Args:
+        rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see
+            below), ``"epsilon"`` (:math:`\epsilon = 10^{-6}`: on a bias-free ReLU network this is
+            Gradient :math:`\times` Input), ``"z"`` (:math:`\epsilon = 0`: exact conservation),
+            ``"gamma"``, the depth schedules ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"``
+            (:mod:`lrp_lib.core.composites`), or any :class:`lrp_lib.core.rules.Rule` (``Epsilon(0.1)``).
+        composite: a :class:`lrp_lib.core.composites.Composite` instead of ``rule``: rules per module type
+            or name, the stabiliser of the maps without weights, and the attention rule
+            (``"cp"`` or ``"uniform"``).
+        explained: what a multiclass model's relevance starts from: ``"logit"`` (the default), the raw
+            logit :math:`z_c` of the target class; ``"contrast"``, :math:`z_c - \frac{1}{K-1}
+            \sum_{k \ne c} z_k`, the evidence for the class against the others (for two classes, the
+            log-odds, which is what a one-logit binary model explains either way).
+        mask: what ``node_mask`` and ``edge_mask`` hold (:func:`lrp_lib.explain.masks.relevance_mask`):
+            ``"abs"`` (the default), :math:`|R| / \max |R|`, an importance in :math:`[0, 1]` that
+            PyG's plots, thresholds and metrics read as they read GNNExplainer's masks;
+            ``"positive"``, :math:`\max(R, 0) / \max R`; ``"relevance"``, the signed relevance
+            itself.  The signed relevance is always on the explanation as ``node_relevance`` and
+            ``edge_relevance``.
+        per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its
+            own (default False: one explanation of the sum of their outputs, as PyG's explainers).
+            The explanation then also holds ``node_relevance_per_index``, a sparse
+            (len(index), N, F) tensor (F = 1 for ``node_mask_type="object"``) whose slice ``i`` is
+            the node relevance of ``index[i]`` alone, and ``edge_relevance_per_index``, sparse
+            (len(index), E); ``node_relevance`` and ``edge_relevance`` are their sums over the
+            targets.  The targets of a chunk are explained together on the disjoint union of
+            their ``num_hops``-hop subgraphs (one forward and one backward per chunk);
+            ``num_hops`` defaults to the number of message-passing modules of the model.  A
+            chunk holds as many targets as keep the estimated memory of its pass within
+            ``max_memory`` bytes (default: a quarter of the memory available) and, on the CPU,
+            its largest tensor within :data:`~lrp_lib.explain.subgraphs.CPU_TENSOR_BYTES` (larger
+            ones come from fresh pages of the kernel on every allocation), at most
+            ``chunk_size`` (default: no limit).  Each message-passing step passes only the edges
+            into the nodes that the targets' outputs read of it (the last step: the targets'
+            in-edges; :mod:`~lrp_lib.explain.layer_pruning`).  The edges into the outermost
+            nodes are left out where no layer reads a sender's degree (``prune=None``,
+            :func:`~lrp_lib.explain.subgraphs.prunable`); where the other layers are ``GCNConv``,
+            which normalises by the senders' degrees, each outermost node gets one edge standing
+            for all its in-edges, their number handed to ``gcn_norm`` as its weight
+            (:mod:`~lrp_lib.explain.border_degrees`: the same degrees, to the bit); any other
+            model keeps the edges, so that every node has its full degree.  ``prune=False``
+            prunes in no way.  Where a pruned pass does not reproduce the model's output at the
+            targets, the chunk is explained again unpruned; an error says if the unpruned
+            subgraphs do not reproduce it either.
+        accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one
+            value per graph of a graph-level batch and per target of ``per_index=True`` (see
+            below; :mod:`lrp_lib.explain.accounting`: the amounts the rules keep are summed per
+            graph or target as the backward runs, and one more backward pass is needed only where
+            some are kept on rows it cannot assign, such as the edges);
+            ``"total"``: one number each, for the whole call (one backward pass).
+        fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
+            ``False``, its reference dispatch: the same relevance, at a higher cost per call.
+        recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
+            more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
+        replay: the second explanation of each input signature is recorded (the first runs in the
+            mode only), later ones replay the recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
+            same relevance; ``replayed`` and ``replay_reason`` on the explanation say whether it was
+            replayed (``"replayed"``, or ``"compiled"``: run as a program, see ``compile``) and why not
+            (recorded, a guard that failed, a model that cannot be replayed).
+            On by default (every case of the coverage zoo replays to the mode's values,
+            ``tests/explain/test_replay.py``); not with ``recompute=True`` or ``fast=False``, nor for a
+            model with hooks (a replay would not run them).
+            With ``mechanism="forward"`` the second explanation of a graph (the same ``edge_index`` and other
+            graph inputs by identity, unchanged, node features of the same shape, the same parameters and
+            buffers) captures the explanation's forward with PyTorch's ``make_fx``
+            (:mod:`lrp_lib.explain.capture`: the graph part, self-loops and normalisation, computed once), and
+            it and later ones run the captured graph and one ordinary backward, without the model's or the
+            rules' Python (``replay_reason`` ``"captured"``).  Capturing takes a fraction of a second per
+            graph.  A model whose Python reads input-dependent values (a branch on ``x``), or that has hooks,
+            is not captured, and runs eagerly (``replay_reason`` says why).
+        compile: a replayed explanation's ATen operations, forward and backward, are recorded once
+            (the third explanation of a signature) and later explanations run them as a program,
+            without the rules' Python (:mod:`lrp_lib.explain.compiled`): the same relevance (to the
+            bit on the CPU; on a GPU, whose scatter sums add in no fixed order, to rounding), at
+            about the cost of one gradient.  Every value the rules read from the data (the
+            signs z+ splits by, a zero in a denominator) is read again and compared; where one
+            differs the explanation is replayed instead (and compiled again).  On by default; it
+            applies with one account for the call (node-level tasks, one graph, or a batch with
+            ``accounts="total"``), without an edge mask or ``per_index``, on the CPU and on a GPU.
+            Once two input signatures that differ only in their sizes (molecules of other numbers of
+            atoms and bonds) have programs that run the same operations, one program is made for
+            inputs of any size (``replay_reason`` ``"compiled for any size"``;
+            :func:`lrp_lib.explain.compiled.generalise`), which reads its sizes from the tensors it
+            runs on; sizes 0 and 1, and free sizes equal to each other, are left to the replay.
+            ``compile="exact"``: programs per signature only, for a model whose forward takes other
+            branches at other sizes (a size threshold, say), which no program could see.
+            With ``mechanism="forward"``, ``compile=True`` means PyTorch's compiler instead: the explanation's
+            forward on a graph is captured once (:mod:`lrp_lib.explain.capture`: the graph part, self-loops and
+            normalisation, folded into constants) and compiled by ``torch.compile(fullgraph=True)``; later
+            explanations on the same ``edge_index`` (by identity, unchanged), with node features of the same shape
+            and the model's parameters unchanged, run the compiled forward and one ordinary backward.  Compiling
+            takes seconds (tens on a small CPU), so it pays where one graph is explained many times.  It applies
+            without a floating-point ``edge_attr`` and ``per_index``; elsewhere the forward rules run eagerly.
+            Default (None): True for ``"functions"``, False for ``"forward"``.
+        mechanism: how the rules run.  ``"functions"`` (the default): each rule is a relevance primitive
+            whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), with ``replay`` and
+            ``compile`` above.  ``"forward"``: each rule is a forward that keeps its operation's value and
+            changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation is one ordinary
+            backward of PyTorch's own, and each input's relevance is the input times its gradient: the
+            same relevance (to rounding), its forward captured from the second explanation of a graph on
+            (``replay`` above; ``compile=True``: PyTorch's compiler).  Relevance that does not reach the inputs is reported by the explanation's
+            :class:`LostRelevanceWarning`; the warnings that the primitives give per map (a part of
+            alpha-beta without contributions of its sign) are not given, as the relevance is only known
+            in the backward.
+
+    The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
+    and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
+    (``benchmarks/bench_quality.py``: 11 tasks with ground truth, 5 seeds, the protocols of the
+    published numbers) with a rule fixed before it ran: among 6 composites x 2 explained
+    quantities x 3 masks, the configuration of best mean rank among all methods (LRP's and 11
+    others), ties to the cheaper.  The same configuration wins on the node-level tasks, on the
+    graph-level tasks and on all of them.  z+ sends relevance along the positive evidence only
+    and so differs from Gradient :math:`\times` Input (which the epsilon rule equals on ReLU
+    networks); the absolute value keeps the evidence against the class, which on the motif tasks
+    is part of the motif.
+
+    Link prediction (``task_level="edge"``): the model takes ``edge_label_index`` (as PyG's
+    ``link_pred`` examples) and gives one score per column; ``index`` selects the explained columns,
+    whose scores (the log-odds of the target class, for a binary classifier) are conserved onto the
+    node features and the edges of ``edge_index``.  A dot-product decoder is a product of the two
+    end points' embeddings: AttnLRP's uniform rule gives each end point half.
+
+    Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or
+    ``sigmoid`` (``return_type="probs"``/``"log_probs"``, or ``"raw"``) is explained from the input of
+    that function, its logits, as the LRP literature does (the probabilities couple the classes and
+    saturate); the explanation then says so in ``explained_output``.  A model declared with
+    ``"probs"``/``"log_probs"`` whose output is not such a function's is refused.
+
+    Relevance: ``node_relevance`` is the relevance of each input feature (N x F) for
+    ``node_mask_type="attributes"``, its sum over the nodes (1 x F) for ``"common_attributes"``,
+    its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
+    edge mask) the relevance carried by each edge's messages over all layers (E).  Relevance is
+    signed and not normalised; ``node_mask`` and ``edge_mask`` hold the mask that ``mask`` makes of
+    it.  The explanation also holds ``bias_relevance`` (what the biases and stabilisers kept),
+    ``relevance_residual`` (the explained value minus the relevance of the inputs and of the biases:
+    zero up to rounding unless relevance was lost at a detach or a zero output) and, when the model
+    gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).  Both accounts are
+    tensors on the explanation's device, one value per explained value
+    (:mod:`lrp_lib.explain.accounting`): for ``task_level="graph"`` shape ``[num_graphs]`` (``[1]``
+    for a single graph; 0 for a graph that ``index`` leaves out), so that graph ``g``'s node relevance
+    plus ``bias_relevance[g]`` plus ``relevance_residual[g]`` is its explained output; with
+    ``per_index=True`` shape ``[len(index)]``, one per target in the order of ``index``, with
+    ``node_relevance_per_index[i]``; otherwise (one explanation of the sum of the explained node
+    or edge outputs, a heterogeneous graph) a 0-dimensional tensor.
+
+    The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
+    a prediction pass before this algorithm: use :class:`~lrp_lib.explain.pyg_explainer.Explainer` (or call :func:`check_inputs`
+    first) to have the inputs checked before that pass too.  If the explanation fails, the model's
+    training flag is restored (PyG's ``Explainer`` would leave it in eval mode).  Relevance that a
+    ``.detach()`` inside the model keeps from the inputs is reported, with its amount, by a
+    :class:`LostRelevanceWarning`.
+    """
+
+    def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
+                 chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
+                 mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
+                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
+                 compile: bool | str | None = None, mechanism: str = "functions"):
+        super().__init__()
+        if mechanism not in ("functions", "forward"):
+            raise ValueError(f"mechanism must be 'functions' (relevance primitives) or 'forward' (rules as forward "
+                             f"modifications, one ordinary backward), got {mechanism!r}")
+        if mechanism == "forward" and recompute:
+            raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
+                             "backward; mechanism='forward' keeps none (PyTorch's own backward): use one or the other")
+        self.mechanism = mechanism
+        self.captures = CaptureCache()  # mechanism="forward": the captured explanation of each graph
+        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        if not (compile is None or isinstance(compile, bool) or compile == "exact"):
+            raise ValueError(f"compile must be True, False, 'exact' or None (the mechanism's default), got {compile!r}")
+        if mechanism == "forward" and compile == "exact":
+            raise ValueError("compile='exact' chooses the relevance primitives' programs; with mechanism='forward' "
+                             "use compile=True (torch.compile) or False")
+        compile = (mechanism == "functions") if compile is None else compile
+        self.replay, self.fast, self.recompute, self.compile = replay, fast, recompute, compile
+        if accounts not in ("each", "total"):
+            raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
+        self.accounts = accounts
+        self._mask = None if mask is None else check_mask_kind(mask)
+        if explained not in (None, "logit", "contrast"):
+            raise ValueError(f"explained must be 'logit' or 'contrast', got {explained!r}")
+        self._explained = explained
+        if composite is not None and not isinstance(composite, Composite):
+            raise TypeError(f"composite must be a lrp_lib.core.composites.Composite, got {type(composite).__name__}")
+        if composite is not None and rule is not None:
+            raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
+        self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
+        self._default_composites: dict[str, Composite] = {}
+        for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
+                                   ("max_memory", max_memory, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"{name} must be an int >= {least} or None, got {value!r}")
+        if prune not in (None, True, False):
+            raise ValueError(f"prune must be None (where exact), True or False, got {prune!r}")
+        self.per_index, self.num_hops, self.chunk_size = per_index, num_hops, chunk_size
+        self.max_memory, self.prune = max_memory, prune
+
+    # ------------------------------------------------------------ the settings and their defaults
+    @property
+    def defaults(self) -> dict:
+        """The defaults for this explainer's task level (:data:`DEFAULTS`; ``"node"`` until connected)."""
+        try:
+            level = self.model_config.task_level
+        except (ValueError, AttributeError):
+            level = None
+        return DEFAULTS["graph" if level == ModelTaskLevel.graph else "node"]
+
+    @property
+    def composite(self) -> Composite:
+        """The composite in use: the one given (or made from ``rule``), its weights that it names no rule for
+        (``linear=None``) on the default rule; else the default's."""
+        name = self.defaults["rule"]
+        key = (name, id(self._composite))
+        if key not in self._default_composites:
+            self._default_composites[key] = get_composite(name) if self._composite is None else \
+                self._composite.with_default(name)
+        return self._default_composites[key]
+
+    def __repr__(self) -> str:
+        c = self.composite
+        parts = [f"rule={c.linear!r}"]
+        if c.rules:
+            parts.append("rules={" + ", ".join(f"{k if isinstance(k, str) else k.__name__!r}: {r!r}"
+                                               for k, r in c.rules) + "}")
+        if c.layers is not None:
+            parts.append(f"layers={c.layers!r}")
+        parts += [f"explained={self.explained!r}", f"mask={self.mask!r}"]
+        if self.mechanism != "functions":
+            parts.append(f"mechanism={self.mechanism!r}")
+        return f"LRPExplainer({', '.join(parts)})"
+
+    @property
+    def rule(self) -> Rule:
+        """The rule of the weights that the composite names nothing else for."""
+        return self.composite.linear
+
+    @property
+    def explained(self) -> str:
+        """What a multiclass model's relevance starts from: ``"logit"`` or ``"contrast"``."""
+        return self._explained if self._explained is not None else self.defaults["explained"]
+
+    @property
+    def mask(self) -> str:
+        """What ``node_mask`` and ``edge_mask`` hold: ``"abs"``, ``"positive"`` or ``"relevance"``."""
+        return self._mask if self._mask is not None else self.defaults["mask"]
+
+    def supports(self) -> bool:
+        cfg, model_cfg = self.explainer_config, self.model_config
+        if cfg.node_mask_type not in (None, MaskType.object, MaskType.attributes, MaskType.common_attributes):
+            raise ValueError(f"LRPExplainer supports node_mask_type None, 'object', 'attributes' or "
+                             f"'common_attributes', got {cfg.node_mask_type.value!r}")
+        if cfg.edge_mask_type not in (None, MaskType.object):
+            raise ValueError(f"LRPExplainer supports edge_mask_type None or 'object', got {cfg.edge_mask_type.value!r}")
+        if model_cfg.task_level == ModelTaskLevel.edge and self.per_index:
+            raise ValueError("per_index=True explains node-level tasks; for task_level='edge' use per_index=False "
+                             "(one explanation per call, index selecting the explained edges of edge_label_index)")
+        return True
+
+    def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
+                index=None, **kwargs) -> Explanation:
+        given = model
+        warn_training(explainer_training_flag(given))  # (PyG's Explainer, up the stack, set eval mode)
+        try:
+            model = uncompiled(model)  # torch.compile(model): its own module, with the same parameters
+            # the relevance is a backward: it runs with autograd on, also when the caller evaluates under
+            # torch.no_grad() or torch.inference_mode() (whose tensors cannot be saved for backward: copied)
+            def explain():
+                args = [usable(t) for t in (x, edge_index, target, index)]
+                return self._explain(model, *args[:2], target=args[2], index=args[3],
+                                     **{k: usable(v) for k, v in kwargs.items()})
+            if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+                return explain()
+            with torch.inference_mode(False), torch.enable_grad():
+                return explain()
+        except BaseException:
+            training = explainer_training_flag(given)  # (PyG's Explainer, up the stack, set eval mode)
+            if training is not None:
+                given.train(training)
+            raise
+
+    def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
+        if isinstance(x, dict):
+            return explain_hetero(self, model, x, edge_index, target=target, index=index, **kwargs)
+        if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
+            target = pending_target()
+        if self.model_config.task_level == ModelTaskLevel.graph:
+            target = check_graph_rows(target, x, kwargs.get("batch"))
+        if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
+            def relevance(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
+                node_group = row_group = row_groups = None
+                if self.accounts == "each":
+                    node_group = groups
+                    row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
+                    row_group[rows] = torch.arange(rows.numel(), device=rows.device)
+                    plan = current_plan()  # the group of each row of each tensor: the accounts in this pass
+                    row_groups = plan.row_groups if plan is not None else None
+                return self._relevance(model, sub_x, sub_edges, sub_target, rows, checked=True,
+                                       node_group=node_group, row_group=row_group, row_groups=row_groups,
+                                       **sub_kwargs)
+            node_rel, edge_rel, extra = explain_per_index(
+                relevance, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
+                chunk_size=self.chunk_size, max_memory=self.max_memory, prune=self.prune,
+                node_mask_type=self.explainer_config.node_mask_type,
+                edge_mask_type=self.explainer_config.edge_mask_type, **kwargs)
+            if self.accounts == "total":  # the chunks' totals, summed
+                extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})
+            return self._masked(node_rel, edge_rel, **extra)
+        node_group = row_groups = None
+        one_graph = False
+        if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
+            batch = kwargs.get("batch")
+            one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
+            if not one_graph:  # (one graph: its one account, without groups)
+                node_group = check_batch(batch, x.shape[0], edge_index.long(), "batch")  # (no edge between graphs)
+                row_groups = batch_row_groups(node_group)
+        node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
+                                                       row_groups=row_groups, split_losses=False,
+                                                       one_group=one_graph, **kwargs)
+        return self._explanation(node_rel, edge_rel, **extra)
+
+    def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
+        """The explanation of node relevance (N x F) and edge relevance: signed relevance and masks."""
+        return self._masked(per_mask_type(node_rel, self.explainer_config.node_mask_type), edge_rel, **extra)
+
+    def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
+        """node_relevance / edge_relevance (signed) and the node / edge masks that ``mask`` makes of them."""
+        node_mask = None if self.explainer_config.node_mask_type is None else relevance_mask(node_rel, self.mask)
+        if self.explainer_config.edge_mask_type is None:
+            edge_rel = None
+        extra = {"node_relevance": node_rel.detach(), **extra}
+        if edge_rel is not None:
+            extra["edge_relevance"] = edge_rel.detach()
+        return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
+
+    def _relevance(self, model, x, edge_index, target, index, **options):
+        """One forward and one backward with this explainer's settings (:func:`~lrp_lib.explain.relevance_pass.relevance`)."""
+        return relevance(self, model, x, edge_index, target, index, **options)

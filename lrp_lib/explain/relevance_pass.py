@@ -1,0 +1,162 @@
+r"""One explanation: the model's forward under the mechanism's rules, one backward, and its accounts.
+
+:func:`relevance` runs what :class:`~lrp_lib.explain.algorithm.LRPExplainer` asks for once: the model's own
+forward inside the interception (:class:`~lrp_lib.explain.function_mode.RelevanceMode` with the relevance
+primitives, or :class:`~lrp_lib.explain.forward.ForwardMode` with the forward rules), a replayed or compiled
+program of it (:mod:`lrp_lib.explain.replay`, :mod:`lrp_lib.explain.compiled`), or its captured graph
+(:mod:`lrp_lib.explain.capture`); then one backward from the explained output, and the accounts of what the
+biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
+"""
+from __future__ import annotations
+
+import warnings
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import torch
+from torch import Tensor, nn
+
+from lrp_lib.core.stabilizer import all_finite
+from lrp_lib.explain import compiled, replay
+from lrp_lib.explain.accounting import GroupedTally, account, account_one, lost_relevance
+from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
+from lrp_lib.explain.inputs import check_inputs, checked_by_explainer
+from lrp_lib.explain.layer_pruning import current_plan
+from lrp_lib.explain.primitives import Tally
+from lrp_lib.explain.propagate import check_blocked, propagate
+from lrp_lib.explain.targets import start_of
+
+__all__ = ["relevance", "NOT_FINITE", "NO_EDGE_ATTR_RELEVANCE"]
+
+NO_EDGE_ATTR_RELEVANCE = (
+    "edge_attr_relevance is zero everywhere: no relevance reached edge_attr.  Where the model reads edge_attr only "
+    "inside attention scores (GATConv, TransformerConv with edge_dim), that is by design: attention weights are held "
+    "constant (Composite(attention='cp'), the default), so relevance flows through the values, not the scores "
+    "(under Composite(attention='uniform') the scores take half of each product)")
+
+NOT_FINITE = ("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's running "
+              "statistics) contain NaN or Inf values, or its output is not finite; check them with torch.isfinite")
+
+
+def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target, index, checked: bool = False,
+              node_group=None, row_group=None, row_groups=None, split_losses: bool = True, one_group: bool = False,
+              **kwargs):
+    """(node relevance, edge relevance, the model's output, extras): one forward, one backward, with the
+    settings of ``algorithm`` (an :class:`~lrp_lib.explain.algorithm.LRPExplainer`).
+
+    With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and
+    ``relevance_residual`` hold one value per group (:func:`lrp_lib.explain.accounting.account`):
+    group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None: row ``g``);
+    ``row_groups`` (filled by the forward: the group of the rows of each row count) splits the
+    biases by group without another backward where it covers every tensor they were kept on
+    (``split_losses=False``: only where no group lost relevance, see
+    :func:`~lrp_lib.explain.accounting.account`).  ``one_group``: ``node_group`` is known to hold one
+    group (a single graph), whose account needs no other backward, so the explanation may be compiled."""
+    if not checked and not checked_by_explainer(x, edge_index):
+        check_inputs(model, x, edge_index, **kwargs)
+    edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
+    leaf = x.detach().clone().requires_grad_(True)
+    inputs = [leaf]
+    attr = kwargs.get("edge_attr")
+    if isinstance(attr, Tensor) and attr.is_floating_point():
+        kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
+        inputs.append(kwargs["edge_attr"])
+    edges = algorithm.explainer_config.edge_mask_type is not None
+    grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
+
+    def make(mode_class, recorder_class):
+        mode = mode_class(algorithm.composite, model, fast=algorithm.fast, recompute=algorithm.recompute)
+        if grouped and mode_class is not ForwardMode:  # (the forward rules' tally reads totals: one per backward)
+            mode.tally = GroupedTally()
+        layer_plan = current_plan()  # per_index: the rows each layer's outputs are read at
+        if layer_plan is not None:
+            mode.live_rows = layer_plan.live_rows
+        return mode, recorder_class(mode, model, edge_index, x.dtype) if edges else None
+    tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
+    model_inputs, other = [leaf, edge_index, *tensors.values()], {k: v for k, v in kwargs.items() if k not in tensors}
+    options = (algorithm.composite.key(), algorithm.fast, edges, grouped, tuple(kwargs))
+    forward = algorithm.mechanism == "forward"
+    if forward:  # the rules as forward modifications: PyTorch's own backward, nothing recorded
+        make = (lambda make_: lambda mode_class, recorder_class: make_(ForwardMode, ProbeRecorder))(make)
+    enabled = algorithm.replay and algorithm.fast and not algorithm.recompute and not forward
+    # one account for the call, no edge relevance: the plan's ATen operations run as a program
+    compile_ = enabled and algorithm.compile is not False and not edges and not grouped and (node_group is None or one_group) \
+        and current_plan() is None
+    done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
+        o, h, target, index, algorithm.model_config, algorithm.explained), generic=algorithm.compile is True) \
+        if compile_ else None
+    captured, why = algorithm.captures.get(
+        model, x, edge_index, kwargs, inputs, algorithm.composite, edges, algorithm.compile is True) if forward and (
+        algorithm.compile is True or algorithm.replay) and not grouped and (node_group is None or one_group) \
+        and current_plan() is None else (None, None)
+    recording = None
+    if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
+        out, head, leaves = captured.forward(x)
+        start = start_of(out, head, target, index, algorithm.model_config, algorithm.explained)
+        node_grad, edge_rel, kept = captured.backward(head, leaves, start)
+        grads = (node_grad,)
+        tally = Tally()
+        tally.absorb("biases, constant terms and stabilisers", kept)
+        mode = SimpleNamespace(tally=tally, detached=set(), explained_head=captured.head)
+        recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
+        replayed, reason = True, why
+    elif done is not None:
+        out, head, start, grads, tally, program = done
+        check_blocked(tally)
+        mode = SimpleNamespace(tally=tally, detached=program.detached, explained_head=program.explained_head)
+        recorder, replayed = None, True
+        reason = "compiled" if program.input_sizes is None else "compiled for any size"
+    else:
+        recording = compiled.compiling(model, model_inputs, other, options) if compile_ else None
+        with recording.forward() if recording is not None else nullcontext():
+            mode, recorder, out, replayed, reason = replay.forward(
+                model, make, model_inputs, inputs, other, options, lambda: model(leaf, edge_index, **kwargs),
+                enabled=enabled)
+        reason = why or reason
+        if not replayed:
+            recording = None
+        out, start, grads, head = propagate(
+            model, mode, recorder, inputs, None, target, index, algorithm.model_config, algorithm.explained,
+            retain_graph=node_group is not None and not one_group, out=out, replayed=replayed,
+            backward_context=recording.backward(mode.tally) if recording is not None else None)
+        replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
+    node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
+    attr_rel = None
+    if len(inputs) > 1:
+        attr_rel = grads[1] if grads[1] is not None else torch.zeros_like(inputs[1])
+        if bool(start.any()) and not bool(attr_rel.any()):
+            warnings.warn(NO_EDGE_ATTR_RELEVANCE, UserWarning, stacklevel=2)
+    absorbed = mode.tally.total(mode.tally.absorbed)
+    if one_group and start.dim() > 0 and start.shape[0] == 1:  # a single graph and output row: one account
+        bias, residual, finite = account_one(start, [node_rel, attr_rel], absorbed, mode.detached)
+        if not finite and not all_finite(node_rel):
+            raise ValueError(NOT_FINITE)
+        extra = {"bias_relevance": bias, "relevance_residual": residual}
+    else:
+        if not all_finite(node_rel):
+            raise ValueError(NOT_FINITE)
+        lost = lost_relevance(start, node_rel, attr_rel, absorbed, mode.detached, x.dtype)
+        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
+                 "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
+        if one_group and node_group is None:
+            node_group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        if node_group is not None and start.dim() > 0:
+            if row_group is None:
+                row_group = torch.arange(start.shape[0], device=start.device)
+            groups = int(row_group.max()) + 1 if row_group.numel() else 0
+            if groups and (not node_group.numel() or int(node_group.max()) < groups):
+                edge_group = node_group[edge_index[1]] if attr_rel is not None else None
+                bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
+                                         [node_rel], mode.tally, recorder, node_group=node_group,
+                                         row_group=row_group, num_groups=groups, edge_group=edge_group,
+                                         row_groups=row_groups, split_losses=split_losses)
+                extra.update(bias_relevance=bias, relevance_residual=residual)
+    if mode.explained_head is not None:
+        extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
+    if attr_rel is not None:
+        extra["edge_attr_relevance"] = attr_rel
+    if algorithm.replay:
+        extra.update(replayed=replayed, replay_reason=reason)
+    if recording is not None:  # the explanation passed every check: its program is kept
+        recording.finish(out, head, grads, mode.detached, mode.explained_head)
+    return node_rel, recorder.record if recorder is not None else None, out.detach(), extra
