@@ -456,7 +456,8 @@ any_explainer = Explainer(
     edge_mask_type="object",
     model_config=model_config,
 )
-for name, rule in any_explainer.algorithm.composite.rules_of(other).items():  # the rule of every weight
+rules = any_explainer.algorithm.composite.rules_of(other)  # the rule of every weight
+for name, rule in rules.items():
     print(f"{name}: {rule}")
 g64 = graph.to("cpu")
 e = any_explainer(g64.x.double(), g64.edge_index)

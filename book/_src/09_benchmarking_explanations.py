@@ -47,11 +47,11 @@ TITLES, BASE, name = TASK_TITLES, METHOD_NAMES, method_name
 
 
 def ci(row, i):
-    """The low (i = 0) or high (i = 1) end of a row's 95 % interval.
+    """The low (i = 0) or high (i = 1) end of a row's 95 % interval, clipped to [0, 1], the range of an AUROC.
 
     None with one seed.
     """
-    return row["ci95"][i] if row.get("ci95") else None
+    return min(max(row["ci95"][i], 0.0), 1.0) if row.get("ci95") else None
 
 
 order = [t for t in TITLES if t in tasks]
@@ -146,7 +146,7 @@ display(
 # %% [markdown]
 # A seed fixes the generated data, the model's initialisation and training, and the explainers'
 # randomness; every (task, method) is reported as the mean over {glue:text}`n_seeds` seeds with a
-# 95 % Student-t interval over them. Node-level methods run on the 4-hop subgraph of the explained
+# 95 % Student-t interval over them, clipped to [0, 1], the range of an AUROC. Node-level methods run on the 4-hop subgraph of the explained
 # node: a three-layer GCN's output at a node depends only on that subgraph (the fourth hop supplies
 # the degrees that GCN's normalisation needs), which the script checks node by node.
 #
@@ -214,9 +214,10 @@ display(
 # (quality-heatmap)=
 # ## Results
 #
-# The mean AUROC of the main methods on every task (rows): the LRP configurations chosen below, the
-# library's default (epsilon, logit, abs), signed LRP-0, and the best LRP configuration of each task
-# (a different one per row), then the other methods. The full tables, with every LRP configuration,
+# The mean AUROC of the main methods on every task (rows): the LRP configurations chosen below (the
+# overall choice is `LRPExplainer()`'s default), epsilon with the $|R|$ mask, signed epsilon (LRP-0 up to its
+# stabiliser), sGNN-LRP's gamma schedule, and the best LRP configuration of each task (a different one per
+# row), then the other methods. The full tables, with every LRP configuration,
 # the 95 % intervals and the time per explanation, are folded under the figure.
 
 # %%
