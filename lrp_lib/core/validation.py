@@ -105,7 +105,8 @@ def check_node_features(x, name: str = "x", allow_empty: bool = False) -> Tensor
     return x
 
 
-def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: str = "batch") -> Tensor:
+def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: str = "batch",
+                fix: str | None = None) -> Tensor:
     """``batch`` as torch.long, after checking that it has one non-negative graph id per node and,
     given ``edge_index`` (long, in range), that no edge joins two graphs: relevance is read per
     graph, so an edge across graphs would assign it to the wrong one."""
@@ -123,7 +124,7 @@ def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: s
             raise ValueError(
                 f"{name} puts the two ends of {int(cross.sum())} edge(s) in different graphs (the first: "
                 f"edge {k}, {s} -> {r}, graphs {int(batch[s])} and {int(batch[r])}); the graphs of a batch "
-                f"must not share edges: fix {name} (torch_geometric.data.Batch builds a consistent one)")
+                f"must not share edges: " + (fix or f"fix {name} (torch_geometric.data.Batch builds a consistent one)"))
     return batch
 
 

@@ -355,7 +355,11 @@ class LRPExplainer(ExplainerAlgorithm):
             batch = kwargs.get("batch")
             one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
             if not one_graph:  # (one graph: its one account, without groups)
-                node_group = check_batch(batch, x.shape[0], edge_index.long(), "batch")  # (no edge between graphs)
+                node_group = check_batch(  # (no edge between graphs)
+                    batch, x.shape[0], edge_index.long(), "batch",
+                    fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch "
+                        "builds a consistent one), or explain the batch with one account, "
+                        "LRPExplainer(accounts='total')")
                 row_groups = batch_row_groups(node_group)
         node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
                                                        row_groups=row_groups, split_losses=False,
