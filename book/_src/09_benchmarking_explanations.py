@@ -146,9 +146,10 @@ display(
 # %% [markdown]
 # A seed fixes the generated data, the model's initialisation and training, and the explainers'
 # randomness; every (task, method) is reported as the mean over {glue:text}`n_seeds` seeds with a
-# 95 % Student-t interval over them, clipped to [0, 1], the range of an AUROC. Node-level methods run on the 4-hop subgraph of the explained
-# node: a three-layer GCN's output at a node depends only on that subgraph (the fourth hop supplies
-# the degrees that GCN's normalisation needs), which the script checks node by node.
+# 95 % Student-t interval over them, clipped to [0, 1], the range of an AUROC. Node-level methods run
+# on the 4-hop subgraph of the explained node: a three-layer GCN's output at a node depends only on
+# that subgraph (the fourth hop supplies the degrees that GCN's normalisation needs), which the script
+# checks node by node.
 #
 # Accuracy matters for reading the rest: an explanation can only find the planted motif if the
 # model uses it (Faber et al., 2021, "When comparing to ground truth is wrong"). The explained

@@ -172,7 +172,8 @@ class Composite:
             return type(r).__name__, tuple(sorted((k, value(v)) for k, v in vars(r).items()))
         layers = value(self.layers) if callable(self.layers) or self.layers is None else \
             tuple(rule(r) for r in self.layers)
-        return (None if self.linear is None else rule(self.linear), tuple((value(k) if isinstance(k, type) else k, rule(r)) for k, r in self.rules),
+        linear = None if self.linear is None else rule(self.linear)
+        return (linear, tuple((value(k) if isinstance(k, type) else k, rule(r)) for k, r in self.rules),
                 self.epsilon, self.attention, self.bias, layers)
 
     def __repr__(self):

@@ -34,7 +34,8 @@
   :mod:`~lrp_lib.explain.border_degrees` (GCN's degrees at the border from one counted edge per node);
 * :mod:`~lrp_lib.explain.explainer`: the public names, ``LRPExplainer`` for PyG's ``Explainer``
   (:mod:`~lrp_lib.explain.algorithm`: its settings; :mod:`~lrp_lib.explain.relevance_pass`: one forward and one
-  backward under either mechanism); :mod:`~lrp_lib.explain.pyg_explainer`: ``Explainer``, PyG's with the inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
+  backward under either mechanism); :mod:`~lrp_lib.explain.pyg_explainer`: ``Explainer``, PyG's with the
+  inputs checked first; :mod:`~lrp_lib.explain.hetero`: heterogeneous graphs;
   :mod:`~lrp_lib.explain.one_pass`: the prediction taken from the explanation's own forward (a
   classifier's, by default), near ties decided by the model's own pass;
 * :mod:`~lrp_lib.explain.masks`: signed relevance to the masks PyG's plots and metrics read;
@@ -55,7 +56,8 @@ _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent"
             "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "border_degrees", "explainer", "masks", "walks",
             "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
             "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "compiled",
-            "bindings", "pyg_explainer", "forward", "capture", "tensors", "algorithm", "relevance_pass")
+            "bindings", "pyg_explainer", "forward", "capture", "tensors", "algorithm",
+            "relevance_pass")
 
 
 def __getattr__(name):

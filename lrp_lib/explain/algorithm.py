@@ -37,8 +37,9 @@ DEFAULTS = {
     "graph": {"rule": "zplus", "explained": "logit", "mask": "abs"},
 }
 
+
 class LRPExplainer(ExplainerAlgorithm):
-    r"""Layer-wise Relevance Propagation for PyG models (see the module docstring).
+    r"""Layer-wise Relevance Propagation for PyG models (how it works: :mod:`lrp_lib.explain.explainer`).
 
     Args:
         rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see
@@ -140,10 +141,10 @@ class LRPExplainer(ExplainerAlgorithm):
             changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation is one ordinary
             backward of PyTorch's own, and each input's relevance is the input times its gradient: the
             same relevance (to rounding), its forward captured from the second explanation of a graph on
-            (``replay`` above; ``compile=True``: PyTorch's compiler).  Relevance that does not reach the inputs is reported by the explanation's
-            :class:`LostRelevanceWarning`; the warnings that the primitives give per map (a part of
-            alpha-beta without contributions of its sign) are not given, as the relevance is only known
-            in the backward.
+            (``replay`` above; ``compile=True``: PyTorch's compiler).  Relevance that does not reach the
+            inputs is reported by the explanation's :class:`LostRelevanceWarning`; the warnings that the
+            primitives give per map (a part of alpha-beta without contributions of its sign) are not given,
+            as the relevance is only known in the backward.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -229,7 +230,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if composite is not None and rule is not None:
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
         self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
-        self._default_composites: dict[str, Composite] = {}
+        self._default_composites: dict[tuple, Composite] = {}  # (default rule, id of the given composite)
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
                                    ("max_memory", max_memory, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):

@@ -80,8 +80,8 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         make = (lambda make_: lambda mode_class, recorder_class: make_(ForwardMode, ProbeRecorder))(make)
     enabled = algorithm.replay and algorithm.fast and not algorithm.recompute and not forward
     # one account for the call, no edge relevance: the plan's ATen operations run as a program
-    compile_ = enabled and algorithm.compile is not False and not edges and not grouped and (node_group is None or one_group) \
-        and current_plan() is None
+    compile_ = enabled and algorithm.compile is not False and not edges and not grouped \
+        and (node_group is None or one_group) and current_plan() is None
     done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
         o, h, target, index, algorithm.model_config, algorithm.explained), generic=algorithm.compile is True) \
         if compile_ else None

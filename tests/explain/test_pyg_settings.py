@@ -22,7 +22,8 @@ EDGE_LABEL_INDEX = torch.tensor([[0, 1, 2], [3, 4, 5]])
 
 RETURN_TYPES = {"binary_classification": ("raw", "probs"), "multiclass_classification": ("raw", "probs", "log_probs"),
                 "regression": ("raw",)}
-SETTINGS = [(mode, rt, level) for mode, rts in RETURN_TYPES.items() for rt in rts for level in ("node", "edge", "graph")]
+SETTINGS = [(mode, rt, level) for mode, rts in RETURN_TYPES.items() for rt in rts
+            for level in ("node", "edge", "graph")]
 
 
 class Net(torch.nn.Module):

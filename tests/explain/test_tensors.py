@@ -78,7 +78,8 @@ def zennit(monkeypatch):
         resnet.Bottleneck = type("Bottleneck", (nn.Module,), {})
         resnet.BasicBlock = type("BasicBlock", (nn.Module,), {})
         tv.models, models.resnet = models, resnet
-        for name, module in (("torchvision", tv), ("torchvision.models", models), ("torchvision.models.resnet", resnet)):
+        for name, module in (("torchvision", tv), ("torchvision.models", models),
+                             ("torchvision.models.resnet", resnet)):
             monkeypatch.setitem(sys.modules, name, module)
     return pytest.importorskip("zennit")
 
@@ -89,8 +90,9 @@ def zennit(monkeypatch):
 def test_equals_zennit(zennit, net, shape, rule, mechanism):
     """Zennit's Epsilon(1e-6) and ZPlus on every linear map and convolution, Norm on the average pool (the
     proportional split), the max pool passing the gradient to its winner, from the target's logit: the same
-    relevance, with signed inputs (Zennit's ZPlus without its stabiliser, as lrp_lib's z+ has none).  (Its Gamma is the generalised rule, which puts gamma on the negative weights of a
-    negative output; lrp_lib's Gamma is the rule of its docstring, gamma on the positive weights.)"""
+    relevance, with signed inputs (Zennit's ZPlus without its stabiliser, as lrp_lib's z+ has none).  (Its
+    Gamma is the generalised rule, which puts gamma on the negative weights of a negative output; lrp_lib's
+    Gamma is the rule of its docstring, gamma on the positive weights.)"""
     from zennit.attribution import Gradient
     from zennit.composites import LayerMapComposite
     from zennit.rules import Epsilon as ZennitEpsilon, Norm, ZPlus as ZennitZPlus
