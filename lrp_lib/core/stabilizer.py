@@ -78,7 +78,9 @@ def _constant(value: float, like: Tensor) -> Tensor:
     found = _CONSTANTS.get(key)
     if found is None:
         with torch.inference_mode(False):  # an ordinary tensor, usable where autograd records
-            found = _CONSTANTS.setdefault(key, torch.tensor(value, dtype=like.dtype, device=like.device))
+            found = torch.tensor(value, dtype=like.dtype, device=like.device)
+        if type(found) is Tensor:  # (not a fake tensor made while a graph is traced: it would outlive the trace)
+            _CONSTANTS[key] = found
     return found
 
 

@@ -127,13 +127,17 @@ class LRPExplainer(ExplainerAlgorithm):
             runs on; sizes 0 and 1, and free sizes equal to each other, are left to the replay.
             ``compile="exact"``: programs per signature only, for a model whose forward takes other
             branches at other sizes (a size threshold, say), which no program could see.
-            With ``mechanism="forward"``, ``compile=True`` means PyTorch's compiler instead: the explanation's
-            forward on a graph is captured once (:mod:`lrp_lib.explain.capture`: the graph part, self-loops and
-            normalisation, folded into constants) and compiled by ``torch.compile(fullgraph=True)``; later
-            explanations on the same ``edge_index`` (by identity, unchanged), with node features of the same shape
-            and the model's parameters unchanged, run the compiled forward and one ordinary backward.  Compiling
-            takes seconds (tens on a small CPU), so it pays where one graph is explained many times.  It applies
-            without a floating-point ``edge_attr`` and ``per_index``; elsewhere the forward rules run eagerly.
+            With ``mechanism="forward"``, ``compile=True`` means PyTorch's compiler instead.  Node masks: the
+            explanation's forward is captured once with symbolic sizes, ``edge_index`` and the model's other tensor
+            inputs being inputs of the captured graph (:func:`lrp_lib.explain.capture.capture_any_graph`), and
+            compiled by ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves every graph of
+            any size, while the model's parameters are unchanged (``replay_reason``
+            ``"torch.compile for any graph"``).  With an edge mask, the explanation of one graph is captured
+            (its graph part, self-loops and normalisation, folded into constants) and compiled with static sizes;
+            later explanations on the same ``edge_index`` (by identity, unchanged) run it.  Compiling takes
+            seconds (tens on a small CPU), so it pays where many explanations follow: the molecules of a data
+            set, the nodes of a graph.  It applies without a floating-point ``edge_attr``, ``per_index`` and
+            per-graph accounts of a batch; elsewhere the forward rules run eagerly.
             Default (None): True for ``"functions"``, False for ``"forward"``.
         mechanism: how the rules run.  ``"functions"`` (the default): each rule is a relevance primitive
             whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), with ``replay`` and

@@ -18,6 +18,13 @@ The captured graph holds the values the model's Python read from the data while 
 graph's size, the edges a layer adds), so it explains that graph only, with node features of the recorded
 shape; a new ``edge_index`` needs a new capture.  An operation without a rule is refused when the graph is
 captured.
+
+For graphs that each come once (the molecules of a data set), :func:`capture_any_graph` records the forward
+with symbolic sizes instead (``make_fx(tracing_mode="symbolic")``): ``edge_index`` is an input of the graph and
+its graph part runs on every call, so one capture, compiled once with dynamic shapes
+(:class:`AnyGraphExplanation`, ``LRPExplainer(mechanism="forward", compile=True)`` without an edge mask), serves
+graphs of every size.  The conditions the model's Python placed on the sizes it saw are PyTorch's guards on the
+symbolic sizes; a graph that does not meet them gets a capture of its own.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
@@ -37,7 +45,8 @@ from lrp_lib.explain.record import hooked, model_state
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
 BACKEND = "inductor"
 
-__all__ = ["BACKEND", "CaptureCache", "CompiledExplanation", "compiled_explanation", "capture", "fold_constants"]
+__all__ = ["BACKEND", "CaptureCache", "CompiledExplanation", "AnyGraphExplanation", "compiled_explanation", "capture",
+           "capture_any_graph", "fold_constants"]
 
 
 class _IdsRecorder(ProbeRecorder):
@@ -97,13 +106,7 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
             mode.one_out, mode.one_in, mode.kept = one_out, one_in, kept  # (after the first mark, which makes its own)
             mode.kept_delta = kept - kept.detach()
             out = model(x_, edge_index, **kwargs)
-        if mode.probes:
-            raise UnsupportedModelError("relevance cannot pass through " + ", ".join(
-                label for label, _, _ in mode.probes) + ": an operation without a rule; a captured explanation "
-                "does not take it")
-        head = mode.head_of(out)
-        seen["head"] = None if head is None else head[0]
-        return out, (out if head is None else head[1])
+        return _outputs(mode, out, seen)
 
     leaves = _leaves(x, edge_index if edges else None)
     with torch.enable_grad():
@@ -169,6 +172,60 @@ def _compact(read: Tensor, value: Tensor) -> tuple[Tensor, list | None]:
     return value[index].contiguous(), list(read.shape)
 
 
+def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus",
+                      **kwargs) -> tuple[torch.fx.GraphModule, dict, Callable]:
+    """The explanation's forward for any graph, as an FX graph with symbolic sizes: node masks only.
+
+    The graph takes ``(x, edge_index, one_out, one_in, kept, *tensors)`` (``tensors``: the model's other tensor
+    inputs, such as ``batch``, in the order of ``kwargs``) and returns what :func:`capture`'s graph returns; the
+    graph part runs in it on every call, for whatever graph it is given.  ``make_fx`` traces it with symbolic
+    sizes (``tracing_mode="symbolic"``); the model's parameters and buffers are constants of the graph.  Returns
+    the graph, what was seen while recording, and ``fits(args)``: whether the sizes of ``args`` meet the
+    conditions the model's Python placed on the sizes it saw (a branch on a size; PyTorch's own guards,
+    ``ShapeEnv.produce_guards_expression``), so that the graph explains them as the model would."""
+    composite = get_composite(composite)
+    seen: dict = {}
+    names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
+    other = {k: v for k, v in kwargs.items() if k not in names}
+
+    def forward(x_, edge_index_, one_out, one_in, kept, *values):
+        mode = ForwardMode(composite, model)
+        with torch.enable_grad(), mode:
+            mode.mark(x_)
+            mode.one_out, mode.one_in, mode.kept = one_out, one_in, kept
+            mode.kept_delta = kept - kept.detach()
+            out = model(x_, edge_index_, **dict(zip(names, values)), **other)
+        return _outputs(mode, out, seen)
+
+    leaves = _leaves(x, None)[:4]
+    args = [leaves[0], edge_index, *leaves[1:], *(kwargs[k] for k in names)]
+    with torch.enable_grad():
+        graph = make_fx(forward, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
+    fakes = [n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder"]
+    shape_env = next(f.fake_mode.shape_env for f in fakes if isinstance(f, Tensor))
+    code = shape_env.produce_guards_expression(fakes, ignore_static=False)
+    graph.graph.eliminate_dead_code()
+    graph.recompile()
+    if code is None:
+        return graph, seen, lambda values: True
+    # ShapeEnv.evaluate_guards_expression, with the expression parsed once
+    names, expression = [f"t{i}" for i in range(len(fakes))], compile(code, "<guards>", "eval")
+    return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(names, values))})
+
+
+def _outputs(mode: ForwardMode, out: Tensor, seen: dict) -> tuple[Tensor, Tensor]:
+    """A captured forward's outputs: the model's output and the explained output (the logits before a final
+    softmax, log_softmax or sigmoid, whose function goes into ``seen["head"]``).  An operation without a rule
+    is refused here."""
+    if mode.probes:
+        raise UnsupportedModelError("relevance cannot pass through " + ", ".join(
+            label for label, _, _ in mode.probes) + ": an operation without a rule; a captured explanation "
+            "does not take it")
+    head = mode.head_of(out)
+    seen["head"] = None if head is None else head[0]
+    return out, (out if head is None else head[1])
+
+
 def _edge_order(model: nn.Module, x: Tensor, edge_index: Tensor, composite, **kwargs) -> list:
     """The input edge of each layer's messages, in the order the layers pass them, from one eager forward."""
     ensure_hooks(model)
@@ -204,8 +261,10 @@ class CompiledExplanation:
         # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
         self.held = (model, list(model.parameters()), list(model.buffers()), edge_index, dict(kwargs))
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, list]:
-        """``(output, explained output, leaves)``."""
+    def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
+            -> tuple[Tensor, Tensor, list]:
+        """``(output, explained output, leaves)`` on the recorded graph (``edge_index`` and ``kwargs``: the
+        same graph's, not read)."""
         leaves = _leaves(x, self.edge_index if self.edges else None)
         with torch.enable_grad():
             out, head = self.compiled(*leaves)
@@ -220,6 +279,39 @@ class CompiledExplanation:
         zero = leaves[0].new_zeros(())
         received, passed, kept = (zero if g is None else g for g in grads[1:4])
         return leaves[0].detach() * grads[0], (grads[4] if self.edges else None), received - passed + kept
+
+
+class AnyGraphExplanation(CompiledExplanation):
+    """An explanation captured once for any graph (:func:`capture_any_graph`, node masks only) and compiled by
+    ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves graphs of every size (each molecule
+    of a data set, each new graph), as long as their sizes meet the conditions the model's Python placed on them
+    (:meth:`fits`).  ``compile=False``: the captured graph run as it is."""
+
+    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus",
+                 backend: str | None = None, compile: bool = True, **kwargs):
+        graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, **kwargs)
+        self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
+        self._scalars = _leaves(x, None)[1:4]  # (what the guards read of the probes: their shape)
+        self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=True) \
+            if compile else graph
+        self.head, self.edges, self.edge_index = seen["head"], False, None
+        self.held = (model, list(model.parameters()), list(model.buffers()))
+
+    def _args(self, leaves: list, edge_index: Tensor, kwargs: dict) -> list:
+        return [leaves[0], edge_index, *leaves[1:4], *(kwargs[k] for k in self.names)]
+
+    def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
+        """Whether this graph's sizes meet the conditions its capture saw (else it is captured again)."""
+        return bool(self._fits([x, edge_index, *self._scalars, *(kwargs[k] for k in self.names)]))
+
+    def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
+            -> tuple[Tensor, Tensor, list]:
+        leaves = _leaves(x, None)
+        # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data)
+        with torch.enable_grad(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True,
+                                                               capture_scalar_outputs=True):
+            out, head = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
+        return out, head, leaves
 
 
 def compiled_explanation(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
@@ -258,7 +350,8 @@ class CaptureCache:
         self.seen: dict = {}  # key -> the objects it names: the graphs explained once
 
     def __len__(self) -> int:
-        return sum(isinstance(v, CompiledExplanation) for v in self.captured.values())
+        return sum(len(v) if isinstance(v, list) else isinstance(v, CompiledExplanation)
+                   for v in self.captured.values())
 
     def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, inputs: list, composite,
             edges: bool, compile: bool) -> tuple[CompiledExplanation | None, str]:
@@ -268,6 +361,10 @@ class CaptureCache:
         state, flags, hooks = model_state(model)
         if hooks:
             return None, f"not captured: {hooked(model)} (a captured graph would not run them)"
+        if compile and not edges:
+            found = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags))
+            if found is not None:
+                return found, "torch.compile for any graph"
         tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
         key = (id(model), state, flags, composite.key(), edges, id(edge_index), edge_index._version, tensors,
                tuple(x.shape), x.dtype, x.device, compile)
@@ -279,13 +376,38 @@ class CaptureCache:
         if found is None:
             try:
                 found = CompiledExplanation(model, x, edge_index, composite, edges, compile=compile, **kwargs)
-            except RuntimeError as error:  # (make_fx: a read of input-dependent data)
-                found = f"not captured: {str(error).splitlines()[0]}"
+            except (RuntimeError, UnsupportedModelError) as error:  # (make_fx: a read of input-dependent data; an
+                found = f"not captured: {str(error).splitlines()[0]}"  # operation without a rule: eager, checked)
             _trim(self.captured, self.size - 1)
         self.captured[key] = found  # (the most recent last)
         if isinstance(found, str):
             return None, found
         return found, "torch.compile" if compile else "captured"
+
+
+    def _any_graph(self, model, x, edge_index, kwargs, composite, state) -> AnyGraphExplanation | None:
+        """The compiled explanation for any graph of this model and input signature that fits this graph, captured
+        now if none does (None where the model cannot be captured so: then it is captured per graph)."""
+        tensors = tuple((k, v.dtype, v.dim()) for k, v in kwargs.items() if isinstance(v, Tensor))
+        plain = tuple((k, v) for k, v in kwargs.items() if not isinstance(v, Tensor))
+        key = ("any graph", id(model), *state, composite.key(), tensors, plain, x.shape[1:], x.dtype, x.device,
+               edge_index.dtype)
+        entries = self.captured.pop(key, None)
+        if isinstance(entries, str):
+            self.captured[key] = entries
+            return None
+        entries = entries or []
+        found = next((e for e in entries if e.fits(x, edge_index, kwargs)), None)
+        if found is None:
+            try:
+                found = AnyGraphExplanation(model, x, edge_index, composite, **kwargs)
+            except Exception as error:  # (make_fx: a read of input-dependent data, a size it cannot trace)
+                self.captured[key] = f"not captured for any graph: {str(error).splitlines()[0]}"
+                return None
+            entries = [found, *entries][:self.size]
+            _trim(self.captured, self.size - 1)
+        self.captured[key] = entries
+        return found
 
 
 def _trim(entries: dict, size: int) -> None:

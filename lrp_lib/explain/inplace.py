@@ -43,7 +43,11 @@ class SpecialCalls:
         if training and p:
             raise UnsupportedModelError(f"{name} in training mode in {self.module_label()}: relevance of a random "
                                         f"mask is not defined; call model.eval() (PyG's Explainer does)")
-        return self.mark(func(*args, **kwargs))
+        out = func(*args, **kwargs)
+        source = args[0] if args else kwargs.get("input")
+        if out is not source and isinstance(out, Tensor) and isinstance(source, Tensor):  # (eager: the input itself;
+            out.__dict__.update({k: v for k, v in vars(source).items() if k.startswith("_lrp_")})  # traced: a copy)
+        return self.mark(out)
 
     def run_inplace(self, func, name, args, kwargs):
         """An in-place operation: computed out of place on a copy, then copied into ``self`` (so

@@ -24,7 +24,7 @@ from lrp_lib.explain.inputs import check_inputs, checked_by_explainer
 from lrp_lib.explain.layer_pruning import current_plan
 from lrp_lib.explain.primitives import Tally
 from lrp_lib.explain.propagate import check_blocked, propagate
-from lrp_lib.explain.targets import start_of
+from lrp_lib.explain.targets import explained_of, start_of
 
 __all__ = ["relevance", "NOT_FINITE", "NO_EDGE_ATTR_RELEVANCE"]
 
@@ -91,13 +91,15 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         and current_plan() is None else (None, None)
     recording = None
     if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
-        out, head, leaves = captured.forward(x)
+        out, head, leaves = captured.forward(x, edge_index, kwargs)
+        head = explained_of(captured.head, out, head, algorithm.model_config)
         start = start_of(out, head, target, index, algorithm.model_config, algorithm.explained)
         node_grad, edge_rel, kept = captured.backward(head, leaves, start)
         grads = (node_grad,)
         tally = Tally()
         tally.absorb("biases, constant terms and stabilisers", kept)
-        mode = SimpleNamespace(tally=tally, detached=set(), explained_head=captured.head)
+        explained_head = captured.head if head is not out else None
+        mode = SimpleNamespace(tally=tally, detached=set(), explained_head=explained_head)
         recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
         replayed, reason = True, why
     elif done is not None:

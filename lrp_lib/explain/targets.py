@@ -25,9 +25,15 @@ def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig
     final softmax, log_softmax or sigmoid (the LRP literature explains the logit, before the
     probabilities couple the classes)."""
     head = mode.head_of(out)
+    return explained_of(None if head is None else head[0], out, None if head is None else head[1], model_config)
+
+
+def explained_of(name: str | None, out: Tensor, logits: Tensor | None, model_config: ModelConfig) -> Tensor:
+    """:func:`explained_logits` from what the forward saw: ``name``, the model's final softmax, log_softmax or
+    sigmoid (None: none), and ``logits``, its input.  A regression model's final sigmoid is explained as it is."""
     classifier = model_config.mode != ModelMode.regression
-    if head is not None and (classifier or head[0] != "sigmoid"):
-        return head[1]
+    if name is not None and (classifier or name != "sigmoid"):
+        return logits
     if model_config.return_type != ModelReturnType.raw:
         raise ValueError(
             f"return_type={model_config.return_type.value!r}: LRP explains the logits before the "
