@@ -1289,7 +1289,8 @@ assert mo_batch["batch_lrp"]["ratio_to_gradient"] < 1.45 * mo_batch["batch_lrp_t
 # The explanations of `LRPExplainer` above use its default mechanism, in which each rule is a relevance primitive whose backward
 # computes relevance, replayed and run as a recorded program. `LRPExplainer(mechanism="forward")` writes each rule
 # as a forward that keeps its value and changes its gradient, so that an explanation is one ordinary backward, and
-# `compile=True` hands one graph's explanation to `torch.compile`. What each costs against the gradient, eagerly and
+# `compile=True` hands the explanation to `torch.compile` (for node masks, once for graphs of every size). What each
+# costs against the gradient, eagerly and
 # compiled, with and without edges, and per molecule, is measured by `benchmarks/bench_mechanism.py` and shown in
 # the chapter [Rules as forward modifications](forward_rules.ipynb).
 

@@ -16,7 +16,7 @@ from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.core.validation import check_batch
 from lrp_lib.explain.accounting import batch_row_groups
-from lrp_lib.explain.capture import CaptureCache
+from lrp_lib.explain.capture_cache import CaptureCache
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.inputs import explainer_training_flag, uncompiled, usable, warn_training
 from lrp_lib.explain.layer_pruning import current_plan

@@ -1,0 +1,100 @@
+r"""The captured explanations an :class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps: :class:`CaptureCache`.
+
+With ``mechanism="forward"`` the second explanation of a graph runs its captured forward
+(:class:`~lrp_lib.explain.capture.CompiledExplanation`), and ``compile=True`` compiles it; node masks under
+``compile=True`` are captured once for graphs of every size (:class:`~lrp_lib.explain.capture.AnyGraphExplanation`).
+This module decides which applies to a call, and keeps what was captured, keyed by what it depends on.
+"""
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
+from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.record import hooked, model_state
+
+__all__ = ["CaptureCache"]
+
+
+class CaptureCache:
+    """The captured explanations of the graphs an explainer explained, four at most (the most recent kept).
+
+    :meth:`get` gives a graph's captured explanation on its second call (``compile=True``: on its first,
+    compiled), and None on the first call, where it does not apply (``inputs``: more than the node features, an
+    ``edge_attr`` whose relevance is reported, an input of its own) and where the capture failed: a model whose
+    Python reads the values of input-dependent tensors (``make_fx`` refuses such a read, which a captured graph
+    would keep as a constant), or one with hooks (a captured graph would not run them), which then run eagerly
+    on every call with this key.  The key: the model, its parameters and buffers (by identity and version) and
+    its modules' training flags, the composite, the graph (``edge_index`` and the other tensor inputs, by
+    identity and version), the shape, dtype and device of the node features, and ``compile``.  Each entry
+    holds the objects its key names by identity, so that no new object takes a kept one's id."""
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self.captured: dict = {}  # key -> CompiledExplanation, or why it is not captured (str)
+        self.seen: dict = {}  # key -> the objects it names: the graphs explained once
+
+    def __len__(self) -> int:
+        return sum(len(v) if isinstance(v, list) else isinstance(v, CompiledExplanation)
+                   for v in self.captured.values())
+
+    def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, inputs: list, composite,
+            edges: bool, compile: bool) -> tuple[CompiledExplanation | None, str]:
+        """``(the captured explanation of this graph or None, why: "captured", "torch.compile" or why not)``."""
+        if len(inputs) > 1:
+            return None, "edge_attr's relevance: not captured"
+        state, flags, hooks = model_state(model)
+        if hooks:
+            return None, f"not captured: {hooked(model)} (a captured graph would not run them)"
+        if compile and not edges:
+            found = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags))
+            if found is not None:
+                return found, "torch.compile for any graph"
+        tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
+        key = (id(model), state, flags, composite.key(), edges, id(edge_index), edge_index._version, tensors,
+               tuple(x.shape), x.dtype, x.device, compile)
+        found = self.captured.pop(key, None)
+        if found is None and not compile and key not in self.seen:  # the first call: eager
+            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
+            _trim(self.seen, self.size)
+            return None, "first call on this graph (captured from the second)"
+        if found is None:
+            try:
+                found = CompiledExplanation(model, x, edge_index, composite, edges, compile=compile, **kwargs)
+            except (RuntimeError, UnsupportedModelError) as error:  # (make_fx: a read of input-dependent data; an
+                found = f"not captured: {str(error).splitlines()[0]}"  # operation without a rule: eager, checked)
+            _trim(self.captured, self.size - 1)
+        self.captured[key] = found  # (the most recent last)
+        if isinstance(found, str):
+            return None, found
+        return found, "torch.compile" if compile else "captured"
+
+
+    def _any_graph(self, model, x, edge_index, kwargs, composite, state) -> AnyGraphExplanation | None:
+        """The compiled explanation for any graph of this model and input signature that fits this graph, captured
+        now if none does (None where the model cannot be captured so: then it is captured per graph)."""
+        tensors = tuple((k, v.dtype, v.dim()) for k, v in kwargs.items() if isinstance(v, Tensor))
+        plain = tuple((k, v) for k, v in kwargs.items() if not isinstance(v, Tensor))
+        key = ("any graph", id(model), *state, composite.key(), tensors, plain, x.shape[1:], x.dtype, x.device,
+               edge_index.dtype)
+        entries = self.captured.pop(key, None)
+        if isinstance(entries, str):
+            self.captured[key] = entries
+            return None
+        entries = entries or []
+        found = next((e for e in entries if e.fits(x, edge_index, kwargs)), None)
+        if found is None:
+            try:
+                found = AnyGraphExplanation(model, x, edge_index, composite, **kwargs)
+            except Exception as error:  # (make_fx: a read of input-dependent data, a size it cannot trace)
+                self.captured[key] = f"not captured for any graph: {str(error).splitlines()[0]}"
+                return None
+            entries = [found, *entries][:self.size]
+            _trim(self.captured, self.size - 1)
+        self.captured[key] = entries
+        return found
+
+
+def _trim(entries: dict, size: int) -> None:
+    while len(entries) > size:
+        entries.pop(next(iter(entries)))
