@@ -220,14 +220,12 @@ plt.show()
 # - **A data set of graphs**: explain a `Batch`: each graph's relevance starts from its own output, in
 #   one forward and one backward for the whole batch; `explain_dataset` runs a whole data set to files
 #   ([Explaining a whole data set](explain_jobs.ipynb)).
-# - **The same shapes again**: from the second explanation of an input signature on (the shapes of the
-#   inputs, the model, the rule), `LRPExplainer` records the torch functions of the model's forward and
-#   replays them without the model's Python, with the same relevance; from the third on, it runs the
-#   ATen operations of the whole explanation, forward and backward, as a recorded program without the
-#   rules' Python either. Graphs of other sizes (molecules one at a time) share one program once two
-#   sizes have programs that differ in nothing but their sizes. `explanation.replay_reason` says which
-#   (`"replayed"`, `"compiled"`, `"compiled for any size"`) or why not; `compile="exact"` keeps
-#   programs per size, and `compile=False` and `replay=False` turn them off.
+# - **The same shapes again**: `LRPExplainer` reuses the work of earlier calls on inputs of the same
+#   shapes, running less Python for the same relevance; `explanation.replay_reason` says whether it
+#   did, and `replay=False` turns it off. With `LRPExplainer(mechanism="forward", compile=True)` the
+#   explanation is compiled by PyTorch's compiler: that takes seconds, once per model for graphs of
+#   every size, and pays where many explanations follow ([Rules as forward
+#   modifications](forward_rules.ipynb) measures it).
 # - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
 #   prediction and the target of a classifier from the explanation's own forward instead of running
 #   PyG's prediction pass first (`one_pass=False` runs it), and `LRPExplainer(accounts="total")` keeps
