@@ -27,11 +27,16 @@ class CaptureCache:
     on every call with this key.  The key: the model, its parameters and buffers (by identity and version) and
     its modules' training flags, the composite, the graph (``edge_index`` and the other tensor inputs, by
     identity and version), the shape, dtype and device of the node features, and ``compile``.  Each entry
-    holds the objects its key names by identity, so that no new object takes a kept one's id."""
+    holds the objects its key names by identity, so that no new object takes a kept one's id.
+
+    ``compile=True`` without an edge mask first looks for a compiled explanation for any graph
+    (:class:`~lrp_lib.explain.capture.AnyGraphExplanation`), keyed by the model's state and the input signature
+    (the node features' trailing shape, dtype and device, the other inputs' names, dtypes and dimensions) instead
+    of the graph, and captures one on the first call; a model that cannot be captured so is captured per graph."""
 
     def __init__(self, size: int = 4):
         self.size = size
-        self.captured: dict = {}  # key -> CompiledExplanation, or why it is not captured (str)
+        self.captured: dict = {}  # key -> CompiledExplanation, [AnyGraphExplanation], or why not captured (str)
         self.seen: dict = {}  # key -> the objects it names: the graphs explained once
 
     def __len__(self) -> int:
@@ -40,7 +45,8 @@ class CaptureCache:
 
     def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, inputs: list, composite,
             edges: bool, compile: bool) -> tuple[CompiledExplanation | None, str]:
-        """``(the captured explanation of this graph or None, why: "captured", "torch.compile" or why not)``."""
+        """``(the captured explanation of this graph or None, why: "captured", "torch.compile", "torch.compile for
+        any graph" or why not)``."""
         if len(inputs) > 1:
             return None, "edge_attr's relevance: not captured"
         state, flags, hooks = model_state(model)
