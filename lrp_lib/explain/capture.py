@@ -208,8 +208,8 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     if code is None:
         return graph, seen, lambda values: True
     # ShapeEnv.evaluate_guards_expression, with the expression parsed once
-    names, expression = [f"t{i}" for i in range(len(fakes))], compile(code, "<guards>", "eval")
-    return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(names, values))})
+    guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code, "<guards>", "eval")
+    return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))})
 
 
 def _outputs(mode: ForwardMode, out: Tensor, seen: dict) -> tuple[Tensor, Tensor]:
@@ -301,7 +301,7 @@ class AnyGraphExplanation(CompiledExplanation):
 
     def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
         """Whether this graph's sizes meet the conditions its capture saw (else it is captured again)."""
-        return bool(self._fits([x, edge_index, *self._scalars, *(kwargs[k] for k in self.names)]))
+        return bool(self._fits(self._args([x, *self._scalars], edge_index, kwargs)))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list]:
