@@ -8,11 +8,12 @@ node's logit explained).  Each case runs once in a fresh subprocess; its figure 
 set size (``VmHWM``) minus the resident size just before the explanation (Linux), in MiB:
 
 * ``gradient``: ``torch.autograd.grad`` of the explained logit;
-* ``lrp``: ``LRPExplainer`` called directly, without replay (one explanation in the relevance mode),
-  node relevance only: a scatter of node rows times constants is split as one map from the rows, so
-  the messages are not kept;
-* ``lrp_edges``: the same with the edge relevance recorded (``edge_mask_type="object"``): the messages
-  pass the edge hooks, and each layer keeps its edges-by-features messages for backward.
+* ``lrp``: ``LRPExplainer`` called directly, without capture (``replay=False``: the first explanation of a
+  graph, the forward rules under the interception), node relevance only;
+* ``lrp_edges``: the same with the edge relevance recorded (``edge_mask_type="object"``): each layer's
+  messages pass a hook that reads their gradient, and are kept for it;
+* ``lrp_edges_recompute``: ``LRPExplainer(mechanism="functions", recompute=True)`` with the edge relevance:
+  the relevance primitives, which recompute the messages in backward instead of keeping them.
 
 Writes ``benchmarks/results/explain_memory.json``.
 """
@@ -27,8 +28,10 @@ from pathlib import Path
 
 import results_file  # benchmarks/results_file.py
 
-CASES = {"gradient": "the plain input gradient", "lrp": "LRP, node relevance (messages not kept)",
-         "lrp_edges": "LRP, node and edge relevance (messages kept)"}
+CASES = {"gradient": "the plain input gradient", "lrp": "LRP, node relevance",
+         "lrp_edges": "LRP, node and edge relevance",
+         "lrp_edges_recompute": "LRP, node and edge relevance, messages recomputed (mechanism='functions', "
+                                "recompute=True)"}
 
 
 def child(nodes: int, case: str) -> None:
@@ -41,9 +44,10 @@ def child(nodes: int, case: str) -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     model, x, edge_index, index, target = setup(nodes, 10)
-    algorithm = LRPExplainer(replay=False)
+    algorithm = LRPExplainer(mechanism="functions", recompute=True) if case == "lrp_edges_recompute" else \
+        LRPExplainer(replay=False)
     algorithm.connect(dict(explanation_type="model", node_mask_type="attributes",
-                           edge_mask_type="object" if case == "lrp_edges" else None), MODEL_CONFIG)
+                           edge_mask_type="object" if case.startswith("lrp_edges") else None), MODEL_CONFIG)
     target_t, index_t = torch.tensor([target]), torch.tensor([index])
     before = memory.status_bytes("VmRSS")
     if case == "gradient":

@@ -12,12 +12,10 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
 * ``gradient``: ``torch.autograd.grad(model(x, edge_index)[i, c], x)``, the floor every ratio is divided by;
 * ``gradient_edge_mask``: PyG's own gradient with an edge mask: ``set_masks`` puts a mask of ones on every
   layer's messages (as PyG's explainers do), and the gradient is taken with respect to ``x`` and the mask;
-* ``functions`` and ``functions_edges``: ``LRPExplainer()`` (z+), node masks alone and with
-  ``edge_mask_type="object"`` (the README's call): the rules as relevance primitives, with their replay and
-  programs (``replay=True, compile=True``, the defaults; a program runs only without an edge mask);
-* ``forward`` and ``forward_edges``: ``LRPExplainer(mechanism="forward")``: the rules as forward modifications,
-  one ordinary backward, the explanation's forward captured (``make_fx``) from the second call on a graph and run
-  as a graph of ATen operations;
+* ``forward`` and ``forward_edges``: ``LRPExplainer()``, the defaults (z+), node masks alone and with
+  ``edge_mask_type="object"`` (the README's call): the rules as forward modifications, one ordinary backward, the
+  explanation's forward captured (``make_fx``) from the second call on a graph and run as a graph of ATen
+  operations;
 * ``forward_eager`` and ``forward_eager_edges``: the same with ``replay=False``: the model's forward in the mode
   on every call (what one explanation of a new graph costs);
 * ``compiled``: ``LRPExplainer(mechanism="forward", compile=True)``, node masks: the explanation captured once for
@@ -26,15 +24,17 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
 * ``compiled_edges``: the same with the edge mask: captured per graph (its graph part folded, the edge probe
   placed by the graph's own messages) and compiled with static sizes;
   the compile time (the first call) of both is reported, with PyTorch's compile caches as they are (a graph that
-  inductor compiled before, in an earlier run on the same machine, loads from its on-disk cache in seconds).
+  inductor compiled before, in an earlier run on the same machine, loads from its on-disk cache in seconds);
+* ``functions`` and ``functions_edges``: ``LRPExplainer(mechanism="functions")``: the rules as relevance
+  primitives (autograd Functions whose backward computes relevance), run eagerly.
 
 Timing: per size, six warm-up calls of each method, then ``--repeat`` rounds (more below 10,000 nodes) in which
 the methods take turns, in one process, one intra-op thread (``--threads``).  Per method the median wall-clock
 seconds per call and its ratio to the gradient's median.  Every LRP method's node relevance is checked against
-the ``functions`` explanation before timing (float32 rounding).
+the ``functions`` explanation (an independent implementation of the same rules) before timing (float32 rounding).
 
 Molecules one at a time (``--molecules``, default 300): the first molecules of graph-attribution's benzene task and
-the molecular tasks' 3-layer GCN (``quality_tasks``, as ``bench_molecules.py``), each molecule's predicted logit
+the molecular tasks' 3-layer GCN (``quality_tasks``), each molecule's predicted logit
 explained by ``LRPExplainer`` called directly (the target given) under each mechanism, each with its own copy of
 the model, taking turns with the gradient (``x * grad``) molecule by molecule after five molecules of warm-up; the
 median over the molecules of each one's ratio to its gradient; ``compiled``: ``compile=True``, compiled once, at the
@@ -107,17 +107,16 @@ def methods(model, x, edge_index, index, target, compile_times: dict) -> dict:
         return lambda: explainer(x, edge_index, target=target, index=index).node_relevance
 
     def compiled(edges: bool):
-        call = lrp(edges, mechanism="forward", compile=True)
+        call = lrp(edges, compile=True)
         start = time.perf_counter()
         call()  # the first call compiles
         compile_times["compiled_edges" if edges else "compiled"] = time.perf_counter() - start
         return call
 
     return {"gradient": gradient, "gradient_edge_mask": gradient_edge_mask,
-            "functions": lrp(False), "functions_edges": lrp(True),
-            "forward": lrp(False, mechanism="forward"), "forward_edges": lrp(True, mechanism="forward"),
-            "forward_eager": lrp(False, mechanism="forward", replay=False),
-            "forward_eager_edges": lrp(True, mechanism="forward", replay=False),
+            "functions": lrp(False, mechanism="functions"), "functions_edges": lrp(True, mechanism="functions"),
+            "forward": lrp(False), "forward_edges": lrp(True),
+            "forward_eager": lrp(False, replay=False), "forward_eager_edges": lrp(True, replay=False),
             "compiled": compiled(False), "compiled_edges": compiled(True)}
 
 
@@ -167,8 +166,7 @@ def per_molecule(count: int, device) -> dict:
         targets = [torch.tensor([int(model(x, e).argmax())], device=device) for x, e in graphs]
     config = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
     explainers = {}
-    for name, options in (("functions", {}), ("forward", {"mechanism": "forward"}),
-                          ("compiled", {"mechanism": "forward", "compile": True})):
+    for name, options in (("functions", {"mechanism": "functions"}), ("forward", {}), ("compiled", {"compile": True})):
         own = copy.deepcopy(model)
         explainers[name] = Explainer(own, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
                                      node_mask_type="attributes", model_config=config)
@@ -192,6 +190,7 @@ def per_molecule(count: int, device) -> dict:
             if name == "compiled" and compile_seconds is None:
                 compile_seconds = time.perf_counter() - start
     ratios: dict = {name: [] for name in calls}
+    times: dict = {name: [] for name in calls}
     for (x, e), t in zip(graphs, targets):
         seconds = {}
         for name, call in calls.items():
@@ -202,11 +201,50 @@ def per_molecule(count: int, device) -> dict:
             seconds[name] = time.perf_counter() - start
         for name in calls:
             ratios[name].append(seconds[name] / seconds["gradient"])
+            times[name].append(seconds[name])
     compiled = explainers["compiled"]
     reasons = {compiled.algorithm(compiled.model, x, e, target=t).replay_reason
                for (x, e), t in list(zip(graphs, targets))[:20]}
     return {"molecules": len(graphs), "median_ratio_to_gradient": {k: statistics.median(v) for k, v in ratios.items()},
-            "compile_seconds": compile_seconds, "compiled_replay_reasons": sorted(reasons)}
+            "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()}, "compile_seconds": compile_seconds, "compiled_replay_reasons": sorted(reasons),
+            "batch": batch(model, graphs, targets, config, device)}
+
+
+def batch(model, graphs, targets, config, device, rounds: int = 7) -> dict:
+    """All the molecules as one PyG batch: the default explainer (one account per molecule) and with one
+    account for the batch, against one batched Gradient x Input, taking turns; per molecule and as ratios."""
+    from torch_geometric.data import Batch, Data
+    data = Batch.from_data_list([Data(x=x, edge_index=e) for x, e in graphs]).to(device)
+    target = torch.cat(targets)
+    explainers = {name: Explainer(model, algorithm=LRPExplainer(accounts=accounts), explanation_type="phenomenon",
+                                  node_mask_type="attributes", model_config=config)
+                  for name, accounts in (("lrp", "each"), ("lrp_total", "total"))}
+
+    def gradient():
+        leaf = data.x.clone().requires_grad_(True)
+        logits = model(leaf, data.edge_index, data.batch)
+        return leaf * torch.autograd.grad(logits.gather(1, target[:, None]).sum(), leaf)[0]
+
+    calls = {"gradient": gradient, **{name: (lambda ex=ex: ex(data.x, data.edge_index, batch=data.batch,
+                                                                target=target).node_relevance)
+                                      for name, ex in explainers.items()}}
+    one = explainers["lrp"](data.x, data.edge_index, batch=data.batch, target=target)
+    if one.bias_relevance.shape != (len(graphs),):
+        raise AssertionError("the batch's explanation has no account per molecule")
+    for call in calls.values():
+        for _ in range(3):
+            call()
+    times: dict = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            sync(device)
+            start = time.perf_counter()
+            call()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    return {"molecules": len(graphs), "ms_per_molecule": {k: 1e3 * v / len(graphs) for k, v in medians.items()},
+            "ratio_to_gradient": {k: v / medians["gradient"] for k, v in medians.items()}}
 
 
 def main() -> None:

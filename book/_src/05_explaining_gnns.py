@@ -287,9 +287,10 @@ glue("n_evaluation", f"{len(evaluation)}", display=False)
 #
 # `LRPExplainer` is a `torch_geometric.explain.ExplainerAlgorithm`, so it plugs into PyG's
 # `Explainer` like GNNExplainer does. It runs the model's own `forward`, unchanged, inside a
-# `RelevanceMode` (`lrp_lib.explain.function_mode`): a `torch.overrides.TorchFunctionMode` that sees every
-# torch function the model calls on tensors that depend on the input, and computes each one with a
-# relevance primitive (`lrp_lib.explain.primitives`) whose backward is an LRP rule. Nothing is patched: the
+# `torch.overrides.TorchFunctionMode` (`lrp_lib.explain.forward`) that sees every torch function the model
+# calls on tensors that depend on the input, and computes each one so that it keeps its value but its
+# gradient becomes an LRP rule ([Rules as forward modifications](forward_rules.ipynb) derives each one): one
+# ordinary backward then leaves every input's relevance as input times gradient. Nothing is patched: the
 # mode lives on the calling thread only. A `GCNConv` runs, in PyG's order, a linear map
 # $h_j = W x_j$, messages $\hat a_{ij} h_j$ and their sum $z_i = \sum_{j \in \mathcal N(i) \cup \{i\}}
 # \hat a_{ij} h_j$, then adds its bias $b$, with $\hat a_{ij} = 1 / \sqrt{\hat d_i \hat d_j}$. The
@@ -1786,8 +1787,8 @@ plt.show()
 #   NO$_2$/NH$_2$ ground truth carried through PyG's self-loop removal and edge sorting, so `edge_gt`
 #   lines up with `edge_index` (every marked edge joins N with O or H).
 # - `LRPExplainer` brings LRP to unmodified PyG models through PyG's own `Explainer`: the model's
-#   `forward` runs inside a `TorchFunctionMode` that computes every operation on input-dependent
-#   tensors with a relevance primitive, one backward gives node and edge relevance, a batch is
+#   `forward` runs inside a `TorchFunctionMode` that gives every operation on input-dependent
+#   tensors its rule as a change of its gradient, one ordinary backward gives node and edge relevance, a batch is
 #   explained in one pass with the same result as one graph at a time, a composite chooses the rule
 #   of each weight, `bias_relevance` says what the biases kept, and anything it cannot propagate
 #   through raises an error that names it.

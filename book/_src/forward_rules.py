@@ -8,8 +8,8 @@
 # $t$ its relevance as $t \odot \partial f / \partial t$, input times gradient, the form of LXT's
 # efficient mode {cite}`achtibat2024attnlrp`. Nothing in the explanation is a Python autograd function, so
 # PyTorch's compiler can take the whole explanation over. `lrp_lib` ships both forms:
-# `LRPExplainer()` runs the relevance primitives, `LRPExplainer(mechanism="forward")` the forward
-# modifications, and both give the same relevance.
+# `LRPExplainer()` runs the forward modifications, `LRPExplainer(mechanism="functions")` the relevance
+# primitives of the first chapters, and both give the same relevance.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
@@ -18,7 +18,7 @@
 # - derive, for each LRP rule, the gradient that makes input times gradient equal the rule;
 # - write a rule as a forward that keeps its value (`lrp_lib.core.modify.keep_value`);
 # - check the forward form against the relevance functions of the first chapters, cell by cell;
-# - explain a PyG model with `mechanism="forward"`, and say when capturing and `compile=True` pay.
+# - explain a PyG model with one ordinary backward, and say when capturing and `compile=True` pay.
 # ```
 
 # %% tags=["hide-input"]
@@ -153,9 +153,9 @@ assert all(r["dense"] and r["conv"] for r in rows)
 # %% [markdown]
 # ## A graph network, forwards
 #
-# `LRPExplainer(mechanism="forward")` runs the model's own `forward` under the same interception as the
-# default (a `TorchFunctionMode` that gives every torch function on input-dependent tensors its rule), but
-# each rule is emitted as a forward modification. The backward is PyTorch's own. The relevance of the
+# `LRPExplainer()` runs the model's own `forward` under an interception (a `TorchFunctionMode` that gives
+# every torch function on input-dependent tensors its rule), and each rule is emitted as a forward
+# modification; `mechanism="functions"` runs the same interception with the relevance primitives. The backward is PyTorch's own. The relevance of the
 # biases and stabilisers is read from two scalar probes of ones (one on the outputs of the operations that
 # can keep relevance, one on their inputs: their gradients are what those operations received and passed
 # on), and each edge's relevance from a hook on every layer's messages: messages times their gradient.
@@ -224,7 +224,7 @@ assert counts["forward modifications"] == 0 < counts["relevance primitives"]
 # Because no rule reads tensor data into Python, the modified forward on one graph is an ordinary PyTorch
 # program, and PyTorch's tools take it over. `lrp_lib.explain.capture` records it with `make_fx` as a graph
 # of ATen operations, runs the part that depends on `edge_index` alone (self-loops, degrees,
-# normalisation) once and keeps its results as constants. `LRPExplainer(mechanism="forward")` does this at
+# normalisation) once and keeps its results as constants. `LRPExplainer()` does this at
 # the second explanation of a graph and runs the captured graph from then on, without the model's Python
 # or the rules': the case of a node classifier whose nodes are explained one after another. A model
 # whose own Python reads an input-dependent value (a branch on `x`) cannot be captured, as `make_fx`
@@ -246,8 +246,8 @@ bench = load_results("mechanism", repository=globals().get("REPOSITORY"))
 def ratio_columns(suffix, extra=()):
     return [("nodes", "nodes", ",d")] + [
         (label, (lambda key: lambda r: r["ratio_to_gradient"][key])(key + suffix), "{:.2f}x")
-        for label, key in [("primitives", "functions"), ("forward, captured", "forward"), ("forward, eager", "forward_eager"),
-                           ("compiled", "compiled")]] + [
+        for label, key in [("captured (default)", "forward"), ("first call (eager)", "forward_eager"),
+                           ("compiled", "compiled"), ("primitives", "functions")]] + [
         (label, (lambda key: lambda r: r["ratio_to_gradient"][key])(key), "{:.2f}x") for label, key in extra]
 
 
@@ -284,9 +284,10 @@ assert graphs[0]["nodes"] < 700 and ratio["forward"][0] < ratio["forward_eager"]
 # gradient from 700 nodes up; with the edge masks (at most {glue:text}`fw_compiled_edges_max:.2f` times) it
 # costs less than PyG's own gradient with an edge mask at every size. Compiling took up to
 # {glue:text}`fw_compile_s:.0f` seconds on this machine, with PyTorch's compile cache as earlier runs left it
-# (a first compile takes longer), so it pays where many explanations follow. Without the compiler the forward rules cost more than the relevance
-# primitives: each rule adds a few elementwise operations to the forward, where the primitives do their
-# work only in the backward and replay a recorded program. Capturing the graph removes the Python of the
+# (a first compile takes longer), so it pays where many explanations follow. Without the compiler, a rule
+# that splits by sign (z+ here) does more matrix products than the gradient: its forward computes the
+# positive and the negative contributions beside the value, and its backward sends the gradient through each.
+# Capturing the graph removes the Python of the
 # interception, which dominates on small graphs (at the smallest size: {glue:text}`fw_small_forward:.2f`
 # times the gradient captured, {glue:text}`fw_small_eager:.2f` times eager). Graphs explained once each are
 # never captured per graph: over {glue:text}`fw_molecules` molecules of the benzene task, one at a time, the
@@ -301,7 +302,7 @@ assert graphs[0]["nodes"] < 700 and ratio["forward"][0] < ratio["forward_eager"]
 #   always computes.
 # - Each rule of `lrp_lib.core.rules` is declared once with both forms, `propagate` (backward) and `modify`
 #   (forward), and they agree on dense layers, convolutions and a trained GCN.
-# - `LRPExplainer(mechanism="forward")` explains any PyG model with one ordinary backward; node, edge and
+# - `LRPExplainer()` explains any PyG model with one ordinary backward; node, edge and
 #   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
 # - An explanation made of PyTorch operations is PyTorch's to run: the second explanation of a graph
 #   captures it with `make_fx`, and `compile=True` hands it to `torch.compile`, once for graphs of every size.
@@ -312,7 +313,7 @@ assert graphs[0]["nodes"] < 700 and ratio["forward"][0] < ratio["forward_eager"]
 #    `rules.Gamma(1.0)`'s `propagate`.
 # 2. `modify.HOMOGENEOUS` lists the functions whose gradient is already the identity rule. Show that
 #    `relu6` cannot be among them: find an input where $f(x)/x$ differs from $f'(x)$.
-# 3. Explain a GAT with `mechanism="forward"` and `Composite(attention="cp")`. Where does the relevance of the
+# 3. Explain a GAT with `Composite(attention="cp")`. Where does the relevance of the
 #    attention coefficients go, and how does the forward express it?
 # 4. The z+ rule falls back to LRP-0 for a unit without a positive contribution. Build a unit where that
 #    happens and check, with `modify.keep_value`, that its input gets $x \odot W^\top (R / z)$.

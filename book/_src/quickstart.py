@@ -220,12 +220,12 @@ plt.show()
 # - **A data set of graphs**: explain a `Batch`: each graph's relevance starts from its own output, in
 #   one forward and one backward for the whole batch; `explain_dataset` runs a whole data set to files
 #   ([Explaining a whole data set](explain_jobs.ipynb)).
-# - **The same shapes again**: `LRPExplainer` reuses the work of earlier calls on inputs of the same
-#   shapes, running less Python for the same relevance; `explanation.replay_reason` says whether it
-#   did, and `replay=False` turns it off. With `LRPExplainer(mechanism="forward", compile=True)` the
-#   explanation is compiled by PyTorch's compiler: that takes seconds, once per model for graphs of
-#   every size, and pays where many explanations follow ([Rules as forward
-#   modifications](forward_rules.ipynb) measures it).
+# - **The same graph again**: from the second explanation of a graph on, `LRPExplainer` runs the
+#   explanation as it recorded it, without the model's Python, for the same relevance;
+#   `explanation.replay_reason` says whether it did, and `replay=False` turns it off. With
+#   `LRPExplainer(compile=True)` the explanation is compiled by PyTorch's compiler: that takes seconds,
+#   once per model for graphs of every size, and pays where many explanations follow
+#   ([Performance](performance.ipynb) measures it).
 # - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
 #   prediction and the target of a classifier from the explanation's own forward instead of running
 #   PyG's prediction pass first (`one_pass=False` runs it), and `LRPExplainer(accounts="total")` keeps

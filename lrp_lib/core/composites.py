@@ -162,8 +162,7 @@ class Composite:
 
     def key(self) -> tuple:
         """A hashable value, the same for composites that give every weight the same rule and make
-        the same other choices (the key under which :mod:`lrp_lib.explain.replay` keeps the plans
-        recorded with them, so that explainers built alike share them).  A tensor in a rule (a
+        the same other choices (the key under which an explainer keeps what it captured with them).  A tensor in a rule (a
         :class:`~lrp_lib.core.rules.ZBox` bound) and a ``layers`` function count by identity."""
         def value(v):
             return ("object", id(v)) if isinstance(v, torch.Tensor) or callable(v) else v

@@ -58,7 +58,6 @@ from torch import Tensor
 from lrp_lib.core.linear_map import LinearMap, Weight
 from lrp_lib.core.modify import add_gradient, epsilon, keep_value, share_of
 from lrp_lib.core.stabilizer import has_zero, relevance_share, stabilize
-from lrp_lib.core.stabilizer import read as read_values
 from lrp_lib.core.validation import check_number
 
 __all__ = [
@@ -91,7 +90,7 @@ def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
     :func:`~lrp_lib.core.stabilizer.read` (so that a recorder sees the values this choice depends on,
     the same values for the same choice)."""
     ends = [end for t in parts if isinstance(t, Tensor) and t.numel() for end in torch.aminmax(t)]
-    read = iter(read_values(torch.stack(ends).sign()) if ends else [])
+    read = iter(torch.stack(ends).sign().tolist() if ends else [])
     signs = []
     for t in parts:
         if isinstance(t, Tensor):

@@ -16,16 +16,13 @@ through these two functions.
 from __future__ import annotations
 
 import math
-import threading
 import warnings
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 __all__ = ["LostRelevanceWarning", "stabilize", "relevance_share", "warn_lost", "raise_not_finite", "all_finite",
-           "has_zero", "read", "reading"]
+           "has_zero"]
 
 
 class LostRelevanceWarning(UserWarning):
@@ -138,46 +135,13 @@ def _differentiable(*tensors: Tensor) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-_readers = threading.local()
-
-
-def read(t: Tensor) -> list:
-    """``t.tolist()``: the one way the rules read tensor data into Python, so that a recorder sees
-    every value a rule's choice depends on: the callbacks of :func:`reading` in this thread, and each
-    active ``TorchDispatchMode`` that has a method ``on_read(tensor, values)`` (a dispatch mode, unlike
-    a thread's callbacks, is carried into the threads of the autograd engine, where a GPU's backward
-    runs)."""
-    values = t.tolist()
-    for callback in getattr(_readers, "stack", ()):
-        callback(t, values)
-    if torch._C._len_torch_dispatch_stack():
-        for mode in _get_current_dispatch_mode_stack():
-            on_read = getattr(mode, "on_read", None)
-            if on_read is not None:
-                on_read(t, values)
-    return values
-
-
-@contextmanager
-def reading(callback):
-    """Within: ``callback(tensor, values)`` for each :func:`read` in this thread."""
-    stack = getattr(_readers, "stack", None)
-    if stack is None:
-        stack = _readers.stack = []
-    stack.append(callback)
-    try:
-        yield
-    finally:
-        stack.remove(callback)
-
-
 def has_zero(t: Tensor) -> bool:
     """Whether ``t`` may hold a zero: ``False`` when its smallest entry is positive or its largest
     negative (one read-only pass, ``torch.aminmax``, cheaper on the CPU than a boolean mask; NaN
     answers ``True``).  Empty tensors hold none."""
     if not t.numel():
         return False
-    low, high = read(torch.stack(torch.aminmax(t)).sign())  # one synchronisation; the signs decide
+    low, high = torch.stack(torch.aminmax(t)).sign().tolist()  # one synchronisation; the signs decide
     return not (low > 0 or high < 0)
 
 

@@ -6,21 +6,18 @@
   decided once per function; :mod:`~lrp_lib.explain.rule_families`: the rule families it computes
   them with; :mod:`~lrp_lib.explain.inplace`: the calls it sends to no rule (attribute reads, dropout,
   in-place operations);
-* :mod:`~lrp_lib.explain.record` and :mod:`~lrp_lib.explain.replay`: the forward recorded once per
-  input signature and replayed without the mode and the model's Python;
-* :mod:`~lrp_lib.explain.compiled`: a replayed explanation's ATen operations, forward and backward, run
-  as a program without the rules' Python; :mod:`~lrp_lib.explain.bindings`: the C binding that calls an
-  operator on given arguments, which the program calls it through;
 * :mod:`~lrp_lib.explain.op_tables`: which torch functions and autograd nodes pass relevance as
   they are; :mod:`~lrp_lib.explain.graph_check`: ``UnsupportedModelError`` and
   ``check_relevance_graph``;
 * :mod:`~lrp_lib.explain.handlers`: the rule of each torch function with one of its own (linear
   maps, products, convolutions, reductions, scatters, arithmetic, softmax, norms);
   :mod:`~lrp_lib.explain.recurrent`: RNN/LSTM/GRU and multi-head attention written out;
-* :mod:`~lrp_lib.explain.primitives`: the relevance primitives, each a ``torch.autograd.Function``;
 * :mod:`~lrp_lib.explain.forward`: ``ForwardMode``, the same mode with each rule family a forward
-  modification, one ordinary backward (``LRPExplainer(mechanism="forward")``); :mod:`~lrp_lib.explain.capture`:
-  one graph's explanation captured and compiled by ``torch.compile``; :mod:`~lrp_lib.explain.tensors`:
+  modification, one ordinary backward (the default mechanism); :mod:`~lrp_lib.explain.capture`: an
+  explanation's forward captured with ``make_fx`` and compiled by ``torch.compile``, kept per graph by
+  :mod:`~lrp_lib.explain.capture_cache` (keyed by :mod:`~lrp_lib.explain.model_state`);
+* :mod:`~lrp_lib.explain.primitives`: the relevance primitives, each a ``torch.autograd.Function``
+  (``LRPExplainer(mechanism="functions")``, and the relevant walks); :mod:`~lrp_lib.explain.tensors`:
   ``explain_tensor``, any torch model on a plain tensor input (no graph);
 * :mod:`~lrp_lib.explain.edges`: edge relevance through message hooks;
 * :mod:`~lrp_lib.explain.inputs`: ``check_inputs`` and ``check_hetero_inputs``;
@@ -55,8 +52,8 @@ import importlib
 _MODULES = ("function_mode", "op_tables", "graph_check", "handlers", "recurrent", "primitives", "edges", "inputs",
             "targets", "propagate", "accounting", "subgraphs", "unions", "layer_pruning", "border_degrees", "explainer", "masks", "walks",
             "walk_model", "walk_graph", "walk_algebra", "walk_defined", "walk_search", "walk_hetero", "jobs",
-            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace", "record", "replay", "compiled",
-            "bindings", "pyg_explainer", "forward", "capture", "tensors", "algorithm",
+            "job_batches", "job_store", "dispatch", "rule_families", "hetero", "one_pass", "inplace",
+            "pyg_explainer", "forward", "capture", "capture_cache", "model_state", "tensors", "algorithm",
             "relevance_pass")
 
 

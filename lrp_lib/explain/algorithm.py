@@ -95,60 +95,36 @@ class LRPExplainer(ExplainerAlgorithm):
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
         recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
             more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
-        replay: the second explanation of each input signature is recorded (the first runs in the
-            mode only), later ones replay the recorded torch functions without the model's Python (:mod:`lrp_lib.explain.replay`): the
-            same relevance; ``replayed`` and ``replay_reason`` on the explanation say whether it was
-            replayed (``"replayed"``, or ``"compiled"``: run as a program, see ``compile``) and why not
-            (recorded, a guard that failed, a model that cannot be replayed).
-            On by default (every case of the coverage zoo replays to the mode's values,
-            ``tests/explain/test_replay.py``); not with ``recompute=True`` or ``fast=False``, nor for a
-            model with hooks (a replay would not run them).
-            With ``mechanism="forward"`` the second explanation of a graph (the same ``edge_index`` and other
-            graph inputs by identity, unchanged, node features of the same shape, the same parameters and
-            buffers) captures the explanation's forward with PyTorch's ``make_fx``
-            (:mod:`lrp_lib.explain.capture`: the graph part, self-loops and normalisation, computed once), and
-            it and later ones run the captured graph and one ordinary backward, without the model's or the
-            rules' Python (``replay_reason`` ``"captured"``).  Capturing takes a fraction of a second per
-            graph.  A model whose Python reads input-dependent values (a branch on ``x``), or that has hooks,
-            is not captured, and runs eagerly (``replay_reason`` says why).
-        compile: a replayed explanation's ATen operations, forward and backward, are recorded once
-            (the third explanation of a signature) and later explanations run them as a program,
-            without the rules' Python (:mod:`lrp_lib.explain.compiled`): the same relevance (to the
-            bit on the CPU; on a GPU, whose scatter sums add in no fixed order, to rounding), at
-            about the cost of one gradient.  Every value the rules read from the data (the
-            signs z+ splits by, a zero in a denominator) is read again and compared; where one
-            differs the explanation is replayed instead (and compiled again).  On by default; it
-            applies with one account for the call (node-level tasks, one graph, or a batch with
-            ``accounts="total"``), without an edge mask or ``per_index``, on the CPU and on a GPU.
-            Once two input signatures that differ only in their sizes (molecules of other numbers of
-            atoms and bonds) have programs that run the same operations, one program is made for
-            inputs of any size (``replay_reason`` ``"compiled for any size"``;
-            :func:`lrp_lib.explain.compiled.generalise`), which reads its sizes from the tensors it
-            runs on; sizes 0 and 1, and free sizes equal to each other, are left to the replay.
-            ``compile="exact"``: programs per signature only, for a model whose forward takes other
-            branches at other sizes (a size threshold, say), which no program could see.
-            With ``mechanism="forward"``, ``compile=True`` means PyTorch's compiler instead.  Node masks: the
-            explanation's forward is captured once with symbolic sizes, ``edge_index`` and the model's other tensor
-            inputs being inputs of the captured graph (:func:`lrp_lib.explain.capture.capture_any_graph`), and
-            compiled by ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves every graph of
-            any size, while the model's parameters are unchanged (``replay_reason``
-            ``"torch.compile for any graph"``).  With an edge mask, the explanation of one graph is captured
-            (its graph part, self-loops and normalisation, folded into constants) and compiled with static sizes;
-            later explanations on the same ``edge_index`` (by identity, unchanged) run it.  Compiling takes
-            seconds (tens on a small CPU), so it pays where many explanations follow: the molecules of a data
-            set, the nodes of a graph.  It applies without a floating-point ``edge_attr``, ``per_index`` and
-            per-graph accounts of a batch; elsewhere the forward rules run eagerly.
-            Default (None): True for ``"functions"``, False for ``"forward"``.
-        mechanism: how the rules run.  ``"functions"`` (the default): each rule is a relevance primitive
-            whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), with ``replay`` and
-            ``compile`` above.  ``"forward"``: each rule is a forward that keeps its operation's value and
-            changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation is one ordinary
-            backward of PyTorch's own, and each input's relevance is the input times its gradient: the
-            same relevance (to rounding), its forward captured from the second explanation of a graph on
-            (``replay`` above; ``compile=True``: PyTorch's compiler).  Relevance that does not reach the
-            inputs is reported by the explanation's :class:`LostRelevanceWarning`; the warnings that the
-            primitives give per map (a part of alpha-beta without contributions of its sign) are not given,
-            as the relevance is only known in the backward.
+        replay: the second explanation of a graph (the same ``edge_index`` and other graph inputs by
+            identity, unchanged, node features of the same shape, the same parameters and buffers) captures
+            the explanation's forward with PyTorch's ``make_fx`` (:mod:`lrp_lib.explain.capture`: the graph
+            part, self-loops and normalisation, computed once), and it and later ones run the captured graph
+            and one ordinary backward, without the model's or the rules' Python: the same relevance
+            (``replayed`` and ``replay_reason`` on the explanation say whether it ran captured, and why not).
+            Capturing takes a fraction of a second per graph.  A model whose Python reads input-dependent
+            values (a branch on ``x``), or that has hooks, is not captured and runs eagerly.  On by default;
+            it applies with one account for the call (node-level tasks, one graph, or a batch with
+            ``accounts="total"``), without ``per_index``.
+        compile: the captured explanation is compiled by ``torch.compile(fullgraph=True)`` (off by
+            default).  Node masks: the explanation's forward is captured once with symbolic sizes,
+            ``edge_index`` and the model's other tensor inputs being inputs of the captured graph
+            (:func:`lrp_lib.explain.capture.capture_any_graph`), and compiled with ``dynamic=True``: one
+            compilation serves every graph of any size while the model's parameters are unchanged
+            (``replay_reason`` ``"torch.compile for any graph"``).  With an edge mask, the explanation of one
+            graph is captured (its graph part folded into constants) and compiled with static sizes; later
+            explanations on the same ``edge_index`` run it.  Compiling takes seconds (tens on a small CPU),
+            so it pays where many explanations follow: the molecules of a data set, the nodes of a graph.
+            It applies where ``replay`` does, without a floating-point ``edge_attr``; elsewhere the rules
+            run eagerly.
+        mechanism: how the rules run.  ``"forward"`` (the default): each rule is a forward that keeps its
+            operation's value and changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation
+            is one ordinary backward of PyTorch's own, and each input's relevance is the input times its
+            gradient.  Relevance that does not reach the inputs is reported by the explanation's
+            :class:`LostRelevanceWarning`.  ``"functions"``: each rule is a relevance primitive, an autograd
+            Function whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), run eagerly: the
+            same relevance to rounding (an independent implementation of the same rules, which the tests
+            compare against), and the warnings that the primitives can give per map (a part of alpha-beta
+            without contributions of its sign); ``replay`` and ``compile`` do not apply.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -202,25 +178,23 @@ class LRPExplainer(ExplainerAlgorithm):
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
                  prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
-                 compile: bool | str | None = None, mechanism: str = "functions"):
+                 compile: bool = False, mechanism: str = "forward"):
         super().__init__()
         if mechanism not in ("functions", "forward"):
             raise ValueError(f"mechanism must be 'functions' (relevance primitives) or 'forward' (rules as forward "
                              f"modifications, one ordinary backward), got {mechanism!r}")
-        if mechanism == "forward" and recompute:
-            raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
-                             "backward; mechanism='forward' keeps none (PyTorch's own backward): use one or the other")
         self.mechanism = mechanism
         self.captures = CaptureCache()  # mechanism="forward": the captured explanation of each graph
-        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index)):
+        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index),
+                            ("compile", compile)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
-        if not (compile is None or isinstance(compile, bool) or compile == "exact"):
-            raise ValueError(f"compile must be True, False, 'exact' or None (the mechanism's default), got {compile!r}")
-        if mechanism == "forward" and compile == "exact":
-            raise ValueError("compile='exact' chooses the relevance primitives' programs; with mechanism='forward' "
-                             "use compile=True (torch.compile) or False")
-        compile = (mechanism == "functions") if compile is None else compile
+        if mechanism == "forward" and recompute:
+            raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
+                             "backward: pass mechanism='functions' with it (the forward rules, the default, keep none)")
+        if mechanism == "functions" and compile:
+            raise ValueError("compile=True compiles the forward rules with torch.compile: use mechanism='forward' "
+                             "(the default); the relevance primitives of mechanism='functions' run eagerly")
         self.replay, self.fast, self.recompute, self.compile = replay, fast, recompute, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
@@ -274,7 +248,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if c.layers is not None:
             parts.append(f"layers={c.layers!r}")
         parts += [f"explained={self.explained!r}", f"mask={self.mask!r}"]
-        if self.mechanism != "functions":
+        if self.mechanism != "forward":
             parts.append(f"mechanism={self.mechanism!r}")
         return f"LRPExplainer({', '.join(parts)})"
 

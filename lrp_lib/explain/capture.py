@@ -8,7 +8,7 @@ over: :func:`torch.fx.experimental.proxy_tensor.make_fx` records the model's for
 the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output; the graph
 part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept in the
 graph as constants.  Each explanation then runs that graph and one ordinary backward, without the model's or
-the rules' Python (``LRPExplainer(mechanism="forward")`` does so from the second explanation of a graph on).
+the rules' Python (``LRPExplainer()`` does so from the second explanation of a graph on).
 :func:`torch.compile` compiles it with ``fullgraph=True`` (``compile=True``): it traces without a break,
 because no rule reads tensor data into Python.  ``make_fx`` refuses a model whose own Python reads the value
 of an input-dependent tensor (a branch on ``x``), which a captured graph would keep as a constant: such a
@@ -22,7 +22,7 @@ captured.
 For graphs that each come once (the molecules of a data set), :func:`capture_any_graph` records the forward
 with symbolic sizes instead (``make_fx(tracing_mode="symbolic")``): ``edge_index`` is an input of the graph and
 its graph part runs on every call, so one capture, compiled once with dynamic shapes
-(:class:`AnyGraphExplanation`, ``LRPExplainer(mechanism="forward", compile=True)`` without an edge mask), serves
+(:class:`AnyGraphExplanation`, ``LRPExplainer(compile=True)`` without an edge mask), serves
 graphs of every size.  The conditions the model's Python placed on the sizes it saw are PyTorch's guards on the
 symbolic sizes; a graph that does not meet them gets a capture of its own.
 """

@@ -1,6 +1,6 @@
 r"""The captured explanations an :class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps: :class:`CaptureCache`.
 
-With ``mechanism="forward"`` the second explanation of a graph runs its captured forward
+The second explanation of a graph runs its captured forward
 (:class:`~lrp_lib.explain.capture.CompiledExplanation`), and ``compile=True`` compiles it; node masks under
 ``compile=True`` are captured once for graphs of every size (:class:`~lrp_lib.explain.capture.AnyGraphExplanation`).
 This module decides which applies to a call, and keeps what was captured, keyed by what it depends on.
@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
 from lrp_lib.explain.function_mode import UnsupportedModelError
-from lrp_lib.explain.record import hooked, model_state
+from lrp_lib.explain.model_state import hooked, model_state
 
 __all__ = ["CaptureCache"]
 

@@ -24,12 +24,11 @@ ran outside the interception (a custom ``autograd.Function``), gives an
 
 Edges (:mod:`lrp_lib.explain.edges`): a message hook on each ``MessagePassing`` module adds the
 relevance of the messages of edge :math:`j \to i`, summed over features and layers, to that edge;
-the self-loops a layer adds (GCN, GAT) leave their share with the node.  Replay
-(:mod:`lrp_lib.explain.replay`): from the second explanation of an input signature on, the forward's
-torch functions are recorded once and replayed without the mode and the model's Python, behind
-guards that fall back to the mode: the same relevance, at less cost per call.  With the rules as
-forward modifications (``mechanism="forward"``, :mod:`lrp_lib.explain.forward`) the second explanation of
-a graph captures its forward with PyTorch's ``make_fx`` instead (:mod:`lrp_lib.explain.capture`).
+the self-loops a layer adds (GCN, GAT) leave their share with the node.  The rules are forward
+modifications (:mod:`lrp_lib.explain.forward`): each keeps its operation's value and changes its gradient, so
+the backward is PyTorch's own.  From the second explanation of a graph on, its forward is captured with
+PyTorch's ``make_fx`` and run without the model's or the rules' Python (:mod:`lrp_lib.explain.capture`);
+``LRPExplainer(compile=True)`` hands it to ``torch.compile``.
 
 Nothing is patched globally: the mode belongs to the calling thread, so explanations run from
 several threads, and training in other threads, do not disturb each other.

@@ -15,13 +15,14 @@ is then PyTorch's own, and the relevance of every tensor :math:`t` is :math:`t \
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
 
-``LRPExplainer(mechanism="forward")`` explains with it.  What the biases and stabilisers keep is the explained value less
+``LRPExplainer()`` explains with it (the default mechanism).  What the biases and stabilisers keep is the explained value less
 the inputs' relevance, split into what the biases, constant terms and stabilisers kept (two scalar probes
 of ones: one on the outputs of the operations that can keep relevance, one on their inputs) and what was
 lost.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -30,9 +31,9 @@ from torch import Tensor, nn
 from lrp_lib.core import modify
 from lrp_lib.core.linear_map import LinearMap
 from lrp_lib.core.stabilizer import stabilize
+from lrp_lib.explain.accounting import GroupedTally
 from lrp_lib.explain.edges import EdgeRecorder, HeteroEdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode
-from lrp_lib.explain.primitives import Tally
 
 __all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally", "ProbeRecorder", "ProbeHeteroRecorder"]
 
@@ -45,22 +46,40 @@ class ForwardFamilies:
     """The rule families of :class:`~lrp_lib.explain.rule_families.RuleFamilies`, each as a forward
     modification (same names, same arguments)."""
 
-    def _in(self, t: Tensor) -> Tensor:
+    def _in(self, t: Tensor, rows: bool = True) -> Tensor:
         """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1): the
-        probe's gradient totals the relevance such operations pass on."""
-        return t * self.one_in
+        probe's gradient totals the relevance such operations pass on.  ``rows=False``: the operation mixes
+        rows (row ``r`` of its output is not made from row ``r`` of its inputs), so what a row received less
+        what it passed on is no amount kept on that row: the scalar probe."""
+        return t * self._probe("in", t, rows)
 
-    def _out(self, t: Tensor) -> Tensor:
+    def _out(self, t: Tensor, rows: bool = True) -> Tensor:
         """``t``, the output of an operation that may keep relevance, times the probe ``one_out`` (1): the
-        probe's gradient totals the relevance such operations receive."""
-        return t * self.one_out
+        probe's gradient totals the relevance such operations receive (``rows``: as for :meth:`_in`)."""
+        return t * self._probe("out", t, rows)
 
     def _kept(self, y: Tensor, amount: Tensor) -> Tensor:
         """``y`` unchanged, plus the gradient of ``kept * amount`` for the scalar probe ``kept``: its gradient
-        totals :math:`\\sum g \\odot a` over such operations, the relevance they keep when ``amount`` is
-        :math:`a = z - c \\odot (z - f(0))` (output :math:`z`, constant term :math:`f(0)`, gradient scale
+        totals :math:`\sum g \odot a` over such operations, the relevance they keep when ``amount`` is
+        :math:`a = z - c \odot (z - f(0))` (output :math:`z`, constant term :math:`f(0)`, gradient scale
         :math:`c`: what reaches the output less what its input gets)."""
-        return torch.addcmul(y, self.kept_delta, amount.detach())
+        return torch.addcmul(y, self._probe("kept", y), amount.detach())
+
+    def _probe(self, kind: str, t: Tensor, rows: bool = True) -> Tensor:
+        """The probe of ``kind`` (``"in"``, ``"out"``, ``"kept"``) that multiplies ``t``: the scalar one, or,
+        where the accounts are split by rows (:attr:`row_probes` not None: the graphs of a batch, the targets
+        of ``per_index``), one per row of the tensors with ``t``'s number of rows, whose gradients give what
+        each row kept (:meth:`ProbeTally.backward`); ``rows=False``: the scalar one."""
+        if self.row_probes is None or t.dim() == 0 or not rows:
+            if self.row_probes is not None:
+                self.tally.unsplit = True  # an amount without rows
+            return {"in": self.one_in, "out": self.one_out, "kept": self.kept_delta}[kind]
+        n = t.shape[0]
+        probe = self.row_probes.get((kind, n))
+        if probe is None:
+            ones = torch.ones(n, dtype=self.one_in.dtype, device=self.one_in.device, requires_grad=True)
+            probe = self.row_probes[(kind, n)] = (ones, ones - ones.detach() if kind == "kept" else ones)
+        return probe[1].view(n, *([1] * (t.dim() - 1)))
 
     def _eps_share(self, z: Tensor, base: Tensor | None = None) -> Tensor:
         """The epsilon rule's constant :math:`z / \\mathrm{stab}(z)`; ``base``: the part of ``z`` that is
@@ -113,13 +132,17 @@ class ForwardFamilies:
             return self.linear(x, lambda t: fn(t, w, b), None, op)
         m = LinearMap(fn)
         nonneg = getattr(x, "_lrp_nonneg", None) is self._token
-        x = self._in(x)
+        rows = x.dim() >= 2  # a map of each row (F.linear, x @ W, a convolution of each item)
+        x = self._in(x, rows)
         out = fn(x, w, b)
+        if rows and (out.dim() == 0 or out.shape[0] != x.shape[0]):  # not a map of rows after all: the
+            self.tally.unsplit, rows = True, False  # in-probe counted rows that are not the output's
         if b is None or self.composite.bias:
-            return self._out(rule.modify(m, x, w, b, out, nonneg=nonneg))
+            return self._out(rule.modify(m, x, w, b, out, nonneg=nonneg), rows)
         # the bias takes no share: the rule splits the map without it, z0, whose relevance is out's
         z0 = fn(x, w, None)
-        return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0, nonneg=nonneg), modify.share_of(out, z0)))
+        return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0, nonneg=nonneg), modify.share_of(out, z0)),
+                         rows)
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
         r"""``ca * a + cb * b``: each marked term its proportional share, :math:`R_a = a \odot R/\mathrm{stab}(z)`
@@ -156,14 +179,14 @@ class ForwardFamilies:
     def bilinear(self, a: Tensor, b: Tensor, weights: tuple, label: str):
         r"""``a @ b``, both marked: the epsilon rule on the product terms, :math:`R_a = w_a\, a \odot (S b^\top)`,
         :math:`R_b = w_b\, b \odot (a^\top S)`, :math:`S = R / \mathrm{stab}(z)`."""
-        a, b = self._in(a), self._in(b)
+        a, b = self._in(a, rows=False), self._in(b, rows=False)  # (b's rows reach every row of z)
         z = a @ b
         c = self._eps_share(z)
         wa, wb = weights
         if wa == wb:
-            return self._out(modify.keep_value(z, z * (c * wa)))
+            return self._out(modify.keep_value(z, z * (c * wa)), rows=False)
         t = (a @ b.detach()) * (c * wa) if wa else 0.0
-        return self._out(modify.keep_value(z, t + (a.detach() @ b) * (c * wb) if wb else t))
+        return self._out(modify.keep_value(z, t + (a.detach() @ b) * (c * wb) if wb else t), rows=False)
 
     def normalise(self, a: Tensor, b: Tensor):
         """``a / b``, both marked: the denominator held constant, :math:`R_a = R`."""
@@ -172,13 +195,15 @@ class ForwardFamilies:
     def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor, expand: Callable, label: str):
         """``fn(x)``, a product of ``counts`` factors per output: :math:`R_i = R / n` (an empty product keeps
         its value's share)."""
-        y = fn(self._in(x))
+        y = fn(self._in(x, rows=False))
         n = counts.to(y.dtype)
-        return self._out(modify.keep_value(y, y * torch.where(n == 0, torch.zeros_like(n), 1.0 / n.clamp(min=1))))
+        return self._out(modify.keep_value(y, y * torch.where(n == 0, torch.zeros_like(n), 1.0 / n.clamp(min=1))),
+                         rows=False)
 
     def join(self, dim: int, marked: tuple, label: str, joined: list):
         """``torch.cat``: the gradient's copy; a joined constant keeps its slice."""
-        return self._out(torch.cat([self._in(t) if m else t for t, m in zip(joined, marked)], dim))
+        rows = dim % joined[0].dim() != 0 if joined[0].dim() else False  # (joined along the rows: mixed)
+        return self._out(torch.cat([self._in(t, rows) if m else t for t, m in zip(joined, marked)], dim), rows)
 
     def softmax(self, x: Tensor, dim: int, label: str):
         return torch.softmax(x, dim)  # AttnLRP's rule R_x = x (R - s sum R) is input times gradient
@@ -209,15 +234,18 @@ class ForwardFamilies:
         return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
 
 
-class ProbeTally(Tally):
+class ProbeTally(GroupedTally):
     """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
     (:meth:`backward`): what the operations that can keep relevance kept (biases, constant terms and
     stabilisers: the relevance they received less what they passed on), and what reached each operation
-    without a rule."""
+    without a rule.  With probes per row (``ForwardMode(rows=True)``) also what was kept per row of the
+    tensors of each row count (:class:`~lrp_lib.explain.accounting.GroupedTally`'s ``rows``), which splits the
+    accounts by graph or target without another backward."""
 
     def __init__(self, mode: "ForwardMode"):
         super().__init__()
         self.mode = mode
+        self.unsplit = mode.row_probes is None  # scalar probes: totals only
 
     def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> list:
         """One ordinary backward from ``head``, whose relevance is ``start``: the gradient ``start / head``
@@ -226,12 +254,21 @@ class ProbeTally(Tally):
         mode = self.mode
         if mode.recorder is not None:
             mode.recorder.clear()
-        wrt = [*inputs, mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes)]
+        rows = list((mode.row_probes or {}).items())
+        wrt = [*inputs, mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes),
+               *(leaf for _, (leaf, _) in rows)]
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True,
                                     retain_graph=retain_graph)
         n = len(inputs)
         received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[n:n + 3])
-        self._put("absorbed", "biases, constant terms and stabilisers", (received - passed + kept,))
+        total = received - passed + kept
+        self.rows = {}
+        for ((kind, count), _), g in zip(rows, grads[n + 3 + len(mode.probes):]):
+            if g is not None:  # what row r kept: received - passed on, plus the kept amounts
+                g = -g.detach() if kind == "in" else g.detach()
+                self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
+                total = total + g.sum()
+        self._put("absorbed", "biases, constant terms and stabilisers", (total,))
         for (label, value, _), g in zip(mode.probes, grads[n + 3:]):
             if g is not None:
                 self._put("blocked", label, ((value * g).sum(),))
@@ -248,7 +285,7 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
     checks_graph = False  # the graph holds PyTorch's own nodes only
 
     def __init__(self, composite="epsilon", model: nn.Module | None = None, fast: bool = True,
-                 recompute: bool = False):
+                 recompute: bool = False, rows: bool = False):
         if recompute:
             raise ValueError("recompute=True keeps no messages for the relevance primitives' backward; the "
                              "forward rules have none to keep: use recompute=False")
@@ -256,6 +293,8 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
         self.chains = False  # messages are not rewritten as maps from node rows: autograd sees them as they are
         self.probes: list[tuple[str, Tensor, Tensor]] = []
         self.recorder: ProbeRecorder | ProbeHeteroRecorder | None = None
+        #: ``rows=True``: the probes per row, by (kind, row count): (the leaf, the factor in the forward)
+        self.row_probes: dict | None = {} if rows else None
         self._probes(torch.float32, torch.device("cpu"))
         self.tally = ProbeTally(self)
 
@@ -286,7 +325,8 @@ def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     values = messages.detach()
 
     def hook(grad):
-        rel = (values * grad).movedim(dim, 0).reshape(grad.shape[dim], -1).sum(1)
+        rel = (values * grad).movedim(dim, 0)
+        rel = rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
         record.index_add_(0, ids, rel[keep].to(record.dtype))
     return hook
 

@@ -182,7 +182,10 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
             stack.extend(n for n, _ in node.next_functions)
         else:
             return
-        names = sorted({node_name(n) for n in path if not (node_name(n) in PASS_NODES)})
+        # the Python autograd Functions on the way, where there are any (the operations of the forward rules are
+        # PyTorch's own, and on the way too); else every operation but those that pass relevance as they are
+        names = sorted({node_name(n) for n in path if isinstance(n, torch.autograd.function.BackwardCFunction)}) or \
+            sorted({node_name(n) for n in path if not (node_name(n) in PASS_NODES)})
         raise UnsupportedModelError(
             f"a tensor in {self.module_label()} depends on the input through {', '.join(names) or 'an operation'}, "
             f"which ran outside lrp_lib's interception (a custom torch.autograd.Function or an extension op): "

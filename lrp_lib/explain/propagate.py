@@ -4,7 +4,6 @@ relevance), refuses what relevance cannot pass through, and sends the explained 
 relevance back to the inputs."""
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Callable
 
 import torch
@@ -30,20 +29,14 @@ def forward_in_mode(model: nn.Module, mode: RelevanceMode, recorder, inputs: lis
 
 
 def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
-              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False, out=None,
-              replayed: bool = False, backward_context: Callable | None = None):
+              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False):
     """The one forward (``call()``, inside ``mode``, with the message hooks recording into
     ``recorder``) and the one backward from the explained output: (output, start relevance,
     relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
     cannot pass through.  ``retain_graph``: keep the graph for more backward passes
     (:func:`lrp_lib.explain.accounting.account`).  ``target``: the class labels, or a function of the
-    model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`).  ``out``: the forward's
-    output computed already (:mod:`lrp_lib.explain.replay`), ``call`` not called; ``replayed``: by a plan
-    whose recording passed :func:`check_relevance_graph` (the same functions, the same autograd nodes):
-    not checked again.  ``backward_context(start)``: a context manager the backward runs in
-    (:class:`lrp_lib.explain.compiled.Recorder`'s)."""
-    if out is None:
-        out = forward_in_mode(model, mode, recorder, inputs, call)
+    model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`)."""
+    out = forward_in_mode(model, mode, recorder, inputs, call)
     if not isinstance(out, Tensor) or not mode.is_marked(out):
         raise ValueError(
             "the model's output does not depend on x through autograd: model.forward detaches it "
@@ -51,13 +44,12 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
             "propagated through the model's autograd graph, so remove the detach")
     head = explained_logits(mode, out, model_config)
     mode.explained_head = mode.head_of(out)[0] if head is not out else None
-    if not replayed and mode.checks_graph:
+    if mode.checks_graph:
         check_relevance_graph(head, inputs)
     if recorder is not None:
         recorder.check()
     start = start_of(out, head, target, index, model_config, explained)
-    with backward_context(start) if backward_context is not None else nullcontext():
-        grads = mode.tally.backward(head, inputs, start, retain_graph)
+    grads = mode.tally.backward(head, inputs, start, retain_graph)
     check_blocked(mode.tally)
     return out, start, grads, head
 

@@ -2,28 +2,27 @@ r"""One explanation: the model's forward under the mechanism's rules, one backwa
 
 :func:`relevance` runs what :class:`~lrp_lib.explain.algorithm.LRPExplainer` asks for once: the model's own
 forward inside the interception (:class:`~lrp_lib.explain.function_mode.RelevanceMode` with the relevance
-primitives, or :class:`~lrp_lib.explain.forward.ForwardMode` with the forward rules), a replayed or compiled
-program of it (:mod:`lrp_lib.explain.replay`, :mod:`lrp_lib.explain.compiled`), or its captured graph
-(:mod:`lrp_lib.explain.capture`); then one backward from the explained output, and the accounts of what the
+primitives, or :class:`~lrp_lib.explain.forward.ForwardMode` with the forward rules), or the forward rules'
+captured graph (:mod:`lrp_lib.explain.capture`, :mod:`lrp_lib.explain.capture_cache`); then one backward from the explained output, and the accounts of what the
 biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
 """
 from __future__ import annotations
 
 import warnings
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 import torch
 from torch import Tensor, nn
 
 from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.explain import compiled, replay
 from lrp_lib.explain.accounting import GroupedTally, account, account_one, lost_relevance
+from lrp_lib.explain.edges import EdgeRecorder
 from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
+from lrp_lib.explain.function_mode import RelevanceMode
 from lrp_lib.explain.inputs import check_inputs, checked_by_explainer
 from lrp_lib.explain.layer_pruning import current_plan
 from lrp_lib.explain.primitives import Tally
-from lrp_lib.explain.propagate import check_blocked, propagate
+from lrp_lib.explain.propagate import propagate
 from lrp_lib.explain.targets import explained_of, start_of
 
 __all__ = ["relevance", "NOT_FINITE", "NO_EDGE_ATTR_RELEVANCE"]
@@ -51,7 +50,7 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     biases by group without another backward where it covers every tensor they were kept on
     (``split_losses=False``: only where no group lost relevance, see
     :func:`~lrp_lib.explain.accounting.account`).  ``one_group``: ``node_group`` is known to hold one
-    group (a single graph), whose account needs no other backward, so the explanation may be compiled."""
+    group (a single graph), whose account needs no other backward, so the explanation may be captured."""
     if not checked and not checked_by_explainer(x, edge_index):
         check_inputs(model, x, edge_index, **kwargs)
     edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
@@ -64,32 +63,11 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     edges = algorithm.explainer_config.edge_mask_type is not None
     grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
 
-    def make(mode_class, recorder_class):
-        mode = mode_class(algorithm.composite, model, fast=algorithm.fast, recompute=algorithm.recompute)
-        if grouped and mode_class is not ForwardMode:  # (the forward rules' tally reads totals: one per backward)
-            mode.tally = GroupedTally()
-        layer_plan = current_plan()  # per_index: the rows each layer's outputs are read at
-        if layer_plan is not None:
-            mode.live_rows = layer_plan.live_rows
-        return mode, recorder_class(mode, model, edge_index, x.dtype) if edges else None
-    tensors = {k: v for k, v in kwargs.items() if isinstance(v, Tensor)}
-    model_inputs, other = [leaf, edge_index, *tensors.values()], {k: v for k, v in kwargs.items() if k not in tensors}
-    options = (algorithm.composite.key(), algorithm.fast, edges, grouped, tuple(kwargs))
-    forward = algorithm.mechanism == "forward"
-    if forward:  # the rules as forward modifications: PyTorch's own backward, nothing recorded
-        make = (lambda make_: lambda mode_class, recorder_class: make_(ForwardMode, ProbeRecorder))(make)
-    enabled = algorithm.replay and algorithm.fast and not algorithm.recompute and not forward
-    # one account for the call, no edge relevance: the plan's ATen operations run as a program
-    compile_ = enabled and algorithm.compile is not False and not edges and not grouped \
-        and (node_group is None or one_group) and current_plan() is None
-    done = compiled.explain(model, model_inputs, other, options, lambda o, h: start_of(
-        o, h, target, index, algorithm.model_config, algorithm.explained), generic=algorithm.compile is True) \
-        if compile_ else None
+    forward = algorithm.mechanism == "forward"  # the rules as forward modifications: PyTorch's own backward
     captured, why = algorithm.captures.get(
-        model, x, edge_index, kwargs, inputs, algorithm.composite, edges, algorithm.compile is True) if forward and (
-        algorithm.compile is True or algorithm.replay) and not grouped and (node_group is None or one_group) \
+        model, x, edge_index, kwargs, inputs, algorithm.composite, edges, algorithm.compile) if forward and (
+        algorithm.compile or algorithm.replay) and not grouped and (node_group is None or one_group) \
         and current_plan() is None else (None, None)
-    recording = None
     if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
         out, head, leaves = captured.forward(x, edge_index, kwargs)
         head = explained_of(captured.head, out, head, algorithm.model_config)
@@ -102,26 +80,21 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         mode = SimpleNamespace(tally=tally, detached=set(), explained_head=explained_head)
         recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
         replayed, reason = True, why
-    elif done is not None:
-        out, head, start, grads, tally, program = done
-        check_blocked(tally)
-        mode = SimpleNamespace(tally=tally, detached=program.detached, explained_head=program.explained_head)
-        recorder, replayed = None, True
-        reason = "compiled" if program.input_sizes is None else "compiled for any size"
     else:
-        recording = compiled.compiling(model, model_inputs, other, options) if compile_ else None
-        with recording.forward() if recording is not None else nullcontext():
-            mode, recorder, out, replayed, reason = replay.forward(
-                model, make, model_inputs, inputs, other, options, lambda: model(leaf, edge_index, **kwargs),
-                enabled=enabled)
-        reason = why or reason
-        if not replayed:
-            recording = None
+        if forward:  # (grouped: probes per row, whose gradients split the accounts by graph or target)
+            mode = ForwardMode(algorithm.composite, model, fast=algorithm.fast, rows=grouped)
+        else:
+            mode = RelevanceMode(algorithm.composite, model, fast=algorithm.fast, recompute=algorithm.recompute)
+            if grouped:
+                mode.tally = GroupedTally()
+        layer_plan = current_plan()  # per_index: the rows each layer's outputs are read at
+        if layer_plan is not None:
+            mode.live_rows = layer_plan.live_rows
+        recorder = (ProbeRecorder if forward else EdgeRecorder)(mode, model, edge_index, x.dtype) if edges else None
         out, start, grads, head = propagate(
-            model, mode, recorder, inputs, None, target, index, algorithm.model_config, algorithm.explained,
-            retain_graph=node_group is not None and not one_group, out=out, replayed=replayed,
-            backward_context=recording.backward(mode.tally) if recording is not None else None)
-        replay.keep(mode)  # a plan recorded now is kept once its explanation passed every check
+            model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs), target, index,
+            algorithm.model_config, algorithm.explained, retain_graph=node_group is not None and not one_group)
+        replayed, reason = False, why
     node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
     attr_rel = None
     if len(inputs) > 1:
@@ -157,8 +130,6 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
     if attr_rel is not None:
         extra["edge_attr_relevance"] = attr_rel
-    if algorithm.replay:
+    if forward and algorithm.replay:
         extra.update(replayed=replayed, replay_reason=reason)
-    if recording is not None:  # the explanation passed every check: its program is kept
-        recording.finish(out, head, grads, mode.detached, mode.explained_head)
     return node_rel, recorder.record if recorder is not None else None, out.detach(), extra

@@ -1,5 +1,4 @@
 """The one stabiliser and the one share, element by element from their definitions."""
-import threading
 import warnings
 
 import pytest
@@ -7,7 +6,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lrp_lib.core import stabilizer
 from lrp_lib.core.stabilizer import LostRelevanceWarning, relevance_share, stabilize
 
 values = st.lists(st.sampled_from([0.0, -0.0, 1.5, -2.0, 1e-8, -3e-7, 4.0]), min_size=1, max_size=8)
@@ -52,46 +50,3 @@ def test_checked_share_refuses_nan_and_unchecked_does_not_synchronise_on_it():
     with pytest.raises(ValueError, match="NaN or Inf"):
         relevance_share("t", r, z)
     assert torch.isnan(relevance_share("t", r, z, check=False)[1])  # the explainer checks at the end
-
-
-def test_reading_sees_the_reads_of_its_own_thread_only():
-    """``read`` is ``tolist``; a callback given to ``reading`` gets each read of its thread (has_zero's
-    signs among them), and none of another thread's."""
-    seen, other = [], []
-    t = torch.tensor([[-2.0, 0.5], [3.0, 1.0]])
-    with stabilizer.reading(lambda tensor, values: seen.append(values)):
-        assert stabilizer.read(t) == t.tolist()
-        assert stabilizer.has_zero(t) and not stabilizer.has_zero(t.abs() + 1)
-        worker = threading.Thread(target=lambda: other.append(stabilizer.has_zero(t)))
-        worker.start()
-        worker.join()
-    assert stabilizer.read(t) == t.tolist()  # outside: not seen
-    assert seen == [t.tolist(), [-1.0, 1.0], [1.0, 1.0]] and other == [True]
-
-
-def test_an_active_dispatch_mode_with_on_read_sees_the_reads():
-    """A ``TorchDispatchMode`` with ``on_read`` is told of each read while it is active (so that one the
-    autograd engine carries into its threads sees a GPU's backward's reads), once per read, also with a
-    callback of ``reading`` active; a mode without ``on_read`` is passed over."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Plain(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            return func(*args, **(kwargs or {}))
-
-    class Reads(Plain):
-        def __init__(self):
-            super().__init__()
-            self.seen = []
-
-        def on_read(self, tensor, values):
-            self.seen.append((tensor.shape, values))
-
-    t = torch.tensor([[-2.0, 0.5], [3.0, 1.0]])
-    mode, called = Reads(), []
-    with mode, Plain(), stabilizer.reading(lambda tensor, values: called.append(values)):
-        assert stabilizer.read(t) == t.tolist()
-        assert stabilizer.has_zero(t)
-    stabilizer.read(t)  # outside: not seen
-    assert mode.seen == [(t.shape, t.tolist()), (torch.Size([2]), [-1.0, 1.0])]
-    assert called == [t.tolist(), [-1.0, 1.0]]

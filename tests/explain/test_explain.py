@@ -898,9 +898,10 @@ def _graphs(device, sizes=(3, 7, 5, 9), seed=0):
     return graphs
 
 
-def _graph_explainer(model, rule="epsilon", mode="multiclass_classification", edge_mask_type="object"):
+def _graph_explainer(model, rule="epsilon", mode="multiclass_classification", edge_mask_type="object",
+                     mechanism="forward"):
     from lrp_lib.explain.explainer import Explainer as CheckingExplainer
-    return CheckingExplainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="phenomenon",
+    return CheckingExplainer(model, algorithm=LRPExplainer(rule=rule, mechanism=mechanism), explanation_type="phenomenon",
                              node_mask_type="attributes", edge_mask_type=edge_mask_type,
                              model_config=dict(mode=mode, task_level="graph", return_type="raw"))
 
@@ -1001,13 +1002,15 @@ def test_single_graph_accounting_is_one_value(device):
     assert float(e.relevance_residual) == pytest.approx(0.0, abs=1e-9)
 
 
-def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(monkeypatch):
-    """Where a rule keeps relevance on the edges (GCN's aggregation, with edge relevance recorded), the
+@pytest.mark.parametrize("mechanism", ["functions", "forward"])
+def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(mechanism, monkeypatch):
+    """Where the primitives keep relevance on the edges (GCN's aggregation, with edge relevance recorded), the
     per-graph split needs one more backward (the weighted check) without lost relevance, and one
     backward per graph but the last with a loss in some graph.  Without edge relevance every amount
     is kept on node or graph rows, summed by graph as the backward runs: no more backward where those
     sums show that no graph lost relevance, and one per graph but the last where one did (the same
-    backward passes, so the same values, as with edge relevance)."""
+    backward passes, so the same values, as with edge relevance).  The forward rules read what each row
+    kept from probes per row, and keep nothing on the edges: no more backward either way without a loss."""
     from lrp_lib.explain import accounting
     calls = []
     rerun = accounting._rerun
@@ -1016,18 +1019,20 @@ def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(m
     graphs = _graphs(torch.device("cpu"))
     data = Batch.from_data_list(graphs)
     target = torch.tensor([0, 1, 1, 0])
-    _graph_explainer(_Pooled("gcn").double().eval())(data.x, data.edge_index, batch=data.batch, target=target)
-    assert len(calls) == 1
+    _graph_explainer(_Pooled("gcn").double().eval(), mechanism=mechanism)(data.x, data.edge_index, batch=data.batch,
+                                                                          target=target)
+    assert len(calls) == (1 if mechanism == "functions" else 0)
     calls.clear()
     lossy = _Pooled("gcn", detach=0.5).double().eval()
     with pytest.warns(UserWarning, match="did not reach x"):
-        _graph_explainer(lossy)(data.x, data.edge_index, batch=data.batch, target=target)
-    assert len(calls) == 1 + 3
+        _graph_explainer(lossy, mechanism=mechanism)(data.x, data.edge_index, batch=data.batch, target=target)
+    assert len(calls) == (1 + 3 if mechanism == "functions" else 3)
     for model, backward in ((_Pooled("gcn").double().eval(), 0), (lossy, 3)):
         calls.clear()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            e = _graph_explainer(model, edge_mask_type=None)(data.x, data.edge_index, batch=data.batch, target=target)
+            e = _graph_explainer(model, edge_mask_type=None, mechanism=mechanism)(data.x, data.edge_index,
+                                                                                  batch=data.batch, target=target)
         assert e.bias_relevance.shape == (4,) and len(calls) == backward
 
 

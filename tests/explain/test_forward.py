@@ -323,8 +323,10 @@ def test_lrp_explainer_compile_true(monkeypatch):
     del other
     gc.collect()
     assert alive() is not None
-    with pytest.raises(ValueError, match="compile='exact'"):
-        LRPExplainer(mechanism="forward", compile="exact")
+    with pytest.raises(TypeError, match="compile must be True or False"):
+        LRPExplainer(compile="exact")
+    with pytest.raises(ValueError, match="mechanism='forward'"):
+        LRPExplainer(mechanism="functions", compile=True)
 
 
 def _node_explainer(model, **options):

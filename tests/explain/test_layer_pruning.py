@@ -84,7 +84,7 @@ def model_of(name, seed=0):
 
 
 def explain(model, x, edge_index, index, rule="epsilon", **kw):
-    options = {k: kw.pop(k) for k in ("prune", "num_hops", "chunk_size") if k in kw}
+    options = {k: kw.pop(k) for k in ("prune", "num_hops", "chunk_size", "mechanism") if k in kw}
     explainer = Explainer(model, algorithm=LRPExplainer(rule=rule, per_index=True, **options),
                           explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
@@ -267,23 +267,23 @@ def test_live_rows_are_the_nodes_within_the_hops_left():
 @pytest.mark.parametrize("rule", ["epsilon", "zplus"])
 @pytest.mark.parametrize("name", ["gcn", "graphconv", "residual_gcn", "jk_sage", "gin"])
 def test_maps_on_the_live_rows_only_give_the_same_relevance(name, rule, monkeypatch):
-    """The weighted maps of the layers near the targets run on the rows the targets read; the
-    relevance and the accounts are those of the maps on every row, from one backward (up to
-    rounding: a matrix product of fewer rows may add in another order)."""
+    """The relevance primitives' weighted maps of the layers near the targets run on the rows the targets read;
+    the relevance and the accounts are those of the maps on every row, from one backward (up to rounding: a
+    matrix product of fewer rows may add in another order).  (The forward rules compute every row.)"""
     from lrp_lib.explain import accounting
 
     model = model_of(name)
     x, edge_index, kwargs = inputs(MODELS[name][1], n=300, e=600)
     index = torch.tensor([0, 17, 123, 299])
     monkeypatch.setattr(layer_pruning.LayerPlan, "live_rows", lambda self, n: None)
-    every_row = explain(model, x, edge_index, index, rule, **kwargs)
+    every_row = explain(model, x, edge_index, index, rule, mechanism="functions", **kwargs)
     monkeypatch.undo()
     used, original = [], layer_pruning.LayerPlan.live_rows
     monkeypatch.setattr(layer_pruning.LayerPlan, "live_rows",
                         lambda self, n: (lambda r: used.append(None if r is None else r.numel()) or r)(original(self, n)))
     reruns, rerun = [], accounting._rerun
     monkeypatch.setattr(accounting, "_rerun", lambda *a: reruns.append(1) or rerun(*a))
-    live = explain(model, x, edge_index, index, rule, **kwargs)
+    live = explain(model, x, edge_index, index, rule, mechanism="functions", **kwargs)
     assert any(u is not None for u in used) and not reruns
     assert_same(live, every_row)
 

@@ -48,7 +48,7 @@ def _relevance(model, rule="zplus", recompute=True, edge_masks=True):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(12, 4, generator=g, dtype=torch.float64)
     edge_index = torch.randint(0, 12, (2, 40), generator=g)
-    algorithm = LRPExplainer(rule=rule, mask="relevance", recompute=recompute, replay=False)
+    algorithm = LRPExplainer(rule=rule, mask="relevance", recompute=recompute, mechanism="functions")
     explainer = Explainer(model.double().eval(), algorithm=algorithm,
                           explanation_type="model", node_mask_type="attributes",
                           edge_mask_type="object" if edge_masks else None,
@@ -84,6 +84,8 @@ def test_recompute_is_off_by_default_and_must_be_a_bool():
     assert not LRPExplainer().recompute
     with pytest.raises(TypeError, match="recompute"):
         LRPExplainer(recompute="yes")
+    with pytest.raises(ValueError, match="mechanism='functions'"):  # the forward rules keep no messages
+        LRPExplainer(recompute=True)
 
 
 def test_a_change_the_mode_cannot_see_is_an_error():
