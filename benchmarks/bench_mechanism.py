@@ -125,6 +125,23 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def take_turns(calls: dict, warm_up: int, rounds: int, device) -> dict:
+    """The median seconds of each of ``calls`` (functions of no argument), after ``warm_up`` calls of each, over
+    ``rounds`` rounds in which they take turns."""
+    for call in calls.values():
+        for _ in range(warm_up):
+            call()
+    times: dict = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            sync(device)
+            start = time.perf_counter()
+            call()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
     model, x, edge_index, index, target = setup(nodes, edges_per_node, device)
     compile_times: dict = {}
@@ -135,19 +152,8 @@ def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
             got = call()
             scale = float(reference.abs().max())
             assert float((got - reference).abs().max()) <= 1e-4 * max(scale, 1e-12), name
-    for call in calls.values():
-        for _ in range(6):
-            call()
-    times: dict = {name: [] for name in calls}
     rounds = repeat * max(1, min(10, 10_000 // nodes))
-    for _ in range(rounds):
-        for name, call in calls.items():
-            sync(device)
-            start = time.perf_counter()
-            call()
-            sync(device)
-            times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    medians = take_turns(calls, 6, rounds, device)
     return {"nodes": nodes, "edges": edges_per_node * nodes, "rounds": rounds,
             "median_seconds": medians,
             "ratio_to_gradient": {name: medians[name] / medians["gradient"] for name in calls},
@@ -231,18 +237,7 @@ def batch(model, graphs, targets, config, device, rounds: int = 7) -> dict:
     one = explainers["lrp"](data.x, data.edge_index, batch=data.batch, target=target)
     if one.bias_relevance.shape != (len(graphs),):
         raise AssertionError("the batch's explanation has no account per molecule")
-    for call in calls.values():
-        for _ in range(3):
-            call()
-    times: dict = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            sync(device)
-            start = time.perf_counter()
-            call()
-            sync(device)
-            times[name].append(time.perf_counter() - start)
-    medians = {name: statistics.median(t) for name, t in times.items()}
+    medians = take_turns(calls, 3, rounds, device)
     return {"molecules": len(graphs), "ms_per_molecule": {k: 1e3 * v / len(graphs) for k, v in medians.items()},
             "ratio_to_gradient": {k: v / medians["gradient"] for k, v in medians.items()}}
 

@@ -224,76 +224,54 @@ assert counts["forward modifications"] == 0 < counts["relevance primitives"]
 # Because no rule reads tensor data into Python, the modified forward on one graph is an ordinary PyTorch
 # program, and PyTorch's tools take it over. `lrp_lib.explain.capture` records it with `make_fx` as a graph
 # of ATen operations, runs the part that depends on `edge_index` alone (self-loops, degrees,
-# normalisation) once and keeps its results as constants. `LRPExplainer()` does this at
-# the second explanation of a graph and runs the captured graph from then on, without the model's Python
-# or the rules': the case of a node classifier whose nodes are explained one after another. A model
-# whose own Python reads an input-dependent value (a branch on `x`) cannot be captured, as `make_fx`
-# refuses the read; it is explained eagerly every time. With `compile=True` the captured graph goes to
-# `torch.compile(fullgraph=True)`. For node masks the forward is captured once with symbolic sizes: `edge_index`
-# is an input of the captured graph, whose graph part runs on every call, and one compilation with dynamic
-# shapes serves graphs of every size, such as the molecules of a data set. With an edge mask it is captured
-# and compiled per graph, at the graph's first explanation.
+# normalisation) once and keeps its results as constants. `LRPExplainer()` does this at the second
+# explanation of a graph and runs the captured graph from then on, without the model's Python or the
+# rules': the case of a node classifier whose nodes are explained one after another. A model whose own
+# Python reads an input-dependent value (a branch on `x`) cannot be captured, as `make_fx` refuses the
+# read; it is explained eagerly every time. With `compile=True` the captured graph goes to
+# `torch.compile(fullgraph=True)`. For node masks the forward is captured once with symbolic sizes:
+# `edge_index` is an input of the captured graph, whose graph part runs on every call, and one compilation
+# with dynamic shapes serves graphs of every size, such as the molecules of a data set. With an edge mask it
+# is captured and compiled per graph, at the graph's first explanation.
 #
-# The cost of one node's explanation against the plain input gradient, on a 3-layer GCN (64 hidden units,
-# 8 edges per node), measured by `benchmarks/bench_mechanism.py` with the methods taking turns in one
-# process ("captured": from the second explanation of the graph on; "eager": every call in the interception, what the
-# first explanation of a graph costs):
+# What an explanation costs against a gradient, captured, eager and compiled, is on the
+# [Performance](performance.ipynb) page. Here, the two forms of the rules side by side, each run eagerly on every
+# call (`replay=False` and `mechanism="functions"`), beside the forward rules compiled: the cost of one node's explanation of a 3-layer GCN (64 hidden units, 8 edges
+# per node) divided by that of the plain input gradient, measured by `benchmarks/bench_mechanism.py` with the
+# methods taking turns in one process:
 
 # %% tags=["hide-input"]
 bench = load_results("mechanism", repository=globals().get("REPOSITORY"))
-
-
-def ratio_columns(suffix, extra=()):
-    return [("nodes", "nodes", ",d")] + [
-        (label, (lambda key: lambda r: r["ratio_to_gradient"][key])(key + suffix), "{:.2f}x")
-        for label, key in [("captured (default)", "forward"), ("first call (eager)", "forward_eager"),
-                           ("compiled", "compiled"), ("primitives", "functions")]] + [
-        (label, (lambda key: lambda r: r["ratio_to_gradient"][key])(key), "{:.2f}x") for label, key in extra]
-
-
-display(Markdown("**Node masks**"))
-display(results_table(bench["results"]["graphs"], ratio_columns("")))
-display(Markdown("**Node and edge masks** (`edge_mask_type=\"object\"`), beside PyG's own gradient with an edge "
-                 "mask (`set_masks`)"))
-display(results_table(bench["results"]["graphs"], ratio_columns("_edges", [("PyG, set_masks", "gradient_edge_mask")])))
-display(Markdown(machine_note(bench)))
 graphs = bench["results"]["graphs"]
+display(results_table(graphs, [
+    ("nodes", "nodes", "{:,}"),
+    ("forward rules", lambda r: r["ratio_to_gradient"]["forward_eager"], "{:.2f}x"),
+    ("relevance primitives", lambda r: r["ratio_to_gradient"]["functions"], "{:.2f}x"),
+    ("forward rules, edges", lambda r: r["ratio_to_gradient"]["forward_eager_edges"], "{:.2f}x"),
+    ("primitives, edges", lambda r: r["ratio_to_gradient"]["functions_edges"], "{:.2f}x"),
+    ("forward rules, compiled", lambda r: r["ratio_to_gradient"]["compiled"], "{:.2f}x"),
+]))
+display(Markdown(machine_note(bench)))
 big = [r for r in graphs if r["nodes"] >= 700]
-ratio = {key: [r["ratio_to_gradient"][key] for r in graphs] for key in graphs[0]["ratio_to_gradient"]}
+glue("fw_from", f"{big[0]['nodes']:,}", display=False)
+glue("fw_eager_min", min(r["ratio_to_gradient"]["forward_eager"] for r in big), display=False)
+glue("fw_eager_max", max(r["ratio_to_gradient"]["forward_eager"] for r in big), display=False)
+glue("fw_functions_min", min(r["ratio_to_gradient"]["functions"] for r in big), display=False)
+glue("fw_functions_max", max(r["ratio_to_gradient"]["functions"] for r in big), display=False)
+glue("fw_compiled_min", min(r["ratio_to_gradient"]["compiled"] for r in big), display=False)
 glue("fw_compiled_max", max(r["ratio_to_gradient"]["compiled"] for r in big), display=False)
-glue("fw_compiled_edges_max", max(ratio["compiled_edges"]), display=False)
-glue("fw_compile_s", max(max(r["compile_seconds"].values()) for r in graphs), display=False)
-glue("fw_small_forward", ratio["forward"][0], display=False)
-glue("fw_small_eager", ratio["forward_eager"][0], display=False)
-per_molecule = bench["results"]["molecules"]
-glue("fw_molecules", per_molecule["molecules"], display=False)
-glue("fw_mol_forward", per_molecule["median_ratio_to_gradient"]["forward"], display=False)
-glue("fw_mol_functions", per_molecule["median_ratio_to_gradient"]["functions"], display=False)
-assert per_molecule["median_ratio_to_gradient"]["forward"] > per_molecule["median_ratio_to_gradient"]["functions"]
-assert all(r["ratio_to_gradient"]["compiled"] <= r["ratio_to_gradient"]["forward"] for r in big)
-assert all(r["ratio_to_gradient"]["forward"] > r["ratio_to_gradient"]["functions"] for r in graphs)
-assert all(r["ratio_to_gradient"]["compiled_edges"] < r["ratio_to_gradient"]["gradient_edge_mask"] for r in graphs)
-glue("fw_mol_compiled", per_molecule["median_ratio_to_gradient"]["compiled"], display=False)
-glue("fw_mol_compile_s", per_molecule["compile_seconds"], display=False)
-assert per_molecule["compiled_replay_reasons"] == ["torch.compile for any graph"]
-assert per_molecule["median_ratio_to_gradient"]["compiled"] < per_molecule["median_ratio_to_gradient"]["forward"]
-assert graphs[0]["nodes"] < 700 and ratio["forward"][0] < ratio["forward_eager"][0]
+assert all(r["ratio_to_gradient"]["functions"] < r["ratio_to_gradient"]["forward_eager"] for r in big)
+assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["functions"], 1.0) for r in big)
 
 # %% [markdown]
-# Compiled, the explanation of the node masks costs at most {glue:text}`fw_compiled_max:.2f` times the
-# gradient from 700 nodes up; with the edge masks (at most {glue:text}`fw_compiled_edges_max:.2f` times) it
-# costs less than PyG's own gradient with an edge mask at every size. Compiling took up to
-# {glue:text}`fw_compile_s:.0f` seconds on this machine, with PyTorch's compile cache as earlier runs left it
-# (a first compile takes longer), so it pays where many explanations follow. Without the compiler, a rule
-# that splits by sign (z+ here) does more matrix products than the gradient: its forward computes the
-# positive and the negative contributions beside the value, and its backward sends the gradient through each.
-# Capturing the graph removes the Python of the
-# interception, which dominates on small graphs (at the smallest size: {glue:text}`fw_small_forward:.2f`
-# times the gradient captured, {glue:text}`fw_small_eager:.2f` times eager). Graphs explained once each are
-# never captured per graph: over {glue:text}`fw_molecules` molecules of the benzene task, one at a time, the
-# forward rules cost {glue:text}`fw_mol_forward:.2f` times the gradient per molecule (median), the primitives
-# {glue:text}`fw_mol_functions:.2f` times, and the forward rules compiled once for molecules of every size
-# {glue:text}`fw_mol_compiled:.2f` times (compiling took {glue:text}`fw_mol_compile_s:.0f` seconds).
+# Run eagerly, the relevance primitives cost less: from {glue:text}`fw_from` nodes up,
+# {glue:text}`fw_functions_min:.2f` to {glue:text}`fw_functions_max:.2f` times the gradient, against
+# {glue:text}`fw_eager_min:.2f` to {glue:text}`fw_eager_max:.2f` for the forward rules. A rule that splits by sign
+# (z+, the default) computes, in forward form, the positive and the negative contributions beside the value, and
+# its backward sends the gradient through each of them, while a primitive computes only what its backward
+# needs. What the forward form buys is PyTorch's tools: captured, it runs without the interception's Python;
+# compiled, its elementwise work is fused, and it costs {glue:text}`fw_compiled_min:.2f` to
+# {glue:text}`fw_compiled_max:.2f` times the gradient, less than either form run eagerly.
 #
 # ## Summary
 #

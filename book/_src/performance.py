@@ -13,7 +13,7 @@
 # you should be able to
 # - say what one explanation costs against a gradient, with node masks, with edge masks, and per molecule;
 # - decide when `LRPExplainer(compile=True)` pays for its compile time;
-# - compare LRP's cost with saliency, Integrated Gradients and GNNExplainer;
+# - compare LRP's cost with saliency, Integrated Gradients and GNNExplainer's;
 # - measure the same on your own machine.
 # ```
 
@@ -31,12 +31,11 @@ REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the f
 mech_b = load_results("mechanism", repository=REPO)
 scaling_b = load_results("scaling", repository=REPO)
 memory_b = load_results("explain_memory", repository=REPO)
-expl_b = load_results("explainers", repository=REPO)
 nodes_b = load_results("nodes", repository=REPO)
 ops_b = load_results("ops", repository=REPO)
 graph_b = load_results("graph", repository=REPO)
 conv_b = load_results("conv", repository=REPO)
-benches = [mech_b, scaling_b, memory_b, expl_b, nodes_b, ops_b, graph_b, conv_b]
+benches = [mech_b, scaling_b, memory_b, nodes_b, ops_b, graph_b, conv_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -248,27 +247,9 @@ plt.show()
 # {glue:text}`sc_ig_min` to {glue:text}`sc_ig_max` times the gradient, as `CaptumExplainer` runs its steps one
 # at a time.
 #
-# On Mutagenicity, `benchmarks/bench_explainers.py` explains the test mutagens with the trained GCN of
-# [Explaining graph neural networks](05_explaining_gnns.ipynb), each method through its usual API, one molecule
-# at a time with the methods taking turns (what the explanations find is that chapter's subject):
-
-# %% tags=["hide-input"]
-res = expl_b["results"]
-display(results_table([{"method": name, **m} for name, m in res["methods"].items()], [
-    ("method", "method"),
-    ("ms per explanation", "ms_per_explanation", lambda v: f"{v:,.1f}" if v >= 1 else f"{v:.2f}"),
-    ("faster than GNNExplainer", "speedup_vs_gnnexplainer", "{:,.0f}x"),
-]))
-display(Markdown(machine_note(expl_b) + f" {res['graphs']} molecules, GNNExplainer with "
-                 f"{res['gnnexplainer_epochs']} epochs."))
-methods = res["methods"]
-lrp_name = next(n for n in methods if n.startswith("LRP") and "batch" not in n)
-g("expl_lrp_speedup", methods[lrp_name]["speedup_vs_gnnexplainer"], "{:,.0f}")
-g("expl_epochs", res["gnnexplainer_epochs"], "{}")
-
-# %% [markdown]
-# One LRP explanation is {glue:text}`expl_lrp_speedup` times faster than GNNExplainer's, which optimises a mask
-# over {glue:text}`expl_epochs` forward and backward passes.
+# On Mutagenicity, [Explaining graph neural networks](05_explaining_gnns.ipynb) times LRP against saliency,
+# Integrated Gradients and GNNExplainer on its trained model, beside what each explanation finds
+# (`benchmarks/bench_explainers.py`).
 #
 # ## Many targets of one large graph
 #
@@ -368,7 +349,6 @@ plt.show()
 # ```bash
 # python benchmarks/bench_mechanism.py        # one explanation, molecules: mechanism.json (about 10 minutes)
 # python benchmarks/bench_scaling.py          # against saliency and IG: scaling.json
-# python benchmarks/bench_explainers.py       # on Mutagenicity: explainers.json
 # python benchmarks/bench_nodes.py            # many targets: nodes.json (--fast: a smaller graph)
 # python benchmarks/bench_explain_memory.py   # memory: explain_memory.json
 # python benchmarks/bench_mechanism.py --device cuda   # on a GPU: mechanism-cuda.json

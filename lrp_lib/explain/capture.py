@@ -28,6 +28,7 @@ symbolic sizes; a graph that does not meet them gets a capture of its own.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -84,30 +85,50 @@ class _ProductRecorder(ProbeRecorder):
         return self.mode.mark(probed)
 
 
+class _OutputRecorder(ProbeRecorder):
+    """Edge relevance from the messages themselves: each layer's messages become outputs of the captured graph,
+    and the backward takes the gradient at them (messages times gradient, summed per input edge, as the eager
+    hooks do).  The input edge of each message comes from ``order``, as for :class:`_ProductRecorder`."""
+
+    def __init__(self, mode, model, edge_index, dtype):
+        super().__init__(mode, model, edge_index, dtype)
+        self.outputs: list[Tensor] = []
+
+    def messages(self, module, out):
+        if id(module) in self.names and isinstance(out, Tensor) and self.mode.is_marked(out):
+            self.outputs.append(out)
+
+
 def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
-            **kwargs) -> tuple[torch.fx.GraphModule, dict]:
+            probe: bool = True, **kwargs) -> tuple[torch.fx.GraphModule, dict]:
     """The explanation's forward on this graph as an FX graph of ATen operations.
 
     The graph takes ``(x, one_out, one_in, kept, probe)`` (``probe``: the edge probe, ones of length ``E``;
     pass any tensor when ``edges=False``) and returns the model's output and the explained output: the output
-    itself, or the logits before a final softmax, log_softmax or sigmoid.  ``kwargs``: the model's other inputs (``edge_attr``,
-    ``batch``), constants of the graph.  Returns the graph and what was seen while recording (``head``: the
-    final function the logits were taken before, or None)."""
+    itself, or the logits before a final softmax, log_softmax or sigmoid.  ``probe=False``: no edge probe; the
+    graph returns each layer's messages after those two, for their gradient (a graph run as it is: the
+    messages are tensors of its autograd graph, which a compiled graph's are not).  ``kwargs``: the model's
+    other inputs (``edge_attr``, ``batch``), constants of the graph.  Returns the graph and what was seen while
+    recording (``head``: the final function the logits were taken before, or None; ``order``: the input edge
+    of each message of each layer, and the message's edge dimension)."""
     composite = get_composite(composite)
     seen: dict = {}
     order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
+    seen["order"] = order
 
-    def forward(x_, one_out, one_in, kept, probe):
+    def forward(x_, one_out, one_in, kept, ones):
         mode = ForwardMode(composite, model)
-        recorder = _ProductRecorder(mode, model, edge_index, x_.dtype, probe, order) if edges else None
+        recorder = None if not edges else _ProductRecorder(mode, model, edge_index, x_.dtype, ones, order) \
+            if probe else _OutputRecorder(mode, model, edge_index, x_.dtype)
         with recording(recorder), torch.enable_grad(), mode:
             mode.mark(x_)
             mode.one_out, mode.one_in, mode.kept = one_out, one_in, kept  # (after the first mark, which makes its own)
             mode.kept_delta = kept - kept.detach()
             out = model(x_, edge_index, **kwargs)
-        return _outputs(mode, out, seen)
+        messages = tuple(recorder.outputs) if isinstance(recorder, _OutputRecorder) else ()
+        return (*_outputs(mode, out, seen), *messages)
 
-    leaves = _leaves(x, edge_index if edges else None)
+    leaves = _leaves(x, edge_index if edges and probe else None)
     with torch.enable_grad():
         graph = make_fx(forward)(*leaves)
     return fold_constants(graph, leaves), seen
@@ -252,11 +273,13 @@ class CompiledExplanation:
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
                  backend: str | None = None, compile: bool = True, **kwargs):
-        graph, seen = capture(model, x, edge_index, composite, edges, **kwargs)
+        # compiled: the edges by a probe, an input of the graph; run as it is: by the gradient at the messages
+        graph, seen = capture(model, x, edge_index, composite, edges, probe=compile, **kwargs)
         # compile=False: the captured graph runs as it is, op by op (no model Python, no rules' Python)
         self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False) \
             if compile else graph
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
+        self.probe, self.order = compile, seen["order"]
         # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
         self.held = (model, list(model.parameters()), list(model.buffers()), edge_index, dict(kwargs))
 
@@ -264,20 +287,31 @@ class CompiledExplanation:
             -> tuple[Tensor, Tensor, list]:
         """``(output, explained output, leaves)`` on the recorded graph (``edge_index`` and ``kwargs``: the
         same graph's, not read)."""
-        leaves = _leaves(x, self.edge_index if self.edges else None)
+        leaves = _leaves(x, self.edge_index if self.edges and self.probe else None)
         with torch.enable_grad():
-            out, head = self.compiled(*leaves)
-        return out, head, leaves
+            out, head, *messages = self.compiled(*leaves)
+        return out, head, leaves + messages
 
     def backward(self, head: Tensor, leaves: list, start: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
         """From the explained output ``head`` with start relevance ``start``: ``(node relevance, edge relevance
         or None, kept)``: input times gradient, the edge probe's gradient, and what biases, constant terms and
         stabilisers kept."""
-        wrt = leaves if self.edges else leaves[:4]
+        wrt = leaves[:4] + (leaves[4:] if self.edges and self.probe else leaves[5:])  # (the probe, or the messages)
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True)
         zero = leaves[0].new_zeros(())
         received, passed, kept = (zero if g is None else g for g in grads[1:4])
-        return leaves[0].detach() * grads[0], (grads[4] if self.edges else None), received - passed + kept
+        edge_rel = None
+        if self.edges and self.probe:
+            edge_rel = grads[4]
+        elif self.edges:  # messages times their gradient, summed per input edge (-1: a self-loop a layer added)
+            edge_rel = leaves[0].new_zeros(self.edge_index.shape[1])
+            for (ids, dim), messages, g in zip(self.order, leaves[5:], grads[4:]):
+                if g is not None:
+                    rel = (messages.detach() * g).movedim(dim, 0)
+                    rel = rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)
+                    keep = ids >= 0
+                    edge_rel.index_add_(0, ids[keep], rel[keep].to(edge_rel.dtype))
+        return leaves[0].detach() * grads[0], edge_rel, received - passed + kept
 
 
 class AnyGraphExplanation(CompiledExplanation):
