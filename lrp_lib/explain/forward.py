@@ -322,7 +322,8 @@ def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     added, whose relevance stays with its node)."""
     keep = ids >= 0
     ids = ids[keep]
-    values = messages.detach()
+    with torch._C.DisableTorchFunction():  # (the explanation's own read, not a detach in the model)
+        values = messages.detach()
 
     def hook(grad):
         rel = (values * grad).movedim(dim, 0)

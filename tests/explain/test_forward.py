@@ -533,3 +533,29 @@ def test_a_forward_that_reads_its_input_is_not_captured():
     for _ in range(3):
         e = hooked(x, edge_index, index=3)
     assert e.replay_reason.startswith("not captured: module 'lin' has hooks") and len(calls) == 3  # (one forward each)
+
+
+def test_the_edge_hooks_read_of_the_messages_is_not_reported_as_a_detach_in_the_model():
+    """With edge masks, the hooks on the messages keep a detached view of them; the lost-relevance warning of a
+    model that detaches half its hidden channels names that detach only, not one in the message-passing layer."""
+    class Cut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(3, 8), nn.Linear(8, 2)
+
+        def forward(self, x, edge_index):
+            h = torch.relu(self.conv(x, edge_index))
+            return self.head(torch.cat([h[:, :4], h[:, 4:].detach()], dim=1))
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    explainer = Explainer(Cut().eval(), algorithm=LRPExplainer(), explanation_type="model",
+                          node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        explainer(x, edge_index, index=1)
+    messages = [str(w.message) for w in caught if "did not reach x" in str(w.message)]
+    assert len(messages) == 1 and "detach in the model's own forward (Cut)" in messages[0], messages
+    assert "GCNConv" not in messages[0]
