@@ -45,15 +45,11 @@ def g(key, value, fmt="{:.2f}"):
 # %% [markdown]
 # ## How the figures are measured
 #
-# - **Side by side.** Each script runs the explanation and what it is compared with in one process, taking
-#   turns call by call, and reports the median of each and their **ratio**. A machine's load changes from
-#   second to second; taking turns lets it fall on both sides alike, so the ratios are much steadier than
-#   the absolute times.
-# - **One thread.** PyTorch runs with one intra-op thread unless a script is told otherwise (`--threads`),
-#   so that the comparison measures the work rather than a thread pool's scheduling.
-# - **After warm-up.** Each method runs a few times before the timed calls, so that what is timed is a
-#   call like the many that follow it.
-# - **Where.** Each results file records the machine, the date and the load average when the run started:
+# Each script runs the explanation and what it is compared with in one process, taking turns call by call
+# after a few warm-up calls, on one PyTorch thread unless told otherwise (`--threads`), and reports the median
+# of each and their **ratio**: taking turns lets the machine's load fall on both sides alike, so the ratios are
+# much steadier than the absolute times. Each results file records the machine, the date and the load average
+# when the run started:
 
 # %% tags=["hide-input"]
 results_table([{"benchmark": b["benchmark"], **b["machine"]} for b in benches], [
@@ -135,9 +131,9 @@ g("mech_compiled_edges_below", "below" if compiled_edges_below else "not always 
 # fixed cost dominates, the default costs {glue:text}`mech_forward_small` times the gradient, the first call
 # {glue:text}`mech_forward_eager_small` times, and the compiled one {glue:text}`mech_compiled_small` times.
 #
-# Why the default costs more than a gradient: the z+ rule splits each linear map's input by sign, so its
+# The default costs more than a gradient because the z+ rule splits each linear map's input by sign: its
 # forward computes the positive and the negative contributions beside the value, and its backward sends the
-# gradient through each. Each rule also adds a few elementwise operations, which the compiler fuses away.
+# gradient through each; the rules' elementwise operations add the rest, and the compiler fuses them away.
 #
 # **When compiling pays.** Compiling took {glue:text}`mech_compile_min` to {glue:text}`mech_compile_max`
 # seconds here, with PyTorch's on-disk compile cache as earlier runs left it (a first compilation on a machine
@@ -253,12 +249,9 @@ plt.show()
 #
 # ## Many targets of one large graph
 #
-# `LRPExplainer(per_index=True)` explains each node of `index` on its own, in one call: the targets go in
-# chunks onto the disjoint union of their k-hop subgraphs (k = the number of message-passing layers), one
-# forward and one backward per chunk, each message-passing step along only the edges that can still reach a
-# target. `benchmarks/bench_nodes.py` explains many targets of a random graph with a GCN; saliency and
-# GNNExplainer run one call per target, timed on a subset (GNNExplainer's time for all targets is extrapolated
-# from it).
+# `LRPExplainer(per_index=True)` explains each node of `index` on its own, in one call, in chunks of targets
+# over their k-hop subgraphs. `benchmarks/bench_nodes.py` explains many targets of a random graph with a GCN;
+# saliency and GNNExplainer run one call per target, timed on a subset.
 
 # %% tags=["hide-input"]
 s = nodes_b["settings"]
@@ -282,8 +275,8 @@ g("nodes_gnn_hours", nodes_rows["gnnexplainer"]["seconds_all_targets_extrapolate
 #
 # ## Memory
 #
-# `benchmarks/bench_explain_memory.py` measures the peak resident memory of one explanation (the first call on
-# a graph) above the memory before it, each case in a fresh process, on the graphs of the section above:
+# `benchmarks/bench_explain_memory.py` measures the peak memory of one explanation (the first call on a graph),
+# each case in a fresh process, on the graphs of the section above:
 
 # %% tags=["hide-input"]
 em_rows = memory_b["results"]
@@ -354,13 +347,11 @@ plt.show()
 # python benchmarks/bench_mechanism.py --device cuda   # on a GPU: mechanism-cuda.json
 # ```
 #
-# `--help` lists each script's options (sizes, repeats, `--threads`). With several threads on a quiet machine
-# every time is shorter; the ratios still tell what an explanation costs against the gradient.
+# `--help` lists each script's options (sizes, repeats, `--threads`).
 #
 # ## Summary
 #
-# - An explanation is one forward and one backward: its cost is counted in gradients. From the second call on
-#   a graph the explanation runs captured, without the model's or the rules' Python.
+# - An explanation is one forward and one backward; from the second call on a graph it runs captured.
 # - `compile=True` makes an explanation cheaper than the eager gradient on large graphs, and one compilation
 #   serves graphs of every size; it pays where many explanations follow.
 # - Molecules cost least as one batch, each with its own accounts.

@@ -59,7 +59,7 @@ class ForwardFamilies:
         return t * self._probe("out", t, rows)
 
     def _kept(self, y: Tensor, amount: Tensor) -> Tensor:
-        """``y`` unchanged, plus the gradient of ``kept * amount`` for the scalar probe ``kept``: its gradient
+        r"""``y`` unchanged, plus the gradient of ``kept * amount`` for the scalar probe ``kept``: its gradient
         totals :math:`\sum g \odot a` over such operations, the relevance they keep when ``amount`` is
         :math:`a = z - c \odot (z - f(0))` (output :math:`z`, constant term :math:`f(0)`, gradient scale
         :math:`c`: what reaches the output less what its input gets)."""

@@ -110,3 +110,25 @@ def test_the_typed_number_check_catches_a_typed_number():
     assert typed_numbers(["LRP scores 0.716 here"], "0.612") == [("0.716", "LRP scores 0.716 here")]
     assert typed_numbers(["LRP scores 0.716 here"], "auroc 0.716") == []
     assert typed_numbers(["GNNExplainer 0.925 {cite}`ying2019`", "$x = 1.25$", "PyTorch 2.13"], "") == []
+
+
+def prose_words(nb: dict) -> int:
+    """The words of a notebook's markdown cells (a glued value counts as one word)."""
+    text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    return len(re.findall(r"\w+", re.sub(r"\{glue:text\}`[^`]*`", "x", text)))
+
+
+#: What a reader gets through in one sitting, per page: the costs page answers one question.
+WORD_LIMITS = {"performance": 1500}
+
+
+@pytest.mark.parametrize("name,limit", sorted(WORD_LIMITS.items()))
+def test_a_page_stays_within_its_length(name, limit):
+    nb = json.loads((ROOT / "book" / f"{name}.ipynb").read_text())
+    assert prose_words(nb) <= limit, f"{name}: {prose_words(nb)} words of prose, more than {limit}"
+
+
+def test_the_length_check_counts_the_words_of_the_prose():
+    nb = {"cells": [{"cell_type": "markdown", "source": ["# Costs\n", "It costs {glue:text}`ratio:.2f` times."]},
+                    {"cell_type": "code", "source": ["print('not prose at all here')"]}]}
+    assert prose_words(nb) == 5
