@@ -1783,32 +1783,18 @@ plt.show()
 #
 # ## Summary
 #
-# - `lrp_lib.book.datasets.mutagenicity` loads Mutagenicity through PyG's `TUDataset` with the
-#   NO$_2$/NH$_2$ ground truth carried through PyG's self-loop removal and edge sorting, so `edge_gt`
-#   lines up with `edge_index` (every marked edge joins N with O or H).
-# - `LRPExplainer` brings LRP to unmodified PyG models through PyG's own `Explainer`: the model's
-#   `forward` runs inside a `TorchFunctionMode` that gives every operation on input-dependent
-#   tensors its rule as a change of its gradient, one ordinary backward gives node and edge relevance, a batch is
-#   explained in one pass with the same result as one graph at a time, a composite chooses the rule
-#   of each weight, `bias_relevance` says what the biases kept, and anything it cannot propagate
-#   through raises an error that names it.
-# - Edge relevance is the relevance carried by each edge's messages, summed over layers; it is signed
-#   (evidence for or against the explained class) and, for a bias-free model, the node relevance adds
-#   up to the explained log-odds. The explanation keeps it as `node_relevance` and `edge_relevance`;
-#   its `node_mask` and `edge_mask` hold $|R| / \max |R|$, the importance in $[0, 1]$ that PyG's
-#   plots, thresholds and metrics read.
+# - `LRPExplainer` brings LRP to unmodified PyG models through PyG's own `Explainer`: one ordinary
+#   backward gives node and edge relevance, a batch is explained in one pass, a composite chooses the
+#   rule of each weight, `bias_relevance` says what the biases kept, and what cannot be propagated
+#   raises an error that names it.
+# - Edge relevance is what each edge's messages carry, summed over layers, and signed;
+#   `node_mask` and `edge_mask` hold $|R| / \max |R|$, which PyG's plots, thresholds and metrics read.
 # - On a ReLU network LRP-0 is Gradient $\times$ Input, and LRP-epsilon with a small $\epsilon$ is
 #   within a fraction of a percent of it.
-# - GNNExplainer optimises a mask per molecule; saliency and Integrated Gradients differentiate an
-#   edge-weight mask, Gradient $\times$ Input a mask on the messages; TracIn ranks training molecules
-#   instead of bonds.
-# - Ground-truth AUROC measures agreement with chemists' alerts, fidelity measures what the model
-#   needs; they can disagree, and cost differs by orders of magnitude.
-# - A classifier ending in `log_softmax`, `softmax` or a sigmoid is explained from its logits
-#   (`explained_output` says so). A link predictor is explained per candidate pair
-#   (`task_level="edge"`, `edge_label_index=`, `index=`): node and bias relevance add up to the
-#   pair's score, all of it inside the two end points' receptive field, and a dot-product decoder
-#   gives each end point half.
+# - Ground-truth AUROC measures agreement with chemists' alerts, fidelity what the model needs; they
+#   can disagree, and the methods' costs differ by orders of magnitude.
+# - A probability head is explained from its logits; a link predictor per candidate pair
+#   (`task_level="edge"`), a dot-product decoder giving each end point half.
 # - Further: LRP for graph networks was introduced by {cite}`baldassarre2019explainability`;
 #   GNN-LRP {cite}`schnake2022higher` goes beyond single edges and scores whole walks through the
 #   graph, which shows how messages combine over layers.
