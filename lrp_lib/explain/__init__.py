@@ -17,7 +17,7 @@
   explanation's forward captured with ``make_fx`` and compiled by ``torch.compile``, kept per graph by
   :mod:`~lrp_lib.explain.capture_cache` (keyed by :mod:`~lrp_lib.explain.model_state`);
 * :mod:`~lrp_lib.explain.primitives`: the relevance primitives, each a ``torch.autograd.Function``
-  (``LRPExplainer(mechanism="functions")``, and the relevant walks); :mod:`~lrp_lib.explain.tensors`:
+  (``LRPExplainer(mechanism="functions")``); :mod:`~lrp_lib.explain.tensors`:
   ``explain_tensor``, any torch model on a plain tensor input (no graph);
 * :mod:`~lrp_lib.explain.edges`: edge relevance through message hooks;
 * :mod:`~lrp_lib.explain.inputs`: ``check_inputs`` and ``check_hetero_inputs``;

@@ -208,6 +208,10 @@ class LRPExplainer(ExplainerAlgorithm):
         if composite is not None and rule is not None:
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
         self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
+        if mechanism == "functions" and getattr(self._composite, "attention", "cp") == "uniform":
+            raise ValueError("Composite(attention='uniform') sends relevance through the attention scores into "
+                             "softmaxes written out of torch operations (PyG's softmax, in GATConv and others), which "
+                             "only the forward rules follow: use mechanism='forward' (the default)")
         self._default_composites: dict[tuple, Composite] = {}  # (default rule, id of the given composite)
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
                                    ("max_memory", max_memory, 1)):

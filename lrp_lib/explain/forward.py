@@ -98,6 +98,10 @@ class ForwardFamilies:
         if len(marked) != 1:
             return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
         name = getattr(func, "__name__", None)
+        if name == "exp":
+            out = self._softmax_numerator(marked[0])
+            if out is not None:
+                return out
         out = func(*args, **kwargs) if name in modify.HOMOGENEOUS else modify.identity(marked[0], func(*args, **kwargs))
         if name in NONNEGATIVE:
             out._lrp_nonneg = self._token  # (lets z+ and alpha-beta skip the negative part of the next map's input)
@@ -149,6 +153,7 @@ class ForwardFamilies:
         (the epsilon rule on the sum); a constant term keeps its share (the identity rule for the marked one
         with ``Composite(bias=False)``, or where the marked term is a gate)."""
         ma, mb = self.is_marked(a), self.is_marked(b)
+        shift = ma != mb and getattr(b if ma else a, "_lrp_detached", None) is self._token
         ref = a if isinstance(a, Tensor) else b
         ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
         tb = b if isinstance(b, Tensor) else torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
@@ -160,13 +165,39 @@ class ForwardFamilies:
         gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
         if gate or (not (ma and mb) and not self.composite.bias):  # the constant term takes no share
             out = modify.identity(ta if ma else tb, ta + tb)
-            return self.gate(out) if gate else out
+            return self.gate(out) if gate else self._shift(out, ta, tb, ma, shift)
         z = ta + tb
         zd = z.detach()
         c = self._eps_share(zd)
         constant = tb if ma and not mb else (ta if mb and not ma else None)
         kept = zd - c * zd if constant is None else torch.addcmul(zd, c, constant - zd)
-        return self._kept(modify.scale_gradient(z, c), kept)
+        return self._shift(self._kept(modify.scale_gradient(z, c), kept), ta, tb, ma, shift)
+
+    def _shift(self, out: Tensor, ta: Tensor, tb: Tensor, ma: bool, shift: bool) -> Tensor:
+        """``out``, a marked term plus a constant computed from a detached copy of a marked tensor, remembers the
+        two: a softmax written out, as PyG's ``softmax`` is, subtracts each group's maximum, detached, before
+        ``exp`` (:meth:`_softmax_numerator`); ``ma``: the marked term is ``ta``, ``shift``: the other is such a
+        constant."""
+        if shift:
+            out._lrp_shift = (self._token, ta if ma else tb, tb if ma else ta)
+        return out
+
+    def _softmax_numerator(self, x: Tensor):
+        r"""``exp(x)`` where ``x`` is a marked term ``a`` plus a detached shift ``c`` (:meth:`_shift`): the numerator of
+        a softmax written out, :math:`e^{a + c} / \sum e^{a + c}` (PyG's ``softmax`` takes ``c`` as minus the
+        group's maximum, a detached copy of ``a``).  AttnLRP's softmax rule is input times gradient at the
+        softmax's input, so the numerator is ``exp(a + c)`` with the plain gradient to ``a``, and the division
+        by its sum (:meth:`normalise`) keeps the plain gradient too: the shift takes no share.  What the
+        softmax keeps (AttnLRP's rule does not conserve) is counted by the probes at ``a`` and the output, row by
+        row (a softmax mixes the rows of one group, which lie in one graph).  None where ``x`` is not such a
+        sum."""
+        shift = getattr(x, "_lrp_shift", None)
+        if shift is None or shift[0] is not self._token:
+            return None
+        _, a, c = shift
+        y = self._out(torch.exp(self._in(a) + c))
+        y._lrp_softmax = self._token
+        return y
 
     def product(self, a: Tensor, b: Tensor):
         """``a * b``, both marked: the uniform rule (half the gradient each), or, under CP-LRP, the gate (an
@@ -189,7 +220,10 @@ class ForwardFamilies:
         return self._out(modify.keep_value(z, t + (a.detach() @ b) * (c * wb) if wb else t), rows=False)
 
     def normalise(self, a: Tensor, b: Tensor):
-        """``a / b``, both marked: the denominator held constant, :math:`R_a = R`."""
+        """``a / b``, both marked: the denominator held constant, :math:`R_a = R`; where ``a`` is the numerator of
+        a softmax written out (:meth:`_softmax_numerator`), the plain division (AttnLRP's softmax rule)."""
+        if getattr(a, "_lrp_softmax", None) is self._token:
+            return self._out(self._in(a) / self._in(b))
         return a / modify.held_constant(b)
 
     def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor, expand: Callable, label: str):
@@ -251,28 +285,35 @@ class ProbeTally(GroupedTally):
         """One ordinary backward from ``head``, whose relevance is ``start``: the gradient ``start / head``
         sent back; the inputs' relevance (input times gradient), the edges' relevance into the edge recorder
         (by its hooks on the messages), and the probes' amounts into this tally."""
+        if self.mode.recorder is not None:
+            self.mode.recorder.clear()
+        grads = torch.autograd.grad(head, [*inputs, *self.leaves()], modify.share_of(start, head),
+                                    allow_unused=True, retain_graph=retain_graph)
+        self.settle(grads[len(inputs):])
+        return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
+
+    def leaves(self) -> list:
+        """The probes whose gradients hold the amounts: ``one_out``, ``one_in``, ``kept``, each blocked
+        operation's probe, and the probes per row."""
         mode = self.mode
-        if mode.recorder is not None:
-            mode.recorder.clear()
-        rows = list((mode.row_probes or {}).items())
-        wrt = [*inputs, mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes),
-               *(leaf for _, (leaf, _) in rows)]
-        grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True,
-                                    retain_graph=retain_graph)
-        n = len(inputs)
-        received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[n:n + 3])
+        return [mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes),
+                *(leaf for leaf, _ in (mode.row_probes or {}).values())]
+
+    def settle(self, grads) -> None:
+        """The amounts from the gradients of :meth:`leaves` (in its order; None: not reached)."""
+        mode = self.mode
+        received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[:3])
         total = received - passed + kept
         self.rows = {}
-        for ((kind, count), _), g in zip(rows, grads[n + 3 + len(mode.probes):]):
+        for (kind, count), g in zip(mode.row_probes or {}, grads[3 + len(mode.probes):]):
             if g is not None:  # what row r kept: received - passed on, plus the kept amounts
                 g = -g.detach() if kind == "in" else g.detach()
                 self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
                 total = total + g.sum()
         self._put("absorbed", "biases, constant terms and stabilisers", (total,))
-        for (label, value, _), g in zip(mode.probes, grads[n + 3:]):
+        for (label, value, _), g in zip(mode.probes, grads[3:]):
             if g is not None:
                 self._put("blocked", label, ((value * g).sum(),))
-        return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
 
 
 class ForwardMode(ForwardFamilies, RelevanceMode):

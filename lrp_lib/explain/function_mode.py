@@ -112,7 +112,7 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
         self._eps_rule = Epsilon(self.composite.epsilon)
         self.recipes: dict[int, list] = {}  # id(tensor) -> the recipes computing from it (explain.recompute)
         # a scatter of node rows times constants split as one map from the rows (explain.recompute.linear_chain);
-        # False where the relevance of each message is read (the walks' recorded graph)
+        # False under the forward rules, where autograd sees the messages as they are
         self.chains = True
         # (row count) -> the rows of a node tensor that the explained outputs read at this point of the
         # forward, or None (all): set by per_index's layer pruning (explain.layer_pruning.LayerPlan.live_rows)

@@ -57,7 +57,7 @@ class WalkAlgebra:
         for c in cuts:
             if c.kind != "attr" and (c.leaf.dim() == 0 or c.leaf.shape[0] != n):
                 raise NotDecomposable("a cut tensor has no row per node")
-        grads = g.grad(g.output, leaves, wm.start, False)
+        grads = g.grad(g.output, leaves, g.seed(wm.start), False)
         arrive, pre = {}, {}
         for i, gr in enumerate(grads):
             if gr is None or cuts[i].kind == "attr":
@@ -126,6 +126,8 @@ class WalkAlgebra:
             if c.kind == exit_kind:
                 if exit_ is None:
                     exit_ = state.pop(i, None)
+                    if t == 0 and exit_ is not None:  # what reaches x: relevance, x times its gradient
+                        exit_ = exit_ * _flat(c.leaf.detach(), n)
                     continue
                 raise NotDecomposable(f"two propagate outputs at step {t}")
             if i not in state or c.source is None:

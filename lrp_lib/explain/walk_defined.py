@@ -102,7 +102,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
     gen = torch.Generator().manual_seed(0)
     # the head: for a node-level output the relevance must stay on the explained node's row
     if index is not None:
-        got = graph.grad(graph.output, [c.leaf for c in cuts], start, False)
+        got = graph.grad(graph.output, [c.leaf for c in cuts], graph.seed(start), False)
         for m, gr in enumerate(got):
             if gr is None or dims[m] is None:
                 continue

@@ -1,7 +1,8 @@
 r"""The relevance graph of a model cut at its message-passing layers: the engine of the walks.
 
-The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.function_mode.RelevanceMode`
-(the same primitives and composite as :class:`~lrp_lib.explain.explainer.LRPExplainer`).  PyG's
+The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.forward.ForwardMode` (the same
+forward rules and composite as :class:`~lrp_lib.explain.explainer.LRPExplainer`), so that what a backward
+carries is the rules' gradient and a tensor's relevance is the tensor times it.  PyG's
 ``MessagePassing`` hooks cut every ``propagate`` call :math:`t = 1..L`: a propagate pre-hook
 replaces the node-level arguments of the messages (``x``, or the pair ``(x_j, x_i)``: the
 arguments that ``message`` reads as ``*_j`` / ``*_i``) by new leaves :math:`I_t`, and a propagate
@@ -13,8 +14,9 @@ module forward pre-hook also cuts each (outermost) message-passing module's node
 message hooks record what each ``message`` reads and returns (:class:`Message`, for
 :mod:`lrp_lib.explain.walk_algebra`).
 
-The relevance backward of each piece between cuts is linear in the relevance it receives (the
-rule's denominators are fixed in the forward).  A walk :math:`(j_0, \dots, j_L)` -- more generally
+The backward of each piece between cuts is linear in the gradient it receives (the rules'
+denominators are fixed in the forward), and a cut's relevance is its value times its gradient, row by
+row, so weighting a row's gradient weights its relevance alike.  A walk :math:`(j_0, \dots, j_L)` -- more generally
 a row weight :math:`m_u` (N,) per time :math:`u` -- is then the nested backward in which relevance
 that goes from a cut of time :math:`s` to a cut of time :math:`s' < s` is multiplied, at its row
 :math:`r`, by :math:`\prod_{u=s'}^{s-1} m_u[r]`.  For a step between neighbouring times this is the
@@ -34,9 +36,9 @@ get global ids, each cut holds the rows of one node type (``offset``, ``count``)
 more than the latest cut its propagate reads (the propagates of one layer's relations share a time)
 and the masks are (B, total nodes), sliced per cut.
 
-Batching: the backward of one cut runs for a batch of relevance tensors at once
-(``torch.autograd.grad(..., is_grads_batched=True)``).  During those backwards the mode's account
-of absorbed relevance is paused (it is read once, from the plain backward).
+Batching: the backward of one cut runs for a batch of gradients at once (``torch.func.vmap`` over
+``torch.autograd.grad``).  The mode's accounts (what biases and stabilisers keep) are read from its
+probes in the plain backward only.
 """
 from __future__ import annotations
 
@@ -47,33 +49,13 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
+from lrp_lib.core.modify import share_of
 from lrp_lib.core.stabilizer import LostRelevanceWarning
-from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
-from lrp_lib.explain.primitives import Tally
+from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.walk_defined import WalksUndefinedError
 
 __all__ = ["WalkGraph", "Cut", "Message"]
-
-
-class _PausableTally(Tally):
-    """The mode's account of absorbed relevance, paused during the batched backwards (whose
-    amounts are per walk, not the explanation's)."""
-
-    def __init__(self):
-        super().__init__()
-        self.paused = False
-
-    def absorb(self, label, amount):
-        if not self.paused:
-            super().absorb(label, amount)
-
-    def absorb_rows(self, label, amount, plus=(), minus=()):
-        if not self.paused:
-            super().absorb_rows(label, amount, plus, minus)
-
-    def block(self, label, amount):
-        if not self.paused:
-            super().block(label, amount)
 
 
 def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
@@ -149,7 +131,7 @@ class Message:
 @dataclass
 class WalkGraph:
     """The recorded, cut relevance graph (see the module docstring)."""
-    mode: RelevanceMode
+    mode: ForwardMode
     cuts: list = field(default_factory=list)
     steps: list = field(default_factory=list)     # per layer: the (2, E_t) edge_index of its propagate
     times: list = field(default_factory=list)     # per layer: the time of its output (1..L)
@@ -166,13 +148,11 @@ class WalkGraph:
     # ------------------------------------------------------------ recording
     @classmethod
     def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int, layout=None) -> "WalkGraph":
-        """Run ``call()`` inside a RelevanceMode with the cuts; ``inputs``: name -> leaf to mark
+        """Run ``call()`` inside a ForwardMode with the cuts; ``inputs``: name -> leaf to mark
         (``"x"`` the node features, others edge features without rows).  ``layout`` (heterogeneous
         graphs, :class:`~lrp_lib.explain.walk_hetero.HeteroLayout`): inputs named ``("x", node type)``,
         each cut's time and node type found from the cuts it depends on, steps in global node ids."""
-        mode = RelevanceMode(composite, model)
-        mode.chains = False  # the walks read each message's relevance: messages stay on the relevance path
-        mode.tally = _PausableTally()
+        mode = ForwardMode(composite, model)
         graph = cls(mode, num_nodes=num_nodes, layout=layout)
         names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         handles, active = [], []
@@ -315,28 +295,36 @@ class WalkGraph:
         return graph
 
     # ------------------------------------------------------------ the masked backward
+    def seed(self, start: Tensor) -> Tensor:
+        """The gradient at the output that gives it the relevance ``start``: ``start / output``."""
+        return share_of(start, self.output)
+
     def backward(self, start: Tensor, masks, batch: int | None, capture: int | None = None):
         """The nested backward for ``batch`` row weightings at once.
 
         ``start``: the relevance of the output (its shape).  ``masks``: a function ``u -> (B, N)``
         row weight at time ``u`` (or None: 1).  Returns ``(rel, attr, captured)``: the relevance of
         every cut of kind ``"x"`` and ``"attr"`` (name order of the inputs) as (B, *shape) tensors
-        (``batch=None``: one plain backward, no batch dimension, the mode's account running),
+        (``batch=None``: one plain backward, no batch dimension, the mode's accounts read from its probes),
         and, if ``capture = t``, what layer t's output sends back: ``{"input": (B, N) per sender row,
-        "attr": (B, E) per edge}`` (the relevance the layer's messages carry)."""
+        "attr": (B, E) per edge}`` (the relevance the layer's messages carry).
+
+        What travels between the cuts is the gradient of the forward rules (relevance is a cut's value
+        times it); a row weight on the gradient is the same weight on the row's relevance."""
         L = self.depth
         cuts = self.cuts
         state: dict[int, Tensor] = {}
         captured = {}
+        tally = self.mode.tally
+        probes = tally.leaves() if batch is None else []
+        amounts = [None] * len(probes)
 
         def land(source: Tensor, grad: Tensor, s: int, leaves: list[int], layer: int | None = None):
-            nonlocal captured
             tensors = [cuts[i].leaf for i in leaves]
-            self.mode.tally.paused = batch is not None
-            try:
-                grads = _grad(source, tensors, grad, batch is not None)
-            finally:
-                self.mode.tally.paused = False
+            grads = _grad(source, tensors + probes, grad, batch is not None)
+            for k, g in enumerate(grads[len(tensors):]):
+                if g is not None:
+                    amounts[k] = g if amounts[k] is None else amounts[k] + g
             for i, g in zip(leaves, grads):
                 if g is None:
                     continue
@@ -355,33 +343,32 @@ class WalkGraph:
                         g = g * w.view(shape).to(g.dtype)
                 if capture is not None and layer == capture and (c.kind == "attr" or
                                                                  (c.kind == "input" and c.layer == capture)):
-                    part = g.reshape(g.shape[0], g.shape[1], -1).sum(-1)
+                    part = (g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1)
                     if c.kind == "input" and c.count is not None:  # a node type's rows, in global ids
                         part = part.new_zeros(part.shape[0], self.num_nodes).index_copy_(
                             1, torch.arange(c.offset, c.offset + c.count, device=part.device), part)
                     captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
                 state[i] = g if i not in state else state[i] + g
         order = list(range(len(cuts)))
-        grad0 = start if batch is None else start.expand(batch, *start.shape)
-        land(self.output, grad0, L + 1, order)
+        grad0 = self.seed(start)
+        land(self.output, grad0 if batch is None else grad0.expand(batch, *grad0.shape), L + 1, order)
         for i in reversed(order):
             c = cuts[i]
             if c.source is None or i not in state:
                 continue
             land(c.source, state.pop(i), c.time, order[:i], c.layer if c.kind == "output" else None)
-        return [state.get(i) for i, c in enumerate(cuts) if c.source is None], captured
+        if batch is None:
+            tally.settle(amounts)
+        return [None if i not in state else state[i] * c.leaf.detach()
+                for i, c in enumerate(cuts) if c.source is None], captured
 
     def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):
-        """One backward of ``source`` (batched over grad's first dimension if ``batched``) with the
-        mode's account paused and its lost-relevance warnings silenced: a probe, not the explanation
-        (a probe puts relevance on every row, also where an output is zero)."""
-        self.mode.tally.paused = True
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", LostRelevanceWarning)
-                return _grad(source, tensors, grad, batched)
-        finally:
-            self.mode.tally.paused = False
+        """One backward of ``source`` (batched over grad's first dimension if ``batched``), the gradient of the
+        forward rules, with lost-relevance warnings silenced: a probe, not the explanation (a probe puts
+        relevance on every row, also where an output is zero)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LostRelevanceWarning)
+            return _grad(source, tensors, grad, batched)
 
     def check_depth(self):
         if self.depth == 0:

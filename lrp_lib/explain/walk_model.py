@@ -1,4 +1,4 @@
-r"""The model run once inside ``RelevanceMode``, cut at its message-passing steps: the object every
+r"""The model run once under the forward rules (``ForwardMode``), cut at its message-passing steps: the object every
 walk query runs on (:mod:`lrp_lib.explain.walks` for the definitions)."""
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def explained_start(out, index, target) -> Tensor:
 
 
 class WalkModel:
-    """The model run once inside ``RelevanceMode``, cut at its message-passing steps (used by every
+    """The model run once under the forward rules (``ForwardMode``), cut at its message-passing steps (used by every
     function here; build it yourself to reuse one forward pass for several queries).
 
     Attributes: ``depth`` (L), ``output`` (the explained value), ``steps`` (per step, the (2, P)

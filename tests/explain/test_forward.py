@@ -559,3 +559,64 @@ def test_the_edge_hooks_read_of_the_messages_is_not_reported_as_a_detach_in_the_
     messages = [str(w.message) for w in caught if "did not reach x" in str(w.message)]
     assert len(messages) == 1 and "detach in the model's own forward (Cut)" in messages[0], messages
     assert "GCNConv" not in messages[0]
+
+
+def _dense_gat(conv: GATConv, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+    """PyG's GATConv (bias-free, concatenated heads), written densely from its definition: ``adj[i, j]`` when j
+    sends to i (self-loops included), the attention a softmax over each node's senders; the product of an
+    attention weight and a message passes half the gradient to each (the uniform rule, AttnLRP)."""
+    n, H, C = x.shape[0], conv.heads, conv.out_channels
+    h = (x @ conv.lin.weight.T).view(n, H, C)
+    a_src, a_dst = (h * conv.att_src).sum(-1), (h * conv.att_dst).sum(-1)               # (n, H)
+    e = torch.nn.functional.leaky_relu(a_src.T[:, None, :] + a_dst.T[:, :, None], conv.negative_slope)
+    alpha = torch.softmax(e.masked_fill(~adj, float("-inf")), -1)                      # (H, i, j)
+    product = alpha[..., None] * h.permute(1, 0, 2)[:, None]                           # (H, i, j, C)
+    product = 0.5 * product + 0.5 * product.detach()
+    return product.sum(2).permute(1, 0, 2).reshape(n, H * C)
+
+
+def test_gat_with_uniform_attention_is_attnlrp_through_pygs_softmax():
+    """Under ``Composite(attention="uniform")`` relevance goes through the attention weights, into PyG's
+    ``softmax``, which subtracts each group's maximum (a detached copy) before ``exp``.  The softmax gets
+    AttnLRP's rule, input times gradient: under LRP-0 the node relevance of a bias-free two-layer GAT is input
+    times gradient of the dense GAT above, and nothing is lost (what the softmax keeps is counted)."""
+    from lrp_lib.core.composites import Composite
+    torch.manual_seed(0)
+    n = 7
+    pairs = torch.tensor([(j, i) for i in range(n) for j in range(n) if i != j and (i * 3 + j) % 4 != 0]).T
+    conv1, conv2 = GATConv(4, 3, heads=2, bias=False).double(), GATConv(6, 2, bias=False).double()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = conv1, conv2
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    x = torch.randn(n, 4, dtype=torch.float64)
+    adj = torch.eye(n, dtype=torch.bool)
+    adj[pairs[1], pairs[0]] = True
+    leaf = x.clone().requires_grad_(True)
+    out = _dense_gat(conv2, _dense_gat(conv1, leaf, adj).relu(), adj)
+    model = Net().eval()
+    assert torch.allclose(out, model(x, pairs))
+    (grad,) = torch.autograd.grad(out[3, 1], leaf)
+    explainer = Explainer(model, algorithm=LRPExplainer(composite=Composite("z", epsilon=0.0, attention="uniform"),
+                                                        mask="relevance", replay=False),
+                          explanation_type="phenomenon", node_mask_type="attributes",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    got = explainer(x, pairs, target=torch.full((n,), 1), index=3)
+    assert torch.allclose(got.node_mask, x * grad, rtol=1e-9, atol=1e-12)
+    assert abs(float(got.relevance_residual)) < 1e-12
+    kept = float(out[3, 1]) - float(got.node_mask.sum())
+    assert abs(kept) > 1e-3 and abs(float(got.bias_relevance) - kept) < 1e-9  # AttnLRP's softmax does not conserve
+
+
+def test_uniform_attention_is_refused_by_the_primitives():
+    """The relevance primitives do not follow a softmax written out of torch operations (they would put the
+    relevance of each group's maximum into a stabiliser): ``mechanism="functions"`` refuses
+    ``attention="uniform"``, naming the fix."""
+    from lrp_lib.core.composites import Composite
+    with pytest.raises(ValueError, match="attention='uniform'.*mechanism='forward'"):
+        LRPExplainer(composite=Composite(attention="uniform"), mechanism="functions")
