@@ -408,7 +408,7 @@ print(
 # explains a model it has never seen. Which rule each weight gets is a *composite*
 # (`lrp_lib.core.composites.Composite`, after Zennit's): a mapping from module types or name patterns to
 # rules, plus the two choices that are not per weight. A weight the composite names no rule for gets the
-# explainer's default rule (z$^+$ in `LRPExplainer`), so naming one layer changes no other. The rest is
+# explainer's default rule (z+ in `LRPExplainer`), so naming one layer changes no other. The rest is
 # fixed by the operation: proportional splits for sums, means and aggregations; the winner for max; the identity for
 # elementwise functions (ReLU, tanh, a sigmoid head); half each for a product of two input-dependent
 # factors (AttnLRP's uniform rule, {cite}`achtibat2024attnlrp`); and attention weights held constant
@@ -417,7 +417,7 @@ print(
 #
 # Below, an untrained model that the chapter's GCN never was: a `GATConv` with four heads, a
 # `BatchNorm1d`, a residual sum and a `GraphConv`, in float64. The attention layer's weights get gamma,
-# chosen by name; every other weight keeps the default, z$^+$, as the composite's `rules_of` lists. Atoms plus
+# chosen by name; every other weight keeps the default, z+, as the composite's `rules_of` lists. Atoms plus
 # biases again give the explained logit.
 
 # %%
@@ -860,10 +860,10 @@ glue(
 # with $\epsilon = 0$ they {glue:text}`gxi_zero_agree` to within $10^{-6}$ (the edge scores pass
 # through PyG's float32 edge mask). On this model, then, LRP-epsilon *is* Gradient $\times$
 # Input, computed in one relevance backward instead of a gradient; the two part ways where the
-# rules do, as with gamma or z$^+$ on the weights
+# rules do, as with gamma or z+ on the weights
 # ([Convolutions and skip connections](03_convolutions_and_skips.ipynb)), or where a model is not piecewise
 # linear (attention, gates, a sigmoid inside, see [Which PyG models can be
-# explained](coverage.ipynb)). That is why `LRPExplainer`'s default is not epsilon but z$^+$, which
+# explained](coverage.ipynb)). That is why `LRPExplainer`'s default is not epsilon but z+, which
 # follows only the positive evidence: over the tasks of [Benchmarking
 # explanations](09_benchmarking_explanations.ipynb) it ranks better than epsilon and than Gradient
 # $\times$ Input. The comparison below shows both.
@@ -1236,7 +1236,7 @@ plt.show()
 # their quality here, on every build. LRP-epsilon's edges are ranked by their signed
 # `edge_relevance`, as in the figures; one more row ranks them by the mask $|R| / \max |R|$, which
 # puts strong evidence *against* the class as high as evidence for it; the last row is
-# `LRPExplainer()` with its defaults (the z$^+$ rule and that mask). Fidelity reads the explanation's
+# `LRPExplainer()` with its defaults (the z+ rule and that mask). Fidelity reads the explanation's
 # `edge_mask`, which the cell below replaces by each method's hard top-$k$ mask (1 on the $k$ kept
 # edges, 0 elsewhere).
 
@@ -1516,7 +1516,7 @@ glue(
 # ### What the numbers say, and what they do not
 #
 # **Agreement with the chemists.** Ranked by mean ground-truth AUROC: {glue:text}`auroc_ranking`.
-# `LRPExplainer()` with its defaults (z$^+$, the mask $|R| / \max |R|$) scores
+# `LRPExplainer()` with its defaults (z+, the mask $|R| / \max |R|$) scores
 # {glue:text}`default_auroc`, {glue:text}`default_vs_gxi` Gradient $\times$ Input.
 # Gradient $\times$ Input and LRP-epsilon, the same up to $\epsilon$, get {glue:text}`gxi_vs_lrp`
 # ({glue:text}`gxi_auroc` and {glue:text}`lrp_auroc`). Ranked by the mask $|R|$,

@@ -146,10 +146,11 @@ seed_everything(0)
 # {cite}`xiong2022sgnnlrp`: by the same distributivity it is one LRP backward pass in which every
 # layer's messages are restricted to pairs inside $S$.
 #
-# **How `lrp_lib.explain.walks` computes it.** The model's own `forward` runs once inside the
-# `RelevanceMode` of `LRPExplainer` (the same rules, the same stabilisers), and PyG's
-# message-passing hooks cut the relevance graph at every layer. Each piece between two cuts then
-# maps relevance linearly (its denominators are fixed in the forward pass). Between cuts a layer
+# **How `lrp_lib.explain.walks` computes it.** The model's own `forward` runs once under the forward
+# rules of `LRPExplainer` (the same rules, the same stabilisers), and PyG's message-passing hooks cut
+# the autograd graph at every layer. Each piece between two cuts then maps the rules' gradient
+# linearly (its denominators are fixed in the forward pass), and a node's relevance is its value
+# times that gradient, so weighting a node's gradient weights its relevance alike. Between cuts a layer
 # acts node by node, so a few batched backward passes recover one small matrix per node; inside a
 # message-passing step, each edge passes a fixed share of each feature. A walk's relevance is then a
 # product of small matrices, a subgraph's relevance one masked pass, and `top_walks` a branch and
@@ -312,7 +313,7 @@ glue("edge_sum_lrp", f"{float(edge_lrp.sum()):.3f}", display=False)
 # [Explaining graph neural networks](05_explaining_gnns.ipynb)). The walks' node marginals
 # {glue:text}`node_marginals_agree` with `LRPExplainer`'s node relevance of the model itself,
 # biases and all, to a relative {glue:text}`tol`: the walks are computed on the same relevance graph
-# (the model's own `forward` inside `RelevanceMode`, the same rules and stabilisers), cut at each
+# (the model's own `forward` under the same forward rules and stabilisers), cut at each
 # message-passing layer. The edge marginals, with the share of the earlier biases added,
 # {glue:text}`edge_marginals_model` with `LRPExplainer`'s edge relevance (summed over the edges:
 # {glue:text}`edge_sum_walks` from the walks, {glue:text}`edge_sum_bias` kept by earlier biases,

@@ -134,7 +134,8 @@ explanation = explainer(data.x, data.edge_index, index=node)
 print(f"node {node}: class {int(explanation.target[node])} explained, "
       f"from {explanation.explained_output}")
 print("rule of every weight (the default for this task level):", explainer.algorithm.rule)
-glue("qs_rule", explainer.algorithm.defaults["rule"], display=False)
+glue("qs_rule", {"zplus": "z+"}.get(explainer.algorithm.defaults["rule"], explainer.algorithm.defaults["rule"]),
+     display=False)  # (the rule's name in prose; "zplus" selects it)
 
 # %% [markdown]
 # ## What the explanation holds
@@ -237,6 +238,7 @@ plt.show()
 #
 # Start with the default, `LRPExplainer()`: the {glue:text}`qs_rule` rule on the logit, masks of
 # $|R|$, the choice that ranked best per task level over the benchmark tasks. Other choices are one
-# argument away: `rule="epsilon"`, `"gamma"`, `"z"` or `"gamma_sgnn"`, a `Composite` with a rule per
-# layer, `explained="contrast"`. Which one wins for which kind of model and task, measured against
+# argument away: `rule="epsilon"` ({term}`epsilon`), `"gamma"` ({term}`gamma`), `"z"` ({term}`LRP-0`)
+# or `"gamma_sgnn"` (a {term}`composite`), a `Composite` with a rule per layer, `explained="contrast"`
+# (the {term}`explained output`). The [glossary](glossary.md) defines each term. Which one wins for which kind of model and task, measured against
 # ground truth: [Which rule, and when](choosing_a_rule.ipynb).

@@ -280,6 +280,9 @@ class CompiledExplanation:
             if compile else graph
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
         self.probe, self.order = compile, seen["order"]
+        if edges and not compile:  # each message's slot in the edge relevance: its input edge, or E (added self-loops)
+            E = edge_index.shape[1]
+            self.slots = [(torch.where(ids >= 0, ids, E), dim) for ids, dim in self.order]
         # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
         self.held = (model, list(model.parameters()), list(model.buffers()), edge_index, dict(kwargs))
 
@@ -303,14 +306,15 @@ class CompiledExplanation:
         edge_rel = None
         if self.edges and self.probe:
             edge_rel = grads[4]
-        elif self.edges:  # messages times their gradient, summed per input edge (-1: a self-loop a layer added)
-            edge_rel = leaves[0].new_zeros(self.edge_index.shape[1])
-            for (ids, dim), messages, g in zip(self.order, leaves[5:], grads[4:]):
+        elif self.edges:  # messages times their gradient, summed per input edge (a self-loop a layer added: slot E)
+            E = self.edge_index.shape[1]
+            edge_rel = leaves[0].new_zeros(E + 1)
+            for (slots, dim), messages, g in zip(self.slots, leaves[5:], grads[4:]):
                 if g is not None:
                     rel = (messages.detach() * g).movedim(dim, 0)
-                    rel = rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)
-                    keep = ids >= 0
-                    edge_rel.index_add_(0, ids[keep], rel[keep].to(edge_rel.dtype))
+                    edge_rel.index_add_(0, slots, rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)
+                                        .to(edge_rel.dtype))
+            edge_rel = edge_rel[:E]
         return leaves[0].detach() * grads[0], edge_rel, received - passed + kept
 
 

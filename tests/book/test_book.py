@@ -134,3 +134,41 @@ def test_the_length_check_counts_the_words_of_the_prose():
     nb = {"cells": [{"cell_type": "markdown", "source": ["# Costs\n", "It costs {glue:text}`ratio:.2f` times."]},
                     {"cell_type": "code", "source": ["print('not prose at all here')"]}]}
     assert prose_words(nb) == 5
+
+
+#: Names of a rule that the prose does not use: each rule has one name (the glossary's), one string that selects
+#: it and one class; formulas ($z^+_{jk}$) are not names.
+OTHER_RULE_NAMES = {
+    r"\bz\$\^\{?\+\}?\$": "z+",
+    r"\bLRP-?zero\b|\bLRP0\b": "LRP-0",
+    r"\bz-plus\b|\bZ\+": "z+",
+    r"(?:ε|\$\\(?:var)?epsilon\$)[- ]rule": "epsilon",
+    r"(?:γ|\$\\gamma\$)[- ]rule": "gamma",
+    r"αβ|\$\\alpha\\beta\$|\$\\alpha\$-\$\\beta\$": "alpha-beta",
+}
+
+
+def other_rule_names(text: str) -> list[tuple[str, str]]:
+    """(what was written, the rule's name) for each other name of a rule in ``text``."""
+    return [(m.group(0), name) for pattern, name in OTHER_RULE_NAMES.items() for m in re.finditer(pattern, text)]
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_each_rule_has_one_name_in_the_prose(path):
+    if path.suffix == ".md":
+        text = path.read_text()
+    else:
+        nb = json.loads(path.read_text())
+        text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert not other_rule_names(text), f"{path.name}: write the rules by their glossary names: {other_rule_names(text)}"
+
+
+def test_the_rule_name_check_catches_another_name():
+    assert other_rule_names("the default, z$^+$, and the $\\gamma$-rule") == [("z$^+$", "z+"), ("$\\gamma$-rule", "gamma")]
+    assert other_rule_names("z+ keeps $z^+_{jk} / \\sum_j z^+_{jk}$; LRP-0 and epsilon") == []
+
+
+def test_every_rule_name_is_in_the_glossary():
+    glossary = (ROOT / "book" / "glossary.md").read_text()
+    terms = set(re.findall(r"^(\S[^\n]*)\n  ", glossary.split("```{glossary}")[1], re.M))
+    assert {"LRP-0", "epsilon", "gamma", "z+", "alpha-beta", "zbox"} <= terms, terms
