@@ -165,27 +165,23 @@ class ForwardFamilies:
         gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
         if gate or (not (ma and mb) and not self.composite.bias):  # the constant term takes no share
             out = modify.identity(ta if ma else tb, ta + tb)
-            return self.gate(out) if gate else self._shift(out, ta, tb, ma, shift)
-        z = ta + tb
-        zd = z.detach()
-        c = self._eps_share(zd)
-        constant = tb if ma and not mb else (ta if mb and not ma else None)
-        kept = zd - c * zd if constant is None else torch.addcmul(zd, c, constant - zd)
-        return self._shift(self._kept(modify.scale_gradient(z, c), kept), ta, tb, ma, shift)
-
-    def _shift(self, out: Tensor, ta: Tensor, tb: Tensor, ma: bool, shift: bool) -> Tensor:
-        """``out``, a marked term plus a constant computed from a detached copy of a marked tensor, remembers the
-        two: a softmax written out, as PyG's ``softmax`` is, subtracts each group's maximum, detached, before
-        ``exp`` (:meth:`_softmax_numerator`); ``ma``: the marked term is ``ta``, ``shift``: the other is such a
-        constant."""
-        if shift:
-            out._lrp_shift = (self._token, ta if ma else tb, tb if ma else ta)
+            if gate:
+                return self.gate(out)
+        else:
+            z = ta + tb
+            zd = z.detach()
+            c = self._eps_share(zd)
+            constant = tb if ma and not mb else (ta if mb and not ma else None)
+            kept = zd - c * zd if constant is None else torch.addcmul(zd, c, constant - zd)
+            out = self._kept(modify.scale_gradient(z, c), kept)
+        if shift:  # the constant is computed from a detached copy of a marked tensor: a softmax's shift
+            out._lrp_shift = (self._token, ta if ma else tb, tb if ma else ta)  # (:meth:`_softmax_numerator`)
         return out
 
     def _softmax_numerator(self, x: Tensor):
-        r"""``exp(x)`` where ``x`` is a marked term ``a`` plus a detached shift ``c`` (:meth:`_shift`): the numerator of
-        a softmax written out, :math:`e^{a + c} / \sum e^{a + c}` (PyG's ``softmax`` takes ``c`` as minus the
-        group's maximum, a detached copy of ``a``).  AttnLRP's softmax rule is input times gradient at the
+        r"""``exp(x)`` where ``x`` is a marked term ``a`` plus a constant ``c`` made from a detached copy of a marked
+        tensor (:meth:`sum_terms`): the numerator of a softmax written out, :math:`e^{a + c} / \sum e^{a + c}`
+        (PyG's ``softmax`` takes ``c`` as minus the group's maximum, a detached copy of ``a``).  AttnLRP's softmax rule is input times gradient at the
         softmax's input, so the numerator is ``exp(a + c)`` with the plain gradient to ``a``, and the division
         by its sum (:meth:`normalise`) keeps the plain gradient too: the shift takes no share.  What the
         softmax keeps (AttnLRP's rule does not conserve) is counted by the probes at ``a`` and the output, row by
