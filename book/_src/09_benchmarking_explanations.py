@@ -105,7 +105,7 @@ glue(
 # The protocols, the models and their accuracy (on held-out data, and on the explained instances)
 # as the results file records them:
 
-# %%
+# %% tags=["hide-output"]
 rows = [{"protocol": k, "description": v} for k, v in settings["protocols"].items()]
 display(
     results_table(rows, [("protocol", "protocol"), ("what is scored", "description")])
@@ -162,7 +162,7 @@ display(
 # method of its own ({glue:text}`n_lrp_configs` in all); the three masks are transforms of one
 # explanation (`lrp_lib.explain.explainer.relevance_mask`), so they share one call and one time:
 
-# %%
+# %% tags=["hide-output"]
 lrp = settings["lrp"]
 rows = [
     {"part": "composite (rule=)", "key": k, "what": v}
@@ -193,7 +193,7 @@ display(
 # Grad-CAM {cite}`zhou2016cam,pope2019explainability` read the model's read-out. The settings used,
 # per task:
 
-# %%
+# %% tags=["hide-output"]
 rows = []
 for t in order:
     s = tasks[t]["explainer_settings"]
@@ -550,7 +550,7 @@ display(
 # shows how much the *model* decides: the GINs of the different seeds classify the test graphs
 # equally well, yet the same explainer finds the motif on one seed's model and not on another's.
 
-# %%
+# %% tags=["hide-output"]
 t = "ba_2motifs"
 if t in tasks:
     meth = tasks[t]["methods"]
@@ -770,7 +770,7 @@ glue("loss_winners", ", ".join(winners) if winners else "none", display=False)
 # and then the median over tasks (PGExplainer's includes its share of training; the three masks of an
 # LRP configuration share one call). The figures are those of the benchmark run (machine below).
 
-# %%
+# %% tags=["hide-output"]
 rows = []
 for m in [overall["winner"], "lrp_epsilon_logit_abs"] + [
     k for k in BASE if k != "random"

@@ -432,7 +432,7 @@ display(
 # script's table; what could not be built and explained generically is listed here with the reason,
 # rather than left out silently.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input", "hide-output"]
 skipped = [
     {
         "layer": f"`{name}`",

@@ -209,7 +209,7 @@ plt.show()
 #
 # - **Link prediction**: give the model's `forward` the candidate pairs as `edge_label_index`,
 #   declare `task_level="edge"`, and call `explainer(x, edge_index, edge_label_index=pairs, index=k)`
-#   to explain pair `k` (chapter [Explaining graph neural networks](05_explaining_gnns.ipynb) does it).
+#   to explain pair `k` ([Explaining a link predictor](link_prediction.ipynb) does it).
 # - **Probability heads**: a model ending in `log_softmax`, `softmax` or `sigmoid` is declared as
 #   what it returns (`return_type="log_probs"` or `"probs"`) and explained from its logits, as above.
 # - **Graph classification**: `task_level="graph"`, and pass `batch=` for a batch of graphs.

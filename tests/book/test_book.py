@@ -172,3 +172,35 @@ def test_every_rule_name_is_in_the_glossary():
     glossary = (ROOT / "book" / "glossary.md").read_text()
     terms = set(re.findall(r"^(\S[^\n]*)\n  ", glossary.split("```{glossary}")[1], re.M))
     assert {"LRP-0", "epsilon", "gamma", "z+", "alpha-beta", "zbox"} <= terms, terms
+
+
+def shown_tables(nb: dict) -> int:
+    """The tables a page shows unfolded: markdown tables in its cells' outputs (``hide-output``: folded) and
+    in its prose."""
+    count = 0
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            count += len(re.findall(r"^\|[ :-]*-{3}", "".join(cell["source"]), re.M))
+        elif "hide-output" not in cell.get("metadata", {}).get("tags", []):
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("data", {}).get("text/markdown", ""))
+                count += len(re.findall(r"^\|[ :-]*-{3}", text, re.M))
+    return count
+
+
+#: Tables a reader takes in on one page; the rest are folded (``hide-output``) or in the results files.
+TABLE_LIMIT = 8
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_page_shows_at_most_eight_tables(path):
+    shown = shown_tables(json.loads(path.read_text()))
+    assert shown <= TABLE_LIMIT, f"{path.stem} shows {shown} tables; fold the reference ones (tags=['hide-output'])"
+
+
+def test_the_table_count_skips_folded_outputs():
+    table = {"data": {"text/markdown": "| a | b |\n| --- | --- |\n| 1 | 2 |"}}
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [table, table]},
+                    {"cell_type": "code", "metadata": {"tags": ["hide-output"]}, "outputs": [table]},
+                    {"cell_type": "markdown", "source": ["| x |\n", "|---|\n", "| y |"]}]}
+    assert shown_tables(nb) == 3
