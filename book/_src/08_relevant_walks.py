@@ -18,7 +18,7 @@
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This chapter builds on [Explaining GNNs](05_explaining_gnns) (the Mutagenicity GCN and
+# This chapter builds on [Explaining a graph classifier](05_explaining_gnns) (the Mutagenicity GCN and
 # `LRPExplainer`). After it you can
 # - write the relevance of a walk and say why the walks' relevances sum to the output;
 # - get node and edge relevance back as marginals of walk relevance, and check it numerically;
@@ -129,7 +129,7 @@ seed_everything(0)
 # layer by layer, and what is left is the relevance at the output. So for a bias-free model under
 # LRP-0, $\sum_{\mathcal W} R_{\mathcal W} = f(x)$; with biases (or the epsilon rule) the walks
 # carry what the nodes carry, and the biases keep their share, as in
-# [Explaining GNNs](05_explaining_gnns).
+# [Explaining a graph classifier](05_explaining_gnns).
 #
 # **Node and edge relevance are marginals.** The same distributivity read the other way: LRP's node
 # relevance of $j$ is the sum over all walks that start at $j$,
@@ -163,7 +163,7 @@ seed_everything(0)
 # %% [markdown]
 # ## Walks on a molecule
 #
-# We reuse the Mutagenicity GCN of [Explaining GNNs](05_explaining_gnns): the same data split, the
+# We reuse the Mutagenicity GCN of [Explaining a graph classifier](05_explaining_gnns): the same data split, the
 # same class, and its stored weights (`load_or_train` loads them strictly, so a different class
 # would be refused).
 
@@ -180,7 +180,7 @@ print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
 def trained_in_chapter_5(model):
     raise RuntimeError(
-        "the Mutagenicity GCN is trained in 'Explaining graph neural networks': run "
+        "the Mutagenicity GCN is trained in 'Explaining a graph classifier': run "
         "05_explaining_gnns with "
         "LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it"
     )
@@ -191,7 +191,7 @@ record = load_or_train("mutagenicity-gcn", model, trained_in_chapter_5, retrain=
 print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
 
 # %% [markdown]
-# As in [Explaining graph neural networks](05_explaining_gnns.ipynb) we pick the first correctly classified test mutagen with a nitro group and
+# As in [Explaining a graph classifier](05_explaining_gnns.ipynb) we pick the first correctly classified test mutagen with a nitro group and
 # 14 to 22 atoms. All explanations below run on a float64 copy of the model, so that the printed
 # values do not depend on the CPU. The explained quantity is the **log-odds of "mutagen"**, minus
 # the logit: a positive walk relevance is evidence for "mutagen".
@@ -233,7 +233,7 @@ glue("mol_atoms", f"{graph.num_nodes}", display=False)
 # The molecule is small enough to list every walk of the four layers (self-loop steps included:
 # GCN adds a self-loop to every atom, so "stay at $j$" is a step too). We compute the relevance of
 # each with `walk_relevance` (epsilon rule, as in
-# [Explaining graph neural networks](05_explaining_gnns.ipynb)) and check the two marginal
+# [Explaining a graph classifier](05_explaining_gnns.ipynb)) and check the two marginal
 # identities against `LRPExplainer`'s signed node and edge relevance of the same prediction
 # (`node_relevance` and `edge_relevance`; its `node_mask` and `edge_mask` hold $|R| / \max |R|$ for
 # PyG's tools, no sums to compare).
@@ -310,7 +310,7 @@ glue("edge_sum_lrp", f"{float(edge_lrp.sum()):.3f}", display=False)
 # %% [markdown]
 # The {glue:text}`mol_walks` walks carry {glue:text}`mol_walk_sum` of relevance, the same as the
 # atoms (the log-odds are {glue:text}`mol_logodds`; the biases hold the difference, see
-# [Explaining graph neural networks](05_explaining_gnns.ipynb)). The walks' node marginals
+# [Explaining a graph classifier](05_explaining_gnns.ipynb)). The walks' node marginals
 # {glue:text}`node_marginals_agree` with `LRPExplainer`'s node relevance of the model itself,
 # biases and all, to a relative {glue:text}`tol`: the walks are computed on the same relevance graph
 # (the model's own `forward` under the same forward rules and stabilisers), cut at each

@@ -3,7 +3,7 @@
 #
 # How good are LRP's explanations of graph networks, next to the methods the literature compares
 # against? Earlier chapters judged them one task at a time (Mutagenicity in
-# [Explaining GNNs](05_explaining_gnns), the infection graphs in [Case study: infection](06_case_infection),
+# [Explaining a graph classifier](05_explaining_gnns), the infection graphs in [Case study: infection](06_case_infection),
 # walks in [Relevant walks](08_relevant_walks)). This chapter scores them on the standard benchmarks
 # that plant a *ground-truth explanation*, each under the protocol of the paper whose numbers it
 # quotes, so that a baseline can be checked against its published figure before anything is
@@ -13,7 +13,7 @@
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This chapter assumes `LRPExplainer` from [Explaining GNNs](05_explaining_gnns) and the walks of
+# This chapter assumes `LRPExplainer` from [Explaining a graph classifier](05_explaining_gnns) and the walks of
 # [Relevant walks](08_relevant_walks). After it you can
 # - state the protocol behind each published explanation-AUROC (instances, pooling, ground truth) and
 #   why the same method gets different numbers under different protocols;

@@ -75,8 +75,8 @@ for level, settings in DEFAULTS.items():
 # | alpha-beta | `AlphaBeta(2, 1)` | $\alpha (x_j w_{jk})^+$ minus $\beta (x_j w_{jk})^-$ | positive and negative parts split apart, $\alpha - \beta = 1$ |
 #
 # Maps without weights (sums, mean aggregation, pooling) always split in proportion to their terms,
-# and attention weights are held constant, whatever the rule; [Explaining graph neural
-# networks](05_explaining_gnns.ipynb) shows composites, which give each module or each
+# and attention weights are held constant, whatever the rule; [Explaining a graph
+# classifier](05_explaining_gnns.ipynb) shows composites, which give each module or each
 # message-passing layer its own rule.
 #
 # ## The three choices on one model
@@ -276,8 +276,8 @@ glue("n_contrast_better", str(n_contrast_better), display=False)
 #
 # 1. Add `Composite(layers=["zplus", "gamma", "epsilon"])` (one rule per message-passing layer) to
 #    the choices above. Where does it land?
-# 2. Give the default a graph-level model from [Explaining graph neural
-#    networks](05_explaining_gnns.ipynb) and compare `explained="contrast"` with the logit on a few
+# 2. Give the default a graph-level model from [Explaining a graph
+#    classifier](05_explaining_gnns.ipynb) and compare `explained="contrast"` with the logit on a few
 #    mutagens.
 # 3. Which of the rules above would you expect to conserve exactly on a bias-free model, and which
 #    only up to the stabiliser? Check with `bias_relevance`.

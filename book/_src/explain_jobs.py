@@ -12,7 +12,7 @@
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
-# This page assumes the chapter [Explaining graph neural networks](05_explaining_gnns.ipynb). After
+# This page assumes the chapter [Explaining a graph classifier](05_explaining_gnns.ipynb). After
 # reading it you should be able to
 # - explain a whole data set with `explain_dataset` or `lrp-explain` and read the rows back;
 # - say what each column holds, including the bias relevance;
@@ -47,18 +47,18 @@ REPO = globals().get(
 # %% [markdown]
 # ## A job on Mutagenicity
 #
-# The model is the GCN of the chapter [Explaining graph neural networks](05_explaining_gnns.ipynb),
+# The model is the GCN of the chapter [Explaining a graph classifier](05_explaining_gnns.ipynb),
 # loaded from its stored weights: four `GCNConv` layers, a mean pool and one logit per molecule
 # (positive: nonmutagen).
 
 # %%
 from lrp_lib.book.models import (
     MutagenicityGCN as GCN,
-)  # the class of 'Explaining graph neural networks', in the library
+)  # the class of 'Explaining a graph classifier', in the library
 
 def stored_only(model):
     raise RuntimeError(
-        "this page explains the stored model of 'Explaining graph neural networks': "
+        "this page explains the stored model of 'Explaining a graph classifier': "
         "build it with LRP_BOOK_RETRAIN=1 "
         "python tools/nb.py book/_src/05_explaining_gnns.py"
     )
@@ -305,4 +305,4 @@ glue("jobs_gpu_name", gpu_b["machine"].get("gpu", "a GPU"), display=False)
 #    single process. Check with `read_explanations` that no molecule is missing or doubled.
 # 3. With the rows of the whole of Mutagenicity, compare the atoms' relevance of the molecules that
 #    the model calls mutagens with the NO$_2$ and NH$_2$ ground truth of
-#    [Explaining graph neural networks](05_explaining_gnns.ipynb), data set wide.
+#    [Explaining a graph classifier](05_explaining_gnns.ipynb), data set wide.

@@ -160,7 +160,7 @@ assert all(r["dense"] and r["conv"] for r in rows)
 # can keep relevance, one on their inputs: their gradients are what those operations received and passed
 # on), and each edge's relevance from a hook on every layer's messages: messages times their gradient.
 #
-# On a molecule of Mutagenicity, with the GCN trained in "Explaining graph neural networks", the two
+# On a molecule of Mutagenicity, with the GCN trained in "Explaining a graph classifier", the two
 # mechanisms give the same explanation:
 
 # %%

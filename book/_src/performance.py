@@ -243,7 +243,7 @@ plt.show()
 # {glue:text}`sc_ig_min` to {glue:text}`sc_ig_max` times the gradient, as `CaptumExplainer` runs its steps one
 # at a time.
 #
-# On Mutagenicity, [Explaining graph neural networks](05_explaining_gnns.ipynb) times LRP against saliency,
+# On Mutagenicity, [Comparing explainers](comparing_explainers.ipynb) times LRP against saliency,
 # Integrated Gradients and GNNExplainer on its trained model, beside what each explanation finds
 # (`benchmarks/bench_explainers.py`).
 #
