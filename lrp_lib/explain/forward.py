@@ -181,12 +181,12 @@ class ForwardFamilies:
     def _softmax_numerator(self, x: Tensor):
         r"""``exp(x)`` where ``x`` is a marked term ``a`` plus a constant ``c`` made from a detached copy of a marked
         tensor (:meth:`sum_terms`): the numerator of a softmax written out, :math:`e^{a + c} / \sum e^{a + c}`
-        (PyG's ``softmax`` takes ``c`` as minus the group's maximum, a detached copy of ``a``).  AttnLRP's softmax rule is input times gradient at the
-        softmax's input, so the numerator is ``exp(a + c)`` with the plain gradient to ``a``, and the division
-        by its sum (:meth:`normalise`) keeps the plain gradient too: the shift takes no share.  What the
-        softmax keeps (AttnLRP's rule does not conserve) is counted by the probes at ``a`` and the output, row by
-        row (a softmax mixes the rows of one group, which lie in one graph).  None where ``x`` is not such a
-        sum."""
+        (PyG's ``softmax`` takes ``c`` as minus the group's maximum, a detached copy of ``a``).  AttnLRP's
+        softmax rule is input times gradient at the softmax's input, so the numerator is ``exp(a + c)`` with
+        the plain gradient to ``a``, and the division by its sum (:meth:`normalise`) keeps the plain gradient
+        too: the shift takes no share.  What the softmax keeps (AttnLRP's rule does not conserve) is counted
+        by the probes at ``a`` and the output, row by row (a softmax mixes the rows of one group, which lie in
+        one graph).  None where ``x`` is not such a sum."""
         shift = getattr(x, "_lrp_shift", None)
         if shift is None or shift[0] is not self._token:
             return None
