@@ -103,6 +103,7 @@ model = GCN(dataset.num_features, hidden=64).to(device)
 record = load_or_train("mutagenicity-gcn", model, trained_in_explaining_a_graph_classifier, retrain=False)
 model.eval()
 print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
+glue("test_accuracy", f"{record['metrics']['test_accuracy']:.3f}", display=False)
 
 # %%
 def has_group(graph, a="N", b="O"):
