@@ -35,7 +35,7 @@ REPO = globals().get(
 cov = load_results("coverage", repository=REPO)
 rows = cov["results"]["rows"]
 STATUSES = ("ok", "refused", "wrong", "crash", "skipped")
-glue("tol", f"{cov['results']['tolerance']:.0e}", display=False)
+glue("coverage_tol", f"{cov['results']['tolerance']:.0e}", display=False)
 
 # %% [markdown]
 # ## How an explanation is checked
@@ -49,7 +49,7 @@ glue("tol", f"{cov['results']['tolerance']:.0e}", display=False)
 #
 # 1. **Conservation.** Without biases nothing absorbs relevance, so the relevance of the node features
 #    (plus that of `edge_attr`, when the explanation reports it) must add up to the explained output,
-#    within {glue:text}`tol` relative to the output.
+#    within {glue:text}`coverage_tol` relative to the output.
 # 2. **LRP-0 is input times gradient for piecewise-linear models.** A network of linear maps, sums,
 #    ReLUs and max-aggregations without biases is linear on each of the regions cut out by its kinks:
 #    there, every layer's output is its Jacobian times its input, and LRP-0's proportional split of
@@ -217,7 +217,7 @@ display(
 # **Walks.** Every ok explanation is checked once more through `lrp_lib.explain.walks` (GNN-LRP, see
 # [Relevant walks](08_relevant_walks.ipynb)): all walks of the same model under the same rule are
 # enumerated, each gets its relevance, and the walks are summed by their start node; the sums must
-# equal `LRPExplainer`'s node relevance within {glue:text}`tol` (relative). At the graph level the
+# equal `LRPExplainer`'s node relevance within {glue:text}`coverage_tol` (relative). At the graph level the
 # walks explain the batch's first graph on its own, beside `LRPExplainer`'s explanation of that
 # graph alone. On a heterogeneous graph a walk is a sequence of typed nodes, each step along an edge
 # of one edge type (the relations of one layer make one step), and the sums are compared per node

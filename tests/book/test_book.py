@@ -204,3 +204,36 @@ def test_the_table_count_skips_folded_outputs():
                     {"cell_type": "code", "metadata": {"tags": ["hide-output"]}, "outputs": [table]},
                     {"cell_type": "markdown", "source": ["| x |\n", "|---|\n", "| y |"]}]}
     assert shown_tables(nb) == 3
+
+
+def glued_values(nb: dict) -> dict:
+    """The values a notebook glues (myst-nb's ``glue``), by name, as their stored text."""
+    found = {}
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("application/papermill.record/text/plain")
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if text is not None and name:
+                found[name] = "".join(text)
+    return found
+
+
+def differing_glues(pages: dict) -> dict:
+    """``{name: {page: value}}`` for each glued name that pages state with different values."""
+    by_name: dict = {}
+    for page, values in pages.items():
+        for name, value in values.items():
+            by_name.setdefault(name, {})[page] = value
+    return {name: v for name, v in by_name.items() if len(set(v.values())) > 1}
+
+
+def test_a_quantity_glued_on_several_pages_has_one_value():
+    """A glued name is one quantity: where two pages glue it (the picked molecule's log-odds, the number of
+    benchmark tasks), they state the same value."""
+    pages = {p.name: glued_values(json.loads(p.read_text())) for p in CHAPTERS}
+    differing = differing_glues(pages)
+    assert not differing, f"the same glued name with different values on different pages: {differing}"
+
+
+def test_the_glue_check_catches_two_values():
+    assert differing_glues({"a": {"x": "1.0", "y": "2"}, "b": {"x": "1.1", "y": "2"}}) == {"x": {"a": "1.0", "b": "1.1"}}
