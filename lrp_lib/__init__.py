@@ -5,8 +5,9 @@ The package has four parts, and imports point one way (``book`` -> ``explain`` -
 
 * :mod:`lrp_lib.core`: the arithmetic every explanation shares: the stabiliser, the rules, the
   composites that assign them, input validation;
-* :mod:`lrp_lib.explain`: the product: any PyG model explained through its own ``forward``
-  (``RelevanceMode``), the ``LRPExplainer`` algorithm for PyG's ``Explainer``, relevant walks and
+* :mod:`lrp_lib.explain`: the product: any PyG model explained through its own ``forward`` (a
+  ``TorchFunctionMode`` that writes each rule as a forward modification, so that one ordinary backward
+  gives the relevance), the ``LRPExplainer`` algorithm for PyG's ``Explainer``, relevant walks and
   data-set jobs;
 * :mod:`lrp_lib.teach`: the small implementations the first chapters build on purpose (one
   autograd op per rule, Graph Network layers, relprop and JAX versions);
