@@ -170,7 +170,7 @@ glue("bias_direction", "against" if bias_share < 0 else "for", display=False)
 # keeps the prediction while staying small, by 200 steps of gradient descent on
 # $-\log p_{\hat y}(G \odot \sigma(M)) + \alpha \lVert\sigma(M)\rVert_1 + \beta H(\sigma(M))$.
 # Two hundred optimisation steps amplify rounding: in float32 the mask can come out slightly different
-# on different CPUs, enough to reorder close edges. The chapter therefore runs it on a float64 copy
+# on different CPUs, enough to reorder close edges. This page therefore runs it on a float64 copy
 # of the model, so that every CPU prints the same mask.
 #
 # The two gradient methods treat the edge weights as the input: the model accepts `edge_weight`,
@@ -868,7 +868,7 @@ glue("k_max", f"{max(sizes)}", display=False)
 #
 # GNNExplainer needs 200 optimisation steps per molecule, too slow to rerun on every build of the
 # book, and timings depend on the machine. Both come from `benchmarks/bench_explainers.py`: the
-# script loads this chapter's stored model (`load_or_train("mutagenicity-gcn", ...)`, the same
+# script loads the stored model (`load_or_train("mutagenicity-gcn", ...)`, the same
 # weights), explains the same molecules with LRP, saliency, Integrated Gradients and GNNExplainer
 # through the same APIs, one molecule at a time and interleaved, so that the load of the machine
 # falls on all of them alike, runs GNNExplainer as its users do (float32, 200 epochs), and writes
@@ -876,7 +876,7 @@ glue("k_max", f"{max(sizes)}", display=False)
 # file and prints the one comparison table: quality computed above for LRP, saliency, Gradient
 # $\times$ Input and Integrated Gradients, quality of GNNExplainer and all timings from the file.
 
-# %%
+# %% tags=["hide-input"]
 bench = load_results("explainers", repository=globals().get("REPOSITORY"))
 measured, machine = bench["results"], bench["machine"]
 timed = measured["methods"]

@@ -58,7 +58,7 @@ if device.type == "cpu":
 # %% [markdown]
 # ## A link predictor
 #
-# A link predictor scores pairs of nodes instead of graphs. The usual PyG recipe: a GCN encoder
+# The usual PyG recipe for a link predictor: a GCN encoder
 # computes an embedding $z_i$ per node over the observed edges, and a dot-product decoder scores a
 # candidate edge $(u, v)$ by $z_u \cdot z_v$, a logit of "there is an edge". `LRPExplainer` explains
 # one score of such a model as it explains a graph's: the model takes the candidate pairs as
