@@ -69,16 +69,15 @@ def scale_gradient(y: Tensor, c: Tensor) -> Tensor:
     return torch.lerp(y.detach(), y, c.detach())
 
 
-def share_of(z: Tensor, d: Tensor) -> Tensor:
+def share_of(z: Tensor, d: Tensor, zero: Tensor | None = None) -> Tensor:
     r""":math:`z / d` where :math:`d \ne 0`, and :math:`0` where :math:`d = 0`, as a constant.
 
     Multiplied onto a gradient :math:`g` at :math:`z`, it gives :math:`R / d` with
     :math:`R = z \odot g`: the relevance per unit of a proportional rule's denominator.  Where the
     denominator is zero the relevance cannot be split and is lost (the rules' convention, see
-    :func:`~lrp_lib.core.stabilizer.relevance_share`)."""
+    :func:`~lrp_lib.core.stabilizer.relevance_share`).  ``zero``: ``d == 0``, where the caller has it."""
     z, d = z.detach(), d.detach()
-    zero = d == 0
-    return torch.where(zero, torch.zeros_like(z), z / torch.where(zero, torch.ones_like(d), d))
+    return torch.where(d == 0 if zero is None else zero, 0.0, z / d)  # (one division; where d = 0: replaced)
 
 
 def epsilon(z: Tensor, eps: float) -> Tensor:

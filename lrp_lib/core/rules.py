@@ -315,8 +315,8 @@ class ZPlus(AlphaBeta):
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
         z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
-        none = z_pos == 0  # units without a positive contribution: LRP-0 (the gradient of out itself)
-        y = keep_value(out, z_pos, share_of(out, z_pos))
+        none = z_pos.detach() == 0  # units without a positive contribution: LRP-0 (the gradient of out itself)
+        y = keep_value(out, z_pos, share_of(out, z_pos, none))
         return add_gradient(y, out, none.to(out.dtype))
 
     def __repr__(self):

@@ -28,7 +28,6 @@ symbolic sizes; a graph that does not meet them gets a capture of its own.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -39,7 +38,7 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
 from lrp_lib.explain.edges import ensure_hooks, recording
-from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
+from lrp_lib.explain.forward import ForwardMode, ProbeRecorder, message_relevance
 from lrp_lib.explain.function_mode import UnsupportedModelError
 
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
@@ -289,33 +288,40 @@ class CompiledExplanation:
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list]:
         """``(output, explained output, leaves)`` on the recorded graph (``edge_index`` and ``kwargs``: the
-        same graph's, not read)."""
+        same graph's, not read).  Run as it is with edges: a hook on each layer's messages adds their relevance
+        into the last leaf, the record of the edges (one slot more, for the self-loops a layer added)."""
         leaves = _leaves(x, self.edge_index if self.edges and self.probe else None)
         with torch.enable_grad():
             out, head, *messages = self.compiled(*leaves)
-        return out, head, leaves + messages
+        if self.edges and not self.probe:  # the messages' relevance, read in the backward as it passes them
+            record = x.new_zeros(self.edge_index.shape[1] + 1)
+            for (slots, dim), m in zip(self.slots, messages):
+                if m.requires_grad:
+                    m.register_hook(_message_hook(record, m.detach(), slots, dim))
+            leaves.append(record)
+        return out, head, leaves
 
     def backward(self, head: Tensor, leaves: list, start: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
         """From the explained output ``head`` with start relevance ``start``: ``(node relevance, edge relevance
-        or None, kept)``: input times gradient, the edge probe's gradient, and what biases, constant terms and
-        stabilisers kept."""
-        wrt = leaves[:4] + (leaves[4:] if self.edges and self.probe else leaves[5:])  # (the probe, or the messages)
+        or None, kept)``: input times gradient, the edge probe's gradient (or the record the message hooks
+        filled), and what biases, constant terms and stabilisers kept."""
+        wrt = leaves[:4] + (leaves[4:] if self.edges and self.probe else [])
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True)
         zero = leaves[0].new_zeros(())
         received, passed, kept = (zero if g is None else g for g in grads[1:4])
         edge_rel = None
-        if self.edges and self.probe:
-            edge_rel = grads[4]
-        elif self.edges:  # messages times their gradient, summed per input edge (a self-loop a layer added: slot E)
-            E = self.edge_index.shape[1]
-            edge_rel = leaves[0].new_zeros(E + 1)
-            for (slots, dim), messages, g in zip(self.slots, leaves[5:], grads[4:]):
-                if g is not None:
-                    rel = (messages.detach() * g).movedim(dim, 0)
-                    edge_rel.index_add_(0, slots, rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)
-                                        .to(edge_rel.dtype))
-            edge_rel = edge_rel[:E]
+        if self.edges:
+            edge_rel = grads[4] if self.probe else leaves[-1][:-1]
         return leaves[0].detach() * grads[0], edge_rel, received - passed + kept
+
+
+def _message_hook(record: Tensor, messages: Tensor, slots: Tensor, dim: int) -> Callable:
+    """A hook on a layer's messages: their relevance (:func:`~lrp_lib.explain.forward.message_relevance`) added to
+    ``record`` at each message's slot (its input edge; the last slot: a self-loop the layer added), as the
+    backward reaches them: each gradient is used once and freed."""
+    def hook(grad):
+        record.index_add_(0, slots, message_relevance(messages, grad, dim).to(record.dtype))
+    return hook
 
 
 class AnyGraphExplanation(CompiledExplanation):

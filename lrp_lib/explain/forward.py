@@ -363,10 +363,15 @@ def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
         values = messages.detach()
 
     def hook(grad):
-        rel = (values * grad).movedim(dim, 0)
-        rel = rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
-        record.index_add_(0, ids, rel[keep].to(record.dtype))
+        record.index_add_(0, ids, message_relevance(values, grad, dim)[keep].to(record.dtype))
     return hook
+
+
+def message_relevance(messages: Tensor, grad: Tensor, dim: int) -> Tensor:
+    """The relevance of each message, messages times their gradient summed over all but the edge dimension
+    ``dim``."""
+    rel = (messages * grad).movedim(dim, 0)
+    return rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
 
 
 class _HookedMessages:
