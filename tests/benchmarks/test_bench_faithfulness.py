@@ -85,6 +85,33 @@ def test_areas_and_fidelity_by_hand():
     assert bf.summarise_instance({"deletion": flat, "insertion": flat}, 0)["deletion_logit"] is None
 
 
+class FirstNode(nn.Module):
+    """A graph classifier whose logits are (x[0, 0], 0): only node 0 matters."""
+
+    def forward(self, x, edge_index):
+        return torch.stack([x[0, 0], torch.zeros((), dtype=x.dtype)]).unsqueeze(0)
+
+
+def test_gef_both_ways_by_hand():
+    """GraphXAI's GEF on a model that reads node 0 only (4 nodes: the top quarter is one node).  Ranking node 0 first
+    is the faithful explanation: the paper's GEF (only the top node kept) is 0, while the code's (the top node
+    zeroed) is the divergence from the uniform prediction, its largest value here; ranking it last swaps them."""
+    model = FirstNode()
+    x = torch.tensor([[2.0], [5.0], [7.0], [1.0]], dtype=torch.float64)
+    edge_index = torch.zeros(2, 0, dtype=torch.long)
+    p = torch.softmax(torch.tensor([2.0, 0.0], dtype=torch.float64), 0)
+    u = torch.full((2,), 0.5, dtype=torch.float64)
+    kl_u_p = float((u * (u / p).log()).sum())  # KL(uniform || p): the code's direction, node 0 zeroed
+    kl_p_u = float((p * (p / u).log()).sum())  # KL(p || uniform): the paper's direction, node 0 dropped
+    first = bf.gef(model, x, edge_index, torch.tensor([0, 1, 2, 3]))
+    assert first["gef_paper"] == pytest.approx(0.0, abs=1e-12)
+    assert first["gef_code"] == pytest.approx(1 - np.exp(-kl_u_p), rel=1e-12)
+    last = bf.gef(model, x, edge_index, torch.tensor([3, 2, 1, 0]))
+    assert last["gef_code"] == pytest.approx(0.0, abs=1e-12)
+    assert last["gef_paper"] == pytest.approx(1 - np.exp(-kl_p_u), rel=1e-12)
+    assert kl_u_p != pytest.approx(kl_p_u)  # the two directions differ: each is checked
+
+
 def test_a_run_on_two_tasks(tmp_path):
     """Two tasks (a node task and a molecule task), one seed, two instances, the default LRP configuration and the
     reference rows: every area and fidelity inside its range, intervals inside the range, a valid results file."""
@@ -98,10 +125,11 @@ def test_a_run_on_two_tasks(tmp_path):
         assert set(rows) == set(methods.split(","))
         for method, row in rows.items():
             for key, value in row.items():
-                if key.split("_", 1)[1].startswith(("deletion_probability", "insertion_probability", "fid")):
+                if key.split("_", 1)[1].startswith(("deletion_probability", "insertion_probability", "fid", "gef")):
                     assert 0.0 <= value["mean"] <= 1.0, (task, method, key)
                     if value["ci95"] is not None:
                         assert 0.0 <= value["ci95"][0] <= value["ci95"][1] <= 1.0
             assert "edges_deletion_probability" in row and "nodes_insertion_probability" in row
+            assert ("nodes_gef_code" in row and "nodes_gef_paper" in row) == (task == "benzene")  # graph tasks only
     with pytest.raises(SystemExit):
         bf.main(["--tasks", "nope", "--out", str(tmp_path)])
