@@ -771,8 +771,8 @@ plt.show()
 #   suffice);
 # - **milliseconds per explanation**, from the benchmark below.
 #
-# LRP, saliency, Gradient $\times$ Input and Integrated Gradients are cheap, so the chapter computes
-# their quality here, on every build. LRP-epsilon's edges are ranked by their signed
+# LRP, saliency, Gradient $\times$ Input and Integrated Gradients are cheap enough to score here, on the
+# molecules of this page. LRP-epsilon's edges are ranked by their signed
 # `edge_relevance`, as in the figures; one more row ranks them by the mask $|R| / \max |R|$, which
 # puts strong evidence *against* the class as high as evidence for it; the last row is
 # `LRPExplainer()` with its defaults (the z+ rule and that mask). Fidelity reads the explanation's

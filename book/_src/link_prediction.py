@@ -226,6 +226,7 @@ print(
     f"{float(link_e.node_relevance.view(-1)[outside].abs().max()):.1f}, edges "
     f"{float(link_e.edge_relevance[~in_hops].abs().max()):.1f}"
 )
+assert abs(link_nodes + link_bias - score) < 1e-4 * max(1.0, abs(score))  # the text: they give the score
 glue("link_u", f"{u}", display=False)
 glue("link_v", f"{v}", display=False)
 glue("link_score", f"{score:.2f}", display=False)
@@ -235,8 +236,8 @@ glue("link_hood", f"{len(subset)}", display=False)
 
 # %% [markdown]
 # The nodes carry {glue:text}`link_nodes` of the score {glue:text}`link_score` and the biases
-# {glue:text}`link_bias`; together they give the score, as for the molecules. Nothing outside the
-# two end points' 2-hop neighbourhood ({glue:text}`link_hood` nodes) gets relevance: two GCN layers
+# {glue:text}`link_bias`; together they give the score, as the printed difference shows. Nothing outside
+# the two end points' 2-hop neighbourhood ({glue:text}`link_hood` nodes) gets relevance: two GCN layers
 # see no further. The decoder's product $z_u \cdot z_v = \sum_f z_{uf} z_{vf}$ multiplies two
 # input-dependent factors, and LRP splits each term uniformly (AttnLRP's rule
 # {cite}`achtibat2024attnlrp`, the composite's default for such a product): half of the score goes to $u$'s embedding and half to $v$'s, and each half then
