@@ -69,7 +69,7 @@ from tqdm.auto import tqdm
 
 from lrp_lib.book.datasets import mutagenicity
 from lrp_lib.book.datasets.infection import explained_nodes, ground_truth, infection
-from lrp_lib.book.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
+from lrp_lib.book.datasets.mutagenicity import ATOMS, book_split, explained_mutagen, to_rdkit
 from lrp_lib import LRPExplainer
 from lrp_lib.book.plotting import BOOK_WIDTH, book_style, depict, draw_graph
 from lrp_lib.book.models import MutagenicityGCN
@@ -170,10 +170,7 @@ seed_everything(0)
 # %%
 # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
 dataset = mutagenicity()
-labels = dataset._data.y.tolist()
-train_idx, test_idx = train_test_split(
-    list(range(len(dataset))), stratify=labels, test_size=0.25, random_state=11
-)
+train_idx, test_idx = book_split(dataset)  # a stratified quarter for the test
 train_set, test_set = dataset[train_idx], dataset[test_idx]
 print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
@@ -198,21 +195,7 @@ print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
 
 
 # %%
-def has_group(graph, a="N", b="O"):
-    """Does the graph have a marked edge between elements a and b?"""
-    s, d = graph.edge_index[:, graph.edge_gt.bool()]
-    kinds = graph.x.argmax(-1)
-    return bool(((kinds[s] == ATOMS.index(a)) & (kinds[d] == ATOMS.index(b))).any())
-
-
-evaluation = [g for g in test_set if int(g.y) == MUTAGEN and bool(g.edge_gt.any())]
-with torch.no_grad():
-    logits = [float(model(g.x, g.edge_index)) for g in evaluation]
-pick = [
-    i
-    for i, (g, z) in enumerate(zip(evaluation, logits))
-    if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22
-][0]
+evaluation, logits, pick = explained_mutagen(model, test_set)
 graph = evaluation[pick]
 model64 = copy.deepcopy(model).double().eval()
 x64, ei = graph.x.double(), graph.edge_index

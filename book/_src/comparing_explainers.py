@@ -40,14 +40,13 @@ from captum.influence import TracInCPFast
 from myst_nb import glue
 from rdkit.Chem.rdMolDescriptors import CalcMolFormula
 from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
 from torch_geometric.data import Batch
 from torch_geometric.explain import Explainer, GNNExplainer
 from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.explain.metric import fidelity
 
 from lrp_lib.book.datasets import mutagenicity
-from lrp_lib.book.datasets.mutagenicity import ATOMS, MUTAGEN, to_rdkit
+from lrp_lib.book.datasets.mutagenicity import ATOMS, MUTAGEN, book_split, explained_mutagen, to_rdkit
 from lrp_lib import LRPExplainer
 from lrp_lib.book.plotting import BOOK_WIDTH, bond_values, book_style, draw_molecule
 from lrp_lib.book.models import MutagenicityGCN as GCN
@@ -83,10 +82,7 @@ seed_everything(0)
 # %%
 # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
 dataset = mutagenicity()
-labels = dataset._data.y.tolist()
-train_idx, test_idx = train_test_split(
-    list(range(len(dataset))), stratify=labels, test_size=0.25, random_state=11
-)
+train_idx, test_idx = book_split(dataset)  # a stratified quarter for the test
 train_set, test_set = dataset[train_idx], dataset[test_idx]
 print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
@@ -106,22 +102,9 @@ print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
 glue("test_accuracy", f"{record['metrics']['test_accuracy']:.3f}", display=False)
 
 # %%
-def has_group(graph, a="N", b="O"):
-    """Does the graph have a marked edge between elements a and b?"""
-    s, d = graph.edge_index[:, graph.edge_gt.bool()]
-    kinds = graph.x.argmax(-1)
-    return bool(((kinds[s] == ATOMS.index(a)) & (kinds[d] == ATOMS.index(b))).any())
-
-
-evaluation = [g for g in test_set if int(g.y) == MUTAGEN and bool(g.edge_gt.any())]
-with torch.no_grad():
-    logits = [float(model(g.x.to(device), g.edge_index.to(device))) for g in evaluation]
-candidates = [
-    i
-    for i, (g, z) in enumerate(zip(evaluation, logits))
-    if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22
-]
-pick = candidates[0]
+# the test mutagens with marked bonds, the model's logits, and the first correctly classified one with a
+# nitro group and 14 to 22 atoms
+evaluation, logits, pick = explained_mutagen(model, test_set, device)
 graph = evaluation[pick].clone().to(device)  # a copy: Data.to moves in place
 print(
     f"{len(evaluation)} test mutagens with NO2/NH2 bonds; picked #{pick}: "

@@ -161,3 +161,52 @@ def test_to_rdkit_bad_input_names_the_argument():
     clash.edge_attr[7] = torch.tensor([1.0, 0.0, 0.0])  # reverse of N=O said single
     with pytest.raises(ValueError, match=r"gives the bond \(1, 2\) the orders 2 and 1"):
         to_rdkit(clash)
+
+
+def test_the_books_split_and_molecule():
+    """book_split is scikit-learn's stratified split (a quarter for the test, seed 11) and explained_mutagen picks
+    the first test mutagen that the model gets right with a marked N-O bond and 14 to 22 atoms; has_group reads
+    the marked bonds only and names a bad element."""
+    import pytest
+    import torch
+    from sklearn.model_selection import train_test_split
+    from torch_geometric.data import Data
+
+    from lrp_lib.book.datasets.mutagenicity import ATOMS, MUTAGEN, book_split, explained_mutagen, has_group
+
+    def molecule(n, label, marked_no):
+        x = torch.zeros(n, len(ATOMS))
+        x[:, ATOMS.index("C")] = 1
+        x[0] = 0
+        x[0, ATOMS.index("N")] = 1
+        x[1] = 0
+        x[1, ATOMS.index("O")] = 1
+        edge_index = torch.tensor([[0, 2], [1, 3]])
+        gt = torch.tensor([marked_no, True])
+        return Data(x=x, edge_index=edge_index, y=torch.tensor([label]), edge_gt=gt)
+
+    graphs = [molecule(16, MUTAGEN, True), molecule(16, MUTAGEN, False), molecule(30, MUTAGEN, True),
+              molecule(18, MUTAGEN, True), molecule(15, 1, True)]
+    assert has_group(graphs[0]) and not has_group(graphs[1]) and has_group(graphs[0], "C", "C")
+    with pytest.raises(ValueError, match="b must be one of ATOMS"):
+        has_group(graphs[0], "N", "Xx")
+    logits = {16: -1.0, 30: -2.0, 18: -0.5, 15: -3.0}
+
+    def model(x, edge_index):  # a mutagen's logit by its size; molecule 0 misclassified below
+        return torch.tensor(logits[x.shape[0]] if x.shape[0] != 16 or x[2, 0] else 1.0)
+
+    graphs[0].x[2] = 0  # molecule 0: logit +1, wrong
+    evaluation, got_logits, pick = explained_mutagen(model, graphs)
+    assert len(evaluation) == 4 and got_logits[0] == 1.0  # the four mutagens with marked bonds
+    assert evaluation[pick] is graphs[3]  # 0 wrong, 1 no marked N-O bond, 2 too large
+    with pytest.raises(ValueError, match="no correctly classified"):
+        explained_mutagen(model, graphs[:3])
+
+    class Labelled(list):
+        pass
+
+    data = Labelled(molecule(16, i % 2, True) for i in range(40))
+    train, test = book_split(data)
+    expected = train_test_split(list(range(40)), stratify=[i % 2 for i in range(40)], test_size=0.25,
+                                random_state=11)
+    assert (train, test) == (expected[0], expected[1]) and len(test) == 10

@@ -50,7 +50,7 @@ from torch_geometric.utils import coalesce, remove_self_loops
 from lrp_lib.book.datasets.roots import cache_root, data_root
 
 __all__ = ["mutagenicity", "MutagenicityWithGroundTruth", "ATOMS", "BOND_ORDERS", "MUTAGEN", "GT_URL",
-           "to_rdkit"]
+           "to_rdkit", "book_split", "has_group", "explained_mutagen"]
 
 NAME = "Mutagenicity"
 #: Atom symbol of each one-hot column of ``x`` (``Mutagenicity_label_readme.txt``).
@@ -158,6 +158,41 @@ def mutagenicity(root: str | os.PathLike | None = None, transform=None) -> Mutag
             f"files from {TUDataset.url}/{NAME}.zip and {NAME}_edge_gt.txt from {GT_URL}), or set "
             f"LRP_DATA_ROOT to a folder that has them."
         ) from err
+
+
+def book_split(dataset) -> tuple[list[int], list[int]]:
+    """The book's split of the data set: a quarter of the molecules for the test, stratified by label
+    (scikit-learn's ``train_test_split``, ``random_state=11``).  Returns the train and test indices."""
+    from sklearn.model_selection import train_test_split
+
+    labels = dataset._data.y.tolist() if hasattr(dataset, "_data") else [int(g.y) for g in dataset]
+    return train_test_split(list(range(len(dataset))), stratify=labels, test_size=0.25, random_state=11)
+
+
+def has_group(graph: Data, a: str = "N", b: str = "O") -> bool:
+    """Whether ``graph`` has a ground-truth bond from an atom of element ``a`` to one of ``b`` (:data:`ATOMS`)."""
+    for name, element in (("a", a), ("b", b)):
+        if element not in ATOMS:
+            raise ValueError(f"{name} must be one of ATOMS ({', '.join(ATOMS)}), got {element!r}")
+    s, d = graph.edge_index[:, graph.edge_gt.bool()]
+    kinds = graph.x.argmax(-1)
+    return bool(((kinds[s] == ATOMS.index(a)) & (kinds[d] == ATOMS.index(b))).any())
+
+
+def explained_mutagen(model, test_set, device=None) -> tuple[list[Data], list[float], int]:
+    """The molecule the book's chapters explain: among the test mutagens with ground-truth bonds (returned, with
+    the model's logit of each), the position of the first that the model classifies correctly (logit below 0:
+    "mutagen" is class 0) with a marked nitrogen-oxygen bond (a nitro group) and 14 to 22 atoms."""
+    evaluation = [g for g in test_set if int(g.y) == MUTAGEN and bool(g.edge_gt.any())]
+    with torch.no_grad():
+        logits = [float(model(g.x.to(device), g.edge_index.to(device)) if device is not None else
+                        model(g.x, g.edge_index)) for g in evaluation]
+    picks = [i for i, (g, z) in enumerate(zip(evaluation, logits))
+             if z < 0 and has_group(g) and 14 <= g.num_nodes <= 22]
+    if not picks:
+        raise ValueError("no correctly classified test mutagen with a marked nitro group and 14 to 22 atoms: "
+                         "is model the book's trained Mutagenicity GCN?")
+    return evaluation, logits, picks[0]
 
 
 def to_rdkit(data: Data):
