@@ -68,6 +68,19 @@ def colab_cell():
     return cell
 
 
+def coalesce_streams(outputs: list) -> list:
+    """The outputs with consecutive parts of one stream (stdout, stderr) joined: where the kernel flushes a
+    stream between two prints depends on timing, so the stored outputs would not."""
+    joined = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and joined and joined[-1].get("output_type") == "stream"
+                and joined[-1].get("name") == out.get("name")):
+            joined[-1]["text"] += out["text"]
+        else:
+            joined.append(out)
+    return joined
+
+
 def build(src: Path, execute: bool = True) -> Path:
     nb = nbformat.v4.new_notebook()
     cells = parse(src.read_text())
@@ -84,6 +97,8 @@ def build(src: Path, execute: bool = True) -> Path:
     for cell in nb.cells:  # cell ids make noisy diffs; number them instead
         cell["id"] = f"c{nb.cells.index(cell):03d}"
         cell.get("metadata", {}).pop("execution", None)
+        if cell.cell_type == "code":  # (a stream flushed in two parts, by timing, is stored as one)
+            cell.outputs = coalesce_streams(cell.outputs)
     nbformat.write(nb, dest)
     return dest
 

@@ -105,3 +105,16 @@ def test_the_display_check_catches_a_dropped_table():
     assert undisplayed("if ok:\n    results_table(rows, cols)\nx = 1") == [2]
     assert undisplayed("display(results_table(rows, cols))\nx = 1") == []
     assert undisplayed("x = 1\nresults_table(rows, cols)") == []
+
+
+def test_a_stream_flushed_in_parts_is_stored_as_one():
+    """Where the kernel splits one cell's printing into several stream outputs depends on timing; the built
+    notebook joins consecutive parts of one stream, and keeps other outputs and other streams apart."""
+    out = nbformat.v4.new_output
+    outputs = [out("stream", name="stdout", text="a\n"), out("stream", name="stdout", text="b\n"),
+               out("stream", name="stderr", text="warn\n"), out("stream", name="stdout", text="c\n"),
+               out("display_data", data={"text/plain": "x"}), out("stream", name="stdout", text="d\n")]
+    got = NB.coalesce_streams(outputs)
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in got] == [
+        ("stream", "stdout", "a\nb\n"), ("stream", "stderr", "warn\n"), ("stream", "stdout", "c\n"),
+        ("display_data", None, None), ("stream", "stdout", "d\n")]
