@@ -965,7 +965,8 @@ for t in ("benzene", "fluoride_carbonyl"):
 # of Integrated Gradients, or below it, on {glue:text}`gef_default_le_ig` of the
 # {glue:text}`gef_n_graph` graph tasks, and of the best method other than LRP on
 # {glue:text}`gef_default_best_other`. On Benzene it scores {glue:text}`gef_benzene_default_paper`
-# (Integrated Gradients {glue:text}`gef_benzene_ig_paper`): the ring's atoms alone keep the prediction.
+# (Integrated Gradients {glue:text}`gef_benzene_ig_paper`): the top quarter of the atoms alone keeps the
+# prediction.
 #
 # As coded, with the top quarter zeroed, a ranking scores better the less its top nodes matter to the
 # model: the ground truth ranked first scores worse than a random ranking on
