@@ -939,8 +939,9 @@ glue(
 # models of the book's quality benchmark, [Benchmarking explanations](09_benchmarking_explanations.ipynb)),
 # each on {glue:text}`sgnn_graphs` test graphs. Beside the search from the explained class's score, as
 # they run it, it runs the search from the *difference* between the two classes' scores, $z_t - z_o$:
-# the explained class's score at the output, less the other class's. The last two columns give the
-# motif's share of the relevance's magnitude, $\sum_{v \in M} |R_v| / \sum_v |R_v|$.
+# the explained class's score at the output, less the other class's. The table calls the two starts
+# *the score* and *the difference*; its last two columns give the motif's share of the relevance's
+# magnitude from each, $\sum_{v \in M} |R_v| / \sum_v |R_v|$.
 
 # %%
 from IPython.display import Markdown, display  # noqa: E402
@@ -953,12 +954,12 @@ results_table(
     [
         ("seed", "seed"),
         ("test accuracy", "test_accuracy", "{:.3f}"),
-        ("$z_t$", "z_target", "{:.1f}"),
-        ("$z_o$", "z_other", "{:.1f}"),
-        ("greedy, from $z_t$", "auroc_logit", "{:.3f}"),
-        ("greedy, from $z_t - z_o$", "auroc_contrast", "{:.3f}"),
-        ("motif's share, from $z_t$", "motif_share_logit", "{:.2f}"),
-        ("motif's share, from $z_t - z_o$", "motif_share_contrast", "{:.2f}"),
+        ("score, explained class", "z_target", "{:.1f}"),
+        ("score, other class", "z_other", "{:.1f}"),
+        ("greedy from the score", "auroc_logit", "{:.3f}"),
+        ("greedy from the difference", "auroc_contrast", "{:.3f}"),
+        ("motif's share (score)", "motif_share_logit", "{:.2f}"),
+        ("motif's share (difference)", "motif_share_contrast", "{:.2f}"),
     ],
 )
 
