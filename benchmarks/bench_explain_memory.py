@@ -11,9 +11,7 @@ set size (``VmHWM``) minus the resident size just before the explanation (Linux)
 * ``lrp``: ``LRPExplainer`` called directly, without capture (``replay=False``: the first explanation of a
   graph, the forward rules under the interception), node relevance only;
 * ``lrp_edges``: the same with the edge relevance recorded (``edge_mask_type="object"``): each layer's
-  messages pass a hook that reads their gradient, and are kept for it;
-* ``lrp_edges_recompute``: ``LRPExplainer(mechanism="functions", recompute=True)`` with the edge relevance:
-  the relevance primitives, which recompute the messages in backward instead of keeping them.
+  messages pass a hook that reads their gradient, and are kept for it.
 
 Writes ``benchmarks/results/explain_memory.json``.
 """
@@ -29,9 +27,7 @@ from pathlib import Path
 import results_file  # benchmarks/results_file.py
 
 CASES = {"gradient": "the plain input gradient", "lrp": "LRP, node relevance",
-         "lrp_edges": "LRP, node and edge relevance",
-         "lrp_edges_recompute": "LRP, node and edge relevance, messages recomputed (mechanism='functions', "
-                                "recompute=True)"}
+         "lrp_edges": "LRP, node and edge relevance"}
 
 
 def child(nodes: int, case: str) -> None:
@@ -44,8 +40,7 @@ def child(nodes: int, case: str) -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     model, x, edge_index, index, target = setup(nodes, 10)
-    algorithm = LRPExplainer(mechanism="functions", recompute=True) if case == "lrp_edges_recompute" else \
-        LRPExplainer(replay=False)
+    algorithm = LRPExplainer(replay=False)
     algorithm.connect(dict(explanation_type="model", node_mask_type="attributes",
                            edge_mask_type="object" if case.startswith("lrp_edges") else None), MODEL_CONFIG)
     target_t, index_t = torch.tensor([target]), torch.tensor([index])

@@ -1,4 +1,4 @@
-"""What an explanation costs under each mechanism, against the plain input gradient.
+"""What an explanation costs, eager, captured and compiled, against the plain input gradient.
 
     python benchmarks/bench_mechanism.py                     # 25, 700, 2k, 10k, 100k nodes (about 10 minutes)
     python benchmarks/bench_mechanism.py --sizes 700 --no-write
@@ -18,24 +18,23 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
   operations;
 * ``forward_eager`` and ``forward_eager_edges``: the same with ``replay=False``: the model's forward in the mode
   on every call (what one explanation of a new graph costs);
-* ``compiled``: ``LRPExplainer(mechanism="forward", compile=True)``, node masks: the explanation captured once for
+* ``compiled``: ``LRPExplainer(compile=True)``, node masks: the explanation captured once for
   graphs of any size (``edge_index`` an input of the captured graph) and compiled by
   ``torch.compile(fullgraph=True, dynamic=True)`` (inductor);
 * ``compiled_edges``: the same with the edge mask: captured per graph (its graph part folded, the edge probe
   placed by the graph's own messages) and compiled with static sizes;
   the compile time (the first call) of both is reported, with PyTorch's compile caches as they are (a graph that
   inductor compiled before, in an earlier run on the same machine, loads from its on-disk cache in seconds);
-* ``functions`` and ``functions_edges``: ``LRPExplainer(mechanism="functions")``: the rules as relevance
-  primitives (autograd Functions whose backward computes relevance), run eagerly.
 
 Timing: per size, six warm-up calls of each method, then ``--repeat`` rounds (more below 10,000 nodes) in which
 the methods take turns, in one process, one intra-op thread (``--threads``).  Per method the median wall-clock
 seconds per call and its ratio to the gradient's median.  Every LRP method's node relevance is checked against
-the ``functions`` explanation (an independent implementation of the same rules) before timing (float32 rounding).
+the ``forward_eager`` explanation (the model's own forward under the rules, no capture) before timing (float32
+rounding).
 
 Molecules one at a time (``--molecules``, default 300): the first molecules of graph-attribution's benzene task and
 the molecular tasks' 3-layer GCN (``quality_tasks``), each molecule's predicted logit
-explained by ``LRPExplainer`` called directly (the target given) under each mechanism, each with its own copy of
+explained by ``LRPExplainer`` called directly (the target given), eager and compiled, each with its own copy of
 the model, taking turns with the gradient (``x * grad``) molecule by molecule after five molecules of warm-up; the
 median over the molecules of each one's ratio to its gradient; ``compiled``: ``compile=True``, compiled once, at the
 first molecule of the warm-up (its compile time is reported), for molecules of every size.  Writes
@@ -114,7 +113,6 @@ def methods(model, x, edge_index, index, target, compile_times: dict) -> dict:
         return call
 
     return {"gradient": gradient, "gradient_edge_mask": gradient_edge_mask,
-            "functions": lrp(False, mechanism="functions"), "functions_edges": lrp(True, mechanism="functions"),
             "forward": lrp(False), "forward_edges": lrp(True),
             "forward_eager": lrp(False, replay=False), "forward_eager_edges": lrp(True, replay=False),
             "compiled": compiled(False), "compiled_edges": compiled(True)}
@@ -146,9 +144,9 @@ def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
     model, x, edge_index, index, target = setup(nodes, edges_per_node, device)
     compile_times: dict = {}
     calls = methods(model, x, edge_index, index, target, compile_times)
-    reference = calls["functions"]()
+    reference = calls["forward_eager"]()
     for name, call in calls.items():
-        if name.startswith(("forward", "compiled", "functions")):
+        if name.startswith(("forward", "compiled")):
             got = call()
             scale = float(reference.abs().max())
             assert float((got - reference).abs().max()) <= 1e-4 * max(scale, 1e-12), name
@@ -161,7 +159,7 @@ def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
 
 
 def per_molecule(count: int, device) -> dict:
-    """The median per-molecule ratio to the gradient of each mechanism, molecules one at a time."""
+    """The median per-molecule ratio to the gradient, eager and compiled, molecules one at a time."""
     import copy
     from quality_tasks import GraphGCN, molecules
     graphs = molecules("benzene")[0][:count]
@@ -172,7 +170,7 @@ def per_molecule(count: int, device) -> dict:
         targets = [torch.tensor([int(model(x, e).argmax())], device=device) for x, e in graphs]
     config = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
     explainers = {}
-    for name, options in (("functions", {"mechanism": "functions"}), ("forward", {}), ("compiled", {"compile": True})):
+    for name, options in (("forward", {}), ("compiled", {"compile": True})):
         own = copy.deepcopy(model)
         explainers[name] = Explainer(own, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
                                      node_mask_type="attributes", model_config=config)
@@ -186,8 +184,7 @@ def per_molecule(count: int, device) -> dict:
         ex = explainers[name]
         return lambda x, e, t: ex.algorithm(ex.model, x, e, target=t).node_mask
 
-    calls = {"gradient": gradient, "functions": lrp("functions"), "forward": lrp("forward"),
-             "compiled": lrp("compiled")}
+    calls = {"gradient": gradient, "forward": lrp("forward"), "compiled": lrp("compiled")}
     compile_seconds = None
     for (x, e), t in list(zip(graphs, targets))[:5]:
         for name, call in calls.items():

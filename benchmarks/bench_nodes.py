@@ -28,9 +28,8 @@ PyG's ``Explainer`` with the inputs checked, and which hands its prediction pass
 * Two other ways of batching, measured on ``--subset`` targets: a batched backward
   (``torch.autograd.grad(..., is_grads_batched=True)``, i.e. ``vmap`` over the backward of the whole
   graph) and one backward of the whole graph per target (``retain_graph=True``), against the
-  k-hop subgraphs above.  The relevance backward is written with autograd Functions whose backward
-  checks its values (``bool()`` of a tensor), which ``vmap`` cannot batch: if the batched backward
-  fails, the error is recorded.
+  k-hop subgraphs above.  The backward is PyTorch's own, through the forward rules (``ForwardMode``);
+  if the batched backward fails, the error is recorded.
 
 Wall-clock seconds give the nodes per second; the CPU seconds of the process (all its threads) are
 recorded beside them, and the 1-minute load average before each LRP run: on a machine shared with
@@ -55,7 +54,8 @@ from torch_geometric.explain.algorithm import CaptumExplainer
 from torch_geometric.nn import GCNConv, GINConv
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.core.modify import share_of
+from lrp_lib.explain.forward import ForwardMode
 
 import results_file  # benchmarks/results_file.py
 
@@ -138,12 +138,13 @@ def batched_backward(model, x, edge_index, targets):
     and the seconds of one whole-graph backward per target."""
     leaf = x.clone().requires_grad_()
     with torch.enable_grad():
-        with RelevanceMode("epsilon", model) as mode:
+        with ForwardMode("epsilon", model) as mode:
             mode.mark(leaf)
             out = model(leaf, edge_index)
         starts = torch.zeros(targets.numel(), *out.shape, device=out.device)
         cls = out.detach()[targets].argmax(-1)
         starts[torch.arange(targets.numel(), device=out.device), targets, cls] = out.detach()[targets, cls]
+        starts = share_of(starts, out.detach())  # the gradient that starts the forward rules' backward
         sync()
         t0 = time.perf_counter()
         for i in range(targets.numel()):

@@ -87,7 +87,7 @@ class Capture(LRPExplainer):
 
 def algorithm(variant: str, **options) -> Capture:
     """The explainer of a variant: LRP-0 as the benchmark's (:func:`bench_coverage.default_algorithm`),
-    or the library's defaults (z+); ``options``: more arguments of ``LRPExplainer`` (``mechanism``)."""
+    or the library's defaults (z+); ``options``: more arguments of ``LRPExplainer``."""
     if variant == "lrp0":
         return Capture(rule=Epsilon(0.0), mask="relevance", **options)
     if variant == "zplus":

@@ -7,9 +7,8 @@
 # value, but its gradient becomes the rule's. One plain `.backward()` then gives every tensor
 # $t$ its relevance as $t \odot \partial f / \partial t$, input times gradient, the form of LXT's
 # efficient mode {cite}`achtibat2024attnlrp`. Nothing in the explanation is a Python autograd function, so
-# PyTorch's compiler can take the whole explanation over. `lrp_lib` ships both forms:
-# `LRPExplainer()` runs the forward modifications, `LRPExplainer(mechanism="functions")` the relevance
-# primitives of the first chapters, and both give the same relevance.
+# PyTorch's compiler can take the whole explanation over. This is how `LRPExplainer()` runs every rule; the
+# relevance functions of the first chapters stay as the reference it is checked against.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
@@ -155,68 +154,84 @@ assert all(r["dense"] and r["conv"] for r in rows)
 #
 # `LRPExplainer()` runs the model's own `forward` under an interception (a `TorchFunctionMode` that gives
 # every torch function on input-dependent tensors its rule), and each rule is emitted as a forward
-# modification; `mechanism="functions"` runs the same interception with the relevance primitives. The backward is PyTorch's own. The relevance of the
-# biases and stabilisers is read from two scalar probes of ones (one on the outputs of the operations that
-# can keep relevance, one on their inputs: their gradients are what those operations received and passed
-# on), and each edge's relevance from a hook on every layer's messages: messages times their gradient.
+# modification. The backward is PyTorch's own. The relevance of the biases and stabilisers is read from two
+# scalar probes of ones (one on the outputs of the operations that can keep relevance, one on their inputs:
+# their gradients are what those operations received and passed on), and each edge's relevance from a hook
+# on every layer's messages: messages times their gradient.
 #
-# On a molecule of Mutagenicity, with the GCN trained in "Explaining a graph classifier", the two
-# mechanisms give the same explanation:
+# A check that needs no LRP code at all: with the biases set to zero, LRP-0 on a ReLU network is input times
+# the gradient of the unmodified model, and the relevance of an edge is the gradient with respect to a mask
+# of ones multiplied onto its messages in every layer (PyG's own edge-mask injection, `set_masks`). On a
+# molecule of Mutagenicity, with the GCN trained in "Explaining a graph classifier" and its biases zeroed:
 
 # %%
+import copy  # noqa: E402
+
+from torch_geometric.explain.algorithm.utils import clear_masks, set_masks  # noqa: E402
+
 dataset = mutagenicity()
 model = MutagenicityGCN(dataset.num_features, hidden=64)
 model.load_state_dict(load_record("mutagenicity-gcn")["state_dict"])
 model.eval()
 molecule = dataset[10]
+RAW = dict(mode="regression", task_level="graph", return_type="raw")
 
+bias_free = copy.deepcopy(model).double()
+with torch.no_grad():
+    for name, parameter in bias_free.named_parameters():
+        if name.endswith("bias"):
+            parameter.zero_()
+x = molecule.x.double()
+lrp0 = Explainer(bias_free, algorithm=LRPExplainer(rule="z"), explanation_type="model",
+                 node_mask_type="attributes", edge_mask_type="object", model_config=RAW)(x, molecule.edge_index)
 
-def explain(mechanism):
-    explainer = Explainer(model, algorithm=LRPExplainer(mechanism=mechanism), explanation_type="model",
-                          node_mask_type="attributes", edge_mask_type="object",
-                          model_config=dict(mode="binary_classification", task_level="graph", return_type="raw"))
-    return explainer(molecule.x, molecule.edge_index)
-
-
-primitives, forwards = explain("functions"), explain("forward")
-for key in ["node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"]:
-    difference = float((forwards[key] - primitives[key]).abs().max())
-    print(f"{key:20s} largest difference {'below 1e-6' if difference < 1e-6 else difference}")
-    assert difference < 1e-6
-glue("fw_atoms", molecule.num_nodes, display=False)
+leaf = x.clone().requires_grad_(True)
+edge_ones = torch.ones(molecule.num_edges, dtype=torch.float64, requires_grad=True)
+set_masks(bias_free, edge_ones, molecule.edge_index, apply_sigmoid=False)
+try:
+    bias_free(leaf, molecule.edge_index).sum().backward()
+finally:
+    clear_masks(bias_free)
+checks = {"node relevance against input x gradient": (lrp0.node_relevance, leaf.detach() * leaf.grad),
+          "edge relevance against the edge mask's gradient": (lrp0.edge_relevance, edge_ones.grad)}
+for name, (got, want) in checks.items():
+    difference = float((got - want).abs().max())
+    print(f"{name}: largest difference {'below 1e-12' if difference < 1e-12 else difference}")
+    assert difference < 1e-12
 
 # %% [markdown]
-# The explained molecule has {glue:text}`fw_atoms` atoms. The autograd graph behind the forward explanation
-# holds only PyTorch's own nodes; the same model under the relevance primitives has one Python autograd
-# function per rule application:
+# With the trained biases and the library's default rule (z+), the explanation is no longer a gradient, but
+# it still accounts for the whole logit: the atoms' relevance plus what the biases kept is the model's output.
+# The autograd graph behind the explanation, {glue:text}`fw_nodes` nodes, holds only PyTorch's own operations,
+# no Python autograd function:
 
 # %%
 from lrp_lib.core.composites import get_composite  # noqa: E402
 from lrp_lib.explain.forward import ForwardMode  # noqa: E402
-from lrp_lib.explain.function_mode import RelevanceMode  # noqa: E402
 
+explanation = Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
+                        edge_mask_type="object", model_config=RAW)(molecule.x, molecule.edge_index)
+logit = float(model(molecule.x, molecule.edge_index).detach())
+total = float(explanation.node_relevance.sum() + explanation.bias_relevance)
+print(f"logit {logit:.5f}, atoms' relevance + biases' {total:.5f}")
+assert abs(total - logit) < 1e-4 * (1 + abs(logit))
 
-def python_nodes(mode_class):
-    mode = mode_class(get_composite("zplus"), model)
-    leaf = molecule.x.clone().requires_grad_(True)
-    with torch.enable_grad(), mode:
-        mode.mark(leaf)
-        out = model(leaf, molecule.edge_index)
-    seen, stack, python = set(), [out.grad_fn], 0
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        python += isinstance(node, torch.autograd.function.BackwardCFunction)
-        stack.extend(n for n, _ in node.next_functions)
-    return python
-
-
-counts = {"forward modifications": python_nodes(ForwardMode), "relevance primitives": python_nodes(RelevanceMode)}
-for name, count in counts.items():
-    print(f"{name}: {count} Python autograd nodes")
-assert counts["forward modifications"] == 0 < counts["relevance primitives"]
+mode = ForwardMode(get_composite("zplus"), model)
+leaf = molecule.x.clone().requires_grad_(True)
+with torch.enable_grad(), mode:
+    mode.mark(leaf)
+    out = model(leaf, molecule.edge_index)
+seen, stack, python = set(), [out.grad_fn], 0
+while stack:
+    node = stack.pop()
+    if node is None or node in seen:
+        continue
+    seen.add(node)
+    python += isinstance(node, torch.autograd.function.BackwardCFunction)
+    stack.extend(n for n, _ in node.next_functions)
+print(f"{len(seen)} autograd nodes, {python} of them Python autograd functions")
+assert python == 0 and len(seen) > 20
+glue("fw_nodes", len(seen), display=False)
 
 # %% [markdown]
 # ## What it buys: PyTorch's own tools
@@ -234,46 +249,42 @@ assert counts["forward modifications"] == 0 < counts["relevance primitives"]
 # with dynamic shapes serves graphs of every size, such as the molecules of a data set. With an edge mask it
 # is captured and compiled per graph, at the graph's first explanation.
 #
-# What an explanation costs against a gradient, captured, eager and compiled, is on the
-# [Performance](performance.ipynb) page. Here, the two forms of the rules side by side, each run eagerly on every
-# call (`replay=False` and `mechanism="functions"`), beside the forward rules compiled: the cost of one node's explanation of a 3-layer GCN (64 hidden units, 8 edges
-# per node) divided by that of the plain input gradient, measured by `benchmarks/bench_mechanism.py` with the
-# methods taking turns in one process:
+# What an explanation costs against a gradient is on the [Performance](performance.ipynb) page. Here, the
+# three ways the forward rules run side by side: eagerly on every call (`replay=False`, what the first
+# explanation of a graph costs), captured (the default, from the second explanation of a graph), and
+# compiled. The cost of one node's explanation of a 3-layer GCN (64 hidden units, 8 edges per node) divided by
+# that of the plain input gradient, measured by `benchmarks/bench_mechanism.py` with the methods taking turns
+# in one process:
 
 # %% tags=["hide-input"]
 bench = load_results("mechanism", repository=globals().get("REPOSITORY"))
 graphs = bench["results"]["graphs"]
 display(results_table(graphs, [
     ("nodes", "nodes", "{:,}"),
-    ("forward rules", lambda r: r["ratio_to_gradient"]["forward_eager"], "{:.2f}x"),
-    ("relevance primitives", lambda r: r["ratio_to_gradient"]["functions"], "{:.2f}x"),
-    ("forward rules, edges", lambda r: r["ratio_to_gradient"]["forward_eager_edges"], "{:.2f}x"),
-    ("primitives, edges", lambda r: r["ratio_to_gradient"]["functions_edges"], "{:.2f}x"),
-    ("forward rules, compiled", lambda r: r["ratio_to_gradient"]["compiled"], "{:.2f}x"),
+    ("eager", lambda r: r["ratio_to_gradient"]["forward_eager"], "{:.2f}x"),
+    ("captured", lambda r: r["ratio_to_gradient"]["forward"], "{:.2f}x"),
+    ("compiled", lambda r: r["ratio_to_gradient"]["compiled"], "{:.2f}x"),
+    ("eager, edges", lambda r: r["ratio_to_gradient"]["forward_eager_edges"], "{:.2f}x"),
+    ("captured, edges", lambda r: r["ratio_to_gradient"]["forward_edges"], "{:.2f}x"),
+    ("compiled, edges", lambda r: r["ratio_to_gradient"]["compiled_edges"], "{:.2f}x"),
 ]))
 display(Markdown(machine_note(bench)))
 big = [r for r in graphs if r["nodes"] >= 700]
 glue("fw_from", f"{big[0]['nodes']:,}", display=False)
-glue("fw_eager_min", min(r["ratio_to_gradient"]["forward_eager"] for r in big), display=False)
-glue("fw_eager_max", max(r["ratio_to_gradient"]["forward_eager"] for r in big), display=False)
-glue("fw_functions_min", min(r["ratio_to_gradient"]["functions"] for r in big), display=False)
-glue("fw_functions_max", max(r["ratio_to_gradient"]["functions"] for r in big), display=False)
-glue("fw_compiled_min", min(r["ratio_to_gradient"]["compiled"] for r in big), display=False)
-glue("fw_compiled_max", max(r["ratio_to_gradient"]["compiled"] for r in big), display=False)
-assert all(r["ratio_to_gradient"]["functions"] < r["ratio_to_gradient"]["forward_eager"] for r in big)
-# the text: compiled, less than either form run eagerly
-assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["functions"],
-                                                      r["ratio_to_gradient"]["forward_eager"]) for r in big)
+for key in ("forward_eager", "forward", "compiled"):
+    glue(f"fw_{key}_min", min(r["ratio_to_gradient"][key] for r in big), display=False)
+    glue(f"fw_{key}_max", max(r["ratio_to_gradient"][key] for r in big), display=False)
+# the text: captured below eager, compiled below both
+assert all(r["ratio_to_gradient"]["compiled"] < r["ratio_to_gradient"]["forward"]
+           < r["ratio_to_gradient"]["forward_eager"] for r in big)
 
 # %% [markdown]
-# Run eagerly, the relevance primitives cost less: from {glue:text}`fw_from` nodes up,
-# {glue:text}`fw_functions_min:.2f` to {glue:text}`fw_functions_max:.2f` times the gradient, against
-# {glue:text}`fw_eager_min:.2f` to {glue:text}`fw_eager_max:.2f` for the forward rules. A rule that splits by sign
-# (z+, the default) computes, in forward form, the positive and the negative contributions beside the value, and
-# its backward sends the gradient through each of them, while a primitive computes only what its backward
-# needs. What the forward form buys is PyTorch's tools: captured, it runs without the interception's Python;
-# compiled, its elementwise work is fused, and it costs {glue:text}`fw_compiled_min:.2f` to
-# {glue:text}`fw_compiled_max:.2f` times the gradient, less than either form run eagerly.
+# From {glue:text}`fw_from` nodes up, an eager explanation costs {glue:text}`fw_forward_eager_min:.2f` to
+# {glue:text}`fw_forward_eager_max:.2f` times the gradient. Captured, without the interception's Python, it
+# costs {glue:text}`fw_forward_min:.2f` to {glue:text}`fw_forward_max:.2f` times; compiled, its elementwise
+# work fused, {glue:text}`fw_compiled_min:.2f` to {glue:text}`fw_compiled_max:.2f` times. A rule that splits
+# by sign (z+, the default) computes the positive and the negative contributions beside the value, and its
+# backward goes through each of them, in every form.
 #
 # ## Summary
 #

@@ -30,8 +30,7 @@ sets the few choices that are not per-weight rules.  The defaults, and why:
   which then flows on through the scores.  The softmax gets AttnLRP's rule, input times gradient,
   :math:`R_x = x \odot (R - s \sum R)`, also where it is written out of torch operations as PyG's
   ``softmax`` is (each group's maximum, subtracted before ``exp``, takes no share); what it does not
-  conserve is counted with the biases.  (The forward rules only: ``mechanism="functions"`` refuses
-  ``"uniform"``.)
+  conserve is counted with the biases.
 * **Normalisation** -- layer, group and instance norm: the normalisation passes relevance
   unchanged and the affine part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode
   is the linear map :math:`a x + c` it is (the same relevance as merging it into the preceding

@@ -6,21 +6,13 @@ relevance :math:`R_k` of each output over (a modified version of) those contribu
 
 .. math::  R_j = \sum_k \frac{c_{jk}}{\sum_{j'} c_{j'k}} R_k ,
 
-and every rule is computed without ever forming the contribution tensor: for a map
-:math:`f(x) = J x` the sum over :math:`k` of :math:`w_{jk} s_k` is the vector-Jacobian
-product :math:`(J^\top s)_j`, so
+and every rule is computed without forming the contribution tensor: for :math:`f(x) = J x`,
+:math:`R = x \odot J^\top (R_{out} / z)` costs one vector-Jacobian product (VJP) of :math:`f`.
 
-.. math::  R = x \odot J^\top \!\left(\frac{R_{out}}{z}\right)
-
-costs one vector-Jacobian product (VJP) of :math:`f` -- for a convolution, the kernel that
-computes a convolution's input gradient.  Memory stays O(size of input + output).
-
-Each rule is declared here once, as a :class:`Rule` whose ``propagate`` is its formula over a
-:class:`~lrp_lib.core.linear_map.LinearMap` (the map and its VJP, also exported here) and divides through :mod:`lrp_lib.core.stabilizer`; one autograd function,
-:class:`LinearMapRelevance`, applies a rule to a map, for the product's primitives
-(:mod:`lrp_lib.explain.primitives`) and for chapter 3's wrappers (:mod:`lrp_lib.teach.linear_maps`:
-``linear``, ``conv1d/2d/3d``, ``avg_pool2d``, ``linear_map``).  Guided backprop's ReLU rule is in
-:mod:`lrp_lib.core.guided`.
+Each rule is declared here once, as a :class:`Rule`: ``propagate`` is its formula over a
+:class:`~lrp_lib.core.linear_map.LinearMap` (the map and its VJP), dividing through
+:mod:`lrp_lib.core.stabilizer` (chapter 3 applies it in backward: :mod:`lrp_lib.teach.linear_maps`);
+``modify`` is the same rule as a forward that keeps the map's value (the product's form).
 
 The rules (each a small object; ``rule=`` also takes its name as a string):
 
@@ -60,18 +52,7 @@ from lrp_lib.core.modify import add_gradient, epsilon, keep_value, share_of
 from lrp_lib.core.stabilizer import has_zero, relevance_share, stabilize
 from lrp_lib.core.validation import check_number
 
-__all__ = [
-    "Rule",
-    "Epsilon",
-    "Gamma",
-    "AlphaBeta",
-    "ZPlus",
-    "ZBox",
-    "get_rule",
-    "LinearMap",
-    "LinearMapRelevance",
-]
-
+__all__ = ["Rule", "Epsilon", "Gamma", "AlphaBeta", "ZPlus", "ZBox", "get_rule", "LinearMap"]
 
 
 def _positive(w: Weight) -> Weight:
@@ -106,7 +87,7 @@ class Rule:
     r"""Base class: a rule for one linear map, in two forms that give the same relevance.
 
     ``propagate`` returns the input relevance from the output's relevance ``rel_out`` (the
-    backward form, for :class:`LinearMapRelevance`); ``modify`` returns the map's output ``out``
+    backward form, for :class:`lrp_lib.teach.linear_maps.LinearMapRelevance`); ``modify`` returns the map's output ``out``
     (computed with its graph from ``x``), with its value kept and its gradient changed so that
     :math:`x \odot \partial f/\partial x` is the same relevance when the output's relevance is
     :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form, see
@@ -413,59 +394,3 @@ def get_rule(rule: Rule | str) -> Rule:
             f"'zplus', 'alpha<a>beta<b>' (e.g. 'alpha2beta1')"
         )
     raise TypeError(f"rule must be a lrp_lib.core.rules.Rule or a string, got {type(rule).__name__}")
-
-
-# ------------------------------------------------------------- the generic op
-class LinearMapRelevance(torch.autograd.Function):
-    r"""The one relevance function of a linear map (the product's primitives and chapter 3's
-    :mod:`lrp_lib.teach.linear_maps` both apply it).
-
-    Forward: ``m(x, weight, bias)`` (``weight=None``: a map without weights, scale 1).
-    Backward: ``rule.propagate`` (the input relevance); the weight and the bias get none.
-
-    Arguments after ``rule``: ``op`` (the name in warnings and in the tally), ``tally`` (an
-    object with ``absorb(label, amount)``, given :math:`\sum R_{out} - \sum R_x`, the share the
-    bias and the stabiliser kept, or, where it has one, ``absorb_rows(label, None, (R_out,), (R_x,))``,
-    which leaves that difference of sums to the tally; ``None``: not counted), ``keep_bias`` (``False``: the bias, or a
-    weight-free map's constant term :math:`f(0)`, takes no share: the split is over
-    :math:`z - b`), ``check`` (``False``: the epsilon rule divides without the per-op warning
-    and finiteness check, :func:`~lrp_lib.core.stabilizer.relevance_share` ``check=False``, for
-    callers that account once at the end), ``source`` (``None``: the input is saved; else an object
-    whose ``get()`` gives the input again in backward, which is then not kept: a tensor recomputed
-    from a smaller one), ``value`` (``None``: the forward computes ``m(x, weight, bias)``; else that
-    value, computed already by the caller).  Saved: the input, weight and bias; the output is
-    kept as ``ctx.out`` (a model may change it in place afterwards).
-    """
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, m, rule, op, tally=None, keep_bias=True, check=True, source=None, value=None):
-        out = m(x, 1.0 if weight is None else weight, bias) if value is None else value
-        ctx.m, ctx.rule, ctx.op, ctx.tally, ctx.keep, ctx.check = m, rule, op, tally, keep_bias, check
-        ctx.source = source
-        ctx.save_for_backward(x if source is None else None, weight, bias)
-        ctx.out = out.detach()
-        return out
-
-    @staticmethod
-    def backward(ctx, rel_out):
-        (x, weight, bias), out, m = ctx.saved_tensors, ctx.out, ctx.m
-        if ctx.source is not None:
-            x = ctx.source.get()
-        w = 1.0 if weight is None else weight
-        if not ctx.keep:  # the constant term takes no share: split over J x alone
-            if bias is not None:
-                bias, out = None, m(x, w, None)
-            elif not m.has_weight:
-                out = out - m(torch.zeros_like(x), w, None)
-        if not ctx.check and type(ctx.rule) is Epsilon:  # the common case, unchecked
-            s = relevance_share(ctx.op, rel_out, out, eps=ctx.rule.eps, check=False)
-            rel = m.times_input(x, m.vjp(s, x, w))
-        else:
-            rel = ctx.rule.propagate(m, x, w, bias, out, rel_out, ctx.op)
-        if ctx.tally is not None:
-            absorb_rows = getattr(ctx.tally, "absorb_rows", None)  # a tally that takes the sums itself
-            if absorb_rows is not None:
-                absorb_rows(ctx.op, None, (rel_out,), (rel,))
-            else:
-                ctx.tally.absorb(ctx.op, rel_out.sum() - rel.sum())
-        return rel, None, None, None, None, None, None, None, None, None, None

@@ -9,9 +9,8 @@ A proportional rule gives each input the part of an output's relevance that its 
 rule); :func:`relevance_share` computes :math:`R_j / z_j` (stabilised with ``eps``), warns with
 :class:`LostRelevanceWarning` and the amount where a zero denominator drops relevance, and
 raises where the relevance is NaN or Inf (``check=False``: neither, for callers that account
-once at the end).  Every rule of :mod:`lrp_lib.core.rules`, every primitive of
-:mod:`lrp_lib.explain` and every op of :mod:`lrp_lib.teach` that uses this convention divides
-through these two functions.
+once at the end).  Every rule of :mod:`lrp_lib.core.rules` in its backward form and every op of
+:mod:`lrp_lib.teach` that uses this convention divides through these two functions.
 """
 from __future__ import annotations
 
@@ -94,8 +93,8 @@ def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None 
     ``check=True`` (the teaching ops, the chapters' rules): a :class:`LostRelevanceWarning` with
     the amount lost, and a ``ValueError`` where the relevance is NaN or Inf.  Cost: one division
     and one count of the zeros of the denominator; the masking and the warning only run when a
-    zero exists.  ``check=False`` (the product's primitives, whose explainer accounts once, at the
-    end, for what did not arrive and checks that the relevance is finite): no check and no
+    zero exists.  ``check=False`` (callers that account once, at the end, for what did not arrive and
+    check that the relevance is finite): no check and no
     synchronisation; the share is written into the denominator where shapes and dtypes allow, and
     ``zero`` (``out == 0``, for ``eps = 0``) may be given by a caller that has it already.  The
     result is always a new tensor of the caller's, which it may overwrite.

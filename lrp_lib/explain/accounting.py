@@ -13,7 +13,7 @@ edges into its nodes), :math:`B_g` what the biases and stabilisers kept (``bias_
 not conserve, or relevance that crossed to another group's nodes).
 
 The backward pass only totals :math:`\sum_g B_g` (one number per operation, in the mode's
-:class:`~lrp_lib.explain.primitives.Tally`).  The split is found without a backward per group
+:class:`Tally`).  The split is found without a backward per group
 when possible: the unaccounted value of a group, :math:`u_g = v_g - \sum_{i \in g} R_i`, is
 :math:`B_g + \rho_g`; one more backward, from the explained values scaled by distinct weights
 :math:`c_g \in [1, 2)`, totals :math:`\sum_g c_g B_g`, so that
@@ -32,8 +32,8 @@ with the biases.  So without the row sums below the usual cost is one more backw
 passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
 as when its graph is explained alone.
 
-Without that pass: a :class:`GroupedTally` also sums each kept amount per row of the tensors it
-is the difference of, and where the caller knows the group of every row of every row count (the
+Without that pass: a :class:`Tally` can also hold each kept amount per row of the tensors it was
+kept on (:class:`~lrp_lib.explain.forward.ProbeTally`, from probes per row), and where the caller knows the group of every row of every row count (the
 nodes, and the edges of each message-passing step: ``per_index=True``,
 :class:`~lrp_lib.explain.layer_pruning.LayerPlan`), :math:`B_g` is read off directly; a group
 with :math:`|u_g - B_g|` above rounding has lost relevance, and otherwise :math:`B_g = u_g`,
@@ -52,9 +52,8 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core import stabilizer
-from lrp_lib.explain.primitives import Tally
 
-__all__ = ["account", "account_one", "GroupedTally", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
+__all__ = ["account", "account_one", "Tally", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
 
 
 class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
@@ -117,39 +116,67 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
             torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device), finite)
 
 
-class GroupedTally(Tally):
-    """A :class:`~lrp_lib.explain.primitives.Tally` that also sums what each operation keeps per
-    row of the tensors it is the difference of, by the tensors' row count (node-shaped and
-    edge-shaped tensors have different counts): :meth:`split` then gives each group's bias
-    without more backward passes.  An amount given without its rows makes it unsplittable."""
+class Tally:
+    """Amounts of relevance kept by constants (biases, constant terms, stabilisers) or blocked, per label,
+    and, where known, what was kept per row of the tensors of each row count (:attr:`rows`, node-shaped and
+    edge-shaped tensors have different counts): :meth:`split` then gives each group's bias without more
+    backward passes (:attr:`unsplit`: not known).
 
-    rows_wanted = True
+    The amounts are kept as they come, tensors of the backward's dtype, until one of the tables is read
+    (:attr:`absorbed`, :attr:`blocked`: ``{label: float amount}``): then all of them are read at once, with
+    one synchronisation, and summed label by label in the order they came."""
 
     def __init__(self):
-        super().__init__()
+        self._tables: dict[str, dict] = {"absorbed": {}, "blocked": {}}
+        self._pending: list[tuple[str, str, Tensor]] = []
         self.rows: dict[int, Tensor] = {}
-        self.unsplit = False
+        self.unsplit = True
+
+    def _put(self, table: str, label: str, amount: Tensor) -> None:
+        self._pending.append((table, label, amount.detach()))
 
     def absorb(self, label: str, amount: Tensor) -> None:
-        self.unsplit = True  # an amount without its rows
-        super().absorb(label, amount)
+        self._put("absorbed", label, amount)
 
-    def absorb_rows(self, label: str, amount: Tensor | None, plus=(), minus=(), rows=None) -> None:
-        """``rows``: ``(index, n)`` where the tensors are rows ``index`` of ``n``-row tensors (a map
-        computed on some rows only): their per-row amounts count at those rows."""
-        Tally.absorb_rows(self, label, amount, plus, minus)
-        if not plus:
-            self.unsplit = True
-        for sign, parts in ((1.0, plus), (-1.0, minus)):
-            for t in parts:
-                if t.dim() == 0:
-                    self.unsplit = True
-                    continue
-                per_row = (t.detach().flatten(1).sum(-1) if t.dim() > 1 else t.detach()).double()
-                n = t.shape[0]
-                if rows is not None and n == rows[0].numel():
-                    per_row, n = per_row.new_zeros(rows[1]).index_add_(0, rows[0], per_row), rows[1]
-                self.rows[n] = self.rows[n] + sign * per_row if n in self.rows else sign * per_row
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        amounts = [a for _, _, a in pending]
+        if all(a.device == amounts[0].device and a.dtype == amounts[0].dtype for a in amounts):
+            read = torch.stack(amounts).tolist()  # one synchronisation
+        else:  # a model spread over devices or dtypes
+            read = [a.item() for a in amounts]
+        for (table, label, _), value in zip(pending, read):
+            target = self._tables[table]
+            target[label] = value if label not in target else target[label] + value
+
+    @property
+    def absorbed(self) -> dict[str, float]:
+        self._flush()
+        return self._tables["absorbed"]
+
+    @absorbed.setter
+    def absorbed(self, table: dict) -> None:
+        self._flush()
+        self._tables["absorbed"] = table
+
+    @property
+    def blocked(self) -> dict[str, float]:
+        self._flush()
+        return self._tables["blocked"]
+
+    @blocked.setter
+    def blocked(self, table: dict) -> None:
+        self._flush()
+        self._tables["blocked"] = table
+
+    @staticmethod
+    def total(table: dict) -> float:
+        return float(sum(table.values())) if table else 0.0
+
+    def read(self, table: dict) -> dict[str, float]:
+        return {k: float(v) for k, v in table.items()}
 
     def split(self, row_groups: dict, num_groups: int) -> Tensor | None:
         """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the
@@ -174,7 +201,7 @@ class GroupedTally(Tally):
 
 def batch_row_groups(batch: Tensor) -> dict | None:
     """The group of each row of the tensors of a batch of graphs, by row count, for
-    :meth:`GroupedTally.split`: the node rows (``batch``, the graph of each node) and the graph rows
+    :meth:`Tally.split`: the node rows (``batch``, the graph of each node) and the graph rows
     (pooled tensors, the output: graph ``g`` in row ``g``).  None where a single graph needs no split.
     Tensors with other row counts (edge rows, where a rule keeps relevance on the edges) are not
     covered; where they keep some, the split gives None and :func:`account` runs its backward."""
@@ -223,7 +250,7 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     just run (its graph retained); ``tally``: the mode's tally after it; ``node_group``: the group
     of each node (``-1``: none), ``edge_group`` of each ``edge_attr`` row; ``row_group``: the group
     of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``.  ``row_groups``: for a
-    :class:`GroupedTally`, the group of each row of the tensors of each row count; where it splits
+    :class:`Tally`, the group of each row of the tensors of each row count; where it splits
     the tally, no backward pass is run again; ``split_losses=False``: only where it shows that no group
     lost relevance (a group that lost some then gets its bias from its own backward, as without
     ``row_groups``)."""
@@ -246,7 +273,7 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     total_bias = _total(tally)
     bias = unaccounted.clone()
     split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None and \
-        isinstance(tally, GroupedTally) else None
+        isinstance(tally, Tally) else None
     found_loss = False
     if split is not None:
         tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))

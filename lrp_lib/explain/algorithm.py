@@ -93,8 +93,6 @@ class LRPExplainer(ExplainerAlgorithm):
             ``"total"``: one number each, for the whole call (one backward pass).
         fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
-        recompute: messages recomputed in backward instead of kept (the same relevance, less memory,
-            more time: :class:`~lrp_lib.explain.function_mode.RelevanceMode`); off by default.
         replay: the second explanation of a graph (the same ``edge_index`` and other graph inputs by
             identity, unchanged, node features of the same shape, the same parameters and buffers) captures
             the explanation's forward with PyTorch's ``make_fx`` (:mod:`lrp_lib.explain.capture`: the graph
@@ -116,15 +114,6 @@ class LRPExplainer(ExplainerAlgorithm):
             so it pays where many explanations follow: the molecules of a data set, the nodes of a graph.
             It applies where ``replay`` does, without a floating-point ``edge_attr``; elsewhere the rules
             run eagerly.
-        mechanism: how the rules run.  ``"forward"`` (the default): each rule is a forward that keeps its
-            operation's value and changes its gradient (:mod:`lrp_lib.explain.forward`), so the explanation
-            is one ordinary backward of PyTorch's own, and each input's relevance is the input times its
-            gradient.  Relevance that does not reach the inputs is reported by the explanation's
-            :class:`LostRelevanceWarning`.  ``"functions"``: each rule is a relevance primitive, an autograd
-            Function whose backward computes relevance (:mod:`lrp_lib.explain.primitives`), run eagerly: the
-            same relevance to rounding (an independent implementation of the same rules, which the tests
-            compare against), and the warnings that the primitives can give per map (a part of alpha-beta
-            without contributions of its sign); ``replay`` and ``compile`` do not apply.
 
     The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
     and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
@@ -177,25 +166,13 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True, recompute: bool = False, replay: bool = True,
-                 compile: bool = False, mechanism: str = "forward"):
+                 prune: bool | None = None, fast: bool = True, replay: bool = True, compile: bool = False):
         super().__init__()
-        if mechanism not in ("functions", "forward"):
-            raise ValueError(f"mechanism must be 'functions' (relevance primitives) or 'forward' (rules as forward "
-                             f"modifications, one ordinary backward), got {mechanism!r}")
-        self.mechanism = mechanism
-        self.captures = CaptureCache()  # mechanism="forward": the captured explanation of each graph
-        for name, value in (("replay", replay), ("fast", fast), ("recompute", recompute), ("per_index", per_index),
-                            ("compile", compile)):
+        self.captures = CaptureCache()  # the captured explanation of each graph
+        for name, value in (("replay", replay), ("fast", fast), ("per_index", per_index), ("compile", compile)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
-        if mechanism == "forward" and recompute:
-            raise ValueError("recompute=True recomputes the messages that the relevance primitives keep for their "
-                             "backward: pass mechanism='functions' with it (the forward rules, the default, keep none)")
-        if mechanism == "functions" and compile:
-            raise ValueError("compile=True compiles the forward rules with torch.compile: use mechanism='forward' "
-                             "(the default); the relevance primitives of mechanism='functions' run eagerly")
-        self.replay, self.fast, self.recompute, self.compile = replay, fast, recompute, compile
+        self.replay, self.fast, self.compile = replay, fast, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts
@@ -208,10 +185,6 @@ class LRPExplainer(ExplainerAlgorithm):
         if composite is not None and rule is not None:
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
         self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
-        if mechanism == "functions" and getattr(self._composite, "attention", "cp") == "uniform":
-            raise ValueError("Composite(attention='uniform') sends relevance through the attention scores into "
-                             "softmaxes written out of torch operations (PyG's softmax, in GATConv and others), which "
-                             "only the forward rules follow: use mechanism='forward' (the default)")
         self._default_composites: dict[tuple, Composite] = {}  # (default rule, id of the given composite)
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
                                    ("max_memory", max_memory, 1)):
@@ -252,8 +225,6 @@ class LRPExplainer(ExplainerAlgorithm):
         if c.layers is not None:
             parts.append(f"layers={c.layers!r}")
         parts += [f"explained={self.explained!r}", f"mask={self.mask!r}"]
-        if self.mechanism != "forward":
-            parts.append(f"mechanism={self.mechanism!r}")
         return f"LRPExplainer({', '.join(parts)})"
 
     @property

@@ -37,8 +37,8 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
-from lrp_lib.explain.edges import ensure_hooks, recording
-from lrp_lib.explain.forward import ForwardMode, ProbeRecorder, message_relevance
+from lrp_lib.explain.edges import EdgeRecorder, ensure_hooks, message_relevance, recording
+from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.explain.function_mode import UnsupportedModelError
 
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
@@ -48,7 +48,7 @@ __all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "compiled_ex
            "capture_any_graph", "fold_constants"]
 
 
-class _IdsRecorder(ProbeRecorder):
+class _IdsRecorder(EdgeRecorder):
     """An eager pass that records the input edge of each message of each layer, in the order the layers pass
     them (matching a layer's edges to the input's reads them, which a captured graph cannot)."""
 
@@ -62,7 +62,7 @@ class _IdsRecorder(ProbeRecorder):
             self.order.append(found)
 
 
-class _ProductRecorder(ProbeRecorder):
+class _ProductRecorder(EdgeRecorder):
     """Edge relevance by a multiplicative probe (a graph input of ones, one per input edge) on every layer's
     messages, so that the captured graph computes it: the probe's gradient is each edge's relevance.  The
     input edge of each message comes from ``order``, recorded by an eager pass (:class:`_IdsRecorder`)."""
@@ -84,7 +84,7 @@ class _ProductRecorder(ProbeRecorder):
         return self.mode.mark(probed)
 
 
-class _OutputRecorder(ProbeRecorder):
+class _OutputRecorder(EdgeRecorder):
     """Edge relevance from the messages themselves: each layer's messages become outputs of the captured graph,
     and the backward takes the gradient at them (messages times gradient, summed per input edge, as the eager
     hooks do).  The input edge of each message comes from ``order``, as for :class:`_ProductRecorder`."""

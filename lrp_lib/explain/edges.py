@@ -1,15 +1,16 @@
 r"""Edge relevance: which message of each layer is which input edge.
 
-A hook on each ``MessagePassing`` module (``register_message_forward_hook``) passes its
-messages through :class:`~lrp_lib.explain.primitives.EdgeMessageRelevance`, which adds the
-relevance of the messages of edge :math:`j \to i`, summed over features, to that edge: the edge
-relevance is the relevance carried by each edge's messages, summed over layers.  Self-loops that
+A hook on each ``MessagePassing`` module (``register_message_forward_hook``) puts a tensor hook on
+its messages; in the backward it adds the relevance of the messages of edge :math:`j \to i`
+(messages times their gradient, summed over features) to that edge: the edge relevance is the
+relevance carried by each edge's messages, summed over layers.  Self-loops that
 a layer adds (GCN, GAT) are not edges of the input: their share stays with the node.  The hooks
 are registered once per module (:func:`ensure_hooks`) and do nothing outside a
 :func:`recording` block of the same thread.
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections import Counter
@@ -20,10 +21,9 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
-from lrp_lib.explain.primitives import EdgeMessageRelevance
-from lrp_lib.explain.recompute import note
 
-__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder"]
+__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder",
+           "message_relevance"]
 
 
 _current = threading.local()       # the explanation running in this thread (its EdgeRecorder)
@@ -60,11 +60,35 @@ def ensure_hooks(model: nn.Module) -> None:
                 _hooked[m] = True
 
 
-class EdgeRecorder:
-    """The edge relevance of one explanation: which message of each layer is which input edge."""
+def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
+    """A hook on a layer's messages: their relevance, messages times gradient summed over all but the edge
+    dimension ``dim``, added to ``record`` at each message's input edge (``ids``; -1: a self-loop the layer
+    added, whose relevance stays with its node)."""
+    keep = ids >= 0
+    ids = ids[keep]
+    with torch._C.DisableTorchFunction():  # (the explanation's own read, not a detach in the model)
+        values = messages.detach()
 
-    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index: Tensor, dtype):
+    def hook(grad):
+        record.index_add_(0, ids, message_relevance(values, grad, dim)[keep].to(record.dtype))
+    return hook
+
+
+def message_relevance(messages: Tensor, grad: Tensor, dim: int) -> Tensor:
+    """The relevance of each message, messages times their gradient summed over all but the edge dimension
+    ``dim``."""
+    rel = (messages * grad).movedim(dim, 0)
+    return rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
+
+
+class EdgeRecorder:
+    """The edge relevance of one explanation: which message of each layer is which input edge, and a hook
+    on every layer's messages that adds their relevance to their input edges in :attr:`record`."""
+
+    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index: Tensor, dtype, part: bool = False):
         self.mode, self.edge_index = mode, edge_index
+        if not part:
+            mode.recorder = self
         self.record = torch.zeros(edge_index.shape[1], dtype=dtype, device=edge_index.device)
         self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         self.propagated, self.messaged = Counter(), Counter()
@@ -146,14 +170,14 @@ class EdgeRecorder:
             return None
         return ids, dim
 
+    def clear(self) -> None:
+        """Before a backward: the record starts from zero."""
+        self.record.zero_()
+
     def messages(self, module, out):
         found = self.locate(module, out)
-        if found is None:
-            return None
-        ids, dim = found
-        passed = EdgeMessageRelevance.apply(out, ids, self.record, dim)
-        note(passed, out, lambda t: t.view_as(t))  # a view of the messages: recomputed with them
-        return self.mode.mark(passed)
+        if found is not None:
+            out.register_hook(_message_relevance(self.record, out, *found))
 
     def check(self) -> None:
         silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
@@ -179,7 +203,8 @@ class HeteroEdgeRecorder(EdgeRecorder):
       (``HGTConv``'s one index over all types)."""
 
     def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index_dict: dict, dtype):
-        self.parts = {k: EdgeRecorder(mode, model, v, dtype) for k, v in edge_index_dict.items()}
+        self.parts = {k: EdgeRecorder(mode, model, v, dtype, part=True) for k, v in edge_index_dict.items()}
+        mode.recorder = self
         sizes = [v.shape[1] for v in edge_index_dict.values()]
         device = next(iter(edge_index_dict.values())).device if edge_index_dict else None
         self.record = torch.zeros(sum(sizes), dtype=dtype, device=device)

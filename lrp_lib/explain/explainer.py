@@ -10,8 +10,8 @@ r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algori
 
 How it works.  The model runs unchanged inside a :class:`~lrp_lib.explain.function_mode.RelevanceMode`,
 a :class:`torch.overrides.TorchFunctionMode` that sends every torch function the model calls on
-tensors depending on ``x`` (and on ``edge_attr``) to a relevance primitive
-(:mod:`lrp_lib.explain.primitives`): linear maps get the rule that the
+tensors depending on ``x`` (and on ``edge_attr``) to its rule, written as a forward that keeps the
+operation's value and changes its gradient (:mod:`lrp_lib.explain.forward`): linear maps get the rule that the
 :class:`~lrp_lib.core.composites.Composite` chooses for their weight, sums and aggregations split
 proportionally, max and min go to the winner, elementwise functions pass relevance unchanged,
 attention weights are held constant (CP-LRP) and other products split uniformly (AttnLRP).  So

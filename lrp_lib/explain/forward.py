@@ -1,28 +1,27 @@
-r"""The explanation as one ordinary backward: :class:`ForwardMode` emits each rule as a forward modification.
+r"""The rules as forward modifications: :class:`ForwardMode`, one ordinary backward.
 
-:class:`~lrp_lib.explain.function_mode.RelevanceMode` sends every torch function a model calls to a rule
-family (:mod:`lrp_lib.explain.rule_families`), whose relevance primitives are autograd Functions: their
-backward computes relevance.  :class:`ForwardMode` is the same mode -- the same interception, marks,
-routes and handlers -- with each family written as a forward that keeps the operation's value and changes
-its gradient (:mod:`lrp_lib.core.modify`, and each rule's ``modify``).  The backward of the explained output
-is then PyTorch's own, and the relevance of every tensor :math:`t` is :math:`t \odot \partial f/\partial t`:
+:class:`~lrp_lib.explain.function_mode.RelevanceMode` intercepts every torch function a model calls and
+sends each operation on input-dependent tensors to a rule family (identity, linear maps, weighted maps,
+sums, products, softmax, norms, blocked operations).  :class:`ForwardMode` writes each family as a forward
+that keeps the operation's value and changes its gradient (:mod:`lrp_lib.core.modify`, and each rule's
+``modify``).  The backward of the explained output is then PyTorch's own, and the relevance of every
+tensor :math:`t` is :math:`t \odot \partial f/\partial t`:
 
 * the start: the explained output :math:`f` with the start relevance :math:`R_0`, sent back as the gradient
   :math:`R_0 / f` (:func:`~lrp_lib.core.modify.share_of`);
 * the node features and ``edge_attr``: input times gradient;
 * the edges: the relevance of each layer's messages, messages times their gradient (a hook on the message
-  tensor, :class:`ProbeRecorder`), summed over features and added to the message's input edge;
+  tensor, :class:`~lrp_lib.explain.edges.EdgeRecorder`), summed over features and added to the message's
+  input edge;
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
 
-``LRPExplainer()`` explains with it (the default mechanism).  What the biases and stabilisers keep is the explained value less
-the inputs' relevance, split into what the biases, constant terms and stabilisers kept (two scalar probes
-of ones: one on the outputs of the operations that can keep relevance, one on their inputs) and what was
-lost.
+What the biases and stabilisers keep is the explained value less the inputs' relevance, split into what
+the biases, constant terms and stabilisers kept (two scalar probes of ones: one on the outputs of the
+operations that can keep relevance, one on their inputs) and what was lost.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -31,11 +30,11 @@ from torch import Tensor, nn
 from lrp_lib.core import modify
 from lrp_lib.core.linear_map import LinearMap
 from lrp_lib.core.stabilizer import stabilize
-from lrp_lib.explain.accounting import GroupedTally
-from lrp_lib.explain.edges import EdgeRecorder, HeteroEdgeRecorder
+from lrp_lib.explain.accounting import Tally
+from lrp_lib.explain.edges import EdgeRecorder
 from lrp_lib.explain.function_mode import RelevanceMode
 
-__all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally", "ProbeRecorder", "ProbeHeteroRecorder"]
+__all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally"]
 
 
 #: Elementwise functions whose output has no negative entry.
@@ -43,8 +42,8 @@ NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs __abs__
 
 
 class ForwardFamilies:
-    """The rule families of :class:`~lrp_lib.explain.rule_families.RuleFamilies`, each as a forward
-    modification (same names, same arguments)."""
+    """The rule families that :class:`~lrp_lib.explain.function_mode.RelevanceMode` and its handlers call,
+    each as a forward modification."""
 
     def _in(self, t: Tensor, rows: bool = True) -> Tensor:
         """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1): the
@@ -111,8 +110,7 @@ class ForwardFamilies:
         """``fn(x)`` elementwise: the identity rule."""
         return modify.identity(x, fn(x))
 
-    def linear(self, x: Tensor, fn: Callable, vjp: Callable | None, label: str, source=None, value=None,
-               constant=None):
+    def linear(self, x: Tensor, fn: Callable, label: str, constant=None):
         r"""A map linear in ``x`` without a weight, :math:`z = J x + f(0)`, under the epsilon rule
         :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))`: the gradient at :math:`z` scaled by
         :math:`c = z / \mathrm{stab}(z)`; the amount kept, :math:`\sum g \odot (z - c \odot (z - f(0)))`, into
@@ -124,16 +122,14 @@ class ForwardFamilies:
         c = self._eps_share(zd, zd if self.composite.bias else zd - constant)
         return self._kept(modify.scale_gradient(z, c), torch.addcmul(zd, c, constant - zd))
 
-    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, vjp: Callable | None,
-                 op: str, rowwise: bool = False):
+    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, op: str):
         """A map linear in ``x`` and a parameter ``weight``: the composite's rule for it, in its forward form
         (``Rule.modify``); what it keeps is the relevance its output receives (probe ``one_out``) less what
-        its input gets (probe ``one_in``).  (``rowwise``: all rows are computed; the primitives' row pruning
-        under ``per_index`` only saves work.)"""
+        its input gets (probe ``one_in``)."""
         rule, _ = self.rule_for(weight)
         w, b = weight.detach(), None if bias is None else bias.detach()
         if rule is None:  # a data constant, not a parameter
-            return self.linear(x, lambda t: fn(t, w, b), None, op)
+            return self.linear(x, lambda t: fn(t, w, b), op)
         m = LinearMap(fn)
         nonneg = getattr(x, "_lrp_nonneg", None) is self._token
         rows = x.dim() >= 2  # a map of each row (F.linear, x @ W, a convolution of each item)
@@ -264,12 +260,12 @@ class ForwardFamilies:
         return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
 
 
-class ProbeTally(GroupedTally):
+class ProbeTally(Tally):
     """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
     (:meth:`backward`): what the operations that can keep relevance kept (biases, constant terms and
     stabilisers: the relevance they received less what they passed on), and what reached each operation
     without a rule.  With probes per row (``ForwardMode(rows=True)``) also what was kept per row of the
-    tensors of each row count (:class:`~lrp_lib.explain.accounting.GroupedTally`'s ``rows``), which splits the
+    tensors of each row count (:class:`~lrp_lib.explain.accounting.Tally`'s ``rows``), which splits the
     accounts by graph or target without another backward."""
 
     def __init__(self, mode: "ForwardMode"):
@@ -306,30 +302,23 @@ class ProbeTally(GroupedTally):
                 g = -g.detach() if kind == "in" else g.detach()
                 self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
                 total = total + g.sum()
-        self._put("absorbed", "biases, constant terms and stabilisers", (total,))
+        self._put("absorbed", "biases, constant terms and stabilisers", total)
         for (label, value, _), g in zip(mode.probes, grads[3:]):
             if g is not None:
-                self._put("blocked", label, ((value * g).sum(),))
+                self._put("blocked", label, (value * g).sum())
 
 
 class ForwardMode(ForwardFamilies, RelevanceMode):
     """:class:`~lrp_lib.explain.function_mode.RelevanceMode` with every rule a forward modification: after
     the forward, one ordinary backward (its :attr:`tally`'s :meth:`ProbeTally.backward`) leaves
     :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``probes`` holds ``(label, output, probe)``
-    of each operation without a rule; ``recorder`` the :class:`ProbeRecorder` (or
-    :class:`ProbeHeteroRecorder`) of the edges, if any."""
+    of each operation without a rule; ``recorder`` the :class:`~lrp_lib.explain.edges.EdgeRecorder` (or
+    :class:`~lrp_lib.explain.edges.HeteroEdgeRecorder`) of the edges, if any."""
 
-    checks_graph = False  # the graph holds PyTorch's own nodes only
-
-    def __init__(self, composite="epsilon", model: nn.Module | None = None, fast: bool = True,
-                 recompute: bool = False, rows: bool = False):
-        if recompute:
-            raise ValueError("recompute=True keeps no messages for the relevance primitives' backward; the "
-                             "forward rules have none to keep: use recompute=False")
+    def __init__(self, composite="epsilon", model: nn.Module | None = None, fast: bool = True, rows: bool = False):
         super().__init__(composite, model, fast=fast)
-        self.chains = False  # messages are not rewritten as maps from node rows: autograd sees them as they are
         self.probes: list[tuple[str, Tensor, Tensor]] = []
-        self.recorder: ProbeRecorder | ProbeHeteroRecorder | None = None
+        self.recorder: EdgeRecorder | None = None
         #: ``rows=True``: the probes per row, by (kind, row count): (the leaf, the factor in the forward)
         self.row_probes: dict | None = {} if rows else None
         self._probes(torch.float32, torch.device("cpu"))
@@ -347,57 +336,3 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
         if isinstance(t, Tensor) and not self._leaves and t.is_floating_point() and t.requires_grad:
             self._probes(t.dtype, t.device)  # the first input's dtype and device
         return super().mark(t)
-
-    def keep_saved_output(self, target) -> None:
-        """Nothing to keep: no primitive holds an output that an in-place write could change (autograd's
-        own version counters guard the tensors it saved)."""
-
-
-def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
-    """A hook on a layer's messages: their relevance, messages times gradient summed over all but the edge
-    dimension ``dim``, added to ``record`` at each message's input edge (``ids``; -1: a self-loop the layer
-    added, whose relevance stays with its node)."""
-    keep = ids >= 0
-    ids = ids[keep]
-    with torch._C.DisableTorchFunction():  # (the explanation's own read, not a detach in the model)
-        values = messages.detach()
-
-    def hook(grad):
-        record.index_add_(0, ids, message_relevance(values, grad, dim)[keep].to(record.dtype))
-    return hook
-
-
-def message_relevance(messages: Tensor, grad: Tensor, dim: int) -> Tensor:
-    """The relevance of each message, messages times their gradient summed over all but the edge dimension
-    ``dim``."""
-    rel = (messages * grad).movedim(dim, 0)
-    return rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
-
-
-class _HookedMessages:
-    """Edge relevance from the gradient at the messages: a hook on the messages of every layer adds
-    ``messages * grad``, summed over features, to the message's input edge in ``record`` (relevance = tensor
-    times gradient, read where the messages are).  Mixed into an edge recorder, whose ``locate`` places the
-    messages."""
-
-    def __init__(self, mode: ForwardMode, model: nn.Module, edge_index, dtype):
-        super().__init__(mode, model, edge_index, dtype)
-        mode.recorder = self
-
-    def clear(self) -> None:
-        """Before a backward: the record starts from zero."""
-        self.record.zero_()
-
-    def messages(self, module, out):
-        found = self.locate(module, out)
-        if found is not None:
-            out.register_hook(_message_relevance(self.record, out, *found))
-
-
-class ProbeRecorder(_HookedMessages, EdgeRecorder):
-    """The edges of a graph (:class:`~lrp_lib.explain.edges.EdgeRecorder`), recorded by hooks on the messages."""
-
-
-class ProbeHeteroRecorder(_HookedMessages, HeteroEdgeRecorder):
-    """The edges of every type of a heterogeneous graph (:class:`~lrp_lib.explain.edges.HeteroEdgeRecorder`, one
-    record for all types), recorded by hooks on the messages."""

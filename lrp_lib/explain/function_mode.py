@@ -1,14 +1,15 @@
 r"""LRP for any model, by intercepting torch functions: :class:`RelevanceMode`.
 
-Inside ``with RelevanceMode(composite, model):`` every torch function that the model calls
+Inside ``with ForwardMode(composite, model):`` (:mod:`lrp_lib.explain.forward`) every torch function that the model calls
 (``F.linear``, ``Tensor.scatter_add_``, ``torch.relu``, ``a * b``, ...) goes through
 :meth:`RelevanceMode.__torch_function__` (a :class:`torch.overrides.TorchFunctionMode`).  The
 mode follows which tensors depend on the explained inputs ("marked" tensors: the inputs, and
-every result of an operation on a marked tensor).  An operation on marked tensors is computed
-by the relevance primitive of :mod:`lrp_lib.explain.primitives` that fits it, so its backward is an LRP
-rule; operations on constants only (weights, degrees, normalisation coefficients computed from
-``edge_index``) run unchanged.  One ``backward`` from the output then leaves relevance in the
-inputs' ``.grad``.
+every result of an operation on a marked tensor).  An operation on marked tensors goes to the rule
+family that fits it (``identity``, ``linear``, ``weighted``, ``sum_terms``, ``product``, ...), which
+:class:`~lrp_lib.explain.forward.ForwardMode` writes as a forward that keeps the operation's value and
+changes its gradient; operations on constants only (weights, degrees, normalisation coefficients
+computed from ``edge_index``) run unchanged.  One ordinary backward from the output then leaves each
+input's relevance as the input times its gradient.
 
 What each operation gets (see :mod:`lrp_lib.core.composites` for why):
 
@@ -56,19 +57,17 @@ from lrp_lib.core.composites import Composite, get_composite, weight_owners
 from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
                                       HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
-from lrp_lib.explain.graph_check import UnsupportedModelError, check_relevance_graph, node_name
+from lrp_lib.explain.graph_check import UnsupportedModelError, node_name
 from lrp_lib.explain.inplace import SpecialCalls
 from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
-                                       PASS_NODES, PLAIN, RELEVANCE_NODES, SIGN_FLIPS)
-from lrp_lib.explain.primitives import Tally
-from lrp_lib.explain.recompute import SELECTIONS, note_selection
-from lrp_lib.explain.rule_families import RuleFamilies
+                                       PASS_NODES, PLAIN, SIGN_FLIPS)
 
-__all__ = ["RelevanceMode", "UnsupportedModelError", "RELEVANCE_NODES", "check_relevance_graph", "HANDLERS"]
+__all__ = ["RelevanceMode", "UnsupportedModelError", "HANDLERS"]
 
 # ------------------------------------------------------------------ the mode
-class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
-    """Propagate relevance instead of gradients through every torch function called in its block.
+class RelevanceMode(SpecialCalls, TorchFunctionMode):
+    """The interception: every torch function called in its block on input-dependent tensors goes to its rule
+    family.  The families are :class:`~lrp_lib.explain.forward.ForwardMode`'s, the class to use.
 
     Args:
         composite: a :class:`~lrp_lib.core.composites.Composite` (or a rule or its name).
@@ -78,27 +77,18 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
             (:mod:`lrp_lib.explain.dispatch`; the default); ``False``: the reference dispatch,
             which tests the function's name against each table on every call.  Both give the
             same relevance (``tests/explain/test_dispatch.py``); the fast one costs less per call.
-        recompute: messages recomputed in backward instead of kept (:mod:`lrp_lib.explain.recompute`):
-            the same relevance, less memory, more time; off by default.
 
     Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block,
-    then call ``torch.autograd.grad(out, inputs, R)``.  :attr:`tally` then says how much relevance
-    the biases and stabilisers kept and how much reached operations without a rule.
+    then call ``mode.tally.backward(out, inputs, R)`` for the inputs' relevance.  :attr:`tally` then says
+    how much relevance the biases and stabilisers kept and how much reached operations without a rule.
     """
 
-    #: Whether :func:`~lrp_lib.explain.graph_check.check_relevance_graph` applies: the explained output's
-    #: autograd graph holds relevance primitives and nodes that pass relevance as they are.
-    checks_graph = True
-
-    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True,
-                 recompute: bool = False):
+    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True):
         super().__init__()
-        for name, value in (("fast", fast), ("recompute", recompute)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
-        self.fast, self.recompute = fast, recompute
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast must be True or False, got {fast!r}")
+        self.fast = fast
         self.composite = get_composite(composite)
-        self.tally = Tally()
         self._heads: dict[int, tuple[str, Tensor, Tensor]] = {}  # id(output) -> (function, its input, output)
         self.detached: set[str] = set()
         self._token = object()
@@ -110,13 +100,6 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
         self._module_names: dict[int, str] = {}
         self._rules: dict[int, Any] = {}
         self._eps_rule = Epsilon(self.composite.epsilon)
-        self.recipes: dict[int, list] = {}  # id(tensor) -> the recipes computing from it (explain.recompute)
-        # a scatter of node rows times constants split as one map from the rows (explain.recompute.linear_chain);
-        # False under the forward rules, where autograd sees the messages as they are
-        self.chains = True
-        # (row count) -> the rows of a node tensor that the explained outputs read at this point of the
-        # forward, or None (all): set by per_index's layer pruning (explain.layer_pruning.LayerPlan.live_rows)
-        self.live_rows = None
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
@@ -161,8 +144,6 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
         """Raise if ``t`` is not marked but its autograd history reaches a marked input: it was
         computed outside the interception (a custom ``autograd.Function``), and treating it as a
         constant would silently drop (or misplace) its relevance."""
-        if type(t.grad_fn).__name__.endswith("RelevanceBackward"):
-            return  # made by a relevance primitive, being marked right now
         if self._leaf_nodes is None:
             self._leaf_nodes = {leaf.view_as(leaf).grad_fn.next_functions[0][0] for leaf in self._leaves}
         stack, path = [t.grad_fn], []
@@ -175,15 +156,15 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
                     break
                 continue
             self._reach[node] = False
-            if node in self._leaf_nodes or type(node).__name__.endswith("RelevanceBackward"):
+            if node in self._leaf_nodes:
                 self._reach[node] = True
                 break
             path.append(node)
             stack.extend(n for n, _ in node.next_functions)
         else:
             return
-        # the Python autograd Functions on the way, where there are any (the operations of the forward rules are
-        # PyTorch's own, and on the way too); else every operation but those that pass relevance as they are
+        # the Python autograd Functions on the way, where there are any; else every operation but those that pass
+        # relevance as they are
         names = sorted({node_name(n) for n in path if isinstance(n, torch.autograd.function.BackwardCFunction)}) or \
             sorted({node_name(n) for n in path if not (node_name(n) in PASS_NODES)})
         raise UnsupportedModelError(
@@ -262,8 +243,6 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
             out = func(*args, **kwargs)
             if route.view:
                 return out
-            if name in SELECTIONS and self.is_marked(args[0]):
-                note_selection(func, out, args, kwargs)
             if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
                 self._gate_all(out)
             if args and getattr(args[0], "_lrp_nonneg", None) is self._token and isinstance(out, Tensor):
@@ -271,7 +250,6 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
             return self.mark(out)
         if kind == COPY_ROUTE:
             if not kwargs.get("reduce") and not kwargs.get("accumulate"):
-                self.keep_saved_output(args[0])
                 out = func(*args, **kwargs)
                 self.mark(args[0])
                 return out
@@ -324,13 +302,10 @@ class RelevanceMode(RuleFamilies, SpecialCalls, TorchFunctionMode):
             out = func(*args, **kwargs)
             if name in ("unsqueeze_", "squeeze_", "t_", "transpose_", "movedim_"):
                 return out
-            if name in SELECTIONS and self.is_marked(args[0]):
-                note_selection(func, out, args, kwargs)
             if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
                 self._gate_all(out)
             return self.mark(out)
         if name in COPY_INPLACE and not kwargs.get("reduce") and not kwargs.get("accumulate"):
-            self.keep_saved_output(args[0])
             out = func(*args, **kwargs)
             self.mark(args[0])
             return out

@@ -1,10 +1,10 @@
 """The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
 
 A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the
-mode's rule family (:mod:`lrp_lib.explain.rule_families`) that fits it: linear maps, matrix products,
-convolutions and ``einsum`` with a weight get the composite's rule for that weight
-(:meth:`~lrp_lib.explain.function_mode.RelevanceMode.weighted`); sums, means, pools, scatters and
-``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.function_mode.RelevanceMode.linear`); sums
+mode's rule family (:class:`~lrp_lib.explain.forward.ForwardFamilies`) that fits it: linear maps, matrix
+products, convolutions and ``einsum`` with a weight get the composite's rule for that weight
+(:meth:`~lrp_lib.explain.forward.ForwardFamilies.weighted`); sums, means, pools, scatters and
+``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.forward.ForwardFamilies.linear`); sums
 of two terms a proportional split; products of two input-dependent factors the uniform rule
 (attention weights held constant under CP-LRP); ``softmax`` AttnLRP's rule; batch, layer, group and
 instance norms the identity through the normalisation.  The table of the rules is in
@@ -19,8 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.explain.recompute import linear_chain, recipe_for
-from lrp_lib.explain.rule_families import RuleFamilies
 
 
 __all__ = ["HANDLERS", "arg"]
@@ -32,14 +30,14 @@ def arg(args, kwargs, i, name, default=None):
     return args[i] if len(args) > i else default
 
 
-def _linear(mode: RuleFamilies, func, args, kwargs):
+def _linear(mode, func, args, kwargs):
     x, weight, bias = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
     if mode.is_marked(weight) or mode.is_marked(bias):
         return mode.blocked(func, "linear with an input-dependent weight", args, kwargs)
-    return mode.weighted(x, weight, bias, F.linear, lambda v, x_, w: v @ w, "linear", rowwise=True)
+    return mode.weighted(x, weight, bias, F.linear, "linear")
 
 
-def _matmul(mode: RuleFamilies, func, args, kwargs):
+def _matmul(mode, func, args, kwargs):
     a, b = args[0], args[1]
     if func is torch.Tensor.__rmatmul__:
         a, b = b, a
@@ -56,12 +54,12 @@ def _matmul(mode: RuleFamilies, func, args, kwargs):
     plain = torch.matmul if func in (torch.Tensor.__matmul__, torch.Tensor.__rmatmul__) else func
     if ma:
         return mode.weighted(a, b, None, lambda x, w, bias: plain(x, w) if bias is None else plain(x, w) + bias,
-                             None, "matmul", rowwise=a.dim() == 2 and b.dim() == 2)
+                             "matmul")
     return mode.weighted(b, a, None, lambda x, w, bias: plain(w, x) if bias is None else plain(w, x) + bias,
-                         None, "matmul")
+                         "matmul")
 
 
-def _addmm(mode: RuleFamilies, func, args, kwargs):
+def _addmm(mode, func, args, kwargs):
     """``beta * input + alpha * (mat1 @ mat2)``: the product by the weight's rule, then the sum in
     proportion to its two terms (a constant ``input`` is a bias and keeps its share)."""
     inp, a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "mat1"), arg(args, kwargs, 2, "mat2")
@@ -72,26 +70,26 @@ def _addmm(mode: RuleFamilies, func, args, kwargs):
     if not (ma or mb):
         return mode.sum_terms(inp, (torch.mm(a, b) * alpha).detach(), beta, 1.0, op="addmm")
     if ma:
-        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, None, "addmm", rowwise=True)
+        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, "addmm")
     else:
-        part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, None, "addmm")
+        part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, "addmm")
     part = mode.mark(part)
     if alpha != 1:
         part = mode.mark(mode.elementwise(part, lambda t: t * alpha))
     return mode.sum_terms(part, inp, 1.0, beta, op="addmm")
 
 
-def _conv(mode: RuleFamilies, func, args, kwargs):
+def _conv(mode, func, args, kwargs):
     x, weight = args[0], arg(args, kwargs, 1, "weight")
     bias = arg(args, kwargs, 2, "bias")
     rest = args[3:]
     extra = {k: v for k, v in kwargs.items() if k not in ("weight", "bias")}
     if mode.is_marked(weight) or mode.is_marked(bias):
         return mode.blocked(func, func.__name__, args, kwargs)
-    return mode.weighted(x, weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra), None, func.__name__)
+    return mode.weighted(x, weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra), func.__name__)
 
 
-def _einsum(mode: RuleFamilies, func, args, kwargs):
+def _einsum(mode, func, args, kwargs):
     eq, ops = args[0], list(args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:])
     marked = [i for i, o in enumerate(ops) if mode.is_marked(o)]
     if len(ops) != 2 or len(marked) != 1:
@@ -103,84 +101,45 @@ def _einsum(mode: RuleFamilies, func, args, kwargs):
         pair = (x, w) if i == 0 else (w, x)
         out = torch.einsum(eq, *pair)
         return out if b is None else out + b
-    return mode.weighted(ops[i], other, None, fn, None, "einsum")
+    return mode.weighted(ops[i], other, None, fn, "einsum")
 
 
-def _reduction(mode: RuleFamilies, func, args, kwargs):
+def _reduction(mode, func, args, kwargs):
     """sum, mean, nansum, cumsum (linear in their one input)."""
     x = args[0]
-    vjp = _sum_vjp(x, args, kwargs) if getattr(func, "__name__", None) == "sum" else None
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), vjp, func.__name__, constant=0.0)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), func.__name__, constant=0.0)
 
 
-def _sum_vjp(x: Tensor, args: tuple, kwargs: dict):
-    """The VJP of ``torch.sum(x, dim, keepdim)`` (``dim`` an int, a sequence of ints or None): ``v``
-    given back its summed dimensions and expanded to ``x``'s shape, as autograd's own backward of a
-    sum, copied (a new tensor each call); None for any other form (autograd then takes the VJP)."""
-    if set(kwargs) - {"dim", "keepdim"} or len(args) > 3:
-        return None
-    dim, keepdim = arg(args, kwargs, 1, "dim"), arg(args, kwargs, 2, "keepdim", False)
-    if not isinstance(keepdim, bool) or not isinstance(x, Tensor) or x.dim() == 0:
-        return None
-    shape = x.shape
-    if dim is None:
-        if len(args) > 2 or "keepdim" in kwargs:
-            return None
-        return lambda v: v.expand(shape).clone()
-    dims = (dim,) if isinstance(dim, int) else tuple(dim) if isinstance(dim, (tuple, list)) else None
-    if not dims or not all(isinstance(d, int) and -x.dim() <= d < max(x.dim(), 1) for d in dims):
-        return None
-    dims = sorted({d % max(x.dim(), 1) for d in dims})
-    if keepdim:
-        return lambda v: v.expand(shape).clone()
-
-    def vjp(v):
-        for d in dims:
-            v = v.unsqueeze(d)
-        return v.expand(shape).clone()
-    return vjp
-
-
-def _mean(mode: RuleFamilies, func, args, kwargs):
+def _mean(mode, func, args, kwargs):
     """A mean is a sum (split in proportion, stabilised at the sum) divided by a count (identity),
     as PyG's mean aggregation computes it, so both give the same relevance."""
     x = args[0]
     if kwargs.get("dtype") is not None:
         return _reduction(mode, func, args, kwargs)
     rest = {k: v for k, v in kwargs.items()}
-    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), _sum_vjp(x, args, rest), "mean",
-                                  constant=0.0))
+    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), "mean", constant=0.0))
     count = x.numel() // max(total.numel(), 1) if x.numel() else 1
     return mode.elementwise(total, lambda t: t / count)
 
 
-def _pool(mode: RuleFamilies, func, args, kwargs):
+def _pool(mode, func, args, kwargs):
     x = args[0]
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), None, func.__name__, constant=0.0)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), func.__name__, constant=0.0)
 
 
-def _scatter_add(mode: RuleFamilies, func, args, kwargs):
+def _scatter_add(mode, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
     mi, ms = mode.is_marked(inp), mode.is_marked(src)
     if ms:
         zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
-        vjp = (lambda v: v.gather(dim, index)) if index.shape == src.shape else None
         label = "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}"
-        chain = linear_chain(src, mode.recipes) if mode.chains and vjp is not None and not mi else None
-        if chain is not None:  # messages = rows of a node tensor times constants: one map from the node rows
-            root, compute, chain_vjp = chain
-            return mode.linear(root.root, lambda t: zeros.scatter_add(dim, index, compute(t)),
-                               lambda v: chain_vjp(v.gather(dim, index)), label, root,
-                               zeros.scatter_add(dim, index, src.detach()))
-        out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), vjp, label,
-                          recipe_for(src, mode.recipes) if mode.recompute else None,  # recomputed, not kept
-                          constant=zeros)
+        out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), label, constant=zeros)
         return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
 
 
-def _index_add(mode: RuleFamilies, func, args, kwargs):
+def _index_add(mode, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "source"))
     alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
@@ -188,14 +147,13 @@ def _index_add(mode: RuleFamilies, func, args, kwargs):
     if ms:
         zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
         out = mode.linear(src, lambda s: zeros.index_add(dim, index, s, alpha=alpha),
-                          lambda v: v.index_select(dim, index) * alpha,
                           "index_add" if mi else f"index_add into a constant in {mode.module_label()}", constant=zeros)
         return mode.sum_terms(inp, mode.mark(out), op="index_add") if mi else out
     return mode.sum_terms(inp, torch.zeros_like(inp.detach()).index_add(dim, index, src.detach(), alpha=alpha),
                           op="index_add")
 
 
-def _scatter_reduce(mode: RuleFamilies, func, args, kwargs):
+def _scatter_reduce(mode, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
     reduce = arg(args, kwargs, 4, "reduce")
@@ -205,7 +163,7 @@ def _scatter_reduce(mode: RuleFamilies, func, args, kwargs):
     if reduce in ("sum", "mean") and mode.is_marked(src) and not mode.is_marked(inp):
         const = inp.detach()
         return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self),
-                           None, f"scatter_reduce ({reduce}) in {mode.module_label()}")
+                           f"scatter_reduce ({reduce}) in {mode.module_label()}")
     if reduce == "prod" and mode.is_marked(src) and not mode.is_marked(inp) and index.shape == src.shape:
         # each group's product: its factors share its relevance uniformly; the constant start value takes none
         const = inp.detach()
@@ -217,7 +175,7 @@ def _scatter_reduce(mode: RuleFamilies, func, args, kwargs):
     return mode.blocked(func, f"scatter_reduce ({reduce})", args, kwargs)
 
 
-def _add(mode: RuleFamilies, func, args, kwargs):
+def _add(mode, func, args, kwargs):
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
     alpha = kwargs.get("alpha", 1)
     name = func.__name__
@@ -232,14 +190,14 @@ def _add(mode: RuleFamilies, func, args, kwargs):
     return mode.sum_terms(a, b, 1.0, alpha, op="add")
 
 
-def _mul(mode: RuleFamilies, func, args, kwargs):
+def _mul(mode, func, args, kwargs):
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
     if mode.is_marked(a) and mode.is_marked(b):
         return mode.product(a, b)
     return mode.identity(func, args, kwargs)
 
 
-def _div(mode: RuleFamilies, func, args, kwargs):
+def _div(mode, func, args, kwargs):
     if kwargs.get("rounding_mode") is not None:
         return mode.blocked(func, "div with rounding_mode", args, kwargs)
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
@@ -250,9 +208,9 @@ def _div(mode: RuleFamilies, func, args, kwargs):
     return mode.identity(func, args, kwargs)
 
 
-def _prod(mode: RuleFamilies, func, args, kwargs):
+def _prod(mode, func, args, kwargs):
     """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim``
-    (:class:`~lrp_lib.explain.primitives.UniformProductRelevance`); ``torch.prod(x)`` over all elements."""
+    (:meth:`~lrp_lib.explain.forward.ForwardFamilies.uniform_product`); ``torch.prod(x)`` over all elements."""
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     keepdim = arg(args, kwargs, 2, "keepdim", False)
@@ -271,7 +229,7 @@ def _prod(mode: RuleFamilies, func, args, kwargs):
                                 f"prod in {mode.module_label()}")
 
 
-def _max_min(mode: RuleFamilies, func, args, kwargs):
+def _max_min(mode, func, args, kwargs):
     """``max``/``min``: the winner takes all; ties split evenly (as ``amax`` and PyG's max
     aggregation do), so a graph alone and in a batch get the same relevance."""
     x = args[0]
@@ -287,10 +245,10 @@ def _max_min(mode: RuleFamilies, func, args, kwargs):
     return (torch.return_types.max if func.__name__ == "max" else torch.return_types.min)((values, indices))
 
 
-def _cat(mode: RuleFamilies, func, args, kwargs):
+def _cat(mode, func, args, kwargs):
     """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant
     (not input-dependent: an LSTM state computed from biases alone, a fixed embedding) keeps its slice
-    as a bias does (:class:`~lrp_lib.explain.primitives.JoinRelevance`).  A joined tensor that the model
+    as a bias does (:meth:`~lrp_lib.explain.forward.ForwardFamilies.join`).  A joined tensor that the model
     detached from the input (or computed from one) is no constant: then the relevance of every joined
     constant is left unaccounted, for the explainer's warning about what did not reach the input."""
     tensors = arg(args, kwargs, 0, "tensors")
@@ -311,7 +269,7 @@ def _cat(mode: RuleFamilies, func, args, kwargs):
     return mode.join(dim, marked, f"constant joined by {name} in {mode.module_label()}", joined)
 
 
-def _softmax(mode: RuleFamilies, func, args, kwargs):
+def _softmax(mode, func, args, kwargs):
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     if dim is None:
@@ -329,7 +287,7 @@ def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
     return t.detach().view(1, -1, *([1] * (x.dim() - 2))) if x.dim() > 1 else t.detach()
 
 
-def _batch_norm(mode: RuleFamilies, func, args, kwargs):
+def _batch_norm(mode, func, args, kwargs):
     if func is not F.batch_norm:
         return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
     x = args[0]
@@ -340,15 +298,11 @@ def _batch_norm(mode: RuleFamilies, func, args, kwargs):
     if p["training"] or p["running_mean"] is None:
         return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs),
                                 _channel_view(p["bias"], x) if mode.composite.bias else None, label)
-    scale = (p["running_var"].detach() + p["eps"]).rsqrt()
-    if p["weight"] is not None:
-        scale = scale * p["weight"].detach()
-    scale = _channel_view(scale, x)
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), lambda v: v * scale, label)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), label)
 
 
 def _norm_affine(bias_index: int, channel: bool):
-    def handler(mode: RuleFamilies, func, args, kwargs):
+    def handler(mode, func, args, kwargs):
         x = args[0]
         bias = arg(args, kwargs, bias_index, "bias")
         beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())

@@ -9,8 +9,7 @@ import torch
 from torch_geometric.explain import HeteroExplanation
 
 from lrp_lib.explain.edges import HeteroEdgeRecorder
-from lrp_lib.explain.forward import ForwardMode, ProbeHeteroRecorder
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.explain.inputs import check_hetero_inputs
 from lrp_lib.explain.masks import per_mask_type, relevance_mask
 from lrp_lib.explain.propagate import propagate
@@ -28,10 +27,8 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
     check_hetero_inputs(x, edge_index)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
     inputs = list(leaves.values())
-    forward = algorithm.mechanism == "forward"
-    mode = (ForwardMode if forward else RelevanceMode)(algorithm.composite, model, fast=algorithm.fast,
-                                                       recompute=algorithm.recompute)
-    recorder = (ProbeHeteroRecorder if forward else HeteroEdgeRecorder)(
+    mode = ForwardMode(algorithm.composite, model, fast=algorithm.fast)
+    recorder = HeteroEdgeRecorder(
         mode, model, edge_index, next(iter(x.values())).dtype) if algorithm.explainer_config.edge_mask_type is not None \
         else None
     out, start, grads, _ = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),

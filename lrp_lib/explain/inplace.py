@@ -8,8 +8,7 @@ r"""The calls that the relevance mode does not send to a rule: attribute reads (
   ``model.eval()``.  In eval mode it is the identity.
 * An in-place operation on a tensor that depends on the input (``x.relu_()``, ``h += m``) is computed
   out of place on a copy by the same handler, then copied into the tensor, so that autograd records a
-  copy and nothing a relevance primitive saved is overwritten; a primitive that kept the tensor as
-  its output gets a copy of the value it computed first.
+  copy (its version counters guard what it saved).
 """
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ __all__ = ["SpecialCalls"]
 
 class SpecialCalls:
     """Attribute reads, dropout and in-place operations inside the mode (methods of the mode: they
-    use its ``mark``, ``is_marked``, ``identity``, ``module_label``, ``detached`` and ``recipes``)."""
+    use its ``mark``, ``is_marked``, ``identity``, ``module_label`` and ``detached``)."""
 
     def get_attribute(self, func, args, kwargs):
         attr = getattr(getattr(func, "__self__", None), "__name__", "")
@@ -69,18 +68,5 @@ class SpecialCalls:
             result = HANDLERS[base](self, outofplace, new_args, kwargs)
         else:
             result = self.identity(outofplace, new_args, kwargs)
-        self.keep_saved_output(target)
         target.copy_(result)
         return self.mark(target)
-
-    def keep_saved_output(self, target) -> None:
-        """``target`` is about to change in place: if a relevance primitive kept it as its output
-        (``ctx.out``), give that primitive a copy of the value it computed; tensors to be recomputed
-        from it (or from its base) are computed now."""
-        if self.recipes and isinstance(target, Tensor):
-            for key in {id(target), id(getattr(target, "_base", None))}:
-                for recipe in self.recipes.get(key, ()):
-                    recipe.keep()
-        node = getattr(target, "grad_fn", None)
-        if node is not None and isinstance(getattr(node, "out", None), Tensor):
-            node.out = node.out.clone()

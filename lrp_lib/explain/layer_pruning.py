@@ -56,7 +56,7 @@ class LayerPlan:
 
     With ``groups`` (each node's group: its subgraph), :attr:`row_groups` holds the group of each
     row of the node tensors and of each call's edge tensors (the receiver's), by row count, for
-    :meth:`lrp_lib.explain.accounting.GroupedTally.split` (a row count met twice with other
+    :meth:`lrp_lib.explain.accounting.Tally.split` (a row count met twice with other
     groups: None)."""
 
     def __init__(self, depth: Tensor, hops: int, groups: Tensor | None = None):
@@ -67,22 +67,8 @@ class LayerPlan:
         self.depth, self.hops, self.groups = depth, hops, groups
         self.calls, self.exact, self.kept = 0, True, []
         self.row_groups: dict[int, Tensor | None] = {}
-        self._live: dict[int, Tensor | None] = {}
         if groups is not None:
             self._rows(groups)
-
-    def live_rows(self, n: int) -> Tensor | None:
-        """The rows of an ``n``-row node tensor that the targets' outputs can still read after the
-        calls made so far (depth at most ``hops - calls``), if they are fewer than half of the rows;
-        else None (all rows).  None also for a tensor of another row count than the subgraph's nodes,
-        and once the schedule is inexact."""
-        limit = self.hops - self.calls
-        if n != self.depth.numel() or not self.exact or limit < 0:
-            return None
-        if limit not in self._live:
-            rows = (self.depth <= limit).nonzero().view(-1)
-            self._live[limit] = rows if 2 * rows.numel() < n else None
-        return self._live[limit]
 
     def _rows(self, groups: Tensor) -> None:
         n = groups.numel()

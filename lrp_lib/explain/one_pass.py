@@ -3,12 +3,12 @@
 PyG's ``Explainer`` (``explanation_type="model"``) first runs the model without autograd to get its
 prediction, and the target (the predicted class) from it; then the algorithm runs the model again.
 :class:`~lrp_lib.explain.explainer.LRPExplainer` computes the model's output in its own forward (the
-relevance primitives compute the same functions as the model), so
+forward rules compute the same functions as the model), so
 :class:`~lrp_lib.explain.pyg_explainer.Explainer` takes the prediction from that output and the target
 from it (:func:`explain_in_one_pass`), and the first pass is saved.
 
-What may differ: the prediction is the output computed through the relevance primitives, in the
-same operations as the model's own except where a primitive reorders one (a mean computed as a sum
+What may differ: the prediction is the output computed through the forward rules, in the
+same operations as the model's own except where a rule reorders one (a mean computed as a sum
 divided by the count): equal to the model's prediction up to rounding, and bitwise equal where no
 such operation is on the way (``tests/explain/test_one_pass.py``).  The target is a decision taken
 from it (an ``argmax``, a sign, a threshold), which rounding could only change where the decision is

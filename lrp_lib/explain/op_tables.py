@@ -5,12 +5,12 @@ function called on an input-dependent tensor becomes: nothing (:data:`PLAIN`: me
 comparisons, integer results), a constant (:data:`DETACH`), itself (:data:`PASS`: copies and
 selections, whose gradient already routes relevance), the identity rule (:data:`IDENTITY`:
 elementwise functions of one input), or a handler of :mod:`lrp_lib.explain.handlers`.
-:func:`~lrp_lib.explain.graph_check.check_relevance_graph` reads :data:`PASS_NODES`, the
-autograd nodes whose backward passes relevance unchanged.
+The mode's refusal of a tensor computed outside the interception names the autograd nodes on its way
+that are not in :data:`PASS_NODES`, those whose backward passes relevance unchanged.
 """
 from __future__ import annotations
 
-__all__ = ["PLAIN", "DETACH", "PASS", "IDENTITY", "DROPOUT", "PASS_NODES", "RELEVANCE_NODES", "COPY_INPLACE",
+__all__ = ["PLAIN", "DETACH", "PASS", "IDENTITY", "DROPOUT", "PASS_NODES", "COPY_INPLACE",
            "GATES", "SIGN_FLIPS", "HEADS", "AUGMENTED"]
 
 #: Functions whose result carries no relevance (metadata, comparisons, integer results,
@@ -64,8 +64,6 @@ CopyBackwards CopySlices ConstantPadNd Repeat Flip Roll Diagonal Tril Triu AsStr
 Take TakeAlongDim ViewAsReal SelectScatter SliceScatter Movedim Unfold PermuteBackward Squeeze
 MaxPool2DWithIndices MaxPool3DWithIndices AdaptiveMaxPool2D AdaptiveMaxPool3D
 """.split())
-
-RELEVANCE_NODES = PASS_NODES  # for the docs: what check_relevance_graph accepts besides relevance ops
 
 #: In-place copies (no arithmetic): autograd's gradient already routes relevance to the copied values.
 COPY_INPLACE = frozenset({"__setitem__", "copy_", "fill_", "zero_", "index_copy_", "masked_fill_", "masked_scatter_",

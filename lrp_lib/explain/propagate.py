@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch_geometric.explain.config import ModelConfig
 
 from lrp_lib.explain.edges import ensure_hooks, recording
-from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError, check_relevance_graph
+from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.targets import explained_logits, start_of
 
 __all__ = ["propagate", "forward_in_mode", "check_blocked"]
@@ -44,8 +44,6 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
             "propagated through the model's autograd graph, so remove the detach")
     head = explained_logits(mode, out, model_config)
     mode.explained_head = mode.head_of(out)[0] if head is not out else None
-    if mode.checks_graph:
-        check_relevance_graph(head, inputs)
     if recorder is not None:
         recorder.check()
     start = start_of(out, head, target, index, model_config, explained)

@@ -14,13 +14,12 @@ from torch import Tensor
 
 from lrp_lib.explain.graph_check import UnsupportedModelError
 from lrp_lib.explain.handlers import arg
-from lrp_lib.explain.rule_families import RuleFamilies
 
 
 __all__ = ["HANDLERS"]
 
 
-def _rnn_cell(mode: RuleFamilies, func, args, kwargs):
+def _rnn_cell(mode, func, args, kwargs):
     """``torch.gru_cell`` / ``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` (``nn.GRUCell``, ``nn.RNNCell``):
     written out in the torch operations they are made of and run inside the mode, so each part gets
     its rule (the weights theirs, the gates the product rules, tanh the identity)."""
@@ -63,7 +62,7 @@ def _gru_step(x, h, w_ih, w_hh, b_ih, b_hh):
     return (1 - z) * n + z * h
 
 
-def _rnn(mode: RuleFamilies, func, args, kwargs):
+def _rnn(mode, func, args, kwargs):
     """``torch.lstm`` / ``torch.gru`` / ``torch.rnn_tanh`` / ``torch.rnn_relu`` (``nn.LSTM``, ``nn.GRU``,
     ``nn.RNN``, so PyG's ``LSTMAggregation``, ``SAGEConv(aggr="lstm")``, ``Set2Set``, ``GRUAggregation``):
     the recurrence written out step by step (layers, both directions, ``batch_first``, ``proj_size``)
@@ -120,7 +119,7 @@ def _rnn(mode: RuleFamilies, func, args, kwargs):
         return output, torch.stack(h_n, 0)
 
 
-def _lstm_cell(mode: RuleFamilies, func, args, kwargs):
+def _lstm_cell(mode, func, args, kwargs):
     """``torch.lstm_cell`` (``nn.LSTMCell``): :func:`_lstm_step` inside the mode; returns ``(h', c')``."""
     if kwargs or len(args) < 4:
         return mode.blocked(func, func.__name__, args, kwargs)
@@ -142,7 +141,7 @@ def _float_mask(mask: Tensor | None, dtype) -> Tensor | None:
     return mask.to(dtype)
 
 
-def _multi_head_attention(mode: RuleFamilies, func, args, kwargs):
+def _multi_head_attention(mode, func, args, kwargs):
     r"""``F.multi_head_attention_forward`` (``nn.MultiheadAttention``, so ``nn.TransformerEncoderLayer``
     and PyG's ``GPSConv``): written out in torch operations and run inside the mode --
 

@@ -1,8 +1,7 @@
-r"""One explanation: the model's forward under the mechanism's rules, one backward, and its accounts.
+r"""One explanation: the model's forward under the rules, one backward, and its accounts.
 
 :func:`relevance` runs what :class:`~lrp_lib.explain.algorithm.LRPExplainer` asks for once: the model's own
-forward inside the interception (:class:`~lrp_lib.explain.function_mode.RelevanceMode` with the relevance
-primitives, or :class:`~lrp_lib.explain.forward.ForwardMode` with the forward rules), or the forward rules'
+forward inside the interception (:class:`~lrp_lib.explain.forward.ForwardMode`), or its
 captured graph (:mod:`lrp_lib.explain.capture`, :mod:`lrp_lib.explain.capture_cache`); then one backward from the explained output, and the accounts of what the
 biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
 """
@@ -15,13 +14,11 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.explain.accounting import GroupedTally, account, account_one, lost_relevance
+from lrp_lib.explain.accounting import Tally, account, account_one, lost_relevance
 from lrp_lib.explain.edges import EdgeRecorder
-from lrp_lib.explain.forward import ForwardMode, ProbeRecorder
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.explain.inputs import check_inputs, checked_by_explainer
 from lrp_lib.explain.layer_pruning import current_plan
-from lrp_lib.explain.primitives import Tally
 from lrp_lib.explain.propagate import propagate
 from lrp_lib.explain.targets import explained_of, start_of
 
@@ -63,9 +60,8 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     edges = algorithm.explainer_config.edge_mask_type is not None
     grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
 
-    forward = algorithm.mechanism == "forward"  # the rules as forward modifications: PyTorch's own backward
     captured, why = algorithm.captures.get(
-        model, x, edge_index, kwargs, inputs, algorithm.composite, edges, algorithm.compile) if forward and (
+        model, x, edge_index, kwargs, inputs, algorithm.composite, edges, algorithm.compile) if (
         algorithm.compile or algorithm.replay) and not grouped and (node_group is None or one_group) \
         and current_plan() is None else (None, None)
     if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
@@ -81,16 +77,9 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
         replayed, reason = True, why
     else:
-        if forward:  # (grouped: probes per row, whose gradients split the accounts by graph or target)
-            mode = ForwardMode(algorithm.composite, model, fast=algorithm.fast, rows=grouped)
-        else:
-            mode = RelevanceMode(algorithm.composite, model, fast=algorithm.fast, recompute=algorithm.recompute)
-            if grouped:
-                mode.tally = GroupedTally()
-        layer_plan = current_plan()  # per_index: the rows each layer's outputs are read at
-        if layer_plan is not None:
-            mode.live_rows = layer_plan.live_rows
-        recorder = (ProbeRecorder if forward else EdgeRecorder)(mode, model, edge_index, x.dtype) if edges else None
+        # (grouped: probes per row, whose gradients split the accounts by graph or target)
+        mode = ForwardMode(algorithm.composite, model, fast=algorithm.fast, rows=grouped)
+        recorder = EdgeRecorder(mode, model, edge_index, x.dtype) if edges else None
         out, start, grads, head = propagate(
             model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs), target, index,
             algorithm.model_config, algorithm.explained, retain_graph=node_group is not None and not one_group)
@@ -130,6 +119,6 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
     if attr_rel is not None:
         extra["edge_attr_relevance"] = attr_rel
-    if forward and algorithm.replay:
+    if algorithm.replay:
         extra.update(replayed=replayed, replay_reason=reason)
     return node_rel, recorder.record if recorder is not None else None, out.detach(), extra

@@ -2,7 +2,7 @@ r"""Models without a graph: :func:`explain_tensor`, the relevance of a plain ten
 
 The interception that explains a PyG model through its own ``forward`` does not need a graph: any
 ``torch.nn.Module`` called on one tensor (an MLP, a CNN with max and average pooling, a transformer block) runs
-under the same mode, each torch function getting its rule.  :func:`explain_tensor` does that, by default with the
+under the same mode, each torch function getting its rule.  :func:`explain_tensor` does that, with the
 rules as forward modifications (:mod:`lrp_lib.explain.forward`: one ordinary backward, relevance = input times
 gradient), and returns the input's relevance with the same accounts as ``LRPExplainer``.
 
@@ -20,7 +20,6 @@ from torch import Tensor, nn
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.function_mode import RelevanceMode
 from lrp_lib.explain.inputs import uncompiled
 from lrp_lib.explain.propagate import check_blocked
 
@@ -40,8 +39,7 @@ class TensorRelevance(NamedTuple):
 
 
 def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = None, *,
-                   rule: Rule | str | None = None, composite: Composite | None = None,
-                   mechanism: str = "forward") -> TensorRelevance:
+                   rule: Rule | str | None = None, composite: Composite | None = None) -> TensorRelevance:
     r"""The relevance of ``x`` for the output of ``model(x)``.
 
     Args:
@@ -53,8 +51,6 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
         rule: the rule of every weight (default ``"epsilon"``, :math:`\epsilon = 10^{-6}`: on a bias-free ReLU
             network it is Gradient :math:`\times` Input), or ``composite``: rules per module
             (:class:`~lrp_lib.core.composites.Composite`).
-        mechanism: ``"forward"`` (the default): the rules as forward modifications and one ordinary backward;
-            ``"functions"``: the relevance primitives.  Both give the same relevance.
 
     Raises :class:`~lrp_lib.explain.function_mode.UnsupportedModelError` where relevance reaches an operation
     without a rule, with its name and amount."""
@@ -64,12 +60,10 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
     if not isinstance(x, Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
         raise TypeError(f"x must be a floating-point tensor, got {got}; convert it with x.float()")
-    if mechanism not in ("forward", "functions"):
-        raise ValueError(f"mechanism must be 'forward' or 'functions', got {mechanism!r}")
     if rule is not None and composite is not None:
         raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
     composite = composite if composite is not None else get_composite("epsilon" if rule is None else rule)
-    mode = (ForwardMode if mechanism == "forward" else RelevanceMode)(composite, model)
+    mode = ForwardMode(composite, model)
     leaf = x.detach().clone().requires_grad_(True)
     with torch.enable_grad(), mode:
         mode.mark(leaf)

@@ -9,7 +9,7 @@ step, only the relevance of the message from :math:`j_{t-1}` to :math:`j_t` is k
 .. math::  R_{j_0 \dots j_L} = \big(M_{j_0} B_1 M_{j_1} B_2 \cdots M_{j_{L-1}} B_L M_{j_L} B_{\text{out}}\big) R,
 
 with :math:`B_t` the relevance backward of the model between the cut before and after step
-:math:`t` (its rules: the :class:`~lrp_lib.core.composites.Composite` and the primitives of
+:math:`t` (its rules: the :class:`~lrp_lib.core.composites.Composite` and the forward rules of
 :class:`~lrp_lib.explain.explainer.LRPExplainer`, whose denominators are fixed in the forward, so
 each :math:`B_t` is linear), and :math:`M_j` keeping node :math:`j`'s row.  The cuts are made by
 PyG's ``MessagePassing`` hooks at every ``propagate`` call (:mod:`lrp_lib.explain.walk_graph`), so

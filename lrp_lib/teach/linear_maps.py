@@ -2,7 +2,7 @@ r"""Chapter 3's linear maps with an LRP rule in backward: dense layers, convolut
 
 Each wrapper checks its arguments as torch does, builds a :class:`~lrp_lib.core.rules.LinearMap`
 (the map and its vector-Jacobian product) and applies
-:class:`~lrp_lib.core.rules.LinearMapRelevance`, whose backward is the rule's
+:class:`LinearMapRelevance`, whose backward is the rule's
 :meth:`~lrp_lib.core.rules.Rule.propagate`:
 
 .. math::  R = x \odot J^\top \!\left(\frac{R_{out}}{z}\right)
@@ -22,10 +22,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.core.rules import LinearMap, LinearMapRelevance, Rule, get_rule
+from lrp_lib.core.rules import LinearMap, Rule, get_rule
 from lrp_lib.core.validation import check_linear, check_tensor
 
-__all__ = ["linear_map", "linear", "conv1d", "conv2d", "conv3d", "avg_pool2d"]
+__all__ = ["LinearMapRelevance", "linear_map", "linear", "conv1d", "conv2d", "conv3d", "avg_pool2d"]
+
+
+class LinearMapRelevance(torch.autograd.Function):
+    r"""The relevance function of a linear map: forward ``m(x, weight, bias)`` (``weight=None``: a map
+    without weights, scale 1); backward ``rule.propagate``, the input's relevance (the weight and the bias
+    get none).  ``op`` names the map in the rule's warnings."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, m, rule, op):
+        out = m(x, 1.0 if weight is None else weight, bias)
+        ctx.m, ctx.rule, ctx.op = m, rule, op
+        ctx.save_for_backward(x, weight, bias)
+        ctx.out = out.detach()
+        return out
+
+    @staticmethod
+    def backward(ctx, rel_out):
+        x, weight, bias = ctx.saved_tensors
+        w = 1.0 if weight is None else weight
+        return ctx.rule.propagate(ctx.m, x, w, bias, ctx.out, rel_out, ctx.op), None, None, None, None, None
 
 
 def linear_map(x: Tensor, fn: Callable, weight: Tensor | None = None, bias: Tensor | None = None,

@@ -5,7 +5,7 @@ from torch import nn
 from torch_geometric.nn import GCNConv
 
 from lrp_lib.core.composites import Composite, get_composite
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.core.rules import Epsilon, Gamma, ZBox, ZPlus
 
 
@@ -30,7 +30,7 @@ def test_names_before_types_and_the_default_for_the_rest():
 def test_the_mode_gives_each_weight_its_modules_rule():
     net = Net()
     c = Composite(rules={"conv1.*": Gamma(0.5), nn.Linear: ZPlus()})
-    mode = RelevanceMode(c, net)
+    mode = ForwardMode(c, net)
     assert mode.rule_for(net.conv1.lin.weight)[0] == Gamma(0.5)
     assert mode.rule_for(net.head.weight)[0] == ZPlus()
     assert mode.rule_for(net.conv2.lin.weight)[0] == Epsilon()
@@ -196,15 +196,15 @@ def test_layers_reach_a_convs_submodules_and_count_message_passing_layers_only()
             self.head = nn.Linear(4, 1)
 
     net = GIN()
-    mode = RelevanceMode(Composite(linear=ZPlus(), layers=[Gamma(2.0), Gamma(1.0)]), net)
+    mode = ForwardMode(Composite(linear=ZPlus(), layers=[Gamma(2.0), Gamma(1.0)]), net)
     assert mode.rule_for(net.convs[0].nn[0].weight)[0] == Gamma(2.0)
     assert mode.rule_for(net.convs[0].nn[2].weight)[0] == Gamma(2.0)
     assert mode.rule_for(net.convs[1].nn[0].weight)[0] == Gamma(1.0)
     assert mode.rule_for(net.pre.weight)[0] == ZPlus() and mode.rule_for(net.head.weight)[0] == ZPlus()
     seen = []
-    mode = RelevanceMode(Composite(layers=lambda i, n: seen.append((i, n)) or Gamma(float(i))), net)
+    mode = ForwardMode(Composite(layers=lambda i, n: seen.append((i, n)) or Gamma(float(i))), net)
     assert mode.rule_for(net.convs[1].nn[2].weight)[0] == Gamma(1.0) and (1, 2) in seen
-    short = RelevanceMode(Composite(linear=ZPlus(), layers=[Gamma(2.0)]), net)
+    short = ForwardMode(Composite(linear=ZPlus(), layers=[Gamma(2.0)]), net)
     assert short.rule_for(net.convs[1].nn[0].weight)[0] == ZPlus()  # past the sequence's end: ``linear``
 
 

@@ -197,10 +197,7 @@ def per_index_case(conv, rule, accounts, chunk, **options) -> dict:
 
 def cases(**options):
     """``(key, function of no argument giving the case's record)`` for every stored case (``options``:
-    more arguments of LRPExplainer, for a version that has them).  The relevance primitives
-    (``mechanism="functions"``), which stored the values: the forward rules are compared against them in
-    ``test_forward.py``."""
-    options = {"mechanism": "functions", **options}
+    more arguments of LRPExplainer, for a version that has them)."""
     for (spec, level, ea), keys in zip(ZOO, [zoo_keys()[i:i + len(RULES)] for i in range(0, len(zoo_keys()),
                                                                                        len(RULES))]):
         for rule, key in zip(RULES, keys):

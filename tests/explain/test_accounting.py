@@ -10,9 +10,8 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 from torch_geometric.nn import GCNConv, global_mean_pool
 
-from lrp_lib.explain.accounting import LostRelevanceWarning, account, account_one
+from lrp_lib.explain.accounting import LostRelevanceWarning, Tally, account, account_one
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.primitives import Tally
 
 
 def _tally(amounts: list[float], dtype) -> Tally:

@@ -1,9 +1,9 @@
-"""The fast dispatch of :class:`~lrp_lib.explain.function_mode.RelevanceMode` (routes decided once per
+"""The fast dispatch of :class:`~lrp_lib.explain.function_mode.RelevanceMode`, the interception (routes decided once per
 function, :mod:`lrp_lib.explain.dispatch`) against its reference dispatch (``fast=False``: the
 function's name tested against each table on every call): the same decisions for every function
 name, and bitwise the same relevance for every model of the coverage zoo
 (``benchmarks/bench_coverage.py``) that LRPExplainer explains, the same error for every model it
-refuses.  Bitwise (``torch.equal``): both dispatches call the same primitives on the same tensors
+refuses.  Bitwise (``torch.equal``): both dispatches call the same rules on the same tensors
 in the same order, so nothing may differ, not even rounding."""
 import sys
 import warnings
@@ -17,7 +17,7 @@ from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain import dispatch
 from lrp_lib.explain.dispatch import HANDLERS, classify, route_of
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PLAIN, SIGN_FLIPS)
 
@@ -91,7 +91,7 @@ def test_routes_are_kept_per_function_and_unhashable_functions_still_route():
 
 def test_fast_must_be_a_bool():
     with pytest.raises(TypeError, match="fast"):
-        RelevanceMode("epsilon", None, fast="yes")
+        ForwardMode("epsilon", None, fast="yes")
     with pytest.raises(TypeError, match="fast"):
         LRPExplainer(fast=1)
 

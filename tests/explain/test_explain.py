@@ -16,7 +16,7 @@ from torch_geometric.nn import MLP
 
 from lrp_lib.teach import graph as G
 from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.forward import ForwardMode
 from lrp_lib.teach.mode import relevance
 from lrp_lib.core.rules import Epsilon, Gamma
 
@@ -99,14 +99,14 @@ def test_the_relevance_mode_computes_the_same_values(conv, pool):
     batch = Batch.from_data_list(random_graphs())
     expected = model(batch.x, batch.edge_index, batch.batch)
     leaf = batch.x.clone().requires_grad_(True)
-    with RelevanceMode("epsilon", model) as mode:
+    with ForwardMode("epsilon", model) as mode:
         mode.mark(leaf)
         got = model(leaf, batch.edge_index, batch.batch)
     torch.testing.assert_close(got, expected)
-    assert "Relevance" in type(got.grad_fn).__name__
+    assert mode.is_marked(got)
     # outside the block the model runs on ordinary ops again, and nothing was patched
     again = model(batch.x.requires_grad_(True), batch.edge_index, batch.batch)
-    assert "Relevance" not in type(again.grad_fn).__name__
+    assert not mode.is_marked(again)
     assert F.relu is torch.nn.functional.relu and torch_geometric.nn.global_mean_pool is global_mean_pool
 
 
@@ -536,14 +536,13 @@ def _hetero_x():
             "b": torch.rand(4, 2, generator=g, dtype=torch.float64)}
 
 
-def _hetero_explain(model, x, ei, mechanism="functions", rule="z"):
-    return Explainer(model, algorithm=LRPExplainer(rule, mechanism=mechanism), explanation_type="model",
+def _hetero_explain(model, x, ei, rule="z"):
+    return Explainer(model, algorithm=LRPExplainer(rule), explanation_type="model",
                      node_mask_type="attributes", edge_mask_type="object",
                      model_config=dict(mode="regression", task_level="node", return_type="raw"))(x, ei, index=1)
 
 
-@pytest.mark.parametrize("mechanism", ["functions", "forward"])
-def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance(mechanism):
+def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance():
     """HeteroConv {a->b: SAGE, b->a: GraphConv, a->a: GCN}: the GCN passes messages along its edge type's edges
     with self-loops added; each edge's relevance is the gradient of a mask of ones on its messages (PyG's
     set_hetero_masks), as LRP-0 of a bias-free ReLU network is input times gradient."""
@@ -566,7 +565,7 @@ def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance(mechanism):
     x, ei = _hetero_x(), HETERO_EI
     model = Net().double().eval()
     model(x, ei)  # the lazy layers
-    e = _hetero_explain(model, x, ei, mechanism)
+    e = _hetero_explain(model, x, ei)
     masks = {k: torch.ones(v.shape[1], dtype=torch.float64, requires_grad=True) for k, v in ei.items()}
     set_hetero_masks(model, masks, ei, apply_sigmoid=False)
     try:
@@ -579,11 +578,10 @@ def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance(mechanism):
     assert float(e[("a", "self", "a")].edge_relevance.abs().sum()) > 0
 
 
-@pytest.mark.parametrize("mechanism", ["functions", "forward"])
-def test_hgt_joins_all_edge_types_into_one_index(mechanism):
+def test_hgt_joins_all_edge_types_into_one_index():
     """HGTConv passes its messages along every edge type's edges joined in the input's order, each shifted by its
     node types' offsets: each edge's relevance lands on its own type, as PyG's own mask on the joined messages
-    finds it, and both mechanisms agree."""
+    finds it."""
     from torch_geometric.nn import HGTConv
 
     torch.manual_seed(0)
@@ -602,8 +600,7 @@ def test_hgt_joins_all_edge_types_into_one_index(mechanism):
     x = _hetero_x()
     model = Net().double().eval()
     model(x, HETERO_EI)
-    e = _hetero_explain(model, x, HETERO_EI, mechanism, rule="epsilon")
-    other = _hetero_explain(model, x, HETERO_EI, "forward" if mechanism == "functions" else "functions", "epsilon")
+    e = _hetero_explain(model, x, HETERO_EI, rule="epsilon")
     # PyG's own injection, independent of how the explainer places messages: a mask of ones over the joined edges
     # on every layer's messages; under the forward rules its gradient is each edge's relevance
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
@@ -624,7 +621,6 @@ def test_hgt_joins_all_edge_types_into_one_index(mechanism):
     want = dict(zip(HETERO_EI, mask.grad.split([v.shape[1] for v in HETERO_EI.values()])))
     for k in HETERO_EI:
         torch.testing.assert_close(e[k].edge_relevance, want[k], rtol=1e-10, atol=1e-12)
-        torch.testing.assert_close(other[k].edge_relevance, e[k].edge_relevance, rtol=1e-10, atol=1e-12)
         assert float(e[k].edge_relevance.abs().sum()) > 0
     # an edge whose messages cannot reach the explained node (a of index 1) in two steps gets none
     reach = {1} | {int(s) for s, t in HETERO_EI[("a", "self", "a")].t().tolist() if t == 1}
@@ -898,10 +894,9 @@ def _graphs(device, sizes=(3, 7, 5, 9), seed=0):
     return graphs
 
 
-def _graph_explainer(model, rule="epsilon", mode="multiclass_classification", edge_mask_type="object",
-                     mechanism="forward"):
+def _graph_explainer(model, rule="epsilon", mode="multiclass_classification", edge_mask_type="object"):
     from lrp_lib.explain.explainer import Explainer as CheckingExplainer
-    return CheckingExplainer(model, algorithm=LRPExplainer(rule=rule, mechanism=mechanism), explanation_type="phenomenon",
+    return CheckingExplainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="phenomenon",
                              node_mask_type="attributes", edge_mask_type=edge_mask_type,
                              model_config=dict(mode=mode, task_level="graph", return_type="raw"))
 
@@ -1002,15 +997,10 @@ def test_single_graph_accounting_is_one_value(device):
     assert float(e.relevance_residual) == pytest.approx(0.0, abs=1e-9)
 
 
-@pytest.mark.parametrize("mechanism", ["functions", "forward"])
-def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(mechanism, monkeypatch):
-    """Where the primitives keep relevance on the edges (GCN's aggregation, with edge relevance recorded), the
-    per-graph split needs one more backward (the weighted check) without lost relevance, and one
-    backward per graph but the last with a loss in some graph.  Without edge relevance every amount
-    is kept on node or graph rows, summed by graph as the backward runs: no more backward where those
-    sums show that no graph lost relevance, and one per graph but the last where one did (the same
-    backward passes, so the same values, as with edge relevance).  The forward rules read what each row
-    kept from probes per row, and keep nothing on the edges: no more backward either way without a loss."""
+def test_per_graph_accounting_costs_no_more_backward_unless_relevance_is_lost(monkeypatch):
+    """The amounts each row kept are read from probes per row and summed by graph as the backward runs: no
+    more backward where those sums show that no graph lost relevance, with or without edge relevance, and one
+    per graph but the last where one did."""
     from lrp_lib.explain import accounting
     calls = []
     rerun = accounting._rerun
@@ -1019,20 +1009,19 @@ def test_per_graph_accounting_costs_one_more_backward_unless_relevance_is_lost(m
     graphs = _graphs(torch.device("cpu"))
     data = Batch.from_data_list(graphs)
     target = torch.tensor([0, 1, 1, 0])
-    _graph_explainer(_Pooled("gcn").double().eval(), mechanism=mechanism)(data.x, data.edge_index, batch=data.batch,
-                                                                          target=target)
-    assert len(calls) == (1 if mechanism == "functions" else 0)
+    _graph_explainer(_Pooled("gcn").double().eval())(data.x, data.edge_index, batch=data.batch, target=target)
+    assert len(calls) == 0
     calls.clear()
     lossy = _Pooled("gcn", detach=0.5).double().eval()
     with pytest.warns(UserWarning, match="did not reach x"):
-        _graph_explainer(lossy, mechanism=mechanism)(data.x, data.edge_index, batch=data.batch, target=target)
-    assert len(calls) == (1 + 3 if mechanism == "functions" else 3)
+        _graph_explainer(lossy)(data.x, data.edge_index, batch=data.batch, target=target)
+    assert len(calls) == 3
     for model, backward in ((_Pooled("gcn").double().eval(), 0), (lossy, 3)):
         calls.clear()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            e = _graph_explainer(model, edge_mask_type=None, mechanism=mechanism)(data.x, data.edge_index,
-                                                                                  batch=data.batch, target=target)
+            e = _graph_explainer(model, edge_mask_type=None)(data.x, data.edge_index, batch=data.batch,
+                                                             target=target)
         assert e.bias_relevance.shape == (4,) and len(calls) == backward
 
 

@@ -1,5 +1,6 @@
-"""The rules as forward modifications (lrp_lib.explain.forward, ``LRPExplainer(mechanism="forward")``): every
-case of the coverage zoo against the relevance primitives (an independent implementation of the same rules),
+"""The rules as forward modifications (lrp_lib.explain.forward, ``LRPExplainer()``): every case of the coverage
+zoo against the relevance primitives, an independent implementation of the same rules (their values, written
+down before they were removed: ``make_primitive_reference.py``),
 input times gradient of the unmodified model where LRP-0 equals it, per_index, a blocked operation refused with
 its amount, no autograd node but PyTorch's own, and torch.compile over a captured explanation."""
 import sys
@@ -15,58 +16,43 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 from lrp_lib.core.composites import get_composite
 from lrp_lib.explain.explainer import Explainer, LRPExplainer, UnsupportedModelError
 from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.function_mode import RelevanceMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_primitive_reference as reference  # noqa: E402
 import make_zoo_relevance as zoo  # noqa: E402
 from rule_references import autograd_nodes, python_nodes  # noqa: E402
 
 bc = zoo.bc
 #: the zoo's cases under epsilon and alpha-beta (z+ and LRP-0 against the values stored before the forward rules
 #: existed: tests/explain/test_coverage_reference.py; gamma on every layer in tests/core/test_modify.py)
-KEYS = [(spec, level, ea, rule) for spec, level, ea in zoo.ZOO for rule in ("epsilon", "alpha2beta1")]
-#: cases where the two mechanisms put the same lost relevance in different accounts: relevance that reaches an
-#: output equal to zero (PDNConv's edge weights, a sigmoid of 0 = 0.5 into a linear map with output 0) is counted
-#: as kept by the primitives' tally and as lost by the forward rules, which is what ``relevance_residual``
+KEYS = [(spec, level, ea, rule) for spec, level, ea in zoo.ZOO for rule in reference.RULES]
+PRIMITIVES = torch.load(reference.PATH, weights_only=True)["records"]
+#: cases where the primitives and the forward rules put the same lost relevance in different accounts: relevance that reaches an
+#: output equal to zero (PDNConv's edge weights, a sigmoid of 0 = 0.5 into a linear map with output 0) was counted
+#: as kept by the primitives' tally and is lost for the forward rules, which is what ``relevance_residual``
 #: stands for; node, edge and edge_attr relevance are the same
 SPLIT_DIFFERS = {("PDNConv", "graph", True)}
 
 
-def _explain(spec, level, ea, rule, mechanism):
-    case = zoo.built(spec, level, ea)
-    if case is None:
-        return None
-    model, inputs = case
-    explainer = Explainer(model, algorithm=LRPExplainer(rule=zoo.RULES[rule], mask="relevance", mechanism=mechanism),
-                          explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
-                          model_config=dict(mode="regression", task_level=level, return_type="raw"))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            out = explainer(inputs["x"], inputs["edge_index"], index=None if level == "graph" else bc.NODE,
-                            **bc._kwargs(inputs))
-        except (UnsupportedModelError, ValueError, TypeError) as e:
-            return {"error": type(e).__name__}
-    stores = [("", out)] + ([(f"{t}:", out[t]) for t in out.node_types + out.edge_types]
-                            if isinstance(out, HeteroExplanation) else [])
-    tensors = {f"{p}{k}": store[k].detach() for p, store in stores for k in store.keys()
-               if isinstance(store[k], torch.Tensor) and store[k].is_floating_point() and k not in zoo.INPUTS}
-    return {"tensors": {k: t.to_dense() if t.is_sparse else t for k, t in tensors.items()},
-            "warnings": sorted({type(w.message).__name__ for w in caught})}
+def test_the_stored_primitives_cover_the_zoo():
+    assert sorted(PRIMITIVES) == sorted(reference.key(*k) for k in KEYS)
+    explained = [r for r in PRIMITIVES.values() if r is not None and "tensors" in r]
+    assert len(explained) > 200 and all("node_relevance" in r["tensors"] or any(
+        k.endswith(":node_relevance") for k in r["tensors"]) for r in explained)
 
 
-@pytest.mark.parametrize("spec,level,ea,rule", KEYS, ids=[f"{s.name}|{lv}|{e}|{r}" for s, lv, e, r in KEYS])
+@pytest.mark.parametrize("spec,level,ea,rule", KEYS, ids=[reference.key(*k) for k in KEYS])
 def test_zoo_equals_the_primitives(spec, level, ea, rule):
-    want = _explain(spec, level, ea, rule, "functions")
-    got = _explain(spec, level, ea, rule, "forward")
+    want = PRIMITIVES[reference.key(spec, level, ea, rule)]
+    got = reference.explain(spec, level, ea, rule)
     if want is None:
         assert got is None
         return
     assert ("error" in got) == ("error" in want) and got.get("error") == want.get("error")
     if "error" in want:
         return
-    if rule != "alpha2beta1":  # alpha-beta's primitives warn per map where a part of one sign is missing and
-        assert got["warnings"] == want["warnings"]  # its share is dropped; the forward rules cannot see the
+    if rule != "alpha2beta1":  # alpha-beta's primitives warned per map where a part of one sign was missing and
+        assert got["warnings"] == want["warnings"]  # its share dropped; the forward rules cannot see the
     assert got["tensors"].keys() == want["tensors"].keys()  # relevance in the forward: the same values, no warning
     split = (spec.name, level, ea) in SPLIT_DIFFERS
     for key, w in want["tensors"].items():
@@ -122,7 +108,7 @@ def test_lrp0_is_input_times_gradient(kind):
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
     model = _model(kind, biases=False)
     x, edge_index = _graph()
-    e = _explainer(model, rule="z", mechanism="forward")(x, edge_index, index=5)
+    e = _explainer(model, rule="z")(x, edge_index, index=5)
     target = int(model(x, edge_index)[5].argmax())
     leaf = x.clone().requires_grad_(True)
     mask = torch.ones(edge_index.shape[1], dtype=x.dtype, requires_grad=True)
@@ -138,19 +124,23 @@ def test_lrp0_is_input_times_gradient(kind):
 
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
 @pytest.mark.parametrize("rule", ["zplus", "epsilon", "gamma", "alpha2beta1"])
-def test_per_index_and_batch_accounts(kind, rule):
-    """per_index=True (each target on its own subgraph) and the accounts per target: as the primitives."""
+def test_per_index_and_its_accounts_are_each_target_alone(kind, rule):
+    """per_index=True (the targets' subgraphs explained together, the accounts read per target): each target's
+    slice is the explanation of that target alone on the whole graph, its node and edge relevance and its
+    bias_relevance and relevance_residual."""
     model = _model(kind)
     x, edge_index = _graph()
     index = torch.tensor([0, 3, 3, 17, 39])
-    with warnings.catch_warnings():  # (alpha-beta loses relevance at units without a part of one sign: both warn)
+    with warnings.catch_warnings():  # (alpha-beta loses relevance at units without a part of one sign)
         warnings.simplefilter("ignore")
-        want = _explainer(model, rule=rule, per_index=True)(x, edge_index, index=index)
-        got = _explainer(model, rule=rule, per_index=True, mechanism="forward")(x, edge_index, index=index)
-    for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
-        w, g = want[key], got[key]
-        w, g = (w.to_dense() if w.is_sparse else w), (g.to_dense() if g.is_sparse else g)
-        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=key)
+        got = _explainer(model, rule=rule, per_index=True)(x, edge_index, index=index)
+        alone = [_explainer(model, rule=rule, replay=False)(x, edge_index, index=int(i)) for i in index]
+    nodes, edges = got.node_relevance_per_index.to_dense(), got.edge_relevance_per_index.to_dense()
+    for i, want in enumerate(alone):
+        torch.testing.assert_close(nodes[i], want.node_relevance, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(edges[i], want.edge_relevance, rtol=1e-10, atol=1e-12)
+        for key in ("bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(got[key][i], want[key].reshape(()), rtol=1e-9, atol=1e-11, msg=key)
 
 
 def test_an_operation_without_a_rule_is_refused_with_its_amount():
@@ -165,14 +155,7 @@ def test_an_operation_without_a_rule_is_refused_with_its_amount():
     model = Cumulative().double().eval()
     x, edge_index = _graph()
     with pytest.raises(UnsupportedModelError, match=r"logcumsumexp in the model's own forward.*magnitude [0-9.]+"):
-        _explainer(model, mechanism="forward")(x, edge_index, index=2)
-
-
-def test_mechanism_is_checked():
-    with pytest.raises(ValueError, match="mechanism must be 'functions'.*'forward'.*got 'backward'"):
-        LRPExplainer(mechanism="backward")
-    with pytest.raises(ValueError, match="recompute=True"):
-        LRPExplainer(mechanism="forward", recompute=True)
+        _explainer(model)(x, edge_index, index=2)
 
 
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
@@ -187,41 +170,40 @@ def test_only_pytorch_nodes(kind):
         out = model(leaf, edge_index)
     assert len(autograd_nodes(out)) > 20
     assert not python_nodes(out)
-    # and the primitives' graph, which the check must see, does have them
-    with torch.enable_grad(), RelevanceMode(get_composite("zplus"), model) as plain:
-        leaf2 = x.clone().requires_grad_(True)
-        plain.mark(leaf2)
-        out2 = model(leaf2, edge_index)
-    assert python_nodes(out2)
+
+    class Twice(torch.autograd.Function):  # (the check can fail: it sees a Python autograd Function)
+        @staticmethod
+        def forward(ctx, t):
+            return 2 * t
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+    assert python_nodes(Twice.apply(out))
 
 
 @pytest.mark.parametrize("spec,level,ea", zoo.ZOO, ids=[f"{s.name}|{lv}|{e}" for s, lv, e in zoo.ZOO])
 def test_every_zoo_model_gets_pytorchs_own_autograd_nodes_only(spec, level, ea):
     """Every model of the coverage zoo run under ForwardMode (z+, marked node features and edge_attr): the graph
-    behind its output holds no Python autograd Function, and (the check can fail) the same model under the
-    relevance primitives holds some."""
+    behind its output holds no Python autograd Function."""
     case = zoo.built(spec, level, ea)
     if case is None:
         pytest.skip("the unmodified model does not run on the zoo's inputs")
     model, inputs = case
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outs = []
-        for mode_class in (ForwardMode, RelevanceMode):
-            mode = mode_class(get_composite("zplus"), model)
-            x = inputs["x"]
-            leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()} if isinstance(x, dict) else \
-                x.clone().requires_grad_(True)
-            kwargs = bc._kwargs(inputs)
-            if "edge_attr" in kwargs and kwargs["edge_attr"].is_floating_point():
-                kwargs["edge_attr"] = kwargs["edge_attr"].clone().requires_grad_(True)
-            with torch.enable_grad(), mode:
-                mode.mark(list(leaves.values()) if isinstance(leaves, dict) else leaves)
-                mode.mark(kwargs.get("edge_attr"))
-                outs.append(model(leaves, inputs["edge_index"], **kwargs))
-    forward, primitives = outs
+        mode = ForwardMode(get_composite("zplus"), model)
+        x = inputs["x"]
+        leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()} if isinstance(x, dict) else \
+            x.clone().requires_grad_(True)
+        kwargs = bc._kwargs(inputs)
+        if "edge_attr" in kwargs and kwargs["edge_attr"].is_floating_point():
+            kwargs["edge_attr"] = kwargs["edge_attr"].clone().requires_grad_(True)
+        with torch.enable_grad(), mode:
+            mode.mark(list(leaves.values()) if isinstance(leaves, dict) else leaves)
+            mode.mark(kwargs.get("edge_attr"))
+            forward = model(leaves, inputs["edge_index"], **kwargs)
     assert forward.requires_grad and not python_nodes(forward)
-    assert python_nodes(primitives)
 
 
 def test_threads_do_not_disturb_each_other():
@@ -229,12 +211,12 @@ def test_threads_do_not_disturb_each_other():
     import threading
     models = [_model("gcn", seed=1), _model("gat", seed=2)]
     x, edge_index = _graph()
-    alone = [_explainer(m, mechanism="forward")(x, edge_index, index=4).node_relevance for m in models]
+    alone = [_explainer(m)(x, edge_index, index=4).node_relevance for m in models]
     results = [None, None]
 
     def work(i):
         for _ in range(5):
-            results[i] = _explainer(models[i], mechanism="forward")(x, edge_index, index=4).node_relevance
+            results[i] = _explainer(models[i])(x, edge_index, index=4).node_relevance
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
     for t in threads:
@@ -261,7 +243,7 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
     weight = torch.zeros(x.shape[0], 3)
     weight[7, target[7]] = 1.0
     node, edges, kept = explain(x, weight)
-    want = Explainer(model, algorithm=LRPExplainer(mechanism="forward", mask="relevance"), explanation_type="phenomenon",
+    want = Explainer(model, algorithm=LRPExplainer(mask="relevance"), explanation_type="phenomenon",
                      node_mask_type="attributes", edge_mask_type="object",
                      model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))(
         x, edge_index, target=target, index=7)
@@ -285,7 +267,7 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
 
 
 def test_lrp_explainer_compile_true(monkeypatch):
-    """LRPExplainer(mechanism="forward", compile=True): the compiled explanation of a graph, made once and reused
+    """LRPExplainer(compile=True): the compiled explanation of a graph, made once and reused
     for the next node of the same graph, gives the eager explanation (node, edge, bias, residual); a new
     edge_index or a changed parameter makes a new one.  (Compiled with the aot_eager backend: inductor's code
     generation takes several seconds a graph here; benchmarks/bench_mechanism.py uses it.)"""
@@ -294,7 +276,7 @@ def test_lrp_explainer_compile_true(monkeypatch):
     torch._dynamo.reset()
     model = _model("gcn", dtype=torch.float32)
     x, edge_index = _graph(dtype=torch.float32)
-    eager, compiled = (_explainer(model, mechanism="forward", compile=c) for c in (False, True))
+    eager, compiled = (_explainer(model, compile=c) for c in (False, True))
     algorithm = compiled.algorithm
     for index in (3, 11):
         want, got = eager(x, edge_index, index=index), compiled(x, edge_index, index=index)
@@ -325,12 +307,10 @@ def test_lrp_explainer_compile_true(monkeypatch):
     assert alive() is not None
     with pytest.raises(TypeError, match="compile must be True or False"):
         LRPExplainer(compile="exact")
-    with pytest.raises(ValueError, match="mechanism='forward'"):
-        LRPExplainer(mechanism="functions", compile=True)
 
 
 def _node_explainer(model, **options):
-    return Explainer(model, algorithm=LRPExplainer(mask="relevance", mechanism="forward", **options),
+    return Explainer(model, algorithm=LRPExplainer(mask="relevance", **options),
                      explanation_type="phenomenon", node_mask_type="attributes",
                      model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
 
@@ -420,7 +400,7 @@ def test_zoo_captured_for_any_graph_equals_eager(spec, level, monkeypatch):
         graphs.append((x[:keep], subgraph(torch.arange(keep), edge_index, num_nodes=x.shape[0])[0]))
 
     def make(**options):
-        return Explainer(model, algorithm=LRPExplainer(mask="relevance", mechanism="forward", **options),
+        return Explainer(model, algorithm=LRPExplainer(mask="relevance", **options),
                          explanation_type="model", node_mask_type="attributes",
                          model_config=dict(mode="regression", task_level=level, return_type="raw"))
     eager, compiled = make(replay=False), make(compile=True)
@@ -483,13 +463,13 @@ def test_a_capture_leaves_no_traced_tensor_behind():
 
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
 def test_the_second_explanation_of_a_graph_runs_its_captured_graph(kind):
-    """mechanism="forward" (replay on, the default): the first explanation of a graph runs eagerly, the second
+    """Replay on (the default): the first explanation of a graph runs eagerly, the second
     captures the explanation's forward (make_fx, its graph part folded) and runs it, as do later ones, with the
     eager explanation's node, edge and bias relevance and residual (float64, to rounding); new node features of
     the same shape reuse the capture, a changed parameter or buffer captures again."""
     model = _model(kind)
     x, edge_index = _graph()
-    eager, default = _explainer(model, mechanism="forward", replay=False), _explainer(model, mechanism="forward")
+    eager, default = _explainer(model, replay=False), _explainer(model)
     reasons = []
     for features, index in ((x, 3), (x, 11), (x * 2 - 1, 5), (x, 7)):
         want, got = eager(features, edge_index, index=index), default(features, edge_index, index=index)
@@ -521,7 +501,7 @@ def test_a_forward_that_reads_its_input_is_not_captured():
     torch.manual_seed(0)
     model = Branching("gcn").double().eval()
     x, edge_index = _graph()
-    eager, default = _explainer(model, mechanism="forward", replay=False), _explainer(model, mechanism="forward")
+    eager, default = _explainer(model, replay=False), _explainer(model)
     for features in (x, x, -x.abs() * 0):
         got, want = default(features, edge_index, index=3), eager(features, edge_index, index=3)
         torch.testing.assert_close(got.node_relevance, want.node_relevance)
@@ -529,7 +509,7 @@ def test_a_forward_that_reads_its_input_is_not_captured():
     plain = _model("gcn")
     calls = []
     plain.lin.register_forward_hook(lambda m, a, o: calls.append(1))
-    hooked = _explainer(plain, mechanism="forward")
+    hooked = _explainer(plain)
     for _ in range(3):
         e = hooked(x, edge_index, index=3)
     assert e.replay_reason.startswith("not captured: module 'lin' has hooks") and len(calls) == 3  # (one forward each)
@@ -611,12 +591,3 @@ def test_gat_with_uniform_attention_is_attnlrp_through_pygs_softmax():
     assert abs(float(got.relevance_residual)) < 1e-12
     kept = float(out[3, 1]) - float(got.node_mask.sum())
     assert abs(kept) > 1e-3 and abs(float(got.bias_relevance) - kept) < 1e-9  # AttnLRP's softmax does not conserve
-
-
-def test_uniform_attention_is_refused_by_the_primitives():
-    """The relevance primitives do not follow a softmax written out of torch operations (they would put the
-    relevance of each group's maximum into a stabiliser): ``mechanism="functions"`` refuses
-    ``attention="uniform"``, naming the fix."""
-    from lrp_lib.core.composites import Composite
-    with pytest.raises(ValueError, match="attention='uniform'.*mechanism='forward'"):
-        LRPExplainer(composite=Composite(attention="uniform"), mechanism="functions")

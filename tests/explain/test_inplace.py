@@ -1,6 +1,5 @@
 """The calls the relevance mode does not send to a rule (:mod:`lrp_lib.explain.inplace`): in-place
-operations give the relevance of their out-of-place versions and never overwrite what a relevance
-primitive saved; dropout in training mode is refused, in eval mode it passes relevance through; a
+operations give the relevance of their out-of-place versions; dropout in training mode is refused, in eval mode it passes relevance through; a
 ``.data`` read stops relevance and is reported."""
 import pytest
 import torch
@@ -8,7 +7,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 from torch import nn
 
-from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.function_mode import UnsupportedModelError
 
 
 class Net(nn.Module):
@@ -26,7 +26,7 @@ class Net(nn.Module):
         z = self.a(x)
         if self.style == "outofplace":
             h = F.relu(z) + x
-        else:  # in place on a copy of the linear map's output (which LinearMapRelevance kept)
+        else:  # in place on a copy of the linear map's output
             h = z.relu_()
             h += x
             h.mul_(1.0)
@@ -36,10 +36,10 @@ class Net(nn.Module):
 
 def relevance(model, x, composite="z"):
     leaf = x.detach().clone().requires_grad_(True)
-    with RelevanceMode(composite, model) as mode:
+    with ForwardMode(composite, model) as mode:
         mode.mark(leaf)
         out = model(leaf)
-    (rel,) = torch.autograd.grad(out, leaf, out.detach())
+    (rel,) = mode.tally.backward(out, [leaf], out.detach())
     return out, rel, mode
 
 

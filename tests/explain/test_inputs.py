@@ -26,13 +26,12 @@ def _graph():
     return torch.randn(20, 6, generator=g), torch.randint(0, 20, (2, 60), generator=g)
 
 
-def _explain(model, mechanism, x, edge_index):
-    return Explainer(model, algorithm=LRPExplainer(mechanism=mechanism), explanation_type="model",
+def _explain(model, x, edge_index):
+    return Explainer(model, algorithm=LRPExplainer(), explanation_type="model",
                      node_mask_type="attributes", edge_mask_type="object", model_config=CONFIG)(x, edge_index, index=4)
 
 
-@pytest.mark.parametrize("mechanism", ["functions", "forward"])
-def test_a_compiled_model_is_explained_as_the_model(mechanism):
+def test_a_compiled_model_is_explained_as_the_model():
     """torch.compile(model): the explanation is the uncompiled model's, edges included (a compiled program runs
     no message hooks: run as it is, its edges would get no relevance), and the model's training flag is restored
     as PyG's Explainer leaves it."""
@@ -41,7 +40,7 @@ def test_a_compiled_model_is_explained_as_the_model(mechanism):
     x, edge_index = _graph()
     compiled = torch.compile(model, backend="aot_eager")
     assert uncompiled(compiled) is model
-    want, got = _explain(model, mechanism, x, edge_index), _explain(compiled, mechanism, x, edge_index)
+    want, got = _explain(model, x, edge_index), _explain(compiled, x, edge_index)
     assert float(got.edge_mask.abs().sum()) > 0
     torch.testing.assert_close(got.node_mask, want.node_mask)
     torch.testing.assert_close(got.edge_mask, want.edge_mask)

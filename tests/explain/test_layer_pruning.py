@@ -84,7 +84,7 @@ def model_of(name, seed=0):
 
 
 def explain(model, x, edge_index, index, rule="epsilon", **kw):
-    options = {k: kw.pop(k) for k in ("prune", "num_hops", "chunk_size", "mechanism") if k in kw}
+    options = {k: kw.pop(k) for k in ("prune", "num_hops", "chunk_size") if k in kw}
     explainer = Explainer(model, algorithm=LRPExplainer(rule=rule, per_index=True, **options),
                           explanation_type="model", node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
@@ -248,46 +248,6 @@ def test_pruned_equals_unpruned_on_random_graphs(name, n, per_node, targets, see
     assert_same(pruned, unpruned)
 
 
-def test_live_rows_are_the_nodes_within_the_hops_left():
-    depth = torch.tensor([0, 1, 2, 3, 3, 3, 3, 3, 2, 1, torch.iinfo(torch.long).max])
-    groups = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
-    plan = LayerPlan(depth, 3, groups)
-    assert plan.live_rows(11) is None  # before any step: all but the stand-in, more than half
-    plan.calls = 1
-    assert torch.equal(plan.live_rows(11), torch.tensor([0, 1, 2, 8, 9]))
-    plan.calls = 3
-    assert torch.equal(plan.live_rows(11), torch.tensor([0]))
-    assert plan.live_rows(10) is None  # not the subgraph's node count: edges, or another tensor
-    plan.calls = 4
-    assert plan.live_rows(11) is None  # more steps than hops: nothing is known
-    plan.calls, plan.exact = 2, False
-    assert plan.live_rows(11) is None
-
-
-@pytest.mark.parametrize("rule", ["epsilon", "zplus"])
-@pytest.mark.parametrize("name", ["gcn", "graphconv", "residual_gcn", "jk_sage", "gin"])
-def test_maps_on_the_live_rows_only_give_the_same_relevance(name, rule, monkeypatch):
-    """The relevance primitives' weighted maps of the layers near the targets run on the rows the targets read;
-    the relevance and the accounts are those of the maps on every row, from one backward (up to rounding: a
-    matrix product of fewer rows may add in another order).  (The forward rules compute every row.)"""
-    from lrp_lib.explain import accounting
-
-    model = model_of(name)
-    x, edge_index, kwargs = inputs(MODELS[name][1], n=300, e=600)
-    index = torch.tensor([0, 17, 123, 299])
-    monkeypatch.setattr(layer_pruning.LayerPlan, "live_rows", lambda self, n: None)
-    every_row = explain(model, x, edge_index, index, rule, mechanism="functions", **kwargs)
-    monkeypatch.undo()
-    used, original = [], layer_pruning.LayerPlan.live_rows
-    monkeypatch.setattr(layer_pruning.LayerPlan, "live_rows",
-                        lambda self, n: (lambda r: used.append(None if r is None else r.numel()) or r)(original(self, n)))
-    reruns, rerun = [], accounting._rerun
-    monkeypatch.setattr(accounting, "_rerun", lambda *a: reruns.append(1) or rerun(*a))
-    live = explain(model, x, edge_index, index, rule, mechanism="functions", **kwargs)
-    assert any(u is not None for u in used) and not reruns
-    assert_same(live, every_row)
-
-
 def test_the_accounts_need_no_second_backward(monkeypatch):
     """With the rows of every tensor grouped (``LayerPlan.row_groups``), the biases are split by
     target from the one backward; the unpruned pass (no plan) splits them with one more."""
@@ -307,19 +267,22 @@ def test_the_accounts_need_no_second_backward(monkeypatch):
         assert bool((pruned["bias"] != 0).all())
 
 
-def test_a_grouped_tally_splits_by_rows_or_says_it_cannot():
-    from lrp_lib.explain.accounting import GroupedTally
+def test_a_tally_splits_by_rows_or_says_it_cannot():
+    """What each row kept (``Tally.rows``, by row count: +what node rows received less what they passed on, -what
+    edge rows did) summed by the group of each row; None where a row that kept something has no group, or where
+    an amount came without its rows."""
+    from lrp_lib.explain.accounting import Tally
 
-    tally = GroupedTally()
+    tally = Tally()
     nodes, edges = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), torch.tensor([0.5, 0.25])
-    tally.absorb_rows("a", nodes.sum() - edges.sum(), (nodes,), (edges,))
+    tally.rows, tally.unsplit = {3: nodes.sum(1).double(), 2: -edges.double()}, False
+    tally.absorb("a", nodes.sum() - edges.sum())
     groups = {3: torch.tensor([0, 1, 1]), 2: torch.tensor([1, 0])}
     torch.testing.assert_close(tally.split(groups, 2), torch.tensor([3.0 - 0.25, 18.0 - 0.5], dtype=torch.float64))
     assert tally.total(tally.absorbed) == 21.0 - 0.75
     assert tally.split({3: groups[3]}, 2) is None  # the edges' rows have no groups
     assert tally.split({3: groups[3], 2: None}, 2) is None
-    zeros = torch.zeros(5, 2)
-    tally.absorb_rows("c", zeros.sum(), (zeros,))  # rows without groups, but nothing kept on them
+    tally.rows[5] = torch.zeros(5, dtype=torch.float64)  # rows without groups, but nothing kept on them
     torch.testing.assert_close(tally.split(groups, 2), torch.tensor([3.0 - 0.25, 18.0 - 0.5], dtype=torch.float64))
-    tally.absorb("b", torch.tensor(1.0))  # an amount without rows
-    assert tally.split(groups, 2) is None and tally.total(tally.absorbed) == 22.0 - 0.75
+    tally.unsplit = True  # an amount without rows
+    assert tally.split(groups, 2) is None

@@ -1,10 +1,12 @@
 """Models without a graph (lrp_lib.explain.tensors.explain_tensor): an MLP and a CNN with max and average pooling
-against Captum's LRP (an independent implementation of the epsilon rule) and Zennit's (epsilon and z+), both
-mechanisms alike on a transformer block with its relevance accounted, input times gradient where LRP-0 equals it,
+against Captum's LRP (an independent implementation of the epsilon rule) and Zennit's (epsilon and z+), a
+transformer block against the relevance primitives' values, with its relevance accounted, input times gradient
+where LRP-0 equals it,
 and the errors for bad input."""
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,9 @@ from torch import nn
 from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.function_mode import UnsupportedModelError
 from lrp_lib.explain.tensors import explain_tensor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_primitive_reference as reference  # noqa: E402
 
 
 class MLP(nn.Module):
@@ -46,9 +51,8 @@ def _captum(model, x, target):
         return captum_lrp(model).attribute(x.clone().requires_grad_(True), target=target).detach()
 
 
-@pytest.mark.parametrize("mechanism", ["forward", "functions"])
 @pytest.mark.parametrize("net,shape", [(MLP, (6, 12)), (CNN, (5, 2, 8, 8))], ids=["mlp", "cnn"])
-def test_equals_captum_lrp_epsilon(net, shape, mechanism):
+def test_equals_captum_lrp_epsilon(net, shape):
     """Captum's LRP: the epsilon rule with eps = 1e-9 on linear maps, convolutions and average pooling, the
     maximum's winner taking a max pool's relevance, the bias inside z, from the target's logit.  (Captum applies
     the epsilon rule to the max pool as well, so its winner gets R z / (z + eps): up to eps / z less, a few 1e-6
@@ -57,7 +61,7 @@ def test_equals_captum_lrp_epsilon(net, shape, mechanism):
     model = net().double().eval()
     x = torch.rand(*shape, dtype=torch.float64)
     target = torch.arange(shape[0]) % 4
-    got = explain_tensor(model, x, target, rule=Epsilon(1e-9), mechanism=mechanism)
+    got = explain_tensor(model, x, target, rule=Epsilon(1e-9))
     want = _captum(model, x, target)
     torch.testing.assert_close(got.relevance, want, rtol=1e-5, atol=1e-8)
     assert float(want.abs().sum()) > 0.1
@@ -84,10 +88,9 @@ def zennit(monkeypatch):
     return pytest.importorskip("zennit")
 
 
-@pytest.mark.parametrize("mechanism", ["forward", "functions"])
 @pytest.mark.parametrize("rule", ["epsilon", "zplus"])
 @pytest.mark.parametrize("net,shape", [(MLP, (6, 12)), (CNN, (5, 2, 8, 8))], ids=["mlp", "cnn"])
-def test_equals_zennit(zennit, net, shape, rule, mechanism):
+def test_equals_zennit(zennit, net, shape, rule):
     """Zennit's Epsilon(1e-6) and ZPlus on every linear map and convolution, Norm on the average pool (the
     proportional split), the max pool passing the gradient to its winner, from the target's logit: the same
     relevance, with signed inputs (Zennit's ZPlus without its stabiliser, as lrp_lib's z+ has none).  (Its
@@ -106,7 +109,7 @@ def test_equals_zennit(zennit, net, shape, rule, mechanism):
     with Gradient(model, composite) as attributor:
         _, want = attributor(x, lambda out: torch.zeros_like(out).scatter(1, target[:, None],
                                                                           out.gather(1, target[:, None])))
-    got = explain_tensor(model, x, target, rule=rule, mechanism=mechanism)
+    got = explain_tensor(model, x, target, rule=rule)
     assert float(want.abs().sum()) > 1e-3
     torch.testing.assert_close(got.relevance, want, rtol=1e-9, atol=1e-14)
 
@@ -126,29 +129,19 @@ def test_lrp0_of_a_bias_free_relu_network_is_input_times_gradient():
 
 
 @pytest.mark.parametrize("rule", ["epsilon", "zplus"])
-def test_a_transformer_block_both_mechanisms(rule):
+def test_a_transformer_block_gives_the_primitives_relevance(rule):
     """nn.TransformerEncoderLayer (attention written out: the softmax by AttnLRP's rule, the attention weights
-    held constant, layer norm by the identity through the normalisation): the forward rules give the primitives'
-    relevance, and relevance, kept amounts and residual add up to the explained value."""
-    torch.manual_seed(0)
-    block = nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True)
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.block, self.head = block, nn.Linear(8, 3)
-
-        def forward(self, x):
-            return self.head(self.block(x).mean(1))
-
-    model = Net().double().eval()
-    x = torch.randn(4, 5, 8, dtype=torch.float64)
-    a = explain_tensor(model, x, rule=rule, mechanism="functions")
-    b = explain_tensor(model, x, rule=rule, mechanism="forward")
-    torch.testing.assert_close(b.relevance, a.relevance, rtol=1e-9, atol=1e-12)
-    assert b.bias_relevance == pytest.approx(a.bias_relevance, abs=1e-9)
-    total = float(b.relevance.sum()) + b.bias_relevance + b.relevance_residual
-    assert total == pytest.approx(float(b.explained.sum()), rel=1e-9)
+    held constant, layer norm by the identity through the normalisation): the forward rules give the relevance
+    the relevance primitives gave (written down before they were removed: make_primitive_reference.py), and
+    relevance, kept amounts and residual add up to the explained value."""
+    want = torch.load(reference.PATH, weights_only=True)["transformer"][rule]
+    got = reference.transformer(rule)
+    assert float(want["relevance"].abs().sum()) > 0.1
+    torch.testing.assert_close(got.relevance, want["relevance"], rtol=1e-9, atol=1e-12)
+    assert got.bias_relevance == pytest.approx(want["bias_relevance"], abs=1e-9)
+    torch.testing.assert_close(got.explained, want["explained"])
+    total = float(got.relevance.sum()) + got.bias_relevance + got.relevance_residual
+    assert total == pytest.approx(float(got.explained.sum()), rel=1e-9)
 
 
 def test_an_output_that_is_not_per_class_is_explained_as_it_is():
@@ -173,8 +166,6 @@ def test_bad_input_names_the_argument():
         explain_tensor(model, x, torch.tensor([0, 1, 2]))
     with pytest.raises(TypeError, match="target must be an int or an integer tensor"):
         explain_tensor(model, x, torch.tensor([0.0, 1.0]))
-    with pytest.raises(ValueError, match="mechanism must be 'forward' or 'functions'"):
-        explain_tensor(model, x, mechanism="hooks")
     with pytest.raises(UnsupportedModelError, match="in training mode"):
         explain_tensor(nn.Sequential(nn.Linear(12, 5), nn.Dropout(0.5)).train(), x)
 
