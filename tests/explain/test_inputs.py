@@ -69,7 +69,7 @@ def test_a_submodule_compiled_in_place_is_refused_with_its_name(how):
     else:
         model.conv1.compile(backend="aot_eager")
     with pytest.raises(UnsupportedModelError, match="submodule 'conv1' was compiled"):
-        _explain(model, "forward", x, edge_index)
+        _explain(model, x, edge_index)
     with pytest.raises(UnsupportedModelError, match="submodule 'conv1' was compiled"):
         walk_relevance(model, x, edge_index, torch.tensor([[4, 4, 4]]), index=4, target=0)
 
