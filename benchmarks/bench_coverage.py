@@ -383,7 +383,7 @@ def check_walks(model: nn.Module, inputs: dict, level: str, node_relevance: Tens
     by a norm's batch statistics, gives a graph alone other values than in the batch), or of the whole
     batch (its first graph's rows are compared: valid where the graphs do not interact).  A refusal of the walks (``WalksUndefinedError``, a ValueError: relevance moves
     between nodes outside message passing, or a layer propagates over another node set) is "refused".
-    A heterogeneous graph: walks of typed nodes (:mod:`lrp_lib.explain.walk_hetero`), summed by start
+    A heterogeneous graph: walks of typed nodes (:mod:`lrp_lib.explain.walks.hetero`), summed by start
     node per node type against ``node_relevance``, a dict node type -> relevance.  Returns
     ``walks`` (ok / refused / wrong / crash), ``walks_reason``,
     ``walks_count`` (the number of walks) and ``walks_error`` (the largest difference, relative to

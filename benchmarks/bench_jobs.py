@@ -40,7 +40,7 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import GCNConv, global_mean_pool
 
 import lrp_lib
-from lrp_lib.explain.job_batches import backend_of
+from lrp_lib.explain.jobs.batches import backend_of
 from lrp_lib.teach import graph
 from lrp_lib.book.pretrained import RETRAIN_ENV, load_or_train
 

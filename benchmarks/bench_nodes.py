@@ -55,7 +55,7 @@ from torch_geometric.nn import GCNConv, GINConv
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 from lrp_lib.core.modify import share_of
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.mode.forward import ForwardMode
 
 import results_file  # benchmarks/results_file.py
 

@@ -49,7 +49,7 @@ from torch_geometric.nn import GCNConv, global_add_pool
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import barabasi_albert_graph
 
-from lrp_lib.explain.walk_search import bounded_walks, enumerated_walks
+from lrp_lib.explain.walks.search import bounded_walks, enumerated_walks
 from lrp_lib.explain.walks import WalkModel, all_walks, subgraph_relevance, top_walks, walk_relevance
 
 import results_file  # benchmarks/results_file.py

@@ -1,4 +1,4 @@
-"""GNN-LRP walks on heterogeneous graphs (lrp_lib.explain.walk_hetero) against LRPExplainer's one explanation.
+"""GNN-LRP walks on heterogeneous graphs (lrp_lib.explain.walks.hetero) against LRPExplainer's one explanation.
 
     python benchmarks/bench_walks_hetero.py                 # node types of 20, 100, 400 nodes
     python benchmarks/bench_walks_hetero.py --sizes 20 100  # fewer sizes

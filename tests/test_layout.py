@@ -2,7 +2,8 @@
 
 ``lrp_lib.core`` imports nothing else from lrp_lib; ``lrp_lib.teach`` and ``lrp_lib.explain`` import
 ``core`` (and themselves) only, so the product never depends on the chapters' teaching code;
-``lrp_lib.book`` may import everything.
+``lrp_lib.book`` may import everything.  Inside ``lrp_lib.explain`` imports point down its layers
+(:data:`EXPLAIN_LAYERS`).
 """
 import ast
 from pathlib import Path
@@ -76,3 +77,51 @@ def test_the_layout_check_catches_a_wrong_arrow_and_a_private_import(tmp_path):
 def test_every_module_belongs_to_one_of_the_four_parts():
     assert {part_of(p) for p in MODULES} - {None} == set(ALLOWED)
     assert [p.name for p in MODULES if part_of(p) is None] == ["__init__.py"]
+
+
+#: The layers of ``lrp_lib.explain``, lowest first: a module imports from its own layer and the ones below
+#: (the modules of a sub-package from their own sub-package, not from a sibling of the same layer).
+EXPLAIN_LAYERS = [
+    {"mode"},
+    {"inputs", "targets", "propagate", "accounting", "masks"},
+    {"capture", "subgraphs", "walks"},
+    {"explainer", "algorithm", "relevance_pass", "pyg_explainer", "one_pass", "hetero", "tensors"},
+    {"jobs"},
+]
+
+
+def explain_unit(module: str) -> str | None:
+    """The sub-package or top-level module of ``lrp_lib.explain`` that ``module`` (dotted) belongs to."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["lrp_lib", "explain"] else None
+
+
+def layer_violations(path: Path, imports) -> list[str]:
+    rank = {unit: i for i, layer in enumerate(EXPLAIN_LAYERS) for unit in layer}
+    own = explain_unit(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+    out = []
+    for line, module, names in imports:
+        unit = explain_unit(module)
+        if own is None or unit is None or unit == own:
+            continue
+        if rank[unit] > rank[own] or (rank[unit] == rank[own] and rank[own] in (0, 2, 4)):
+            out.append(f"{path.relative_to(PACKAGE.parent)}:{line}: lrp_lib.explain.{own} imports {module}")
+    return out
+
+
+EXPLAIN = [p for p in MODULES if part_of(p) == "explain" and p != PACKAGE / "explain" / "__init__.py"]
+
+
+@pytest.mark.parametrize("path", EXPLAIN, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_explain_imports_point_down_its_layers(path):
+    assert layer_violations(path, lrp_imports(path)) == []
+
+
+def test_every_explain_unit_has_a_layer_and_the_check_catches_an_upward_import():
+    units = {explain_unit(".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts)) for p in EXPLAIN}
+    assert units == set().union(*EXPLAIN_LAYERS)
+    walks = PACKAGE / "explain" / "walks" / "model.py"
+    assert layer_violations(walks, [(1, "lrp_lib.explain.subgraphs", ["x"]), (2, "lrp_lib.explain.algorithm", ["y"]),
+                                    (3, "lrp_lib.explain.targets", ["z"])]) == [
+        "lrp_lib/explain/walks/model.py:1: lrp_lib.explain.walks imports lrp_lib.explain.subgraphs",
+        "lrp_lib/explain/walks/model.py:2: lrp_lib.explain.walks imports lrp_lib.explain.algorithm"]

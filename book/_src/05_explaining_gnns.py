@@ -254,7 +254,7 @@ glue("n_evaluation", f"{len(evaluation)}", display=False)
 #
 # `LRPExplainer` is a `torch_geometric.explain.ExplainerAlgorithm`, so it plugs into PyG's
 # `Explainer` like GNNExplainer does. It runs the model's own `forward`, unchanged, inside a
-# `torch.overrides.TorchFunctionMode` (`lrp_lib.explain.forward`) that sees every torch function the model
+# `torch.overrides.TorchFunctionMode` (`lrp_lib.explain.mode.forward`) that sees every torch function the model
 # calls on tensors that depend on the input, and computes each one so that it keeps its value but its
 # gradient becomes an LRP rule ([Rules as forward modifications](forward_rules.ipynb) derives each one): one
 # ordinary backward then leaves every input's relevance as input times gradient. Nothing is patched: the

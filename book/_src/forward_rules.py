@@ -207,7 +207,7 @@ for name, (got, want) in checks.items():
 
 # %%
 from lrp_lib.core.composites import get_composite  # noqa: E402
-from lrp_lib.explain.forward import ForwardMode  # noqa: E402
+from lrp_lib.explain.mode.forward import ForwardMode  # noqa: E402
 
 explanation = Explainer(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
                         edge_mask_type="object", model_config=RAW)(molecule.x, molecule.edge_index)

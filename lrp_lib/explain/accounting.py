@@ -13,7 +13,7 @@ edges into its nodes), :math:`B_g` what the biases and stabilisers kept (``bias_
 not conserve, or relevance that crossed to another group's nodes).
 
 The backward pass only totals :math:`\sum_g B_g` (one number per operation, in the mode's
-:class:`Tally`).  The split is found without a backward per group
+:class:`~lrp_lib.explain.mode.tally.Tally`).  The split is found without a backward per group
 when possible: the unaccounted value of a group, :math:`u_g = v_g - \sum_{i \in g} R_i`, is
 :math:`B_g + \rho_g`; one more backward, from the explained values scaled by distinct weights
 :math:`c_g \in [1, 2)`, totals :math:`\sum_g c_g B_g`, so that
@@ -32,10 +32,11 @@ with the biases.  So without the row sums below the usual cost is one more backw
 passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
 as when its graph is explained alone.
 
-Without that pass: a :class:`Tally` can also hold each kept amount per row of the tensors it was
-kept on (:class:`~lrp_lib.explain.forward.ProbeTally`, from probes per row), and where the caller knows the group of every row of every row count (the
+Without that pass: a :class:`~lrp_lib.explain.mode.tally.Tally` can also hold each kept amount per
+row of the tensors it was kept on (:class:`~lrp_lib.explain.mode.forward.ProbeTally`, from probes per
+row), and where the caller knows the group of every row of every row count (the
 nodes, and the edges of each message-passing step: ``per_index=True``,
-:class:`~lrp_lib.explain.layer_pruning.LayerPlan`), :math:`B_g` is read off directly; a group
+:class:`~lrp_lib.explain.subgraphs.layer_pruning.LayerPlan`), :math:`B_g` is read off directly; a group
 with :math:`|u_g - B_g|` above rounding has lost relevance, and otherwise :math:`B_g = u_g`,
 :math:`\rho_g = 0` as above.  A batch of graphs (:func:`batch_row_groups`) gives the group of the node
 rows and of the graph rows (pooled tensors); a rule that keeps relevance on other rows (the edges,
@@ -52,8 +53,9 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core import stabilizer
+from lrp_lib.explain.mode.tally import Tally
 
-__all__ = ["account", "account_one", "Tally", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
+__all__ = ["account", "account_one", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
 
 
 class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
@@ -116,92 +118,9 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
             torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device), finite)
 
 
-class Tally:
-    """Amounts of relevance kept by constants (biases, constant terms, stabilisers) or blocked, per label,
-    and, where known, what was kept per row of the tensors of each row count (:attr:`rows`, node-shaped and
-    edge-shaped tensors have different counts): :meth:`split` then gives each group's bias without more
-    backward passes (:attr:`unsplit`: not known).
-
-    The amounts are kept as they come, tensors of the backward's dtype, until one of the tables is read
-    (:attr:`absorbed`, :attr:`blocked`: ``{label: float amount}``): then all of them are read at once, with
-    one synchronisation, and summed label by label in the order they came."""
-
-    def __init__(self):
-        self._tables: dict[str, dict] = {"absorbed": {}, "blocked": {}}
-        self._pending: list[tuple[str, str, Tensor]] = []
-        self.rows: dict[int, Tensor] = {}
-        self.unsplit = True
-
-    def _put(self, table: str, label: str, amount: Tensor) -> None:
-        self._pending.append((table, label, amount.detach()))
-
-    def absorb(self, label: str, amount: Tensor) -> None:
-        self._put("absorbed", label, amount)
-
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        amounts = [a for _, _, a in pending]
-        if all(a.device == amounts[0].device and a.dtype == amounts[0].dtype for a in amounts):
-            read = torch.stack(amounts).tolist()  # one synchronisation
-        else:  # a model spread over devices or dtypes
-            read = [a.item() for a in amounts]
-        for (table, label, _), value in zip(pending, read):
-            target = self._tables[table]
-            target[label] = value if label not in target else target[label] + value
-
-    @property
-    def absorbed(self) -> dict[str, float]:
-        self._flush()
-        return self._tables["absorbed"]
-
-    @absorbed.setter
-    def absorbed(self, table: dict) -> None:
-        self._flush()
-        self._tables["absorbed"] = table
-
-    @property
-    def blocked(self) -> dict[str, float]:
-        self._flush()
-        return self._tables["blocked"]
-
-    @blocked.setter
-    def blocked(self, table: dict) -> None:
-        self._flush()
-        self._tables["blocked"] = table
-
-    @staticmethod
-    def total(table: dict) -> float:
-        return float(sum(table.values())) if table else 0.0
-
-    def read(self, table: dict) -> dict[str, float]:
-        return {k: float(v) for k, v in table.items()}
-
-    def split(self, row_groups: dict, num_groups: int) -> Tensor | None:
-        """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the
-        group of each row of the tensors of each row count; None where some non-zero amount has no
-        group."""
-        if self.unsplit:
-            return None
-        out = torch.zeros(num_groups, dtype=torch.float64)
-        for n, per_row in self.rows.items():
-            groups = row_groups.get(n)
-            if groups is None or groups.numel() != n:
-                if bool(per_row.any()):
-                    return None
-                continue  # nothing kept on these rows (e.g. attention weights, which pass no relevance)
-            out = out.to(per_row.device)
-            inside = groups >= 0
-            if not bool(inside.all()) and bool(per_row[~inside].any()):
-                return None
-            out.index_add_(0, groups[inside], per_row[inside])
-        return out
-
-
 def batch_row_groups(batch: Tensor) -> dict | None:
     """The group of each row of the tensors of a batch of graphs, by row count, for
-    :meth:`Tally.split`: the node rows (``batch``, the graph of each node) and the graph rows
+    :meth:`~lrp_lib.explain.mode.tally.Tally.split`: the node rows (``batch``, the graph of each node) and the graph rows
     (pooled tensors, the output: graph ``g`` in row ``g``).  None where a single graph needs no split.
     Tensors with other row counts (edge rows, where a rule keeps relevance on the edges) are not
     covered; where they keep some, the split gives None and :func:`account` runs its backward."""
@@ -250,7 +169,7 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     just run (its graph retained); ``tally``: the mode's tally after it; ``node_group``: the group
     of each node (``-1``: none), ``edge_group`` of each ``edge_attr`` row; ``row_group``: the group
     of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``.  ``row_groups``: for a
-    :class:`Tally`, the group of each row of the tensors of each row count; where it splits
+    :class:`~lrp_lib.explain.mode.tally.Tally`, the group of each row of the tensors of each row count; where it splits
     the tally, no backward pass is run again; ``split_losses=False``: only where it shows that no group
     lost relevance (a group that lost some then gets its bias from its own backward, as without
     ``row_groups``)."""

@@ -16,10 +16,10 @@ from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
 from lrp_lib.core.validation import check_batch
 from lrp_lib.explain.accounting import batch_row_groups
-from lrp_lib.explain.capture_cache import CaptureCache
+from lrp_lib.explain.capture.cache import CaptureCache
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.inputs import explainer_training_flag, uncompiled, usable, warn_training
-from lrp_lib.explain.layer_pruning import current_plan
+from lrp_lib.explain.subgraphs.layer_pruning import current_plan
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
 from lrp_lib.explain.relevance_pass import relevance
@@ -75,12 +75,12 @@ class LRPExplainer(ExplainerAlgorithm):
             ones come from fresh pages of the kernel on every allocation), at most
             ``chunk_size`` (default: no limit).  Each message-passing step passes only the edges
             into the nodes that the targets' outputs read of it (the last step: the targets'
-            in-edges; :mod:`~lrp_lib.explain.layer_pruning`).  The edges into the outermost
+            in-edges; :mod:`~lrp_lib.explain.subgraphs.layer_pruning`).  The edges into the outermost
             nodes are left out where no layer reads a sender's degree (``prune=None``,
             :func:`~lrp_lib.explain.subgraphs.prunable`); where the other layers are ``GCNConv``,
             which normalises by the senders' degrees, each outermost node gets one edge standing
             for all its in-edges, their number handed to ``gcn_norm`` as its weight
-            (:mod:`~lrp_lib.explain.border_degrees`: the same degrees, to the bit); any other
+            (:mod:`~lrp_lib.explain.subgraphs.border_degrees`: the same degrees, to the bit); any other
             model keeps the edges, so that every node has its full degree.  ``prune=False``
             prunes in no way.  Where a pruned pass does not reproduce the model's output at the
             targets, the chunk is explained again unpruned; an error says if the unpruned
@@ -91,7 +91,7 @@ class LRPExplainer(ExplainerAlgorithm):
             graph or target as the backward runs, and one more backward pass is needed only where
             some are kept on rows it cannot assign, such as the edges);
             ``"total"``: one number each, for the whole call (one backward pass).
-        fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.dispatch`), or
+        fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.mode.dispatch`), or
             ``False``, its reference dispatch: the same relevance, at a higher cost per call.
         replay: the second explanation of a graph (the same ``edge_index`` and other graph inputs by
             identity, unchanged, node features of the same shape, the same parameters and buffers) captures

@@ -8,10 +8,10 @@ r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algori
                                             return_type="raw"))
     explanation = explainer(data.x, data.edge_index, batch=data.batch)
 
-How it works.  The model runs unchanged inside a :class:`~lrp_lib.explain.function_mode.RelevanceMode`,
+How it works.  The model runs unchanged inside a :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode`,
 a :class:`torch.overrides.TorchFunctionMode` that sends every torch function the model calls on
 tensors depending on ``x`` (and on ``edge_attr``) to its rule, written as a forward that keeps the
-operation's value and changes its gradient (:mod:`lrp_lib.explain.forward`): linear maps get the rule that the
+operation's value and changes its gradient (:mod:`lrp_lib.explain.mode.forward`): linear maps get the rule that the
 :class:`~lrp_lib.core.composites.Composite` chooses for their weight, sums and aggregations split
 proportionally, max and min go to the winner, elementwise functions pass relevance unchanged,
 attention weights are held constant (CP-LRP) and other products split uniformly (AttnLRP).  So
@@ -22,10 +22,10 @@ of each ``edge_attr`` entry).  An operation without a rule that relevance reache
 ran outside the interception (a custom ``autograd.Function``), gives an
 :class:`UnsupportedModelError` naming it, never a wrong explanation.
 
-Edges (:mod:`lrp_lib.explain.edges`): a message hook on each ``MessagePassing`` module adds the
+Edges (:mod:`lrp_lib.explain.mode.edges`): a message hook on each ``MessagePassing`` module adds the
 relevance of the messages of edge :math:`j \to i`, summed over features and layers, to that edge;
 the self-loops a layer adds (GCN, GAT) leave their share with the node.  The rules are forward
-modifications (:mod:`lrp_lib.explain.forward`): each keeps its operation's value and changes its gradient, so
+modifications (:mod:`lrp_lib.explain.mode.forward`): each keeps its operation's value and changes its gradient, so
 the backward is PyTorch's own.  From the second explanation of a graph on, its forward is captured with
 PyTorch's ``make_fx`` and run without the model's or the rules' Python (:mod:`lrp_lib.explain.capture`);
 ``LRPExplainer(compile=True)`` hands it to ``torch.compile``.
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from lrp_lib.explain.accounting import LostRelevanceWarning
 from lrp_lib.explain.algorithm import DEFAULTS, LRPExplainer
-from lrp_lib.explain.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode.graph_check import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs
 from lrp_lib.explain.masks import relevance_mask
 from lrp_lib.explain.pyg_explainer import Explainer

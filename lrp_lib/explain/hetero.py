@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch_geometric.explain import HeteroExplanation
 
-from lrp_lib.explain.edges import HeteroEdgeRecorder
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.mode.edges import HeteroEdgeRecorder
+from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import check_hetero_inputs
 from lrp_lib.explain.masks import per_mask_type, relevance_mask
 from lrp_lib.explain.propagate import propagate

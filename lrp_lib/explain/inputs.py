@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.nn import GCNConv
 
-from lrp_lib.explain.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode.graph_check import UnsupportedModelError
 from lrp_lib.core.validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
 __all__ = ["check_inputs", "check_dtype", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",

@@ -1,5 +1,5 @@
 """One forward and one backward: :func:`propagate` runs the model inside a
-:class:`~lrp_lib.explain.function_mode.RelevanceMode` (with the message hooks recording edge
+:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` (with the message hooks recording edge
 relevance), refuses what relevance cannot pass through, and sends the explained output's
 relevance back to the inputs."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.explain.config import ModelConfig
 
-from lrp_lib.explain.edges import ensure_hooks, recording
-from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.mode.edges import ensure_hooks, recording
+from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.targets import explained_logits, start_of
 
 __all__ = ["propagate", "forward_in_mode", "check_blocked"]

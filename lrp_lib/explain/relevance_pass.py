@@ -1,8 +1,8 @@
 r"""One explanation: the model's forward under the rules, one backward, and its accounts.
 
 :func:`relevance` runs what :class:`~lrp_lib.explain.algorithm.LRPExplainer` asks for once: the model's own
-forward inside the interception (:class:`~lrp_lib.explain.forward.ForwardMode`), or its
-captured graph (:mod:`lrp_lib.explain.capture`, :mod:`lrp_lib.explain.capture_cache`); then one backward from the explained output, and the accounts of what the
+forward inside the interception (:class:`~lrp_lib.explain.mode.forward.ForwardMode`), or its
+captured graph (:mod:`lrp_lib.explain.capture`, :mod:`lrp_lib.explain.capture.cache`); then one backward from the explained output, and the accounts of what the
 biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
 """
 from __future__ import annotations
@@ -14,11 +14,12 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.explain.accounting import Tally, account, account_one, lost_relevance
-from lrp_lib.explain.edges import EdgeRecorder
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.accounting import account, account_one, lost_relevance
+from lrp_lib.explain.mode.tally import Tally
+from lrp_lib.explain.mode.edges import EdgeRecorder
+from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import check_inputs, checked_by_explainer
-from lrp_lib.explain.layer_pruning import current_plan
+from lrp_lib.explain.subgraphs.layer_pruning import current_plan
 from lrp_lib.explain.propagate import propagate
 from lrp_lib.explain.targets import explained_of, start_of
 

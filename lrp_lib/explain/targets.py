@@ -15,7 +15,7 @@ from torch import Tensor
 from torch_geometric.explain.config import ModelConfig, ModelMode, ModelReturnType
 
 if TYPE_CHECKING:
-    from lrp_lib.explain.function_mode import RelevanceMode
+    from lrp_lib.explain.mode.function_mode import RelevanceMode
 
 __all__ = ["explained_logits", "start_relevance", "start_of", "check_index", "check_graph_rows"]
 

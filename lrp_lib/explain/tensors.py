@@ -3,7 +3,7 @@ r"""Models without a graph: :func:`explain_tensor`, the relevance of a plain ten
 The interception that explains a PyG model through its own ``forward`` does not need a graph: any
 ``torch.nn.Module`` called on one tensor (an MLP, a CNN with max and average pooling, a transformer block) runs
 under the same mode, each torch function getting its rule.  :func:`explain_tensor` does that, with the
-rules as forward modifications (:mod:`lrp_lib.explain.forward`: one ordinary backward, relevance = input times
+rules as forward modifications (:mod:`lrp_lib.explain.mode.forward`: one ordinary backward, relevance = input times
 gradient), and returns the input's relevance with the same accounts as ``LRPExplainer``.
 
     >>> result = explain_tensor(model, images, target=labels, rule="epsilon")
@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import uncompiled
 from lrp_lib.explain.propagate import check_blocked
 
@@ -52,7 +52,7 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
             network it is Gradient :math:`\times` Input), or ``composite``: rules per module
             (:class:`~lrp_lib.core.composites.Composite`).
 
-    Raises :class:`~lrp_lib.explain.function_mode.UnsupportedModelError` where relevance reaches an operation
+    Raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError` where relevance reaches an operation
     without a rule, with its name and amount."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

@@ -5,7 +5,7 @@ from torch import nn
 from torch_geometric.nn import GCNConv
 
 from lrp_lib.core.composites import Composite, get_composite
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.core.rules import Epsilon, Gamma, ZBox, ZPlus
 
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 from torch_geometric.nn import GCNConv, global_mean_pool
 
-from lrp_lib.explain.accounting import LostRelevanceWarning, Tally, account, account_one
+from lrp_lib.explain.accounting import LostRelevanceWarning, account, account_one
+from lrp_lib.explain.mode.tally import Tally
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 
 

@@ -1,4 +1,4 @@
-"""GCN's degrees at the border from counted edges (:mod:`lrp_lib.explain.border_degrees`).
+"""GCN's degrees at the border from counted edges (:mod:`lrp_lib.explain.subgraphs.border_degrees`).
 
 A union built with ``border="counted"`` and weighed by the hook must give each GCN layer the
 normalisation of the union with every border edge, to the bit, and ``per_index=True`` the same
@@ -17,9 +17,9 @@ from torch_geometric.nn import GCNConv, GINConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from lrp_lib.explain import subgraphs
-from lrp_lib.explain.border_degrees import CountedBorder, counted_border
+from lrp_lib.explain.subgraphs.border_degrees import CountedBorder, counted_border
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.unions import k_hop_union, union_graph
+from lrp_lib.explain.subgraphs.unions import k_hop_union, union_graph
 
 
 def graph(n=50, e=200, loops=12, seed=0):

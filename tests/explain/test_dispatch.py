@@ -1,5 +1,5 @@
-"""The fast dispatch of :class:`~lrp_lib.explain.function_mode.RelevanceMode`, the interception (routes decided once per
-function, :mod:`lrp_lib.explain.dispatch`) against its reference dispatch (``fast=False``: the
+"""The fast dispatch of :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode`, the interception (routes decided once per
+function, :mod:`lrp_lib.explain.mode.dispatch`) against its reference dispatch (``fast=False``: the
 function's name tested against each table on every call): the same decisions for every function
 name, and bitwise the same relevance for every model of the coverage zoo
 (``benchmarks/bench_coverage.py``) that LRPExplainer explains, the same error for every model it
@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from lrp_lib.core.rules import Epsilon
-from lrp_lib.explain import dispatch
-from lrp_lib.explain.dispatch import HANDLERS, classify, route_of
+from lrp_lib.explain.mode import dispatch
+from lrp_lib.explain.mode.dispatch import HANDLERS, classify, route_of
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
+from lrp_lib.explain.mode.forward import ForwardMode
+from lrp_lib.explain.mode.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PLAIN, SIGN_FLIPS)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

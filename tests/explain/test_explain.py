@@ -16,7 +16,7 @@ from torch_geometric.nn import MLP
 
 from lrp_lib.teach import graph as G
 from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.teach.mode import relevance
 from lrp_lib.core.rules import Epsilon, Gamma
 
@@ -605,7 +605,7 @@ def test_hgt_joins_all_edge_types_into_one_index():
     # on every layer's messages; under the forward rules its gradient is each edge's relevance
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
     from lrp_lib.core.composites import get_composite
-    from lrp_lib.explain.forward import ForwardMode
+    from lrp_lib.explain.mode.forward import ForwardMode
     mask = torch.ones(sum(v.shape[1] for v in HETERO_EI.values()), dtype=torch.float64, requires_grad=True)
     set_masks(model, mask, torch.cat(list(HETERO_EI.values()), 1), apply_sigmoid=False)
     leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}

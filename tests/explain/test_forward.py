@@ -1,4 +1,4 @@
-"""The rules as forward modifications (lrp_lib.explain.forward, ``LRPExplainer()``): every case of the coverage
+"""The rules as forward modifications (lrp_lib.explain.mode.forward, ``LRPExplainer()``): every case of the coverage
 zoo against the relevance primitives, an independent implementation of the same rules (their values, written
 down before they were removed: ``make_primitive_reference.py``),
 input times gradient of the unmodified model where LRP-0 equals it, per_index, a blocked operation refused with
@@ -15,7 +15,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
 from lrp_lib.core.composites import get_composite
 from lrp_lib.explain.explainer import Explainer, LRPExplainer, UnsupportedModelError
-from lrp_lib.explain.forward import ForwardMode
+from lrp_lib.explain.mode.forward import ForwardMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_primitive_reference as reference  # noqa: E402

@@ -14,8 +14,8 @@ from torch_geometric.nn import GCNConv, global_add_pool
 from lrp_lib.teach import graph as G
 from lrp_lib.teach import ops
 from lrp_lib.core.composites import Composite
-from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.mode.forward import ForwardMode
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.teach.mode import relevance
 from lrp_lib.core.rules import Epsilon, Gamma
 

@@ -1,4 +1,4 @@
-"""The calls the relevance mode does not send to a rule (:mod:`lrp_lib.explain.inplace`): in-place
+"""The calls the relevance mode does not send to a rule (:mod:`lrp_lib.explain.mode.inplace`): in-place
 operations give the relevance of their out-of-place versions; dropout in training mode is refused, in eval mode it passes relevance through; a
 ``.data`` read stops relevance and is reported."""
 import pytest
@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 from torch import nn
 
-from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.mode.forward import ForwardMode
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
 
 class Net(nn.Module):

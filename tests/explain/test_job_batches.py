@@ -1,9 +1,9 @@
-"""lrp_lib.explain.job_batches: which way a batch is explained, and the rows it gives."""
+"""lrp_lib.explain.jobs.batches: which way a batch is explained, and the rows it gives."""
 import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from lrp_lib.explain.job_batches import (GraphBatch, PyGBatch, backend_of, batch_explainer, relevance_pass_of,
+from lrp_lib.explain.jobs.batches import (GraphBatch, PyGBatch, backend_of, batch_explainer, relevance_pass_of,
                                          resolve_target, rows_of)
 
 

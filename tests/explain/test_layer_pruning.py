@@ -1,4 +1,4 @@
-"""Per-layer pruning of ``per_index=True`` (:mod:`lrp_lib.explain.layer_pruning`).
+"""Per-layer pruning of ``per_index=True`` (:mod:`lrp_lib.explain.subgraphs.layer_pruning`).
 
 The pruned pass (each message-passing step along the edges into the nodes that the targets'
 outputs read) must give the relevance of the unpruned one (``prune=False``), value for value
@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from torch import nn
 from torch_geometric.nn import GATConv, GCNConv, GINConv, GINEConv, GraphConv, SAGEConv
 
-from lrp_lib.explain import layer_pruning, subgraphs
+from lrp_lib.explain import subgraphs
+from lrp_lib.explain.subgraphs import layer_pruning
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.layer_pruning import LayerPlan, pruned_layers
+from lrp_lib.explain.subgraphs.layer_pruning import LayerPlan, pruned_layers
 
 
 class Net(nn.Module):
@@ -271,7 +272,7 @@ def test_a_tally_splits_by_rows_or_says_it_cannot():
     """What each row kept (``Tally.rows``, by row count: +what node rows received less what they passed on, -what
     edge rows did) summed by the group of each row; None where a row that kept something has no group, or where
     an amount came without its rows."""
-    from lrp_lib.explain.accounting import Tally
+    from lrp_lib.explain.mode.tally import Tally
 
     tally = Tally()
     nodes, edges = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), torch.tensor([0.5, 0.25])

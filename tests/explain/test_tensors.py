@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from lrp_lib.core.rules import Epsilon
-from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.tensors import explain_tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

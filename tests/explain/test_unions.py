@@ -1,4 +1,4 @@
-"""The k-hop subgraphs of many targets as one union (:mod:`lrp_lib.explain.unions`), against a
+"""The k-hop subgraphs of many targets as one union (:mod:`lrp_lib.explain.subgraphs.unions`), against a
 breadth-first search per target written from the definition; and the memory estimate of a pass
 over it (:func:`lrp_lib.explain.subgraphs.pass_bytes`)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lrp_lib.explain.subgraphs import EDGE_BYTES, pass_bytes
-from lrp_lib.explain.unions import k_hop_union, union_graph, with_border
+from lrp_lib.explain.subgraphs.unions import k_hop_union, union_graph, with_border
 
 
 def csr(edge_index, n):

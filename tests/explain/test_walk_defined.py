@@ -1,4 +1,4 @@
-"""Where GNN-LRP's walks are not defined, WalkModel refuses (lrp_lib.explain.walk_defined): relevance
+"""Where GNN-LRP's walks are not defined, WalkModel refuses (lrp_lib.explain.walks.defined): relevance
 moving between nodes outside message passing, relevance leaving the explained node after the last
 layer, a propagate over another node set.  Where they are defined (row-wise norms, a graph-level head
 with attention, ARMAConv's stacks, GCN2Conv's in-place update and initial residual), the walks summed

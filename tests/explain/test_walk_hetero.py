@@ -20,7 +20,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
-from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.walks import (HeteroWalkModel, WalksUndefinedError, all_walks, subgraph_relevance, top_walks,
                                    walk_relevance, walk_scores)
 

@@ -1,6 +1,6 @@
 """The walk algebra and the bounded search against the masked backwards of the whole graph.
 
-``WalkModel`` scores walks with :mod:`lrp_lib.explain.walk_algebra` (per-node matrices, per-edge
+``WalkModel`` scores walks with :mod:`lrp_lib.explain.walks.algebra` (per-node matrices, per-edge
 shares) where the model decomposes; the reference here is the same recorded graph with the algebra
 switched off: one masked backward per walk (test_walk_exact checks that backward against a
 reference from the definition and against LRPExplainer).  ``top_walks`` is a branch and bound; the
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lrp_lib.core.rules import Gamma
-from lrp_lib.explain.walk_search import bounded_walks
+from lrp_lib.explain.walks.search import bounded_walks
 from lrp_lib.explain.walks import WalkModel, all_walks, top_walks, walk_scores  # noqa: F401
 
 from test_walk_exact import EDGE_INDEX, GINE, KINDS, N, F_IN, JKResidual, make
@@ -172,7 +172,7 @@ def test_tied_walks_are_chosen_by_their_nodes_not_by_rounding():
     and the same walks whatever the rounding."""
     from torch_geometric.nn import GCNConv
 
-    from lrp_lib.explain.walk_search import TIE, select
+    from lrp_lib.explain.walks.search import TIE, select
     from lrp_lib.explain.walks import WalkModel, all_walks, top_walks
 
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 r"""The rules as forward modifications: :class:`ForwardMode`, one ordinary backward.
 
-:class:`~lrp_lib.explain.function_mode.RelevanceMode` intercepts every torch function a model calls and
+:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` intercepts every torch function a model calls and
 sends each operation on input-dependent tensors to a rule family (identity, linear maps, weighted maps,
 sums, products, softmax, norms, blocked operations).  :class:`ForwardMode` writes each family as a forward
 that keeps the operation's value and changes its gradient (:mod:`lrp_lib.core.modify`, and each rule's
@@ -11,7 +11,7 @@ tensor :math:`t` is :math:`t \odot \partial f/\partial t`:
   :math:`R_0 / f` (:func:`~lrp_lib.core.modify.share_of`);
 * the node features and ``edge_attr``: input times gradient;
 * the edges: the relevance of each layer's messages, messages times their gradient (a hook on the message
-  tensor, :class:`~lrp_lib.explain.edges.EdgeRecorder`), summed over features and added to the message's
+  tensor, :class:`~lrp_lib.explain.mode.edges.EdgeRecorder`), summed over features and added to the message's
   input edge;
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
@@ -30,9 +30,9 @@ from torch import Tensor, nn
 from lrp_lib.core import modify
 from lrp_lib.core.linear_map import LinearMap
 from lrp_lib.core.stabilizer import stabilize
-from lrp_lib.explain.accounting import Tally
-from lrp_lib.explain.edges import EdgeRecorder
-from lrp_lib.explain.function_mode import RelevanceMode
+from lrp_lib.explain.mode.tally import Tally
+from lrp_lib.explain.mode.edges import EdgeRecorder
+from lrp_lib.explain.mode.function_mode import RelevanceMode
 
 __all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally"]
 
@@ -42,7 +42,7 @@ NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs __abs__
 
 
 class ForwardFamilies:
-    """The rule families that :class:`~lrp_lib.explain.function_mode.RelevanceMode` and its handlers call,
+    """The rule families that :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` and its handlers call,
     each as a forward modification."""
 
     def _in(self, t: Tensor, rows: bool = True) -> Tensor:
@@ -265,7 +265,7 @@ class ProbeTally(Tally):
     (:meth:`backward`): what the operations that can keep relevance kept (biases, constant terms and
     stabilisers: the relevance they received less what they passed on), and what reached each operation
     without a rule.  With probes per row (``ForwardMode(rows=True)``) also what was kept per row of the
-    tensors of each row count (:class:`~lrp_lib.explain.accounting.Tally`'s ``rows``), which splits the
+    tensors of each row count (:class:`~lrp_lib.explain.mode.tally.Tally`'s ``rows``), which splits the
     accounts by graph or target without another backward."""
 
     def __init__(self, mode: "ForwardMode"):
@@ -309,11 +309,11 @@ class ProbeTally(Tally):
 
 
 class ForwardMode(ForwardFamilies, RelevanceMode):
-    """:class:`~lrp_lib.explain.function_mode.RelevanceMode` with every rule a forward modification: after
+    """:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with every rule a forward modification: after
     the forward, one ordinary backward (its :attr:`tally`'s :meth:`ProbeTally.backward`) leaves
     :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``probes`` holds ``(label, output, probe)``
-    of each operation without a rule; ``recorder`` the :class:`~lrp_lib.explain.edges.EdgeRecorder` (or
-    :class:`~lrp_lib.explain.edges.HeteroEdgeRecorder`) of the edges, if any."""
+    of each operation without a rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` (or
+    :class:`~lrp_lib.explain.mode.edges.HeteroEdgeRecorder`) of the edges, if any."""
 
     def __init__(self, composite="epsilon", model: nn.Module | None = None, fast: bool = True, rows: bool = False):
         super().__init__(composite, model, fast=fast)

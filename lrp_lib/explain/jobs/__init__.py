@@ -63,8 +63,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from lrp_lib.explain.job_batches import backend_of, batch_explainer
-from lrp_lib.explain.job_store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
+from lrp_lib.explain.jobs.batches import backend_of, batch_explainer
+from lrp_lib.explain.jobs.store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
                                        part_name, pyarrow_modules, read_explanations, read_manifests, write_atomic)
 
 __all__ = ["explain_dataset", "read_explanations", "COLUMNS", "MODES", "main"]
@@ -310,7 +310,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         if started:
             dist.destroy_process_group()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

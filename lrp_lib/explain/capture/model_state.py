@@ -1,6 +1,6 @@
 r"""What an explanation kept for later calls depends on in the model: :func:`model_state` (its parameters
 and buffers, its modules' training flags, whether hooks would run Python in its forward) and :func:`hooked`
-(which hooks, named).  :class:`~lrp_lib.explain.capture_cache.CaptureCache` keys its captured explanations by
+(which hooks, named).  :class:`~lrp_lib.explain.capture.cache.CaptureCache` keys its captured explanations by
 them: a captured graph runs no hook, and holds the parameters it was captured with.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _modules(model: nn.Module) -> list[nn.Module]:
 _torch_module = torch.nn.modules.module
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                  "_global_backward_pre_hooks")
-_OWN_HOOKS = "lrp_lib.explain.edges"  # the message hooks of edge relevance, which run in every explanation
+_OWN_HOOKS = "lrp_lib.explain.mode.edges"  # the message hooks of edge relevance, which run in every explanation
 _HOOK_DICTS: dict = {}  # a MessagePassing class -> the names of its hook dictionaries
 
 

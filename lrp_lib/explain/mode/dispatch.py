@@ -1,34 +1,34 @@
-"""What :class:`~lrp_lib.explain.function_mode.RelevanceMode` does with each torch function, decided
+"""What :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` does with each torch function, decided
 once per function: :func:`route_of`.
 
 The mode sees every torch function the model calls (about two hundred per forward of a three-layer
 GCN, most of them on constants: degrees, self-loops, ``.size()``, ``.layout``).  Which rule family
 a function belongs to depends only on the function (its name, looked up in the tables of
-:mod:`lrp_lib.explain.op_tables` and the handlers of :mod:`lrp_lib.explain.handlers` and
-:mod:`lrp_lib.explain.recurrent`), so it is decided the first time the function is seen and kept
+:mod:`lrp_lib.explain.mode.op_tables` and the handlers of :mod:`lrp_lib.explain.mode.handlers` and
+:mod:`lrp_lib.explain.mode.recurrent`), so it is decided the first time the function is seen and kept
 in a dictionary keyed by the function: a :class:`Route`.  The mode's fast dispatch reads the route
 instead of testing the name against each table on every call; the decisions are those of the
 mode's reference dispatch (``RelevanceMode(fast=False)``), which tests the names on every call.
 
 One shortcut changes nothing in the result: reading a tensor's metadata (``.layout``, ``.device``,
 ``.dtype``, ``.shape``, ``.grad_fn`` ...: :data:`METADATA`) returns no tensor, so the mode runs it
-at once, as it runs :data:`~lrp_lib.explain.op_tables.PLAIN` functions, without asking whether its
+at once, as it runs :data:`~lrp_lib.explain.mode.op_tables.PLAIN` functions, without asking whether its
 tensor depends on the input.
 """
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from lrp_lib.explain import handlers, recurrent
-from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
+from lrp_lib.explain.mode import handlers, recurrent
+from lrp_lib.explain.mode.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PLAIN, SIGN_FLIPS)
 
 __all__ = ["Route", "route_of", "classify", "HANDLERS", "METADATA", "PLAIN_ROUTE", "DETACH_ROUTE", "GET_ROUTE",
            "DROPOUT_ROUTE", "PASS_ROUTE", "COPY_ROUTE", "INPLACE_ROUTE", "HANDLER_ROUTE", "IDENTITY_ROUTE",
            "BLOCKED_ROUTE"]
 
-#: The handler of each torch function with a rule of its own (:mod:`lrp_lib.explain.handlers`,
-#: :mod:`lrp_lib.explain.recurrent`).
+#: The handler of each torch function with a rule of its own (:mod:`lrp_lib.explain.mode.handlers`,
+#: :mod:`lrp_lib.explain.mode.recurrent`).
 HANDLERS = {**handlers.HANDLERS, **recurrent.HANDLERS}
 
 #: Tensor attributes whose value is not a tensor (read through ``__get__``): run as they are.

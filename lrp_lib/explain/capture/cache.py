@@ -10,8 +10,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
-from lrp_lib.explain.function_mode import UnsupportedModelError
-from lrp_lib.explain.model_state import hooked, model_state
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
+from lrp_lib.explain.capture.model_state import hooked, model_state
 
 __all__ = ["CaptureCache"]
 

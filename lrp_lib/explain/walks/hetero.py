@@ -11,12 +11,12 @@ their messages, as a homogeneous walk keeps the messages of parallel edges.
 
 The nodes of all types get one global id each: type :math:`\tau` (in the order of ``x``'s keys)
 holds ids ``offset[τ] .. offset[τ] + count[τ] - 1``.  The model runs once, cut at every
-``propagate`` (:mod:`lrp_lib.explain.walk_graph` with a :class:`HeteroLayout`); the layers of one
+``propagate`` (:mod:`lrp_lib.explain.walks.graph` with a :class:`HeteroLayout`); the layers of one
 step are the propagates of the relations (``to_hetero`` and ``HeteroConv`` call one module per edge
 type), so a cut's *time* is not its call's rank but found from the cuts it depends on: the
 propagate that reads cuts of time at most :math:`t - 1` is a step :math:`t`, and each cut's rows
 are the nodes of the one node type it depends on.  The queries are the masked backwards of
-:class:`~lrp_lib.explain.walk_model.WalkModel` on the global ids (exact; the per-node algebra of
+:class:`~lrp_lib.explain.walks.model.WalkModel` on the global ids (exact; the per-node algebra of
 homogeneous graphs, with one feature size for all nodes, is not used: ``top_walks`` scores every
 walk).  Consequences, as for homogeneous graphs: the walks summed by start node are
 ``LRPExplainer``'s node relevance of each node type; what the messages of step :math:`t` carry
@@ -24,9 +24,9 @@ along :math:`j \to k` of edge type :math:`e` (``LRPExplainer``'s edge relevance 
 summed over the steps) is the relevance of the walks through that step plus what earlier biases
 keep of it.
 
-Refused (:class:`~lrp_lib.explain.walk_defined.WalksUndefinedError`) where refused on homogeneous
+Refused (:class:`~lrp_lib.explain.walks.defined.WalksUndefinedError`) where refused on homogeneous
 graphs; a propagate over one tensor holding several node types (``HGTConv`` concatenates them into
-one graph) raises :class:`~lrp_lib.explain.function_mode.UnsupportedModelError`: its walks are
+one graph) raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError`: its walks are
 defined but its rows are not told apart here.
 """
 from __future__ import annotations
@@ -34,12 +34,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs
 from lrp_lib.explain.inputs import uncompiled
-from lrp_lib.explain.walk_defined import check_walks_defined
-from lrp_lib.explain.walk_graph import WalkGraph
-from lrp_lib.explain.walk_model import WalkModel, check_walks, composite_of, explained_start, step_pairs
+from lrp_lib.explain.walks.defined import check_walks_defined
+from lrp_lib.explain.walks.graph import WalkGraph
+from lrp_lib.explain.walks.model import WalkModel, check_walks, composite_of, explained_start, step_pairs
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
 
@@ -87,7 +87,7 @@ class HeteroLayout:
     def place_tensor(self, t: Tensor, name: str = "the model", dim: int = 0) -> tuple:
         """(time, node type, offset, count) of a tensor with rows (along ``dim``) of one node type: the
         type it depends on, or of those the one with as many nodes as it has rows (where relevance
-        moves between the types without a message, :mod:`lrp_lib.explain.walk_defined` refuses)."""
+        moves between the types without a message, :mod:`lrp_lib.explain.walks.defined` refuses)."""
         found = self.locate(t)
         types = sorted({ty for _, ty in found}, key=str)
         rows = t.shape[dim] if t.dim() else None
@@ -140,7 +140,7 @@ class HeteroLayout:
 
 
 class HeteroWalkModel(WalkModel):
-    """:class:`~lrp_lib.explain.walk_model.WalkModel` of a heterogeneous graph (module docstring).
+    """:class:`~lrp_lib.explain.walks.model.WalkModel` of a heterogeneous graph (module docstring).
 
     Walks are LongTensors (W, L+1) of global node ids (``offset[τ] + j``) or lists of typed walks
     ``[((τ_0, j_0), ..., (τ_L, j_L)), ...]`` (:meth:`global_walks`, :meth:`typed_walks`).  ``index``:

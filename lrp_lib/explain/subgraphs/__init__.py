@@ -1,9 +1,9 @@
 r"""``per_index=True``: each target node explained over its own k-hop subgraph, many targets per
 forward and backward (:func:`explain_per_index`, on the disjoint union of their subgraphs built
-by :func:`~lrp_lib.explain.unions.k_hop_union`), in chunks whose size follows a memory budget
+by :func:`~lrp_lib.explain.subgraphs.unions.k_hop_union`), in chunks whose size follows a memory budget
 (:func:`chunk_bytes`, :func:`pass_bytes`).
 
-Pruning, twice.  Per layer (:mod:`lrp_lib.explain.layer_pruning`): the ``l``-th of ``hops``
+Pruning, twice.  Per layer (:mod:`lrp_lib.explain.subgraphs.layer_pruning`): the ``l``-th of ``hops``
 message-passing steps passes only the edges into nodes within ``hops - 1 - l`` hops of their
 target, which is all the targets' outputs read of it.  At the border: the edges into the nodes
 exactly ``num_hops`` hops from a target carry messages that reach the target only after more than
@@ -13,7 +13,7 @@ of a model whose message-passing layers are all of the types in :data:`PRUNABLE`
 into :math:`i` reads the features of :math:`i` and :math:`j`, the edge and :math:`i`'s own
 in-edges, never :math:`j`'s in-degree) leaves those edges out.  Where the other layers are
 ``GCNConv`` (:func:`countable`), each outermost node gets one edge standing for all its in-edges,
-whose number reaches ``gcn_norm`` as the edge's weight (:mod:`lrp_lib.explain.border_degrees`): the
+whose number reaches ``gcn_norm`` as the edge's weight (:mod:`lrp_lib.explain.subgraphs.border_degrees`): the
 same degrees from about a tenth of the edges, on a graph with ten edges per node.  Any other model
 keeps the border's edges, their senders outside the subgraph replaced by one zero-feature stand-in
 node per subgraph, so that every node keeps its in-degree (the per-layer pruning then passes them
@@ -37,10 +37,10 @@ from torch_geometric.explain.config import MaskType
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as pyg_conv
 
-from lrp_lib.explain.border_degrees import counted_border
+from lrp_lib.explain.subgraphs.border_degrees import counted_border
 from lrp_lib.explain.inputs import check_inputs
-from lrp_lib.explain.layer_pruning import pruned_layers
-from lrp_lib.explain.unions import KHopUnion, k_hop_union, union_graph, with_border
+from lrp_lib.explain.subgraphs.layer_pruning import pruned_layers
+from lrp_lib.explain.subgraphs.unions import KHopUnion, k_hop_union, union_graph, with_border
 
 __all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "countable", "chunk_bytes", "pass_bytes",
            "largest_tensor", "CPU_TENSOR_BYTES", "memory_budget", "predicted", "PROBE_TARGETS", "EDGE_BYTES"]
@@ -101,7 +101,7 @@ def prunable(model: nn.Module) -> bool:
 
 def countable(model: nn.Module) -> bool:
     """Whether the border of ``model``'s subgraphs can be counted instead of kept
-    (``border="counted"``, :mod:`lrp_lib.explain.border_degrees`): every message-passing layer is
+    (``border="counted"``, :mod:`lrp_lib.explain.subgraphs.border_degrees`): every message-passing layer is
     of a type in :data:`PRUNABLE` or a ``GCNConv``, which reads the senders' degrees only through
     ``gcn_norm``."""
     layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
@@ -222,7 +222,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     depends on, and, unless the model is :func:`prunable` (``prune=None``; ``prune=False`` never
     prunes), the edges into the outermost nodes (GCN's normalisation takes the degrees of the full
     graph).  Unless ``prune=False``, each message-passing step passes only the edges that the
-    targets' outputs read (:mod:`lrp_lib.explain.layer_pruning`).  A chunk holds as many targets
+    targets' outputs read (:mod:`lrp_lib.explain.subgraphs.layer_pruning`).  A chunk holds as many targets
     as keep the estimated memory of its pass (:func:`pass_bytes` of :func:`chunk_bytes`, measured
     on the model's forward over the subgraphs of the first :data:`PROBE_TARGETS` targets where the
     full graph's output is known from the explainer's prediction pass (:func:`predicted`), else

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from lrp_lib.explain.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
 
 __all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder",
            "message_relevance"]
@@ -150,7 +150,7 @@ class EdgeRecorder:
 
     def narrow(self, module, edges: Tensor, kept_edges: Tensor, kept: Tensor) -> None:
         """``module`` passes its messages along ``kept_edges``, the columns ``kept`` of ``edges``
-        (:mod:`lrp_lib.explain.layer_pruning`): their input edges are those of these columns."""
+        (:mod:`lrp_lib.explain.subgraphs.layer_pruning`): their input edges are those of these columns."""
         ids = self.edge_ids(edges)
         self.edges_of[id(module)] = kept_edges
         if ids is not None:

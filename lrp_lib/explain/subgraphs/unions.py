@@ -133,7 +133,7 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
       many edges it stands for; ``hops``, ``loops``: each full-graph node's number of self-loops,
       and ``counts``: of in-edges, are needed).  Summed as edge weights, the multiplicities give
       every node the in-degree that ``"all"`` gives it, with about one edge per outermost node
-      instead of its whole in-degree (:mod:`lrp_lib.explain.border_degrees` hands them to GCN).
+      instead of its whole in-degree (:mod:`lrp_lib.explain.subgraphs.border_degrees` hands them to GCN).
       Only without edge-level ``kwargs``.
     """
     if border not in BORDERS:

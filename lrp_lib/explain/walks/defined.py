@@ -5,11 +5,11 @@ A walk :math:`(j_0, \dots, j_L)` moves from node to node only along the messages
 with fixed statistics) must keep each node's relevance on that node's row.  The walks then
 partition the backward, and summed by start node they are ``LRPExplainer``'s node relevance.
 Where relevance moves between nodes *outside* message passing there is no walk it belongs to, so
-every walk relevance would be a wrong number: :class:`~lrp_lib.explain.walk_model.WalkModel`
+every walk relevance would be a wrong number: :class:`~lrp_lib.explain.walks.model.WalkModel`
 refuses such models with :class:`WalksUndefinedError`, naming the layer and the reason, when it
 is built.  Refused:
 
-* a piece of the model between two cuts (:mod:`lrp_lib.explain.walk_graph`) whose relevance
+* a piece of the model between two cuts (:mod:`lrp_lib.explain.walks.graph`) whose relevance
   backward moves relevance from one node's row to another's: a norm over the nodes of a graph
   (PyG's ``LayerNorm`` in its default ``mode='graph'``, ``GraphNorm``), attention over all nodes
   (``softmax(h h^T) h``, ``GPSConv``'s global attention), a mean over the nodes added back to
@@ -24,7 +24,7 @@ is built.  Refused:
 * a ``propagate`` over another node set than the input graph's (pooling and unpooling as in
   ``GraphUNet``, a readout by message passing to a graph node as in ``AttentiveFP``): a walk
   is a sequence of the input graph's nodes.  (Raised while recording, by
-  :mod:`lrp_lib.explain.walk_graph`.)
+  :mod:`lrp_lib.explain.walks.graph`.)
 
 The check is by probes, not by module types: for each piece, one backward of a random relevance
 :math:`G` and one of :math:`D_w G` (rows scaled by random weights :math:`w`); a piece that keeps
@@ -93,7 +93,7 @@ def _moved(a: Tensor, b: Tensor) -> float:
 
 def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int) -> None:
     """Raise :class:`WalksUndefinedError` where relevance moves between nodes outside message
-    passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walk_graph.WalkGraph`;
+    passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walks.graph.WalkGraph`;
     ``start``: the output's relevance; ``index``: the explained node (node level) or None."""
     cuts, n = graph.cuts, num_nodes
     dims = [None if c.kind == "attr" else node_dim_of(c.leaf, n if c.count is None else c.count, c.node_dim)

@@ -1,6 +1,6 @@
 r"""The calls that the relevance mode does not send to a rule: attribute reads (``.data``, ``.grad``,
 ``.T``), dropout, and in-place operations (:class:`SpecialCalls`, a part of
-:class:`~lrp_lib.explain.function_mode.RelevanceMode`).
+:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode`).
 
 * An attribute read gives the attribute, marked as depending on the input when it does; ``.data``
   is a detach, which the mode reports where relevance stops there.
@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.explain.dispatch import HANDLERS
-from lrp_lib.explain.graph_check import UnsupportedModelError
-from lrp_lib.explain.op_tables import AUGMENTED, IDENTITY
+from lrp_lib.explain.mode.dispatch import HANDLERS
+from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode.op_tables import AUGMENTED, IDENTITY
 
 __all__ = ["SpecialCalls"]
 

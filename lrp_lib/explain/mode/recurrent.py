@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.explain.graph_check import UnsupportedModelError
-from lrp_lib.explain.handlers import arg
+from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode.handlers import arg
 
 
 __all__ = ["HANDLERS"]

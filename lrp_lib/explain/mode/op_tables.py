@@ -1,10 +1,10 @@
 """What each torch function and autograd node is to relevance, by name.
 
-:class:`~lrp_lib.explain.function_mode.RelevanceMode` reads these tables to decide what a torch
+:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` reads these tables to decide what a torch
 function called on an input-dependent tensor becomes: nothing (:data:`PLAIN`: metadata,
 comparisons, integer results), a constant (:data:`DETACH`), itself (:data:`PASS`: copies and
 selections, whose gradient already routes relevance), the identity rule (:data:`IDENTITY`:
-elementwise functions of one input), or a handler of :mod:`lrp_lib.explain.handlers`.
+elementwise functions of one input), or a handler of :mod:`lrp_lib.explain.mode.handlers`.
 The mode's refusal of a tensor computed outside the interception names the autograd nodes on its way
 that are not in :data:`PASS_NODES`, those whose backward passes relevance unchanged.
 """

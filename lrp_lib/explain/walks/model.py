@@ -11,10 +11,10 @@ from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
 from lrp_lib.explain.targets import start_relevance
-from lrp_lib.explain.walk_algebra import NotDecomposable, WalkAlgebra
-from lrp_lib.explain.walk_defined import WalksUndefinedError, check_walks_defined
-from lrp_lib.explain.walk_graph import WalkGraph
-from lrp_lib.explain import walk_search
+from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra
+from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
+from lrp_lib.explain.walks.graph import WalkGraph
+from lrp_lib.explain.walks import search as walk_search
 
 __all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
            "composite_of", "step_pairs", "check_walks"]
@@ -107,7 +107,7 @@ class WalkModel:
     ``bias_relevance`` (what biases and stabilisers keep), ``edge_attr_relevance`` (E x D, or
     None), ``total`` (the relevance that reaches ``x``: the sum over all walks).
 
-    Raises :class:`~lrp_lib.explain.walk_defined.WalksUndefinedError` (a ValueError) where walks are
+    Raises :class:`~lrp_lib.explain.walks.defined.WalksUndefinedError` (a ValueError) where walks are
     not defined: relevance moving between nodes outside message passing (a graph-wise norm, attention
     over all nodes between two layers; a propagate whose update or message reads all nodes),
     relevance leaving the explained node after the last layer (node level), or a layer propagating
@@ -155,7 +155,7 @@ class WalkModel:
 
     @property
     def algebra(self) -> WalkAlgebra | None:
-        """The walk algebra (:mod:`lrp_lib.explain.walk_algebra`), built on first use; None where the
+        """The walk algebra (:mod:`lrp_lib.explain.walks.algebra`), built on first use; None where the
         model does not decompose (``slow_reason`` says why): the queries then run masked backwards."""
         if self._algebra is _UNBUILT:
             try:
@@ -266,7 +266,7 @@ class WalkModel:
             out.append((pairs, torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None))
         return out
 
-    # ---- the searches (lrp_lib.explain.walk_search), on this recorded forward pass
+    # ---- the searches (lrp_lib.explain.walks.search), on this recorded forward pass
     def top_walks(self, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
         """As :func:`~lrp_lib.explain.walks.top_walks`."""
         return walk_search.top_of(self, k, beam, signed)

@@ -2,9 +2,9 @@ r"""An explanation of one graph, captured once and compiled by PyTorch: :func:`c
 
 Many explanations on one graph (every node of a node classifier, say) repeat the same forward: the same
 layers on the same ``edge_index``.  With the rules written as forward modifications
-(:mod:`lrp_lib.explain.forward`), that forward is an ordinary PyTorch program, so PyTorch's own tools take it
+(:mod:`lrp_lib.explain.mode.forward`), that forward is an ordinary PyTorch program, so PyTorch's own tools take it
 over: :func:`torch.fx.experimental.proxy_tensor.make_fx` records the model's forward under
-:class:`~lrp_lib.explain.forward.ForwardMode` once, as a graph of ATen operations from the node features (and
+:class:`~lrp_lib.explain.mode.forward.ForwardMode` once, as a graph of ATen operations from the node features (and
 the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output; the graph
 part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept in the
 graph as constants.  Each explanation then runs that graph and one ordinary backward, without the model's or
@@ -37,9 +37,9 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
-from lrp_lib.explain.edges import EdgeRecorder, ensure_hooks, message_relevance, recording
-from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.function_mode import UnsupportedModelError
+from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, message_relevance, recording
+from lrp_lib.explain.mode.forward import ForwardMode
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
 BACKEND = "inductor"
@@ -316,7 +316,7 @@ class CompiledExplanation:
 
 
 def _message_hook(record: Tensor, messages: Tensor, slots: Tensor, dim: int) -> Callable:
-    """A hook on a layer's messages: their relevance (:func:`~lrp_lib.explain.forward.message_relevance`) added to
+    """A hook on a layer's messages: their relevance (:func:`~lrp_lib.explain.mode.forward.message_relevance`) added to
     ``record`` at each message's slot (its input edge; the last slot: a self-loop the layer added), as the
     backward reaches them: each gradient is used once and freed."""
     def hook(grad):

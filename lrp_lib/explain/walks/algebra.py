@@ -1,6 +1,6 @@
 r"""The walks' backward as small tensor algebra: per-node matrices and per-edge coefficients.
 
-:class:`~lrp_lib.explain.walk_graph.WalkGraph` records the model cut at its ``propagate`` calls; its
+:class:`~lrp_lib.explain.walks.graph.WalkGraph` records the model cut at its ``propagate`` calls; its
 backward is linear.  Between two ``propagate`` calls everything acts row by row (linear maps,
 activations, norms in eval mode, a root weight), so it is a matrix per node; inside a ``propagate``
 call the message of edge :math:`e: j \to k` is, under the rule, an elementwise share of the

@@ -1,5 +1,5 @@
 r"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search,
-on a :class:`~lrp_lib.explain.walk_model.WalkModel` (the product's relevance graph cut at its
+on a :class:`~lrp_lib.explain.walks.model.WalkModel` (the product's relevance graph cut at its
 message-passing steps), the ``wm`` of every function here; :mod:`lrp_lib.explain.walks` runs them on a model
 and a graph."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _check_bool(value, name: str):
 def best_walks(wm, k: int, signed: bool = False, chunk: int = 1024,
                beam: int | None = None) -> tuple[Tensor, Tensor]:
     """The k walks of largest |R| (R if ``signed``) of a recorded model: branch and bound on the
-    walk algebra where the model decomposes (:mod:`lrp_lib.explain.walk_algebra`), else every walk
+    walk algebra where the model decomposes (:mod:`lrp_lib.explain.walks.algebra`), else every walk
     scored in batches of ``chunk``, the running top k kept."""
     if wm.algebra is not None:
         return bounded_walks(wm, k, signed, beam)

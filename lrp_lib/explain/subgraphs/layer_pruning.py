@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from lrp_lib.explain.edges import current_recorder
+from lrp_lib.explain.mode.edges import current_recorder
 
 __all__ = ["LayerPlan", "pruned_layers", "ensure_pruning_hooks", "current_plan"]
 
@@ -56,7 +56,7 @@ class LayerPlan:
 
     With ``groups`` (each node's group: its subgraph), :attr:`row_groups` holds the group of each
     row of the node tensors and of each call's edge tensors (the receiver's), by row count, for
-    :meth:`lrp_lib.explain.accounting.Tally.split` (a row count met twice with other
+    :meth:`lrp_lib.explain.mode.tally.Tally.split` (a row count met twice with other
     groups: None)."""
 
     def __init__(self, depth: Tensor, hops: int, groups: Tensor | None = None):

@@ -4,7 +4,7 @@ A target's k-hop subgraph needs the edges into its outermost nodes only for thei
 GCN normalises the message :math:`j \to i` by :math:`1/\sqrt{\deg(i)\deg(j)}`, and a sender
 :math:`j` on the border has its in-edges outside the subgraph.  On a graph with ten edges per
 node they are nine in ten of the subgraph's edges.  A union graph built with ``border="counted"``
-(:func:`lrp_lib.explain.unions.union_graph`) holds, per outermost node, one edge standing for all
+(:func:`lrp_lib.explain.subgraphs.unions.union_graph`) holds, per outermost node, one edge standing for all
 its in-edges, with their number as its ``multiplicity``.
 
 Inside a :func:`counted_border` block, a forward pre-hook of each ``GCNConv`` (registered once per

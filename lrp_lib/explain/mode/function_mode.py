@@ -1,12 +1,12 @@
 r"""LRP for any model, by intercepting torch functions: :class:`RelevanceMode`.
 
-Inside ``with ForwardMode(composite, model):`` (:mod:`lrp_lib.explain.forward`) every torch function that the model calls
+Inside ``with ForwardMode(composite, model):`` (:mod:`lrp_lib.explain.mode.forward`) every torch function that the model calls
 (``F.linear``, ``Tensor.scatter_add_``, ``torch.relu``, ``a * b``, ...) goes through
 :meth:`RelevanceMode.__torch_function__` (a :class:`torch.overrides.TorchFunctionMode`).  The
 mode follows which tensors depend on the explained inputs ("marked" tensors: the inputs, and
 every result of an operation on a marked tensor).  An operation on marked tensors goes to the rule
 family that fits it (``identity``, ``linear``, ``weighted``, ``sum_terms``, ``product``, ...), which
-:class:`~lrp_lib.explain.forward.ForwardMode` writes as a forward that keeps the operation's value and
+:class:`~lrp_lib.explain.mode.forward.ForwardMode` writes as a forward that keeps the operation's value and
 changes its gradient; operations on constants only (weights, degrees, normalisation coefficients
 computed from ``edge_index``) run unchanged.  One ordinary backward from the output then leaves each
 input's relevance as the input times its gradient.
@@ -55,11 +55,11 @@ from torch.overrides import TorchFunctionMode
 
 from lrp_lib.core.composites import Composite, get_composite, weight_owners
 from lrp_lib.core.rules import Epsilon
-from lrp_lib.explain.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
+from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
                                       HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
-from lrp_lib.explain.graph_check import UnsupportedModelError, node_name
-from lrp_lib.explain.inplace import SpecialCalls
-from lrp_lib.explain.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
+from lrp_lib.explain.mode.graph_check import UnsupportedModelError, node_name
+from lrp_lib.explain.mode.inplace import SpecialCalls
+from lrp_lib.explain.mode.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
                                        PASS_NODES, PLAIN, SIGN_FLIPS)
 
 __all__ = ["RelevanceMode", "UnsupportedModelError", "HANDLERS"]
@@ -67,14 +67,14 @@ __all__ = ["RelevanceMode", "UnsupportedModelError", "HANDLERS"]
 # ------------------------------------------------------------------ the mode
 class RelevanceMode(SpecialCalls, TorchFunctionMode):
     """The interception: every torch function called in its block on input-dependent tensors goes to its rule
-    family.  The families are :class:`~lrp_lib.explain.forward.ForwardMode`'s, the class to use.
+    family.  The families are :class:`~lrp_lib.explain.mode.forward.ForwardMode`'s, the class to use.
 
     Args:
         composite: a :class:`~lrp_lib.core.composites.Composite` (or a rule or its name).
         model: the explained module: its parameters are the weights whose rule the composite
             chooses (by the owning module's type or name), and its module names label the report.
         fast: dispatch through the route of each function, decided once per function
-            (:mod:`lrp_lib.explain.dispatch`; the default); ``False``: the reference dispatch,
+            (:mod:`lrp_lib.explain.mode.dispatch`; the default); ``False``: the reference dispatch,
             which tests the function's name against each table on every call.  Both give the
             same relevance (``tests/explain/test_dispatch.py``); the fast one costs less per call.
 
@@ -280,8 +280,8 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
 
     def reference_dispatch(self, func, args=(), kwargs=None):
         """The dispatch of ``RelevanceMode(fast=False)``: the function's name tested against each
-        table of :mod:`lrp_lib.explain.op_tables` on every call (what the routes of
-        :mod:`lrp_lib.explain.dispatch` decide once)."""
+        table of :mod:`lrp_lib.explain.mode.op_tables` on every call (what the routes of
+        :mod:`lrp_lib.explain.mode.dispatch` decide once)."""
         kwargs = kwargs or {}
         name = getattr(func, "__name__", None) or repr(func)
         if name in PLAIN or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):

@@ -12,7 +12,7 @@ with :math:`B_t` the relevance backward of the model between the cut before and 
 :math:`t` (its rules: the :class:`~lrp_lib.core.composites.Composite` and the forward rules of
 :class:`~lrp_lib.explain.explainer.LRPExplainer`, whose denominators are fixed in the forward, so
 each :math:`B_t` is linear), and :math:`M_j` keeping node :math:`j`'s row.  The cuts are made by
-PyG's ``MessagePassing`` hooks at every ``propagate`` call (:mod:`lrp_lib.explain.walk_graph`), so
+PyG's ``MessagePassing`` hooks at every ``propagate`` call (:mod:`lrp_lib.explain.walks.graph`), so
 any model :class:`~lrp_lib.explain.explainer.LRPExplainer` explains has walks where its relevance
 moves between nodes only along messages (below: what is refused): GCN, GraphConv,
 SAGE, GIN, GINE and other convs with ``edge_attr``, GAT, GATv2, TransformerConv, residual,
@@ -23,7 +23,7 @@ steps (a jumping-knowledge head reading layer 1, an input fed to a later layer) 
 that stay at its node over the skipped steps.
 
 Heterogeneous graphs (``x`` and ``edge_index`` dicts: ``to_hetero``, ``HeteroConv``, ``HANConv``;
-:mod:`lrp_lib.explain.walk_hetero`): a walk is a sequence of typed nodes
+:mod:`lrp_lib.explain.walks.hetero`): a walk is a sequence of typed nodes
 :math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`, each step along an edge of one edge type's
 ``edge_index`` that a ``propagate`` of that step passes messages along (the relations of one layer
 are one step) or a self step; same definition and consequences, per node type and edge type.
@@ -42,7 +42,7 @@ Consequences (exact, for every rule: the walks partition the backward):
 Under LRP-0 on a bias-free network of ReLUs, linear maps and sum pools the walks' relevances sum to
 the output.  Relevance that moves between nodes without a message would belong to no walk, so
 :class:`WalkModel` refuses such models with :class:`WalksUndefinedError` (a ValueError naming the
-layer; :mod:`lrp_lib.explain.walk_defined`): a norm over the nodes of a graph (``GraphNorm``,
+layer; :mod:`lrp_lib.explain.walks.defined`): a norm over the nodes of a graph (``GraphNorm``,
 ``LayerNorm(mode='graph')``) or attention over all nodes between two layers, for a node-level output
 any such operation after the last layer (a walk ends at the explained node), and a ``propagate``
 over another node set than the input graph's (``GraphUNet``'s pooling, ``AttentiveFP``'s readout
@@ -53,7 +53,7 @@ negative parts per unit and still give linear backwards here.
 
 Computing: the recorded backward decomposes, between ``propagate`` calls, into one matrix per node
 (linear maps, activations, norms, root weights act row by row) and, inside each ``propagate``,
-into per-edge, per-feature shares of the aggregation (:mod:`lrp_lib.explain.walk_algebra`: one
+into per-edge, per-feature shares of the aggregation (:mod:`lrp_lib.explain.walks.algebra`: one
 batched backward per step recovers the matrices, two per ``propagate`` the shares, and a weighted
 backward on random node weights checks the decomposition against the recorded graph).  On it,
 :func:`walk_relevance` is a product of small matrices per walk, :func:`subgraph_relevance` one
@@ -63,17 +63,17 @@ not hold (a route that skips two or more ``propagate`` calls: jumping knowledge,
 a message that is not elementwise in what it reads) the same queries run as batched masked
 backwards of the recorded graph (exact, slower: ``top_walks`` then scores every walk).  The
 searches, node and edge scores from the top walks and the greedy subgraph search run on a recorded
-model in :mod:`lrp_lib.explain.walk_search`; :class:`WalkModel` in
-:mod:`lrp_lib.explain.walk_model`.
+model in :mod:`lrp_lib.explain.walks.search`; :class:`WalkModel` in
+:mod:`lrp_lib.explain.walks.model`.
 """
 from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lrp_lib.explain.walk_hetero import HeteroWalkModel, walk_model
-from lrp_lib.explain.walk_model import WalkModel, all_walks, check_alpha, gamma_schedule
-from lrp_lib.explain.walk_defined import WalksUndefinedError
-from lrp_lib.explain.walk_search import GreedySubgraph
+from lrp_lib.explain.walks.hetero import HeteroWalkModel, walk_model
+from lrp_lib.explain.walks.model import WalkModel, all_walks, check_alpha, gamma_schedule
+from lrp_lib.explain.walks.defined import WalksUndefinedError
+from lrp_lib.explain.walks.search import GreedySubgraph
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "HeteroWalkModel", "walk_scores",
            "greedy_subgraph", "GreedySubgraph", "gamma_schedule", "WalksUndefinedError"]
@@ -87,11 +87,11 @@ def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tenso
         model: any model :class:`~lrp_lib.explain.explainer.LRPExplainer` explains; eval mode while it runs.
         x, edge_index: the graph; ``**model_kwargs`` (``batch=``, ``edge_weight=``, ``edge_attr=``)
             go to ``model``.  Dicts (node type -> features, edge type -> edge_index): a heterogeneous
-            graph (:mod:`lrp_lib.explain.walk_hetero`).
+            graph (:mod:`lrp_lib.explain.walks.hetero`).
         walks: LongTensor (W, L+1), one walk per row :math:`(j_0, \dots, j_L)`, :math:`L` the number
             of message-passing steps.  A walk ends anywhere for a graph-level output, at ``index`` for a
             node-level one.  Heterogeneous: typed walks ``[((type_0, j_0), ..., (type_L, j_L)), ...]``
-            or global ids (:class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
+            or global ids (:class:`~lrp_lib.explain.walks.hetero.HeteroWalkModel`).
         rule: a rule, a named composite, a Composite, or one rule per message-passing module.
         index: the explained node of a node-level output (the output's row; heterogeneous: also
             ``(node type, row)``).
@@ -136,7 +136,7 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="eps
     r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly.
 
     Search (where the model decomposes into per-node matrices and per-edge shares,
-    :mod:`lrp_lib.explain.walk_algebra`): **branch and bound from the output side**.  A partial walk
+    :mod:`lrp_lib.explain.walks.algebra`): **branch and bound from the output side**.  A partial walk
     is a suffix :math:`(j_t, \dots, j_L)` with its state :math:`a` at time :math:`t`; every completion
     has relevance :math:`\pi \cdot a` for a prefix vector :math:`\pi` that lies in a box
     :math:`[lo_t[j_t], hi_t[j_t]]` computed for all nodes by one pass of interval arithmetic from the
@@ -155,7 +155,7 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="eps
     walks of a symmetric graph with constant features are; among them the walks with the smallest
     node ids come first, so that the result does not depend on float rounding.
 
-    Heterogeneous graphs (``x``, ``edge_index`` dicts, :mod:`lrp_lib.explain.walk_hetero`): every
+    Heterogeneous graphs (``x``, ``edge_index`` dicts, :mod:`lrp_lib.explain.walks.hetero`): every
     walk is scored (masked backwards), and the walks are returned typed, a list of
     ``((type_0, j_0), ..., (type_L, j_L))``.
 
@@ -202,7 +202,7 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
     masked backward over its candidates (two with :math:`\alpha > 0`).
 
     Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global
-    node ids, :class:`~lrp_lib.explain.walk_hetero.HeteroWalkModel`).
+    node ids, :class:`~lrp_lib.explain.walks.hetero.HeteroWalkModel`).
     """
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.greedy_subgraph(size, alpha)

@@ -1,6 +1,6 @@
 r"""The relevance graph of a model cut at its message-passing layers: the engine of the walks.
 
-The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.forward.ForwardMode` (the same
+The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the same
 forward rules and composite as :class:`~lrp_lib.explain.explainer.LRPExplainer`), so that what a backward
 carries is the rules' gradient and a tensor's relevance is the tensor times it.  PyG's
 ``MessagePassing`` hooks cut every ``propagate`` call :math:`t = 1..L`: a propagate pre-hook
@@ -12,7 +12,7 @@ forward hook replaces its output by a new leaf :math:`O_t`.  Each cut has a *tim
 module forward pre-hook also cuts each (outermost) message-passing module's node input (time
 :math:`t-1`), so that a root weight or skip inside the module reaches back one time only; and the
 message hooks record what each ``message`` reads and returns (:class:`Message`, for
-:mod:`lrp_lib.explain.walk_algebra`).
+:mod:`lrp_lib.explain.walks.algebra`).
 
 The backward of each piece between cuts is linear in the gradient it receives (the rules'
 denominators are fixed in the forward), and a cut's relevance is its value times its gradient, row by
@@ -26,12 +26,12 @@ skipped times.  With every :math:`m_u = 1` this is the plain backward, so the wa
 to the relevance that reaches ``x`` (LRPExplainer's node relevance, summed), and grouped by start
 node they are LRPExplainer's node relevance.  Relevance that stays inside a time but moves between
 rows (a global operation between two layers, a virtual node) would belong to no walk: such models
-are refused (:mod:`lrp_lib.explain.walk_defined`), and so is a ``propagate`` over another node set
+are refused (:mod:`lrp_lib.explain.walks.defined`), and so is a ``propagate`` over another node set
 than the input graph's (pooling: raised while recording).  A cut's node dimension is its module's
 ``node_dim`` (ARMAConv propagates (K, N, C) stacks); the module gets a copy of each cut leaf, so
 that it may change it in place (GCN2Conv).
 
-Heterogeneous graphs (:mod:`lrp_lib.explain.walk_hetero`, a ``layout``): the nodes of all types
+Heterogeneous graphs (:mod:`lrp_lib.explain.walks.hetero`, a ``layout``): the nodes of all types
 get global ids, each cut holds the rows of one node type (``offset``, ``count``), its time is one
 more than the latest cut its propagate reads (the propagates of one layer's relations share a time)
 and the masks are (B, total nodes), sliced per cut.
@@ -51,9 +51,9 @@ from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.modify import share_of
 from lrp_lib.core.stabilizer import LostRelevanceWarning
-from lrp_lib.explain.forward import ForwardMode
-from lrp_lib.explain.function_mode import UnsupportedModelError
-from lrp_lib.explain.walk_defined import WalksUndefinedError
+from lrp_lib.explain.mode.forward import ForwardMode
+from lrp_lib.explain.mode.function_mode import UnsupportedModelError
+from lrp_lib.explain.walks.defined import WalksUndefinedError
 
 __all__ = ["WalkGraph", "Cut", "Message"]
 
@@ -164,7 +164,7 @@ class WalkGraph:
     def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int, layout=None) -> "WalkGraph":
         """Run ``call()`` inside a ForwardMode with the cuts; ``inputs``: name -> leaf to mark
         (``"x"`` the node features, others edge features without rows).  ``layout`` (heterogeneous
-        graphs, :class:`~lrp_lib.explain.walk_hetero.HeteroLayout`): inputs named ``("x", node type)``,
+        graphs, :class:`~lrp_lib.explain.walks.hetero.HeteroLayout`): inputs named ``("x", node type)``,
         each cut's time and node type found from the cuts it depends on, steps in global node ids."""
         mode = ForwardMode(composite, model)
         graph = cls(mode, num_nodes=num_nodes, layout=layout)

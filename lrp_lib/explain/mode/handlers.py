@@ -1,15 +1,15 @@
 """The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
 
 A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the
-mode's rule family (:class:`~lrp_lib.explain.forward.ForwardFamilies`) that fits it: linear maps, matrix
+mode's rule family (:class:`~lrp_lib.explain.mode.forward.ForwardFamilies`) that fits it: linear maps, matrix
 products, convolutions and ``einsum`` with a weight get the composite's rule for that weight
-(:meth:`~lrp_lib.explain.forward.ForwardFamilies.weighted`); sums, means, pools, scatters and
-``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.forward.ForwardFamilies.linear`); sums
+(:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.weighted`); sums, means, pools, scatters and
+``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.linear`); sums
 of two terms a proportional split; products of two input-dependent factors the uniform rule
 (attention weights held constant under CP-LRP); ``softmax`` AttnLRP's rule; batch, layer, group and
 instance norms the identity through the normalisation.  The table of the rules is in
-:mod:`lrp_lib.explain.function_mode`; recurrent layers and attention are in
-:mod:`lrp_lib.explain.recurrent`.
+:mod:`lrp_lib.explain.mode.function_mode`; recurrent layers and attention are in
+:mod:`lrp_lib.explain.mode.recurrent`.
 """
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def _div(mode, func, args, kwargs):
 
 def _prod(mode, func, args, kwargs):
     """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim``
-    (:meth:`~lrp_lib.explain.forward.ForwardFamilies.uniform_product`); ``torch.prod(x)`` over all elements."""
+    (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.uniform_product`); ``torch.prod(x)`` over all elements."""
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     keepdim = arg(args, kwargs, 2, "keepdim", False)
@@ -248,7 +248,7 @@ def _max_min(mode, func, args, kwargs):
 def _cat(mode, func, args, kwargs):
     """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant
     (not input-dependent: an LSTM state computed from biases alone, a fixed embedding) keeps its slice
-    as a bias does (:meth:`~lrp_lib.explain.forward.ForwardFamilies.join`).  A joined tensor that the model
+    as a bias does (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.join`).  A joined tensor that the model
     detached from the input (or computed from one) is no constant: then the relevance of every joined
     constant is left unaccounted, for the explainer's warning about what did not reach the input."""
     tensors = arg(args, kwargs, 0, "tensors")
