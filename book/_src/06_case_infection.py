@@ -255,7 +255,7 @@ glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 # - **Guided backprop** {cite}`springenberg2015striving`: the gradient with the negative signals
 #   dropped at every ReLU, $\partial_{in} = [x > 0] \max(\partial_{out}, 0)$; scored like the
 #   gradient. Inside a `with guided_backprop(model):` block, `lrp_lib.teach.guided_backprop`
-#   applies this rule (`lrp_lib.core.guided.GuidedReLU`) to the model's ReLU layers through
+#   applies this rule (`lrp_lib.teach.guided.GuidedReLU`) to the model's ReLU layers through
 #   forward hooks, removed when the block ends.
 # - **GNNExplainer** {cite}`ying2019gnnexplainer`: learns a soft mask over edges (and here over
 #   nodes) that keeps the prediction while being small; the mask values are the scores.

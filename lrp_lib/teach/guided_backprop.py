@@ -1,5 +1,5 @@
 r"""Guided backpropagation (Springenberg et al., 2015) on a model: the rule of
-:mod:`lrp_lib.core.guided` at every ReLU.
+:mod:`lrp_lib.teach.guided` at every ReLU.
 
 Through a ReLU :math:`y = \max(x, 0)` the gradient is :math:`\partial_x = [x > 0]\,\partial_y`.
 Guided backprop also drops the negative part of what arrives from above:
@@ -9,7 +9,7 @@ Guided backprop also drops the negative part of what arrives from above:
 so only signals that increase the output *and* pass through active units come back.  Every
 other operation (linear maps, scatters, copies) backpropagates its ordinary gradient.
 
-:func:`guided_relu` is the op (:class:`lrp_lib.core.guided.GuidedReLU`).  :func:`guided_backprop`
+:func:`guided_relu` is the op (:class:`lrp_lib.teach.guided.GuidedReLU`).  :func:`guided_backprop`
 is a context manager that applies it, through forward hooks, to every ReLU of a model while the
 block is active: the ReLU layers of :mod:`lrp_lib.teach.graph` (``EdgeReLU``, ``NodeReLU``,
 ``GlobalReLU``, or any ``ElementWise`` whose ``fn`` is a ReLU) and ``torch.nn.ReLU`` modules.
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lrp_lib.core.guided import GuidedReLU, guided_relu, guided_relu_hooks
+from lrp_lib.teach.guided import GuidedReLU, guided_relu, guided_relu_hooks
 from lrp_lib.teach.graph import ElementWise
 
 __all__ = ["guided_relu", "guided_backprop", "GuidedReLU"]

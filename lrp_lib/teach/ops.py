@@ -33,7 +33,7 @@ from torch import Tensor
 from lrp_lib.teach.index_ops import (cat, index_select, repeat_tensor, scatter_add, scatter_max,  # noqa: F401
                                     scatter_mean)
 from lrp_lib.teach.scatter import normalize_dim
-from lrp_lib.core.guided import ReLUFunction
+from lrp_lib.teach.guided import ReLUFunction
 from lrp_lib.core.stabilizer import (LostRelevanceWarning, all_finite, raise_not_finite, relevance_share, stabilize,
                                       warn_lost)
 from lrp_lib.core.validation import check_linear, check_number, check_tensor
@@ -251,7 +251,7 @@ def linear_eps(x: Tensor, weight: Tensor, bias: Tensor | None = None, eps: float
 # -------------------------------------------------------------------- activation
 class ReLURelevance(ReLUFunction):
     r"""Relevance through ReLU: :math:`R_{in} = R_{out}` where the unit is active, else lost.
-    The forward, ``max(x, 0)`` with its output saved, is :class:`lrp_lib.core.guided.ReLUFunction`."""
+    The forward, ``max(x, 0)`` with its output saved, is :class:`lrp_lib.teach.guided.ReLUFunction`."""
 
     @staticmethod
     def backward(ctx, rel_out: Tensor):

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from lrp_lib.core.guided import guided_relu, guided_relu_hooks
+from lrp_lib.teach.guided import guided_relu, guided_relu_hooks
 
 
 def test_guided_relu_passes_only_positive_gradient_through_active_units():
