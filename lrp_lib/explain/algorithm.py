@@ -91,8 +91,6 @@ class LRPExplainer(ExplainerAlgorithm):
             graph or target as the backward runs, and one more backward pass is needed only where
             some are kept on rows it cannot assign, such as the edges);
             ``"total"``: one number each, for the whole call (one backward pass).
-        fast: the mode's fast dispatch (the default; :mod:`lrp_lib.explain.mode.dispatch`), or
-            ``False``, its reference dispatch: the same relevance, at a higher cost per call.
         replay: the second explanation of a graph (the same ``edge_index`` and other graph inputs by
             identity, unchanged, node features of the same shape, the same parameters and buffers) captures
             the explanation's forward with PyTorch's ``make_fx`` (:mod:`lrp_lib.explain.capture`: the graph
@@ -166,13 +164,13 @@ class LRPExplainer(ExplainerAlgorithm):
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
                  chunk_size: int | None = None, composite: Composite | None = None, explained: str | None = None,
                  mask: str | None = None, accounts: str = "each", max_memory: int | None = None,
-                 prune: bool | None = None, fast: bool = True, replay: bool = True, compile: bool = False):
+                 prune: bool | None = None, replay: bool = True, compile: bool = False):
         super().__init__()
         self.captures = CaptureCache()  # the captured explanation of each graph
-        for name, value in (("replay", replay), ("fast", fast), ("per_index", per_index), ("compile", compile)):
+        for name, value in (("replay", replay), ("per_index", per_index), ("compile", compile)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
-        self.replay, self.fast, self.compile = replay, fast, compile
+        self.replay, self.compile = replay, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
         self.accounts = accounts

@@ -27,7 +27,7 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
     check_hetero_inputs(x, edge_index)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
     inputs = list(leaves.values())
-    mode = ForwardMode(algorithm.composite, model, fast=algorithm.fast)
+    mode = ForwardMode(algorithm.composite, model)
     recorder = HeteroEdgeRecorder(
         mode, model, edge_index, next(iter(x.values())).dtype) if algorithm.explainer_config.edge_mask_type is not None \
         else None

@@ -79,7 +79,7 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         replayed, reason = True, why
     else:
         # (grouped: probes per row, whose gradients split the accounts by graph or target)
-        mode = ForwardMode(algorithm.composite, model, fast=algorithm.fast, rows=grouped)
+        mode = ForwardMode(algorithm.composite, model, rows=grouped)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) if edges else None
         out, start, grads, head = propagate(
             model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs), target, index,

@@ -2,7 +2,7 @@
 the explanation's own forward.  On every model of the coverage zoo (``benchmarks/bench_coverage.py``,
 float64, explained as a binary classifier so that the target, the sign of the output, matters) and
 on multiclass GCN / GIN / GAT models: the same target and bitwise the same relevance as PyG's two
-passes, the prediction equal to PyG's up to rounding (1e-12 relative, float64: a primitive may
+passes, the prediction equal to PyG's up to rounding (1e-12 relative, float64: a rule may
 compute a mean as a sum divided by the count), the same error where the model is refused.  A decision
 within rounding of flipping (a near tie) is taken by the model's own pass (``clear_of_rounding``); the
 default ``one_pass=None`` runs one pass for classification, two for a regression."""

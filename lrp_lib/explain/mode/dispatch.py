@@ -6,9 +6,8 @@ GCN, most of them on constants: degrees, self-loops, ``.size()``, ``.layout``). 
 a function belongs to depends only on the function (its name, looked up in the tables of
 :mod:`lrp_lib.explain.mode.op_tables` and the handlers of :mod:`lrp_lib.explain.mode.handlers` and
 :mod:`lrp_lib.explain.mode.recurrent`), so it is decided the first time the function is seen and kept
-in a dictionary keyed by the function: a :class:`Route`.  The mode's fast dispatch reads the route
-instead of testing the name against each table on every call; the decisions are those of the
-mode's reference dispatch (``RelevanceMode(fast=False)``), which tests the names on every call.
+in a dictionary keyed by the function: a :class:`Route`, which the mode reads instead of testing the
+name against each table on every call.
 
 One shortcut changes nothing in the result: reading a tensor's metadata (``.layout``, ``.device``,
 ``.dtype``, ``.shape``, ``.grad_fn`` ...: :data:`METADATA`) returns no tensor, so the mode runs it
@@ -73,7 +72,8 @@ def _arithmetic(name: str) -> tuple[int, Callable | None]:
 
 
 def classify(func) -> Route:
-    """The route of ``func``, decided from its name as the reference dispatch decides it."""
+    """The route of ``func``, decided from its name: the first table of :mod:`~lrp_lib.explain.mode.op_tables`
+    that holds it, in the order below, or its handler."""
     name = getattr(func, "__name__", None) or repr(func)
     flags = dict(gate=name in GATES, sign_flip=name in SIGN_FLIPS, head=name in HEADS)
     if name == "__get__":

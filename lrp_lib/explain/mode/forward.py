@@ -315,8 +315,8 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
     of each operation without a rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` (or
     :class:`~lrp_lib.explain.mode.edges.HeteroEdgeRecorder`) of the edges, if any."""
 
-    def __init__(self, composite="epsilon", model: nn.Module | None = None, fast: bool = True, rows: bool = False):
-        super().__init__(composite, model, fast=fast)
+    def __init__(self, composite="epsilon", model: nn.Module | None = None, rows: bool = False):
+        super().__init__(composite, model)
         self.probes: list[tuple[str, Tensor, Tensor]] = []
         self.recorder: EdgeRecorder | None = None
         #: ``rows=True``: the probes per row, by (kind, row count): (the leaf, the factor in the forward)

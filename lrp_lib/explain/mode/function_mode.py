@@ -59,8 +59,7 @@ from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROU
                                       HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError, node_name
 from lrp_lib.explain.mode.inplace import SpecialCalls
-from lrp_lib.explain.mode.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
-                                       PASS_NODES, PLAIN, SIGN_FLIPS)
+from lrp_lib.explain.mode.op_tables import PASS_NODES
 
 __all__ = ["RelevanceMode", "UnsupportedModelError", "HANDLERS"]
 
@@ -73,21 +72,14 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         composite: a :class:`~lrp_lib.core.composites.Composite` (or a rule or its name).
         model: the explained module: its parameters are the weights whose rule the composite
             chooses (by the owning module's type or name), and its module names label the report.
-        fast: dispatch through the route of each function, decided once per function
-            (:mod:`lrp_lib.explain.mode.dispatch`; the default); ``False``: the reference dispatch,
-            which tests the function's name against each table on every call.  Both give the
-            same relevance (``tests/explain/test_dispatch.py``); the fast one costs less per call.
 
     Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block,
     then call ``mode.tally.backward(out, inputs, R)`` for the inputs' relevance.  :attr:`tally` then says
     how much relevance the biases and stabilisers kept and how much reached operations without a rule.
     """
 
-    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None, fast: bool = True):
+    def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None):
         super().__init__()
-        if not isinstance(fast, bool):
-            raise TypeError(f"fast must be True or False, got {fast!r}")
-        self.fast = fast
         self.composite = get_composite(composite)
         self._heads: dict[int, tuple[str, Tensor, Tensor]] = {}  # id(output) -> (function, its input, output)
         self.detached: set[str] = set()
@@ -228,9 +220,7 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
 
     # -------------------------------------------------------------- dispatch
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        route = route_of(func) if self.fast else None
-        if route is None:
-            return self.reference_dispatch(func, args, kwargs)
+        route = route_of(func)
         kwargs = kwargs or {}
         kind = route.kind
         if kind == PLAIN_ROUTE or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
@@ -275,54 +265,6 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
             assert kind == BLOCKED_ROUTE
             out = self.blocked(func, name, args, kwargs)
         if route.head and isinstance(out, Tensor):
-            self._heads[id(out)] = (name, args[0], out)
-        return out
-
-    def reference_dispatch(self, func, args=(), kwargs=None):
-        """The dispatch of ``RelevanceMode(fast=False)``: the function's name tested against each
-        table of :mod:`lrp_lib.explain.mode.op_tables` on every call (what the routes of
-        :mod:`lrp_lib.explain.mode.dispatch` decide once)."""
-        kwargs = kwargs or {}
-        name = getattr(func, "__name__", None) or repr(func)
-        if name in PLAIN or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
-            out = func(*args, **kwargs)
-            if self.detached and isinstance(out, Tensor) and self.any_detached(args, kwargs):
-                out._lrp_detached = self._token  # computed from a detached input-dependent tensor
-            return out
-        if name in DETACH:
-            self.detached.add(f"{name} in {self.module_label()}")
-            out = func(*args, **kwargs)
-            out._lrp_detached = self._token
-            return out
-        if name == "__get__":
-            return self.get_attribute(func, args, kwargs)
-        if name in DROPOUT:
-            return self.run_dropout(func, name, args, kwargs)
-        if name in PASS:
-            out = func(*args, **kwargs)
-            if name in ("unsqueeze_", "squeeze_", "t_", "transpose_", "movedim_"):
-                return out
-            if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
-                self._gate_all(out)
-            return self.mark(out)
-        if name in COPY_INPLACE and not kwargs.get("reduce") and not kwargs.get("accumulate"):
-            out = func(*args, **kwargs)
-            self.mark(args[0])
-            return out
-        inplace = (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED
-        if inplace:
-            return self.run_inplace(func, name, args, kwargs)
-        handler = HANDLERS.get(name)
-        if handler is None:
-            if name in IDENTITY:
-                out = self.mark(self.identity(func, args, kwargs))
-                if name in GATES or (name in SIGN_FLIPS and any(self.is_gate(a) for a in args)):
-                    self.gate(out)  # a sigmoid is a gate; so is its negation
-            else:
-                out = self.blocked(func, name, args, kwargs)
-        else:
-            out = self.mark(handler(self, func, args, kwargs))
-        if name in HEADS and isinstance(out, Tensor):
             self._heads[id(out)] = (name, args[0], out)
         return out
 
