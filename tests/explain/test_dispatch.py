@@ -22,7 +22,7 @@ class _Named:
 
 
 def _reference_kind(name: str) -> int:
-    """The kind the reference dispatch gives ``name``: its chain of table tests, written out."""
+    """The kind ``name`` gets from the chain of table tests, written out."""
     if name in PLAIN:
         return dispatch.PLAIN_ROUTE
     if name in DETACH:
