@@ -125,3 +125,58 @@ def test_every_explain_unit_has_a_layer_and_the_check_catches_an_upward_import()
                                     (3, "lrp_lib.explain.targets", ["z"])]) == [
         "lrp_lib/explain/walks/model.py:1: lrp_lib.explain.walks imports lrp_lib.explain.subgraphs",
         "lrp_lib/explain/walks/model.py:2: lrp_lib.explain.walks imports lrp_lib.explain.algorithm"]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict:
+    """Each module of lrp_lib to the modules of lrp_lib it imports (anywhere in it, functions included; ``from
+    package import module`` counts as the module)."""
+    names = {module_name(p) for p in MODULES}
+    graph = {}
+    for path in MODULES:
+        targets = set()
+        for _, module, imported in lrp_imports(path):
+            subs = [f"{module}.{n}" for n in imported if f"{module}.{n}" in names]
+            targets.update(subs or ([module] if module in names else []))
+        graph[module_name(path)] = targets - {module_name(path)}
+    return graph
+
+
+def cycles(graph: dict) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

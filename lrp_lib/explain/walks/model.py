@@ -14,7 +14,7 @@ from lrp_lib.explain.targets import start_relevance
 from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
-from lrp_lib.explain.walks import search as walk_search
+import lrp_lib.explain.walks.search as walk_search
 
 __all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
            "composite_of", "step_pairs", "check_walks"]
