@@ -784,12 +784,10 @@ for t, r in losses["results"].items():
                   "win": r["top_logit_winner"]["mean"], "above_motif": above_motif, "above_winner": above_winner,
                   "rel": r["motif_abs"]["mean"], "win_rel": r["winner_motif"]["mean"]})
 display(results_table(lrows, [
-    ("task", "task"), ("winner", "winner"),
-    ("motif alone", "motif", "{:.2f}"), ("default's top nodes", "default", "{:.2f}"),
-    ("winner's top nodes", "win", "{:.2f}"),
-    ("seeds: default above motif", lambda r: f"{r['above_motif']} of {r['seeds']}"),
-    ("seeds: default above winner", lambda r: f"{r['above_winner']} of {r['seeds']}"),
-    ("default's relevance on the motif", "rel", "{:.2f}"), ("winner's score on the motif", "win_rel", "{:.2f}"),
+    ("task (winner)", lambda r: f"{r['task']} ({r['winner']})"),
+    ("motif alone", "motif", "{:.2f}"), ("default's top", "default", "{:.2f}"), ("winner's top", "win", "{:.2f}"),
+    ("seeds, default above motif", lambda r: f"{r['above_motif']} of {r['seeds']}"),
+    ("seeds, default above winner", lambda r: f"{r['above_winner']} of {r['seeds']}"),
 ]))
 display(Markdown(machine_note(losses)))
 more_than_motif = [r for r in lrows if r["above_motif"] == r["seeds"]]

@@ -231,6 +231,8 @@ while stack:
     stack.extend(n for n, _ in node.next_functions)
 print(f"{len(seen)} autograd nodes, {python} of them Python autograd functions")
 assert python == 0 and len(seen) > 20
+
+# %% tags=["remove-input"]
 glue("fw_nodes", len(seen), display=False)
 
 # %% [markdown]
