@@ -33,7 +33,7 @@ import numpy as np
 from IPython.display import Markdown, display
 from myst_nb import glue
 
-from lrp_lib.book.plotting import book_style
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style
 from lrp_lib.book.quality import METHOD_NAMES, TASK_TITLES, method_name
 from lrp_lib.book.results import load_results, machine_note, results_table
 
@@ -215,10 +215,10 @@ display(
 # (quality-heatmap)=
 # ## Results
 #
-# The mean AUROC of the main methods on every task (rows): the LRP configurations chosen below (the
+# The mean AUROC of the main methods (rows) on every task (columns): the LRP configurations chosen below (the
 # overall choice is `LRPExplainer()`'s default), epsilon with the $|R|$ mask, signed epsilon (LRP-0 up to its
 # stabiliser), sGNN-LRP's gamma schedule, and the best LRP configuration of each task (a different one per
-# row), then the other methods. The full tables, with every LRP configuration,
+# column), then the other methods. The full tables, with every LRP configuration,
 # the 95 % intervals and the time per explanation, are folded under the figure.
 
 # %%
@@ -253,33 +253,35 @@ for i, t in enumerate(order):
             )
         elif m in tasks[t]["methods"]:
             grid[i, j] = tasks[t]["methods"][m]["auroc"]
-fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(main), 0.9 + 0.42 * len(order)))
-im = ax.imshow(grid, cmap="viridis", vmin=0.3, vmax=1.0, aspect="auto")
+# methods down, tasks across: one row per method, so that the figure fits the page's width
+fig, ax = plt.subplots(figsize=(BOOK_WIDTH, 1.6 + 0.3 * len(main)))
+im = ax.imshow(grid.T, cmap="viridis", vmin=0.3, vmax=1.0, aspect="auto")
 for i in range(len(order)):
     for j in range(len(main)):
         if not np.isnan(grid[i, j]):
             ax.text(
-                j,
                 i,
+                j,
                 f"{grid[i, j]:.2f}",
                 ha="center",
                 va="center",
-                fontsize=7,
+                fontsize=8,
                 color="white" if grid[i, j] < 0.75 else "black",
             )
-ax.set_xticks(
+ax.set_yticks(
     range(len(main)),
     [name(m) if m != "lrp_best" else "LRP, best configuration per task" for m in main],
-    rotation=60,
-    ha="right",
     fontsize=8,
 )
-ax.set_yticks(
+ax.set_xticks(
     range(len(order)),
     [f"{TITLES[t]} ({tasks[t]['protocol']})" for t in order],
+    rotation=50,
+    ha="right",
+    rotation_mode="anchor",
     fontsize=8,
 )
-fig.colorbar(im, ax=ax, fraction=0.03, label="mean AUROC over seeds")
+fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02, label="mean AUROC over seeds")
 ax.set_title("Ground-truth AUROC, each task under its own protocol")
 plt.tight_layout()
 plt.show()

@@ -25,7 +25,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 
 import numpy as np
 import torch
-from IPython.display import display
+from IPython.display import Markdown, display
 from myst_nb import glue
 from sklearn.metrics import roc_auc_score
 from torch_geometric.utils import k_hop_subgraph
@@ -36,7 +36,7 @@ from lrp_lib.book.models import HousesGCN
 from lrp_lib.book.plotting import book_style
 from lrp_lib.book.pretrained import load_or_train
 from lrp_lib.book.quality import TASK_TITLES, choice_rows, decision_rows, method_name
-from lrp_lib.book.results import load_results, results_table
+from lrp_lib.book.results import load_results, machine_note, results_table
 from lrp_lib.explain.explainer import DEFAULTS
 
 book_style()
@@ -209,6 +209,7 @@ display(results_table(decision, [
     ("AUROC", "any_a", "{:.3f}"),
     ("default's AUROC", "default_a", "{:.3f}"),
 ]))
+display(Markdown(machine_note(quality)))
 order = [t for t in TASK_TITLES if t in tasks]
 glue("n_tasks", str(len(order)), display=False)
 n_configs = sum(m.startswith("lrp_") for m in quality["settings"]["methods"])
@@ -247,7 +248,8 @@ glue("n_contrast_better", str(n_contrast_better), display=False)
 # and the default, by mean area over the same tasks:
 
 # %%
-faith = load_results("faithfulness", repository=globals().get("REPOSITORY"))["results"]
+faith_file = load_results("faithfulness", repository=globals().get("REPOSITORY"))
+faith = faith_file["results"]
 faith_rows = []
 for label, level, names in GROUPS:
     names = [t for t in names if t in faith]
@@ -264,6 +266,7 @@ display(results_table(faith_rows, [
     ("model and task", "kind"), ("most faithful method", "best"), ("its area", "best_a", "{:.3f}"),
     ("default's area", "default_a", "{:.3f}"), ("default minus best", "gap", "{:+.3f}"),
 ]))
+display(Markdown(machine_note(faith_file)))
 CLOSE = 0.01
 glue("faith_close", CLOSE, display=False)
 glue("n_faith_close", str(sum(r["gap"] <= CLOSE for r in faith_rows)), display=False)

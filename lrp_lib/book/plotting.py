@@ -17,13 +17,18 @@ import numpy as np
 import torch
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
-__all__ = ["book_style", "draw_graph", "draw_molecule", "bond_values", "relevance_colours", "depict"]
+__all__ = ["book_style", "smallest_text_px", "png_with_text_size", "TEXT_SIZE_KEY", "draw_graph", "draw_molecule", "bond_values", "relevance_colours", "depict"]
 
 #: Width of the rendered book's text column in inches at :data:`BOOK_DPI` (726 pixels; the column is
 #: about 736 pixels wide in a 1280-pixel window).
 BOOK_WIDTH = 6.6
 BOOK_DPI = 110
+#: The PNG text field in which a figure drawn after :func:`book_style` records the height of its smallest text,
+#: in the image's pixels (the rendered book's browser test scales it by the width the image is shown at).
+TEXT_SIZE_KEY = "Smallest text px"
 
 
 def book_style() -> None:
@@ -32,7 +37,9 @@ def book_style() -> None:
     The book's text column is about 736 pixels wide; a figure drawn :data:`BOOK_WIDTH` inches wide
     at :data:`BOOK_DPI` fills it without being shrunk, so its labels appear at the font size set
     here. Call it after ``import matplotlib.pyplot`` (the notebook backend sets its own defaults on
-    import) and size figures ``figsize=(BOOK_WIDTH, height)`` or narrower.
+    import) and size figures ``figsize=(BOOK_WIDTH, height)`` or narrower.  In a notebook, each figure's PNG
+    then records the height of its smallest text (:func:`png_with_text_size`), for the rendered book's check that
+    every figure's text is at least 8 pixels high at the width the page shows it.
     """
     plt.rcParams.update({
         "figure.figsize": (BOOK_WIDTH, 4.0),
@@ -44,7 +51,54 @@ def book_style() -> None:
         "legend.fontsize": 9,
         "xtick.labelsize": 9,
         "ytick.labelsize": 9,
+        "figure.hooks": [f"{__name__}:_record_text_size"],
     })
+
+
+def drawn_texts(fig) -> list:
+    """The text artists of ``fig`` that a drawing shows: visible and not empty, without the labels of an axis
+    that is switched off (``ax.axis("off")``) or of ticks outside the view."""
+    hidden = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            shown = {id(t) for t in axis.get_ticklabels() + axis.get_ticklabels(minor=True)} \
+                if ax.axison and axis.get_visible() else set()
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                hidden.update(id(t) for t in (tick.label1, tick.label2) if id(t) not in shown)
+            if not (ax.axison and axis.get_visible()):
+                hidden.update((id(axis.label), id(axis.get_offset_text())))
+    return [t for t in fig.findobj(Text) if id(t) not in hidden and t.get_visible() and t.get_text().strip()]
+
+
+def smallest_text_px(fig, dpi: float | None = None) -> float | None:
+    """The height of the smallest text ``fig`` shows, in pixels of an image saved at ``dpi`` (the figure's own
+    by default): the font size in points times ``dpi / 72``; None for a figure without text."""
+    sizes = [t.get_fontsize() for t in drawn_texts(fig)]
+    return min(sizes) * (dpi or fig.dpi) / 72 if sizes else None
+
+
+def png_with_text_size(fig) -> bytes | None:
+    """The figure as the notebook shows it (IPython's ``print_figure``: PNG at the figure's dpi, tight
+    bounding box), with the height of its smallest text (:func:`smallest_text_px`) in the PNG's text field
+    :data:`TEXT_SIZE_KEY`."""
+    from IPython.core.pylabtools import print_figure
+    fig.draw_without_rendering()  # (text whose size is set when drawn)
+    smallest = smallest_text_px(fig)
+    metadata = {TEXT_SIZE_KEY: f"{smallest:.2f}"} if smallest is not None else {}
+    return print_figure(fig, "png", metadata=metadata)
+
+
+def _record_text_size(fig) -> None:
+    """A figure hook (``rcParams["figure.hooks"]``, set by :func:`book_style`): in a notebook, figures are shown
+    as :func:`png_with_text_size` draws them.  Registered when a figure is made, after the notebook's
+    matplotlib backend has registered its own, so that it takes that one's place."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["image/png"].for_type(Figure, png_with_text_size)
 
 
 def draw_graph(

@@ -190,3 +190,38 @@ def test_draw_molecule_bad_input_names_the_argument():
     with pytest.raises(TypeError, match="mol must be an rdkit.Chem.Mol"):
         draw_molecule("CCCO")
     plt.close("all")
+
+
+def test_smallest_text_counts_what_is_drawn_at_the_saved_resolution():
+    from lrp_lib.book.plotting import smallest_text_px
+    fig, (a, b) = plt.subplots(1, 2, dpi=72)
+    a.plot([0, 1], [0, 1])
+    a.tick_params(labelsize=11)
+    a.set_xlabel("x", fontsize=12)
+    a.set_title("title", fontsize=14)
+    # an axis switched off: its tick labels (fontsize 4) and label are not drawn; its text is
+    b.tick_params(labelsize=4)
+    b.set_ylabel("hidden", fontsize=3)
+    b.axis("off")
+    b.text(0.5, 0.5, "shown", fontsize=10)
+    fig.text(0.1, 0.1, " ")  # empty: not counted
+    assert smallest_text_px(fig) == pytest.approx(10.0)  # points = pixels at 72 dpi
+    assert smallest_text_px(fig, dpi=144) == pytest.approx(20.0)
+    b.texts[0].set_visible(False)
+    assert smallest_text_px(fig) == pytest.approx(11.0)
+    plt.close(fig)
+
+
+def test_the_png_records_its_smallest_text():
+    import io
+
+    from PIL import Image
+
+    from lrp_lib.book.plotting import TEXT_SIZE_KEY, png_with_text_size
+    fig, ax = plt.subplots(figsize=(2, 1.5), dpi=100)
+    ax.plot([0, 1])
+    ax.tick_params(labelsize=9)
+    ax.text(0.2, 0.5, "small", fontsize=6)
+    image = Image.open(io.BytesIO(png_with_text_size(fig)))
+    assert float(image.text[TEXT_SIZE_KEY]) == pytest.approx(6 * 100 / 72, abs=0.01)
+    plt.close(fig)

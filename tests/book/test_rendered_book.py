@@ -5,8 +5,11 @@ from a local HTTP server, and fails on what a reader would hit: a console error 
 error, a request for one of the book's own files that fails, an image that does not load, a formula
 that MathJax did not typeset (or typeset as an error), raw TeX left in the text, a page wider than
 the window, a code cell or output that runs out of its box without a scroll bar (cut off, or
-spilling over), a table wider than the text column, or raw Markdown (backticks, ``**``, a table's
-``|---|`` row, ``[text](url)``) printed in a cell output or a glued value. Every request to another
+spilling over), a table wider than the text column, raw Markdown (backticks, ``**``, a table's
+``|---|`` row, ``[text](url)``) printed in a cell output or a glued value, or a figure whose smallest text is
+under 8 pixels high at the width the page shows it (the PNG records the height of its smallest text in image
+pixels, :func:`lrp_lib.book.plotting.png_with_text_size`; the page scales it by the shown width over the
+image's own). Every request to another
 host is refused, so a page that needs the network to render fails here too.
 
 The checks run in the page (``INSPECT_JS``) and are turned into messages by :func:`problems_of`;
@@ -23,7 +26,9 @@ package, which only drives that binary (no browser download). Without a build th
 ``LRP_BOOK_REQUIRE_BUILD=1`` (as ``.ci/browser`` sets): then a missing build, browser or driver fails.
 ``LRP_BOOK_HTML`` points the test at another build folder.
 """
+import base64
 import functools
+import io
 import http.server
 import os
 import posixpath
@@ -36,6 +41,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from lrp_lib.book.plotting import TEXT_SIZE_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
 HTML = Path(os.environ.get("LRP_BOOK_HTML", ROOT / "_build" / "html")).resolve()
@@ -141,8 +148,46 @@ def test_book_was_built():
 
 # Runs in the page once MathJax has finished: what a reader would see go wrong.
 INSPECT_JS = r"""
-() => {
+async () => {
   const out = {};
+  // The text width of the column an element sits in.
+  const column = el => {
+    const box = el.closest('article, .bd-article, main, body');
+    const style = getComputedStyle(box);
+    return box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  };
+  // A PNG's text fields (its tEXt chunks), by keyword; null for an image that is not a PNG.
+  const pngText = bytes => {
+    if (String.fromCharCode(...bytes.subarray(1, 4)) !== 'PNG') return null;
+    const found = {}, view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    for (let at = 8; at + 8 <= bytes.length;) {
+      const length = view.getUint32(at), type = String.fromCharCode(...bytes.subarray(at + 4, at + 8));
+      if (type === 'tEXt') {
+        const data = bytes.subarray(at + 8, at + 8 + length), zero = data.indexOf(0);
+        found[String.fromCharCode(...data.subarray(0, zero))] = String.fromCharCode(...data.subarray(zero + 1));
+      }
+      if (type === 'IEND') break;
+      at += 12 + length;
+    }
+    return found;
+  };
+  // Figures in cell outputs: the height of their smallest text, as the PNG records it
+  // (lrp_lib.book.plotting.book_style), and the width the page shows them at (a folded output:
+  // the width it would have unfolded).
+  out.figures = [];
+  for (const img of document.querySelectorAll('.cell_output img')) {
+    let fields = null;
+    try {
+      fields = pngText(new Uint8Array(await (await fetch(img.currentSrc || img.src)).arrayBuffer()));
+    } catch (e) {}
+    const size = fields && fields[TEXT_SIZE_KEY];
+    out.figures.push({
+      src: (img.getAttribute('src') || '').slice(0, 60),
+      natural: img.naturalWidth,
+      shown: img.getBoundingClientRect().width || Math.min(img.naturalWidth, column(img)),
+      smallest: size === undefined || size === null ? null : parseFloat(size),
+    });
+  }
   const imgs = Array.from(document.images);
   out.broken_images = imgs
     .filter(img => !(img.complete && img.naturalWidth > 0))
@@ -181,11 +226,6 @@ INSPECT_JS = r"""
   out.clipped_outputs = clipped;
   out.spilled_outputs = spilled;
   // Tables wider than the text column (they scroll inside their container, or widen the page).
-  const column = el => {
-    const box = el.closest('article, .bd-article, main, body');
-    const style = getComputedStyle(box);
-    return box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
-  };
   out.wide_tables = Array.from(document.querySelectorAll('table'))
     .filter(t => t.offsetParent !== null)
     .map(t => [t, Math.round(t.getBoundingClientRect().width), Math.round(column(t))])
@@ -208,7 +248,9 @@ INSPECT_JS = r"""
            .slice(0, 100));
   return out;
 }
-"""
+""".replace("TEXT_SIZE_KEY", repr(TEXT_SIZE_KEY))
+# The smallest text a figure may show, in CSS pixels at the width the page shows it.
+MIN_TEXT_PX = 8
 
 
 def problems_of(found, window_width):
@@ -226,6 +268,15 @@ def problems_of(found, window_width):
                  for text in found["spilled_outputs"]]
     problems += [f"table wider than the text column, {text}" for text in found["wide_tables"]]
     problems += [f"raw Markdown printed as text: {text}" for text in found["raw_markdown"]]
+    for fig in found["figures"]:
+        if fig["smallest"] is None:
+            problems.append(f"figure without a recorded text size (draw it after lrp_lib.book.plotting.book_style()): "
+                            f"{fig['src']}")
+        elif fig["natural"] and fig["smallest"] * fig["shown"] / fig["natural"] < MIN_TEXT_PX:
+            problems.append(
+                f"figure text {fig['smallest'] * fig['shown'] / fig['natural']:.1f} px high at the "
+                f"{fig['shown']:.0f} px the page shows it (under {MIN_TEXT_PX} px; {fig['smallest']:.1f} px in the "
+                f"{fig['natural']} px image): {fig['src']}")
     if found["page_width"] > window_width:
         problems.append(
             f"page is {found['page_width']} px wide in a {window_width} px window "
@@ -351,6 +402,19 @@ def cell(code="x = 1", output="", pre_style="overflow-x: auto"):
             f"{out}</div>")
 
 
+def figure(width, smallest=None):
+    """A figure as a cell output shows it: a PNG ``width`` pixels wide (the book's CSS: at most the column's
+    width), recording ``smallest`` as the height of its smallest text (None: no record)."""
+    from PIL import Image, PngImagePlugin
+    info = PngImagePlugin.PngInfo()
+    if smallest is not None:
+        info.add_text(TEXT_SIZE_KEY, f"{smallest:.2f}")
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, 40), "white").save(buffer, format="png", pnginfo=info)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f"<img src='data:image/png;base64,{data}' style='max-width: 100%'>"
+
+
 # Breaks none of the rules, with what must not be mistaken for a problem: a long line in a box
 # that scrolls, a table that fits, printed Python source (reST ``literals``, :roles:`x`, x ** 2),
 # rendered Markdown (<code>, <strong>) and a plain glued number.
@@ -364,6 +428,8 @@ CLEAN = made_up_page(
            "<div style='overflow-x: auto'><table><tr><th>measure</th><th>ratio</th></tr>"
            "<tr><td>forward | backward</td><td>|R| / max |R|</td></tr></table></div>")
     + "<p>The ratio is <span class='pasted-text'>0.44</span>.</p>"
+    + cell("plt.show()", figure(500, smallest=9.0))  # shown at its own size: 9 px
+    + cell("plt.show()", figure(1200, smallest=18.0))  # shown at 600 px: 9 px
 )
 
 BROKEN = {
@@ -386,6 +452,9 @@ BROKEN = {
                       "raw Markdown printed as text"),
     "link printed": (cell(output="<pre>see [the benchmark](performance.ipynb)</pre>"),
                      "raw Markdown printed as text"),
+    "figure text too small": (cell("plt.show()", figure(1200, smallest=13.75)),  # 6.9 px at 600 px
+                              "figure text 6.9 px high at the 600 px the page shows it"),
+    "figure text size not recorded": (cell("plt.show()", figure(300)), "figure without a recorded text size"),
     "glued bold": ("<p>It is <span class='pasted-text'>**0.44**</span>.</p>", "raw Markdown printed"),
 }
 
