@@ -846,16 +846,15 @@ display(
 )
 display(Markdown(machine_note(quality)))
 t_lrp = next(r["ms"] for r in rows if r["key"] == overall["winner"])
-for k in ("gnnexplainer", "pgexplainer", "integrated_gradients"):
-    r = next((r for r in rows if r["key"] == k), None)
-    if r:
-        glue(f"ratio_{k}", f"{r['ms'] / t_lrp:.0f}", display=False)
+pg = next((r for r in rows if r["key"] == "pgexplainer"), None)
+glue("ratio_pgexplainer", f"{pg['ms'] / t_lrp:.0f}", display=False)
 
 # %% [markdown]
-# One LRP explanation costs one forward and one backward pass: GNNExplainer takes about
-# {glue:text}`ratio_gnnexplainer` times as long with the replication's budget, Integrated Gradients
-# {glue:text}`ratio_integrated_gradients` times (fifty gradient passes) and PGExplainer
-# {glue:text}`ratio_pgexplainer` times once its training is shared out over the explained instances.
+# One LRP explanation costs one forward and one backward pass; PGExplainer takes about
+# {glue:text}`ratio_pgexplainer` times as long on these tasks once its training is shared out over the
+# explained instances. What GNNExplainer costs beside LRP is measured on one model in
+# [Comparing explainers](comparing_explainers.ipynb), and what LRP costs against a gradient (saliency,
+# Integrated Gradients) in [Performance](performance.ipynb).
 #
 # (quality-faithfulness)=
 # ## Do the explanations follow the model?

@@ -970,13 +970,6 @@ glue(
 ms = {key: timed[key]["ms_per_explanation"] for _, _, key in rows if key}
 glue("ms_lrp", f"{ms['LRP (LRPExplainer)']:.1f}", display=False)
 glue("ms_gnnexp", f"{ms[gnn_name]:,.0f}", display=False)
-glue("ms_saliency", f"{ms['saliency (Captum)']:.1f}", display=False)
-glue("ms_ig", f"{ms['Integrated Gradients (Captum, 50 steps)']:.1f}", display=False)
-glue(
-    "ms_lrp_batch",
-    f"{ms['LRP (LRPExplainer), whole set in one batch']:.2f}",
-    display=False,
-)
 glue(
     "speedup_lrp",
     f"{timed['LRP (LRPExplainer)']['speedup_vs_gnnexplainer']:,.0f}",
@@ -1023,11 +1016,6 @@ glue(
     display=False,
 )
 glue(
-    "lrp_vs_saliency_cost",
-    "more" if ms["LRP (LRPExplainer)"] > ms["saliency (Captum)"] else "less",
-    display=False,
-)
-glue(
     "bench_machine",
     f"{machine['cpu']} ({machine['cores']} cores, {machine['torch_threads']} torch "
     f"thread; load average {machine['load_average_1min']} when the run started)",
@@ -1066,15 +1054,14 @@ glue(
 # from the empty graph, where a GCN with self-loops still sees every atom, and spreads its
 # attribution over that whole path.
 #
-# **Cost.** One LRP explanation through PyG's `Explainer` takes {glue:text}`ms_lrp` ms against
-# {glue:text}`ms_gnnexp` ms for GNNExplainer's 200 optimisation steps: {glue:text}`speedup_lrp`
-# times faster. Saliency ({glue:text}`ms_saliency` ms) is a single gradient, and LRP costs
-# {glue:text}`lrp_vs_saliency_cost` than it; Integrated Gradients takes {glue:text}`ms_ig` ms for its
-# 50 steps. Batched, LRP explains all molecules in one forward and one backward:
-# {glue:text}`ms_lrp_batch` ms per molecule, {glue:text}`speedup_lrp_batch` times faster than
-# GNNExplainer. These are wall-clock times measured on {glue:text}`bench_machine`, a machine shared
-# with other work; the ratios, measured interleaved in one process, are what carries over to
-# another machine.
+# **Cost.** One LRP explanation through PyG's `Explainer` takes {glue:text}`ms_lrp` ms on this model
+# against {glue:text}`ms_gnnexp` ms for GNNExplainer's 200 optimisation steps: {glue:text}`speedup_lrp`
+# times faster. Batched, LRP explains all molecules in one forward and one backward,
+# {glue:text}`speedup_lrp_batch` times faster than GNNExplainer. These are wall-clock times measured on
+# {glue:text}`bench_machine`, a machine shared with other work; the ratios, measured interleaved in one
+# process, are what carries over to another machine. What LRP costs against a gradient (saliency, and
+# Integrated Gradients' fifty of them), one graph or molecule at a time and in batches, is on
+# [Performance](performance.ipynb).
 #
 # An explanation shows what *the model* uses. Where that differs from the chemists' alerts, the
 # explanation is not wrong; it is telling us something about the model.

@@ -237,3 +237,63 @@ def test_a_quantity_glued_on_several_pages_has_one_value():
 
 def test_the_glue_check_catches_two_values():
     assert differing_glues({"a": {"x": "1.0", "y": "2"}, "b": {"x": "1.1", "y": "2"}}) == {"x": {"a": "1.0", "b": "1.1"}}
+
+
+#: Quantities that more than one page may want to state, each recognised in a sentence that glues a value: the
+#: book states each on one page, or on several through the same glued name (one cell's value, which
+#: ``test_a_quantity_glued_on_several_pages_has_one_value`` holds to one value).  Two pages that measure "LRP
+#: against GNNExplainer" on different models and glue different numbers read as a contradiction.
+QUANTITIES = {
+    "LRP's time against GNNExplainer's": re.compile(
+        r"GNNExplainer.*\b(faster|slower|times as long)\b|\b(faster|slower|times as long)\b.*GNNExplainer"),
+    "LRP's time against saliency's": re.compile(
+        r"saliency.*\b(faster|slower|times the (time|rate)|costs?)\b|\b(faster|slower|times the (time|rate)|costs?)\b"
+        r".*saliency", re.I),
+    "Integrated Gradients' time": re.compile(
+        r"Integrated Gradients.*\b(costs?|times as long|ms)\b|\b(costs?|times as long)\b.*Integrated Gradients"),
+    "the time per molecule": re.compile(r"\bms per\s+molecule\b|\bper molecule\b.*\bms\b"),
+}
+GLUED = re.compile(r"\{glue:text\}`([^`]+)`")
+
+
+def quantity_statements(markdown: str) -> dict:
+    """``{quantity: {glued names}}``: the sentences of ``markdown`` that glue a value and state one of
+    :data:`QUANTITIES`, by the names they glue."""
+    found: dict = {}
+    text = re.sub(r"\s+", " ", markdown)
+    for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z\[{(*])", text):
+        names = set(GLUED.findall(sentence))
+        if not names:
+            continue
+        for quantity, pattern in QUANTITIES.items():
+            if pattern.search(GLUED.sub("x", sentence)):
+                found.setdefault(quantity, set()).update(names)
+    return found
+
+
+def restated_quantities(pages: dict) -> dict:
+    """``{quantity: {page: glued names}}`` for each quantity that two pages state through different glued names."""
+    by_quantity: dict = {}
+    for page, markdown in pages.items():
+        for quantity, names in quantity_statements(markdown).items():
+            by_quantity.setdefault(quantity, {})[page] = names
+    return {q: v for q, v in by_quantity.items()
+            if len(v) > 1 and len({frozenset(n) for n in v.values()}) > 1}
+
+
+def test_a_quantity_is_stated_on_one_page():
+    """LRP's cost against another method, or per molecule, comes from one page's cell: another page links to
+    it rather than measuring it again on another model."""
+    pages = {p.name: "\n".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
+                               if c["cell_type"] == "markdown") for p in CHAPTERS}
+    restated = restated_quantities(pages)
+    assert not restated, f"the same quantity stated on several pages from different cells: {restated}"
+
+
+def test_the_restated_quantity_check_catches_a_second_measurement():
+    first = "Batched, LRP takes {glue:text}`ms_a` ms per molecule. GNNExplainer is {glue:text}`x` times slower."
+    second = "It explains {glue:text}`ms_b` ms per\nmolecule, one batch at a time. See [Performance](p.ipynb) for saliency."
+    assert restated_quantities({"a": first, "b": second}) == {"the time per molecule": {"a": {"ms_a"}, "b": {"ms_b"}}}
+    # the same glued name on both pages (one cell's value), or a link without a number: no restatement
+    assert restated_quantities({"a": first, "b": second.replace("ms_b", "ms_a")}) == {}
+    assert restated_quantities({"a": first, "b": "GNNExplainer's cost is on [Comparing](c.ipynb)."}) == {}
