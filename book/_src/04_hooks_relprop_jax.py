@@ -279,6 +279,8 @@ print(
     bool(np.abs(np.asarray(R20[0]) - by_hand).max() < 1e-6),
 )
 print("total:", round(float(R20.sum()), 4))
+
+# %% tags=["remove-cell"]
 glue("ab_w0", f"{first_column[0]:.2f}", display=False)
 glue("ab_wsum", f"{np.clip(first_column, 0, None).sum():.2f}", display=False)
 glue("ab_r0", f"{by_hand[0]:.4f}", display=False)

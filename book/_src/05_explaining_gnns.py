@@ -223,6 +223,8 @@ for h in record["history"]:
     )
 test_accuracy = accuracy(model, test_set)
 print(f"test accuracy of the trained model: {test_accuracy:.3f}")
+
+# %% tags=["remove-cell"]
 glue("test_accuracy", f"{test_accuracy:.3f}", display=False)
 
 # %% [markdown]
@@ -247,6 +249,8 @@ print(
     f"logit {logits[pick]:.3f}  ->  P(mutagen) = "
     f"{torch.sigmoid(torch.tensor(-logits[pick])).item():.3f}"
 )
+
+# %% tags=["remove-cell"]
 glue("n_evaluation", f"{len(evaluation)}", display=False)
 
 # %% [markdown]
@@ -301,6 +305,8 @@ print(
     f"relevance kept by the biases     {bias_share:7.3f}  (explanation.bias_relevance)"
 )
 print(f"atoms + biases - log-odds        {round(node_total + bias_share - explained, 3) + 0.0:7.3f}")  # no -0.000
+
+# %% tags=["remove-cell"]
 glue("explained_logodds", f"{explained:.2f}", display=False)
 glue("node_relevance", f"{node_total:.2f}", display=False)
 glue("bias_relevance", f"{bias_share:.2f}", display=False)
@@ -369,6 +375,8 @@ print(
     f"negative for {int((biases < 0).sum())};\natoms' relevance larger in size than "
     f"the log-odds for {int((per_graph_nodes.abs() > per_graph_logodds.abs()).sum())}"
 )
+
+# %% tags=["remove-cell"]
 glue("bias_median", f"{biases.median():.2f}", display=False)
 glue("bias_negative", f"{int((biases < 0).sum())}", display=False)
 
@@ -552,9 +560,11 @@ print(
 )
 signed_per_element = features.node_relevance.sum(0).cpu()
 against = [ATOMS[f] for f in present if signed_per_element[f] < 0]
+kept_negative = int((kept_relevance < 0).sum())
+
+# %% tags=["remove-cell"]
 glue("mask_against", " and ".join(against) if against else "none", display=False)
 glue("mask_against_verb", "argue" if len(against) != 1 else "argues", display=False)
-kept_negative = int((kept_relevance < 0).sum())
 glue("topk_k", f"{k}", display=False)
 glue(
     "topk_sentence",

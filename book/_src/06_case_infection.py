@@ -229,6 +229,8 @@ average_precision = average_precision_score(y_test, logits)
 accuracy = ((logits > 0).float() == y_test).float().mean().item()
 print(f"held-out node average precision: {average_precision:.4f}")
 print(f"held-out node accuracy: {accuracy:.4f}")
+
+# %% tags=["remove-cell"]
 glue("inf_ap", f"{average_precision:.3f}", display=False)
 glue("inf_accuracy", f"{accuracy:.3f}", display=False)
 
@@ -432,6 +434,8 @@ mean_auroc = {
     for m in methods
     for part in ("nodes", "edges")
 }
+
+# %% tags=["remove-cell"]
 for (m, part), value in mean_auroc.items():
     glue(f"inf_auroc_{m.replace(' ', '_')}_{part}", f"{value:.3f}", display=False)
 glue("inf_graphs", f"{n_graphs}", display=False)
@@ -507,6 +511,8 @@ for name, data in cases.items():
         print(f"  {m:16s}" + "".join(f"{v:8.2f}" for v in node_s.tolist()) + "  |"
               + "".join(f"{v:8.2f}" for v in edge_s.tolist()))
 immune_nodes, immune_edges = case_scores["immune", "lrp"]
+
+# %% tags=["remove-cell"]
 glue("inf_immune_self", f"{immune_nodes[3]:.1f}", display=False)
 glue("inf_immune_contact", f"{immune_nodes[0] + immune_edges[0]:.1f}", display=False)
 glue("inf_immune_total", f"{immune_nodes.sum() + immune_edges.sum():.1f}", display=False)

@@ -207,6 +207,8 @@ with open(default_root() / FILENAME, newline="") as f:  # rows in the order of `
 delaney = torch.tensor([esol_equation[i] for i in order[n_tenth:2 * n_tenth]])
 delaney_rmse = (delaney - torch.cat([m.y for m in test_set])).pow(2).mean().sqrt().item()
 print(f"Delaney's ESOL equation on the same test molecules: RMSE {delaney_rmse:.2f}")
+
+# %% tags=["remove-cell"]
 glue("esol_test_rmse", f"{test_rmse:.2f}", display=False)
 glue("esol_baseline_rmse", f"{baseline:.2f}", display=False)
 glue("esol_delaney_rmse", f"{delaney_rmse:.2f}", display=False)
@@ -337,6 +339,7 @@ print(
 )
 print("ethanol:", ", ".join(f"{k} {v:.3f}" for k, v in ethanol.items()))
 
+# %% tags=["remove-cell"]
 for key, value in {
     "benzene_pred": example["benzene"][0],
     "phenol_minus_benzene": example["phenol"][0] - example["benzene"][0],
@@ -486,9 +489,6 @@ print(
     "share of the bonds in the absolute relevance of atoms and bonds:"
     f" {100 * bond_share:.1f} %"
 )
-glue("esol_bias_mean", signed(bias_all.mean(), 3), display=False)
-glue("esol_bond_share", f"{100 * bond_share:.0f} %", display=False)
-glue("esol_molecules", f"{len(molecules):,}", display=False)
 print(f"{'element':8s} {'atoms':>6s} {'mean R':>8s} {'std R':>7s} {'total R':>9s}")
 rows = []
 for k, name in enumerate(names):
@@ -505,15 +505,9 @@ for k, name in enumerate(names):
         )
         print(f"{name:8s} {len(r):6d} {r.mean():8.3f} {rows[-1][3]:7.3f} {r.sum():9.1f}")
 stats = {row[0]: row for row in rows}
-for name in ("C", "N", "O", "S", "Cl"):
-    glue(f"esol_mean_{name}", signed(stats[name][2]), display=False)
-glue("esol_std_Cl", f"{stats['Cl'][3]:.3f}", display=False)
 halogens = sorted(
     ["F", "Cl", "Br", "I"], key=lambda h: -stats[h][2]
 )  # least negative first
-glue("esol_halogen_order", ", ".join(halogens), display=False)
-glue("esol_halogen_size", "the order of their size" if halogens == ["F", "Cl", "Br", "I"]
-     else "not quite the order of their size", display=False)
 # carbon by environment
 aromatic = x_all[:, NODE_FEATURES.index("aromatic")] == 1
 hydrogens = x_all[:, 12:16].argmax(1)
@@ -530,6 +524,17 @@ for label, mask in [
         f" {r_all[mask].mean():7.3f}"
     )
     glue(f"esol_env_{label.replace(' ', '_')}", signed(r_all[mask].mean()), display=False)
+
+# %% tags=["remove-cell"]
+glue("esol_bias_mean", signed(bias_all.mean(), 3), display=False)
+glue("esol_bond_share", f"{100 * bond_share:.0f} %", display=False)
+glue("esol_molecules", f"{len(molecules):,}", display=False)
+for name in ("C", "N", "O", "S", "Cl"):
+    glue(f"esol_mean_{name}", signed(stats[name][2]), display=False)
+glue("esol_std_Cl", f"{stats['Cl'][3]:.3f}", display=False)
+glue("esol_halogen_order", ", ".join(halogens), display=False)
+glue("esol_halogen_size", "the order of their size" if halogens == ["F", "Cl", "Br", "I"]
+     else "not quite the order of their size", display=False)
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(BOOK_WIDTH, 3.4))

@@ -208,6 +208,8 @@ print(
     f"test mutagen #{pick}: {graph.num_nodes} atoms, {ei.shape[1] // 2} bonds, "
     f"log-odds of 'mutagen' {logodds:.3f}"
 )
+
+# %% tags=["remove-cell"]
 glue("mol_atoms", f"{graph.num_nodes}", display=False)
 
 # %% [markdown]
@@ -280,6 +282,8 @@ print(
     f"earlier biases {float(bias_share.sum()):.3f}, "
     f"LRPExplainer {float(edge_lrp.sum()):.3f}"
 )
+
+# %% tags=["remove-cell"]
 glue("mol_walks", f"{walks.shape[0]:,}", display=False)
 glue("tol", f"{TOL:g}", display=False)
 glue("mol_walk_sum", f"{float(rel.sum()):.3f}", display=False)
@@ -346,6 +350,8 @@ nitro = sorted(
     }
 )
 through = sum(any(j in nitro for j in w) for w in best.tolist())
+
+# %% tags=["remove-cell"]
 glue("k_walks", f"{K}", display=False)
 glue("top_through_nitro", f"{through}", display=False)
 glue(
@@ -462,6 +468,8 @@ for name, S in sets.items():
     inside = torch.isin(walks, torch.tensor(S)).all(1)
     values[name] = r_s
     print(f"{name:24s} {r_s:8.3f}   {float(rel[inside].sum()):8.3f}")
+
+# %% tags=["remove-cell"]
 glue("r_nitro", f"{values['nitro group (N, O, O)']:.3f}", display=False)
 glue("r_carbons", f"{values['carbon atoms']:.3f}", display=False)
 glue("r_both", f"{values['nitro group + carbons']:.3f}", display=False)
@@ -659,6 +667,8 @@ short = {
     "edge LRP (edges)": "edge",
     "walks (edges)": "walk_edges",
 }
+
+# %% tags=["remove-cell"]
 for (m, c), v in auc.items():
     glue(f"auc_{short[m]}_{c}", f"{v:.3f}", display=False)
 glue("house_min", f"{min(auc[m, 0] for m in methods):.3f}", display=False)
@@ -757,6 +767,8 @@ seed_everything(0)
 xiong = XiongGIN()
 xiong_record = load_or_train("walks-ba2motifs-xiong-gin", xiong, train_xiong)
 print(f"stored test accuracy {xiong_record['metrics']['test_accuracy']:.3f}")
+
+# %% tags=["remove-cell"]
 glue("xiong_accuracy", f"{xiong_record['metrics']['test_accuracy']:.3f}", display=False)
 
 # %% [markdown]
@@ -899,8 +911,10 @@ print(
     "nodes with negative first-order relevance: "
     f"{negative_nodes} of {sum(g.num_nodes for g in x_test)}"
 )
-glue("xiong_best", ranked[0], display=False)
 same = f"{xiong_auc['node LRP (signed)']:.3f}" == f"{xiong_auc['node LRP |R|']:.3f}"
+
+# %% tags=["remove-cell"]
+glue("xiong_best", ranked[0], display=False)
 glue(
     "xiong_abs_note",
     f"{negative_nodes} of the {sum(g.num_nodes for g in x_test):,} nodes "
@@ -1130,6 +1144,8 @@ print(f"{len(inf_scores['walks (nodes)'])} explained nodes")
 print(f"{'mean AUROC vs the infection':28s}")
 for m in methods:
     print(f"{m:28s} {inf_auc[m]:.3f}")
+
+# %% tags=["remove-cell"]
 for m in methods:
     glue(f"inf_auc_{short[m]}", f"{inf_auc[m]:.3f}", display=False)
 
@@ -1267,12 +1283,14 @@ print(
 print(
     f"naive top-10 on the same graph: {t1000['naive_top_projected_s']:.0f} s (projected)"
 )
+checked = [r for r in rows if r.get("top_walks_exact") is not None]
+
+# %% tags=["remove-cell"]
 glue("t_target", f"{target['target_top_walks_s']:.2f}", display=False)
 glue("t_naive_1000", f"{t1000['naive_top_projected_s']:,.0f}", display=False)
 glue("walks_1000", f"{t1000['walks']:,}", display=False)
 glue("top_slope", f"{slope:.1f}", display=False)
 glue("t_top_10k", f"{size_rows[-1]['top_walks_s']:.2f}", display=False)
-checked = [r for r in rows if r.get("top_walks_exact") is not None]
 glue("n_checked", f"{len(checked)}", display=False)
 glue(
     "all_exact",

@@ -369,12 +369,14 @@ display(
     )
 )
 gaps = [r["gap"] for r in rows]
-glue("min_gap", f"{min(gaps):.3f}", display=False)
-glue("min_gap_task", rows[int(np.argmin(gaps))]["task"], display=False)
 attr = [r["random"] for r in rows if r["protocol"] == "graph_attribution"]
 if attr:
     glue("random_attr_lo", f"{min(attr):.3f}", display=False)
     glue("random_attr_hi", f"{max(attr):.3f}", display=False)
+
+# %% tags=["remove-cell"]
+glue("min_gap", f"{min(gaps):.3f}", display=False)
+glue("min_gap_task", rows[int(np.argmin(gaps))]["task"], display=False)
 glue(
     "gap_sentence",
     (
@@ -482,9 +484,6 @@ display(
     )
 )
 same = [r for r in rows if r["same"] == "yes"]
-glue("n_anchor", str(len(same)), display=False)
-glue("n_anchor_ok", str(sum(r["ok"] == "yes" for r in same)), display=False)
-glue("tol_published", "0.05", display=False)
 elsewhere = []
 for t in order:
     for m, ps in tasks[t].get("published_elsewhere", {}).items():
@@ -515,6 +514,11 @@ display(
         ],
     )
 )
+
+# %% tags=["remove-cell"]
+glue("n_anchor", str(len(same)), display=False)
+glue("n_anchor_ok", str(sum(r["ok"] == "yes" for r in same)), display=False)
+glue("tol_published", "0.05", display=False)
 
 # %% [markdown]
 # {glue:text}`n_anchor_ok` of the {glue:text}`n_anchor` published numbers measured under our
@@ -651,6 +655,8 @@ display(
         [("other methods", "m"), ("mean rank over the tasks they run on", "r", "{:.2f}")],
     )
 )
+
+# %% tags=["remove-cell"]
 glue("winner", name(overall["winner"]), display=False)
 glue("winner_rank", f"{overall['winner_mean_rank']:.2f}", display=False)
 glue("node_winner", name(node_sel["winner"]) if node_sel else "-", display=False)
@@ -693,10 +699,12 @@ display(
         ],
     )
 )
+losses = [r for r in rows if r["close"] == "no"]
+
+# %% tags=["remove-cell"]
 glue("n_close", str(sum(r["close"] == "yes" for r in rows)), display=False)
 glue("n_gxi", str(sum(r["gxi"] == "yes" for r in rows)), display=False)
 glue("tol_best", "0.01", display=False)
-losses = [r for r in rows if r["close"] == "no"]
 glue("n_losses", str(len(losses)), display=False)
 
 # %% [markdown]
@@ -747,6 +755,8 @@ display(
     )
 )
 winners = sorted({r["winner"] for r in rows})
+
+# %% tags=["remove-cell"]
 glue(
     "loss_sentence",
     (
@@ -847,6 +857,8 @@ display(
 display(Markdown(machine_note(quality)))
 t_lrp = next(r["ms"] for r in rows if r["key"] == overall["winner"])
 pg = next((r for r in rows if r["key"] == "pgexplainer"), None)
+
+# %% tags=["remove-cell"]
 glue("ratio_pgexplainer", f"{pg['ms'] / t_lrp:.0f}", display=False)
 
 # %% [markdown]

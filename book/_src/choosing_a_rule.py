@@ -161,14 +161,16 @@ display(results_table(rows, [("LRPExplainer(...)", "choice"),
                              ("edge AUROC, mean", "auroc", "{:.3f}"),
                              (f"conserves to {TOLERANCE:.0e}", "conserves")]))
 by = {r["choice"]: r for r in rows}
+aurocs = [r["auroc"] for r in rows]
+assert all(r["gap"] < TOLERANCE for r in rows)
+assert by["rule epsilon"]["auroc"] > by["default"]["auroc"]  # as the text below says
+
+# %% tags=["remove-cell"]
 glue("toy_default", f"{by['default']['auroc']:.3f}", display=False)
 glue("toy_eps", f"{by['rule epsilon']['auroc']:.3f}", display=False)
-aurocs = [r["auroc"] for r in rows]
 glue("toy_min", f"{min(aurocs):.3f}", display=False)
 glue("toy_max", f"{max(aurocs):.3f}", display=False)
 glue("toy_gap", f"{TOLERANCE:.0e}", display=False)
-assert all(r["gap"] < TOLERANCE for r in rows)
-assert by["rule epsilon"]["auroc"] > by["default"]["auroc"]  # as the text below says
 
 # %% [markdown]
 # On this model every configuration ranks the house edges near the top (mean edge AUROC from
@@ -211,8 +213,10 @@ display(results_table(decision, [
 ]))
 display(Markdown(machine_note(quality)))
 order = [t for t in TASK_TITLES if t in tasks]
-glue("n_tasks", str(len(order)), display=False)
 n_configs = sum(m.startswith("lrp_") for m in quality["settings"]["methods"])
+
+# %% tags=["remove-cell"]
+glue("n_tasks", str(len(order)), display=False)
 glue("n_configs", str(n_configs), display=False)
 
 # %% [markdown]
@@ -231,10 +235,12 @@ display(results_table(choices, [
     ("explained contrast", "contrast", "{:.3f}"),
 ]))
 n_abs_best = sum(r["abs"] >= max(r["positive"], r["relevance"]) for r in choices)
-glue("n_abs_best", str(n_abs_best), display=False)
 n_signed_best = sum(r["relevance"] > r["abs"] for r in choices)
-glue("n_signed_best", str(n_signed_best), display=False)
 n_contrast_better = sum(r["contrast"] > r["logit"] for r in choices)
+
+# %% tags=["remove-cell"]
+glue("n_abs_best", str(n_abs_best), display=False)
+glue("n_signed_best", str(n_signed_best), display=False)
 glue("n_contrast_better", str(n_contrast_better), display=False)
 
 # %% [markdown]
@@ -268,6 +274,8 @@ display(results_table(faith_rows, [
 ]))
 display(Markdown(machine_note(faith_file)))
 CLOSE = 0.01
+
+# %% tags=["remove-cell"]
 glue("faith_close", CLOSE, display=False)
 glue("n_faith_close", str(sum(r["gap"] <= CLOSE for r in faith_rows)), display=False)
 glue("n_faith_groups", str(len(faith_rows)), display=False)

@@ -99,6 +99,8 @@ model = GCN(dataset.num_features, hidden=64).to(device)
 record = load_or_train("mutagenicity-gcn", model, trained_in_explaining_a_graph_classifier, retrain=False)
 model.eval()
 print(f"stored test accuracy {record['metrics']['test_accuracy']:.3f}")
+
+# %% tags=["remove-cell"]
 glue("test_accuracy", f"{record['metrics']['test_accuracy']:.3f}", display=False)
 
 # %%
@@ -115,6 +117,8 @@ print(
     f"logit {logits[pick]:.3f}  ->  P(mutagen) = "
     f"{torch.sigmoid(torch.tensor(-logits[pick])).item():.3f}"
 )
+
+# %% tags=["remove-cell"]
 glue("n_evaluation", f"{len(evaluation)}", display=False)
 
 # %%
@@ -141,6 +145,8 @@ print(
     f"relevance kept by the biases     {bias_share:7.3f}  (explanation.bias_relevance)"
 )
 print(f"atoms + biases - log-odds        {round(node_total + bias_share - explained, 3) + 0.0:7.3f}")  # no -0.000
+
+# %% tags=["remove-cell"]
 glue("explained_logodds", f"{explained:.2f}", display=False)
 glue("node_relevance", f"{node_total:.2f}", display=False)
 glue("bias_relevance", f"{bias_share:.2f}", display=False)
@@ -319,6 +325,8 @@ print(
     top_group is not None,
     f"({top_group})" if top_group else "",
 )
+
+# %% tags=["remove-cell"]
 glue(
     "lrp_top_bond_sentence",
     "LRP's most relevant bond in this molecule is a "
@@ -472,6 +480,8 @@ print(
     f"  LRP-0:              atoms below 1e-6: {zero_nodes < 1e-6}, edges below 1e-6: "
     f"{zero_edges < 1e-6}"
 )
+
+# %% tags=["remove-cell"]
 glue("gxi_eps_nodes", f"{100 * eps_nodes:.2g}%", display=False)
 glue("gxi_eps_edges", f"{100 * eps_edges:.2g}%", display=False)
 glue(
@@ -670,6 +680,11 @@ against_alert = sum(
     label_of(train_set[i]) == "nonmutagen" and "no NO" not in alerts(train_set[i])
     for i in opponents.indices[0].tolist()
 )
+ratio = abs(opponents.influence_scores[0][0].item()) / abs(
+    proponents.influence_scores[0][0].item()
+)
+
+# %% tags=["remove-cell"]
 glue(
     "opponents_nonmutagen_with_alert",
     [
@@ -679,9 +694,6 @@ glue(
         "all three opponents are",
     ][against_alert],
     display=False,
-)
-ratio = abs(opponents.influence_scores[0][0].item()) / abs(
-    proponents.influence_scores[0][0].item()
 )
 glue("opponent_proponent_ratio", f"{ratio:.1f}", display=False)
 
@@ -842,6 +854,8 @@ print(
     f"ground-truth edges per molecule: {min(sizes)} to {max(sizes)}, {sizes.count(4)} "
     "molecules with 4"
 )
+
+# %% tags=["remove-cell"]
 glue("n_predicted_nonmutagen", f"{sum(z > 0 for z in logits)}", display=False)
 glue("k_four", f"{sizes.count(4)}", display=False)
 glue("k_max", f"{max(sizes)}", display=False)

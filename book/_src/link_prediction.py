@@ -165,6 +165,8 @@ print(
     f"stored test AUROC {link_record['metrics']['test_auroc']:.3f} (validation "
     f"{link_record['metrics']['val_auroc']:.3f})"
 )
+
+# %% tags=["remove-cell"]
 glue("link_test_auroc", f"{link_record['metrics']['test_auroc']:.3f}", display=False)
 
 # %% [markdown]
@@ -227,6 +229,8 @@ print(
     f"{float(link_e.edge_relevance[~in_hops].abs().max()):.1f}"
 )
 assert abs(link_nodes + link_bias - score) < 1e-4 * max(1.0, abs(score))  # the text: they give the score
+
+# %% tags=["remove-cell"]
 glue("link_u", f"{u}", display=False)
 glue("link_v", f"{v}", display=False)
 glue("link_score", f"{score:.2f}", display=False)

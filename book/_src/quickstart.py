@@ -134,6 +134,8 @@ explanation = explainer(data.x, data.edge_index, index=node)
 print(f"node {node}: class {int(explanation.target[node])} explained, "
       f"from {explanation.explained_output}")
 print("rule of every weight (the default for this task level):", explainer.algorithm.rule)
+
+# %% tags=["remove-cell"]
 glue("qs_rule", {"zplus": "z+"}.get(explainer.algorithm.defaults["rule"], explainer.algorithm.defaults["rule"]),
      display=False)  # (the rule's name in prose; "zplus" selects it)
 
@@ -162,6 +164,8 @@ print(f"node_mask in [{float(explanation.node_mask.min()):.0f}, "
 print(f"node_relevance.sum() {nodes_sum:8.4f}")
 print(f"+ bias_relevance     {bias:8.4f}")
 print(f"= {nodes_sum + bias:.4f}; the explained logit {explained:.4f}")
+
+# %% tags=["remove-cell"]
 glue("qs_logit", f"{explained:.2f}", display=False)
 glue("qs_nodes", f"{nodes_sum:.2f}", display=False)
 glue("qs_bias", f"{bias:.2f}", display=False)
