@@ -105,7 +105,7 @@ glue(
 # The protocols, the models and their accuracy (on held-out data, and on the explained instances)
 # as the results file records them:
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 rows = [{"protocol": k, "description": v} for k, v in settings["protocols"].items()]
 display(
     results_table(rows, [("protocol", "protocol"), ("what is scored", "description")])
@@ -162,7 +162,7 @@ display(
 # method of its own ({glue:text}`n_lrp_configs` in all); the three masks are transforms of one
 # explanation (`lrp_lib.explain.explainer.relevance_mask`), so they share one call and one time:
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 lrp = settings["lrp"]
 rows = [
     {"part": "composite (rule=)", "key": k, "what": v}
@@ -193,7 +193,7 @@ display(
 # Grad-CAM {cite}`zhou2016cam,pope2019explainability` read the model's read-out. The settings used,
 # per task:
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 rows = []
 for t in order:
     s = tasks[t]["explainer_settings"]
@@ -221,7 +221,7 @@ display(
 # column), then the other methods. The full tables, with every LRP configuration,
 # the 95 % intervals and the time per explanation, are folded under the figure.
 
-# %%
+# %% tags=["hide-input"]
 overall, node_sel, graph_sel = (
     summary["overall"],
     summary["node_level"],
@@ -287,7 +287,7 @@ plt.tight_layout()
 plt.show()
 
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 def full_table(t):
     rows = []
     for m, r in sorted(tasks[t]["methods"].items(), key=lambda kv: -kv[1]["auroc"]):
@@ -333,7 +333,7 @@ display(Markdown(machine_note(quality)))
 # of several alternative ground truths per molecule lifts it, and per-graph averages of small graphs
 # scatter it. The random row of every task, with its interval:
 
-# %%
+# %% tags=["hide-input"]
 rows = []
 for t in order:
     r = tasks[t]["methods"]["random"]
@@ -405,7 +405,7 @@ glue(
 # is). The sources are listed below the table.
 
 
-# %%
+# %% tags=["hide-input"]
 def why_not(t, m, p):
     """The reason a published number is not reproduced.
 
@@ -556,7 +556,7 @@ glue("tol_published", "0.05", display=False)
 # shows how much the *model* decides: the GINs of the different seeds classify the test graphs
 # equally well, yet the same explainer finds the motif on one seed's model and not on another's.
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 t = "ba_2motifs"
 if t in tasks:
     meth = tasks[t]["methods"]
@@ -607,7 +607,7 @@ if t in tasks:
 # graph-level tasks alone, since a library can pick its default from the model's configuration
 # (`task_level`).
 
-# %%
+# %% tags=["hide-input"]
 print(textwrap.fill(summary["rule"], width=88))
 rows = []
 for label, sel in (
@@ -670,7 +670,7 @@ glue("n_rankers", str(len(tasks[order[0]]["methods"])), display=False)
 # that is not LRP and against Grad x Input (LRP-0 of a bias-free ReLU network *is* Grad x Input, so
 # a rule that does not beat it adds nothing):
 
-# %%
+# %% tags=["hide-input"]
 rows = []
 for t in order:
     p = overall["per_task"][t]
@@ -719,7 +719,7 @@ glue("n_losses", str(len(losses)), display=False)
 # {glue:text}`tol_best`. For each of them: the winner, the best LRP configuration *of that task*
 # (a different rule may close the gap), and the margins (folded below):
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 rows = []
 for t in order:
     p = overall["per_task"][t]
@@ -836,7 +836,7 @@ assert all(r["rel"] < r["win_rel"] and 2 * r["above_winner"] < r["seeds"] for r 
 # and then the median over tasks (PGExplainer's includes its share of training; the three masks of an
 # LRP configuration share one call). The figures are those of the benchmark run (machine below).
 
-# %% tags=["hide-output"]
+# %% tags=["hide-cell"]
 rows = []
 for m in [overall["winner"], "lrp_epsilon_logit_abs"] + [
     k for k in BASE if k != "random"

@@ -53,7 +53,7 @@ torch.set_num_threads(1)
 # the benchmark's tasks of each level, a selection rule fixed before the benchmark ran (the
 # benchmark chapter shows {ref}`the ranking <quality-default>`).
 
-# %%
+# %% tags=["hide-input"]
 for level, settings in DEFAULTS.items():
     shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
     print(f"{level}-level models:", shown)
@@ -108,7 +108,7 @@ house_nodes = [int(v) for v in test_nodes
                if predicted[v] == data.y[v] and data.y[v] > 0]
 print(f"{len(house_nodes)} correctly classified house nodes in the test set")
 
-# %%
+# %% tags=["hide-input"]
 def explain_with(**settings):
     return Explainer(
         model,
@@ -187,7 +187,7 @@ glue("toy_gap", f"{TOLERANCE:.0e}", display=False)
 # quotes. The table gives, per kind of model and task, the best LRP configuration and the best method
 # of any kind by mean AUROC over those tasks, and how the level's default does there.
 
-# %%
+# %% tags=["hide-input"]
 quality = load_results("quality", repository=globals().get("REPOSITORY"))
 tasks = quality["results"]["tasks"]
 GROUPS = [
@@ -224,7 +224,7 @@ glue("n_configs", str(n_configs), display=False)
 # The two choices besides the rule, task by task: the best LRP AUROC with each mask and with each
 # explained quantity (over all composites).
 
-# %%
+# %% tags=["hide-input"]
 choices = choice_rows(tasks, order)
 display(results_table(choices, [
     ("task", "task"),
@@ -253,7 +253,7 @@ glue("n_contrast_better", str(n_contrast_better), display=False)
 # probability (the area under that curve, lower is more faithful). Per kind of model, the most faithful method
 # and the default, by mean area over the same tasks:
 
-# %%
+# %% tags=["hide-input"]
 faith_file = load_results("faithfulness", repository=globals().get("REPOSITORY"))
 faith = faith_file["results"]
 faith_rows = []

@@ -175,13 +175,13 @@ def test_every_rule_name_is_in_the_glossary():
 
 
 def shown_tables(nb: dict) -> int:
-    """The tables a page shows unfolded: markdown tables in its cells' outputs (``hide-output``: folded) and
-    in its prose."""
+    """The tables a page shows unfolded: markdown tables in its cells' outputs (``hide-output`` and
+    ``hide-cell``: folded) and in its prose."""
     count = 0
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
             count += len(re.findall(r"^\|[ :-]*-{3}", "".join(cell["source"]), re.M))
-        elif "hide-output" not in cell.get("metadata", {}).get("tags", []):
+        elif not {"hide-output", "hide-cell"} & set(cell.get("metadata", {}).get("tags", [])):
             for out in cell.get("outputs", []):
                 text = "".join(out.get("data", {}).get("text/markdown", ""))
                 count += len(re.findall(r"^\|[ :-]*-{3}", text, re.M))
@@ -202,6 +202,7 @@ def test_the_table_count_skips_folded_outputs():
     table = {"data": {"text/markdown": "| a | b |\n| --- | --- |\n| 1 | 2 |"}}
     nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [table, table]},
                     {"cell_type": "code", "metadata": {"tags": ["hide-output"]}, "outputs": [table]},
+                    {"cell_type": "code", "metadata": {"tags": ["hide-cell"]}, "outputs": [table]},
                     {"cell_type": "markdown", "source": ["| x |\n", "|---|\n", "| y |"]}]}
     assert shown_tables(nb) == 3
 
