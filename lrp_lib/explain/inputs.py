@@ -5,9 +5,8 @@ fix; and what the explainer learns from the call it runs in (:func:`inputs_check
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
-from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
@@ -15,12 +14,13 @@ from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.nn import GCNConv
 
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode.hooks import bound
 from lrp_lib.core.validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
 
 __all__ = ["check_inputs", "check_dtype", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
            "explainer_training_flag", "uncompiled", "usable", "warn_training"]
 
-_current = threading.local()  # the inputs that Explainer checked in this thread, just before the algorithm
+_checked: ContextVar = ContextVar("checked", default=None)  # the inputs Explainer checked in this thread, just before
 
 
 def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> None:
@@ -126,7 +126,7 @@ def _check_gcn_degree(model: nn.Module, n: int, edge_index: Tensor, edge_weight:
 
 def checked_by_explainer(x, edge_index) -> bool:
     """Whether :class:`~lrp_lib.explain.explainer.Explainer` checked these very tensors just before calling the algorithm."""
-    done = getattr(_current, "checked", None)
+    done = _checked.get()
     return done is not None and done[0] is x and done[1] is edge_index
 
 
@@ -145,15 +145,9 @@ def explainer_training_flag(model: nn.Module) -> bool | None:
     return None
 
 
-@contextmanager
 def inputs_checked(x, edge_index):
     """Inside the block, :func:`checked_by_explainer` is true for these very tensors (None: for none)."""
-    previous = getattr(_current, "checked", None)
-    _current.checked = None if x is None else (x, edge_index)
-    try:
-        yield
-    finally:
-        _current.checked = previous
+    return bound(_checked, None if x is None else (x, edge_index))
 
 
 def usable(t):

@@ -22,17 +22,18 @@ a regression's target is the prediction itself, not a decision, so it keeps PyG'
 """
 from __future__ import annotations
 
-import threading
 import warnings
-from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Callable
 
 import torch
 from torch import Tensor
 
+from lrp_lib.explain.mode.hooks import bound
+
 __all__ = ["OnePass", "one_pass", "pending_target", "explain_in_one_pass", "clear_of_rounding"]
 
-_current = threading.local()  # the one-pass explanation running in this thread (its OnePass)
+_current: ContextVar = ContextVar("one_pass", default=None)  # the one-pass explanation in this thread (its OnePass)
 
 
 def clear_of_rounding(prediction: Tensor, model_config) -> bool:
@@ -80,22 +81,16 @@ class OnePass:
         return self.target
 
 
-@contextmanager
 def one_pass(target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
              clear: Callable[[Tensor], bool] | None = None):
     """Inside the block, an explainer called with ``target=None`` in this thread takes its target
     from its own forward (:func:`pending_target`); ``settle`` and ``clear``: see :class:`OnePass`."""
-    previous = getattr(_current, "record", None)
-    _current.record = OnePass(target_of, settle, clear)
-    try:
-        yield _current.record
-    finally:
-        _current.record = previous
+    return bound(_current, OnePass(target_of, settle, clear))
 
 
 def pending_target() -> OnePass | None:
     """The :class:`OnePass` of the explanation running in this thread, if it runs in one pass."""
-    return getattr(_current, "record", None)
+    return _current.get()
 
 
 def explain_in_one_pass(explainer, x: Tensor, edge_index: Tensor, target, index, **kwargs):

@@ -12,6 +12,8 @@
 * :mod:`~lrp_lib.explain.mode.forward`: ``ForwardMode``, the mode with each rule family a forward modification
   (one ordinary backward), and the probes that total what biases and stabilisers keep;
 * :mod:`~lrp_lib.explain.mode.edges`: edge relevance, messages times their gradient, placed on input edges.
+* :mod:`~lrp_lib.explain.mode.hooks`: the hooks on a model's modules, registered once, and the per-thread value
+  each reads.
 
 Imports :mod:`lrp_lib.core` only.
 """

@@ -11,35 +11,32 @@ are registered once per module (:func:`ensure_hooks`) and do nothing outside a
 from __future__ import annotations
 
 import math
-import threading
-import weakref
 from collections import Counter
-from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
+from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
 __all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder",
            "message_relevance"]
 
 
-_current = threading.local()       # the explanation running in this thread (its EdgeRecorder)
-_hooked: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
-_hook_lock = threading.Lock()
+_recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder of the explanation in this thread
 
 
 def _message_hook(module, inputs, out):
-    recorder = getattr(_current, "recorder", None)
+    recorder = _recorder.get()
     if recorder is None:
         return None
     return recorder.messages(module, out)
 
 
 def _propagate_hook(module, inputs):
-    recorder = getattr(_current, "recorder", None)
+    recorder = _recorder.get()
     if recorder is not None:
         recorder.propagated[id(module)] += 1
         recorder.edges_of[id(module)] = inputs[0]  # the edge_index this layer passes messages along
@@ -50,14 +47,8 @@ def ensure_hooks(model: nn.Module) -> None:
     """Register the message hooks on every MessagePassing module of ``model`` (once per module: a
     module that has them already -- also a ``copy.deepcopy`` of a hooked one, which copies its
     hooks -- gets no second set)."""
-    with _hook_lock:
-        for m in model.modules():
-            if isinstance(m, MessagePassing) and m not in _hooked:
-                if not any(h is _message_hook for h in m._message_forward_hooks.values()):
-                    m.register_message_forward_hook(_message_hook)
-                if not any(h is _propagate_hook for h in m._propagate_forward_pre_hooks.values()):
-                    m.register_propagate_forward_pre_hook(_propagate_hook)
-                _hooked[m] = True
+    ensure_hook(model, MessagePassing, "_message_forward_hooks", _message_hook)
+    ensure_hook(model, MessagePassing, "_propagate_forward_pre_hooks", _propagate_hook)
 
 
 def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
@@ -274,15 +265,9 @@ class HeteroEdgeRecorder(EdgeRecorder):
 
 def current_recorder():
     """The recorder of the :func:`recording` block running in this thread (None: none)."""
-    return getattr(_current, "recorder", None)
+    return _recorder.get()
 
 
-@contextmanager
 def recording(recorder):
     """Inside the block, the message hooks of this thread record into ``recorder`` (None: nothing)."""
-    previous = getattr(_current, "recorder", None)
-    _current.recorder = recorder
-    try:
-        yield recorder
-    finally:
-        _current.recorder = previous
+    return bound(_recorder, recorder)

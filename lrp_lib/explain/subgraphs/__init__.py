@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import builtins
 import math
-import threading
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Callable
 
 import torch
@@ -39,6 +39,7 @@ from torch_geometric.nn import conv as pyg_conv
 
 from lrp_lib.explain.subgraphs.border_degrees import counted_border
 from lrp_lib.explain.inputs import check_inputs
+from lrp_lib.explain.mode.hooks import bound
 from lrp_lib.explain.subgraphs.layer_pruning import pruned_layers
 from lrp_lib.explain.subgraphs.unions import KHopUnion, k_hop_union, union_graph, with_border
 
@@ -48,7 +49,7 @@ __all__ = ["explain_per_index", "k_hop_union", "PRUNABLE", "prunable", "countabl
 #: How many targets' subgraphs the memory estimate is measured on when the full graph's output is known.
 PROBE_TARGETS = 4
 
-_prediction = threading.local()  # the prediction pass of the explainer running in this thread
+_prediction: ContextVar = ContextVar("prediction", default=None)  # the prediction pass of the explainer in this thread
 
 
 @contextmanager
@@ -56,27 +57,24 @@ def predicted():
     """Inside the block, the last model output that :func:`remember` recorded in this thread is
     kept, so that :func:`explain_per_index` takes the full graph's output from it instead of running the
     model again (:class:`~lrp_lib.explain.explainer.Explainer`: PyG's prediction pass)."""
-    previous = getattr(_prediction, "value", None)
-    _prediction.value = ()  # in the block, nothing recorded yet
-    try:
+    with bound(_prediction, []):  # in the block, nothing recorded yet
         yield remember
-    finally:
-        _prediction.value = previous
 
 
 def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
     """Record ``out = model(*args, **kwargs)``, computed without autograd in eval mode (inside a
     :func:`predicted` block of this thread; elsewhere nothing is kept)."""
-    if getattr(_prediction, "value", None) is not None:
-        _prediction.value = (model, args, kwargs, out)
+    kept = _prediction.get()
+    if kept is not None:
+        kept[:] = [(model, args, kwargs, out)]
 
 
 def _known_output(model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict) -> Tensor | None:
     """The recorded output of ``model`` on these very inputs (the same tensors), or None."""
-    value = getattr(_prediction, "value", None)
+    value = _prediction.get()
     if not value:
         return None
-    m, args, kw, out = value
+    m, args, kw, out = value[0]
     given = {k: v for k, v in kwargs.items() if v is not None}
     same = (m is model and len(args) == 2 and args[0] is x and args[1] is edge_index and isinstance(out, Tensor)
             and {k: v for k, v in kw.items() if v is not None}.keys() == given.keys()

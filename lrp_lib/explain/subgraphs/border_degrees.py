@@ -23,19 +23,18 @@ the whole border instead.
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
 
+from lrp_lib.explain.mode.hooks import bound, ensure_hook
+
 __all__ = ["CountedBorder", "counted_border", "ensure_border_hooks"]
 
-_state = threading.local()  # the CountedBorder of the forward running in this thread
-_hooked: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
-_hook_lock = threading.Lock()
+_state: ContextVar = ContextVar("counted_border", default=None)  # the CountedBorder of the forward in this thread
 _ARGS = ("x", "edge_index", "edge_weight")  # GCNConv.forward's parameters
 
 
@@ -87,19 +86,14 @@ class CountedBorder:
 
 
 def _weigh_hook(module, args, kwargs):
-    state = getattr(_state, "value", None)
+    state = _state.get()
     return None if state is None else state.weigh(module, args, kwargs)
 
 
 def ensure_border_hooks(model: nn.Module) -> None:
     """Register the weighing hook on every ``GCNConv`` of ``model`` (once per module, also on a
     ``copy.deepcopy`` of a hooked one, which copies its hooks)."""
-    with _hook_lock:
-        for m in model.modules():
-            if isinstance(m, GCNConv) and m not in _hooked:
-                if not any(h is _weigh_hook for h in m._forward_pre_hooks.values()):
-                    m.register_forward_pre_hook(_weigh_hook, with_kwargs=True)
-                _hooked[m] = True
+    ensure_hook(model, GCNConv, "_forward_pre_hooks", _weigh_hook, with_kwargs=True)
 
 
 @contextmanager
@@ -108,10 +102,5 @@ def counted_border(model: nn.Module, edge_index: Tensor, multiplicity: Tensor):
     and no weights gets ``multiplicity`` as its weights (see the module docstring); yields the
     :class:`CountedBorder`, whose :attr:`~CountedBorder.complete` says whether every call did."""
     ensure_border_hooks(model)
-    state = CountedBorder(edge_index, multiplicity)
-    previous = getattr(_state, "value", None)
-    _state.value = state
-    try:
+    with bound(_state, CountedBorder(edge_index, multiplicity)) as state:
         yield state
-    finally:
-        _state.value = previous

@@ -31,21 +31,19 @@ they differ.
 """
 from __future__ import annotations
 
-import threading
-import weakref
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from lrp_lib.explain.mode.edges import current_recorder
+from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
 __all__ = ["LayerPlan", "pruned_layers", "ensure_pruning_hooks", "current_plan"]
 
-_plan = threading.local()  # the LayerPlan of the forward running in this thread
-_hooked: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
-_hook_lock = threading.Lock()
+_plan: ContextVar = ContextVar("layer_plan", default=None)  # the LayerPlan of the forward running in this thread
 
 
 class LayerPlan:
@@ -142,7 +140,7 @@ def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
 
 
 def _prune_hook(module, inputs):
-    plan = getattr(_plan, "value", None)
+    plan = _plan.get()
     if plan is None:
         return None
     return plan.prune(module, *inputs)
@@ -151,17 +149,12 @@ def _prune_hook(module, inputs):
 def ensure_pruning_hooks(model: nn.Module) -> None:
     """Register the pruning hook on every MessagePassing module of ``model`` (once per module, also
     on a ``copy.deepcopy`` of a hooked one, which copies its hooks)."""
-    with _hook_lock:
-        for m in model.modules():
-            if isinstance(m, MessagePassing) and m not in _hooked:
-                if not any(h is _prune_hook for h in m._propagate_forward_pre_hooks.values()):
-                    m.register_propagate_forward_pre_hook(_prune_hook)
-                _hooked[m] = True
+    ensure_hook(model, MessagePassing, "_propagate_forward_pre_hooks", _prune_hook)
 
 
 def current_plan() -> LayerPlan | None:
     """The :class:`LayerPlan` of the :func:`pruned_layers` block running in this thread (None: none)."""
-    return getattr(_plan, "value", None)
+    return _plan.get()
 
 
 @contextmanager
@@ -172,10 +165,5 @@ def pruned_layers(model: nn.Module, depth: Tensor, hops: int, groups: Tensor | N
     if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
         raise ValueError(f"hops must be an int >= 0, got {hops!r}")
     ensure_pruning_hooks(model)
-    plan = LayerPlan(depth, hops, groups)
-    previous = getattr(_plan, "value", None)
-    _plan.value = plan
-    try:
+    with bound(_plan, LayerPlan(depth, hops, groups)) as plan:
         yield plan
-    finally:
-        _plan.value = previous
