@@ -249,7 +249,8 @@ glue("fw_nodes", len(seen), display=False)
 # `torch.compile(fullgraph=True)`. For node masks the forward is captured once with symbolic sizes:
 # `edge_index` is an input of the captured graph, whose graph part runs on every call, and one compilation
 # with dynamic shapes serves graphs of every size, such as the molecules of a data set. With an edge mask it
-# is captured and compiled per graph, at the graph's first explanation.
+# is captured and compiled per graph, at the graph's second explanation: a graph explained once runs eagerly,
+# as a compilation of its own would not pay.
 #
 # What an explanation costs against a gradient is on the [Performance](performance.ipynb) page. Here, the
 # three ways the forward rules run side by side: eagerly on every call (`replay=False`, what the first
@@ -304,7 +305,8 @@ assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["forw
 # - `LRPExplainer()` explains any PyG model with one ordinary backward; node, edge and
 #   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
 # - An explanation made of PyTorch operations is PyTorch's to run: the second explanation of a graph
-#   captures it with `make_fx`, and `compile=True` hands it to `torch.compile`, once for graphs of every size.
+#   captures it with `make_fx`, and `compile=True` hands it to `torch.compile`, once for graphs of every size
+#   (node masks) or once per graph explained again (edge masks).
 #
 # ## Exercises
 #

@@ -349,6 +349,7 @@ plt.show()
 #
 # - An explanation is one forward and one backward; from the second call on a graph it runs captured.
 # - `compile=True` makes an explanation cheaper than the eager gradient on large graphs, and one compilation
-#   serves graphs of every size; it pays where many explanations follow.
+#   serves graphs of every size (with an edge mask, one per graph explained again); it pays where many
+#   explanations follow.
 # - Molecules cost least as one batch, each with its own accounts.
 # - Edge masks cost memory: the messages are kept for their hooks.

@@ -229,7 +229,8 @@ plt.show()
 #   explanation as it recorded it, without the model's Python, for the same relevance;
 #   `explanation.replay_reason` says whether it did, and `replay=False` turns it off. With
 #   `LRPExplainer(compile=True)` the explanation is compiled by PyTorch's compiler: that takes seconds,
-#   once per model for graphs of every size, and pays where many explanations follow
+#   once per model for graphs of every size (with an edge mask, once per graph, at its second
+#   explanation), and pays where many explanations follow
 #   ([Performance](performance.ipynb) measures it).
 # - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
 #   prediction and the target of a classifier from the explanation's own forward instead of running

@@ -107,8 +107,9 @@ class LRPExplainer(ExplainerAlgorithm):
             (:func:`lrp_lib.explain.capture.capture_any_graph`), and compiled with ``dynamic=True``: one
             compilation serves every graph of any size while the model's parameters are unchanged
             (``replay_reason`` ``"torch.compile for any graph"``).  With an edge mask, the explanation of one
-            graph is captured (its graph part folded into constants) and compiled with static sizes; later
-            explanations on the same ``edge_index`` run it.  Compiling takes seconds (tens on a small CPU),
+            graph is captured (its graph part folded into constants) and compiled with static sizes at its
+            second explanation, which later ones on the same ``edge_index`` run; a graph explained once runs
+            eagerly, as a compilation per graph would not pay.  Compiling takes seconds (tens on a small CPU),
             so it pays where many explanations follow: the molecules of a data set, the nodes of a graph.
             It applies where ``replay`` does, without a floating-point ``edge_attr``; elsewhere the rules
             run eagerly.

@@ -267,10 +267,11 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
 
 
 def test_lrp_explainer_compile_true(monkeypatch):
-    """LRPExplainer(compile=True): the compiled explanation of a graph, made once and reused
-    for the next node of the same graph, gives the eager explanation (node, edge, bias, residual); a new
-    edge_index or a changed parameter makes a new one.  (Compiled with the aot_eager backend: inductor's code
-    generation takes several seconds a graph here; benchmarks/bench_mechanism.py uses it.)"""
+    """LRPExplainer(compile=True) with an edge mask: a graph's first explanation runs eagerly (a graph explained
+    once is not worth a compilation), its second compiles the explanation of that graph, which the next nodes of
+    the same graph reuse; each gives the eager explanation (node, edge, bias, residual).  A new edge_index or a
+    changed parameter makes a new one.  (Compiled with the aot_eager backend: inductor's code generation takes
+    several seconds a graph here; benchmarks/bench_mechanism.py uses it.)"""
     from lrp_lib.explain import capture
     monkeypatch.setattr(capture, "BACKEND", "aot_eager")
     torch._dynamo.reset()
@@ -278,17 +279,23 @@ def test_lrp_explainer_compile_true(monkeypatch):
     x, edge_index = _graph(dtype=torch.float32)
     eager, compiled = (_explainer(model, compile=c) for c in (False, True))
     algorithm = compiled.algorithm
-    for index in (3, 11):
+    reasons = []
+    for index in (3, 11, 5):
         want, got = eager(x, edge_index, index=index), compiled(x, edge_index, index=index)
         for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
             torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6, msg=key)
-        assert got.replay_reason == "torch.compile"
+        reasons.append(got.replay_reason)
+    assert reasons == ["first call on this graph (compiled from the second)"] + ["torch.compile"] * 2
     assert len(algorithm.captures) == 1
-    compiled(x, edge_index.clone(), index=3)
+    other = edge_index.clone()
+    for _ in range(2):
+        compiled(x, other, index=3)
     assert len(algorithm.captures) == 2
     with torch.no_grad():
         model.lin.weight.mul_(2.0)
+    compiled(x, edge_index, index=3)
     doubled = compiled(x, edge_index, index=3)
+    assert doubled.replay_reason == "torch.compile"
     torch.testing.assert_close(doubled.node_relevance, eager(x, edge_index, index=3).node_relevance, rtol=1e-4,
                                atol=1e-6)
     # a parameter replaced by a new object (not changed in place) makes a new one too

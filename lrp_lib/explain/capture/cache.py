@@ -19,8 +19,8 @@ __all__ = ["CaptureCache"]
 class CaptureCache:
     """The captured explanations of the graphs an explainer explained, four at most (the most recent kept).
 
-    :meth:`get` gives a graph's captured explanation on its second call (``compile=True``: on its first,
-    compiled), and None on the first call, where it does not apply (``inputs``: more than the node features, an
+    :meth:`get` gives a graph's captured explanation (``compile=True``: compiled) on its second call, and None
+    on the first call, where it does not apply (``inputs``: more than the node features, an
     ``edge_attr`` whose relevance is reported, an input of its own) and where the capture failed: a model whose
     Python reads the values of input-dependent tensors (``make_fx`` refuses such a read, which a captured graph
     would keep as a constant), or one with hooks (a captured graph would not run them), which then run eagerly
@@ -60,10 +60,10 @@ class CaptureCache:
         key = (id(model), state, flags, composite.key(), edges, id(edge_index), edge_index._version, tensors,
                tuple(x.shape), x.dtype, x.device, compile)
         found = self.captured.pop(key, None)
-        if found is None and not compile and key not in self.seen:  # the first call: eager
-            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
+        if found is None and key not in self.seen:  # the first call: eager (compiling per graph pays only
+            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))  # on repeats)
             _trim(self.seen, self.size)
-            return None, "first call on this graph (captured from the second)"
+            return None, "first call on this graph (" + ("compiled" if compile else "captured") + " from the second)"
         if found is None:
             try:
                 found = CompiledExplanation(model, x, edge_index, composite, edges, compile=compile, **kwargs)
