@@ -599,7 +599,7 @@ from myst_nb import glue
 from IPython.display import Markdown, display
 from lrp_lib.book.results import load_results, machine_note, results_table
 
-graph_bench = load_results("graph", repository=globals().get("REPOSITORY"))
+graph_bench = load_results("graph")
 display(Markdown(machine_note(graph_bench)))
 ratio = {row["measure"]: row["ratio"] for row in graph_bench["results"]}
 glue("graph_backward_ratio", f"{ratio['backward_time']:.2f}", display=False)

@@ -578,7 +578,7 @@ print(
 from myst_nb import glue
 from lrp_lib.book.results import load_results, machine_note, results_table
 
-conv_bench = load_results("conv", repository=globals().get("REPOSITORY"))
+conv_bench = load_results("conv")
 display(Markdown(machine_note(conv_bench)))
 columns = [
     ("variant", "variant"),

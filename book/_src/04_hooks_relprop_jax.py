@@ -429,7 +429,7 @@ from myst_nb import glue
 
 from lrp_lib.book.results import load_results, machine_note, results_table
 
-impl = load_results("implementations", repository=globals().get("REPOSITORY"))
+impl = load_results("implementations")
 display(Markdown(machine_note(impl)))
 settings = impl["settings"]
 print(

@@ -960,7 +960,7 @@ glue(
 # %%
 from IPython.display import Markdown, display  # noqa: E402
 
-sgnn = load_results("sgnn_reproduction", repository=globals().get("REPOSITORY"))
+sgnn = load_results("sgnn_reproduction")
 display(Markdown(machine_note(sgnn)))
 seeds = sgnn["results"]["per_seed"]
 results_table(
@@ -1195,7 +1195,7 @@ for walk, rw in zip(w.tolist(), r.tolist()):
 # per-walk time times the number of walks, dashed.
 
 # %%
-walks_bench = load_results("walks", repository=globals().get("REPOSITORY"))
+walks_bench = load_results("walks")
 display(Markdown(machine_note(walks_bench)))
 rows = walks_bench["results"]["rows"]
 size_rows = [r for r in rows if r["sweep"] == "size"]

@@ -38,7 +38,7 @@ from lrp_lib.book.quality import METHOD_NAMES, TASK_TITLES, method_name
 from lrp_lib.book.results import load_results, machine_note, results_table
 
 book_style()
-quality = load_results("quality", repository=globals().get("REPOSITORY"))
+quality = load_results("quality")
 tasks = quality["results"]["tasks"]
 summary = quality["results"]["summary"]
 settings = quality["settings"]
@@ -785,7 +785,7 @@ glue("loss_winners", ", ".join(winners) if winners else "none", display=False)
 # nodes alone and for the top nodes of each explanation, as many as the motif has:
 
 # %% tags=["hide-input"]
-losses = load_results("losses", repository=globals().get("REPOSITORY"))
+losses = load_results("losses")
 lrows = []
 for t, r in losses["results"].items():
     seeds = len(r["motif_logit"]["per_seed"])
@@ -883,7 +883,7 @@ glue("ratio_pgexplainer", f"{pg['ms'] / t_lrp:.0f}", display=False)
 # truth ranked first and a random ranking are reference rows.
 
 # %% tags=["hide-input"]
-faith = load_results("faithfulness", repository=globals().get("REPOSITORY"))
+faith = load_results("faithfulness")
 ftasks = faith["results"]
 forder = [t for t in order if t in ftasks]
 SHOWN = {

@@ -188,7 +188,7 @@ glue("toy_gap", f"{TOLERANCE:.0e}", display=False)
 # of any kind by mean AUROC over those tasks, and how the level's default does there.
 
 # %% tags=["hide-input"]
-quality = load_results("quality", repository=globals().get("REPOSITORY"))
+quality = load_results("quality")
 tasks = quality["results"]["tasks"]
 GROUPS = [
     ("node classification, GCN (lineage)", "node",
@@ -254,7 +254,7 @@ glue("n_contrast_better", str(n_contrast_better), display=False)
 # and the default, by mean area over the same tasks:
 
 # %% tags=["hide-input"]
-faith_file = load_results("faithfulness", repository=globals().get("REPOSITORY"))
+faith_file = load_results("faithfulness")
 faith = faith_file["results"]
 faith_rows = []
 for label, level, names in GROUPS:

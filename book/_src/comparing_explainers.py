@@ -874,7 +874,7 @@ glue("k_max", f"{max(sizes)}", display=False)
 # $\times$ Input and Integrated Gradients, quality of GNNExplainer and all timings from the file.
 
 # %% tags=["hide-input"]
-bench = load_results("explainers", repository=globals().get("REPOSITORY"))
+bench = load_results("explainers")
 measured, machine = bench["results"], bench["machine"]
 timed = measured["methods"]
 gnn_name = next(k for k in timed if k.startswith("GNNExplainer"))

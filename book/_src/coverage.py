@@ -29,10 +29,7 @@ from lrp_lib import LRPExplainer
 from lrp_lib.book.results import load_results, results_table
 from lrp_lib.core.rules import Epsilon
 
-REPO = globals().get(
-    "REPOSITORY"
-)  # defined by the Colab cell; elsewhere the file is found locally
-cov = load_results("coverage", repository=REPO)
+cov = load_results("coverage")
 rows = cov["results"]["rows"]
 STATUSES = ("ok", "refused", "wrong", "crash", "skipped")
 glue("coverage_tol", f"{cov['results']['tolerance']:.0e}", display=False)

@@ -40,9 +40,6 @@ from lrp_lib.book.datasets import mutagenicity
 from lrp_lib.book.pretrained import load_or_train
 from lrp_lib.book.results import load_results, machine_note, results_table
 
-REPO = globals().get(
-    "REPOSITORY"
-)  # defined by the Colab cell; elsewhere the file is found locally
 
 # %% [markdown]
 # ## A job on Mutagenicity
@@ -232,7 +229,7 @@ COLUMNS = [
     ("forward, molecules/s", "forward_molecules_per_s", "{:,.0f}"),
     ("job / gradient", "job_over_gradient", "{:.2f}x"),
     ("Parquet", "parquet_bytes", lambda b: f"{b / 1e6:.1f} MB")]
-jobs_b = load_results("jobs", repository=REPO)
+jobs_b = load_results("jobs")
 display(Markdown(machine_note(jobs_b)))
 display(results_table(jobs_b["results"]["rows"], COLUMNS))
 by_name = {r["dataset"]: r for r in jobs_b["results"]["rows"]}
@@ -262,7 +259,7 @@ glue("jobs_threads", str(jobs_b["machine"]["torch_threads"]), display=False)
 # together on the CPU:
 
 # %% tags=["hide-input"]
-gpu_b = load_results("jobs_gpu", repository=REPO)
+gpu_b = load_results("jobs_gpu")
 display(Markdown(machine_note(gpu_b)))
 display(results_table(gpu_b["results"]["rows"], COLUMNS))
 gpu_by_name = {r["dataset"]: r for r in gpu_b["results"]["rows"]}

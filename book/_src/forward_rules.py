@@ -260,7 +260,7 @@ glue("fw_nodes", len(seen), display=False)
 # in one process:
 
 # %% tags=["hide-input"]
-bench = load_results("mechanism", repository=globals().get("REPOSITORY"))
+bench = load_results("mechanism")
 graphs = bench["results"]["graphs"]
 display(results_table(graphs, [
     ("nodes", "nodes", "{:,}"),

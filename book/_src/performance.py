@@ -27,14 +27,13 @@ from lrp_lib.book.plotting import BOOK_WIDTH, book_style
 from lrp_lib.book.results import load_results, machine_note, results_table
 
 book_style()
-REPO = globals().get("REPOSITORY")  # defined by the Colab cell; elsewhere the files are found locally
-mech_b = load_results("mechanism", repository=REPO)
-scaling_b = load_results("scaling", repository=REPO)
-memory_b = load_results("explain_memory", repository=REPO)
-nodes_b = load_results("nodes", repository=REPO)
-ops_b = load_results("ops", repository=REPO)
-graph_b = load_results("graph", repository=REPO)
-conv_b = load_results("conv", repository=REPO)
+mech_b = load_results("mechanism")
+scaling_b = load_results("scaling")
+memory_b = load_results("explain_memory")
+nodes_b = load_results("nodes")
+ops_b = load_results("ops")
+graph_b = load_results("graph")
+conv_b = load_results("conv")
 benches = [mech_b, scaling_b, memory_b, nodes_b, ops_b, graph_b, conv_b]
 
 

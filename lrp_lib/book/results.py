@@ -20,6 +20,7 @@ output compares equal on every machine.
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.error
 import urllib.request
@@ -29,7 +30,11 @@ from typing import Any, Callable, Mapping, Sequence
 from IPython.display import Markdown
 
 __all__ = ["load_results", "validate_results", "machine_note", "results_table", "format_value",
-           "raw_url"]
+           "raw_url", "REPOSITORY_ENV"]
+
+#: The environment variable naming the book's repository, where :func:`load_results` downloads a results file
+#: that is not on disk (the chapters' Colab cell sets it).
+REPOSITORY_ENV = "LRP_BOOK_REPOSITORY"
 
 #: The keys every results file has, and the type of each value.
 LAYOUT = {"benchmark": str, "command": str, "machine": dict, "settings": dict, "results": (list, dict)}
@@ -82,14 +87,15 @@ def load_results(name: str, repository: str | None = None, *, timeout: float = 3
     """Read ``benchmarks/results/<name>.json``.
 
     Looks in ``benchmarks/results`` of the current directory and of each of its parents (the
-    chapters run from ``book/``). If there is none and ``repository`` (a GitHub URL, such as the
-    ``REPOSITORY`` that the Colab cell defines) is given, downloads the file from the ``main``
-    branch of that repository. Otherwise raises ``FileNotFoundError`` saying which script writes it.
+    chapters run from ``book/``). If there is none and ``repository`` (a GitHub URL; by default
+    ``$LRP_BOOK_REPOSITORY``, which the chapters' Colab cell sets) is given, downloads the file from the
+    ``main`` branch of that repository. Otherwise raises ``FileNotFoundError`` saying which script writes it.
     The layout is checked by :func:`validate_results`.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name must be a benchmark name such as 'ops' or 'graph' (letters, digits, '_', '-'), "
                          f"got {name!r}")
+    repository = repository or os.environ.get(REPOSITORY_ENV)
     path = _find_local(name, Path.cwd().resolve())
     if path is not None:
         try:

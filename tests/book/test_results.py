@@ -136,6 +136,21 @@ def test_download_failure_is_file_not_found(tmp_path, monkeypatch):
         R.load_results("conv", repository="https://github.com/o/r")
 
 
+def test_the_repository_comes_from_the_environment_by_default(tmp_path, monkeypatch):
+    """The chapters call load_results(name): in Colab, where no results file is on disk, the install cell's
+    LRP_BOOK_REPOSITORY says where to download it from; without it the error says which script writes it."""
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    monkeypatch.setattr(R.urllib.request, "urlopen",
+                        lambda url, timeout: seen.append(url) or io.BytesIO(json.dumps(payload("conv")).encode()))
+    monkeypatch.delenv(R.REPOSITORY_ENV, raising=False)
+    with pytest.raises(FileNotFoundError, match=r"python benchmarks/bench_conv\.py"):
+        R.load_results("conv")
+    monkeypatch.setenv(R.REPOSITORY_ENV, "https://github.com/o/r")
+    assert R.load_results("conv")["benchmark"] == "conv"
+    assert seen == ["https://raw.githubusercontent.com/o/r/main/benchmarks/results/conv.json"]
+
+
 def test_local_file_is_preferred_to_the_repository(tmp_path, monkeypatch):
     write(tmp_path, "ops", payload())
     monkeypatch.chdir(tmp_path)
