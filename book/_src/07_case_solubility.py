@@ -511,21 +511,23 @@ halogens = sorted(
 # carbon by environment
 aromatic = x_all[:, NODE_FEATURES.index("aromatic")] == 1
 hydrogens = x_all[:, 12:16].argmax(1)
-for label, mask in [
-    ("C aromatic", (element == 0) & aromatic),
-    ("C aliphatic", (element == 0) & ~aromatic),
-    ("O with H", (element == 2) & (hydrogens > 0)),
-    ("O without H", (element == 2) & (hydrogens == 0)),
-    ("N with H", (element == 1) & (hydrogens > 0)),
-    ("N without H", (element == 1) & (hydrogens == 0)),
-]:
+environments = {
+    "C aromatic": (element == 0) & aromatic,
+    "C aliphatic": (element == 0) & ~aromatic,
+    "O with H": (element == 2) & (hydrogens > 0),
+    "O without H": (element == 2) & (hydrogens == 0),
+    "N with H": (element == 1) & (hydrogens > 0),
+    "N without H": (element == 1) & (hydrogens == 0),
+}
+for label, mask in environments.items():
     print(
         f"{label:12s} {int(mask.sum()):6d} atoms, mean relevance"
         f" {r_all[mask].mean():7.3f}"
     )
-    glue(f"esol_env_{label.replace(' ', '_')}", signed(r_all[mask].mean()), display=False)
 
 # %% tags=["remove-cell"]
+for label, mask in environments.items():
+    glue(f"esol_env_{label.replace(' ', '_')}", signed(r_all[mask].mean()), display=False)
 glue("esol_bias_mean", signed(bias_all.mean(), 3), display=False)
 glue("esol_bond_share", f"{100 * bond_share:.0f} %", display=False)
 glue("esol_molecules", f"{len(molecules):,}", display=False)

@@ -672,10 +672,6 @@ def summary(result):
     )
 
 
-for kind, result in (("proponents", proponents), ("opponents", opponents)):
-    labels, desc = summary(result)
-    glue(f"{kind}_labels", labels, display=False)
-    glue(f"{kind}_described", desc, display=False)
 against_alert = sum(
     label_of(train_set[i]) == "nonmutagen" and "no NO" not in alerts(train_set[i])
     for i in opponents.indices[0].tolist()
@@ -685,6 +681,10 @@ ratio = abs(opponents.influence_scores[0][0].item()) / abs(
 )
 
 # %% tags=["remove-cell"]
+for kind, result in (("proponents", proponents), ("opponents", opponents)):
+    labels, desc = summary(result)
+    glue(f"{kind}_labels", labels, display=False)
+    glue(f"{kind}_described", desc, display=False)
 glue(
     "opponents_nonmutagen_with_alert",
     [
