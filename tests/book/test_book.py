@@ -298,3 +298,26 @@ def test_the_restated_quantity_check_catches_a_second_measurement():
     # the same glued name on both pages (one cell's value), or a link without a number: no restatement
     assert restated_quantities({"a": first, "b": second.replace("ms_b", "ms_a")}) == {}
     assert restated_quantities({"a": first, "b": "GNNExplainer's cost is on [Comparing](c.ipynb)."}) == {}
+
+
+FOLDED = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+
+
+def shown_glue_cells(nb: dict) -> list:
+    """The indices of the code cells a reader sees the code of that call ``glue``: book plumbing, which belongs in
+    a cell tagged ``remove-cell`` (myst-nb reads glued values from removed cells too)."""
+    return [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+            and not FOLDED & set(c.get("metadata", {}).get("tags", [])) and "glue(" in "".join(c["source"])]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_shown_code_calls_glue(path):
+    cells = shown_glue_cells(json.loads(path.read_text()))
+    assert not cells, f"{path.stem}: code cells {cells} show glue calls; move them to a cell tagged remove-cell"
+
+
+def test_the_glue_plumbing_check_catches_a_shown_glue_call():
+    shown = {"cell_type": "code", "metadata": {}, "source": ["x = 1\n", "glue('x', x, display=False)"]}
+    removed = {"cell_type": "code", "metadata": {"tags": ["remove-cell"]}, "source": ["glue('x', x, display=False)"]}
+    plain = {"cell_type": "code", "metadata": {}, "source": ["x = 1"]}
+    assert shown_glue_cells({"cells": [plain, shown, removed]}) == [1]
