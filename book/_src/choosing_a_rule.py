@@ -163,7 +163,7 @@ display(results_table(rows, [("LRPExplainer(...)", "choice"),
 by = {r["choice"]: r for r in rows}
 aurocs = [r["auroc"] for r in rows]
 assert all(r["gap"] < TOLERANCE for r in rows)
-assert by["rule epsilon"]["auroc"] > by["default"]["auroc"]  # as the text below says
+assert by["rule epsilon"]["auroc"] > by["default"]["auroc"]
 
 # %% tags=["remove-cell"]
 glue("toy_default", f"{by['default']['auroc']:.3f}", display=False)

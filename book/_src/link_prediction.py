@@ -228,7 +228,7 @@ print(
     f"{float(link_e.node_relevance.view(-1)[outside].abs().max()):.1f}, edges "
     f"{float(link_e.edge_relevance[~in_hops].abs().max()):.1f}"
 )
-assert abs(link_nodes + link_bias - score) < 1e-4 * max(1.0, abs(score))  # the text: they give the score
+assert abs(link_nodes + link_bias - score) < 1e-4 * max(1.0, abs(score))  # nodes and biases give the score
 
 # %% tags=["remove-cell"]
 glue("link_u", f"{u}", display=False)
