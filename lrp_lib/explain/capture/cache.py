@@ -52,8 +52,9 @@ class CaptureCache:
         state, flags, hooks = model_state(model)
         if hooks:
             return None, f"not captured: {hooked(model)} (a captured graph would not run them)"
+        not_any = None  # why the explanation for any graph does not apply
         if compile and not edges:
-            found = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags))
+            found, not_any = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags))
             if found is not None:
                 return found, "torch.compile for any graph"
         tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
@@ -63,7 +64,8 @@ class CaptureCache:
         if found is None and key not in self.seen:  # the first call: eager (compiling per graph pays only
             self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))  # on repeats)
             _trim(self.seen, self.size)
-            return None, "first call on this graph (" + ("compiled" if compile else "captured") + " from the second)"
+            first = "first call on this graph (" + ("compiled" if compile else "captured") + " from the second)"
+            return None, first if not_any is None else f"{not_any}; {first}"
         if found is None:
             try:
                 found = CompiledExplanation(model, x, edge_index, composite, edges, compile=compile, **kwargs)
@@ -76,9 +78,11 @@ class CaptureCache:
         return found, "torch.compile" if compile else "captured"
 
 
-    def _any_graph(self, model, x, edge_index, kwargs, composite, state) -> AnyGraphExplanation | None:
-        """The compiled explanation for any graph of this model and input signature that fits this graph, captured
-        now if none does (None where the model cannot be captured so: then it is captured per graph)."""
+    def _any_graph(self, model, x, edge_index, kwargs, composite, state) -> tuple[AnyGraphExplanation | None,
+                                                                                str | None]:
+        """``(the compiled explanation for any graph of this model and input signature that fits this graph, None)``,
+        captured now if none does; ``(None, why)`` where the model cannot be captured so: then it is captured per
+        graph."""
         tensors = tuple((k, v.dtype, v.dim()) for k, v in kwargs.items() if isinstance(v, Tensor))
         plain = tuple((k, v) for k, v in kwargs.items() if not isinstance(v, Tensor))
         key = ("any graph", id(model), *state, composite.key(), tensors, plain, x.shape[1:], x.dtype, x.device,
@@ -86,7 +90,7 @@ class CaptureCache:
         entries = self.captured.pop(key, None)
         if isinstance(entries, str):
             self.captured[key] = entries
-            return None
+            return None, entries
         entries = entries or []
         found = next((e for e in entries if e.fits(x, edge_index, kwargs)), None)
         if found is None:
@@ -94,11 +98,11 @@ class CaptureCache:
                 found = AnyGraphExplanation(model, x, edge_index, composite, **kwargs)
             except Exception as error:  # (make_fx: a read of input-dependent data, a size it cannot trace)
                 self.captured[key] = f"not captured for any graph: {str(error).splitlines()[0]}"
-                return None
+                return None, self.captured[key]
             entries = [found, *entries][:self.size]
             _trim(self.captured, self.size - 1)
         self.captured[key] = entries
-        return found
+        return found, None
 
 
 def _trim(entries: dict, size: int) -> None:
