@@ -192,11 +192,12 @@ def t_interval(values, bounds=None):
     return mean, lo, hi
 
 
-def run_task(name: str, seeds: int, methods: list[str], instances: int, log=print) -> dict:
+def run_task(name: str, seeds: int | list[int], methods: list[str], instances: int, log=print) -> dict:
     settings = bq.EXPLAINER_SETTINGS.get(name, bq.PYG_DEFAULTS)
     per_seed: dict = {m: [] for m in methods}
     seconds = 0.0
-    for seed in range(seeds):
+    seeds = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    for seed in seeds:
         start = time.perf_counter()
         task = qt.build_task(name, seed, instances)
         names = [m for m in methods if m not in REFERENCES and bq.applicable(task, m)]
@@ -243,8 +244,8 @@ def run_task(name: str, seeds: int, methods: list[str], instances: int, log=prin
                                     if any(r.get(k) is not None for r in rs) else None for k in keys})
         seconds += time.perf_counter() - start
         log(f"  {name} seed {seed}: {len(task.instances)} instances, {time.perf_counter() - start:.0f} s")
-    result = {"level": "node" if name in qt.NODE_TASKS else "graph", "seeds": seeds, "seconds": round(seconds, 1),
-              "methods": {}}
+    result = {"level": "node" if name in qt.NODE_TASKS else "graph", "seeds": len(seeds), "seed_numbers": seeds,
+              "seconds": round(seconds, 1), "methods": {}}
     for m, seeds_rows in per_seed.items():
         if not seeds_rows:
             continue
@@ -275,6 +276,9 @@ def main(argv=None):
     parser.add_argument("--methods", default=None, help="comma-separated (default: every method of bench_quality.py "
                                                         "and the reference rows)")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the seeds run are first-seed, ..., first-seed + seeds - 1 (the models of "
+                             "bench_quality.py's seeds of the same numbers)")
     parser.add_argument("--instances", type=int, default=20, help="at most this many instances per task and seed")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="folder for faithfulness.json (default benchmarks/results)")
@@ -295,7 +299,8 @@ def main(argv=None):
     if args.out:
         import results_file
         results_file.RESULTS = Path(args.out)
-    settings = dict(tasks=tasks, methods={m: known[m] for m in methods}, seeds=args.seeds, instances=args.instances,
+    settings = dict(tasks=tasks, methods={m: known[m] for m in methods}, seeds=args.seeds, first_seed=args.first_seed,
+                    instances=args.instances,
                     steps=STEPS.tolist(), sparsities=list(SPARSITIES), threads=args.threads, gef_top=GEF_TOP,
                     published_gef=PUBLISHED_GEF,
                     protocol=__doc__.split("\n\n", 2)[2].split("Reference rows")[0].strip())
@@ -303,7 +308,8 @@ def main(argv=None):
     path = None
     for t in tasks:
         print(t, flush=True)
-        results[t] = run_task(t, args.seeds, methods, args.instances, log=lambda s: print(s, flush=True))
+        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+        results[t] = run_task(t, seeds, methods, args.instances, log=lambda s: print(s, flush=True))
         path = write_results("faithfulness", results, settings)
     print(path)
     return results

@@ -691,6 +691,9 @@ def main(argv=None):
     parser.add_argument("--tasks", default=",".join(qt.ALL_TASKS), help="comma-separated: " + ",".join(qt.ALL_TASKS))
     parser.add_argument("--methods", default=None, help="comma-separated method keys (default: all)")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the seeds run are first-seed, ..., first-seed + seeds - 1 (a confirmatory run takes "
+                             "seeds no earlier run used)")
     parser.add_argument("--instances", type=int, default=None,
                         help="at most this many instances per task and seed (default: the protocol's all)")
     parser.add_argument("--graph-instances", type=int, default=None,
@@ -733,6 +736,7 @@ def main(argv=None):
         import results_file
         results_file.RESULTS = Path(args.out)
     settings = dict(fast=args.fast, tasks=tasks, methods={m: methods_all[m] for m in methods}, seeds=args.seeds,
+                    first_seed=args.first_seed,
                     instances=args.instances, graph_instances=args.graph_instances, threads=args.threads,
                     mutagenicity_epochs={"used": args.mutag_epochs,
                                          "lr": 0.005,
@@ -793,7 +797,8 @@ def main(argv=None):
     for t in tasks:
         start = time.perf_counter()
         inst = args.graph_instances if (args.graph_instances and t not in qt.NODE_TASKS) else args.instances
-        results[t] = run_task(t, list(range(args.seeds)), methods, inst, fast=args.fast,
+        seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+        results[t] = run_task(t, seeds, methods, inst, fast=args.fast,
                               mutag_epochs=args.mutag_epochs,
                               log=(lambda s: None) if args.no_progress else (lambda s: print(s, file=sys.stderr,
                                                                                              flush=True)))
