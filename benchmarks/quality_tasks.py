@@ -373,6 +373,13 @@ def infection_truth(data: Data, node: int) -> torch.Tensor:
     return ((inf[src] + 1 == inf[dst]) & (inf[dst] + to_v[dst] == d)).float()
 
 
+def endpoints(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """Boolean over the nodes: True at the end points of ``edge_index``'s edges."""
+    out = torch.zeros(num_nodes, dtype=torch.bool)
+    out[edge_index.reshape(-1)] = True
+    return out
+
+
 def node_truth(task: Task, node: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(edges among the 3-hop computation-graph nodes of ``node``, boolean over all edges; truth over all edges)."""
     data = task.data

@@ -99,6 +99,47 @@ def test_pooled_edge_auroc_over_the_3_hop_edges_of_each_node():
     assert 0 < want < 1
 
 
+def test_node_auroc_pools_the_3_hop_nodes_against_the_ends_of_the_truth_edges():
+    # path 0-1-2-3-4-5-6 (both directions); motif: edges among 4, 5, 6, so nodes 4, 5, 6 are the node truth
+    pairs = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6)]
+    ei = torch.tensor(pairs + [(b, a) for a, b in pairs]).t()
+    truth = torch.tensor([0, 0, 0, 0, 1, 1] * 2, dtype=torch.float)
+    data = Data(edge_index=ei, edge_mask=truth, num_nodes=7, x=torch.ones(7, 1))
+    task = qt.Task("toy", "node", "edge", None, 1.0, "lineage_node", data=data, instances=[1, 6])
+    n0 = torch.tensor([0.0, 1, 2, 3, 4, 9, 9])        # instance 1 sees nodes 0..4: node 4 (truth) scores highest
+    n1 = torch.tensor([9.0, 9, 9, 5, 1, 2, 3])        # instance 6 sees nodes 3..6: node 3 (not truth) highest
+    edge = torch.zeros(12)
+    got = bq.score(task, [(n0, edge), (n1, edge)])["node_auroc"]
+    want = roc_auc_score([0, 0, 0, 0, 1] + [0, 1, 1, 1], [0, 1, 2, 3, 4] + [5, 1, 2, 3])
+    assert got == pytest.approx(want)
+    assert 0 < want < 1
+    # Mutagenicity: the atoms at the ends of the truth bonds, pooled over the molecules
+    g = Data(edge_index=torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), edge_gt=torch.tensor([1.0, 1, 0, 0]),
+             num_nodes=3)
+    task = qt.Task("toy", "graph", "edge", None, 1.0, "mutag_pooled", instances=[g, g])
+    out = bq.score(task, [(torch.tensor([0.9, 0.1, 0.5]), torch.tensor([1.0, 1, 0, 0])),
+                          (torch.tensor([0.1, 0.9, 0.5]), torch.tensor([1.0, 1, 0, 0]))])
+    assert out["node_auroc"] == pytest.approx(roc_auc_score([1, 1, 0, 1, 1, 0], [0.9, 0.1, 0.5, 0.1, 0.9, 0.5]))
+
+
+def test_bond_auroc_takes_the_bonds_inside_the_best_alternative():
+    # a chain 0-1-2-3; alternative 0: atoms 0, 1 (bond 0-1); alternative 1: atoms 1, 2, 3 (bonds 1-2, 2-3)
+    ei = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    g = Data(x=torch.ones(4, 1), edge_index=ei,
+             atom_gt=torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0], [0.0, 1.0]]))
+    task = qt.Task("toy", "graph", "atom", None, 1.0, "graph_attribution", instances=[g])
+    edge = torch.tensor([0.1, 0.2, 0.9, 0.3, 0.8, 0.7])
+    got = bq.score(task, [(torch.zeros(4), edge)])["bond_auroc"]
+    alt0 = roc_auc_score([1, 1, 0, 0, 0, 0], edge)
+    alt1 = roc_auc_score([0, 0, 1, 1, 1, 1], edge)
+    assert got == pytest.approx(max(alt0, alt1)) and alt0 != alt1
+    # without edge scores, a bond scores the mean of its atoms'
+    node = torch.tensor([0.9, 0.1, 0.4, 0.6])
+    mean = (node[ei[0]] + node[ei[1]]) / 2
+    want = max(roc_auc_score([1, 1, 0, 0, 0, 0], mean), roc_auc_score([0, 0, 1, 1, 1, 1], mean))
+    assert bq.score(task, [(node, None)])["bond_auroc"] == pytest.approx(want)
+
+
 def test_atom_auroc_takes_the_best_alternative_and_xiong_node_auroc_averages_graphs():
     g = Data(x=torch.ones(4, 1), edge_index=torch.tensor([[0, 1], [1, 0]]),
              atom_gt=torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]]))
