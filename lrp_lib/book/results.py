@@ -39,7 +39,7 @@ REPOSITORY_ENV = "LRP_BOOK_REPOSITORY"
 #: The keys every results file has, and the type of each value.
 LAYOUT = {"benchmark": str, "command": str, "machine": dict, "settings": dict, "results": (list, dict)}
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_NAME = re.compile(r"^([A-Za-z0-9_-]+/)?[A-Za-z0-9_-]+$")  # a benchmark, or a run of it in a folder of results
 
 
 def raw_url(repository: str, name: str, branch: str = "main") -> str:
@@ -70,8 +70,8 @@ def validate_results(data: Any, name: str | None = None, source: str = "results"
         if not isinstance(data[key], kind):
             expected = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
             raise ValueError(f"{source}: '{key}' must be a {expected}, got {type(data[key]).__name__}")
-    if name is not None and data["benchmark"] != name:
-        raise ValueError(f"{source}: 'benchmark' is {data['benchmark']!r}, expected {name!r}")
+    if name is not None and data["benchmark"] != name.rsplit("/", 1)[-1]:
+        raise ValueError(f"{source}: 'benchmark' is {data['benchmark']!r}, expected {name.rsplit('/', 1)[-1]!r}")
     return data
 
 
@@ -84,7 +84,8 @@ def _find_local(name: str, start: Path) -> Path | None:
 
 
 def load_results(name: str, repository: str | None = None, *, timeout: float = 30.0) -> dict:
-    """Read ``benchmarks/results/<name>.json``.
+    """Read ``benchmarks/results/<name>.json`` (``name``: ``"quality"``, or ``"confirmatory/quality"`` for a run
+    kept in a folder of its own).
 
     Looks in ``benchmarks/results`` of the current directory and of each of its parents (the
     chapters run from ``book/``). If there is none and ``repository`` (a GitHub URL; by default
@@ -94,7 +95,7 @@ def load_results(name: str, repository: str | None = None, *, timeout: float = 3
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"name must be a benchmark name such as 'ops' or 'graph' (letters, digits, '_', '-'), "
-                         f"got {name!r}")
+                         f"or one in a folder of results such as 'confirmatory/quality', got {name!r}")
     repository = repository or os.environ.get(REPOSITORY_ENV)
     path = _find_local(name, Path.cwd().resolve())
     if path is not None:

@@ -81,7 +81,19 @@ def test_invalid_json_is_an_error(tmp_path, monkeypatch):
         R.load_results("ops")
 
 
-@pytest.mark.parametrize("name", ["../ops", "ops.json", "", None])
+def test_a_run_in_a_folder_of_results(tmp_path, monkeypatch):
+    folder = tmp_path / "benchmarks" / "results" / "confirmatory"
+    folder.mkdir(parents=True)
+    layout = {"benchmark": "ops", "command": "c", "machine": {}, "settings": {}, "results": []}
+    (folder / "ops.json").write_text(json.dumps(layout))
+    monkeypatch.chdir(tmp_path)
+    assert R.load_results("confirmatory/ops")["benchmark"] == "ops"
+    (folder / "ops.json").write_text(json.dumps({**layout, "benchmark": "graph"}))
+    with pytest.raises(ValueError, match="'benchmark' is 'graph', expected 'ops'"):
+        R.load_results("confirmatory/ops")
+
+
+@pytest.mark.parametrize("name", ["../ops", "ops.json", "", None, "a/b/ops", "/ops"])
 def test_bad_name(name):
     with pytest.raises(ValueError, match="name must be a benchmark name"):
         R.load_results(name)
