@@ -257,7 +257,8 @@ print(show(src.grad), "<----", show(unit_relevance(out)))
 src = leaf([1, 1, 1, 1, 2, 8, 1, 1, -2])
 out, argmax = scatter.scatter_max(src, index, dim=0)
 out.backward(unit_relevance(out))
-print(show(src), "---->", show(out), " argmax", show(argmax))
+print(show(src), "---->", show(out))
+print("argmax", show(argmax))
 print(show(src.grad), "<----", show(unit_relevance(out)))
 
 # %% [markdown]
@@ -269,7 +270,8 @@ index_with_gap = torch.tensor([0, 0, 0, 0, 1, 1, 3, 3, 3], device=device)
 out, argmax = ops.scatter_max(src, index_with_gap, dim=0)
 rel = torch.full_like(out, 3) * (out != 0)
 out.backward(rel)
-print(show(src), "---->", show(out), " argmax", show(argmax))
+print(show(src), "---->", show(out))
+print("argmax", show(argmax))
 print(show(src.grad), "<----", show(rel))
 
 # %% [markdown]
@@ -533,14 +535,14 @@ backward_graph(z.grad_fn)
 # - LRP redistributes an output's relevance onto the terms that produced it, in proportion to their
 #   contribution: $R_i = \frac{z_i}{z} R_z$. Each rule is local to one operation, so each can be the
 #   backward of a `torch.autograd.Function`, and `.backward(R)` then computes the whole explanation.
-# - Conservation holds through every op here as long as no output is zero and no bias takes a
-#   share. A bias's share leaves the explanation; relevance sent into a zero output is lost, and
-#   `lrp_lib` warns when that happens.
+# - Conservation holds through every op here as long as no output is zero, no bias takes a share
+#   and $\epsilon$ is 0. A bias's share leaves the explanation, $\epsilon$ absorbs a share of its own;
+#   relevance sent into a zero output is lost, and `lrp_lib` warns when that happens.
 # - Scatter add and scatter mean split relevance the same way (by the members' values); scatter max
 #   gives it all to the winner; copies (index select, cat, repeat) sum their relevance back, which is
 #   their gradient.
-# - The epsilon rule for linear layers is two matrix products and costs the same memory as the
-#   gradient; a careful implementation keeps the backward repeatable.
+# - The epsilon rule for linear layers costs one division and one matrix product in the backward, and
+#   the same memory as the gradient; a careful implementation keeps the backward repeatable.
 #
 # ## Exercises
 #

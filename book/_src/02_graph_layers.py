@@ -99,13 +99,14 @@ def leaf_names(layer, data):
 # `edge_index[0]` the senders and `edge_index[1]` the receivers, and, for a batch of several
 # graphs, `batch[i]` the graph of node $i$. These are the names of PyG's `MetaLayer`.
 #
-# A Graph Network block updates edges, then nodes, then globals. With linear update functions:
+# A Graph Network block updates edges, then nodes, then globals. With linear update functions (the
+# layers `EdgeLinear`, `NodeLinear` and `GlobalLinear`, one line each):
 #
 # $$
 # \begin{aligned}
-# e'_k &= W_e e_k + W_s x_{s(k)} + W_r x_{r(k)} + W_u u_{g(k)} + b && \texttt{EdgeLinear}\\
-# x'_i &= W_x x_i + W_{in} \operatorname{agg}_{k:\,r(k)=i} e_k + W_{out} \operatorname{agg}_{k:\,s(k)=i} e_k + W_u u_{g(i)} + b && \texttt{NodeLinear}\\
-# u'_g &= W_x \operatorname{agg}_{i \in g} x_i + W_e \operatorname{agg}_{k \in g} e_k + W_u u_g + b && \texttt{GlobalLinear}
+# e'_k &= W_e e_k + W_s x_{s(k)} + W_r x_{r(k)} + W_u u_{g(k)} + b\\
+# x'_i &= W_x x_i + W_{in} \operatorname{agg}_{k:\,r(k)=i} e_k + W_{out} \operatorname{agg}_{k:\,s(k)=i} e_k + W_u u_{g(i)} + b\\
+# u'_g &= W_x \operatorname{agg}_{i \in g} x_i + W_e \operatorname{agg}_{k \in g} e_k + W_u u_g + b
 # \end{aligned}
 # $$
 #
@@ -618,7 +619,7 @@ results_table(
 )
 
 # %% [markdown]
-# In that run the relevance backward took {glue:text}`graph_backward_ratio` times as long as the
+# Measured so, the relevance backward took {glue:text}`graph_backward_ratio` times as long as the
 # gradient backward, and the peak memory of forward and backward together was
 # {glue:text}`graph_peak_ratio` times the gradient's. Between forward and backward autograd keeps
 # {glue:text}`graph_saved_ratio` times the bytes, because each layer keeps its output $z$, the

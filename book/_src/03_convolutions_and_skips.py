@@ -2,7 +2,7 @@
 # # Convolutions and skip connections
 #
 # The first chapter gave every operation an autograd function whose backward is an LRP rule, and
-# wrote the rule for a dense layer as two matrix products. Image networks and most graph networks
+# wrote the rule for a dense layer as a division and one matrix product in the backward. Image networks and most graph networks
 # are made of other linear maps too: convolutions, pooling, and the identity paths of residual
 # networks {cite}`he2016resnet`. Writing a new autograd function for each would be tedious and
 # error-prone. This chapter shows that **one** function is enough for every linear map, because
@@ -562,8 +562,8 @@ print(
 )
 
 # %% [markdown]
-# They agree to rounding error; `tests/core/test_rules.py` asserts the same on a separate CNN to
-# $10^{-5}$ in float64. The rules differ in one corner: where an output is exactly 0, `lrp_lib`
+# They agree to rounding error, as they do on another CNN in the library's tests (to $10^{-5}$ in
+# float64). The rules differ in one corner: where an output is exactly 0, `lrp_lib`
 # drops its relevance and warns (`LostRelevanceWarning`), while Captum divides by $\epsilon$.
 #
 # ## Cost
@@ -618,7 +618,7 @@ glue(
 glue("captum_rss", f"{captum['rss_ratio']:.2f}", display=False)
 
 # %% [markdown]
-# In this run the epsilon rule took {glue:text}`conv_eps_time` times the gradient's time: its backward
+# Here the epsilon rule took {glue:text}`conv_eps_time` times the gradient's time: its backward
 # skips the weight gradients but adds the division by $z$ and the product with $x$ for every layer,
 # and the relevance ops are Python autograd functions. Gamma ({glue:text}`conv_gamma_time` times) and
 # z+ ({glue:text}`conv_zplus_time` times) add one forward of the modified map per layer. Autograd

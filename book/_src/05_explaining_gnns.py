@@ -83,7 +83,7 @@ seed_everything(0)
 # ground truth through the same two steps and checks that the result lines up edge for edge.
 
 # %%
-# $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+# a local copy under $LRP_DATA_ROOT if set, else downloaded once to ~/.cache/lrp_lib/data
 dataset = mutagenicity()
 labels = dataset._data.y.tolist()
 print(dataset, "-", labels.count(MUTAGEN), "mutagens,", labels.count(1), "nonmutagens")
@@ -555,8 +555,8 @@ k = int(graph.edge_gt.sum())
 kept = features.threshold(threshold_type="topk", value=k).edge_mask.nonzero().view(-1)
 kept_relevance = features.edge_relevance[kept]
 print(
-    f"threshold(threshold_type='topk', value={k}) keeps edges {kept.tolist()}, signed "
-    f"relevance {[round(float(r), 3) for r in kept_relevance]}"
+    f"threshold(threshold_type='topk', value={k}) keeps edges {kept.tolist()},\n"
+    f"signed relevance {[round(float(r), 3) for r in kept_relevance]}"
 )
 signed_per_element = features.node_relevance.sum(0).cpu()
 against = [ATOMS[f] for f in present if signed_per_element[f] < 0]
@@ -602,7 +602,7 @@ fig, (left, right) = plt.subplots(
 left.imshow(plt.imread(png))
 left.set_axis_off()
 left.set_title(
-    "node_mask (|R| / max |R|) in\nPyG's visualize_feature_importance", fontsize=9
+    "node_mask (|R| / max |R|) summed over the atoms,\nin PyG's visualize_feature_importance", fontsize=9
 )
 values = [float(signed_per_element[f]) for f in order]
 bars = right.barh(

@@ -27,7 +27,7 @@
 # - score explanations against ground truth with AUROC, and say what each method gets wrong.
 # ```
 
-# %%
+# %% tags=["hide-input"]
 import copy
 import random
 import textwrap
@@ -448,10 +448,10 @@ glue("inf_gnnexplainer_budget", f"{gnnexplainer_budget}", display=False)
 # the gradient, {glue:text}`inf_auroc_guided_backprop_edges` for guided backprop): the encoder maps
 # a virtual edge's features to zero, and a healthy sender's message hardly matters, so their
 # gradients are small. They miss the right nodes (node AUROC
-# {glue:text}`inf_auroc_sensitivity_nodes` and {glue:text}`inf_auroc_guided_backprop_nodes`): the
-# largest gradient is on $v$ itself, because the logit is very sensitive to $v$'s own immune flag.
-# That is a correct answer to the question a gradient asks ("what would change the output?"), but
-# it is not the cause of the infection. GNNExplainer's masks are noisier (node AUROC
+# {glue:text}`inf_auroc_sensitivity_nodes` and {glue:text}`inf_auroc_guided_backprop_nodes`): a
+# gradient measures what would change the output, and the logit is sensitive to nodes that are not
+# the cause, $v$'s own immune flag first of all. That is a correct answer to the question a gradient
+# asks, but it is not the cause of the infection. GNNExplainer's masks are noisier (node AUROC
 # {glue:text}`inf_auroc_gnnexplainer_nodes`, edge AUROC {glue:text}`inf_auroc_gnnexplainer_edges`):
 # its objective only asks for a small set of edges that keeps the prediction, and with a sick,
 # in-person contact and some healthy ones, several masks do.
@@ -649,8 +649,8 @@ print(
 #   explained with LRP by switching the mode; nothing in the model changes.
 # - Batching copies of a graph explains many of its nodes in one backward pass.
 # - Against the ground truth, LRP ranks the true causes highest for both nodes and edges. The
-#   gradient and guided backprop find the causal edges but rank the explained node itself above
-#   its sick contacts, because they measure sensitivity, not contribution. GNNExplainer is slower
+#   gradient and guided backprop find the causal edges but not the causal nodes, because they
+#   measure sensitivity, not contribution. GNNExplainer is slower
 #   (an optimisation per node) and noisier here.
 # - Signed relevance separates evidence for the prediction from evidence against it (the immune
 #   case), which squared gradients cannot, and which guided backprop throws away.

@@ -23,7 +23,7 @@
 # - read such a summary critically: what it says about the model, and what it does not.
 # ```
 
-# %%
+# %% tags=["hide-input"]
 import inspect
 import random
 import warnings
@@ -279,6 +279,7 @@ for (name, smiles), p, a, b, c in zip(
         f" {b.sum():5.2f} + bias {c:5.2f}"
     )
 
+# %% tags=["hide-input"]
 # the numbers the discussion below names
 def signed(value, digits=2):
     """A number for the prose: a true minus sign, and no "-0.00"."""
@@ -348,6 +349,7 @@ for key, value in {
     "pcp_measured": measured[examples["pentachlorophenol"]],
     "sucrose_atoms": example["sucrose"][1].sum().item(),
     "sucrose_bonds": example["sucrose"][2].sum().item(),
+    "sucrose_bias": float(bias_rel[list(examples).index("sucrose")]),
     "sucrose_pred": example["sucrose"][0],
     "sucrose_measured": measured[examples["sucrose"]],
     "ethanol_gap": measured[examples["ethanol"]] - example["ethanol"][0],
@@ -427,7 +429,7 @@ for (name, mol), p, a, b in zip(mols.items(), pred, atom_rel, bond_rel):
         colorbar=False,
         size=(w, h),
         padding=padding,
-        title=f"{name}\npredicted {p:.2f}",
+        title=f"{name}\npredicted {signed(p)}",
     )
 cax = fig.add_axes([(265 * 2 + 20) / width_px, 1 - (300 + 285 + 40 + 130) / height_px,
                     220 / width_px, 14 / height_px])
@@ -456,8 +458,8 @@ plt.show()
 #   (measured {glue:text}`esol_pcp_measured`).
 # - In **sucrose** the {glue:text}`esol_sucrose_oh` hydroxyl oxygens are the positive atoms; the
 #   ring and bridge oxygens are nearly neutral and the carbons negative. The atoms sum to
-#   {glue:text}`esol_sucrose_atoms` but the bonds take {glue:text}`esol_sucrose_bonds`, so the
-#   prediction ends at {glue:text}`esol_sucrose_pred`, below the measured
+#   {glue:text}`esol_sucrose_atoms` but the bonds take {glue:text}`esol_sucrose_bonds` (and the bias
+#   {glue:text}`esol_sucrose_bias`), so the prediction ends at {glue:text}`esol_sucrose_pred`, below the measured
 #   {glue:text}`esol_sucrose_measured`: for the largest molecule here, bonds matter as much as atoms.
 # - **Ethanol** is nearly balanced: both carbons are negative, the one next to the oxygen more so
 #   ({glue:text}`esol_ethanol_ch3` on the methyl, {glue:text}`esol_ethanol_ch2` on the CH₂, the

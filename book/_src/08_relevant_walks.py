@@ -168,7 +168,7 @@ seed_everything(0)
 # would be refused).
 
 # %%
-# $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+# a local copy under $LRP_DATA_ROOT if set, else downloaded once to ~/.cache/lrp_lib/data
 dataset = mutagenicity()
 train_idx, test_idx = book_split(dataset)  # a stratified quarter for the test
 train_set, test_set = dataset[train_idx], dataset[test_idx]
@@ -177,9 +177,8 @@ print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
 def trained_in_chapter_5(model):
     raise RuntimeError(
-        "the Mutagenicity GCN is trained in 'Explaining a graph classifier': run "
-        "05_explaining_gnns with "
-        "LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it"
+        "the Mutagenicity GCN is trained in 'Explaining a graph classifier'; "
+        "run that chapter first to train it"
     )
 
 

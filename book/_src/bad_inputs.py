@@ -16,12 +16,13 @@
 # algorithm, so use `lrp_lib.Explainer` (PyG's class, checking the inputs first) to get that message
 # rather than an error from deep inside PyG's message passing.
 
-# %%
-import textwrap
+# %% tags=["remove-cell"]
 import warnings
 
-# tqdm's notebook notice, via PyG
-warnings.filterwarnings("ignore", message="IProgress not found")
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
+
+# %%
+import textwrap
 
 import torch
 from torch_geometric.nn import GCNConv
@@ -98,7 +99,7 @@ assert [w.category.__name__ for w in caught] == ["LostRelevanceWarning"]
 # %% [markdown]
 # ## The catalogue
 #
-# The script `benchmarks/bad_inputs.py` keeps a catalogue of bad or unusual inputs, the kind a new
+# A catalogue of bad or unusual inputs, kept with the library's benchmarks, holds the kind a new
 # user passes: NaN and Inf features, transposed or out-of-range `edge_index`, integer features,
 # empty graphs, inconsistent batches, invalid targets and rule parameters, a `.detach()` inside the
 # model, int32 indices. It calls the public entry points with each (`LRPExplainer` through PyG's
@@ -112,8 +113,8 @@ assert [w.category.__name__ for w in caught] == ["LostRelevanceWarning"]
 # - **silently wrong**: a result with NaN or Inf, or one that fails the check, with no such message;
 # - **obscure crash**: any other exception, typically from deep inside torch or PyG.
 #
-# Everything below is read from the file it writes, `benchmarks/results/bad_inputs.json`, and
-# `tests/core/test_validation.py` runs the same catalogue.
+# Everything below is read from the catalogue's results, and the library's test suite runs the same
+# catalogue.
 
 # %% tags=["hide-input"]
 from IPython.display import display
@@ -242,5 +243,5 @@ display(
 # - The checks live in one module, `lrp_lib.core.validation`, used by every entry point, so an epsilon,
 #   an `edge_index` or a batch is checked the same way everywhere.
 # - With PyG's `Explainer`, call `check_inputs` first or use `lrp_lib.explain.explainer.Explainer`.
-# - `tests/core/test_validation.py` runs every case of the catalogue, so a change that makes one of them
-#   silently wrong fails the tests.
+# - The test suite runs every case of the catalogue, so a change that makes one of them silently wrong
+#   fails the tests.

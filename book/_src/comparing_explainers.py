@@ -80,7 +80,7 @@ seed_everything(0)
 # evidence *for* "mutagen".
 
 # %%
-# $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+# a local copy under $LRP_DATA_ROOT if set, else downloaded once to ~/.cache/lrp_lib/data
 dataset = mutagenicity()
 train_idx, test_idx = book_split(dataset)  # a stratified quarter for the test
 train_set, test_set = dataset[train_idx], dataset[test_idx]
@@ -89,8 +89,8 @@ print(dataset, f"- train {len(train_set)} graphs, test {len(test_set)} graphs")
 
 def trained_in_explaining_a_graph_classifier(model):
     raise RuntimeError(
-        "the Mutagenicity GCN is trained in 'Explaining a graph classifier': run "
-        "05_explaining_gnns with LRP_BOOK_RETRAIN=1 to retrain it; this page only loads it"
+        "the Mutagenicity GCN is trained in 'Explaining a graph classifier'; "
+        "run that chapter first to train it"
     )
 
 
@@ -612,7 +612,8 @@ for kind, result in (("proponents", proponents), ("opponents", opponents)):
         )
 
 # %% [markdown]
-# The same scores by hand, as in the original notebook *A Primer on Explainability for GNNs*: at
+# The same scores by hand, as in *A Primer on Explainability for GNNs*, the notebook this page reworks
+# (see [Sources](intro.md#sources)): at
 # each checkpoint, the gradient of each training loss with respect to the last layer's weights,
 # dotted with the test example's, times the learning rate. The top three must agree with Captum's.
 
@@ -938,11 +939,8 @@ display(
         "the absolute value of LRP's relevance. " + machine_note(bench)
     )
 )
-same = all(abs(timed[key]["auroc"] - quality[0]) < 5e-4 for _, quality, key in rows[:4])
-print(
-    "the benchmark's AUROCs of LRP, saliency and IG agree with the ones computed above:",
-    same,
-)
+# the benchmark's AUROCs of LRP, saliency and IG are the ones computed above
+assert all(abs(timed[key]["auroc"] - quality[0]) < 5e-4 for _, quality, key in rows[:4])
 
 ranking = sorted(
     [(rows[i][0].strip(" *"), rows[i][1][0]) for i in (0, 2, 3, 4, 6, 8)],
@@ -1032,7 +1030,7 @@ glue(
 glue(
     "bench_machine",
     f"{machine['cpu']} ({machine['cores']} cores, {machine['torch_threads']} torch "
-    f"thread; load average {machine['load_average_1min']} when the run started)",
+    f"thread; load average {machine['load_average_1min']} when the file was written)",
     display=False,
 )
 
@@ -1098,7 +1096,7 @@ glue(
 #    the ground-truth AUROC change? Which bonds change sign?
 # 2. Compute fidelity with $k$ = 10% of the edges instead of the ground-truth size. Which method's
 #    ranking changes most?
-# 3. Our saliency uses the edge-weight mask. Compute the node saliency of the original notebook,
+# 3. Our saliency uses the edge-weight mask. Compute the node saliency of the *Primer* notebook,
 #    $\sum_f |\partial f / \partial x_{if}|$ and compare it with LRP's node relevance
 #    (`node_mask_type="object"`) on the picked molecule.
 # 4. TracIn with the last layer only ignores how the GCN layers moved. Use `TracInCP` with

@@ -129,8 +129,8 @@ for sigmoid in (False, True):
         )
 
 # %% [markdown]
-# `bench_coverage.py` runs these checks through its function `check`, and
-# `tests/benchmarks/test_bench_coverage.py` makes sure that the checks can fail: an explainer whose relevance is
+# `bench_coverage.py` runs these checks through its function `check`, and its tests make sure that
+# the checks can fail: an explainer whose relevance is
 # doubled, one that returns the bare gradient, input times gradient through a sigmoid, and one that
 # spreads the output evenly over the nodes (it conserves, but is not LRP-0 on a piecewise-linear
 # model) are all classified *wrong*.
@@ -195,9 +195,9 @@ display(
 # `edge_attr`), {glue:text}`rows_ok` are ok, {glue:text}`rows_refused` are refused,
 # {glue:text}`rows_wrong` are wrong, {glue:text}`rows_crash` crash and {glue:text}`rows_skipped` are
 # skipped. Counted per layer or model, where one refused or wrong row counts for the whole layer,
-# {glue:text}`layers_ok` of {glue:text}`layers_total` are ok everywhere, {glue:text}`layers_refused`
-# are refused somewhere, {glue:text}`layers_wrong` are wrong somewhere and {glue:text}`layers_crash`
-# crash; {glue:text}`layers_skipped` could not be built generically.
+# {glue:text}`layers_ok` of {glue:text}`layers_total` are ok everywhere; of the others, refused
+# somewhere: {glue:text}`layers_refused`, wrong somewhere: {glue:text}`layers_wrong`, crashing:
+# {glue:text}`layers_crash`; and {glue:text}`layers_skipped` could not be built generically.
 #
 # `LRPExplainer` runs the unmodified model and sends every torch function on an input-dependent
 # tensor to a relevance rule, so it needs no list of layers; what it cannot handle it refuses,
@@ -260,7 +260,8 @@ def layer_table(family):
         if lr[0]["family"] != family or per_layer[name] == "skipped":
             continue
         kwargs = lr[0]["kwargs"]
-        entry = {"layer": f"`{name}`" + (f" ({kwargs})" if kwargs else "")}
+        setting = "" if not kwargs else f" {kwargs}" if kwargs.startswith("(") else f" ({kwargs})"
+        entry = {"layer": f"`{name}`" + setting}
         for level in LEVELS:
             entry[level] = cell(lr, level)
         entry["walks"] = walks_verdict(lr)
@@ -453,4 +454,4 @@ display(
 #
 # The script runs in well under three minutes on one CPU thread. Its constructor table (`CONVS`,
 # `AGGREGATIONS`, `PRIMITIVE_FNS`, `MODELS`, `HETERO`) is the place to add a layer; a layer that PyG adds to `__all__` and the table
-# lacks is reported at the start of the run and fails `tests/benchmarks/test_bench_coverage.py`.
+# lacks is reported at the start of the run and fails the benchmark's tests.

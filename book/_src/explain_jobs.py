@@ -20,14 +20,14 @@
 # - say what such a job costs against a plain gradient pass over the same data.
 # ```
 
+# %% tags=["remove-cell"]
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm's notebook notice, via PyG
+
 # %% tags=["hide-input"]
 import tempfile
-import warnings
 from pathlib import Path
-
-warnings.filterwarnings(
-    "ignore", message="IProgress not found"
-)  # tqdm's notebook notice, via PyG
 
 import torch
 import torch.nn.functional as F
@@ -54,19 +54,14 @@ from lrp_lib.book.models import (
 )  # the class of 'Explaining a graph classifier', in the library
 
 def stored_only(model):
-    raise RuntimeError(
-        "this page explains the stored model of 'Explaining a graph classifier': "
-        "build it with LRP_BOOK_RETRAIN=1 "
-        "python tools/nb.py book/_src/05_explaining_gnns.py"
-    )
+    raise RuntimeError("this page explains the stored model of 'Explaining a graph classifier'; "
+                       "run that chapter first to train it")
 
 
-dataset = (
-    mutagenicity()
-)  # $LRP_DATA_ROOT if set, else downloaded to ~/.cache/lrp-book/data
+dataset = mutagenicity()
 model = GCN(dataset.num_features, hidden=64)
 load_or_train("mutagenicity-gcn", model, stored_only, retrain=False)
-print(f"{len(dataset)} molecules; the model from lrp_lib/book/weights/mutagenicity-gcn.pt")
+print(f"{len(dataset)} molecules; the stored model of 'Explaining a graph classifier'")
 
 # %% [markdown]
 # One call explains the first molecules of the data set, batch by batch, and writes them to a folder.
@@ -177,9 +172,8 @@ print(
 # %% [markdown]
 # The arguments that shape the rows (the number of graphs, `batch_size`, `mode`, `target`, `rule`)
 # are recorded in the manifest; resuming with a different one is refused with a message that names
-# it, instead of mixing two jobs in one folder. The tests kill the command-line job with `SIGKILL`
-# in the middle of a run and check that the resumed output equals an uninterrupted run exactly
-# (`tests/explain/test_jobs.py`).
+# it, instead of mixing two jobs in one folder. A job killed with `SIGKILL` in the middle of a run
+# and resumed writes exactly what an uninterrupted run writes; the library's tests check it.
 #
 # ## The command line, and many processes
 #
@@ -278,7 +272,7 @@ glue("jobs_gpu_name", gpu_b["machine"].get("gpu", "a GPU"), display=False)
 # %% [markdown]
 # On the {glue:text}`jobs_gpu_name` the job explains {glue:text}`jobs_gpu_mutag_rate` molecules of
 # Mutagenicity per second. Molecules are small, so a batch gives the GPU little work, while reading
-# the graphs and collating them into batches stays on the CPU (one thread in this run), as does
+# the graphs and collating them into batches stays on the CPU (one thread here), as does
 # writing the rows: a plain forward pass over the same batches reaches
 # {glue:text}`jobs_gpu_mutag_forward` molecules per second there. Larger batches (`--batch-size`) and
 # several processes per GPU under `torchrun` are the levers to try.

@@ -82,7 +82,7 @@ print("gradient:", show(z.grad))  # 10 * c
 # %% [markdown]
 # ## The first chapter's layer, forwards
 #
-# Chapter 1 explained `x = [4, 8, 0]` through one linear unit with weights `[1, 2, -1]` and found the
+# [Hijacking autograd for LRP](01_hijacking_autograd.ipynb) explained `x = [4, 8, 0]` through one linear unit with weights `[1, 2, -1]` and found the
 # relevance `[4, 16, 0]`, summing to the output 20. The forward form gets it from an ordinary backward:
 # compute $z$, keep its value, scale its gradient by $z / (z + \epsilon\,\mathrm{sign}(z))$, start the
 # backward with $g = R / z$ at the output, and multiply the input by its gradient.
@@ -97,15 +97,15 @@ forward_relevance = x.detach() * x.grad
 
 x1 = x.detach().clone().requires_grad_(True)
 y1 = ops.linear_eps(x1, w)
-y1.backward(y1)  # chapter 1: the backward computes relevance
-print("forward form:  ", show(forward_relevance))
-print("chapter 1's op:", show(x1.grad))
+y1.backward(y1)  # the first chapter's op: the backward computes relevance
+print("forward form:       ", show(forward_relevance))
+print("first chapter's op:", show(x1.grad))
 assert torch.allclose(forward_relevance, x1.grad)
 
 # %% [markdown]
-# ## Every rule of chapter 3, cell by cell
+# ## Every rule of the linear maps, cell by cell
 #
-# Chapter 3 applied each rule to any linear map through one autograd function
+# [Convolutions and skip connections](03_convolutions_and_skips.ipynb) applied each rule to any linear map through one autograd function
 # (`lrp_lib.teach.linear_maps`). The forward form of each rule is its `modify` method in
 # `lrp_lib.core.rules`, beside the backward form `propagate`, so that the rule is declared once. On a
 # dense layer with signed inputs and a bias, and on a convolution, the two forms agree for every rule:
@@ -127,7 +127,7 @@ def forward_form(rule, fn, inputs, weight, bias, g):
     return (leaf * leaf.grad).detach(), (out * g).detach()
 
 
-def chapter3_form(rule, apply, inputs, R):
+def linear_maps_form(rule, apply, inputs, R):
     leaf = inputs.clone().requires_grad_(True)
     apply(leaf).backward(R)
     return leaf.grad
@@ -138,15 +138,15 @@ rows = []
 warnings.simplefilter("ignore")  # (alpha-beta loses relevance at units without a part of one sign: both forms warn)
 for rule in [rules.Epsilon(0.0), rules.Epsilon(0.25), rules.Gamma(0.25), rules.ZPlus(), rules.AlphaBeta(2, 1)]:
     rel, R = forward_form(rule, F.linear, xs, W, b, g_dense)
-    dense = float((rel - chapter3_form(rule, lambda t: linear_maps.linear(t, W, b, rule=rule), xs, R)).abs().max())
+    dense = float((rel - linear_maps_form(rule, lambda t: linear_maps.linear(t, W, b, rule=rule), xs, R)).abs().max())
     g_conv = torch.randn(2, 4, 6, 6, generator=gen, dtype=torch.float64)
     rel, R = forward_form(rule, conv, images, kernel, None, g_conv)
-    conv_diff = float((rel - chapter3_form(rule, lambda t: linear_maps.conv2d(t, kernel, padding=1, rule=rule),
+    conv_diff = float((rel - linear_maps_form(rule, lambda t: linear_maps.conv2d(t, kernel, padding=1, rule=rule),
                                            images, R)).abs().max())
     rows.append({"rule": repr(rule), "dense": dense < 1e-12, "conv": conv_diff < 1e-12})
 warnings.resetwarnings()
-display(results_table(rows, [("rule", "rule", None), ("dense layer: equal to 1e-12", "dense", None),
-                             ("convolution: equal to 1e-12", "conv", None)]))
+display(results_table(rows, [("rule", "rule", None), ("dense layer: agree within 1e-12", "dense", None),
+                             ("convolution: agree within 1e-12", "conv", None)]))
 assert all(r["dense"] and r["conv"] for r in rows)
 
 # %% [markdown]
@@ -310,7 +310,7 @@ assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["forw
 #
 # ## Exercises
 #
-# 1. Write the gamma rule's forward by hand for the layer of chapter 1 with $\gamma = 1$ and check it against
+# 1. Write the gamma rule's forward by hand for the first chapter's layer with $\gamma = 1$ and check it against
 #    `rules.Gamma(1.0)`'s `propagate`.
 # 2. `modify.HOMOGENEOUS` lists the functions whose gradient is already the identity rule. Show that
 #    `relu6` cannot be among them: find an input where $f(x)/x$ differs from $f'(x)$.

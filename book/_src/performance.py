@@ -48,7 +48,7 @@ def g(key, value, fmt="{:.2f}"):
 # after a few warm-up calls, on one PyTorch thread unless told otherwise (`--threads`), and reports the median
 # of each and their **ratio**: taking turns lets the machine's load fall on both sides alike, so the ratios are
 # much steadier than the absolute times. Each results file records the machine, the date and the load average
-# when the run started:
+# when it was written:
 
 # %% tags=["hide-input"]
 results_table([{"benchmark": b["benchmark"], **b["machine"]} for b in benches], [
@@ -135,8 +135,8 @@ g("mech_compiled_edges_below", "below" if compiled_edges_below else "not always 
 # gradient through each; the rules' elementwise operations add the rest, and the compiler fuses them away.
 #
 # **When compiling pays.** Compiling took {glue:text}`mech_compile_min` to {glue:text}`mech_compile_max`
-# seconds here, with PyTorch's on-disk compile cache as earlier runs left it (a first compilation on a machine
-# takes longer). For node masks one compilation serves every graph of every size while the model's
+# seconds here, with PyTorch's on-disk compile cache already filled by earlier compilations (a first
+# compilation on a machine takes longer). For node masks one compilation serves every graph of every size while the model's
 # parameters stay the same; with an edge mask it serves one graph. So compile when many explanations follow:
 # the molecules of a data set, the nodes of a large graph.
 

@@ -2,7 +2,7 @@
 # # Quick start: explain your own PyG model
 #
 # You have a trained PyTorch Geometric model and want to know which nodes and edges a prediction
-# rests on. This page does it in five minutes: a small GCN, one explanation through PyG's own
+# rests on. This page does it in five minutes: a small {term}`GCN`, one explanation through PyG's own
 # `Explainer`, what the explanation holds, and which rule to choose. The chapters after it explain
 # how it works.
 #
@@ -111,7 +111,7 @@ print(f"test accuracy {accuracy(model, test_nodes):.3f}")
 # `lrp_lib.Explainer` is PyG's `Explainer` (it also checks the inputs first, so a transposed
 # `edge_index` gets an error that names it); `LRPExplainer` is the algorithm. Every argument is
 # PyG's usual one. The model's `log_softmax` is declared as `return_type="log_probs"`; LRP explains
-# the logits below it.
+# the {term}`logits <logit>` below it.
 
 # %%
 from lrp_lib import Explainer, LRPExplainer
@@ -138,6 +138,7 @@ print("rule of every weight (the default for this task level):", explainer.algor
 # %% tags=["remove-cell"]
 glue("qs_rule", {"zplus": "z+"}.get(explainer.algorithm.defaults["rule"], explainer.algorithm.defaults["rule"]),
      display=False)  # (the rule's name in prose; "zplus" selects it)
+assert explainer.algorithm.defaults["rule"] == "zplus"  # the glossary entry the prose links
 
 # %% [markdown]
 # ## What the explanation holds
@@ -145,7 +146,8 @@ glue("qs_rule", {"zplus": "z+"}.get(explainer.algorithm.defaults["rule"], explai
 # Two kinds of numbers, for two uses.
 #
 # - **`node_mask`, `edge_mask`**: $|R| / \max |R|$, in $[0, 1]$, the form PyG's own tools read
-#   (plots, `threshold`, `get_explanation_subgraph`, the metrics), as they read GNNExplainer's masks.
+#   (plots, `threshold`, `get_explanation_subgraph`, the metrics), as they read the masks of PyG's other
+#   explainers, such as GNNExplainer, which learns its masks by optimisation.
 # - **`node_relevance`, `edge_relevance`**: the signed relevance $R$, positive for evidence for the
 #   class, negative against it. The node relevance *conserves* the explained logit: it adds up to
 #   it, together with `bias_relevance`, what the model's biases contributed.
@@ -221,12 +223,12 @@ plt.show()
 # ## Many explanations
 #
 # - **Many nodes of one graph**: `LRPExplainer(per_index=True)` explains each node of `index` on its
-#   own, in chunks over the nodes' k-hop subgraphs, in one call.
+#   own, in chunks over the nodes' {term}`k-hop subgraphs <k-hop subgraph>`, in one call.
 # - **A data set of graphs**: explain a `Batch`: each graph's relevance starts from its own output, in
 #   one forward and one backward for the whole batch; `explain_dataset` runs a whole data set to files
 #   ([Explaining a whole data set](explain_jobs.ipynb)).
 # - **The same graph again**: from the second explanation of a graph on, `LRPExplainer` runs the
-#   explanation as it recorded it, without the model's Python, for the same relevance;
+#   explanation as it recorded it (a {term}`capture`), without the model's Python, for the same relevance;
 #   `explanation.replay_reason` says whether it did, and `replay=False` turns it off. With
 #   `LRPExplainer(compile=True)` the explanation is compiled by PyTorch's compiler: that takes seconds,
 #   once per model for graphs of every size (with an edge mask, once per graph, at its second
@@ -235,14 +237,17 @@ plt.show()
 # - **Fewer passes per call**: with `explanation_type="model"`, `lrp_lib.Explainer` takes the
 #   prediction and the target of a classifier from the explanation's own forward instead of running
 #   PyG's prediction pass first (`one_pass=False` runs it), and `LRPExplainer(accounts="total")` keeps
-#   one bias and residual value for the whole call instead of one per graph of a batch.
-# - **On a GPU**: on a small graph every operation costs a kernel launch, whatever its size, so explain
+#   one `bias_relevance` and one `relevance_residual` (what {term}`conservation` leaves over) for the whole
+#   call instead of one per graph of a batch.
+# - **On a GPU**: on a small graph every operation costs the fixed price of starting it on the GPU (a
+#   kernel launch), whatever its size, so explain
 #   graphs in batches rather than one at a time. What each choice costs: [Performance](performance.ipynb).
 #
 # ## Which rule?
 #
-# Start with the default, `LRPExplainer()`: the {glue:text}`qs_rule` rule on the logit, masks of
-# $|R|$, the choice that ranked best per task level over the benchmark tasks. Other choices are one
+# Start with the default, `LRPExplainer()`: the {glue:text}`qs_rule` rule ({term}`z+`) on the logit,
+# masks of $|R|$, the choice that ranked best per task level over the tasks of
+# [Benchmarking explanations](09_benchmarking_explanations.ipynb). Other choices are one
 # argument away: `rule="epsilon"` ({term}`epsilon`), `"gamma"` ({term}`gamma`), `"z"` ({term}`LRP-0`)
 # or `"gamma_sgnn"` (a {term}`composite`), a `Composite` with a rule per layer, `explained="contrast"`
 # (the {term}`explained output`). The [glossary](glossary.md) defines each term. Which one wins for which kind of model and task, measured against

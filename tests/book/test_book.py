@@ -321,3 +321,37 @@ def test_the_glue_plumbing_check_catches_a_shown_glue_call():
     removed = {"cell_type": "code", "metadata": {"tags": ["remove-cell"]}, "source": ["glue('x', x, display=False)"]}
     plain = {"cell_type": "code", "metadata": {}, "source": ["x = 1"]}
     assert shown_glue_cells({"cells": [plain, shown, removed]}) == [1]
+
+
+#: The pages the intro names as going straight to their point: no objectives box, no summary.
+WITHOUT_FRAME = {"quickstart", "coverage", "bad_inputs"}
+
+
+def frame_missing(nb: dict) -> list[str]:
+    """What a chapter lacks of the frame the intro promises: the objectives box at the top and a summary."""
+    markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    missing = []
+    if not any("Audience" in m and "Objectives" in m for m in markdown[:3]):
+        missing.append("an Audience & Objectives box in its first cells")
+    if not any(re.search(r"^## Summary", m, re.M) for m in markdown):
+        missing.append("a '## Summary' section")
+    return missing
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_chapter_has_the_frame_the_intro_promises(path):
+    intro = (ROOT / "book" / "intro.md").read_text()
+    assert "opens with an *Audience & Objectives* box and ends with a summary" in intro
+    if path.stem in WITHOUT_FRAME:
+        return
+    missing = frame_missing(json.loads(path.read_text()))
+    assert not missing, f"{path.stem} lacks {missing}"
+
+
+def test_the_frame_check_catches_a_chapter_without_a_box():
+    nb = {"cells": [{"cell_type": "markdown", "source": ["# A page\n", "Some words."]},
+                    {"cell_type": "markdown", "source": ["## Summary\n", "- a point"]}]}
+    assert frame_missing(nb) == ["an Audience & Objectives box in its first cells"]
+    nb["cells"][0]["source"].append("\n:::{admonition} Audience & Objectives\nyou\n:::")
+    nb["cells"][1]["source"] = ["## Sum up"]
+    assert frame_missing(nb) == ["a '## Summary' section"]
