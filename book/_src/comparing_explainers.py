@@ -613,7 +613,7 @@ for kind, result in (("proponents", proponents), ("opponents", opponents)):
 
 # %% [markdown]
 # The same scores by hand, as in *A Primer on Explainability for GNNs*, the notebook this page reworks
-# (see [Sources](intro.md#sources)): at
+# (see {ref}`Sources <intro-sources>`): at
 # each checkpoint, the gradient of each training loss with respect to the last layer's weights,
 # dotted with the test example's, times the learning rate. The top three must agree with Captum's.
 

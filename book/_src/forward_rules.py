@@ -5,8 +5,8 @@
 # backward *is* an LRP rule. This chapter turns the idea around. Instead of replacing the backward, it
 # changes the *forward* so that PyTorch's ordinary backward computes relevance: each operation keeps its
 # value, but its gradient becomes the rule's. One plain `.backward()` then gives every tensor
-# $t$ its relevance as $t \odot \partial f / \partial t$, input times gradient, the form of LXT's
-# efficient mode {cite}`achtibat2024attnlrp`. Nothing in the explanation is a Python autograd function, so
+# $t$ its relevance as $t \odot \partial f / \partial t$, input times gradient, the form of the
+# efficient mode of LXT, the LRP library for transformers {cite}`achtibat2024attnlrp`. Nothing in the explanation is a Python autograd function, so
 # PyTorch's compiler can take the whole explanation over. This is how `LRPExplainer()` runs every rule; the
 # relevance functions of the first chapters stay as the reference it is checked against.
 #

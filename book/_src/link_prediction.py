@@ -91,7 +91,7 @@ print(
 print(
     f"{sbm.num_nodes} nodes, {sbm.edge_index.shape[1] // 2} edges; message passing "
     f"over {train_data.edge_index.shape[1] // 2} (training) and "
-    f"{test_data.edge_index.shape[1] // 2} (test time); "
+    f"{test_data.edge_index.shape[1] // 2} (test time);\n"
     f"{test_data.edge_label_index.shape[1]} test pairs, half of them edges"
 )
 
@@ -224,7 +224,7 @@ outside = torch.ones(test_data.num_nodes, dtype=torch.bool)
 outside[subset] = False
 print(
     f"2-hop neighbourhood of the two end points: {len(subset)} nodes, "
-    f"{int(in_hops.sum())} directed edges; largest |relevance| outside it: nodes "
+    f"{int(in_hops.sum())} directed edges;\nlargest |relevance| outside it: nodes "
     f"{float(link_e.node_relevance.view(-1)[outside].abs().max()):.1f}, edges "
     f"{float(link_e.edge_relevance[~in_hops].abs().max()):.1f}"
 )

@@ -299,7 +299,7 @@ assert all(r["cases"]["lrp"]["peak_mib"] < r["cases"]["lrp_edges"]["peak_mib"] f
 #
 # ## The teaching implementations
 #
-# The relevance ops that chapters 1 to 4 build by hand (`lrp_lib.teach`) are timed in those chapters, each
+# The relevance ops that the chapters of *How it works* build by hand (`lrp_lib.teach`) are timed in those chapters, each
 # against the plain gradient of the same computation. At a glance, forward and backward together, and the peak
 # memory:
 
