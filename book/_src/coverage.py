@@ -270,8 +270,8 @@ def layer_table(family):
                                      "partly" if pl - {None} else None)
         bad = [r for r in lr if r["status"] in ("refused", "wrong", "crash")]
         bad_walks = [r for r in lr if r.get("walks") in ("refused", "wrong", "crash")]
-        entry["reason"] = (short(bad[0]["reason"], 90) if bad else
-                           "walks: " + short(bad_walks[0]["walks_reason"], 80) if bad_walks else "")
+        entry["reason"] = (short(bad[0]["reason"], 150) if bad else
+                           "walks: " + short(bad_walks[0]["walks_reason"], 150) if bad_walks else "")
         out.append(entry)
     glue(f"{family}_total", str(len(out)), display=False)
     glue(f"{family}_ok", str(sum(per_layer[n] == "ok" for n, lr in layers.items()
@@ -404,7 +404,7 @@ failing = [
         ),
         "reason": short(
             next(r["reason"] for r in lr if r["status"] in ("refused", "wrong", "crash")),
-            160,
+            400,
         ),
     }
     for name, lr in layers.items()
