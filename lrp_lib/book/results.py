@@ -25,7 +25,7 @@ import re
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from IPython.display import Markdown
 
