@@ -984,11 +984,11 @@ for ax, on, title in zip(axes, ("edges", "nodes"), ("edges removed", "node featu
         pts = [(x, y) for x, y in zip(xs, ys) if x is not None]
         ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, s=22, label=label)
     ax.set_title(f"deletion area, {title}", fontsize=9)
-    ax.set_xlabel("area under the probability (lower: more faithful)", fontsize=8)
     ax.tick_params(labelsize=8)
     ax.grid(axis="x", alpha=0.3)
 axes[0].set_yticks(range(len(forder)), [TITLES[t] for t in forder])
 axes[0].invert_yaxis()
+fig.supxlabel("area under the probability (lower: more faithful)", fontsize=8, y=0.1)
 fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8, frameon=False)
 fig.tight_layout(rect=(0, 0.1, 1, 1))
 plt.show()
