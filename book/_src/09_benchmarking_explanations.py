@@ -839,41 +839,8 @@ assert all(r["rel"] < r["win_rel"] and 2 * r["above_winner"] < r["seeds"] for r 
 # {glue:text}`loss_used`, the model does use the motif, and the winner concentrates on it more than
 # first-order relevance does: there the default is the weaker explanation by both measures.
 #
-# (quality-time)=
-# ## Time per explanation
-#
-# The median wall time of one explanation on one thread, over the instances and seeds of each task
-# and then the median over tasks (PGExplainer's includes its share of training; the three masks of an
-# LRP configuration share one call). The figures are those of the benchmark run (machine below).
-
-# %% tags=["hide-cell"]
-rows = []
-for m in [overall["winner"], "lrp_epsilon_logit_abs"] + [
-    k for k in BASE if k != "random"
-]:
-    ms = [tasks[t]["methods"][m]["ms"] for t in order if m in tasks[t]["methods"]]
-    if ms and m not in [r["key"] for r in rows]:
-        rows.append({"key": m, "m": name(m), "ms": float(np.median(ms)), "n": len(ms)})
-display(
-    results_table(
-        rows,
-        [
-            ("method", "m"),
-            ("median ms per explanation", "ms", "{:.1f}"),
-            ("tasks", "n", "{}"),
-        ],
-    )
-)
-display(Markdown(machine_note(quality)))
-t_lrp = next(r["ms"] for r in rows if r["key"] == overall["winner"])
-pg = next((r for r in rows if r["key"] == "pgexplainer"), None)
-
-# %% tags=["remove-cell"]
-glue("ratio_pgexplainer", f"{pg['ms'] / t_lrp:.0f}", display=False)
-
-# %% [markdown]
 # (quality-second-truth)=
-# ### Nodes or edges
+# ## Nodes or edges
 #
 # Each protocol scores one kind of element: edges on the node tasks and Mutagenicity, nodes on
 # BA-2Motifs, atoms on the molecules. Where the data define the other kind, the fresh run of both
@@ -934,7 +901,41 @@ glue("second_close_second", close_second, display=False)
 # On this run the default is within {glue:text}`tol_best` of the best non-LRP method, or above it, on
 # {glue:text}`second_close_first` of the {glue:text}`second_n` tasks by the protocols' own ground truth,
 # and on {glue:text}`second_close_second` of the {glue:text}`second_n_other` by the other one.
+
+# %% [markdown]
+# (quality-time)=
+# ## Time per explanation
 #
+# The median wall time of one explanation on one thread, over the instances and seeds of each task
+# and then the median over tasks (PGExplainer's includes its share of training; the three masks of an
+# LRP configuration share one call). The figures are those of the benchmark run (machine below).
+
+# %% tags=["hide-cell"]
+rows = []
+for m in [overall["winner"], "lrp_epsilon_logit_abs"] + [
+    k for k in BASE if k != "random"
+]:
+    ms = [tasks[t]["methods"][m]["ms"] for t in order if m in tasks[t]["methods"]]
+    if ms and m not in [r["key"] for r in rows]:
+        rows.append({"key": m, "m": name(m), "ms": float(np.median(ms)), "n": len(ms)})
+display(
+    results_table(
+        rows,
+        [
+            ("method", "m"),
+            ("median ms per explanation", "ms", "{:.1f}"),
+            ("tasks", "n", "{}"),
+        ],
+    )
+)
+display(Markdown(machine_note(quality)))
+t_lrp = next(r["ms"] for r in rows if r["key"] == overall["winner"])
+pg = next((r for r in rows if r["key"] == "pgexplainer"), None)
+
+# %% tags=["remove-cell"]
+glue("ratio_pgexplainer", f"{pg['ms'] / t_lrp:.0f}", display=False)
+
+# %% [markdown]
 # One LRP explanation costs one forward and one backward pass; PGExplainer takes about
 # {glue:text}`ratio_pgexplainer` times as long on these tasks once its training is shared out over the
 # explained instances. What GNNExplainer costs beside LRP is measured on one model in
