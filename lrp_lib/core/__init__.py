@@ -1,10 +1,11 @@
 """The arithmetic every explanation shares: the stabiliser (:mod:`~lrp_lib.core.stabilizer`), the linear maps
-rules work on (:mod:`~lrp_lib.core.linear_map`), the rules (:mod:`~lrp_lib.core.rules`), the
-composites that assign them to layers (:mod:`~lrp_lib.core.composites`) and the checks of
-user input (:mod:`~lrp_lib.core.validation`).  Imports nothing else from :mod:`lrp_lib`."""
+rules work on (:mod:`~lrp_lib.core.linear_map`), the rules (:mod:`~lrp_lib.core.rules`) and their forward
+form (:mod:`~lrp_lib.core.modify`), the composites that assign them to layers
+(:mod:`~lrp_lib.core.composites`) and the checks of user input (:mod:`~lrp_lib.core.validation`).
+Imports nothing else from :mod:`lrp_lib`."""
 import importlib
 
-_MODULES = ("stabilizer", "linear_map", "rules", "composites", "validation")
+_MODULES = ("stabilizer", "linear_map", "rules", "modify", "composites", "validation")
 
 
 def __getattr__(name):

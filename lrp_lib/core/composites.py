@@ -4,61 +4,48 @@ A :class:`Composite` maps the weights of a model to :class:`~lrp_lib.core.rules.
 module type or by the module's qualified name (a glob pattern such as ``"convs.0.*"``) -- and
 sets the few choices that are not per-weight rules.  The defaults, and why:
 
-* **Linear maps with a weight** (``Linear``, PyG ``Linear``, the ``lin`` of every conv,
-  convolutions, ``x @ W``): the rule that ``rules`` or ``layers`` name for the module, else
-  ``linear``; ``linear=None`` (the default) is the default rule of whatever runs the composite:
-  :class:`~lrp_lib.core.rules.ZPlus` in ``LRPExplainer``, :class:`~lrp_lib.core.rules.Epsilon`
-  (:math:`\epsilon = 10^{-6}`) in the walks and ``explain_tensor``, whose ``rule`` defaults to it.
-  Naming a rule for one module leaves every other weight on that default.  Epsilon with a small
-  :math:`\epsilon` is LRP-0 up to the stabiliser: on a bias-free piecewise-linear model it equals
-  input :math:`\times` gradient and conserves the output.
-* **Maps without a weight** -- sums, means, ``scatter_add`` (sum and mean aggregation, sum and
-  mean pooling), a product with the adjacency matrix, batch norm in eval mode: the epsilon
-  rule with the composite's ``epsilon``, which splits each output over its terms in
-  proportion (the coefficients are data, not parameters, so :math:`\gamma` and z+ do not apply).
+* **Linear maps with a weight** (``Linear``, PyG ``Linear``, the ``lin`` of every conv, convolutions,
+  ``x @ W``): the rule that ``rules`` or ``layers`` name for the module, else ``linear``; ``linear=None``
+  (the default) is the default rule of whatever runs the composite: :class:`~lrp_lib.core.rules.ZPlus` in
+  ``LRPExplainer``, :class:`~lrp_lib.core.rules.Epsilon` (:math:`\epsilon = 10^{-6}`) in the walks and
+  ``explain_tensor``.  Epsilon with a small :math:`\epsilon` is LRP-0 up to the stabiliser: on a bias-free
+  piecewise-linear model it equals input :math:`\times` gradient and conserves the output.
+* **Maps without a weight** (sums, means, ``scatter_add``, sum and mean pooling, a product with the
+  adjacency matrix, batch norm in eval mode): the epsilon rule with the composite's ``epsilon``; the
+  coefficients are data, not parameters, so :math:`\gamma` and z+ do not apply.
 * **Max and min** (max aggregation, max pooling): the winner takes all (the gradient's choice).
 * **Elementwise functions** (ReLU, GELU, SiLU, tanh, a sigmoid head, products with a constant):
   the identity rule, relevance passes unchanged.
-* **Gates** -- the output of a sigmoid (and ``1 - z`` of one) multiplying a signal, as in GRU and
-  LSTM cells and gated convolutions: the gate is held constant and the signal takes all the
-  relevance ("signal-take-all", Arras et al., 2017), as for attention below.
+* **Gates** -- a sigmoid's output (or ``1 - z`` of one) multiplying a signal, as in GRU and LSTM cells
+  and gated convolutions: the gate is held constant and the signal takes all the relevance
+  ("signal-take-all", Arras et al., 2017).
 * **Other products of two input-dependent factors** (FiLM, ``h * h``): AttnLRP's uniform rule, half each.
-* **Attention** -- a factor that is a normalised weight (the output of a softmax, PyG's
-  ``softmax`` over the edges, any ``a / b`` with a data-dependent ``b``): ``attention="cp"``
-  (default) holds it constant, CP-LRP (Ali et al., 2022), so all relevance goes to the values
-  and none through the attention scores; ``attention="uniform"`` gives it half (AttnLRP),
-  which then flows on through the scores.  The softmax gets AttnLRP's rule, input times gradient,
+* **Attention** -- a factor that is a normalised weight (a softmax's output, PyG's ``softmax`` over the
+  edges, any ``a / b`` with a data-dependent ``b``): ``attention="cp"`` (default) holds it constant,
+  CP-LRP (Ali et al., 2022), so all relevance goes to the values; ``attention="uniform"`` gives it half
+  (AttnLRP), which then flows on through the scores.  The softmax gets AttnLRP's rule,
   :math:`R_x = x \odot (R - s \sum R)`, also where it is written out of torch operations as PyG's
-  ``softmax`` is (each group's maximum, subtracted before ``exp``, takes no share); what it does not
-  conserve is counted with the biases.
-* **Normalisation** -- layer, group and instance norm: the normalisation passes relevance
-  unchanged and the affine part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode
-  is the linear map :math:`a x + c` it is (the same relevance as merging it into the preceding
-  linear map, for the epsilon rule).
+  ``softmax`` is; what it does not conserve is counted with the biases.
+* **Normalisation** -- layer, group and instance norm: the normalisation passes relevance unchanged
+  and the affine part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode is the linear map
+  :math:`a x + c` it is.
 
-Rules per message-passing layer (``layers=``): the weights inside the :math:`i`-th
-``MessagePassing`` module of the model (counted in the order the model registers them, its
-submodules -- a GIN's MLP, a conv's ``lin`` -- included) can get a rule that depends on the depth,
-as the LRP-for-GNN literature does.  Named composites:
+Rules per message-passing layer (``layers=``): the weights inside the :math:`i`-th ``MessagePassing``
+module of the model (in the order the model registers them, submodules included) can get a rule that
+depends on the depth, as the LRP-for-GNN literature does.  Named composites (besides every rule name):
 
 ========================  =====================================================================
-``"epsilon"``             :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`) on every weight:
-                          LRP-0 up to the stabiliser.
-``"z"``                   :math:`\epsilon = 0` everywhere: exact conservation on bias-free models.
-``"gamma"``               ``Gamma(0.25)`` on every weight.
-``"zplus"``               :class:`~lrp_lib.core.rules.ZPlus` on every weight (``LRPExplainer``'s
-                          default, chosen by the benchmark of chapter 9).
-``"gamma_sgnn"``          :math:`\gamma_i` decreasing linearly from 3 at the first
-                          message-passing layer to 0 at the last (``np.linspace(3, 0, L)``), the
-                          dense head at :math:`\epsilon`: the schedule of Xiong et al.'s sGNN-LRP
-                          code (ICML 2022, ``subgraph_relevance.py``).
+``"epsilon"``, ``"z"``    :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`, or 0: exact
+                          conservation on bias-free models) on every weight.
+``"gamma"``, ``"zplus"``  ``Gamma(0.25)``, :class:`~lrp_lib.core.rules.ZPlus` (``LRPExplainer``'s
+                          default, chosen by the benchmark of chapter 9) on every weight.
+``"gamma_sgnn"``          :math:`\gamma_i` from 3 at the first message-passing layer down to 0 at
+                          the last, the dense head at :math:`\epsilon`: Xiong et al.'s sGNN-LRP.
 ``"gamma_dig"``           :math:`\gamma = 2` in the first message-passing layer, :math:`\gamma = 1`
-                          in every other layer, dense layers included: DIG's GNN-LRP
-                          (``dig/xgraph/method/gnn_lrp.py``, after Schnake et al., 2021).
-``"layered"``             a layer-dependent composite after Kohlbrenner et al. (IJCNN 2020):
-                          ``Epsilon(0.1)`` on the dense layers at the top, ``Gamma(0.25)`` in the
-                          message-passing layers, the bounded :class:`~lrp_lib.core.rules.ZBox` rule
-                          in the first message-passing layer, whose input is the data.
+                          elsewhere: DIG's GNN-LRP (after Schnake et al., 2021).
+``"layered"``             after Kohlbrenner et al. (2020): ``Epsilon(0.1)`` on the dense layers,
+                          ``Gamma(0.25)`` in the message-passing layers, the bounded
+                          :class:`~lrp_lib.core.rules.ZBox` in the first one, whose input is the data.
 ========================  =====================================================================
 """
 from __future__ import annotations
@@ -84,9 +71,8 @@ class Composite:
 
     Args:
         linear: the rule of every weight that ``rules`` and ``layers`` do not name (a :class:`Rule` or its
-            name).  ``None`` (the default): the default rule of what runs the composite (``LRPExplainer``:
-            z+, the walks and ``explain_tensor``: epsilon), so that naming a rule for one module changes no
-            other module's rule (:meth:`with_default`).
+            name).  ``None`` (the default): the default rule of what runs the composite (see the module
+            docstring and :meth:`with_default`).
         rules: ``{module type or glob pattern of the qualified module name: rule}``; the first
             entry that matches the module owning a weight wins (names before types: put the most
             specific first).  Example: ``{"conv1.*": "gamma", nn.Linear: Epsilon(0.01)}``.
@@ -96,13 +82,15 @@ class Composite:
         attention: ``"cp"`` (normalised weights held constant) or ``"uniform"`` (half the
             product's relevance).
         bias: ``True`` (default): biases and other constant terms take their share of each split
-            (the usual LRP; the explanation reports it as ``bias_relevance``).  ``False``: they take
-            none, the split is over the input-dependent terms alone and all relevance reaches the
+            (reported as ``bias_relevance``).  ``False``: they take none, and all relevance reaches the
             inputs (Zennit's ``zero_params="bias"``).
         layers: the rule of the weights inside each message-passing layer: a sequence (rule of
             layer 0, 1, ...; layers past its end get ``linear``) or a function ``(i, n) -> rule``
             of the layer's index ``i`` and the model's number ``n`` of message-passing layers.
             ``rules`` take precedence, then ``layers``, then ``linear``.
+
+    Raises:
+        TypeError, ValueError: for a bad rule, key, ``layers``, ``epsilon``, ``attention`` or ``bias``.
     """
 
     def __init__(self, linear: Rule | str | None = None, rules: Mapping | None = None, epsilon: float = 1e-6,
@@ -164,9 +152,9 @@ class Composite:
         return self.linear
 
     def key(self) -> tuple:
-        """A hashable value, the same for composites that give every weight the same rule and make
-        the same other choices (the key under which an explainer keeps what it captured with them).  A tensor in a rule (a
-        :class:`~lrp_lib.core.rules.ZBox` bound) and a ``layers`` function count by identity."""
+        """A hashable value, the same for composites that give every weight the same rule and make the same
+        other choices (an explainer's cache key).  A tensor in a rule (a :class:`~lrp_lib.core.rules.ZBox`
+        bound) and a ``layers`` function count by identity."""
         def value(v):
             return ("object", id(v)) if isinstance(v, torch.Tensor) or callable(v) else v
 

@@ -1,8 +1,6 @@
-r"""A linear map as the LRP rules see it: :math:`x \mapsto f(x, w) + b`, linear in :math:`x` and in
-:math:`w`, with its vector-Jacobian product (VJP).  Every rule of :mod:`lrp_lib.core.rules` is a
-formula over such a map, so one rule serves ``F.linear``, ``x @ W``, convolutions and weight-free
-maps (pooling) alike, and never forms the contribution tensor :math:`x_j w_{jk}`.
-"""
+r"""A linear map as the LRP rules see it: :math:`x \mapsto f(x, w) + b` with its vector-Jacobian product
+(VJP).  Every rule of :mod:`lrp_lib.core.rules` is a formula over such a map, so one rule serves ``F.linear``,
+``x @ W``, convolutions and weight-free maps (pooling) alike."""
 from __future__ import annotations
 
 from typing import Callable, Union
@@ -41,6 +39,7 @@ class LinearMap:
         return out if bias is None else out + bias
 
     def vjp(self, v: Tensor, x: Tensor, weight: Weight) -> Tensor:
+        r""":math:`J^\top v` of the bias-free map at ``weight`` (for a map without weights: scaled by it)."""
         if not self.has_weight:
             g = self._vjp(v, x) if self._vjp is not None else self._autograd_vjp(v, x, None)
             return g if weight == 1.0 else g * weight
@@ -56,9 +55,8 @@ class LinearMap:
         return g
 
     def times_input(self, x: Tensor, g: Tensor) -> Tensor:
-        """``x * g`` for ``g`` a VJP of this map: written into ``g`` where the VJP makes a new tensor
-        (``fresh_vjp``) and ``x * g`` would have ``g``'s shape, dtype and (contiguous) layout, so the
-        values are the same."""
+        """``x * g`` for ``g`` a VJP of this map, written into ``g`` where that is safe (``fresh_vjp``, and
+        ``x * g`` would have ``g``'s shape, dtype and contiguous layout)."""
         if self.fresh_vjp and g.shape == x.shape and g.dtype == x.dtype and g.is_contiguous() and x.is_contiguous():
             return g.mul_(x)
         return x * g

@@ -1,37 +1,19 @@
 r"""LRP rules as forward modifications: each keeps its operation's value and changes its gradient.
 
-Every rule of :mod:`lrp_lib` gives an input :math:`x` of an operation the relevance
-:math:`R_x = x \odot v`, for some vector :math:`v` computed from the output's relevance.  If the
-relevance of every tensor :math:`t` is read as :math:`R_t = t \odot \partial f / \partial t` (the
-gradient of the explained output :math:`f`), a rule is therefore a statement about the *gradient*
-of its operation, and can be written as a forward pass that computes the ordinary value but whose
-gradient is the rule's.  One plain ``.backward()`` through the modified forward then leaves
-relevance :math:`= t \odot t.\mathrm{grad}` on every tensor (the form of LXT's efficient mode,
-Achtibat et al., 2024).  Nothing here defines a :class:`torch.autograd.Function` and nothing reads
-tensor data into Python, so ``torch.compile`` traces a modified forward as it traces any other.
+Every rule gives an input :math:`x` of an operation the relevance :math:`R_x = x \odot v`, for some
+vector :math:`v` computed from the output's relevance.  If the relevance of every tensor :math:`t` is
+read as :math:`R_t = t \odot \partial f / \partial t` (the gradient of the explained output :math:`f`),
+a rule is a statement about the *gradient* of its operation, and can be written as a forward pass that
+computes the ordinary value but whose gradient is the rule's.  One plain ``.backward()`` through the
+modified forward then leaves relevance :math:`t \odot t.\mathrm{grad}` on every tensor (the form of LXT's
+efficient mode, Achtibat et al., 2024).  Nothing here reads tensor data into Python, so
+``torch.compile`` traces a modified forward as any other.
 
-The building block is :func:`keep_value`: the value of one tensor with the gradient of another.
-With the output :math:`z` of an operation and :math:`R = z \odot g` its relevance (:math:`g` the
-gradient arriving at :math:`z`):
-
-* a proportional rule with denominator :math:`d` (:func:`share_of`) makes the gradient
-  :math:`g \odot z / d = R / d` and sends it back through the contributions it splits over;
-* :func:`identity` (an elementwise function :math:`y = f(x)`, AttnLRP's identity rule
-  :math:`R_x = R_y`): the gradient :math:`g \odot y / x`;
-* :func:`uniform` (a product of :math:`n` input-dependent factors, the uniform rule
-  :math:`R_i = R / n`): the gradient scaled by :math:`1/n`;
-* :func:`held_constant` (an attention weight under CP-LRP, the denominator of a normalisation):
-  no gradient at all;
-* :func:`blocked` (an operation without a rule): no gradient into its input, and a probe that
-  measures how much relevance reached it.
-
-The linear-map rules (epsilon, gamma, alpha-beta, z+, z\ :sup:`B`) are declared with their formulas
-in :mod:`lrp_lib.core.rules`; each rule's ``modify`` builds its forward from these pieces.
-
-Two limits of the form :math:`R_t = t \odot \mathrm{grad}` are kept here as rules, not hidden:
-relevance that reaches an entry equal to zero stays there (no gradient can carry it onto a zero),
-and an infinite value has no finite relevance (:func:`keep_value` would read
-:math:`\infty - \infty`).  Both are reported by the explainer as relevance that did not arrive.
+The building block is :func:`keep_value`: the value of one tensor with the gradient of another.  The
+linear-map rules are declared with their formulas in :mod:`lrp_lib.core.rules`, whose ``modify`` methods
+build on these pieces.  Two limits of the form: relevance that reaches an entry equal to zero stays there
+(no gradient can carry it onto a zero), and an infinite value has no finite relevance (:func:`keep_value`
+would read :math:`\infty - \infty`); the explainer reports both as relevance that did not arrive.
 """
 from __future__ import annotations
 
@@ -57,8 +39,7 @@ def keep_value(value: Tensor, t: Tensor, c: Tensor | None = None) -> Tensor:
 
 def add_gradient(y: Tensor, t: Tensor, c: Tensor) -> Tensor:
     r"""``y`` (its value and its gradient) plus the gradient of ``t * c`` (``c`` a constant), without changing
-    the value: ``y + (t - t.detach()) * c``, one ``addcmul``.  Rules whose input relevance is a sum of parts
-    (alpha-beta's two, z+'s fallback) add each part's gradient so."""
+    the value: ``y + (t - t.detach()) * c``, one ``addcmul`` (alpha-beta's second part, z+'s fallback)."""
     return torch.addcmul(y, t - t.detach(), c.detach())
 
 
@@ -73,11 +54,11 @@ def share_of(z: Tensor, d: Tensor, zero: Tensor | None = None) -> Tensor:
     r""":math:`z / d` where :math:`d \ne 0`, and :math:`0` where :math:`d = 0`, as a constant.
 
     Multiplied onto a gradient :math:`g` at :math:`z`, it gives :math:`R / d` with
-    :math:`R = z \odot g`: the relevance per unit of a proportional rule's denominator.  Where the
-    denominator is zero the relevance cannot be split and is lost (the rules' convention, see
-    :func:`~lrp_lib.core.stabilizer.relevance_share`).  ``zero``: ``d == 0``, where the caller has it."""
+    :math:`R = z \odot g`: the relevance per unit of a proportional rule's denominator (lost where
+    :math:`d = 0`, as in :func:`~lrp_lib.core.stabilizer.relevance_share`).  ``zero``: ``d == 0``, where
+    the caller has it."""
     z, d = z.detach(), d.detach()
-    return torch.where(d == 0 if zero is None else zero, 0.0, z / d)  # (one division; where d = 0: replaced)
+    return torch.where(d == 0 if zero is None else zero, 0.0, z / d)
 
 
 def epsilon(z: Tensor, eps: float) -> Tensor:
@@ -111,7 +92,7 @@ def uniform(y: Tensor, n: int) -> Tensor:
     graph (AttnLRP): :math:`R_i = R / n` for each factor.  The gradient of a product with respect
     to factor :math:`i` is :math:`y / x_i`, so scaling it by :math:`1/n` gives
     :math:`x_i \odot \mathrm{grad} = R / n`."""
-    return torch.lerp(y.detach(), y, torch.full((), 1.0 / n, dtype=y.dtype, device=y.device))
+    return scale_gradient(y, torch.full((), 1.0 / n, dtype=y.dtype, device=y.device))
 
 
 def held_constant(t: Tensor) -> Tensor:

@@ -9,34 +9,17 @@ relevance :math:`R_k` of each output over (a modified version of) those contribu
 and every rule is computed without forming the contribution tensor: for :math:`f(x) = J x`,
 :math:`R = x \odot J^\top (R_{out} / z)` costs one vector-Jacobian product (VJP) of :math:`f`.
 
-Each rule is declared here once, as a :class:`Rule`: ``propagate`` is its formula over a
-:class:`~lrp_lib.core.linear_map.LinearMap` (the map and its VJP), dividing through
-:mod:`lrp_lib.core.stabilizer` (chapter 3 applies it in backward: :mod:`lrp_lib.teach.linear_maps`);
-``modify`` is the same rule as a forward that keeps the map's value (the product's form).
+Each rule is a :class:`Rule` over a :class:`~lrp_lib.core.linear_map.LinearMap`: ``propagate`` is its
+formula in backward form, dividing through :mod:`lrp_lib.core.stabilizer` (chapter 3 applies it:
+:mod:`lrp_lib.teach.linear_maps`); ``modify`` is the same rule as a forward that keeps the map's value
+(the product's form, :mod:`lrp_lib.core.modify`).  The rules, with their formulas in their docstrings
+(``rule=`` also takes the name): :class:`Epsilon` (``"epsilon"``; ``"z"`` is ``Epsilon(0)``),
+:class:`Gamma` (``"gamma"``), :class:`AlphaBeta` (``"alpha2beta1"``, ...), :class:`ZPlus`
+(``"zplus"``) and :class:`ZBox` (``"zbox"``).
 
-The rules (each a small object; ``rule=`` also takes its name as a string):
-
-* :class:`Epsilon` (``"epsilon"``; ``"z"`` is ``Epsilon(0)``):
-  :math:`R_j = \sum_k \frac{x_j w_{jk}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k`, with the
-  ordinary output :math:`z` (bias included), saved by the forward pass.
-* :class:`Gamma` (``"gamma"``): the epsilon rule with weights :math:`w + \gamma w^+` and bias
-  :math:`b + \gamma b^+`; favours positive contributions.  Needs one forward and one VJP of
-  the map with the modified weights.
-* :class:`AlphaBeta` (``"alpha2beta1"``, ...): positive and negative contributions
-  :math:`(x_j w_{jk})^\pm` split separately,
-  :math:`R_j = \sum_k \big(\alpha \frac{(x_j w_{jk})^+}{z_k^+} - \beta \frac{(x_j w_{jk})^-}{z_k^-}\big) R_k`
-  with :math:`\alpha - \beta = 1`.
-* :class:`ZPlus` (``"zplus"``): :math:`\alpha = 1, \beta = 0`, positive contributions only.
-
-Here :math:`t^+ = \max(t, 0)`, :math:`t^- = \min(t, 0)`, and the bias counts as the
-contribution of a constant input 1, so :math:`z_k^\pm = \sum_j (x_j w_{jk})^\pm + b_k^\pm`.
-Because :math:`(x w)^+ = x^+ w^+ + x^- w^-` and :math:`(x w)^- = x^+ w^- + x^- w^+`, each part
-is a sum of the same linear map applied to clamped inputs and weights: a VJP each (one when
-``x >= 0``, as after a ReLU).
-
-A denominator equal to zero cannot be split: that output's relevance is lost (zero) and a
-:class:`~lrp_lib.core.stabilizer.LostRelevanceWarning` says so, as in every rule.  The bias keeps
-its own share (it is not an input), so only bias-free maps conserve relevance exactly
+Here :math:`t^+ = \max(t, 0)` and :math:`t^- = \min(t, 0)`.  A denominator equal to zero cannot be
+split: that output's relevance is lost and a :class:`~lrp_lib.core.stabilizer.LostRelevanceWarning` says
+so.  The bias keeps its own share (it is not an input), so only bias-free maps conserve relevance exactly
 (and the epsilon rule with :math:`\epsilon > 0` absorbs a little).
 """
 from __future__ import annotations
@@ -64,12 +47,8 @@ def _negative(w: Weight) -> Weight:
 
 
 def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
-    """For each of ``parts`` (a tensor or a number): whether ``clamp(min=0)`` and ``clamp(max=0)`` of
-    it have a non-zero entry (a NaN end reads as neither: ``torch.sign`` of NaN is 0, and the share's
-    finiteness check then names the operation), from one ``aminmax`` per tensor and a single
-    synchronisation for all of them, which reads the ends' signs through
-    :func:`~lrp_lib.core.stabilizer.read` (so that a recorder sees the values this choice depends on,
-    the same values for the same choice)."""
+    """For each of ``parts`` (a tensor or a number): whether ``clamp(min=0)`` and ``clamp(max=0)`` of it
+    have a non-zero entry (a NaN end reads as neither), from one ``aminmax`` per tensor and one read."""
     ends = [end for t in parts if isinstance(t, Tensor) and t.numel() for end in torch.aminmax(t)]
     read = iter(torch.stack(ends).sign().tolist() if ends else [])
     signs = []
@@ -86,11 +65,11 @@ def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
 class Rule:
     r"""Base class: a rule for one linear map, in two forms that give the same relevance.
 
-    ``propagate`` returns the input relevance from the output's relevance ``rel_out`` (the
-    backward form, for :class:`lrp_lib.teach.linear_maps.LinearMapRelevance`); ``modify`` returns the map's output ``out``
-    (computed with its graph from ``x``), with its value kept and its gradient changed so that
-    :math:`x \odot \partial f/\partial x` is the same relevance when the output's relevance is
-    :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form, see
+    ``propagate`` returns the input relevance from the output's relevance ``rel_out`` (the backward form,
+    for :class:`lrp_lib.teach.linear_maps.LinearMapRelevance`; ``op`` names the map in warnings and errors).
+    ``modify`` returns the map's output ``out`` (computed with its graph from ``x``), with its value kept and
+    its gradient changed so that :math:`x \odot \partial f/\partial x` is the same relevance when the
+    output's relevance is :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form,
     :mod:`lrp_lib.core.modify`)."""
 
     def propagate(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None,
@@ -114,17 +93,14 @@ class Rule:
         return f"{type(self).__name__}({args})"
 
 
-
-
-
 class Epsilon(Rule):
     r"""Epsilon rule (:math:`\epsilon = 0`: the z-rule).
 
     .. math::  R_j = \sum_k \frac{x_j w_{jk}}{z_k + \epsilon\,\mathrm{sign}(z_k)} R_k
                = x_j \big[J^\top \tfrac{R}{z + \epsilon\,\mathrm{sign}(z)}\big]_j
 
-    :math:`z` is the ordinary output (bias included) saved by the forward pass, so the
-    backward is one VJP.  :math:`\mathrm{sign}(0) = +1`; an output exactly 0 loses its relevance.
+    :math:`z` is the ordinary output (bias included), so the backward is one VJP.
+    :math:`\mathrm{sign}(0) = +1`; with :math:`\epsilon = 0` an output exactly 0 loses its relevance.
     """
 
     def __init__(self, eps: float = 1e-6):
@@ -153,16 +129,17 @@ class Gamma(Rule):
         self.gamma = check_number(gamma, "gamma")
         self.eps = check_number(eps, "eps")
 
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
+    def _modified(self, m, x, weight, bias) -> tuple:
+        r"""The weight :math:`w + \gamma w^+` and the map's output with it (and the bias :math:`b + \gamma b^+`)."""
         w = weight + self.gamma * _positive(weight)
-        b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
-        z = m(x, w, b)
+        return w, m(x, w, None if bias is None else bias + self.gamma * bias.clamp(min=0))
+
+    def propagate(self, m, x, weight, bias, out, rel_out, op):
+        w, z = self._modified(m, x, weight, bias)
         return m.times_input(x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
-        w = weight + self.gamma * _positive(weight)
-        b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
-        z = m(x, w, b)
+        z = self._modified(m, x, weight, bias)[1]
         return keep_value(out, z, share_of(out, stabilize(z.detach(), self.eps)))
 
 
@@ -173,13 +150,13 @@ class AlphaBeta(Rule):
                - \beta \frac{(x_j w_{jk})^-}{z_k^-}\Big) R_k, \qquad
                z_k^\pm = \sum_j (x_j w_{jk})^\pm + b_k^\pm, \qquad \alpha - \beta = 1 .
 
-    With :math:`(xw)^+ = x^+ w^+ + x^- w^-` and :math:`(xw)^- = x^+ w^- + x^- w^+` each part
-    is the map applied to clamped inputs and weights.  The sum over :math:`j` is
-    :math:`(\alpha - \beta) R_k = R_k` where both parts exist.  A part whose denominator is 0
-    (no contribution of that sign) drops its term and warns; the other part then still carries
-    :math:`\alpha R_k` (or :math:`-\beta R_k`), as in the usual definition (e.g. Zennit's).
-    Apply it to layers with weights of both signs; pooling (positive coefficients) after a
-    ReLU has no negative part, so give it the epsilon or z-rule.
+    The bias counts as the contribution of a constant input 1.  With :math:`(xw)^+ = x^+ w^+ + x^- w^-`
+    and :math:`(xw)^- = x^+ w^- + x^- w^+` each part is the map applied to clamped inputs and weights: a
+    VJP each (one when ``x >= 0``, as after a ReLU).  The sum over :math:`j` is
+    :math:`(\alpha - \beta) R_k = R_k` where both parts exist.  A part whose denominator is 0 (no
+    contribution of that sign) drops its term and warns; the other part still carries :math:`\alpha R_k`
+    (or :math:`-\beta R_k`), as in Zennit.  Pooling (positive coefficients) after a ReLU has no negative
+    part: give it the epsilon or z-rule.
     """
 
     def __init__(self, alpha: float = 2.0, beta: float = 1.0):
@@ -190,11 +167,9 @@ class AlphaBeta(Rule):
 
     @staticmethod
     def _parts(x: Tensor, weight: Weight, crossed: bool = True) -> tuple:
-        """``(x+, x-, w+, w-)`` with ``None`` for a part without a non-zero entry: one pass over
-        ``x`` and the weight and one synchronisation to learn which parts exist (after a ReLU
-        ``x >= 0``: ``x+`` is ``x`` itself, no copy).  ``crossed=False`` (z+, which pairs ``x+``
-        with ``w+`` and ``x-`` with ``w-`` only): a weight part is made only where the input part of
-        its sign exists."""
+        """``(x+, x-, w+, w-)`` with ``None`` for a part without a non-zero entry (``x+`` is ``x`` itself where
+        ``x >= 0``).  ``crossed=False`` (z+, which pairs ``x+`` with ``w+`` and ``x-`` with ``w-`` only): a
+        weight part is made only where the input part of its sign exists."""
         (has_pos, has_neg), (w_has_pos, w_has_neg) = _signs(x, weight)
         x_pos = (x if not has_neg else x.clamp(min=0)) if has_pos else None
         x_neg = x.clamp(max=0) if has_neg else None
@@ -204,10 +179,10 @@ class AlphaBeta(Rule):
         return x_pos, x_neg, w_pos, w_neg
 
     @staticmethod
-    def _sum_of(m: LinearMap, x: Tensor, pairs: list, relevance: Tensor | None) -> Tensor:
-        r"""``relevance`` (None: nothing yet) plus :math:`\sum x_p \odot J_{w_p}^\top s`, with ``pairs``
-        the list of ``(x_p, w_p, s)``."""
-        for xp, wp, s in pairs:
+    def _sum_of(m: LinearMap, x: Tensor, pairs: list, s: Tensor, relevance: Tensor | None = None) -> Tensor:
+        r"""``relevance`` (None: nothing yet) plus :math:`\sum_p x_p \odot J_{w_p}^\top s` over ``pairs`` of
+        ``(x_p, w_p)``; zeros where both are empty."""
+        for xp, wp in pairs:
             part = m.times_input(xp, m.vjp(s, x, wp))
             relevance = part if relevance is None else relevance.add_(part)
         return torch.zeros_like(x) if relevance is None else relevance
@@ -234,7 +209,7 @@ class AlphaBeta(Rule):
             z = self._z(m, x, weight, pairs, b, out)
             part = f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})"
             s = relevance_share(part, rel_out, z).mul_(coefficient)
-            rel = self._sum_of(m, x, [(xp, wp, s) for xp, wp in pairs], rel) if pairs else rel
+            rel = self._sum_of(m, x, pairs, s, rel) if pairs else rel
         return torch.zeros_like(x) if rel is None else rel
 
     @staticmethod
@@ -243,14 +218,11 @@ class AlphaBeta(Rule):
         r""":math:`z^+` (``positive``) or :math:`z^-`, computed with its graph from the clamped input (the
         gradient of ``x.clamp(min=0)`` is 1 where :math:`x > 0`, so :math:`x \odot \mathrm{grad}` picks
         each contribution's own part)."""
-        w_pos, w_neg = _positive(weight), _negative(weight)
-        x_pos, x_neg = (x, None) if nonneg else (x.clamp(min=0), x.clamp(max=0))
-        if not positive:
-            w_pos, w_neg = w_neg, w_pos
+        w_same, w_other = (_positive(weight), _negative(weight)) if positive else (_negative(weight), _positive(weight))
         b = None if bias is None else (bias.clamp(min=0) if positive else bias.clamp(max=0))
         if nonneg:  # x = x+ (its gradient is 1 everywhere, as clamp's where x > 0)
-            return m(x, w_pos, b)
-        return m(x_pos, w_pos, b) + m(x_neg, w_neg, None)
+            return m(x, w_same, b)
+        return m(x.clamp(min=0), w_same, b) + m(x.clamp(max=0), w_other, None)
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
         z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
@@ -269,11 +241,10 @@ class ZPlus(AlphaBeta):
     For :math:`x \ge 0` this is :math:`x_j w_{jk}^+ / \sum_{j'} x_{j'} w_{j'k}^+`: one VJP of the
     map with weights :math:`w^+`.
 
-    A unit :math:`k` that receives relevance but has no positive contribution (its denominator is
-    0: every :math:`x_j w_{jk} \le 0` and :math:`b_k \le 0`; in a graph network this happens when a
-    signed split upstream, an aggregation or a sum, hands relevance to a negative message) falls
-    back to LRP-0 for that unit, :math:`R_j = x_j w_{jk} / z_k \cdot R_k`, instead of losing its
-    relevance; only a unit whose output is 0 as well loses it (with a warning).
+    A unit :math:`k` that receives relevance but has no positive contribution (every
+    :math:`x_j w_{jk} \le 0` and :math:`b_k \le 0`, as for a negative message that a signed split upstream
+    hands relevance to) falls back to LRP-0, :math:`R_j = x_j w_{jk} / z_k \cdot R_k`; only a unit whose
+    output is 0 as well loses its relevance (with a warning).
     """
 
     def __init__(self):
@@ -287,7 +258,7 @@ class ZPlus(AlphaBeta):
         none = None if zero is None else zero & (rel_out != 0)
         # the share, 0 where z = 0 (those units: the fallback below)
         s = rel_out / z if zero is None else relevance_share(op, rel_out, z, check=False, zero=zero)
-        rel = self._sum_of(m, x, [(xp, wp, s) for xp, wp in pairs], None)
+        rel = self._sum_of(m, x, pairs, s)
         if none is not None and bool(none.any()):  # no positive contribution: LRP-0 for these units
             fallback = relevance_share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
                                        torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
@@ -342,8 +313,7 @@ class ZBox(Rule):
             torch.as_tensor(self.low, dtype=x.dtype, device=x.device)
         high = torch.maximum(x.amax(0, keepdim=True), zero) if self.high is None else \
             torch.as_tensor(self.high, dtype=x.dtype, device=x.device)
-        given = self.low is not None or self.high is not None
-        if given and (bool((low > x).any()) or bool((high < x).any())):
+        if (self.low is not None or self.high is not None) and (bool((low > x).any()) or bool((high < x).any())):
             raise ValueError(f"ZBox: the input lies outside the box [low, high] ({float((low - x).max()):.3g} below "
                              f"low or {float((x - high).max()):.3g} above high); widen the bounds")
         return low.expand_as(x), high.expand_as(x)

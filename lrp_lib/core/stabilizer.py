@@ -6,11 +6,8 @@ A proportional rule gives each input the part of an output's relevance that its 
 .. math::  R_i = \sum_j \frac{z_{ij}}{z_j} R_j .
 
 :func:`stabilize` adds :math:`\epsilon\,\mathrm{sign}(z_j)` to the denominator (the epsilon
-rule); :func:`relevance_share` computes :math:`R_j / z_j` (stabilised with ``eps``), warns with
-:class:`LostRelevanceWarning` and the amount where a zero denominator drops relevance, and
-raises where the relevance is NaN or Inf (``check=False``: neither, for callers that account
-once at the end).  Every rule of :mod:`lrp_lib.core.rules` in its backward form and every op of
-:mod:`lrp_lib.teach` that uses this convention divides through these two functions.
+rule); :func:`relevance_share` computes :math:`R_j / z_j`.  Every rule of :mod:`lrp_lib.core.rules`
+and every op of :mod:`lrp_lib.teach` divides through these two functions.
 """
 from __future__ import annotations
 
@@ -29,17 +26,18 @@ class LostRelevanceWarning(UserWarning):
 
 
 def raise_not_finite(op: str) -> None:
+    """Raise the ValueError of operation ``op`` whose relevance is NaN or Inf."""
     raise ValueError(
         f"{op}: the relevance is NaN or Inf: an input (x, src, a or b), a weight or the relevance sent "
         f"into the backward contains NaN or Inf values; check them with torch.isfinite(x).all()")
 
 
 def warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
-    """Warn if relevance was sent into outputs flagged by the boolean mask ``zero``; raise if
-    that relevance is NaN or Inf (``NaN != 0`` is true, but it is no amount that was lost)."""
-    lost = torch.where(zero, rel_out, rel_out.new_zeros(()))  # what reached the zero outputs
-    ends = torch.aminmax(lost) if lost.numel() else (lost.new_zeros(()), lost.new_zeros(()))
-    low, high = float(ends[0]), float(ends[1])
+    """Warn with a :class:`LostRelevanceWarning` if relevance was sent into outputs flagged by the boolean
+    mask ``zero``; raise if that relevance is NaN or Inf (``NaN != 0`` is true, but it is no amount that
+    was lost)."""
+    lost = torch.where(zero, rel_out, rel_out.new_zeros(()))
+    low, high = torch.stack(torch.aminmax(lost)).tolist() if lost.numel() else (0.0, 0.0)
     if not (math.isfinite(low) and math.isfinite(high)):
         raise_not_finite(op)
     if low != 0 or high != 0:
@@ -55,17 +53,15 @@ def warn_lost(op: str, zero: Tensor, rel_out: Tensor) -> None:
 def stabilize(z: Tensor, eps: float) -> Tensor:
     r"""The one stabiliser of :mod:`lrp_lib`: :math:`z + \epsilon\,\mathrm{sign}(z)` with
     :math:`\mathrm{sign}(0) = +1` (Zennit's convention; a negative zero, ``-0.0``, gets
-    :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor
-    (one ``copysign`` and one add); ``eps = 0`` returns ``z`` itself.  The constant is expanded to
-    ``z``'s shape (a view, no copy): ATen's CPU ``copysign`` vectorises only when neither operand is a
-    0-dimensional tensor, and runs about three times faster so."""
+    :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor;
+    ``eps = 0`` returns ``z`` itself.  (The constant is expanded to ``z``'s shape: ATen's CPU
+    ``copysign`` vectorises only so.)"""
     if not eps:
         return z
     return torch.copysign(_constant(float(eps), z).expand_as(z), z).add_(z)
 
 
-#: Scalar tensors of :func:`stabilize`'s epsilon by (value, dtype, device), made once: a new one per
-#: call would be one more operation, and on a GPU a copy from the host, per rule application.
+#: :func:`stabilize`'s scalar tensors by (value, dtype, device), made once (no host copy per call).
 _CONSTANTS: dict = {}
 
 
@@ -83,75 +79,44 @@ def _constant(value: float, like: Tensor) -> Tensor:
 def relevance_share(op: str, rel_out: Tensor, out: Tensor, denom: Tensor | None = None, *,
                     eps: float = 0.0, check: bool = True, zero: Tensor | None = None) -> Tensor:
     r"""Relevance per unit of output, :math:`R_k / \mathrm{stab}(z_k)`, the factor that every
-    proportional rule multiplies by a contribution; :math:`\mathrm{stab}(z) = z` for
-    ``eps = 0``, else :func:`stabilize` ``(z, eps)``.  ``denom`` (default: ``stabilize(out, eps)``)
-    is a scratch tensor of the caller's and is overwritten with the result.
+    proportional rule multiplies by a contribution, as a new tensor; ``denom`` is
+    :math:`\mathrm{stab}(z)` if the caller has it, else :func:`stabilize` ``(out, eps)``.  Where the
+    denominator is 0 the share is 0: that relevance is lost.
 
-    Where the denominator is 0 the share is 0: that relevance is lost (with a stabilised
-    denominator, :math:`\epsilon > 0`, this never happens).
-
-    ``check=True`` (the teaching ops, the chapters' rules): a :class:`LostRelevanceWarning` with
-    the amount lost, and a ``ValueError`` where the relevance is NaN or Inf.  Cost: one division
-    and one count of the zeros of the denominator; the masking and the warning only run when a
-    zero exists.  ``check=False`` (callers that account once, at the end, for what did not arrive and
-    check that the relevance is finite): no check and no
-    synchronisation; the share is written into the denominator where shapes and dtypes allow, and
-    ``zero`` (``out == 0``, for ``eps = 0``) may be given by a caller that has it already.  The
-    result is always a new tensor of the caller's, which it may overwrite.
+    ``check=True``: a :class:`LostRelevanceWarning` with the amount lost (named by ``op``), and a
+    ``ValueError`` where the relevance is NaN or Inf.  ``check=False``, for callers that account once,
+    at the end: neither, and no zero count where a denominator is given or ``eps > 0``; ``zero``
+    (``out == 0``, for ``eps = 0``) may be given by a caller that has it.
     """
-    if denom is None and eps:
-        denom = stabilize(out, eps)
-    if not check:
-        if denom is not None:
-            if denom.dtype == rel_out.dtype and rel_out.shape == denom.shape and not _differentiable(rel_out, denom):
-                return torch.div(rel_out, denom, out=denom)
-            return rel_out / denom
-        if zero is None:
-            if not has_zero(out):
-                return rel_out / out
-            zero = out == 0
-        share = rel_out / out.masked_fill(zero, 1)  # 1 where out = 0: no division by zero
-        return share.masked_fill_(zero, 0)  # (zero has out's shape, which broadcasts to the share's)
-    d = out if denom is None else denom
-    zero = d == 0 if has_zero(d) else None
-    if zero is not None and not bool(zero.any()):  # (a yes or no, not a count: the same read for the same choice)
-        zero = None
-    share = rel_out / out if denom is None or _differentiable(rel_out, denom) else torch.div(rel_out, denom, out=denom)
-    if zero is not None:
-        warn_lost(op, zero, rel_out)
-        share = share.masked_fill_(zero, 0)
-    # NaN or Inf in the inputs, the weights or rel_out. The output is checked too: an infinite
-    # input whose share is 0 (R = 0 on an infinite z) would otherwise turn into 0 * inf = NaN
-    # when the share is multiplied back onto the input.
-    if not all_finite(share, out):
+    d = stabilize(out, eps) if denom is None else denom
+    if zero is None and (check or d is out) and has_zero(d):
+        zero = d == 0
+        if not bool(zero.any()):
+            zero = None
+    if zero is None:
+        share = rel_out / d
+    else:
+        if check:
+            warn_lost(op, zero, rel_out)
+        share = (rel_out / d.masked_fill(zero, 1)).masked_fill_(zero, 0)  # (zero broadcasts to the share's shape)
+    # the output is checked too: an infinite z with the share 0 would turn into 0 * inf = NaN on the input
+    if check and not all_finite(share, out):
         raise_not_finite(op)
     return share
 
 
-def _differentiable(*tensors: Tensor) -> bool:
-    """Whether autograd records an operation on ``tensors`` (then no ``out=``: chapter 4's relprop
-    divides tensors that require grad, to differentiate its rule again)."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
 def has_zero(t: Tensor) -> bool:
     """Whether ``t`` may hold a zero: ``False`` when its smallest entry is positive or its largest
-    negative (one read-only pass, ``torch.aminmax``, cheaper on the CPU than a boolean mask; NaN
-    answers ``True``).  Empty tensors hold none."""
+    negative (one read-only ``torch.aminmax``; NaN answers ``True``).  Empty tensors hold none."""
     if not t.numel():
         return False
-    low, high = torch.stack(torch.aminmax(t)).sign().tolist()  # one synchronisation; the signs decide
+    low, high = torch.stack(torch.aminmax(t)).sign().tolist()
     return not (low > 0 or high < 0)
 
 
 def all_finite(*tensors: Tensor) -> bool:
-    """Whether no tensor among ``tensors`` contains NaN or Inf.
-
-    One read-only pass per tensor (``torch.aminmax``: NaN propagates to both ends, an infinity
-    is the minimum or the maximum) and a single synchronisation, instead of ``torch.isfinite``,
-    which allocates and fills a boolean tensor after a separate ``abs``.  Empty tensors are finite.
-    """
+    """Whether no tensor among ``tensors`` contains NaN or Inf (one ``torch.aminmax`` per tensor, whose
+    ends NaN and infinities reach, and a single synchronisation).  Empty tensors are finite."""
     ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
-    # bool() of a tensor, not .tolist(): the walks' batched backward (is_grads_batched) runs this
-    # on batched tensors, which have no storage to list
+    # bool() of a tensor, not .tolist(): batched tensors (is_grads_batched) have no storage to list
     return not ends or bool(torch.isfinite(torch.stack(ends)).all())

@@ -1,9 +1,7 @@
 """Checks of user input shared by lrp_lib's entry points.
 
 Every function raises an error whose message names the argument at fault and says how to fix
-it, so that a bad input never turns into a wrong explanation (NaN masks, relevance assigned to
-the wrong graph) or an error from deep inside torch.  They depend on torch only, so every module
-of the library can use them without an import cycle.
+it, so that a bad input never turns into a wrong explanation or an error from deep inside torch.
 
 Conventions: ``num_nodes`` is the number of rows of the node features; an ``edge_index`` has
 shape (2, E), row 0 the senders and row 1 the receivers, and an integer dtype (torch.long, or
@@ -19,7 +17,7 @@ from torch import Tensor
 
 from lrp_lib.core.stabilizer import all_finite
 
-__all__ = ["INDEX_DTYPES", "check_number", "check_tensor", "check_linear", "check_finite", "check_index_dtype", "check_edge_index",
+__all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index",
            "check_node_features", "check_batch", "check_edge_values"]
 
 #: Integer dtypes accepted as an index (PyG accepts both for ``edge_index``).
@@ -36,25 +34,23 @@ def check_number(value, name: str, minimum: float = 0.0) -> float:
     return float(value)
 
 
-def check_finite(t: Tensor, name: str, fix: str | None = None) -> None:
-    """Raise if the floating point tensor ``t`` contains NaN or Inf (saying how many and where):
-    the relevance computed from it would be NaN."""
+def check_finite(t: Tensor, name: str) -> None:
+    """Raise a ValueError if the floating point tensor ``t`` contains NaN or Inf, saying how many and where."""
     if not isinstance(t, Tensor) or not t.is_floating_point() or not t.numel():
         return
     t = t.detach()
-    if all_finite(t):  # one read-only pass; the counts below only where something is not finite
+    if all_finite(t):
         return
-    finite = torch.isfinite(t)
     nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
-    first = tuple(int(i) for i in (~finite).nonzero()[0])
+    first = tuple(int(i) for i in (~torch.isfinite(t)).nonzero()[0])
     raise ValueError(
         f"{name} contains {nan} NaN and {inf} Inf value(s) (the first at {first}), so the explanation "
-        f"would be NaN; {fix or f'replace them (e.g. torch.nan_to_num({name})) or remove those entries'}")
+        f"would be NaN; replace them (e.g. torch.nan_to_num({name})) or remove those entries")
 
 
 def check_index_dtype(index, name: str = "index") -> Tensor:
     """``index`` as a torch.long tensor, after checking that it is an integer tensor
-    (torch.long or torch.int32)."""
+    (torch.long or torch.int32): a TypeError otherwise."""
     if not isinstance(index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(index).__name__}")
     if index.dtype not in INDEX_DTYPES:
@@ -64,32 +60,30 @@ def check_index_dtype(index, name: str = "index") -> Tensor:
 
 
 def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Tensor:
-    """``edge_index`` as torch.long, after checking its type, shape (2, E) and that it only refers
-    to nodes ``0 .. num_nodes - 1``."""
+    """``edge_index`` as torch.long, after checking its type (TypeError), its shape (2, E)
+    (ValueError) and that it only refers to nodes ``0 .. num_nodes - 1`` (IndexError)."""
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (2, E) (senders, receivers), "
                         f"got {type(edge_index).__name__}")
     if edge_index.is_sparse:
         raise TypeError(f"{name} must be a dense (2, E) tensor, got a sparse tensor; "
                         f"convert an adjacency with torch_geometric.utils.to_edge_index")
-    if edge_index.is_floating_point() or edge_index.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{name} must have an integer dtype (torch.long or torch.int32), got {edge_index.dtype}; "
-                        f"convert it with {name}.long()")
+    edge_index = check_index_dtype(edge_index, name)
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         hint = (f"it looks transposed: pass {name}.t()" if edge_index.dim() == 2 and edge_index.shape[1] == 2
                 else "row 0 the senders, row 1 the receivers")
         raise ValueError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}; {hint}")
     if edge_index.numel():
-        low, high = torch.stack(torch.aminmax(edge_index)).tolist()  # (one read)
+        low, high = torch.stack(torch.aminmax(edge_index)).tolist()
         if low < 0 or high >= num_nodes:
             raise IndexError(f"{name} refers to nodes {low}..{high} but the graph has {num_nodes} nodes "
                              f"(valid: 0..{num_nodes - 1}); check that {name} belongs to these node features")
-    return edge_index.long() if edge_index.dtype != torch.long else edge_index
+    return edge_index
 
 
-def check_node_features(x, name: str = "x", allow_empty: bool = False) -> Tensor:
-    """Check that ``x`` is a finite, floating point (num_nodes, num_features) tensor with at least
-    one node (unless ``allow_empty``)."""
+def check_node_features(x, name: str = "x") -> Tensor:
+    """``x`` itself, after checking that it is a finite, floating point (num_nodes, num_features)
+    tensor (TypeError, ValueError) with at least one node."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of node features (num_nodes, num_features), "
                         f"got {type(x).__name__} (heterogeneous graphs are not supported)")
@@ -98,7 +92,7 @@ def check_node_features(x, name: str = "x", allow_empty: bool = False) -> Tensor
     if x.dim() != 2:
         hint = f"; for one feature per node pass {name}.unsqueeze(-1)" if x.dim() == 1 else ""
         raise ValueError(f"{name} must be 2-D (num_nodes, num_features), got shape {tuple(x.shape)}{hint}")
-    if not allow_empty and x.shape[0] == 0:
+    if x.shape[0] == 0:
         raise ValueError(f"{name} has no nodes (shape {tuple(x.shape)}): the graph is empty, there is nothing "
                          f"to explain")
     check_finite(x, name)
@@ -108,8 +102,8 @@ def check_node_features(x, name: str = "x", allow_empty: bool = False) -> Tensor
 def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: str = "batch",
                 fix: str | None = None) -> Tensor:
     """``batch`` as torch.long, after checking that it has one non-negative graph id per node and,
-    given ``edge_index`` (long, in range), that no edge joins two graphs: relevance is read per
-    graph, so an edge across graphs would assign it to the wrong one."""
+    given ``edge_index`` (long, in range), that no edge joins two graphs (a ValueError: relevance is
+    read per graph, so an edge across graphs would assign it to the wrong one)."""
     batch = check_index_dtype(batch, name)
     if batch.dim() != 1 or batch.numel() != num_nodes:
         raise ValueError(f"{name} must be 1-D with one graph id per node ({num_nodes}), "
@@ -129,8 +123,8 @@ def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: s
 
 
 def check_edge_values(values, num_edges: int, name: str, one_dimensional: bool = False) -> Tensor:
-    """Check per-edge values (``edge_weight``: 1-D; ``edge_attr``: rows): a finite floating point
-    tensor with one row per edge."""
+    """``values`` itself, after checking per-edge values (``edge_weight``: 1-D; ``edge_attr``: rows):
+    a finite floating point tensor with one row per edge (TypeError, ValueError)."""
     if not isinstance(values, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor with one row per edge, got {type(values).__name__}")
     if not values.is_floating_point():
@@ -142,32 +136,3 @@ def check_edge_values(values, num_edges: int, name: str, one_dimensional: bool =
                          f"{num_edges} edges: one row per edge (column of edge_index)")
     check_finite(values, name)
     return values
-
-
-def check_tensor(x, name: str, floating: bool = True) -> Tensor:
-    """``x`` itself if it is a tensor (of a floating dtype unless ``floating=False``); else a
-    TypeError naming ``name``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if floating and not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}")
-    return x
-
-
-def check_linear(x, weight, bias) -> None:
-    """Clear errors for the arguments of a linear map ``x @ weight.T + bias``."""
-    check_tensor(x, "x")
-    check_tensor(weight, "weight")
-    if weight.dim() != 2:
-        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
-    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"x has {x.shape[-1] if x.dim() else 0} features in its last dimension but weight "
-            f"expects in_features={weight.shape[1]} (x {tuple(x.shape)}, weight {tuple(weight.shape)})"
-        )
-    if bias is not None:
-        check_tensor(bias, "bias")
-        if bias.shape != (weight.shape[0],):
-            raise ValueError(
-                f"bias must have shape ({weight.shape[0]},) to match weight's out_features, got {tuple(bias.shape)}"
-            )

@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from lrp_lib.teach import scatter as _scatter
-from lrp_lib.teach.scatter import broadcast_index, check_index, normalize_dim
+from lrp_lib.teach.scatter import broadcast_index, check_index, check_tensor, normalize_dim
 from lrp_lib.core.stabilizer import relevance_share, warn_lost
-from lrp_lib.core.validation import INDEX_DTYPES, check_tensor
+from lrp_lib.core.validation import INDEX_DTYPES
 
 __all__ = ["scatter_add", "scatter_mean", "scatter_max", "index_select", "cat", "repeat_tensor",
            "ScatterAddRelevance", "ScatterMeanRelevance", "ScatterMaxRelevance", "IndexSelectRelevance",

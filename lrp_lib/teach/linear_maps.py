@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lrp_lib.core.rules import LinearMap, Rule, get_rule
-from lrp_lib.core.validation import check_linear, check_tensor
+from lrp_lib.teach.scatter import check_linear, check_tensor
 
 __all__ = ["LinearMapRelevance", "linear_map", "linear", "conv1d", "conv2d", "conv3d", "avg_pool2d"]
 

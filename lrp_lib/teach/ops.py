@@ -32,11 +32,10 @@ from torch import Tensor
 
 from lrp_lib.teach.index_ops import (cat, index_select, repeat_tensor, scatter_add, scatter_max,  # noqa: F401
                                     scatter_mean)
-from lrp_lib.teach.scatter import normalize_dim
+from lrp_lib.teach.scatter import check_linear, check_tensor, normalize_dim
 from lrp_lib.teach.guided import ReLUFunction
-from lrp_lib.core.stabilizer import (LostRelevanceWarning, all_finite, raise_not_finite, relevance_share, stabilize,
-                                      warn_lost)
-from lrp_lib.core.validation import check_linear, check_number, check_tensor
+from lrp_lib.core.stabilizer import LostRelevanceWarning, raise_not_finite, relevance_share, stabilize, warn_lost
+from lrp_lib.core.validation import check_number
 
 __all__ = [
     "LostRelevanceWarning",

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from lrp_lib.core.validation import check_index_dtype
 
-__all__ = ["scatter_add", "scatter_mean", "scatter_max", "check_index", "broadcast_index"]
+__all__ = ["scatter_add", "scatter_mean", "scatter_max", "check_index", "broadcast_index", "check_tensor",
+           "check_linear"]
 
 
 def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
@@ -41,6 +42,35 @@ def check_index(index: Tensor, size: int | None, name: str = "index") -> Tensor:
     if size is not None and high >= size:
         raise IndexError(f"{name} contains {high}, out of range for size {size}")
     return index
+
+
+def check_tensor(x, name: str, floating: bool = True) -> Tensor:
+    """``x`` itself if it is a tensor (of a floating dtype unless ``floating=False``); else a
+    TypeError naming ``name``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating point tensor, got {x.dtype}")
+    return x
+
+
+def check_linear(x, weight, bias) -> None:
+    """Clear errors for the arguments of a linear map ``x @ weight.T + bias``."""
+    check_tensor(x, "x")
+    check_tensor(weight, "weight")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (out_features, in_features), got shape {tuple(weight.shape)}")
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x has {x.shape[-1] if x.dim() else 0} features in its last dimension but weight "
+            f"expects in_features={weight.shape[1]} (x {tuple(x.shape)}, weight {tuple(weight.shape)})"
+        )
+    if bias is not None:
+        check_tensor(bias, "bias")
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(
+                f"bias must have shape ({weight.shape[0]},) to match weight's out_features, got {tuple(bias.shape)}"
+            )
 
 
 def broadcast_index(index: Tensor, src: Tensor, dim: int) -> Tensor:
