@@ -1,18 +1,9 @@
-"""What :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` does with each torch function, decided
-once per function: :func:`route_of`.
+"""What :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` does with each torch function: :func:`route_of`.
 
-The mode sees every torch function the model calls (about two hundred per forward of a three-layer
-GCN, most of them on constants: degrees, self-loops, ``.size()``, ``.layout``).  Which rule family
-a function belongs to depends only on the function (its name, looked up in the tables of
-:mod:`lrp_lib.explain.mode.op_tables` and the handlers of :mod:`lrp_lib.explain.mode.handlers` and
-:mod:`lrp_lib.explain.mode.recurrent`), so it is decided the first time the function is seen and kept
-in a dictionary keyed by the function: a :class:`Route`, which the mode reads instead of testing the
-name against each table on every call.
-
-One shortcut changes nothing in the result: reading a tensor's metadata (``.layout``, ``.device``,
-``.dtype``, ``.shape``, ``.grad_fn`` ...: :data:`METADATA`) returns no tensor, so the mode runs it
-at once, as it runs :data:`~lrp_lib.explain.mode.op_tables.PLAIN` functions, without asking whether its
-tensor depends on the input.
+Which rule family a function belongs to depends only on its name (looked up in the tables of
+:mod:`lrp_lib.explain.mode.op_tables` and the handlers), so it is decided the first time the function is seen
+and kept per function, a :class:`Route`.  Reading a tensor's metadata (:data:`METADATA`) returns no tensor, so
+the mode runs it at once, as it runs :data:`~lrp_lib.explain.mode.op_tables.PLAIN` functions.
 """
 from __future__ import annotations
 
@@ -20,14 +11,13 @@ from typing import Callable, NamedTuple
 
 from lrp_lib.explain.mode import handlers, recurrent
 from lrp_lib.explain.mode.op_tables import (AUGMENTED, COPY_INPLACE, DETACH, DROPOUT, GATES, HEADS, IDENTITY, PASS,
-                                       PLAIN, SIGN_FLIPS)
+                                            PLAIN, SIGN_FLIPS)
 
 __all__ = ["Route", "route_of", "classify", "HANDLERS", "METADATA", "PLAIN_ROUTE", "DETACH_ROUTE", "GET_ROUTE",
            "DROPOUT_ROUTE", "PASS_ROUTE", "COPY_ROUTE", "INPLACE_ROUTE", "HANDLER_ROUTE", "IDENTITY_ROUTE",
            "BLOCKED_ROUTE"]
 
-#: The handler of each torch function with a rule of its own (:mod:`lrp_lib.explain.mode.handlers`,
-#: :mod:`lrp_lib.explain.mode.recurrent`).
+#: The handler of each torch function with a rule of its own (handlers and recurrent).
 HANDLERS = {**handlers.HANDLERS, **recurrent.HANDLERS}
 
 #: Tensor attributes whose value is not a tensor (read through ``__get__``): run as they are.
@@ -47,10 +37,9 @@ class Route(NamedTuple):
     """What the mode does with one torch function on input-dependent tensors.
 
     ``kind``: one of the ``*_ROUTE`` codes; ``name`` the function's name; ``handler`` its handler
-    (``HANDLER_ROUTE``); ``fallback`` the kind for an in-place copy called with ``reduce`` or
-    ``accumulate`` (not a plain copy then); ``gate`` the result is a gate (``sigmoid``);
-    ``sign_flip`` a gate's negation is one; ``head`` the function makes probabilities of
-    logits; ``view`` an in-place view, whose result is its (marked) input."""
+    (``HANDLER_ROUTE``); ``fallback`` the kind for an in-place copy called with ``reduce`` or ``accumulate``;
+    ``gate`` the result is a gate (``sigmoid``); ``sign_flip`` a gate's negation is one; ``head`` the function
+    makes probabilities of logits; ``view`` an in-place view, whose result is its (marked) input."""
     kind: int
     name: str
     handler: Callable | None = None
@@ -61,33 +50,26 @@ class Route(NamedTuple):
     view: bool = False
 
 
-def _arithmetic(name: str) -> tuple[int, Callable | None]:
-    """The kind of a function that is neither plain, nor a copy, nor a selection."""
-    if (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED:
-        return INPLACE_ROUTE, None
-    handler = HANDLERS.get(name)
-    if handler is not None:
-        return HANDLER_ROUTE, handler
-    return (IDENTITY_ROUTE if name in IDENTITY else BLOCKED_ROUTE), None
-
-
 def classify(func) -> Route:
     """The route of ``func``, decided from its name: the first table of :mod:`~lrp_lib.explain.mode.op_tables`
-    that holds it, in the order below, or its handler."""
+    that holds it, in the order below; then an in-place operation, a handler, the identity or blocked."""
     name = getattr(func, "__name__", None) or repr(func)
     flags = dict(gate=name in GATES, sign_flip=name in SIGN_FLIPS, head=name in HEADS)
     if name == "__get__":
         attr = getattr(getattr(func, "__self__", None), "__name__", "")
         return Route(PLAIN_ROUTE if attr in METADATA else GET_ROUTE, name)
-    if name in PLAIN:
-        return Route(PLAIN_ROUTE, name)
-    if name in DETACH:
-        return Route(DETACH_ROUTE, name)
-    if name in DROPOUT:
-        return Route(DROPOUT_ROUTE, name)
+    for table, kind in ((PLAIN, PLAIN_ROUTE), (DETACH, DETACH_ROUTE), (DROPOUT, DROPOUT_ROUTE)):
+        if name in table:
+            return Route(kind, name)
     if name in PASS:
         return Route(PASS_ROUTE, name, view=name in _INPLACE_VIEWS)
-    kind, handler = _arithmetic(name)
+    handler = HANDLERS.get(name)
+    if (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED:
+        kind, handler = INPLACE_ROUTE, None
+    elif handler is not None:
+        kind = HANDLER_ROUTE
+    else:
+        kind = IDENTITY_ROUTE if name in IDENTITY else BLOCKED_ROUTE
     if name in COPY_INPLACE:
         return Route(COPY_ROUTE, name, handler, kind, **flags)
     return Route(kind, name, handler, **flags)
@@ -97,8 +79,7 @@ _ROUTES: dict = {}
 
 
 def route_of(func) -> Route:
-    """:func:`classify` ``(func)``, kept per function (a function that cannot be a dictionary key is
-    classified on every call)."""
+    """:func:`classify` ``(func)``, kept per function (an unhashable one is classified on every call)."""
     try:
         return _ROUTES[func]
     except KeyError:

@@ -1,12 +1,9 @@
 r"""Edge relevance: which message of each layer is which input edge.
 
-A hook on each ``MessagePassing`` module (``register_message_forward_hook``) puts a tensor hook on
-its messages; in the backward it adds the relevance of the messages of edge :math:`j \to i`
-(messages times their gradient, summed over features) to that edge: the edge relevance is the
-relevance carried by each edge's messages, summed over layers.  Self-loops that
-a layer adds (GCN, GAT) are not edges of the input: their share stays with the node.  The hooks
-are registered once per module (:func:`ensure_hooks`) and do nothing outside a
-:func:`recording` block of the same thread.
+A hook on each ``MessagePassing`` module puts a tensor hook on its messages, which in the backward adds the
+relevance of the messages of edge :math:`j \to i` (messages times their gradient, summed over features) to that
+edge, summed over layers.  Self-loops that a layer adds (GCN, GAT) are not input edges: their share stays with
+the node.  The hooks do nothing outside a :func:`recording` block of the same thread.
 """
 from __future__ import annotations
 
@@ -30,9 +27,7 @@ _recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder
 
 def _message_hook(module, inputs, out):
     recorder = _recorder.get()
-    if recorder is None:
-        return None
-    return recorder.messages(module, out)
+    return None if recorder is None else recorder.messages(module, out)
 
 
 def _propagate_hook(module, inputs):
@@ -40,21 +35,18 @@ def _propagate_hook(module, inputs):
     if recorder is not None:
         recorder.propagated[id(module)] += 1
         recorder.edges_of[id(module)] = inputs[0]  # the edge_index this layer passes messages along
-    return None
 
 
 def ensure_hooks(model: nn.Module) -> None:
-    """Register the message hooks on every MessagePassing module of ``model`` (once per module: a
-    module that has them already -- also a ``copy.deepcopy`` of a hooked one, which copies its
-    hooks -- gets no second set)."""
+    """Register the message hooks on every MessagePassing module of ``model``, once per module
+    (:func:`~lrp_lib.explain.mode.hooks.ensure_hook`)."""
     ensure_hook(model, MessagePassing, "_message_forward_hooks", _message_hook)
     ensure_hook(model, MessagePassing, "_propagate_forward_pre_hooks", _propagate_hook)
 
 
 def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
-    """A hook on a layer's messages: their relevance, messages times gradient summed over all but the edge
-    dimension ``dim``, added to ``record`` at each message's input edge (``ids``; -1: a self-loop the layer
-    added, whose relevance stays with its node)."""
+    """A hook on a layer's messages: their relevance (:func:`message_relevance`) added to ``record`` at each
+    message's input edge (``ids``; -1: a self-loop the layer added, whose relevance stays with its node)."""
     keep = ids >= 0
     ids = ids[keep]
     with torch._C.DisableTorchFunction():  # (the explanation's own read, not a detach in the model)
@@ -72,30 +64,40 @@ def message_relevance(messages: Tensor, grad: Tensor, dim: int) -> Tensor:
     return rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
 
 
+def _is_edges(edges) -> bool:
+    """Whether ``edges`` is a dense ``(2, E)`` integer tensor, an edge index messages can be matched along."""
+    return isinstance(edges, Tensor) and edges.dim() == 2 and edges.shape[0] == 2 and not edges.is_sparse \
+        and not edges.is_floating_point()
+
+
 class EdgeRecorder:
     """The edge relevance of one explanation: which message of each layer is which input edge, and a hook
     on every layer's messages that adds their relevance to their input edges in :attr:`record`."""
 
-    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index: Tensor, dtype, part: bool = False):
+    #: How :meth:`check` says that a layer's messages are not the input edges, and its refusal.
+    _ALONG = "for the {} input edges"
+    _REFUSAL = ("edge relevance needs each message of a layer to belong to an input edge, but {}. "
+                "Pass edge_index as a plain (2, E) tensor, or explain with edge_mask_type=None")
+
+    def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index: Tensor, dtype):
         self.mode, self.edge_index = mode, edge_index
-        if not part:
-            mode.recorder = self
-        self.record = torch.zeros(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+        mode.recorder = self
         self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         self.propagated, self.messaged = Counter(), Counter()
         self.unaligned: dict[str, int] = {}
+        self.edges_of: dict[int, Tensor] = {}
         self._ids: dict[int, tuple] = {}
         self._loops = None
-        self.edges_of: dict[int, Tensor] = {}
+        if edge_index is not None:
+            self.record = torch.zeros(edge_index.shape[1], dtype=dtype, device=edge_index.device)
 
     def edge_ids(self, edges) -> Tensor | None:
         """The input edge of each edge of ``edges`` (the edge_index a layer propagates along): the
         same edge (source, target), its k-th copy for the k-th copy; -1 for an edge that is not in
-        the input (a self-loop that the layer added)."""
-        if edges is self.edge_index:
+        the input (a self-loop that the layer added); None where ``edges`` is no edge index."""
+        if edges is self.edge_index and edges is not None:
             return torch.arange(edges.shape[1], device=edges.device)
-        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
-                or edges.is_floating_point():
+        if not _is_edges(edges):
             return None
         key = id(edges)
         if key not in self._ids:
@@ -104,8 +106,7 @@ class EdgeRecorder:
 
     def _match(self, edges: Tensor) -> Tensor:
         ref = self.edge_index
-        # the usual layout (PyG's add_self_loops / add_remaining_self_loops): the input's edges that
-        # are not loops, in order, then one loop per node; checked exactly, in O(E)
+        # first the usual layout (PyG's add_self_loops): the input's edges that are not loops, then a loop per node
         if self._loops is None:  # the input's loops and other edges, the same for every layer
             loop = ref[0] == ref[1]
             ids = torch.arange(ref.shape[1], device=ref.device)
@@ -148,9 +149,9 @@ class EdgeRecorder:
             self._ids[id(kept_edges)] = (kept_edges, ids.index_select(0, kept))
 
     def locate(self, module, out):
-        """``(ids, dim)`` for a layer's messages ``out``: the input edge of each (-1: a self-loop the layer
-        added) and the edge dimension; None where they are not this explanation's to record (a module of
-        another model, constant messages) or belong to no input edge (then noted for :meth:`check`)."""
+        """``(ids, dim)`` for a layer's messages ``out``: the input edge of each (:meth:`edge_ids`) and the edge
+        dimension; None where they are not this explanation's to record (a module of another model, constant
+        messages) or belong to no input edge (then noted for :meth:`check`)."""
         if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
             return None
         self.messaged[id(module)] += 1
@@ -166,36 +167,40 @@ class EdgeRecorder:
         self.record.zero_()
 
     def messages(self, module, out):
+        """The message hook: a tensor hook on ``out`` that adds its relevance to :attr:`record`."""
         found = self.locate(module, out)
         if found is not None:
             out.register_hook(_message_relevance(self.record, out, *found))
 
     def check(self) -> None:
+        """Raise :class:`UnsupportedModelError` where a layer's messages belong to no input edge, or a layer
+        aggregates without computing messages."""
         silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
-        problems = [f"'{n}' passes {c} messages for the {self.edge_index.shape[1]} input edges" for n, c in
-                    self.unaligned.items()]
+        along = self._ALONG.format(self.record.numel())
+        problems = [f"'{n}' passes {c} messages {along}" for n, c in self.unaligned.items()]
         problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
         if problems:
-            raise UnsupportedModelError(
-                f"edge relevance needs each message of a layer to belong to an input edge, but {'; '.join(problems)}. "
-                f"Pass edge_index as a plain (2, E) tensor, or explain with edge_mask_type=None")
+            raise UnsupportedModelError(self._REFUSAL.format("; ".join(problems)))
 
 
 class HeteroEdgeRecorder(EdgeRecorder):
     """Edge relevance of a heterogeneous graph.  ``record`` holds every edge type's edges, one after another in
-    the order of the input dict; each type's ``parts[type].record`` is its stretch of it.  A layer's messages
+    the order of the input dict; ``parts[type].record`` is each type's stretch of it.  A layer's messages
     belong to (:meth:`edge_ids`):
 
     * the edge type whose ``edge_index`` (the very tensor of the input dict) it propagates along;
-    * one edge type's edges with self-loops added (a ``GCNConv`` inside ``HeteroConv``), matched as in a
-      homogeneous graph: each of the type's edges exactly once, every other column a self-loop, whose
-      relevance stays with its node;
+    * one edge type's edges, each exactly once, with self-loops added (a ``GCNConv`` inside ``HeteroConv``);
     * every edge type's edges joined in the order of the input dict, each shifted by constant node offsets
       (``HGTConv``'s one index over all types)."""
 
+    _ALONG = "along edges that are not the input's"
+    _REFUSAL = ("edge relevance of a heterogeneous graph needs each message of a layer to belong to an input edge "
+                "(along one of the input's edge_index tensors, with self-loops added, or along all of them joined), "
+                "but {}. Explain with edge_mask_type=None")
+
     def __init__(self, mode: RelevanceMode, model: nn.Module, edge_index_dict: dict, dtype):
-        self.parts = {k: EdgeRecorder(mode, model, v, dtype, part=True) for k, v in edge_index_dict.items()}
-        mode.recorder = self
+        self.parts = {k: EdgeRecorder(mode, model, v, dtype) for k, v in edge_index_dict.items()}
+        super().__init__(mode, model, None, dtype)
         sizes = [v.shape[1] for v in edge_index_dict.values()]
         device = next(iter(edge_index_dict.values())).device if edge_index_dict else None
         self.record = torch.zeros(sum(sizes), dtype=dtype, device=device)
@@ -203,26 +208,9 @@ class HeteroEdgeRecorder(EdgeRecorder):
         for (key, part), size in zip(self.parts.items(), sizes):
             part.record, self.offsets[key] = self.record.narrow(0, start, size), start
             start += size
-        self.mode = mode
-        self.names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
-        self.propagated, self.messaged = Counter(), Counter()
-        self.unaligned: dict[str, int] = {}
-        self.edges_of: dict[int, Tensor] = {}
-        self.edge_index = None
-        self._ids = {}
 
-    def edge_ids(self, edges) -> Tensor | None:
-        """The position in :attr:`record` of each edge of ``edges`` (-1: a self-loop the layer added), or None
-        where they are not the input's edges in one of the three ways of the class docstring."""
-        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
-                or edges.is_floating_point():
-            return None
-        key = id(edges)
-        if key not in self._ids:
-            self._ids[key] = (edges, self._place(edges.long()))
-        return self._ids[key][1]
-
-    def _place(self, edges: Tensor) -> Tensor | None:
+    def _match(self, edges: Tensor) -> Tensor | None:
+        """The position in :attr:`record` of each edge of ``edges`` (-1: an added self-loop), or None."""
         for key, part in self.parts.items():
             if edges is part.edge_index:
                 return torch.arange(edges.shape[1], device=edges.device) + self.offsets[key]
@@ -231,9 +219,7 @@ class HeteroEdgeRecorder(EdgeRecorder):
             ids = part.edge_ids(edges)
             if ids is None or ids.numel() != edges.shape[1]:
                 continue
-            matched = ids[ids >= 0]
-            counts = torch.bincount(matched, minlength=part.edge_index.shape[1]) if matched.numel() else \
-                torch.zeros(part.edge_index.shape[1], dtype=torch.long, device=edges.device)
+            counts = torch.bincount(ids[ids >= 0], minlength=part.edge_index.shape[1])
             own_loops = part.edge_index[0] == part.edge_index[1]
             if bool(((ids >= 0) | (edges[0] == edges[1])).all()) and bool((counts <= 1).all()) \
                     and bool((counts[~own_loops] == 1).all()):
@@ -249,18 +235,6 @@ class HeteroEdgeRecorder(EdgeRecorder):
                 if not torch.equal(shift, shift[:, :1].expand_as(shift)):
                     return None
         return torch.arange(edges.shape[1], device=edges.device)
-
-    def check(self) -> None:
-        silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
-        problems = [f"'{n}' passes {c} messages along edges that are not the input's" for n, c in
-                    self.unaligned.items()]
-        problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
-        if problems:
-            raise UnsupportedModelError(
-                f"edge relevance of a heterogeneous graph needs each message of a layer to belong to an input edge "
-                f"(along one of the input's edge_index tensors, with self-loops added, or along all of them joined), "
-                f"but {'; '.join(problems)}. Explain with edge_mask_type=None")
-
 
 
 def current_recorder():

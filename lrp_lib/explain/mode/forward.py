@@ -1,24 +1,21 @@
 r"""The rules as forward modifications: :class:`ForwardMode`, one ordinary backward.
 
-:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` intercepts every torch function a model calls and
-sends each operation on input-dependent tensors to a rule family (identity, linear maps, weighted maps,
-sums, products, softmax, norms, blocked operations).  :class:`ForwardMode` writes each family as a forward
-that keeps the operation's value and changes its gradient (:mod:`lrp_lib.core.modify`, and each rule's
-``modify``).  The backward of the explained output is then PyTorch's own, and the relevance of every
+:class:`ForwardMode` is :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with each rule family
+(identity, linear maps, weighted maps, sums, products, softmax, norms, blocked operations) written as a
+forward that keeps the operation's value and changes its gradient (:mod:`lrp_lib.core.modify`, and each
+rule's ``modify``).  The backward of the explained output is then PyTorch's own, and the relevance of every
 tensor :math:`t` is :math:`t \odot \partial f/\partial t`:
 
 * the start: the explained output :math:`f` with the start relevance :math:`R_0`, sent back as the gradient
   :math:`R_0 / f` (:func:`~lrp_lib.core.modify.share_of`);
 * the node features and ``edge_attr``: input times gradient;
-* the edges: the relevance of each layer's messages, messages times their gradient (a hook on the message
-  tensor, :class:`~lrp_lib.explain.mode.edges.EdgeRecorder`), summed over features and added to the message's
-  input edge;
+* the edges: messages times their gradient, summed per input edge
+  (:class:`~lrp_lib.explain.mode.edges.EdgeRecorder`);
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
 
-What the biases and stabilisers keep is the explained value less the inputs' relevance, split into what
-the biases, constant terms and stabilisers kept (two scalar probes of ones: one on the outputs of the
-operations that can keep relevance, one on their inputs) and what was lost.
+What the biases, constant terms and stabilisers kept is read from scalar probes of ones: one on the outputs
+of the operations that can keep relevance, one on their inputs, and ``kept`` for amounts computed directly.
 """
 from __future__ import annotations
 
@@ -46,29 +43,22 @@ class ForwardFamilies:
     each as a forward modification."""
 
     def _in(self, t: Tensor, rows: bool = True) -> Tensor:
-        """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1): the
-        probe's gradient totals the relevance such operations pass on.  ``rows=False``: the operation mixes
-        rows (row ``r`` of its output is not made from row ``r`` of its inputs), so what a row received less
-        what it passed on is no amount kept on that row: the scalar probe."""
+        """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1)."""
         return t * self._probe("in", t, rows)
 
     def _out(self, t: Tensor, rows: bool = True) -> Tensor:
-        """``t``, the output of an operation that may keep relevance, times the probe ``one_out`` (1): the
-        probe's gradient totals the relevance such operations receive (``rows``: as for :meth:`_in`)."""
+        """``t``, the output of such an operation, times the probe ``one_out`` (1)."""
         return t * self._probe("out", t, rows)
 
     def _kept(self, y: Tensor, amount: Tensor) -> Tensor:
-        r"""``y`` unchanged, plus the gradient of ``kept * amount`` for the scalar probe ``kept``: its gradient
-        totals :math:`\sum g \odot a` over such operations, the relevance they keep when ``amount`` is
-        :math:`a = z - c \odot (z - f(0))` (output :math:`z`, constant term :math:`f(0)`, gradient scale
-        :math:`c`: what reaches the output less what its input gets)."""
+        r"""``y`` unchanged, plus ``kept * amount`` for the probe ``kept``, whose gradient totals
+        :math:`\sum g \odot a`, the relevance kept where :math:`a = z - c \odot (z - f(0))` (gradient scale
+        :math:`c`)."""
         return torch.addcmul(y, self._probe("kept", y), amount.detach())
 
     def _probe(self, kind: str, t: Tensor, rows: bool = True) -> Tensor:
-        """The probe of ``kind`` (``"in"``, ``"out"``, ``"kept"``) that multiplies ``t``: the scalar one, or,
-        where the accounts are split by rows (:attr:`row_probes` not None: the graphs of a batch, the targets
-        of ``per_index``), one per row of the tensors with ``t``'s number of rows, whose gradients give what
-        each row kept (:meth:`ProbeTally.backward`); ``rows=False``: the scalar one."""
+        """The probe of ``kind`` (``"in"``, ``"out"``, ``"kept"``) for ``t``: one per row where the accounts are split
+        by rows (:attr:`row_probes`) and the operation does not mix rows (``rows``), else the scalar one."""
         if self.row_probes is None or t.dim() == 0 or not rows:
             if self.row_probes is not None:
                 self.tally.unsplit = True  # an amount without rows
@@ -81,9 +71,8 @@ class ForwardFamilies:
         return probe[1].view(n, *([1] * (t.dim() - 1)))
 
     def _eps_share(self, z: Tensor, base: Tensor | None = None) -> Tensor:
-        """The epsilon rule's constant :math:`z / \\mathrm{stab}(z)`; ``base``: the part of ``z`` that is
-        split, when a constant term takes no share (``Composite(bias=False)``).  With :math:`\\epsilon > 0` no
-        stabilised denominator is zero (:math:`\\mathrm{sign}(0) = +1`): one division."""
+        """The epsilon rule's constant :math:`z / \\mathrm{stab}(z)` (``base``: the part of ``z`` that is split,
+        when a constant term takes no share)."""
         eps = self.composite.epsilon
         d = stabilize((z if base is None else base).detach(), eps)
         return z.detach() / d if eps > 0 else modify.share_of(z, d)
@@ -110,26 +99,27 @@ class ForwardFamilies:
         """``fn(x)`` elementwise: the identity rule."""
         return modify.identity(x, fn(x))
 
-    def linear(self, x: Tensor, fn: Callable, label: str, constant=None):
+    def linear(self, x: Tensor, fn: Callable, constant=None):
         r"""A map linear in ``x`` without a weight, :math:`z = J x + f(0)`, under the epsilon rule
         :math:`R_x = x \odot J^\top(R / \mathrm{stab}(z))`: the gradient at :math:`z` scaled by
         :math:`c = z / \mathrm{stab}(z)`; the amount kept, :math:`\sum g \odot (z - c \odot (z - f(0)))`, into
-        the probe ``kept``."""
+        the probe ``kept``.  ``constant``: :math:`f(0)`, computed where not given."""
         z = fn(x)
         zd = z.detach()
-        if constant is None:  # the constant term f(0), not given by the handler: computed
+        if constant is None:
             constant = fn(torch.zeros_like(x.detach())).detach()
         c = self._eps_share(zd, zd if self.composite.bias else zd - constant)
         return self._kept(modify.scale_gradient(z, c), torch.addcmul(zd, c, constant - zd))
 
-    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable, op: str):
-        """A map linear in ``x`` and a parameter ``weight``: the composite's rule for it, in its forward form
-        (``Rule.modify``); what it keeps is the relevance its output receives (probe ``one_out``) less what
-        its input gets (probe ``one_in``)."""
+    def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable):
+        """A map ``fn(x, weight, bias)`` linear in ``x`` and a parameter ``weight``: the composite's rule for it,
+        in its forward form (``Rule.modify``); what it keeps is the relevance its output receives (probe
+        ``one_out``) less what its input gets (probe ``one_in``).  A ``weight`` that no module owns (data): the
+        epsilon rule of :meth:`linear`."""
         rule, _ = self.rule_for(weight)
         w, b = weight.detach(), None if bias is None else bias.detach()
-        if rule is None:  # a data constant, not a parameter
-            return self.linear(x, lambda t: fn(t, w, b), op)
+        if rule is None:
+            return self.linear(x, lambda t: fn(t, w, b))
         m = LinearMap(fn)
         nonneg = getattr(x, "_lrp_nonneg", None) is self._token
         rows = x.dim() >= 2  # a map of each row (F.linear, x @ W, a convolution of each item)
@@ -141,10 +131,10 @@ class ForwardFamilies:
             return self._out(rule.modify(m, x, w, b, out, nonneg=nonneg), rows)
         # the bias takes no share: the rule splits the map without it, z0, whose relevance is out's
         z0 = fn(x, w, None)
-        return self._out(modify.keep_value(out, rule.modify(m, x, w, None, z0, nonneg=nonneg), modify.share_of(out, z0)),
-                         rows)
+        split = rule.modify(m, x, w, None, z0, nonneg=nonneg)
+        return self._out(modify.keep_value(out, split, modify.share_of(out, z0)), rows)
 
-    def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0, op: str = "add"):
+    def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0):
         r"""``ca * a + cb * b``: each marked term its proportional share, :math:`R_a = a \odot R/\mathrm{stab}(z)`
         (the epsilon rule on the sum); a constant term keeps its share (the identity rule for the marked one
         with ``Composite(bias=False)``, or where the marked term is a gate)."""
@@ -175,14 +165,10 @@ class ForwardFamilies:
         return out
 
     def _softmax_numerator(self, x: Tensor):
-        r"""``exp(x)`` where ``x`` is a marked term ``a`` plus a constant ``c`` made from a detached copy of a marked
-        tensor (:meth:`sum_terms`): the numerator of a softmax written out, :math:`e^{a + c} / \sum e^{a + c}`
-        (PyG's ``softmax`` takes ``c`` as minus the group's maximum, a detached copy of ``a``).  AttnLRP's
-        softmax rule is input times gradient at the softmax's input, so the numerator is ``exp(a + c)`` with
-        the plain gradient to ``a``, and the division by its sum (:meth:`normalise`) keeps the plain gradient
-        too: the shift takes no share.  What the softmax keeps (AttnLRP's rule does not conserve) is counted
-        by the probes at ``a`` and the output, row by row (a softmax mixes the rows of one group, which lie in
-        one graph).  None where ``x`` is not such a sum."""
+        r"""``exp(a + c)``, ``c`` a constant made from a detached copy of a marked tensor (:meth:`sum_terms`): the
+        numerator of a softmax written out, :math:`e^{a + c} / \sum e^{a + c}` (PyG's ``softmax``).  AttnLRP's
+        rule is input times gradient, so it keeps the plain gradient, as does the division by its sum
+        (:meth:`normalise`); the probes count what it keeps.  None where ``x`` is not such a sum."""
         shift = getattr(x, "_lrp_shift", None)
         if shift is None or shift[0] is not self._token:
             return None
@@ -199,7 +185,7 @@ class ForwardFamilies:
             return modify.held_constant(a) * b if ga else a * modify.held_constant(b)
         return modify.uniform(a * b, 2)
 
-    def bilinear(self, a: Tensor, b: Tensor, weights: tuple, label: str):
+    def bilinear(self, a: Tensor, b: Tensor, weights: tuple):
         r"""``a @ b``, both marked: the epsilon rule on the product terms, :math:`R_a = w_a\, a \odot (S b^\top)`,
         :math:`R_b = w_b\, b \odot (a^\top S)`, :math:`S = R / \mathrm{stab}(z)`."""
         a, b = self._in(a, rows=False), self._in(b, rows=False)  # (b's rows reach every row of z)
@@ -218,7 +204,7 @@ class ForwardFamilies:
             return self._out(self._in(a) / self._in(b))
         return a / modify.held_constant(b)
 
-    def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor, expand: Callable, label: str):
+    def uniform_product(self, x: Tensor, fn: Callable, counts: Tensor):
         """``fn(x)``, a product of ``counts`` factors per output: :math:`R_i = R / n` (an empty product keeps
         its value's share)."""
         y = fn(self._in(x, rows=False))
@@ -226,15 +212,12 @@ class ForwardFamilies:
         return self._out(modify.keep_value(y, y * torch.where(n == 0, torch.zeros_like(n), 1.0 / n.clamp(min=1))),
                          rows=False)
 
-    def join(self, dim: int, marked: tuple, label: str, joined: list):
+    def join(self, dim: int, marked: tuple, joined: list):
         """``torch.cat``: the gradient's copy; a joined constant keeps its slice."""
         rows = dim % joined[0].dim() != 0 if joined[0].dim() else False  # (joined along the rows: mixed)
         return self._out(torch.cat([self._in(t, rows) if m else t for t, m in zip(joined, marked)], dim), rows)
 
-    def softmax(self, x: Tensor, dim: int, label: str):
-        return torch.softmax(x, dim)  # AttnLRP's rule R_x = x (R - s sum R) is input times gradient
-
-    def norm_affine(self, x: Tensor, fn: Callable, beta: Tensor | None, label: str):
+    def norm_affine(self, x: Tensor, fn: Callable, beta: Tensor | None):
         r""":math:`y = \gamma \hat x + \beta`: the identity through the normalisation, the affine part split,
         :math:`R_x = (y - \beta) \odot R / \mathrm{stab}(y)`: the gradient at ``x``
         :math:`g \odot y (y - \beta) / (x\, \mathrm{stab}(y))`."""
@@ -262,11 +245,9 @@ class ForwardFamilies:
 
 class ProbeTally(Tally):
     """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
-    (:meth:`backward`): what the operations that can keep relevance kept (biases, constant terms and
-    stabilisers: the relevance they received less what they passed on), and what reached each operation
-    without a rule.  With probes per row (``ForwardMode(rows=True)``) also what was kept per row of the
-    tensors of each row count (:class:`~lrp_lib.explain.mode.tally.Tally`'s ``rows``), which splits the
-    accounts by graph or target without another backward."""
+    (:meth:`backward`): what the operations that can keep relevance kept (the relevance they received less
+    what they passed on, plus the amounts of ``kept``), what reached each operation without a rule, and, with
+    ``ForwardMode(rows=True)``, what was kept per row (:class:`~lrp_lib.explain.mode.tally.Tally`'s ``rows``)."""
 
     def __init__(self, mode: "ForwardMode"):
         super().__init__()
@@ -274,9 +255,9 @@ class ProbeTally(Tally):
         self.unsplit = mode.row_probes is None  # scalar probes: totals only
 
     def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> list:
-        """One ordinary backward from ``head``, whose relevance is ``start``: the gradient ``start / head``
-        sent back; the inputs' relevance (input times gradient), the edges' relevance into the edge recorder
-        (by its hooks on the messages), and the probes' amounts into this tally."""
+        """One ordinary backward from ``head``, whose relevance is ``start`` (the gradient ``start / head``): returns
+        the inputs' relevance (input times gradient); the edges' relevance goes to the edge recorder, the probes'
+        amounts into this tally."""
         if self.mode.recorder is not None:
             self.mode.recorder.clear()
         grads = torch.autograd.grad(head, [*inputs, *self.leaves()], modify.share_of(start, head),
@@ -310,10 +291,10 @@ class ProbeTally(Tally):
 
 class ForwardMode(ForwardFamilies, RelevanceMode):
     """:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with every rule a forward modification: after
-    the forward, one ordinary backward (its :attr:`tally`'s :meth:`ProbeTally.backward`) leaves
-    :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``probes`` holds ``(label, output, probe)``
-    of each operation without a rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` (or
-    :class:`~lrp_lib.explain.mode.edges.HeteroEdgeRecorder`) of the edges, if any."""
+    the forward, one ordinary backward (:meth:`ProbeTally.backward` of :attr:`tally`) leaves
+    :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``rows=True``: probes per row, which split
+    the accounts by graph or target.  ``probes`` holds ``(label, output, probe)`` of each operation without a
+    rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` of the edges, if any."""
 
     def __init__(self, composite="epsilon", model: nn.Module | None = None, rows: bool = False):
         super().__init__(composite, model)
@@ -325,8 +306,8 @@ class ForwardMode(ForwardFamilies, RelevanceMode):
         self.tally = ProbeTally(self)
 
     def _probes(self, dtype, device) -> None:
-        """The scalar probes of the kept amounts (ones that require grad) in the explained input's dtype and
-        device, and ``kept - kept.detach()``, the zero whose product with an amount carries its gradient."""
+        """The scalar probes (ones that require grad) in the input's dtype and device, and ``kept - kept.detach()``,
+        the zero whose product with an amount carries its gradient."""
         self.one_in, self.one_out, self.kept = (torch.ones((), dtype=dtype, device=device, requires_grad=True)
                                                 for _ in range(3))
         with torch.enable_grad():

@@ -1,45 +1,30 @@
 r"""LRP for any model, by intercepting torch functions: :class:`RelevanceMode`.
 
-Inside ``with ForwardMode(composite, model):`` (:mod:`lrp_lib.explain.mode.forward`) every torch function that the model calls
-(``F.linear``, ``Tensor.scatter_add_``, ``torch.relu``, ``a * b``, ...) goes through
-:meth:`RelevanceMode.__torch_function__` (a :class:`torch.overrides.TorchFunctionMode`).  The
-mode follows which tensors depend on the explained inputs ("marked" tensors: the inputs, and
-every result of an operation on a marked tensor).  An operation on marked tensors goes to the rule
-family that fits it (``identity``, ``linear``, ``weighted``, ``sum_terms``, ``product``, ...), which
-:class:`~lrp_lib.explain.mode.forward.ForwardMode` writes as a forward that keeps the operation's value and
-changes its gradient; operations on constants only (weights, degrees, normalisation coefficients
-computed from ``edge_index``) run unchanged.  One ordinary backward from the output then leaves each
-input's relevance as the input times its gradient.
+Inside ``with ForwardMode(composite, model):`` (:mod:`lrp_lib.explain.mode.forward`) every torch function that the
+model calls (``F.linear``, ``Tensor.scatter_add_``, ``torch.relu``, ``a * b``, ...) goes through
+:meth:`RelevanceMode.__torch_function__` (a :class:`torch.overrides.TorchFunctionMode`).  The mode follows which
+tensors depend on the explained inputs ("marked" tensors: the inputs, and every result of an operation on a
+marked tensor).  An operation on marked tensors goes to the rule family that fits it; operations on constants
+only (weights, degrees, normalisation coefficients computed from ``edge_index``) run unchanged.
 
-What each operation gets (see :mod:`lrp_lib.core.composites` for why):
+What each operation on marked tensors gets (see :mod:`lrp_lib.core.composites` for why):
 
-====================================================  ==========================================
-operations on marked tensors                           rule
-====================================================  ==========================================
-views, indexing, ``gather``, ``index_select``, ``cat``,  passes like the gradient (copies sum
-``stack``, ``split``, ``expand``, ``repeat``, ``where``, their relevance; max and min: the
-``max``/``min``/``amax``, ``scatter_reduce`` amax/amin,  winner takes all)
-``sort``, ``topk``, max pooling, dropout in eval mode
-``F.linear``, ``x @ W``, convolutions (``W`` a weight)   the composite's rule for that weight
-sums, means, ``scatter_add``, ``index_add``,            epsilon rule (proportional split;
-``scatter_reduce`` sum/mean, ``A @ x`` (``A`` data),    constant terms keep their share)
-``cumsum``, average pools, batch norm (eval)
-``a + b``, ``a - b``                                   proportional to the terms
-elementwise functions, ``x * c``, ``x / c``            identity
-``a * b`` (both marked)                                uniform (CP-LRP for attention weights)
-``prod``, ``scatter_reduce`` prod (``MulAggregation``)  uniform over the factors, R / n
-``a / b`` (both marked)                                denominator held constant
-``A @ B`` (both marked)                                uniform on each product term
-``softmax``                                            AttnLRP's softmax rule
-layer / group / instance norm                          identity through the normalisation
-``cat``/``stack`` with a constant                       the constant keeps its slice (a bias's share)
-``nn.MultiheadAttention`` (``GPSConv``,                written out: projections, ``q k^T``,
-``TransformerEncoderLayer``)                           softmax, ``A v``, out-projection, each as above
-``nn.LSTM``/``GRU``/``RNN``, their cells               written out step by step: gates held constant
-(``SAGEConv(aggr="lstm")``, ``Set2Set``)               (signal-take-all), the rest as above
-anything else                                          blocked: no relevance passes, and the
-                                                       amount that reached it is recorded
-====================================================  ==========================================
+* views, indexing, ``gather``, ``index_select``, ``split``, ``expand``, ``repeat``, ``where``, ``sort``, ``topk``,
+  ``max``/``min``/``amax``, ``scatter_reduce`` amax/amin, max pooling, dropout in eval mode: they pass like the
+  gradient (copies sum their relevance; max and min: the winner takes all);
+* ``cat``/``stack``: likewise, and a joined constant keeps its slice (a bias's share);
+* ``F.linear``, ``x @ W``, convolutions (``W`` a weight): the composite's rule for that weight;
+* sums, means, ``cumsum``, ``scatter_add``, ``index_add``, ``scatter_reduce`` sum/mean, ``A @ x`` (``A`` data),
+  average pools, batch norm (eval): the epsilon rule (proportional split; constant terms keep their share);
+* ``a + b``, ``a - b``: proportional to the terms; elementwise functions, ``x * c``, ``x / c``: identity;
+* ``a * b`` (both marked): uniform (CP-LRP for attention weights); ``prod``, ``scatter_reduce`` prod
+  (``MulAggregation``): uniform over the factors, R / n; ``a / b`` (both marked): denominator held constant;
+  ``A @ B`` (both marked): uniform on each product term;
+* ``softmax``: AttnLRP's softmax rule; layer / group / instance norm: identity through the normalisation;
+* ``nn.MultiheadAttention`` (``GPSConv``, ``TransformerEncoderLayer``), ``nn.LSTM``/``GRU``/``RNN`` and their
+  cells (``SAGEConv(aggr="lstm")``, ``Set2Set``): written out, each part as above (gates held constant:
+  signal-take-all);
+* anything else: blocked (no relevance passes, and the amount that reached it is recorded).
 
 Nothing is patched: the mode is pushed on the calling thread's own stack of function modes, so
 other threads (training, other explanations) never see it, and it is gone when the block ends.
@@ -54,16 +39,25 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from lrp_lib.core.composites import Composite, get_composite, weight_owners
-from lrp_lib.core.rules import Epsilon
-from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLER_ROUTE,
-                                      HANDLERS, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE, route_of)
+from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE,
+                                           HANDLER_ROUTE, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE,
+                                           route_of)
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError, node_name
 from lrp_lib.explain.mode.inplace import SpecialCalls
 from lrp_lib.explain.mode.op_tables import PASS_NODES
 
-__all__ = ["RelevanceMode", "UnsupportedModelError", "HANDLERS"]
+__all__ = ["RelevanceMode", "UnsupportedModelError"]
 
-# ------------------------------------------------------------------ the mode
+
+def _tensors(t):
+    """The tensors of ``t``: itself, or those of the items of a tuple or list (nested)."""
+    if isinstance(t, Tensor):
+        yield t
+    elif isinstance(t, (tuple, list)):
+        for item in t:
+            yield from _tensors(item)
+
+
 class RelevanceMode(SpecialCalls, TorchFunctionMode):
     """The interception: every torch function called in its block on input-dependent tensors goes to its rule
     family.  The families are :class:`~lrp_lib.explain.mode.forward.ForwardMode`'s, the class to use.
@@ -73,9 +67,12 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         model: the explained module: its parameters are the weights whose rule the composite
             chooses (by the owning module's type or name), and its module names label the report.
 
-    Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block,
-    then call ``mode.tally.backward(out, inputs, R)`` for the inputs' relevance.  :attr:`tally` then says
-    how much relevance the biases and stabilisers kept and how much reached operations without a rule.
+    Raises:
+        TypeError: ``model`` is not a module.
+
+    Mark the explained inputs with :meth:`mark` inside the block, run the model, leave the block, then call
+    ``mode.tally.backward(out, inputs, R)`` for the inputs' relevance; :attr:`tally` then holds what the biases
+    and stabilisers kept and what reached operations without a rule.
     """
 
     def __init__(self, composite: Composite | str = "epsilon", model: nn.Module | None = None):
@@ -91,7 +88,6 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         self._owners: dict[int, tuple[str, nn.Module, tuple[int, int] | None]] = {}
         self._module_names: dict[int, str] = {}
         self._rules: dict[int, Any] = {}
-        self._eps_rule = Epsilon(self.composite.epsilon)
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
         if model is not None:
@@ -102,40 +98,30 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
                     if p is not None:
                         self._owners[id(p)] = (name, module, layer)
 
-    # -------------------------------------------------------------- marks
     def mark(self, t):
         """Mark ``t`` (a tensor, or a tuple/list of them) as depending on the explained input."""
-        if isinstance(t, Tensor):
-            if t.is_floating_point() and t.requires_grad:
-                t._lrp_mark = self._token
-                if t.grad_fn is None:
-                    self._leaves.append(t)
-        elif isinstance(t, (tuple, list)):
-            for item in t:
-                self.mark(item)
+        for x in _tensors(t):
+            if x.is_floating_point() and x.requires_grad:
+                x._lrp_mark = self._token
+                if x.grad_fn is None:
+                    self._leaves.append(x)
         return t
 
     def is_marked(self, t) -> bool:
+        """Whether ``t`` is a tensor that depends on the explained input."""
         return isinstance(t, Tensor) and getattr(t, "_lrp_mark", None) is self._token
 
     def gate(self, t: Tensor) -> Tensor:
+        """Mark ``t`` as a gate (a weight in [0, 1] that multiplies a signal)."""
         t._lrp_gate = self._token
         return t
-
-    def _gate_all(self, t):
-        if isinstance(t, Tensor):
-            self.gate(t)
-        elif isinstance(t, (tuple, list)):
-            for item in t:
-                self._gate_all(item)
 
     def is_gate(self, t) -> bool:
         return getattr(t, "_lrp_gate", None) is self._token
 
     def _escaped(self, t: Tensor) -> None:
-        """Raise if ``t`` is not marked but its autograd history reaches a marked input: it was
-        computed outside the interception (a custom ``autograd.Function``), and treating it as a
-        constant would silently drop (or misplace) its relevance."""
+        """Raise :class:`UnsupportedModelError` if ``t``, not marked, has an autograd history that reaches a marked
+        input: it was computed outside the interception (a custom ``autograd.Function``)."""
         if self._leaf_nodes is None:
             self._leaf_nodes = {leaf.view_as(leaf).grad_fn.next_functions[0][0] for leaf in self._leaves}
         stack, path = [t.grad_fn], []
@@ -158,7 +144,7 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         # the Python autograd Functions on the way, where there are any; else every operation but those that pass
         # relevance as they are
         names = sorted({node_name(n) for n in path if isinstance(n, torch.autograd.function.BackwardCFunction)}) or \
-            sorted({node_name(n) for n in path if not (node_name(n) in PASS_NODES)})
+            sorted({node_name(n) for n in path if node_name(n) not in PASS_NODES})
         raise UnsupportedModelError(
             f"a tensor in {self.module_label()} depends on the input through {', '.join(names) or 'an operation'}, "
             f"which ran outside lrp_lib's interception (a custom torch.autograd.Function or an extension op): "
@@ -172,6 +158,7 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         return any(getattr(a, "_lrp_detached", None) is self._token for a in items if isinstance(a, Tensor))
 
     def _any_marked(self, args, kwargs) -> bool:
+        """Whether an argument is marked (checking each unmarked positional tensor with :meth:`_escaped`)."""
         token = self._token
         for a in args:
             if isinstance(a, Tensor):
@@ -188,29 +175,24 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
                 return True
         return False
 
-    # -------------------------------------------------------------- labels and rules
     def module_label(self) -> str:
         """The qualified name and type of the innermost module of the model on the call stack."""
         frame = sys._getframe(2)
         while frame is not None:
             owner = frame.f_locals.get("self")
             if isinstance(owner, nn.Module) and id(owner) in self._module_names:
-                name = self._module_names[id(owner)] or "the model"
-                return f"module '{name}' ({type(owner).__name__})" if name != "the model" else \
+                name = self._module_names[id(owner)]
+                return f"module '{name}' ({type(owner).__name__})" if name else \
                     f"the model's own forward ({type(owner).__name__})"
             frame = frame.f_back
         return "the model"
 
-    def _owner(self, w: Tensor):
+    def rule_for(self, w: Tensor):
+        """(rule, label) for a weight (or a view of one): the composite's rule of its owning module; ``(None,
+        None)`` for a constant that no module owns (data)."""
         owner = self._owners.get(id(w))
         if owner is None and getattr(w, "_base", None) is not None:
             owner = self._owners.get(id(w._base))
-        return owner
-
-    def rule_for(self, w: Tensor):
-        """(rule, label) for a weight: the composite's rule of its owning module; a constant that
-        no module owns (data) gets the epsilon rule of the maps without weights."""
-        owner = self._owner(w)
         if owner is None:
             return None, None
         key = id(owner[1])
@@ -218,7 +200,6 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
             self._rules[key] = self.composite.rule_for(*owner)
         return self._rules[key], f"module '{owner[0]}' ({type(owner[1]).__name__})"
 
-    # -------------------------------------------------------------- dispatch
     def __torch_function__(self, func, types, args=(), kwargs=None):
         route = route_of(func)
         kwargs = kwargs or {}
@@ -234,7 +215,8 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
             if route.view:
                 return out
             if any(self.is_gate(a) for a in args):  # a view or copy of attention weights stays one
-                self._gate_all(out)
+                for t in _tensors(out):
+                    self.gate(t)
             if args and getattr(args[0], "_lrp_nonneg", None) is self._token and isinstance(out, Tensor):
                 out._lrp_nonneg = self._token  # a view or selection of a non-negative tensor is one
             return self.mark(out)
@@ -272,6 +254,4 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         """``(name, logits)`` if ``out`` is the output of a softmax, log_softmax or sigmoid computed in
         this mode (a probability head), with ``logits`` its input; else ``None``."""
         entry = self._heads.get(id(out))
-        if entry is None or entry[2] is not out:
-            return None
-        return entry[0], entry[1]
+        return (entry[0], entry[1]) if entry is not None and entry[2] is out else None

@@ -2,6 +2,8 @@
 name of an autograd node that the refusals give."""
 from __future__ import annotations
 
+import re
+
 __all__ = ["UnsupportedModelError", "node_name"]
 
 
@@ -10,8 +12,5 @@ class UnsupportedModelError(TypeError):
 
 
 def node_name(node) -> str:
-    name = type(node).__name__
-    for suffix in ("Backward0", "Backward1", "Backward2", "Backward3"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    """The name of an autograd node's type without its ``Backward<n>`` suffix (``MmBackward0``: ``Mm``)."""
+    return re.sub(r"Backward[0-3]$", "", type(node).__name__)

@@ -1,14 +1,8 @@
 """The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
 
-A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the
-mode's rule family (:class:`~lrp_lib.explain.mode.forward.ForwardFamilies`) that fits it: linear maps, matrix
-products, convolutions and ``einsum`` with a weight get the composite's rule for that weight
-(:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.weighted`); sums, means, pools, scatters and
-``index_add`` the epsilon rule (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.linear`); sums
-of two terms a proportional split; products of two input-dependent factors the uniform rule
-(attention weights held constant under CP-LRP); ``softmax`` AttnLRP's rule; batch, layer, group and
-instance norms the identity through the normalisation.  The table of the rules is in
-:mod:`lrp_lib.explain.mode.function_mode`; recurrent layers and attention are in
+A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the rule family
+of :class:`~lrp_lib.explain.mode.forward.ForwardFamilies` that fits it; the table of the rules is in
+:mod:`lrp_lib.explain.mode.function_mode`, recurrent layers and attention are in
 :mod:`lrp_lib.explain.mode.recurrent`.
 """
 from __future__ import annotations
@@ -19,12 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-
 __all__ = ["HANDLERS", "arg"]
 
 
 def arg(args, kwargs, i, name, default=None):
+    """The argument ``name``, passed by keyword or at position ``i``; ``default`` where it is not passed."""
     if name in kwargs:
         return kwargs[name]
     return args[i] if len(args) > i else default
@@ -34,29 +27,22 @@ def _linear(mode, func, args, kwargs):
     x, weight, bias = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
     if mode.is_marked(weight) or mode.is_marked(bias):
         return mode.blocked(func, "linear with an input-dependent weight", args, kwargs)
-    return mode.weighted(x, weight, bias, F.linear, "linear")
+    return mode.weighted(x, weight, bias, F.linear)
 
 
 def _matmul(mode, func, args, kwargs):
-    a, b = args[0], args[1]
-    if func is torch.Tensor.__rmatmul__:
-        a, b = b, a
+    a, b = (args[1], args[0]) if func is torch.Tensor.__rmatmul__ else (args[0], args[1])
     ma, mb = mode.is_marked(a), mode.is_marked(b)
     if ma and mb:
         ga, gb = mode.is_gate(a), mode.is_gate(b)
-        if mode.composite.attention == "cp" and ga != gb:
-            weights = (0.0, 1.0) if ga else (1.0, 0.0)
-        else:
-            weights = (0.5, 0.5)
+        weights = ((0.0, 1.0) if ga else (1.0, 0.0)) if mode.composite.attention == "cp" and ga != gb else (0.5, 0.5)
         if a.is_sparse or b.is_sparse:
             return mode.blocked(func, "sparse matmul of two input-dependent tensors", args, kwargs)
-        return mode.bilinear(a, b, weights, f"matmul in {mode.module_label()}")
+        return mode.bilinear(a, b, weights)
     plain = torch.matmul if func in (torch.Tensor.__matmul__, torch.Tensor.__rmatmul__) else func
     if ma:
-        return mode.weighted(a, b, None, lambda x, w, bias: plain(x, w) if bias is None else plain(x, w) + bias,
-                             "matmul")
-    return mode.weighted(b, a, None, lambda x, w, bias: plain(w, x) if bias is None else plain(w, x) + bias,
-                         "matmul")
+        return mode.weighted(a, b, None, lambda x, w, _: plain(x, w))
+    return mode.weighted(b, a, None, lambda x, w, _: plain(w, x))
 
 
 def _addmm(mode, func, args, kwargs):
@@ -68,25 +54,20 @@ def _addmm(mode, func, args, kwargs):
     if ma and mb:
         return mode.blocked(func, "addmm of two input-dependent matrices", args, kwargs)
     if not (ma or mb):
-        return mode.sum_terms(inp, (torch.mm(a, b) * alpha).detach(), beta, 1.0, op="addmm")
-    if ma:
-        part = mode.weighted(a, b, None, lambda x, w, c: x @ w if c is None else x @ w + c, "addmm")
-    else:
-        part = mode.weighted(b, a, None, lambda x, w, c: w @ x if c is None else w @ x + c, "addmm")
-    part = mode.mark(part)
+        return mode.sum_terms(inp, (torch.mm(a, b) * alpha).detach(), beta, 1.0)
+    part = mode.mark(_matmul(mode, torch.matmul, (a, b), {}))
     if alpha != 1:
         part = mode.mark(mode.elementwise(part, lambda t: t * alpha))
-    return mode.sum_terms(part, inp, 1.0, beta, op="addmm")
+    return mode.sum_terms(part, inp, 1.0, beta)
 
 
 def _conv(mode, func, args, kwargs):
-    x, weight = args[0], arg(args, kwargs, 1, "weight")
-    bias = arg(args, kwargs, 2, "bias")
+    weight, bias = arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
     rest = args[3:]
     extra = {k: v for k, v in kwargs.items() if k not in ("weight", "bias")}
     if mode.is_marked(weight) or mode.is_marked(bias):
         return mode.blocked(func, func.__name__, args, kwargs)
-    return mode.weighted(x, weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra), func.__name__)
+    return mode.weighted(args[0], weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra))
 
 
 def _einsum(mode, func, args, kwargs):
@@ -94,20 +75,14 @@ def _einsum(mode, func, args, kwargs):
     marked = [i for i, o in enumerate(ops) if mode.is_marked(o)]
     if len(ops) != 2 or len(marked) != 1:
         return mode.blocked(func, "einsum of several input-dependent operands", args, kwargs)
-    i = marked[0]
-    other = ops[1 - i]
-
-    def fn(x, w, b):
-        pair = (x, w) if i == 0 else (w, x)
-        out = torch.einsum(eq, *pair)
-        return out if b is None else out + b
-    return mode.weighted(ops[i], other, None, fn, "einsum")
+    if marked[0] == 0:
+        return mode.weighted(ops[0], ops[1], None, lambda x, w, _: torch.einsum(eq, x, w))
+    return mode.weighted(ops[1], ops[0], None, lambda x, w, _: torch.einsum(eq, w, x))
 
 
 def _reduction(mode, func, args, kwargs):
-    """sum, mean, nansum, cumsum (linear in their one input)."""
-    x = args[0]
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), func.__name__, constant=0.0)
+    """sum, nansum, cumsum and the average pools (linear in their one input): the epsilon rule."""
+    return mode.linear(args[0], lambda t: func(t, *args[1:], **kwargs), constant=0.0)
 
 
 def _mean(mode, func, args, kwargs):
@@ -116,41 +91,27 @@ def _mean(mode, func, args, kwargs):
     x = args[0]
     if kwargs.get("dtype") is not None:
         return _reduction(mode, func, args, kwargs)
-    rest = {k: v for k, v in kwargs.items()}
-    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **rest), "mean", constant=0.0))
+    total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **kwargs), constant=0.0))
     count = x.numel() // max(total.numel(), 1) if x.numel() else 1
     return mode.elementwise(total, lambda t: t / count)
 
 
-def _pool(mode, func, args, kwargs):
-    x = args[0]
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), func.__name__, constant=0.0)
+def _add_into(mode, func, args, kwargs):
+    """``scatter_add`` / ``index_add``: the epsilon rule on what is added at ``index``, then its sum with
+    ``input`` in proportion to the two terms."""
+    scatter = func.__name__ == "scatter_add"
+    inp, dim, index = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"), arg(args, kwargs, 2, "index")
+    src = arg(args, kwargs, 3, "src" if scatter else "source")
+    alpha = None if scatter else kwargs.get("alpha", args[4] if len(args) > 4 else 1)
 
-
-def _scatter_add(mode, func, args, kwargs):
-    inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
-                            arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
+    def add(into, s):
+        return into.scatter_add(dim, index, s) if scatter else into.index_add(dim, index, s, alpha=alpha)
     mi, ms = mode.is_marked(inp), mode.is_marked(src)
-    if ms:
-        zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
-        label = "scatter_add" if mi else f"scatter_add into a constant in {mode.module_label()}"
-        out = mode.linear(src, lambda s: zeros.scatter_add(dim, index, s), label, constant=zeros)
-        return mode.sum_terms(inp, mode.mark(out), op="scatter_add") if mi else out
-    return mode.sum_terms(inp, torch.zeros_like(inp.detach()).scatter_add(dim, index, src.detach()), op="scatter_add")
-
-
-def _index_add(mode, func, args, kwargs):
-    inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
-                            arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "source"))
-    alpha = kwargs.get("alpha", args[4] if len(args) > 4 else 1)
-    mi, ms = mode.is_marked(inp), mode.is_marked(src)
-    if ms:
-        zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
-        out = mode.linear(src, lambda s: zeros.index_add(dim, index, s, alpha=alpha),
-                          "index_add" if mi else f"index_add into a constant in {mode.module_label()}", constant=zeros)
-        return mode.sum_terms(inp, mode.mark(out), op="index_add") if mi else out
-    return mode.sum_terms(inp, torch.zeros_like(inp.detach()).index_add(dim, index, src.detach(), alpha=alpha),
-                          op="index_add")
+    if not ms:
+        return mode.sum_terms(inp, add(torch.zeros_like(inp.detach()), src.detach()))
+    zeros = inp.detach() if not mi else torch.zeros_like(inp.detach())
+    out = mode.linear(src, lambda s: add(zeros, s), constant=zeros)
+    return mode.sum_terms(inp, mode.mark(out)) if mi else out
 
 
 def _scatter_reduce(mode, func, args, kwargs):
@@ -162,32 +123,25 @@ def _scatter_reduce(mode, func, args, kwargs):
         return func(*args, **kwargs)
     if reduce in ("sum", "mean") and mode.is_marked(src) and not mode.is_marked(inp):
         const = inp.detach()
-        return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self),
-                           f"scatter_reduce ({reduce}) in {mode.module_label()}")
+        return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self))
     if reduce == "prod" and mode.is_marked(src) and not mode.is_marked(inp) and index.shape == src.shape:
         # each group's product: its factors share its relevance uniformly; the constant start value takes none
         const = inp.detach()
         counts = torch.zeros(const.shape, dtype=torch.long, device=const.device).scatter_add(
             dim, index, torch.ones_like(index))
         return mode.uniform_product(
-            src, lambda s: const.scatter_reduce(dim, index, s, "prod", include_self=include_self), counts,
-            lambda t: t.gather(dim, index), f"scatter_reduce (prod) of empty groups in {mode.module_label()}")
+            src, lambda s: const.scatter_reduce(dim, index, s, "prod", include_self=include_self), counts)
     return mode.blocked(func, f"scatter_reduce ({reduce})", args, kwargs)
 
 
 def _add(mode, func, args, kwargs):
+    """``add``, ``sub`` and their reflected forms: ``a + alpha * b`` or ``a - alpha * b``."""
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
-    alpha = kwargs.get("alpha", 1)
     name = func.__name__
-    if name == "__radd__":
+    if name in ("__radd__", "__rsub__", "rsub"):
         a, b = b, a
-    if name in ("sub", "subtract", "__sub__"):
-        return mode.sum_terms(a, b, 1.0, -alpha, op="sub")
-    if name == "__rsub__":
-        return mode.sum_terms(b, a, 1.0, -1.0, op="sub")
-    if name == "rsub":
-        return mode.sum_terms(b, a, 1.0, -alpha, op="sub")
-    return mode.sum_terms(a, b, 1.0, alpha, op="add")
+    alpha = kwargs.get("alpha", 1)
+    return mode.sum_terms(a, b, 1.0, -alpha if "sub" in name else alpha)
 
 
 def _mul(mode, func, args, kwargs):
@@ -209,24 +163,18 @@ def _div(mode, func, args, kwargs):
 
 
 def _prod(mode, func, args, kwargs):
-    """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim``
-    (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.uniform_product`); ``torch.prod(x)`` over all elements."""
+    """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim`` (all elements
+    without ``dim``), :meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.uniform_product`."""
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     if kwargs.get("dtype") is not None:
         return mode.blocked(func, "prod with dtype", args, kwargs)
     if dim is None:
-        counts = torch.full((), x.numel(), dtype=torch.long, device=x.device)
-        return mode.uniform_product(x, torch.prod, counts, lambda t: t.expand(x.shape), "prod")
+        return mode.uniform_product(x, torch.prod, torch.full((), x.numel(), dtype=torch.long, device=x.device))
     d = dim % x.dim()
-    shape = list(x.shape)
-    shape[d] = 1
-    counts = torch.full(shape if keepdim else shape[:d] + shape[d + 1:], x.shape[d], dtype=torch.long,
-                        device=x.device)
-    return mode.uniform_product(x, lambda t: torch.prod(t, d, keepdim), counts,
-                                lambda t: (t if keepdim else t.unsqueeze(d)).expand(x.shape),
-                                f"prod in {mode.module_label()}")
+    counts = torch.full((), x.shape[d], dtype=torch.long, device=x.device)  # (the same for every output)
+    return mode.uniform_product(x, lambda t: torch.prod(t, d, keepdim), counts)
 
 
 def _max_min(mode, func, args, kwargs):
@@ -234,51 +182,48 @@ def _max_min(mode, func, args, kwargs):
     aggregation do), so a graph alone and in a batch get the same relevance."""
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
+    is_max = func.__name__ == "max"
     if dim is None or isinstance(dim, Tensor):  # a full reduction, or the elementwise max of two tensors
         if dim is None and len(args) == 1 and not kwargs:
-            return (torch.amax if func.__name__ == "max" else torch.amin)(x)
+            return (torch.amax if is_max else torch.amin)(x)
         return func(*args, **kwargs)
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     with torch.no_grad():
         indices = func(x, dim, keepdim).indices
-    values = (torch.amax if func.__name__ == "max" else torch.amin)(x, dim, keepdim)
-    return (torch.return_types.max if func.__name__ == "max" else torch.return_types.min)((values, indices))
+    values = (torch.amax if is_max else torch.amin)(x, dim, keepdim)
+    return (torch.return_types.max if is_max else torch.return_types.min)((values, indices))
 
 
 def _cat(mode, func, args, kwargs):
-    """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant
-    (not input-dependent: an LSTM state computed from biases alone, a fixed embedding) keeps its slice
-    as a bias does (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.join`).  A joined tensor that the model
-    detached from the input (or computed from one) is no constant: then the relevance of every joined
-    constant is left unaccounted, for the explainer's warning about what did not reach the input."""
+    """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant (an LSTM
+    state computed from biases alone, a fixed embedding) keeps its slice as a bias does
+    (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.join`), unless a joined tensor was detached from the
+    input (then what the constants keep is left unaccounted, for the explainer's warning)."""
     tensors = arg(args, kwargs, 0, "tensors")
     dim = arg(args, kwargs, 1, "dim", kwargs.get("axis", 0))
-    name = func.__name__
     if (kwargs.get("out") is not None or not isinstance(tensors, (list, tuple)) or not tensors
             or not all(isinstance(t, Tensor) and t.is_floating_point() for t in tensors)
             or len({(t.dtype, t.device) for t in tensors}) > 1 or not isinstance(dim, int)
             or all(mode.is_marked(t) for t in tensors) or mode.any_detached(tensors, {})):
         return func(*args, **kwargs)
     marked = tuple(mode.is_marked(t) for t in tensors)
-    if name == "stack":
+    if func.__name__ == "stack":
         dim = dim if dim >= 0 else dim + tensors[0].dim() + 1
         tensors = [t.unsqueeze(dim) for t in tensors]
-    ref = tensors[0]
     joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
-    dim = dim if dim >= 0 else dim + ref.dim()
-    return mode.join(dim, marked, f"constant joined by {name} in {mode.module_label()}", joined)
+    return mode.join(dim if dim >= 0 else dim + tensors[0].dim(), marked, joined)
 
 
 def _softmax(mode, func, args, kwargs):
+    """AttnLRP's softmax rule, :math:`R_x = x \\odot (R - s \\sum R)`: input times gradient, so the softmax
+    itself (it does not conserve: what it does not pass on is left to ``relevance_residual``)."""
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     if dim is None:
         return mode.blocked(func, "softmax without dim", args, kwargs)
     if kwargs.get("dtype") is not None:
         x = mode.mark(mode.elementwise(x, lambda t: t.to(kwargs["dtype"])))
-    # AttnLRP's softmax rule does not conserve: what it does not pass on is left to the explanation's
-    # relevance_residual (and its warning), not counted as a bias
-    return mode.gate(mode.softmax(x, dim, f"softmax in {mode.module_label()}"))
+    return mode.gate(torch.softmax(x, dim))
 
 
 def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
@@ -288,28 +233,26 @@ def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
 
 
 def _batch_norm(mode, func, args, kwargs):
+    """Batch norm: in eval mode an affine map of each channel (the epsilon rule), in training mode (or without
+    running statistics) a normalisation (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.norm_affine`)."""
     if func is not F.batch_norm:
         return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
     x = args[0]
-    names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
-    p = {n: arg(args, kwargs, i, n) for i, n in enumerate(names)}
-    p["eps"] = 1e-5 if p["eps"] is None else p["eps"]
-    label = f"batch_norm in {mode.module_label()}"
-    if p["training"] or p["running_mean"] is None:
+    bias = arg(args, kwargs, 4, "bias")
+    if arg(args, kwargs, 5, "training") or arg(args, kwargs, 1, "running_mean") is None:
         return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs),
-                                _channel_view(p["bias"], x) if mode.composite.bias else None, label)
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs), label)
+                                _channel_view(bias, x) if mode.composite.bias else None)
+    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs))
 
 
 def _norm_affine(bias_index: int, channel: bool):
+    """The handler of a layer, group or instance norm whose bias is argument ``bias_index`` (``channel``: one
+    per channel, dimension 1)."""
     def handler(mode, func, args, kwargs):
         x = args[0]
         bias = arg(args, kwargs, bias_index, "bias")
         beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())
-        if not mode.composite.bias:
-            beta = None
-        return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs), beta,
-                                f"{func.__name__} in {mode.module_label()}")
+        return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs), beta if mode.composite.bias else None)
     return handler
 
 
@@ -320,9 +263,9 @@ HANDLERS: dict[str, Callable] = {
     "conv1d": _conv, "conv2d": _conv, "conv3d": _conv,
     "einsum": _einsum,
     "sum": _reduction, "mean": _mean, "nansum": _reduction, "cumsum": _reduction,
-    "avg_pool1d": _pool, "avg_pool2d": _pool, "avg_pool3d": _pool, "adaptive_avg_pool1d": _pool,
-    "adaptive_avg_pool2d": _pool, "adaptive_avg_pool3d": _pool,
-    "scatter_add": _scatter_add, "index_add": _index_add, "scatter_reduce": _scatter_reduce,
+    "avg_pool1d": _reduction, "avg_pool2d": _reduction, "avg_pool3d": _reduction, "adaptive_avg_pool1d": _reduction,
+    "adaptive_avg_pool2d": _reduction, "adaptive_avg_pool3d": _reduction,
+    "scatter_add": _add_into, "index_add": _add_into, "scatter_reduce": _scatter_reduce,
     "add": _add, "__add__": _add, "__radd__": _add, "sub": _add, "subtract": _add, "__sub__": _add,
     "__rsub__": _add, "rsub": _add,
     "mul": _mul, "multiply": _mul, "__mul__": _mul, "__rmul__": _mul,

@@ -1,9 +1,8 @@
 """What the library's hooks read, and their registration.
 
-The hooks on a model's modules (PyG's message and propagate hooks, a module's forward pre-hook) stay
-registered; each reads what the explanation running in its thread has bound (:func:`bound`, a
-:class:`~contextvars.ContextVar` per kind), and does nothing where nothing is bound, so that explanations in
-several threads and anyone's training leave each other alone.
+The hooks on a model's modules stay registered; each reads what the explanation running in its thread has
+bound (:func:`bound`, a :class:`~contextvars.ContextVar` per kind), and does nothing where nothing is bound, so
+that explanations in several threads and anyone's training leave each other alone.
 """
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-r"""The calls that the relevance mode does not send to a rule: attribute reads (``.data``, ``.grad``,
-``.T``), dropout, and in-place operations (:class:`SpecialCalls`, a part of
-:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode`).
-
-* An attribute read gives the attribute, marked as depending on the input when it does; ``.data``
-  is a detach, which the mode reports where relevance stops there.
-* Dropout in training mode has no relevance (its mask is random): an error says to call
-  ``model.eval()``.  In eval mode it is the identity.
-* An in-place operation on a tensor that depends on the input (``x.relu_()``, ``h += m``) is computed
-  out of place on a copy by the same handler, then copied into the tensor, so that autograd records a
-  copy (its version counters guard what it saved).
+r"""The calls that the relevance mode does not send to a rule (:class:`SpecialCalls`, a part of
+:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode`): attribute reads (``.data``, a detach that the mode
+reports, ``.grad``, ``.T``), dropout (refused in training mode, whose mask is random; the identity in eval
+mode), and in-place operations on input-dependent tensors (``x.relu_()``, ``h += m``), computed out of place on
+a copy by the same handler, then copied into the tensor.
 """
 from __future__ import annotations
 
@@ -24,10 +18,10 @@ __all__ = ["SpecialCalls"]
 
 
 class SpecialCalls:
-    """Attribute reads, dropout and in-place operations inside the mode (methods of the mode: they
-    use its ``mark``, ``is_marked``, ``identity``, ``module_label`` and ``detached``)."""
+    """Attribute reads, dropout and in-place operations inside the mode (methods of the mode)."""
 
     def get_attribute(self, func, args, kwargs):
+        """An attribute read: the attribute, marked where it is a tensor but ``.data`` or ``.grad``."""
         attr = getattr(getattr(func, "__self__", None), "__name__", "")
         out = func(*args, **kwargs)
         if attr in ("data", "grad"):
@@ -37,6 +31,7 @@ class SpecialCalls:
         return self.mark(out) if isinstance(out, Tensor) else out
 
     def run_dropout(self, func, name, args, kwargs):
+        """Dropout: refused in training mode with ``p > 0``; else its value, which keeps the input's marks."""
         training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
         p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
         if training and p:
@@ -49,8 +44,8 @@ class SpecialCalls:
         return self.mark(out)
 
     def run_inplace(self, func, name, args, kwargs):
-        """An in-place operation: computed out of place on a copy, then copied into ``self`` (so
-        autograd records the copy and nothing that a relevance op saved is overwritten)."""
+        """An in-place operation: computed out of place on a copy, then copied into the tensor (so autograd
+        records the copy and nothing that a rule saved is overwritten)."""
         base = AUGMENTED.get(name, name[:-1])
         target = args[0]
         if not isinstance(target, Tensor) or not (base in HANDLERS or base in IDENTITY):
@@ -63,10 +58,7 @@ class SpecialCalls:
         if outofplace is None:
             raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()}: no out-of-place "
                                         f"version of it was found to compute its relevance")
-        new_args = (source, *args[1:])
-        if base in HANDLERS:
-            result = HANDLERS[base](self, outofplace, new_args, kwargs)
-        else:
-            result = self.identity(outofplace, new_args, kwargs)
+        handler, new_args = HANDLERS.get(base), (source, *args[1:])
+        result = handler(self, outofplace, new_args, kwargs) if handler else self.identity(outofplace, new_args, kwargs)
         target.copy_(result)
         return self.mark(target)

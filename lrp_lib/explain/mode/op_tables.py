@@ -1,12 +1,5 @@
-"""What each torch function and autograd node is to relevance, by name.
-
-:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` reads these tables to decide what a torch
-function called on an input-dependent tensor becomes: nothing (:data:`PLAIN`: metadata,
-comparisons, integer results), a constant (:data:`DETACH`), itself (:data:`PASS`: copies and
-selections, whose gradient already routes relevance), the identity rule (:data:`IDENTITY`:
-elementwise functions of one input), or a handler of :mod:`lrp_lib.explain.mode.handlers`.
-The mode's refusal of a tensor computed outside the interception names the autograd nodes on its way
-that are not in :data:`PASS_NODES`, those whose backward passes relevance unchanged.
+"""What each torch function and autograd node is to relevance, by name: the tables that
+:mod:`lrp_lib.explain.mode.dispatch` reads to route a torch function called on an input-dependent tensor.
 """
 from __future__ import annotations
 
@@ -51,6 +44,7 @@ positive __pos__ clamp clamp_min clamp_max clip reciprocal normalize sin cos erf
 acos tan nan_to_num
 """.split())
 
+#: Dropout: refused in training mode, else the identity.
 DROPOUT = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
                       "feature_alpha_dropout", "feature_dropout"})
 
@@ -73,8 +67,10 @@ COPY_INPLACE = frozenset({"__setitem__", "copy_", "fill_", "zero_", "index_copy_
 #: product with a signal, the gate is held constant and the signal takes all the relevance (the
 #: "signal-take-all" rule of Arras et al. 2017 for LSTM/GRU gates, CP-LRP for attention).
 GATES = frozenset({"sigmoid", "hardsigmoid"})
+#: Negations: the negation of a gate is one.
 SIGN_FLIPS = frozenset({"neg", "__neg__", "negative"})
 #: Functions that turn logits into probabilities: a model ending in one is explained from its input.
 HEADS = frozenset({"softmax", "log_softmax", "sigmoid"})
 
+#: Augmented assignments (``h += m``) and the function each computes in place.
 AUGMENTED = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}

@@ -1,11 +1,13 @@
 r"""Recurrent layers and multi-head attention, written out in the torch operations they are made
 of and run inside the mode, so that each part gets its rule: :data:`HANDLERS` for ``torch.lstm``,
 ``torch.gru``, ``torch.rnn_tanh``/``rnn_relu``, their cells, and ``F.multi_head_attention_forward``.
-Gates (sigmoids) are held constant in their products (signal-take-all, Arras et al. 2017), the
-weights get the composite's rule, sums split in proportion.
+Gates (sigmoids) are held constant in their products (signal-take-all, Arras et al., "Explaining Recurrent
+Neural Network Predictions in Sentiment Analysis", WASSA 2017), the weights get the composite's rule, sums
+split in proportion.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
@@ -13,33 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError
-from lrp_lib.explain.mode.handlers import arg
-
 
 __all__ = ["HANDLERS"]
 
 
-def _rnn_cell(mode, func, args, kwargs):
-    """``torch.gru_cell`` / ``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` (``nn.GRUCell``, ``nn.RNNCell``):
-    written out in the torch operations they are made of and run inside the mode, so each part gets
-    its rule (the weights theirs, the gates the product rules, tanh the identity)."""
-    if kwargs or len(args) < 4:
-        return mode.blocked(func, func.__name__, args, kwargs)
-    x, h, w_ih, w_hh = args[:4]
-    b_ih = args[4] if len(args) > 4 else None
-    b_hh = args[5] if len(args) > 5 else None
-    with mode:
-        if func.__name__ == "gru_cell":
-            return _gru_step(x, h, w_ih, w_hh, b_ih, b_hh)
-        act = torch.tanh if func.__name__ == "rnn_tanh_cell" else torch.relu
-        return act(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh))
-
-
 def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
-    """One LSTM step in torch operations (run inside the mode): the gates ``i, f, o`` are sigmoids
-    (held constant in their products: signal-take-all, Arras et al. 2017), the cell input ``g`` a tanh
-    (identity rule), :math:`c' = f c + i g` split in proportion, :math:`h' = o \tanh(c')`, and
-    ``h' @ w_hr.T`` with ``proj_size``."""
+    r"""One LSTM step: gates ``i, f, o`` (sigmoids), cell input ``g`` (a tanh), :math:`c' = f c + i g`,
+    :math:`h' = o \tanh(c')`, and ``h' @ w_hr.T`` with ``proj_size``."""
     gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
     i, f, g, o = gates.chunk(4, -1)
     i, f, o, g = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g)
@@ -51,7 +33,7 @@ def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
 
 
 def _gru_step(x, h, w_ih, w_hh, b_ih, b_hh):
-    """One GRU step as ``torch.gru_cell`` computes it: reset and update gates are sigmoids (gates),
+    r"""One GRU step as ``torch.gru_cell`` computes it: gates ``r, z`` (sigmoids),
     :math:`n = \tanh(W_{in} x + b_{in} + r (W_{hn} h + b_{hn}))`, :math:`h' = (1 - z) n + z h`."""
     gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
     i_r, i_z, i_n = gi.chunk(3, -1)
@@ -62,14 +44,36 @@ def _gru_step(x, h, w_ih, w_hh, b_ih, b_hh):
     return (1 - z) * n + z * h
 
 
+def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
+    """One step of ``kind`` (``"lstm"``, ``"gru"``, ``"rnn_tanh"``, ``"rnn_relu"``): ``(h', c')``, ``c'``
+    None but for an LSTM."""
+    if kind == "lstm":
+        return _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr)
+    if kind == "gru":
+        return _gru_step(x, h, w_ih, w_hh, b_ih, b_hh), None
+    act = torch.tanh if kind == "rnn_tanh" else torch.relu
+    return act(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)), None
+
+
+def _cell(mode, func, args, kwargs):
+    """``torch.lstm_cell``, ``gru_cell``, ``rnn_tanh_cell``, ``rnn_relu_cell`` (``nn.LSTMCell``, ``nn.GRUCell``,
+    ``nn.RNNCell``): :func:`_step` inside the mode."""
+    if kwargs or len(args) < 4:
+        return mode.blocked(func, func.__name__, args, kwargs)
+    kind = func.__name__[:-len("_cell")]
+    x, w_ih, w_hh = args[0], args[2], args[3]
+    h, c = args[1] if kind == "lstm" else (args[1], None)
+    b_ih = args[4] if len(args) > 4 else None
+    b_hh = args[5] if len(args) > 5 else None
+    with mode:
+        h, c = _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh)
+    return (h, c) if kind == "lstm" else h
+
+
 def _rnn(mode, func, args, kwargs):
-    """``torch.lstm`` / ``torch.gru`` / ``torch.rnn_tanh`` / ``torch.rnn_relu`` (``nn.LSTM``, ``nn.GRU``,
-    ``nn.RNN``, so PyG's ``LSTMAggregation``, ``SAGEConv(aggr="lstm")``, ``Set2Set``, ``GRUAggregation``):
-    the recurrence written out step by step (layers, both directions, ``batch_first``, ``proj_size``)
-    in the torch operations of :func:`_lstm_step` / :func:`_gru_step`, run inside the mode so that the
-    weights get the composite's rule, the gates are held constant (signal-take-all, Arras et al.,
-    "Explaining Recurrent Neural Network Predictions in Sentiment Analysis", WASSA 2017) and the sums
-    split in proportion.  Packed sequences and dropout between layers in training mode are refused."""
+    """``torch.lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu`` (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``; PyG's
+    ``SAGEConv(aggr="lstm")``, ``Set2Set``): :func:`_step` after step inside the mode (layers, both directions,
+    ``batch_first``, ``proj_size``).  Refused: packed sequences, dropout between layers in training mode."""
     name = func.__name__
     if kwargs or len(args) != 9 or not isinstance(args[1], (tuple, list, Tensor)) or (
             isinstance(args[1], Tensor) and args[1].dtype == torch.long):
@@ -93,21 +97,13 @@ def _rnn(mode, func, args, kwargs):
             for d in range(dirs):
                 k = layer * dirs + d
                 w = list(params[k * per:(k + 1) * per])
-                w_ih, w_hh = w[0], w[1]
                 b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)
                 w_hr = w[-1] if (lstm and per == (5 if has_biases else 3)) else None
                 h, c = h0[k], (c0[k] if lstm else None)
                 steps = seq.unbind(0)
-                order = range(len(steps) - 1, -1, -1) if d == 1 else range(len(steps))
                 out = [None] * len(steps)
-                for t in order:
-                    if lstm:
-                        h, c = _lstm_step(steps[t], h, c, w_ih, w_hh, b_ih, b_hh, w_hr)
-                    elif name == "gru":
-                        h = _gru_step(steps[t], h, w_ih, w_hh, b_ih, b_hh)
-                    else:
-                        act = torch.tanh if name == "rnn_tanh" else torch.relu
-                        h = act(F.linear(steps[t], w_ih, b_ih) + F.linear(h, w_hh, b_hh))
+                for t in (range(len(steps) - 1, -1, -1) if d == 1 else range(len(steps))):
+                    h, c = _step(name, steps[t], h, c, w[0], w[1], b_ih, b_hh, w_hr)
                     out[t] = h
                 outs.append(torch.stack(out, 0))
                 h_n.append(h)
@@ -117,17 +113,6 @@ def _rnn(mode, func, args, kwargs):
         if lstm:
             return output, torch.stack(h_n, 0), torch.stack(c_n, 0)
         return output, torch.stack(h_n, 0)
-
-
-def _lstm_cell(mode, func, args, kwargs):
-    """``torch.lstm_cell`` (``nn.LSTMCell``): :func:`_lstm_step` inside the mode; returns ``(h', c')``."""
-    if kwargs or len(args) < 4:
-        return mode.blocked(func, func.__name__, args, kwargs)
-    x, (h, c), w_ih, w_hh = args[0], args[1], args[2], args[3]
-    b_ih = args[4] if len(args) > 4 else None
-    b_hh = args[5] if len(args) > 5 else None
-    with mode:
-        return _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh)
 
 
 def _float_mask(mask: Tensor | None, dtype) -> Tensor | None:
@@ -141,34 +126,30 @@ def _float_mask(mask: Tensor | None, dtype) -> Tensor | None:
     return mask.to(dtype)
 
 
+#: The signature whose arguments :func:`_multi_head_attention` reads.
+_MHA = inspect.signature(F.multi_head_attention_forward)
+
+
 def _multi_head_attention(mode, func, args, kwargs):
     r"""``F.multi_head_attention_forward`` (``nn.MultiheadAttention``, so ``nn.TransformerEncoderLayer``
     and PyG's ``GPSConv``): written out in torch operations and run inside the mode --
 
     .. math::
-        q = x_q W_q^	op + b_q,\quad k = x_k W_k^	op + b_k,\quad v = x_v W_v^	op + b_v
-        	ext{ (per head)},\qquad
-        A = \mathrm{softmax}ig(q k^	op / \sqrt{d} + Mig),\qquad
-        y = ig[A vig]_{	ext{heads}} W_o^	op + b_o
+        q = x_q W_q^\top + b_q,\quad k = x_k W_k^\top + b_k,\quad v = x_v W_v^\top + b_v
+        \text{ (per head)},\qquad
+        A = \mathrm{softmax}\big(q k^\top / \sqrt{d} + M\big),\qquad
+        y = \big[A v\big]_{\text{heads}} W_o^\top + b_o
 
-    so the projections get the composite's rule for their weights, :math:`q k^	op` (two
-    input-dependent factors) the uniform rule on each product term, the softmax AttnLRP's rule and
-    :math:`A v` the attention rule: with ``attention="cp"`` (default) :math:`A` is held constant and
-    all relevance goes to the values (CP-LRP, Ali et al., ICML 2022); with ``attention="uniform"``
-    half goes through :math:`A` to the scores (AttnLRP, Achtibat et al., ICML 2024).  The mask
-    :math:`M` (``attn_mask``, ``key_padding_mask``, bool or float; ``is_causal`` with its mask) is a
-    constant: its finite entries keep their share of the scores' relevance, its ``-inf`` entries are
-    filled in (no relevance).  ``need_weights`` (averaged over heads or not) is returned as torch
-    returns it.  Refused: ``bias_k``/``bias_v``, ``add_zero_attn``, ``static_k``/``static_v``
-    (blocked, with their name) and dropout in training mode."""
-    names = ("query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias",
-             "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
-             "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
-             "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal")
-    defaults = dict(training=True, key_padding_mask=None, need_weights=True, attn_mask=None,
-                    use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None, v_proj_weight=None,
-                    static_k=None, static_v=None, average_attn_weights=True, is_causal=False)
-    p = {n: arg(args, kwargs, i, n, defaults.get(n)) for i, n in enumerate(names)}
+    so the projections get the composite's rule, :math:`q k^\top` the uniform rule on each product term, the
+    softmax AttnLRP's rule and :math:`A v` the attention rule: with ``attention="cp"`` (default) :math:`A` is
+    held constant and all relevance goes to the values (CP-LRP, Ali et al., ICML 2022); with
+    ``attention="uniform"`` half goes through :math:`A` to the scores (AttnLRP, Achtibat et al., ICML 2024).
+    The mask :math:`M` (``attn_mask``, ``key_padding_mask``, bool or float) is a constant: its finite entries
+    keep their share, its ``-inf`` entries are filled in.  Blocked: ``bias_k``/``bias_v``, ``add_zero_attn``,
+    ``static_k``/``static_v``; refused: dropout in training mode."""
+    bound = _MHA.bind(*args, **kwargs)
+    bound.apply_defaults()
+    p = bound.arguments
     unsupported = [n for n in ("bias_k", "bias_v", "static_k", "static_v") if p[n] is not None]
     if p["add_zero_attn"]:
         unsupported.append("add_zero_attn")
@@ -237,9 +218,8 @@ def _multi_head_attention(mode, func, args, kwargs):
     return out, weights
 
 
-
 HANDLERS: dict[str, Callable] = {
-    "gru_cell": _rnn_cell, "rnn_tanh_cell": _rnn_cell, "rnn_relu_cell": _rnn_cell, "lstm_cell": _lstm_cell,
+    "gru_cell": _cell, "rnn_tanh_cell": _cell, "rnn_relu_cell": _cell, "lstm_cell": _cell,
     "lstm": _rnn, "gru": _rnn, "rnn_tanh": _rnn, "rnn_relu": _rnn,
     "multi_head_attention_forward": _multi_head_attention,
 }

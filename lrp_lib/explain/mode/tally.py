@@ -10,15 +10,26 @@ from torch import Tensor
 __all__ = ["Tally"]
 
 
-class Tally:
-    """Amounts of relevance kept by constants (biases, constant terms, stabilisers) or blocked, per label,
-    and, where known, what was kept per row of the tensors of each row count (:attr:`rows`, node-shaped and
-    edge-shaped tensors have different counts): :meth:`split` then gives each group's bias without more
-    backward passes (:attr:`unsplit`: not known).
+def _table(name: str, doc: str) -> property:
+    """The property of one table of :class:`Tally`, read (and replaced) after the pending amounts."""
+    def get(self) -> dict[str, float]:
+        self._flush()
+        return self._tables[name]
 
-    The amounts are kept as they come, tensors of the backward's dtype, until one of the tables is read
-    (:attr:`absorbed`, :attr:`blocked`: ``{label: float amount}``): then all of them are read at once, with
-    one synchronisation, and summed label by label in the order they came."""
+    def put(self, table: dict) -> None:
+        self._flush()
+        self._tables[name] = table
+    return property(get, put, doc=doc)
+
+
+class Tally:
+    """Amounts of relevance kept by constants (biases, constant terms, stabilisers) or blocked, per label, and,
+    where known, what was kept per row of the tensors of each row count (:attr:`rows`; :attr:`unsplit`: not
+    known), which :meth:`split` divides among groups.  The amounts are kept as tensors until a table is read,
+    then read with one synchronisation and summed label by label in the order they came."""
+
+    absorbed = _table("absorbed", "What biases, constant terms and stabilisers kept, ``{label: amount}``.")
+    blocked = _table("blocked", "The relevance that reached each operation without a rule, ``{label: amount}``.")
 
     def __init__(self):
         self._tables: dict[str, dict] = {"absorbed": {}, "blocked": {}}
@@ -30,6 +41,7 @@ class Tally:
         self._pending.append((table, label, amount.detach()))
 
     def absorb(self, label: str, amount: Tensor) -> None:
+        """Add ``amount`` (a tensor) to :attr:`absorbed` under ``label``."""
         self._put("absorbed", label, amount)
 
     def _flush(self) -> None:
@@ -45,26 +57,6 @@ class Tally:
             target = self._tables[table]
             target[label] = value if label not in target else target[label] + value
 
-    @property
-    def absorbed(self) -> dict[str, float]:
-        self._flush()
-        return self._tables["absorbed"]
-
-    @absorbed.setter
-    def absorbed(self, table: dict) -> None:
-        self._flush()
-        self._tables["absorbed"] = table
-
-    @property
-    def blocked(self) -> dict[str, float]:
-        self._flush()
-        return self._tables["blocked"]
-
-    @blocked.setter
-    def blocked(self, table: dict) -> None:
-        self._flush()
-        self._tables["blocked"] = table
-
     @staticmethod
     def total(table: dict) -> float:
         return float(sum(table.values())) if table else 0.0
@@ -73,9 +65,8 @@ class Tally:
         return {k: float(v) for k, v in table.items()}
 
     def split(self, row_groups: dict, num_groups: int) -> Tensor | None:
-        """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the
-        group of each row of the tensors of each row count; None where some non-zero amount has no
-        group."""
+        """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the group of each row
+        of the tensors of each row count (``{count: groups}``); None where some non-zero amount has no group."""
         if self.unsplit:
             return None
         out = torch.zeros(num_groups, dtype=torch.float64)
