@@ -9,62 +9,41 @@ step, only the relevance of the message from :math:`j_{t-1}` to :math:`j_t` is k
 .. math::  R_{j_0 \dots j_L} = \big(M_{j_0} B_1 M_{j_1} B_2 \cdots M_{j_{L-1}} B_L M_{j_L} B_{\text{out}}\big) R,
 
 with :math:`B_t` the relevance backward of the model between the cut before and after step
-:math:`t` (its rules: the :class:`~lrp_lib.core.composites.Composite` and the forward rules of
-:class:`~lrp_lib.explain.explainer.LRPExplainer`, whose denominators are fixed in the forward, so
-each :math:`B_t` is linear), and :math:`M_j` keeping node :math:`j`'s row.  The cuts are made by
-PyG's ``MessagePassing`` hooks at every ``propagate`` call (:mod:`lrp_lib.explain.walks.graph`), so
-any model :class:`~lrp_lib.explain.explainer.LRPExplainer` explains has walks where its relevance
-moves between nodes only along messages (below: what is refused): GCN, GraphConv,
-SAGE, GIN, GINE and other convs with ``edge_attr``, GAT, GATv2, TransformerConv, residual,
-jumping-knowledge, gated and normalised models.  A step :math:`j \to k` is an edge of the
-``edge_index`` that the step propagates along (GCN's added self-loops included) or a self step
-:math:`j \to j` (root weights, skip connections; its relevance may be 0).  A route that skips
-steps (a jumping-knowledge head reading layer 1, an input fed to a later layer) belongs to the walks
-that stay at its node over the skipped steps.
-
-Heterogeneous graphs (``x`` and ``edge_index`` dicts: ``to_hetero``, ``HeteroConv``, ``HANConv``;
-:mod:`lrp_lib.explain.walks.hetero`): a walk is a sequence of typed nodes
-:math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`, each step along an edge of one edge type's
-``edge_index`` that a ``propagate`` of that step passes messages along (the relations of one layer
-are one step) or a self step; same definition and consequences, per node type and edge type.
+:math:`t` (the rules of :class:`~lrp_lib.explain.explainer.LRPExplainer`, whose denominators are
+fixed in the forward, so each :math:`B_t` is linear), and :math:`M_j` keeping node :math:`j`'s row.
+The cuts are made by PyG's ``MessagePassing`` hooks at every ``propagate`` call
+(:mod:`lrp_lib.explain.walks.graph`), so every model ``LRPExplainer`` explains whose relevance moves
+between nodes only along messages has walks: GCN, GraphConv, SAGE, GIN, GINE and other convs with
+``edge_attr``, GAT, GATv2, TransformerConv, residual, jumping-knowledge, gated and normalised models.
+A step :math:`j \to k` is an edge of the ``edge_index`` that the step propagates along (GCN's added
+self-loops included) or a self step :math:`j \to j` (root weights, skip connections; its relevance
+may be 0).  A route that skips steps (a jumping-knowledge head reading layer 1) belongs to the walks
+that stay at its node over the skipped steps.  Heterogeneous graphs (``x`` and ``edge_index``
+dicts): walks of typed nodes, :mod:`lrp_lib.explain.walks.hetero`.
 
 Consequences (exact, for every rule: the walks partition the backward):
 
-* the walks' relevances sum to the relevance that reaches ``x``; grouped by start node they are
+* the walks' relevances sum to the relevance that reaches ``x`` (to the output under LRP-0 on a
+  bias-free network of ReLUs, linear maps and sum pools); grouped by start node they are
   ``LRPExplainer``'s node relevance (:meth:`WalkModel.node_relevance`);
 * what the biases, the stabilisers and ``edge_attr`` keep is in no walk; it is reported beside
-  them (:attr:`WalkModel.bias_relevance`, :attr:`WalkModel.edge_attr_relevance`), as the
-  explanation reports ``bias_relevance`` beside the nodes;
+  them (:attr:`WalkModel.bias_relevance`, :attr:`WalkModel.edge_attr_relevance`);
 * the relevance that step :math:`t` carries along :math:`j \to k` (``LRPExplainer``'s edge
   relevance of that edge at that layer) is the sum of the walks through that step plus what the
   earlier biases keep of it (:meth:`WalkModel.step_relevance` gives both parts).
 
-Under LRP-0 on a bias-free network of ReLUs, linear maps and sum pools the walks' relevances sum to
-the output.  Relevance that moves between nodes without a message would belong to no walk, so
-:class:`WalkModel` refuses such models with :class:`WalksUndefinedError` (a ValueError naming the
-layer; :mod:`lrp_lib.explain.walks.defined`): a norm over the nodes of a graph (``GraphNorm``,
-``LayerNorm(mode='graph')``) or attention over all nodes between two layers, for a node-level output
-any such operation after the last layer (a walk ends at the explained node), and a ``propagate``
-over another node set than the input graph's (``GraphUNet``'s pooling, ``AttentiveFP``'s readout
-to a molecule node).  Rules: ``rule`` is anything :class:`~lrp_lib.explain.explainer.LRPExplainer`
-takes (a rule, a named composite, a :class:`~lrp_lib.core.composites.Composite`) or a list with one
-rule per message-passing module (:func:`gamma_schedule`); alpha-beta rules split positive and
-negative parts per unit and still give linear backwards here.
+Relevance that moves between nodes without a message (a norm over the nodes of a graph, attention
+over all nodes, pooling) would belong to no walk: :class:`WalkModel` refuses such models with
+:class:`WalksUndefinedError` (:mod:`lrp_lib.explain.walks.defined`).  ``rule`` is anything
+``LRPExplainer`` takes (a rule, a named composite, a :class:`~lrp_lib.core.composites.Composite`) or a
+list with one rule per message-passing module (:func:`gamma_schedule`).
 
-Computing: the recorded backward decomposes, between ``propagate`` calls, into one matrix per node
-(linear maps, activations, norms, root weights act row by row) and, inside each ``propagate``,
-into per-edge, per-feature shares of the aggregation (:mod:`lrp_lib.explain.walks.algebra`: one
-batched backward per step recovers the matrices, two per ``propagate`` the shares, and a weighted
-backward on random node weights checks the decomposition against the recorded graph).  On it,
-:func:`walk_relevance` is a product of small matrices per walk, :func:`subgraph_relevance` one
-masked pass (the sGNN-LRP relevance of Xiong et al., ICML 2022), no enumeration, and
-:func:`top_walks` a branch and bound with interval bounds (exact).  Where the decomposition does
-not hold (a route that skips two or more ``propagate`` calls: jumping knowledge, long residuals;
-a message that is not elementwise in what it reads) the same queries run as batched masked
-backwards of the recorded graph (exact, slower: ``top_walks`` then scores every walk).  The
-searches, node and edge scores from the top walks and the greedy subgraph search run on a recorded
-model in :mod:`lrp_lib.explain.walks.search`; :class:`WalkModel` in
-:mod:`lrp_lib.explain.walks.model`.
+Where the recorded backward decomposes into one matrix per node between steps and per-edge shares
+inside them (:mod:`lrp_lib.explain.walks.algebra`), :func:`walk_relevance` is a product of small
+matrices per walk, :func:`subgraph_relevance` one weighted pass (the sGNN-LRP relevance of Xiong et
+al., ICML 2022) and :func:`top_walks` a branch and bound (exact); elsewhere (jumping knowledge, long
+residuals) the same queries run as batched masked backwards of the recorded graph.  The searches are
+in :mod:`lrp_lib.explain.walks.search`, :class:`WalkModel` in :mod:`lrp_lib.explain.walks.model`.
 """
 from __future__ import annotations
 
@@ -135,29 +114,26 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="eps
               signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
     r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly.
 
-    Search (where the model decomposes into per-node matrices and per-edge shares,
-    :mod:`lrp_lib.explain.walks.algebra`): **branch and bound from the output side**.  A partial walk
-    is a suffix :math:`(j_t, \dots, j_L)` with its state :math:`a` at time :math:`t`; every completion
-    has relevance :math:`\pi \cdot a` for a prefix vector :math:`\pi` that lies in a box
-    :math:`[lo_t[j_t], hi_t[j_t]]` computed for all nodes by one pass of interval arithmetic from the
-    input, so :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds
+    Search (where the model decomposes, :mod:`lrp_lib.explain.walks.algebra`): **branch and bound
+    from the output side**.  A partial walk is a suffix :math:`(j_t, \dots, j_L)` with its state
+    :math:`a` at time :math:`t`; every completion has relevance :math:`\pi \cdot a` for a prefix vector
+    :math:`\pi` in a box :math:`[lo_t[j_t], hi_t[j_t]]` (one pass of interval arithmetic from the
+    input), so :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds
     the :math:`|R|` of every walk that extends the suffix.  A beam pass (width ``beam``, default
-    :math:`\max(8k, 64)`) completes some walks; the :math:`k`-th largest of their :math:`|R|` is a
-    threshold :math:`\tau` (lowered by float rounding's margin); then every suffix is expanded
-    step by step keeping those whose bound is :math:`\ge \tau`.  A walk of the true top :math:`k`
-    has :math:`|R| \ge \tau` and so do the bounds of all its suffixes: **the result is the exact top
-    k** (ties at the :math:`k`-th value broken arbitrarily).  With ``signed=True`` the bound is
-    :math:`\sum_f \max(lo_f a_f, hi_f a_f)` and the threshold the :math:`k`-th largest :math:`R`.
-    Elsewhere (a route that skips two or more ``propagate`` calls: jumping knowledge) every walk is
-    scored with batched masked backwards, :math:`N (d+1)^L` walks for average degree :math:`d`.
+    :math:`\max(8k, 64)`) completes some walks; the :math:`k`-th largest of their :math:`|R|`, lowered
+    by float rounding's margin, is a threshold :math:`\tau`; then every suffix is expanded step by step
+    keeping those whose bound is :math:`\ge \tau`.  A walk of the true top :math:`k` has
+    :math:`|R| \ge \tau` and so do the bounds of all its suffixes: **the result is the exact top k**.
+    With ``signed=True`` the bound is :math:`\sum_f \max(lo_f a_f, hi_f a_f)` and the threshold the
+    :math:`k`-th largest :math:`R`.  Elsewhere (jumping knowledge) every walk is scored with batched
+    masked backwards, :math:`N (d+1)^L` walks for average degree :math:`d`.
 
-    Walks whose relevance differs by less than :data:`TIE` (relative to the largest) are tied, as the
-    walks of a symmetric graph with constant features are; among them the walks with the smallest
-    node ids come first, so that the result does not depend on float rounding.
+    Walks whose relevance differs by less than :data:`~lrp_lib.explain.walks.search.TIE` (relative to
+    the largest) are tied, as the walks of a symmetric graph with constant features are; among them the
+    walks with the smallest node ids come first, so that the result does not depend on float rounding.
 
-    Heterogeneous graphs (``x``, ``edge_index`` dicts, :mod:`lrp_lib.explain.walks.hetero`): every
-    walk is scored (masked backwards), and the walks are returned typed, a list of
-    ``((type_0, j_0), ..., (type_L, j_L))``.
+    Heterogeneous graphs (:mod:`lrp_lib.explain.walks.hetero`): every walk is scored (masked
+    backwards), and the walks are returned typed, a list of ``((type_0, j_0), ..., (type_L, j_L))``.
 
     Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), sorted by decreasing :math:`|R|`
     (decreasing :math:`R` if ``signed``); fewer if the graph has fewer walks.

@@ -1,13 +1,12 @@
 r"""The walks' backward as small tensor algebra: per-node matrices and per-edge coefficients.
 
-:class:`~lrp_lib.explain.walks.graph.WalkGraph` records the model cut at its ``propagate`` calls; its
-backward is linear.  Between two ``propagate`` calls everything acts row by row (linear maps,
-activations, norms in eval mode, a root weight), so it is a matrix per node; inside a ``propagate``
-call the message of edge :math:`e: j \to k` is, under the rule, an elementwise share of the
-aggregation (the attention held constant as the rule holds it).  So (module docstring of
-:mod:`lrp_lib.explain.walks` for the notation): the relevance arriving at time :math:`t` at row
-:math:`k` is a vector :math:`a_t[k]` over the cuts of time :math:`t`, and a step :math:`j \to k`
-maps it to time :math:`t-1` at row :math:`j` by
+The backward of the recorded :class:`~lrp_lib.explain.walks.graph.WalkGraph` is linear.  Between two
+``propagate`` calls everything acts row by row (linear maps, activations, norms in eval mode, a root
+weight): a matrix per node; inside a ``propagate`` call the message of edge :math:`e: j \to k` is, under
+the rule, an elementwise share of the aggregation (the attention held constant as the rule holds it).
+So (notation of :mod:`lrp_lib.explain.walks`) the relevance arriving at time :math:`t` at row :math:`k`
+is a vector :math:`a_t[k]` over the cuts of time :math:`t`, and a step :math:`j \to k` maps it to time
+:math:`t-1` at row :math:`j` by
 
 .. math::  a_{t-1}[j] = \sum_c G_c[j \to k] \odot (E_t[k]\, a_t[k]) + [j = k]\, S_t[k]\, a_t[k]
 
@@ -16,29 +15,31 @@ step, per feature: the message's and the aggregation's shares, summed over paral
 ``x_i`` reads of all edges into :math:`k` on the self step) and :math:`S_t[k]` (the node-wise routes
 that skip the ``propagate``: root weights, residuals).  A walk's relevance is
 :math:`\pi_0[j_0] \cdot a_0[j_0]` with :math:`\pi_0` the relevance that reaches ``x`` per unit
-arrival.  The node matrices come from one batched backward per time (one probe per feature of the
-arrivals, at all nodes at once), the coefficients from two backwards per ``propagate``.
+arrival.  The node matrices come from one batched backward per time, the coefficients from two
+backwards per ``propagate``.
 
-The decomposition is checked, not assumed: :class:`WalkAlgebra` raises :class:`NotDecomposable`
-(and the walks fall back to masked backwards of the whole graph) where a message is not elementwise
-in what it reads, an aggregation is not a per-feature share, a route skips more than one
-``propagate`` (jumping knowledge), or the algebra's weighted backward differs from the recorded
-graph's on random node weights.
+The decomposition is checked, not assumed: :class:`WalkAlgebra` raises :class:`NotDecomposable` (and
+the walks fall back to masked backwards of the whole graph) where a message is not elementwise in what
+it reads, an aggregation is not a per-feature share, a route skips more than one ``propagate``, or the
+algebra's weighted backward differs from the recorded graph's on random node weights.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-__all__ = ["WalkAlgebra", "NotDecomposable"]
+__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out"]
 
 
 class NotDecomposable(Exception):
     """The recorded graph is not per-node matrices and per-edge elementwise shares (the reason)."""
 
 
-def _flat(t: Tensor, rows: int) -> Tensor:
-    return t.reshape(rows, -1)
+def fan_out(counts: Tensor) -> tuple[Tensor, Tensor]:
+    """For rows with ``counts`` children each: per child, its parent row and its rank among its siblings."""
+    parent = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    first = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    return parent, torch.arange(parent.numel(), device=counts.device) - first
 
 
 def _close(a: Tensor, b: Tensor, scale: float) -> bool:
@@ -63,23 +64,22 @@ class WalkAlgebra:
             if gr is None or cuts[i].kind == "attr":
                 continue
             if cuts[i].time == L - 1 and L > 0:  # the last layer's root: a self step at step L
-                pre[i] = _flat(gr.detach(), n).unsqueeze(0)
+                pre[i] = gr.detach().reshape(n, -1).unsqueeze(0)
             elif cuts[i].time != L:
                 if bool((gr != 0).any()):
                     raise NotDecomposable("the output reads a layer two or more propagate calls back "
                                           "(jumping knowledge)")
                 continue
             else:
-                arrive[i] = _flat(gr.detach(), n)
+                arrive[i] = gr.detach().reshape(n, -1)
         slots = sorted(arrive)
-        self.slots = {L: slots}
         if not slots:
             raise NotDecomposable("the output does not reach the last layer")
         # a column of ones carries what the output sends past the last propagate (through S_L)
         self.a_out = torch.cat([arrive[i] for i in slots] + ([grads[slots[0]].new_ones(n, 1)] if pre else []), 1)
         self.E, self.S, self.G, self.pairs = {}, {}, {}, {}
         for t in range(L, -1, -1):
-            exit_, skip = self._time(g, t, self.slots[t])
+            exit_, skip = self._time(g, t, slots)
             if t == L and pre:
                 exit_ = torch.cat([exit_, exit_.new_zeros(1, *exit_.shape[1:])])
                 for i, part in pre.items():
@@ -89,28 +89,23 @@ class WalkAlgebra:
                 self.pi0 = exit_.sum(2).t().contiguous()                           # (N, B_0)
                 break
             self.E[t] = exit_.permute(1, 0, 2).contiguous()                         # (N, B_t, d_O)
-            msg_slots, self.G[t], self.pairs[t] = self._messages(g, wm, t)
-            prev = sorted(set(msg_slots) | set(skip))
-            self.slots[t - 1] = prev
-            dims = {i: _flat(cuts[i].leaf, n).shape[1] for i in prev}
+            per_cut, self.pairs[t] = self._messages(g, wm, t)
+            slots = sorted(set(per_cut) | set(skip))     # the cuts of time t - 1 that a walk's state covers
+            dims = {i: cuts[i].leaf.reshape(n, -1).shape[1] for i in slots}
             offs, o = {}, 0
-            for i in prev:
+            for i in slots:
                 offs[i], o = o, o + dims[i]
-            self.G[t] = [(offs[i], G) for i, G in self.G[t]]
-            if skip:
-                S = exit_.new_zeros(n, exit_.shape[0], o)
-                for i, part in skip.items():
-                    S[:, :, offs[i]:offs[i] + dims[i]] = part.permute(1, 0, 2)
-                self.S[t] = S
-            else:
-                self.S[t] = None
+            self.G[t] = [(offs[i], G) for i, G in per_cut.items()]
+            self.S[t] = exit_.new_zeros(n, exit_.shape[0], o) if skip else None
+            for i, part in skip.items():
+                self.S[t][:, :, offs[i]:offs[i] + dims[i]] = part.permute(1, 0, 2)
         self._check(wm)
 
     # ---------------------------------------------------------------- building
     def _time(self, g, t: int, slots: list):
         """Probe the node-wise part of time t: returns (exit (B, N, d), {cut: (B, N, d) skip})."""
         n, cuts = self.n, g.cuts
-        dims = [_flat(cuts[i].leaf, n).shape[1] for i in slots]
+        dims = [cuts[i].leaf.reshape(n, -1).shape[1] for i in slots]
         B = sum(dims)
         state, o = {}, 0
         for i, d in zip(slots, dims):
@@ -127,7 +122,7 @@ class WalkAlgebra:
                 if exit_ is None:
                     exit_ = state.pop(i, None)
                     if t == 0 and exit_ is not None:  # what reaches x: relevance, x times its gradient
-                        exit_ = exit_ * _flat(c.leaf.detach(), n)
+                        exit_ = exit_ * c.leaf.detach().reshape(n, -1)
                     continue
                 raise NotDecomposable(f"two propagate outputs at step {t}")
             if i not in state or c.source is None:
@@ -147,11 +142,11 @@ class WalkAlgebra:
                     raise NotDecomposable("a route skips more than one propagate (jumping knowledge, a long residual)")
         if exit_ is None:
             ref = cuts[0].leaf if t == 0 else next(c.leaf for c in cuts if c.kind == "output" and c.layer == t)
-            exit_ = ref.new_zeros(B, n, _flat(ref, n).shape[1])
+            exit_ = ref.new_zeros(B, n, ref.reshape(n, -1).shape[1])
         return exit_, skip
 
     def _messages(self, g, wm, t: int):
-        """Per-feature shares of layer t's propagate: ([cut], [(cut, G (P, d))], (src, dst, ptr, self))."""
+        """Per-feature shares of layer t's propagate: ({cut: G (P, d)}, (src, dst, ptr, self))."""
         n = self.n
         msg = g.messages[t - 1]
         if msg.calls != 1 or not isinstance(msg.out, Tensor) or msg.flow != "source_to_target":
@@ -164,18 +159,17 @@ class WalkAlgebra:
         M, O = msg.out, out_cut.source
         if M.dim() == 0 or M.shape[0] != E:
             raise NotDecomposable(f"layer {t}'s message has no row per edge")
-        d = _flat(O, n).shape[1]
-        if _flat(M, E).shape[1] != d:
+        d = O.reshape(n, -1).shape[1]
+        if M.reshape(E, -1).shape[1] != d:
             raise NotDecomposable(f"layer {t}'s aggregation changes the feature size")
         dst = edges[1]
         (A,) = g.grad(O, [M], torch.ones_like(O), False)
-        A = torch.zeros(E, d, dtype=O.dtype, device=O.device) if A is None else _flat(A.detach(), E)
+        A = torch.zeros(E, d, dtype=O.dtype, device=O.device) if A is None else A.detach().reshape(E, -1)
         r = torch.rand_like(O)
         (Ar,) = g.grad(O, [M], r, False)
-        if Ar is not None and not _close(_flat(Ar.detach(), E), A * _flat(r, n)[dst], float(A.abs().max())):
+        if Ar is not None and not _close(Ar.detach().reshape(E, -1), A * r.reshape(n, -1)[dst], float(A.abs().max())):
             raise NotDecomposable(f"layer {t}'s aggregation is not a per-feature share of the messages")
-        args = [(name, v) for name, v in msg.args.items() if isinstance(name, str)]
-        tensors = [v[0] for _, v in args]
+        tensors = [v[0] for v in msg.args.values()]
         ones = g.grad(M, tensors, torch.ones_like(M), False)
         r = torch.rand_like(M)
         rand = g.grad(M, tensors, r, False)
@@ -186,11 +180,11 @@ class WalkAlgebra:
         pair_of_edge = torch.searchsorted(keys, dst * n + edges[0])
         self_p = src_p == dst_p
         per_cut: dict = {}
-        for (name, (tensor, cut, side)), D, Dr in zip(args, ones, rand):
+        for (name, (_, cut, side)), D, Dr in zip(msg.args.items(), ones, rand):
             if D is None:
                 continue
-            D, Dr = _flat(D.detach(), E), _flat(Dr.detach(), E)
-            if D.shape[1] != d or not _close(Dr, D * _flat(r, E), float(D.abs().max())):
+            D, Dr = D.detach().reshape(E, -1), Dr.detach().reshape(E, -1)
+            if D.shape[1] != d or not _close(Dr, D * r.reshape(E, -1), float(D.abs().max())):
                 raise NotDecomposable(f"layer {t}'s message is not elementwise in {name}")
             C = D * A
             G = per_cut.setdefault(cut, C.new_zeros(P, d))
@@ -201,7 +195,7 @@ class WalkAlgebra:
                 G[self_p] += on_k[dst_p[self_p]]
         counts = torch.bincount(dst_p, minlength=n)
         ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        return list(per_cut), list(per_cut.items()), (src_p, dst_p, ptr, self_p)
+        return per_cut, (src_p, dst_p, ptr, self_p)
 
     def _check(self, wm):
         """The algebra's weighted backward equals the recorded graph's on node weights 1 and random."""

@@ -1,40 +1,31 @@
 r"""Where GNN-LRP's walks are defined, checked on the recorded relevance graph.
 
-A walk :math:`(j_0, \dots, j_L)` moves from node to node only along the messages of the
-``propagate`` calls; everything else (linear maps, activations, root weights, residuals, norms
-with fixed statistics) must keep each node's relevance on that node's row.  The walks then
-partition the backward, and summed by start node they are ``LRPExplainer``'s node relevance.
-Where relevance moves between nodes *outside* message passing there is no walk it belongs to, so
-every walk relevance would be a wrong number: :class:`~lrp_lib.explain.walks.model.WalkModel`
-refuses such models with :class:`WalksUndefinedError`, naming the layer and the reason, when it
-is built.  Refused:
+A walk moves from node to node only along the messages of the ``propagate`` calls; everything else
+(linear maps, activations, root weights, residuals, norms with fixed statistics) must keep each node's
+relevance on that node's row.  Where relevance moves between nodes *outside* message passing it belongs
+to no walk, so :class:`~lrp_lib.explain.walks.model.WalkModel` refuses the model with
+:class:`WalksUndefinedError`, naming the layer and the reason:
 
-* a piece of the model between two cuts (:mod:`lrp_lib.explain.walks.graph`) whose relevance
-  backward moves relevance from one node's row to another's: a norm over the nodes of a graph
-  (PyG's ``LayerNorm`` in its default ``mode='graph'``, ``GraphNorm``), attention over all nodes
-  (``softmax(h h^T) h``, ``GPSConv``'s global attention), a mean over the nodes added back to
-  them, a virtual node, any other global operation.  (A norm whose statistics the rule holds
-  fixed acts row by row and is not refused: ``BatchNorm`` in eval, also ``PMLP``'s ``BatchNorm``
-  without running statistics, ``LayerNorm(mode='node')``.);
-* a ``propagate`` call (its messages, aggregation and ``update``) that sends relevance from a
-  receiver :math:`k` to a row :math:`j` other than its senders along the call's ``edge_index``
-  and :math:`k` itself (an ``update`` or a message that reads all nodes);
-* for a node-level output, relevance that leaves the explained node's row after the last
-  ``propagate`` (a global operation in the head): a walk ends at the explained node;
-* a ``propagate`` over another node set than the input graph's (pooling and unpooling as in
-  ``GraphUNet``, a readout by message passing to a graph node as in ``AttentiveFP``): a walk
-  is a sequence of the input graph's nodes.  (Raised while recording, by
-  :mod:`lrp_lib.explain.walks.graph`.)
+* a piece of the model between two cuts (:mod:`lrp_lib.explain.walks.graph`) that moves relevance from
+  one node's row to another's: a norm over the nodes of a graph (PyG's ``LayerNorm`` in its default
+  ``mode='graph'``, ``GraphNorm``), attention over all nodes (``GPSConv``'s global attention), a mean
+  over the nodes added back to them, a virtual node.  (A norm whose statistics the rule holds fixed acts
+  row by row: ``BatchNorm`` in eval, ``PMLP``'s ``BatchNorm``, ``LayerNorm(mode='node')``.);
+* a ``propagate`` call (messages, aggregation and ``update``) that sends relevance from a receiver
+  :math:`k` to a row other than its senders along the call's ``edge_index`` and :math:`k` itself;
+* for a node-level output, relevance that leaves the explained node's row after the last ``propagate``:
+  a walk ends at the explained node;
+* a ``propagate`` over another node set than the input graph's (``GraphUNet``'s pooling,
+  ``AttentiveFP``'s readout to a molecule node; raised while recording by :mod:`lrp_lib.explain.walks.graph`).
 
-The check is by probes, not by module types: for each piece, one backward of a random relevance
-:math:`G` and one of :math:`D_w G` (rows scaled by random weights :math:`w`); a piece that keeps
-rows gives :math:`D_w` times the first (the backward is linear, its denominators fixed in the
-forward), a piece that moves relevance between rows does not (up to rounding,
-:math:`\sqrt{\varepsilon}` relative).  A ``propagate`` call is probed by colours: the receivers
-split into 8 random classes, one backward per class (batched), and relevance may land only on the
-senders of that class's receivers and on the receivers themselves (a move between two nodes whose
-receivers share a class is missed: probability about 1/8 per pair).  A graph-level output may distribute its relevance over the
-nodes freely (the readout is the walks' last factor).
+The check is by probes, not by module types: per piece, one backward of a random relevance :math:`G` and
+one of :math:`D_w G` (rows scaled by random weights :math:`w`); a piece that keeps rows gives :math:`D_w`
+times the first (its backward is linear), up to :math:`\sqrt{\varepsilon}` relative.  A ``propagate`` is
+probed by colours: the receivers split into 8 random classes, one backward per class (batched), and
+relevance may land only on the senders of that class's receivers and on the receivers themselves (a move
+between two nodes whose receivers share a class is missed: probability about 1/8 per pair).  A
+graph-level output may distribute its relevance over the nodes freely (the readout is the walks' last
+factor).
 """
 from __future__ import annotations
 
@@ -66,7 +57,7 @@ def _rows(g: Tensor, dim: int, batched: bool) -> Tensor:
     return g.reshape(*g.shape[:2], -1) if batched else g.reshape(g.shape[0], -1)
 
 
-def _global(r: Tensor, c, n: int, dim: int = 0) -> Tensor:
+def global_rows(r: Tensor, c, n: int, dim: int = 0) -> Tensor:
     """Per-row values ``r`` of cut ``c`` (rows along ``dim``) placed at their global node ids (n
     along ``dim``): a heterogeneous cut holds one node type's rows (its offset and count)."""
     if c.count is None:
@@ -76,13 +67,9 @@ def _global(r: Tensor, c, n: int, dim: int = 0) -> Tensor:
 
 
 def _label(graph, c) -> str:
-    names = graph.names
-    if c is None:
-        return "the model's head (after the last message-passing layer)"
-    layer = names[c.layer - 1] if 0 < c.layer <= len(names) else "the input"
-    where = {"input": f"the input of '{layer}''s messages", "output": f"the output of '{layer}''s propagate",
-             "module": f"the input of '{layer}'"}.get(c.kind, "x")
-    return where
+    layer = graph.names[c.layer - 1] if 0 < c.layer <= len(graph.names) else "the input"
+    return {"input": f"the input of '{layer}''s messages", "output": f"the output of '{layer}''s propagate",
+            "module": f"the input of '{layer}'"}.get(c.kind, "x")
 
 
 def _moved(a: Tensor, b: Tensor) -> float:
@@ -107,7 +94,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
             if gr is None or dims[m] is None:
                 continue
             rows = _rows(gr.detach(), dims[m], False).abs().sum(1)
-            rows = _global(rows, cuts[m], n)
+            rows = global_rows(rows, cuts[m], n)
             off = float(rows.sum() - rows[index])
             if off > tol * max(float(rows.sum()), float(rows.max()), 1e-300):
                 raise WalksUndefinedError(
@@ -168,7 +155,7 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     for m, gr in enumerate(got):
         if gr is None or dims[m] is None:
             continue
-        mag = _global(_rows(gr.detach(), dims[m], True).abs().sum(-1), cuts[m], n, 1)   # (classes, N)
+        mag = global_rows(_rows(gr.detach(), dims[m], True).abs().sum(-1), cuts[m], n, 1)   # (classes, N)
         scale = float(mag.max())
         bad = (mag > tol * scale) & ~allowed
         if scale > 0 and bool(bad.any()):

@@ -1,44 +1,36 @@
 r"""The relevance graph of a model cut at its message-passing layers: the engine of the walks.
 
-The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the same
-forward rules and composite as :class:`~lrp_lib.explain.explainer.LRPExplainer`), so that what a backward
-carries is the rules' gradient and a tensor's relevance is the tensor times it.  PyG's
-``MessagePassing`` hooks cut every ``propagate`` call :math:`t = 1..L`: a propagate pre-hook
-replaces the node-level arguments of the messages (``x``, or the pair ``(x_j, x_i)``: the
-arguments that ``message`` reads as ``*_j`` / ``*_i``) by new leaves :math:`I_t`, and a propagate
-forward hook replaces its output by a new leaf :math:`O_t`.  Each cut has a *time*: the rows of
-:math:`I_t` are the senders :math:`j_{t-1}` (time :math:`t-1`), those of :math:`O_t` the receivers
-:math:`j_t` (time :math:`t`); ``x`` has time 0 and the explained output time :math:`L+1`.  A
-module forward pre-hook also cuts each (outermost) message-passing module's node input (time
-:math:`t-1`), so that a root weight or skip inside the module reaches back one time only; and the
-message hooks record what each ``message`` reads and returns (:class:`Message`, for
-:mod:`lrp_lib.explain.walks.algebra`).
+The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the forward
+rules and composite of :class:`~lrp_lib.explain.explainer.LRPExplainer`), so that a backward carries the
+rules' gradient and a tensor's relevance is the tensor times it.  PyG's ``MessagePassing`` hooks cut every
+``propagate`` call :math:`t = 1..L`: a propagate pre-hook replaces the node-level arguments of the messages
+(those ``message`` reads as ``*_j`` / ``*_i``) by new leaves :math:`I_t`, and a propagate forward hook
+replaces its output by a new leaf :math:`O_t`.  Each cut has a *time*: the rows of :math:`I_t` are the
+senders :math:`j_{t-1}` (time :math:`t-1`), those of :math:`O_t` the receivers :math:`j_t` (time
+:math:`t`); ``x`` has time 0 and the explained output time :math:`L+1`.  A module forward pre-hook also
+cuts each (outermost) message-passing module's node input (time :math:`t-1`), so that a root weight or skip
+inside the module reaches back one time only; the message hooks record what each ``message`` reads and
+returns (:class:`Message`, for :mod:`lrp_lib.explain.walks.algebra`).
 
-The backward of each piece between cuts is linear in the gradient it receives (the rules'
-denominators are fixed in the forward), and a cut's relevance is its value times its gradient, row by
-row, so weighting a row's gradient weights its relevance alike.  A walk :math:`(j_0, \dots, j_L)` -- more generally
-a row weight :math:`m_u` (N,) per time :math:`u` -- is then the nested backward in which relevance
-that goes from a cut of time :math:`s` to a cut of time :math:`s' < s` is multiplied, at its row
-:math:`r`, by :math:`\prod_{u=s'}^{s-1} m_u[r]`.  For a step between neighbouring times this is the
-walk's mask :math:`m_{s'}`; a route that skips times (a jumping-knowledge head reading an early
-layer, an input fed to a later layer) counts for the walks that *stay* at :math:`r` over the
-skipped times.  With every :math:`m_u = 1` this is the plain backward, so the walks' relevances sum
-to the relevance that reaches ``x`` (LRPExplainer's node relevance, summed), and grouped by start
-node they are LRPExplainer's node relevance.  Relevance that stays inside a time but moves between
-rows (a global operation between two layers, a virtual node) would belong to no walk: such models
-are refused (:mod:`lrp_lib.explain.walks.defined`), and so is a ``propagate`` over another node set
-than the input graph's (pooling: raised while recording).  A cut's node dimension is its module's
-``node_dim`` (ARMAConv propagates (K, N, C) stacks); the module gets a copy of each cut leaf, so
-that it may change it in place (GCN2Conv).
+The backward of each piece between cuts is linear in the gradient it receives, and a cut's relevance is its
+value times its gradient, row by row.  A walk :math:`(j_0, \dots, j_L)` -- more generally a row weight
+:math:`m_u` (N,) per time :math:`u` -- is then the nested backward in which relevance that goes from a cut
+of time :math:`s` to a cut of time :math:`s' < s` is multiplied, at its row :math:`r`, by
+:math:`\prod_{u=s'}^{s-1} m_u[r]`.  For a step between neighbouring times this is the walk's mask
+:math:`m_{s'}`; a route that skips times (a jumping-knowledge head reading an early layer) counts for the
+walks that *stay* at :math:`r` over the skipped times.  With every :math:`m_u = 1` this is the plain
+backward.  Relevance that moves between rows inside a time belongs to no walk: such models are refused
+(:mod:`lrp_lib.explain.walks.defined`), and so is a ``propagate`` over another node set than the input
+graph's (while recording).  A cut's node dimension is its module's ``node_dim`` (ARMAConv propagates
+(K, N, C) stacks).
 
-Heterogeneous graphs (:mod:`lrp_lib.explain.walks.hetero`, a ``layout``): the nodes of all types
-get global ids, each cut holds the rows of one node type (``offset``, ``count``), its time is one
-more than the latest cut its propagate reads (the propagates of one layer's relations share a time)
-and the masks are (B, total nodes), sliced per cut.
+Heterogeneous graphs (:mod:`lrp_lib.explain.walks.hetero`, a ``layout``): the nodes of all types get
+global ids, each cut holds the rows of one node type (``offset``, ``count``), its time is one more than
+the latest cut its propagate reads, and the masks are (B, total nodes), sliced per cut.
 
-Batching: the backward of one cut runs for a batch of gradients at once (``torch.func.vmap`` over
-``torch.autograd.grad``).  The mode's accounts (what biases and stabilisers keep) are read from its
-probes in the plain backward only.
+The backward of one cut runs for a batch of gradients at once (``torch.func.vmap`` over
+``torch.autograd.grad``); the mode's accounts (what biases and stabilisers keep) are read in the plain
+backward only.
 """
 from __future__ import annotations
 
@@ -53,24 +45,21 @@ from lrp_lib.core.modify import share_of
 from lrp_lib.core.stabilizer import LostRelevanceWarning
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
-from lrp_lib.explain.walks.defined import WalksUndefinedError
+from lrp_lib.explain.walks.defined import WalksUndefinedError, global_rows
 
 __all__ = ["WalkGraph", "Cut", "Message"]
 
 
-#: Up to this many rows a batched backward is one plain backward per row: on the forward rules' graphs (scatters,
-#: index_select) that is faster than ``torch.func.vmap`` (measured on the GCN of benchmarks/bench_walks.py, one
-#: thread: a subgraph's relevance on 10,000 nodes in half the time, the top 10 walks of 3,000 nodes in 0.6 of it)
+#: Up to this many rows a batched backward is one plain backward per row (faster than ``torch.func.vmap`` there).
 _LOOP_ROWS = 64
 
 
 def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
     """torch.autograd.grad, batched over grad's first dimension if ``batched``: one backward per row up to
-    ``_LOOP_ROWS`` rows, else vectorised by ``torch.func.vmap`` (else the legacy ``is_grads_batched``, else one
-    backward per row)."""
+    ``_LOOP_ROWS`` rows, else ``torch.func.vmap`` (else ``is_grads_batched``, else one backward per row)."""
     if not batched:
         return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True)
-    if grad.shape[0] <= _LOOP_ROWS:  # a few rows: one plain backward each (cheaper than vmap's batching rules)
+    if grad.shape[0] <= _LOOP_ROWS:
         return _rows(source, tensors, grad)
     unused = []
 
@@ -153,7 +142,6 @@ class WalkGraph:
     messages: list = field(default_factory=list)  # per layer: what its message read and returned (Message)
     output: Tensor | None = None
     num_nodes: int = 0
-    layout: object = None                         # heterogeneous: the node types' global ids (walk_hetero)
 
     @property
     def depth(self) -> int:
@@ -167,9 +155,18 @@ class WalkGraph:
         graphs, :class:`~lrp_lib.explain.walks.hetero.HeteroLayout`): inputs named ``("x", node type)``,
         each cut's time and node type found from the cuts it depends on, steps in global node ids."""
         mode = ForwardMode(composite, model)
-        graph = cls(mode, num_nodes=num_nodes, layout=layout)
+        graph = cls(mode, num_nodes=num_nodes)
         names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         handles, active = [], []
+
+        def cut(p: Tensor, time: int, layer: int, kind: str, dim: int, node_type, offset: int, count: int) -> Tensor:
+            """Cut ``p`` by a new leaf; returns a marked copy of it for the model, which may change it in
+            place (GCN2Conv: x.mul_)."""
+            leaf = mode.mark(p.detach().requires_grad_(True))
+            graph.cuts.append(Cut(leaf, p, time, layer, kind, dim, *((offset, count) if layout is not None else ())))
+            if layout is not None:
+                layout.note(leaf, time, node_type)
+            return mode.mark(leaf.clone())
 
         def pre(module, args):
             edge_index, size, kwargs = args
@@ -179,6 +176,7 @@ class WalkGraph:
             node_args = {a[:-2] for a in module._user_args if a.endswith(("_i", "_j"))}
             new = dict(kwargs)
             layer = len(graph.steps) + 1
+            name = names.get(id(module), type(module).__name__)
             message = Message(flow=getattr(module, "flow", "source_to_target"))
             marked = [(key, part, p, len(kwargs[key]) if isinstance(kwargs[key], (tuple, list)) else 0)
                       for key in sorted(node_args & set(kwargs))
@@ -187,34 +185,28 @@ class WalkGraph:
             if not marked:
                 active.append(None)
                 return None
+            if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
+                raise UnsupportedModelError(
+                    f"walks need each message-passing layer to propagate along a (2, E) edge_index tensor, "
+                    f"but '{name}' propagates along a {type(edge_index).__name__} (a sparse adjacency has no "
+                    f"per-edge messages): pass edge_index as a (2, E) tensor")
             place = layout.place_call(module, names, edge_index, marked) if layout is not None else \
                 dict(time=layer, parts=[(None, 0, num_nodes)] * len(marked))
             leaves = {}
             for (key, part, p, width), (node_type, offset, count) in zip(marked, place["parts"]):
                 dim = _check_nodes(p, module, count, names, f"its argument {key!r}")
-                leaf = mode.mark(p.detach().requires_grad_(True))
                 message.cuts[(key, part if width > 1 else None)] = len(graph.cuts)
-                graph.cuts.append(Cut(leaf, p, place["time"] - 1, layer, "input", dim,
-                                      *((offset, count) if layout is not None else ())))
-                if layout is not None:
-                    layout.note(leaf, place["time"] - 1, node_type)
-                leaves[(key, part)] = mode.mark(leaf.clone())  # the module may change it in place
+                leaves[(key, part)] = cut(p, place["time"] - 1, layer, "input", dim, node_type, offset, count)
             for key in {k for k, *_ in marked}:
                 value = kwargs[key]
                 parts = value if isinstance(value, (tuple, list)) else (value,)
                 out = [leaves.get((key, i), p) for i, p in enumerate(parts)]
                 new[key] = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
-            if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
-                raise UnsupportedModelError(
-                    f"walks need each message-passing layer to propagate along a (2, E) edge_index tensor, "
-                    f"but '{names.get(id(module), type(module).__name__)}' propagates along a "
-                    f"{type(edge_index).__name__} (a sparse adjacency has no per-edge messages): pass edge_index "
-                    f"as a (2, E) tensor")
             active.append(module)
             graph.messages.append(message)
             graph.steps.append(place.get("edges", edge_index.detach().long()))
             graph.times.append(place["time"])
-            graph.names.append(names.get(id(module), type(module).__name__))
+            graph.names.append(name)
             return edge_index, size, new
 
         def post(module, args, out):
@@ -223,12 +215,7 @@ class WalkGraph:
                 return None
             node_type, offset, count = layout.calls[-1]["dst"] if layout is not None else (None, 0, num_nodes)
             dim = _check_nodes(out, module, count, names, "its output")
-            leaf = mode.mark(out.detach().requires_grad_(True))
-            graph.cuts.append(Cut(leaf, out, graph.times[-1], len(graph.steps), "output", dim,
-                                  *((offset, count) if layout is not None else ())))
-            if layout is not None:
-                layout.note(leaf, graph.times[-1], node_type)
-            return mode.mark(leaf.clone())  # the module may change it in place (GCN2Conv: x.mul_)
+            return cut(out, graph.times[-1], len(graph.steps), "output", dim, node_type, offset, count)
 
         def message_pre(module, args):
             if not active or active[-1] is not module:
@@ -240,9 +227,9 @@ class WalkGraph:
                 if not (isinstance(value, Tensor) and name.endswith(("_i", "_j"))):
                     continue
                 side = j if name.endswith("_j") else 1 - j
-                cut = msg.cuts.get((name[:-2], None), msg.cuts.get((name[:-2], side)))
-                if isinstance(cut, int):
-                    msg.args[name] = (value, cut, side)
+                index = msg.cuts.get((name[:-2], None), msg.cuts.get((name[:-2], side)))
+                if isinstance(index, int):
+                    msg.args[name] = (value, index, side)
             return None
 
         def message_post(module, args, out):
@@ -259,21 +246,15 @@ class WalkGraph:
             key = "x" if "x" in kwargs else (0 if args else None)
             value = kwargs.get("x") if key == "x" else (args[0] if key == 0 else None)
             parts = value if isinstance(value, (tuple, list)) else (value,)
-            out, cut_any = [], False
+            out = []
             for p in parts:
                 where = layout.place_tensor(p) if layout is not None and isinstance(p, Tensor) \
                     and mode.is_marked(p) else (len(graph.steps), None, 0, num_nodes)
                 if isinstance(p, Tensor) and mode.is_marked(p) and p.dim() >= 1 and p.shape[0] == where[3]:
-                    leaf = mode.mark(p.detach().requires_grad_(True))
-                    graph.cuts.append(Cut(leaf, p, where[0], len(graph.steps) + 1, "module",
-                                          *((0, where[2], where[3]) if layout is not None else ())))
-                    if layout is not None:
-                        layout.note(leaf, where[0], where[1])
-                    out.append(mode.mark(leaf.clone()))
-                    cut_any = True
+                    out.append(cut(p, where[0], len(graph.steps) + 1, "module", 0, *where[1:]))
                 else:
                     out.append(p)
-            if not cut_any:
+            if all(o is p for o, p in zip(out, parts)):
                 return None
             new = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
             if key == "x":
@@ -317,14 +298,11 @@ class WalkGraph:
         """The nested backward for ``batch`` row weightings at once.
 
         ``start``: the relevance of the output (its shape).  ``masks``: a function ``u -> (B, N)``
-        row weight at time ``u`` (or None: 1).  Returns ``(rel, attr, captured)``: the relevance of
+        row weight at time ``u`` (or None: 1).  Returns ``(rels, captured)``: ``rels`` the relevance of
         every cut of kind ``"x"`` and ``"attr"`` (name order of the inputs) as (B, *shape) tensors
-        (``batch=None``: one plain backward, no batch dimension, the mode's accounts read from its probes),
-        and, if ``capture = t``, what layer t's output sends back: ``{"input": (B, N) per sender row,
-        "attr": (B, E) per edge}`` (the relevance the layer's messages carry).
-
-        What travels between the cuts is the gradient of the forward rules (relevance is a cut's value
-        times it); a row weight on the gradient is the same weight on the row's relevance."""
+        (``batch=None``: one plain backward, no batch dimension, the mode's accounts read from its probes);
+        ``captured``, if ``capture = t``, what layer t's output sends back: ``{"input": (B, N) per sender
+        row, "attr": (B, E) per edge}`` (the relevance the layer's messages carry)."""
         L = self.depth
         cuts = self.cuts
         state: dict[int, Tensor] = {}
@@ -358,9 +336,8 @@ class WalkGraph:
                 if capture is not None and layer == capture and (c.kind == "attr" or
                                                                  (c.kind == "input" and c.layer == capture)):
                     part = (g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1)
-                    if c.kind == "input" and c.count is not None:  # a node type's rows, in global ids
-                        part = part.new_zeros(part.shape[0], self.num_nodes).index_copy_(
-                            1, torch.arange(c.offset, c.offset + c.count, device=part.device), part)
+                    if c.kind == "input":
+                        part = global_rows(part, c, self.num_nodes, 1)
                     captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
                 state[i] = g if i not in state else state[i] + g
         order = list(range(len(cuts)))
@@ -383,8 +360,3 @@ class WalkGraph:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", LostRelevanceWarning)
             return _grad(source, tensors, grad, batched)
-
-    def check_depth(self):
-        if self.depth == 0:
-            raise ValueError("model: walks need at least one message-passing layer whose messages depend on x "
-                             "(a MessagePassing module called in model.forward)")

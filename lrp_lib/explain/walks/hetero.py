@@ -4,30 +4,21 @@ r"""GNN-LRP's walks on a heterogeneous graph (``x`` and ``edge_index`` dicts, as
 A walk is a sequence of typed nodes :math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`: step :math:`t`
 goes along an edge :math:`j_{t-1} \to j_t` of one edge type :math:`(\tau_{t-1}, r, \tau_t)` whose
 ``edge_index`` a ``propagate`` of step :math:`t` passes messages along, or stays at its node (a self
-step).  Its relevance is the nested LRP backward that keeps, at every step, only the messages from
-:math:`j_{t-1}` to :math:`j_t` (:mod:`lrp_lib.explain.walks`, the same definition); where several
-edge types join the same two nodes at one step (parallel relations), a walk through them keeps all
-their messages, as a homogeneous walk keeps the messages of parallel edges.
+step); its relevance is defined as in :mod:`lrp_lib.explain.walks`.  Where several edge types join
+the same two nodes at one step (parallel relations), a walk through them keeps all their messages.
 
 The nodes of all types get one global id each: type :math:`\tau` (in the order of ``x``'s keys)
 holds ids ``offset[τ] .. offset[τ] + count[τ] - 1``.  The model runs once, cut at every
-``propagate`` (:mod:`lrp_lib.explain.walks.graph` with a :class:`HeteroLayout`); the layers of one
-step are the propagates of the relations (``to_hetero`` and ``HeteroConv`` call one module per edge
-type), so a cut's *time* is not its call's rank but found from the cuts it depends on: the
-propagate that reads cuts of time at most :math:`t - 1` is a step :math:`t`, and each cut's rows
-are the nodes of the one node type it depends on.  The queries are the masked backwards of
-:class:`~lrp_lib.explain.walks.model.WalkModel` on the global ids (exact; the per-node algebra of
-homogeneous graphs, with one feature size for all nodes, is not used: ``top_walks`` scores every
-walk).  Consequences, as for homogeneous graphs: the walks summed by start node are
-``LRPExplainer``'s node relevance of each node type; what the messages of step :math:`t` carry
-along :math:`j \to k` of edge type :math:`e` (``LRPExplainer``'s edge relevance of that edge,
-summed over the steps) is the relevance of the walks through that step plus what earlier biases
-keep of it.
+``propagate`` (:mod:`lrp_lib.explain.walks.graph` with a :class:`HeteroLayout`); the relations of one
+layer are one step, so a cut's *time* is found from the cuts it depends on: the propagate that reads
+cuts of time at most :math:`t - 1` is a step :math:`t`, and each cut's rows are the nodes of the one
+node type it depends on.  The queries are the masked backwards of
+:class:`~lrp_lib.explain.walks.model.WalkModel` on the global ids (exact; the per-node algebra is not
+used: ``top_walks`` scores every walk), with the same consequences per node type and edge type.
 
 Refused (:class:`~lrp_lib.explain.walks.defined.WalksUndefinedError`) where refused on homogeneous
-graphs; a propagate over one tensor holding several node types (``HGTConv`` concatenates them into
-one graph) raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError`: its walks are
-defined but its rows are not told apart here.
+graphs; a propagate over one tensor holding several node types (``HGTConv``) raises
+:class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError`: its rows are not told apart here.
 """
 from __future__ import annotations
 
@@ -35,11 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
-from lrp_lib.explain.inputs import check_hetero_inputs
-from lrp_lib.explain.inputs import uncompiled
-from lrp_lib.explain.walks.defined import check_walks_defined
-from lrp_lib.explain.walks.graph import WalkGraph
-from lrp_lib.explain.walks.model import WalkModel, check_walks, composite_of, explained_start, step_pairs
+from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
+from lrp_lib.explain.walks.model import WalkModel, check_model, check_walks, composite_of, step_pairs
+from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
 
@@ -105,9 +94,6 @@ class HeteroLayout:
         name = f"'{names.get(id(module), type(module).__name__)}'"
         if getattr(module, "flow", "source_to_target") != "source_to_target":
             raise UnsupportedModelError(f"walks on a heterogeneous graph: {name} propagates target_to_source")
-        if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
-            raise UnsupportedModelError(f"walks need each layer to propagate along a (2, E) edge_index tensor; "
-                                        f"{name} propagates along a {type(edge_index).__name__}")
         node_dim = getattr(module, "node_dim", -2)
         placed = [self.place_tensor(p, name, node_dim if -p.dim() <= node_dim < p.dim() else 0)
                   for _, _, p, _ in marked]
@@ -150,47 +136,32 @@ class HeteroWalkModel(WalkModel):
 
     def __init__(self, model: nn.Module, x: dict, edge_index: dict, rule="epsilon", *, index=None,
                  target: int | None = None, **model_kwargs):
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        check_model(model)
         check_hetero_inputs(x, edge_index)
         if not x:
             raise ValueError("x is an empty dict: give the features of at least one node type")
         composite = composite_of(rule, model)
         self.layout = layout = HeteroLayout(x, edge_index)
         self.node_types, self.offset, self.count = layout.types, layout.offset, layout.count
-        self.num_nodes = layout.num_nodes
+        self.num_nodes = n = layout.num_nodes
         self.xs = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
         self.x = next(iter(self.xs.values()))
-        training = model.training
-        model.eval()
-        try:
-            self.graph = WalkGraph.record(model, composite, {("x", k): v for k, v in self.xs.items()},
-                                          lambda: model(self.xs, edge_index, **model_kwargs), self.num_nodes, layout)
-        finally:
-            model.train(training)
-        g = self.graph
-        g.check_depth()
-        if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
-            raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
+        g = self._record(model, composite, {("x", k): v for k, v in self.xs.items()},
+                         lambda: model(self.xs, edge_index, **model_kwargs), layout)
         row, self.index = self._index(index, g.output)
-        self.start = explained_start(g.output, row, target)
-        check_walks_defined(g, self.start, self.index, self.num_nodes)
-        self.output = self.start.sum()
-        n = self.num_nodes
-        self.steps = [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)
-                      for t in range(1, self.depth + 1)]
-        rels, _ = g.backward(self.start, lambda u: None, None)
+        rels = self._explain(row, target, [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)
+                                           for t in range(1, g.depth + 1)])
         self._node = {k: (r if r is not None else torch.zeros_like(self.xs[k])).detach()
                       for k, r in zip(self.node_types, rels)}
         self.edge_attr_relevance = None
-        self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
         self.total = float(sum(r.sum() for r in self._node.values()))
         self.edge_types = list(edge_index)
         self.edge_index = torch.cat([edge_index[k].long() + torch.tensor([[self.offset[k[0]]], [self.offset[k[2]]]])
                                      for k in self.edge_types], 1) if self.edge_types else torch.zeros(2, 0).long()
         self._algebra, self.slow_reason = None, "a heterogeneous graph: the queries run masked backwards"
 
-    def _index(self, index, out):
+    def _index(self, index, out: Tensor):
+        """(the output's row, the global node id) of ``index`` (class docstring); (None, None) if None."""
         if index is None:
             return None, None
         if isinstance(index, tuple):
@@ -200,7 +171,7 @@ class HeteroWalkModel(WalkModel):
             node_type, row = index
         else:
             row = index
-            types = sorted({ty for _, ty in self.layout.locate(out)}, key=str) if isinstance(out, Tensor) else []
+            types = sorted({ty for _, ty in self.layout.locate(out)}, key=str)
             if len(types) != 1:
                 raise ValueError(f"index={index!r}: the output's rows depend on the node types {types}; pass "
                                  f"index=(node type, row)")
@@ -210,10 +181,9 @@ class HeteroWalkModel(WalkModel):
         if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.count[node_type]:
             raise ValueError(f"index must be a row of node type {node_type!r} (0..{self.count[node_type] - 1}), "
                              f"got {row!r}")
-        if isinstance(out, Tensor) and (out.dim() == 0 or out.shape[0] != self.count[node_type]):
+        if out.dim() == 0 or out.shape[0] != self.count[node_type]:
             raise ValueError(f"index={index!r} is a node of type {node_type!r} ({self.count[node_type]} nodes), "
                              f"but the model's output has shape {tuple(out.shape)}")
-        self.index_type = node_type
         return row, self.offset[node_type] + row
 
     def _run(self, masks, batch: int, capture: int | None = None):
@@ -296,14 +266,9 @@ class HeteroWalkModel(WalkModel):
             keys = torch.unique(e[1] * n + e[0], sorted=True)
             pairs = torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")], 1)
             walks, carried = [], []
-            for chunk in pairs.split(_CHUNK):
-                a = torch.nn.functional.one_hot(chunk[:, 0], n)
-                b = torch.nn.functional.one_hot(chunk[:, 1], n)
-                rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], c + 1)
-                walks.append(rel.sum((1, 2)))
-                inp = cap.get("input")
-                carried.append(inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else
-                               rel.new_zeros(chunk.shape[0]))
+            for _, through, carry, _ in self._through(pairs, t, c + 1):
+                walks.append(through)
+                carried.append(carry)
             local = pairs - torch.tensor([call["src"][1], call["dst"][1]], device=pairs.device)
             out.append(dict(edge_type=call["edge_type"], time=t, module=call["name"], pairs=local,
                             walks=torch.cat(walks) if walks else self.x.new_zeros(0),
@@ -322,14 +287,7 @@ class HeteroWalkModel(WalkModel):
                 continue
             ref = self.layout.edge_index[s["edge_type"]].long().to(s["pairs"].device)
             m = int(max(int(ref.max()) if ref.numel() else 0, int(s["pairs"].max()) if s["pairs"].numel() else 0)) + 1
-            keys = ref[0] * m + ref[1]
-            uniq, inverse = torch.unique(keys, sorted=True, return_inverse=True)
-            copies = torch.bincount(inverse, minlength=uniq.numel()).to(self.x.dtype)
-            q = s["pairs"][:, 0] * m + s["pairs"][:, 1]
-            pos = torch.searchsorted(uniq, q).clamp(max=max(uniq.numel() - 1, 0))
-            found = uniq[pos] == q if uniq.numel() else torch.zeros_like(q, dtype=torch.bool)
-            per = self.x.new_zeros(uniq.numel()).index_add_(0, pos[found], s[part][found])
-            out[s["edge_type"]] += (per / copies)[inverse]
+            out[s["edge_type"]] += to_edges(ref[0] * m + ref[1], s["pairs"][:, 0] * m + s["pairs"][:, 1], s[part])
         return out
 
 

@@ -11,13 +11,13 @@ from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
 from lrp_lib.explain.targets import start_relevance
-from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra
+from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
 
 __all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
-           "composite_of", "step_pairs", "check_walks"]
+           "composite_of", "step_pairs", "check_walks", "check_model"]
 
 _CHUNK = 1024
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
@@ -36,7 +36,7 @@ def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float
     return [Epsilon(0.0) if g == 0 else Gamma(float(g), eps) for g in gammas]
 
 
-def composite_of(rule, model: nn.Module | None = None) -> Composite:
+def composite_of(rule, model: nn.Module) -> Composite:
     """The Composite of ``rule``; a list: one rule per (outermost) message-passing module of ``model``
     (``to_hetero`` and ``HeteroConv`` have one per edge type and layer), in the order of its modules."""
     if not isinstance(rule, (list, tuple)):
@@ -49,13 +49,18 @@ def composite_of(rule, model: nn.Module | None = None) -> Composite:
             rules.append(get_rule(r))
         except (ValueError, TypeError) as e:
             raise type(e)(f"rule[{i}]: {e}") from None
-    if model is not None:
-        names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
-        layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
-        if len(rule) != len(layers):
-            raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
-                             f"model has {len(layers)} message-passing module(s): give one rule per module")
+    names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+    layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
+    if len(rule) != len(layers):
+        raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
+                         f"model has {len(layers)} message-passing module(s): give one rule per module")
     return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
+
+
+def check_model(model) -> None:
+    """Raise TypeError unless ``model`` is a torch.nn.Module."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def _check_index(index, n: int) -> int:
@@ -71,9 +76,8 @@ def _check_index(index, n: int) -> int:
 
 
 def explained_start(out, index, target) -> Tensor:
-    """The output's relevance: the explained entry (row ``index``, column ``target``) keeps its value."""
-    if not isinstance(out, Tensor):
-        raise ValueError(f"model must return a tensor, got {type(out).__name__}")
+    """The output's relevance: the explained entry (row ``index``, column ``target``) keeps its value
+    (a class column's logit as ``LRPExplainer`` starts from it)."""
     sel = torch.zeros_like(out, dtype=torch.bool)
     view = sel
     if index is not None:
@@ -88,7 +92,6 @@ def explained_start(out, index, target) -> Tensor:
     if view.numel() != 1:
         raise ValueError(f"the explained output must be one number, but the model's output has shape "
                          f"{tuple(out.shape)}: pass index= (node-level) and/or target= (the class column)")
-    # the one explained entry, as LRPExplainer's start: a class column's logit, else the value itself
     if target is not None and out.dim() >= 1 + (index is not None or out.dim() > 1):
         config = ModelConfig(mode="multiclass_classification", task_level="node" if index is not None else "graph",
                              return_type="raw")
@@ -108,16 +111,13 @@ class WalkModel:
     None), ``total`` (the relevance that reaches ``x``: the sum over all walks).
 
     Raises :class:`~lrp_lib.explain.walks.defined.WalksUndefinedError` (a ValueError) where walks are
-    not defined: relevance moving between nodes outside message passing (a graph-wise norm, attention
-    over all nodes between two layers; a propagate whose update or message reads all nodes),
-    relevance leaving the explained node after the last layer (node level), or a layer propagating
-    over another node set (pooling, a readout node).
+    not defined: relevance moving between nodes outside message passing, or a layer propagating over
+    another node set (the cases: :mod:`lrp_lib.explain.walks.defined`).
     """
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
                  index: int | None = None, target: int | None = None, **model_kwargs):
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        check_model(model)
         x = check_node_features(x, "x")
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
         composite = composite_of(rule, model)
@@ -130,28 +130,40 @@ class WalkModel:
         if isinstance(attr, Tensor) and attr.is_floating_point():
             model_kwargs = dict(model_kwargs, edge_attr=attr.detach().clone().requires_grad_(True))
             inputs["edge_attr"] = model_kwargs["edge_attr"]
-        training = model.training
-        model.eval()
-        try:
-            self.graph = WalkGraph.record(model, composite, inputs,
-                                          lambda: model(self.x, edge_index, **model_kwargs), self.num_nodes)
-        finally:
-            model.train(training)
-        g = self.graph
-        g.check_depth()
-        if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
-            raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
-        self.start = explained_start(g.output, self.index, target)
-        check_walks_defined(g, self.start, self.index, self.num_nodes)
-        self.output = self.start.sum()
-        self.steps = [step_pairs(e, self.num_nodes) for e in g.steps]
-        (rel, *attr_rel), _ = g.backward(self.start, lambda u: None, None)
+        g = self._record(model, composite, inputs, lambda: model(self.x, edge_index, **model_kwargs))
+        rel, *attr_rel = self._explain(self.index, target, [step_pairs(e, self.num_nodes) for e in g.steps])
         self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
         self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
                                     (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
-        self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
         self.total = float(self._node.sum())
         self._algebra, self.slow_reason = _UNBUILT, None
+
+    def _record(self, model: nn.Module, composite, inputs: dict, call, layout=None) -> WalkGraph:
+        """Record ``call()`` in eval mode (:meth:`WalkGraph.record`); raise where it has no walks."""
+        training = model.training
+        model.eval()
+        try:
+            self.graph = g = WalkGraph.record(model, composite, inputs, call, self.num_nodes, layout)
+        finally:
+            model.train(training)
+        if g.depth == 0:
+            raise ValueError("model: walks need at least one message-passing layer whose messages depend on x "
+                             "(a MessagePassing module called in model.forward)")
+        if not isinstance(g.output, Tensor) or not g.mode.is_marked(g.output):
+            raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it")
+        return g
+
+    def _explain(self, row, target, steps: list) -> list:
+        """Explain the output's entry (``row``, ``target``), check that walks are defined, set ``steps``;
+        returns the plain backward's relevance of the inputs."""
+        g = self.graph
+        self.start = explained_start(g.output, row, target)
+        check_walks_defined(g, self.start, self.index, self.num_nodes)
+        self.output = self.start.sum()
+        self.steps = steps
+        rels, _ = g.backward(self.start, lambda u: None, None)
+        self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
+        return rels
 
     @property
     def algebra(self) -> WalkAlgebra | None:
@@ -169,8 +181,8 @@ class WalkModel:
         self._algebra = value
 
     def _use_algebra(self, rows: int) -> bool:
-        """Whether a query of ``rows`` walks or weightings goes through the algebra: always once it is
-        built; building it (one batched backward per step) pays from a few dozen rows on."""
+        """Whether a query of ``rows`` walks or weightings goes through the algebra: once it is built, or
+        from ``_ALGEBRA_FROM`` rows on (building it costs one batched backward per step)."""
         if self._algebra is _UNBUILT and rows < _ALGEBRA_FROM:
             return False
         return self.algebra is not None
@@ -189,6 +201,18 @@ class WalkModel:
         if rel is None:
             rel = self.x.new_zeros(batch, *self.x.shape)
         return rel.detach(), captured
+
+    def _through(self, pairs: Tensor, t: int, layer: int):
+        """Per chunk of ``pairs`` (P, 2) ``(j, k)`` of step t: the chunk, the walks through j -> k at step t,
+        what ``layer``'s messages carry to j's row, and the backward's captures of ``layer``."""
+        n = self.num_nodes
+        for chunk in pairs.split(_CHUNK):
+            a = torch.nn.functional.one_hot(chunk[:, 0], n)
+            b = torch.nn.functional.one_hot(chunk[:, 1], n)
+            rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], layer)
+            inp = cap.get("input")
+            carried = inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else rel.new_zeros(chunk.shape[0])
+            yield chunk, rel.sum((1, 2)), carried, cap
 
     # ---- queries
     def walk_relevance(self, walks: Tensor) -> Tensor:
@@ -221,8 +245,7 @@ class WalkModel:
     def subgraph_relevance(self, nodes, alpha: float = 0.0) -> Tensor:
         """As :func:`subgraph_relevance`, on this recorded forward pass."""
         alpha = check_alpha(alpha)
-        mask = _node_mask(nodes, self.num_nodes).to(self.x.device)
-        inside = mask.to(self.x.dtype)
+        inside = _node_mask(nodes, self.num_nodes).to(self.x.device).to(self.x.dtype)
         if alpha == 0:
             return self.weighted_relevance(inside)
         outside = (1 - inside) * alpha
@@ -248,19 +271,14 @@ class WalkModel:
         which is ``walks`` plus what the earlier layers' biases keep of it; ``edge_attr`` (P,) the
         relevance the step's messages send into the ``edge_attr`` of the input edges j -> k (or None).
         One batched backward per step."""
-        out, n = [], self.num_nodes
+        out, e = [], self.edge_index
         for t in range(1, self.depth + 1):
             pairs = self.steps[t - 1].t()
             walks, carried, attrs = [], [], []
-            for chunk in pairs.split(_CHUNK):
-                a = torch.nn.functional.one_hot(chunk[:, 0], n)
-                b = torch.nn.functional.one_hot(chunk[:, 1], n)
-                rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], t)
-                walks.append(rel.sum((1, 2)))
-                inp = cap.get("input")
-                carried.append(inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else rel.new_zeros(len(chunk)))
+            for chunk, through, carry, cap in self._through(pairs, t, t):
+                walks.append(through)
+                carried.append(carry)
                 if "attr" in cap:  # the edge_attr of the input edges j -> k that the step's messages read
-                    e = self.edge_index
                     own = (e[0].unsqueeze(0) == chunk[:, :1]) & (e[1].unsqueeze(0) == chunk[:, 1:])
                     attrs.append((cap["attr"] * own).sum(1))
             out.append((pairs, torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None))
@@ -334,9 +352,7 @@ def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
         counts = torch.bincount(pairs[1], minlength=n)
         ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
         k = walks[:, 0]
-        c = counts[k]
-        parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), c)
-        offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(c.cumsum(0) - c, c)
+        parent, offs = fan_out(counts[k])
         walks = torch.cat([pairs[0][ptr[k][parent] + offs].unsqueeze(1), walks[parent]], dim=1)
     return walks
 

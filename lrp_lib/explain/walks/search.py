@@ -1,7 +1,6 @@
 r"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search,
-on a :class:`~lrp_lib.explain.walks.model.WalkModel` (the product's relevance graph cut at its
-message-passing steps), the ``wm`` of every function here; :mod:`lrp_lib.explain.walks` runs them on a model
-and a graph."""
+on a :class:`~lrp_lib.explain.walks.model.WalkModel`, the ``wm`` of every function here;
+:mod:`lrp_lib.explain.walks` runs them on a model and a graph."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -9,34 +8,20 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["GreedySubgraph", "best_walks", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of",
-           "scores_of"]
+from lrp_lib.explain.walks.algebra import fan_out
 
+__all__ = ["GreedySubgraph", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of", "scores_of",
+           "to_edges"]
 
-def _check_k(k, beam):
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an int >= 1 (the number of walks to return), got {k!r}")
-    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
-        raise ValueError(f"beam must be an int >= 1 (kept for compatibility; the search is exhaustive), got {beam!r}")
-
-
-def _check_bool(value, name: str):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-
-
-def best_walks(wm, k: int, signed: bool = False, chunk: int = 1024,
-               beam: int | None = None) -> tuple[Tensor, Tensor]:
-    """The k walks of largest |R| (R if ``signed``) of a recorded model: branch and bound on the
-    walk algebra where the model decomposes (:mod:`lrp_lib.explain.walks.algebra`), else every walk
-    scored in batches of ``chunk``, the running top k kept."""
-    if wm.algebra is not None:
-        return bounded_walks(wm, k, signed, beam)
-    return enumerated_walks(wm, k, signed, chunk)
+#: Walks whose relevance differs by less than this (relative to the largest) count as tied: the
+#: choice among them, and their order, follow the walks themselves (smallest node ids first), not
+#: float rounding, which differs between CPUs' instruction sets.
+TIE = 1e-9
 
 
 def enumerated_walks(wm, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
-    """The exact top k by scoring every walk (the reference of :func:`bounded_walks`)."""
+    """The exact top k by scoring every walk in batches of ``chunk``, keeping the running top k (the
+    reference of :func:`bounded_walks`)."""
     walks = wm.all_walks()
     key = (lambda r: r) if signed else (lambda r: r.abs())
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
@@ -47,15 +32,8 @@ def enumerated_walks(wm, k: int, signed: bool = False, chunk: int = 1024) -> tup
     return select(best_w, best_r, k, key)
 
 
-#: Walks whose relevance differs by less than this (relative to the largest) count as tied: the
-#: choice among them, and their order, follow the walks themselves (smallest node ids first), not
-#: float rounding, which differs between CPUs' instruction sets.
-TIE = 1e-9
-
-
 def _near_top(v: Tensor, k: int) -> Tensor:
-    """The positions of the values within :data:`TIE` of the k largest or above (all of them if
-    there are at most k)."""
+    """The positions of the values within :data:`TIE` of the k largest or above (all if at most k)."""
     if v.numel() <= k:
         return torch.arange(v.numel(), device=v.device)
     kth = v.topk(k).values[-1]
@@ -77,11 +55,12 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
 
 
 def _start(wm):
-    alg, L = wm.algebra, wm.depth
+    """The suffixes (j_L) of length one, as walks padded with -1, and their states at time L."""
+    L = wm.depth
     ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
     walks = torch.full((ends.numel(), L + 1), -1, dtype=torch.long, device=ends.device)
     walks[:, L] = ends
-    return walks, alg.a_out[ends]
+    return walks, wm.algebra.a_out[ends]
 
 
 def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
@@ -90,9 +69,7 @@ def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     src, dst, ptr, _ = alg.pairs[t]
     k = walks[:, t]
     v, s = alg.back(t, k, a)
-    counts = ptr[k + 1] - ptr[k]
-    parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), counts)
-    offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    parent, offs = fan_out(ptr[k + 1] - ptr[k])
     pair = ptr[k][parent] + offs
     child = walks[parent].clone()
     child[:, t - 1] = src[pair]
@@ -113,9 +90,7 @@ def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     at = ptr.tolist()
     rel = [aa @ z[at[u]:at[u + 1]].t() for u, aa in zip(uniq.tolist(), a.split(counts.tolist()))]
     rel = torch.cat([r.reshape(-1) for r in rel]) if rel else a.new_zeros(0)
-    deg = ptr[k_ + 1] - ptr[k_]
-    parent = torch.repeat_interleave(torch.arange(walks.shape[0], device=walks.device), deg)
-    offs = torch.arange(parent.numel(), device=walks.device) - torch.repeat_interleave(deg.cumsum(0) - deg, deg)
+    parent, offs = fan_out(ptr[k_ + 1] - ptr[k_])
     best = _near_top(key(rel), k)
     child = walks[parent[best]]
     child[:, 0] = src[ptr[k_[parent[best]]] + offs[best]]
@@ -133,7 +108,7 @@ def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
 
 
 def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
-    """The exact top k by branch and bound from the output side (see :func:`top_walks`)."""
+    """The exact top k by branch and bound from the output side (see :func:`~lrp_lib.explain.walks.top_walks`)."""
     L, alg = wm.depth, wm.algebra
     bounds = alg.bounds()
     key = (lambda r: r) if signed else (lambda r: r.abs())
@@ -161,10 +136,17 @@ def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> 
 
 
 def top_of(wm, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
-    """:func:`~lrp_lib.explain.walks.top_walks` on a recorded model."""
-    _check_k(k, beam)
-    _check_bool(signed, "signed")
-    return best_walks(wm, k, signed, beam=beam)
+    """:func:`~lrp_lib.explain.walks.top_walks` on a recorded model: :func:`bounded_walks` where the
+    model decomposes (:mod:`lrp_lib.explain.walks.algebra`), else :func:`enumerated_walks`."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1 (the number of walks to return), got {k!r}")
+    if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
+        raise ValueError(f"beam must be an int >= 1 (kept for compatibility; the search is exhaustive), got {beam!r}")
+    if not isinstance(signed, bool):
+        raise TypeError(f"signed must be True or False, got {signed!r}")
+    if wm.algebra is not None:
+        return bounded_walks(wm, k, signed, beam)
+    return enumerated_walks(wm, k, signed)
 
 
 def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
@@ -175,23 +157,29 @@ def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple
     return wm.per_type(node, edge)
 
 
+def to_edges(edge_key: Tensor, step_key: Tensor, value: Tensor) -> Tensor:
+    """Per edge (its key in ``edge_key``), the sum of ``value`` over the steps with that key
+    (``step_key``), split evenly between the parallel copies of the edge."""
+    uniq, inverse = torch.unique(edge_key, sorted=True, return_inverse=True)
+    if uniq.numel() == 0:
+        return value.new_zeros(0)
+    copies = torch.bincount(inverse, minlength=uniq.numel()).to(value.dtype)
+    pos = torch.searchsorted(uniq, step_key).clamp(max=uniq.numel() - 1)
+    found = uniq[pos] == step_key
+    per_key = value.new_zeros(uniq.numel()).index_add_(0, pos[found], value[found])
+    return (per_key / copies)[inverse]
+
+
 def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """Node and edge scores of walks (W, L+1) each adding ``value`` (W,) (see
     :func:`~lrp_lib.explain.walks.walk_scores`)."""
     length = walks.shape[1]
     node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
     edge_key = edge_index[0] * n + edge_index[1]
-    edge = value.new_zeros(edge_key.numel())
     if edge_key.numel() == 0 or walks.numel() == 0:
-        return node, edge
-    uniq, inverse = torch.unique(edge_key, sorted=True, return_inverse=True)
-    copies = torch.bincount(inverse, minlength=uniq.numel()).to(value.dtype)
+        return node, value.new_zeros(edge_key.numel())
     step_key = (walks[:, :-1] * n + walks[:, 1:]).reshape(-1)
-    step_value = value.repeat_interleave(length - 1)
-    pos = torch.searchsorted(uniq, step_key).clamp(max=uniq.numel() - 1)
-    found = uniq[pos] == step_key
-    per_key = value.new_zeros(uniq.numel()).index_add_(0, pos[found], step_value[found])
-    return node, (per_key / copies)[inverse]
+    return node, to_edges(edge_key, step_key, value.repeat_interleave(length - 1))
 
 
 class GreedySubgraph(NamedTuple):
