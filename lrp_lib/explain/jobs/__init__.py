@@ -16,38 +16,31 @@ What a row holds (one per graph, the columns of :data:`COLUMNS`):
 
 * ``graph_id`` -- the graph's index in the data set;
 * ``target`` -- the class explained (``-1`` for a regression);
-* ``explained_value`` -- the output the relevance starts from: the raw logit of the target class
-  (multiclass), :math:`\pm` the logit of a binary model (the log-odds of the target class), or the
-  regression value;
+* ``explained_value`` -- the output the relevance starts from: the raw logit of the target class (multiclass),
+  :math:`\pm` the logit of a binary model (the log-odds of the target class), or the regression value;
 * ``node_relevance`` -- one number per node, the relevance of its input features summed;
-* ``edge_relevance`` -- one number per edge: for a PyTorch Geometric model the relevance carried
-  by the edge's messages over all layers (it ends at the nodes, so it is *part of* the node
-  relevance); for an :mod:`lrp_lib.teach.graph` model the relevance of the edge's input features
-  ``edge_attr`` (an input of its own, *beside* the nodes);
-* ``bias_relevance`` -- the explained value minus the relevance of the inputs: minus the node sum
-  (PyG model), or minus the node, edge and global sums (:mod:`lrp_lib.teach.graph` model).  It is what
-  the biases kept, plus the share that the stabiliser :math:`\epsilon` absorbed.
+* ``edge_relevance`` -- one number per edge: for a PyTorch Geometric model the relevance carried by the edge's
+  messages over all layers (*part of* the node relevance); for an :mod:`lrp_lib.teach.graph` model the relevance
+  of the edge's input features ``edge_attr`` (*beside* the nodes);
+* ``bias_relevance`` -- the explained value minus the relevance of the inputs (the node sum of a PyG model; the
+  node, edge and global sums of an :mod:`lrp_lib.teach.graph` model): what the biases kept, plus the share that
+  the stabiliser :math:`\epsilon` absorbed.
 
-How it runs.  The graphs are split into batches of ``batch_size`` consecutive graph ids; batch
-``b`` holds ids ``b * batch_size`` to ``(b + 1) * batch_size - 1``.  Every batch is explained
-with one forward and one backward pass (for a multiclass model explaining its own prediction, a
-prediction pass comes first) and written to its own Parquet file ``part-<b>.parquet`` with one
-row group, first to a temporary file and then renamed (``os.replace``, atomic), so a file either
-holds a whole batch or does not exist.  After each batch the process's manifest
-``manifest-rank<r>.json`` (written the same way) records it.
+How it runs.  Batch ``b`` holds the graph ids ``b * batch_size`` to ``(b + 1) * batch_size - 1``.  Each batch is
+explained with one forward and one backward pass (for a multiclass model explaining its own prediction, a
+prediction pass comes first) and written to its own part file, then recorded in the process's manifest
+(:mod:`lrp_lib.explain.jobs.store`: both written atomically).
 
-Resuming.  Run the same call again: the batches that the manifests (and the part files) record
-are skipped, the others are explained.  A job killed at any point therefore loses nothing that
-was written and duplicates nothing; the arguments that change the rows (data set size,
-``batch_size``, ``mode``, ``target``, ``rule``) must be the same, or the job refuses to mix
-outputs and says which argument differs.
+Resuming.  Run the same call again: the batches that the manifests record are skipped, so a job killed at any
+point loses nothing that was written and duplicates nothing.  The arguments that change the rows (data set size,
+``batch_size``, ``mode``, ``target``, ``rule``) must be the same, or the job refuses to mix outputs and says which
+argument differs.
 
-Sharding.  Under ``torch.distributed`` (``torchrun``; the command line starts the process group,
-gloo on the CPU and NCCL on GPUs) rank ``r`` of ``w`` explains the batches ``b`` with
-``b % w == r``, each rank on its own device (``cuda:<LOCAL_RANK>`` when there are GPUs), writing its
-own part files and manifest.  The batches are the same as in one process, so the union of the
-ranks' rows equals the single-process output, and a job may be resumed with another number of
-processes.
+Sharding.  Under ``torch.distributed`` (``torchrun``; the command line starts the process group, gloo on the CPU
+and NCCL on GPUs) rank ``r`` of ``w`` explains the batches ``b`` with ``b % w == r`` on its own device
+(``cuda:<LOCAL_RANK>`` when there are GPUs), writing its own part files and manifest.  The batches do not depend
+on ``w``, so the ranks' rows together equal the single-process output, and a job may be resumed with another
+number of processes.
 """
 from __future__ import annotations
 
@@ -71,7 +64,7 @@ __all__ = ["explain_dataset", "read_explanations", "COLUMNS", "MODES", "main"]
 
 MODES = ("binary_classification", "multiclass_classification", "regression")
 
-# ------------------------------------------------------------------ arguments
+
 def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
     """The indexable data set (and the loader's batch size, when a loader is given)."""
     from torch.utils.data import DataLoader as TorchLoader
@@ -109,15 +102,14 @@ def _check_args(model, mode, target, batch_size, rule, backend):
 
 
 def _rule_name(rule, backend: str) -> str | None:
-    """The rule as recorded in the manifest: its repr (``Epsilon(eps=1e-06)``), so that ``None``,
-    ``"epsilon"`` and ``Epsilon()`` resume one another; checks ``rule`` (the error names it)."""
+    """The rule as recorded in the manifest: its repr (``Epsilon(eps=1e-06)``), so that ``None``, ``"epsilon"``
+    and ``Epsilon()`` resume one another; checks ``rule`` (the error names it)."""
     if backend == "graph":
         return None
     from lrp_lib.core.rules import get_rule
     return repr(get_rule("epsilon" if rule is None else rule))
 
 
-# ------------------------------------------------------------------ the job
 def _distributed() -> tuple[int, int]:
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
@@ -125,10 +117,9 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def _default_device(rank_local: int | None = None) -> torch.device:
+def _default_device() -> torch.device:
     if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", 0)) if rank_local is None else rank_local
-        return torch.device("cuda", local % torch.cuda.device_count())
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     return torch.device("cpu")
 
 
@@ -138,34 +129,34 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     """Explain every graph of a data set with LRP and write the relevance to Parquet files in ``out``.
 
     Args:
-        model: a graph-level model: a PyTorch Geometric model called as
-            ``model(x, edge_index, batch=batch)`` (explained by :class:`lrp_lib.explain.explainer.LRPExplainer`),
-            or a model that provides its own relevance entry point, ``lrp_relevance_pass`` on one of
-            its modules (a model of :mod:`lrp_lib.teach.graph` layers, called as ``model(data)`` and
-            explained in its relevance mode).  It is moved to ``device`` and put in eval mode.
-        dataset_or_loader: a data set (``len()`` and ``dataset[i]`` give a ``Data``) or a
-            non-shuffling ``torch_geometric.loader.DataLoader`` (its ``batch_size`` is used when
-            ``batch_size`` is not given).  A graph's id is its index.
+        model: a graph-level model: a PyTorch Geometric model called as ``model(x, edge_index, batch=batch)``
+            (explained by :class:`lrp_lib.explain.explainer.LRPExplainer`), or a model that provides its own
+            relevance entry point, ``lrp_relevance_pass`` on one of its modules (a model of
+            :mod:`lrp_lib.teach.graph` layers, called as ``model(data)`` and explained in its relevance mode).
+            It is moved to ``device`` and put in eval mode.
+        dataset_or_loader: a data set (``len()`` and ``dataset[i]`` give a ``Data``) or a non-shuffling
+            ``torch_geometric.loader.DataLoader`` (its ``batch_size`` is used when ``batch_size`` is not given).
+            A graph's id is its index.
         out: the folder of the output (created; an existing job there is resumed).
-        mode: ``"binary_classification"`` (one logit per graph), ``"multiclass_classification"``
-            (one column per class) or ``"regression"``.
+        mode: ``"binary_classification"`` (one logit per graph), ``"multiclass_classification"`` (one column per
+            class) or ``"regression"``.
         batch_size: graphs per batch (= per part file and row group); default 64.
-        target: ``"prediction"`` (the model's own prediction: the class with the largest logit,
-            class 1 where a binary logit is > 0, the regression value), ``"label"`` (``data.y``) or a
-            class index.
+        target: ``"prediction"`` (the model's own prediction: the class with the largest logit, class 1 where a
+            binary logit is > 0, the regression value), ``"label"`` (``data.y``) or a class index.
         rule: the LRP rule of a PyG model's linear maps (default epsilon); ``None`` for an
             :mod:`lrp_lib.teach.graph` model, whose layers carry their rules.
         device: where to run; default ``cuda:<LOCAL_RANK>`` when CUDA is available, else the CPU.
         progress: show a tqdm progress bar on stderr (rank 0 only).
         num_workers: DataLoader worker processes.
 
-    Returns a summary: ``{"out", "rank", "world_size", "batches", "skipped", "written", "graphs"}``
-    (the counts of this process).  Read the rows with :func:`read_explanations`.
+    Returns a summary: ``{"out", "rank", "world_size", "batches", "skipped", "written", "graphs"}`` (the counts
+    of this process).  Read the rows with :func:`read_explanations`.  Raises TypeError or ValueError for a bad
+    argument, and ValueError where ``out`` holds a job run with other arguments.
     """
     from torch_geometric.loader import DataLoader
     from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
 
-    pyarrow_modules()
+    pq = pyarrow_modules().parquet  # (fails early without pyarrow)
     dataset, loader_batch = _dataset_of(dataset_or_loader)
     if batch_size is None:
         batch_size = loader_batch or 64
@@ -186,25 +177,21 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     device = _default_device() if device is None else torch.device(device)
 
     n = len(dataset)
-    settings = {"num_graphs": n, "batch_size": batch_size, "mode": mode, "target": target,
-                "rule": rule_name,
+    settings = {"num_graphs": n, "batch_size": batch_size, "mode": mode, "target": target, "rule": rule_name,
                 "backend": backend}
     manifests = read_manifests(out)
     check_settings(out, manifests, settings)
     done = {int(b) for _, m in manifests for b in m.get("batches", {})}
     mine_path = manifest_path(out, rank)
-    mine = next((m for p, m in manifests if p == mine_path), None)
-    record = dict(mine["batches"]) if mine else {}
+    record = next((dict(m["batches"]) for p, m in manifests if p == mine_path), {})
     # a part file without a manifest entry (killed between the two renames) is redone: same name, same rows
-
-    num_batches = (n + batch_size - 1) // batch_size
-    todo = [b for b in range(rank, num_batches, world) if b not in done]
-    summary = {"out": str(out), "rank": rank, "world_size": world, "batches": len(range(rank, num_batches, world)),
-               "skipped": len(range(rank, num_batches, world)) - len(todo), "written": 0, "graphs": 0}
+    mine = range(rank, (n + batch_size - 1) // batch_size, world)
+    todo = [b for b in mine if b not in done]
+    summary = {"out": str(out), "rank": rank, "world_size": world, "batches": len(mine),
+               "skipped": len(mine) - len(todo), "written": 0, "graphs": 0}
     if not todo:
         return summary
 
-    pq = pyarrow_modules().parquet
     for stale in [f".{part_name(b)}.*.tmp" for b in todo] + [f".{mine_path.name}.*.tmp"]:
         for path in out.glob(stale):  # left by a killed run of this rank
             path.unlink(missing_ok=True)
@@ -224,8 +211,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
             if int(batch.num_graphs) != len(ids):  # cannot happen; guards the alignment above
                 raise RuntimeError(f"batch {b}: the loader gave {int(batch.num_graphs)} graphs, expected {len(ids)}")
             batch = batch.to(device)
-            target_t, value, bias, node, edge = explain(batch, target)
-            table = batch_table(ids, target_t, value, bias, node, edge, batch)
+            table = batch_table(ids, *explain(batch, target), batch)
             write_atomic(out / part_name(b), lambda p: pq.write_table(table, p, row_group_size=len(ids)))
             record[str(b)] = {"file": part_name(b), "first_id": ids[0], "last_id": ids[-1], "rows": len(ids)}
             payload = {"format": FORMAT, "rank": rank, "world_size": world, "settings": settings,
@@ -240,7 +226,6 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     return summary
 
 
-# ------------------------------------------------------------------ command line
 def _load(spec: str, what: str):
     """``module:attr`` or ``path/to/file.py:attr``; a callable is called without arguments."""
     if not isinstance(spec, str) or ":" not in spec:
@@ -268,6 +253,7 @@ def _load(spec: str, what: str):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``lrp-explain`` command: :func:`explain_dataset` with the arguments ``argv`` (default: ``sys.argv``)."""
     parser = argparse.ArgumentParser(
         prog="lrp-explain", description="Explain every graph of a data set with LRP; Parquet output, "
         "resumable (rerun the same command), sharded under torchrun.")
@@ -290,13 +276,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = int(args.target) if args.target.lstrip("-").isdigit() else args.target
 
     import torch.distributed as dist
-    started = False
-    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 and not dist.is_initialized():
+    started = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
+    if started:
         backend = "nccl" if torch.cuda.is_available() and (args.device is None or "cuda" in args.device) else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(_default_device())
         dist.init_process_group(backend)
-        started = True
     try:
         model = _load(args.model, "model")
         dataset = _load(args.dataset, "dataset")

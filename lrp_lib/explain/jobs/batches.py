@@ -1,16 +1,15 @@
-"""Explaining one batch of graphs for :func:`lrp_lib.explain.jobs.explain_dataset`.
-
-Two ways, chosen by the model (:func:`backend_of`):
+"""Explaining one batch of graphs for :func:`lrp_lib.explain.jobs.explain_dataset`, one of two ways, chosen by
+the model (:func:`backend_of`):
 
 * :class:`PyGBatch`, any PyTorch Geometric model: ``LRPExplainer`` through
-  :class:`lrp_lib.explain.explainer.Explainer` with ``explanation_type='phenomenon'``, one forward
-  and one backward per batch;
-* :class:`GraphBatch`, a model that carries its own relevance entry point
-  (``lrp_relevance_pass``, as the Graph Network layers of ``lrp_lib.teach.graph`` do), found by
-  duck typing so that the product never imports the teaching code.
+  :class:`lrp_lib.explain.explainer.Explainer` with ``explanation_type='phenomenon'``, one forward and one backward
+  per batch;
+* :class:`GraphBatch`, a model that carries its own relevance entry point (``lrp_relevance_pass``, as the Graph
+  Network layers of ``lrp_lib.teach.graph`` do), found by duck typing so that the product never imports the
+  teaching code.
 
-Each returns, per graph, the target, the explained value and the bias share, and per node and per
-edge the relevance: the columns of a row of the job's Parquet files.
+Each returns, per graph, the target, the explained value and the bias share, and per node and per edge the
+relevance: the columns of a row of the job's Parquet files.
 """
 from __future__ import annotations
 
@@ -20,15 +19,15 @@ from torch import Tensor, nn
 from lrp_lib.explain.algorithm import LRPExplainer
 from lrp_lib.explain.pyg_explainer import Explainer
 
-__all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target", "rows_of", "Capture",
-           "PyGBatch", "GraphBatch"]
+__all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target", "rows_of", "PyGBatch",
+           "GraphBatch"]
 
 
 def relevance_pass_of(model: nn.Module):
     """The model's own relevance entry point, if it or one of its modules provides one: a callable
-    ``lrp_relevance_pass(model, batch)`` returning the output and a function that, after the
-    backward, reads the relevance (an object with ``node``, ``edge`` and ``per_graph()``).  The
-    Graph Network layers of ``lrp_lib.teach.graph`` carry one; else ``None``."""
+    ``lrp_relevance_pass(model, batch)`` returning the output and a function that, after the backward, reads the
+    relevance (an object with ``node``, ``edge`` and ``per_graph()``).  The Graph Network layers of
+    ``lrp_lib.teach.graph`` carry one; else ``None``."""
     for module in model.modules():
         entry = getattr(type(module), "lrp_relevance_pass", None)
         if callable(entry):
@@ -37,14 +36,14 @@ def relevance_pass_of(model: nn.Module):
 
 
 def backend_of(model: nn.Module) -> str:
-    """'graph' for a model that provides its own relevance entry point (it takes the whole Data,
-    e.g. a model of ``lrp_lib.teach.graph`` layers), else 'pyg'."""
+    """'graph' for a model that provides its own relevance entry point (it takes the whole Data, e.g. a model of
+    ``lrp_lib.teach.graph`` layers), else 'pyg'."""
     return "graph" if relevance_pass_of(model) is not None else "pyg"
 
 
 def resolve_target(target_spec, batch, n_graphs: int, device, predicted):
-    """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label",
-    else the constant class ``target_spec``."""
+    """The target class of each graph: ``predicted()`` for "prediction", ``data.y`` for "label", else the constant
+    class ``target_spec``."""
     if target_spec == "prediction":
         return predicted()
     if target_spec == "label":
@@ -52,21 +51,10 @@ def resolve_target(target_spec, batch, n_graphs: int, device, predicted):
     return torch.full((n_graphs,), target_spec, dtype=torch.long, device=device)
 
 
-class Capture:
-    """Keeps the model's output of the explaining forward pass (a forward hook; no extra pass)."""
-
-    def __init__(self, model: nn.Module):
-        self.out = None
-        self.handle = model.register_forward_hook(self._hook)
-
-    def _hook(self, module, args, output):
-        self.out = output
-
-    def remove(self):
-        self.handle.remove()
-
-
 def rows_of(out, mode: str, n_graphs: int) -> Tensor:
+    """The model's output ``out`` for a batch of ``n_graphs`` graphs, detached, as one row per graph:
+    ``(graphs, classes)`` for ``mode="multiclass_classification"``, else ``(graphs,)``.  Raises
+    TypeError for an output that is not a tensor and ValueError for one of another shape."""
     if not isinstance(out, Tensor):
         raise TypeError(f"model: explain_dataset needs a model that returns a tensor, got {type(out).__name__}")
     out = out.detach()
@@ -88,15 +76,13 @@ def rows_of(out, mode: str, n_graphs: int) -> Tensor:
 
 
 class PyGBatch:
-    """LRPExplainer through lrp_lib.explain.explainer.Explainer, explanation_type='phenomenon': one forward, one backward."""
+    """A PyG model: LRPExplainer through lrp_lib.explain.explainer.Explainer, explanation_type='phenomenon'."""
 
     def __init__(self, model, mode, rule):
         self.model, self.mode = model, mode
-        # Binary and regression models are explained from the raw output itself (mode 'regression'):
-        # the relevance of target 0 is then the exact negative of that of target 1 (LRP's backward is
-        # linear in the output relevance, and negation is exact in floating point), so the model's
-        # own prediction needs no extra forward pass.  Each graph's bias_relevance is computed below from
-        # its explained value and node relevance, so the explainer's per-graph split is not needed.
+        # A binary or regression model is explained from its raw output (mode 'regression'): target 0's
+        # relevance is then exactly minus target 1's (the backward is linear in the output relevance),
+        # so its own prediction needs no extra forward pass; bias_relevance is computed below.
         inner = "multiclass_classification" if mode == "multiclass_classification" else "regression"
         self.explainer = Explainer(
             model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule, accounts="total"),
@@ -105,28 +91,26 @@ class PyGBatch:
 
     def __call__(self, batch, target_spec):
         n_graphs = int(batch.num_graphs)
-        target = None
+        target = torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device)
         if self.mode == "multiclass_classification":
             def predicted():
                 with torch.no_grad():
                     return self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
             target = resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
-        capture = Capture(self.model)
+        seen = {}  # the output of the explaining forward pass
+        handle = self.model.register_forward_hook(lambda module, args, output: seen.update(out=output))
         try:
-            explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch,
-                                         target=target if target is not None else
-                                         torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device))
+            explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch, target=target)
         finally:
-            capture.remove()
-        out = rows_of(capture.out, self.mode, n_graphs)
+            handle.remove()
+        out = rows_of(seen.get("out"), self.mode, n_graphs)
         node = explanation.node_relevance.detach().view(-1)
         edge = explanation.edge_relevance.detach().view(-1)
         if self.mode == "multiclass_classification":
             value = out.gather(1, target.view(-1, 1)).view(-1)
         elif self.mode == "binary_classification":
             target = resolve_target(target_spec, batch, n_graphs, out.device, lambda: (out > 0).long())
-            if target.numel() != n_graphs or (target.numel() and int(target.max()) > 1) or \
-                    (target.numel() and int(target.min()) < 0):
+            if target.numel() != n_graphs or bool(((target < 0) | (target > 1)).any()):
                 raise ValueError("target='label' needs one label 0 or 1 per graph in data.y for "
                                  "mode='binary_classification'")
             sign = target.to(out.dtype) * 2 - 1
@@ -169,6 +153,6 @@ class GraphBatch:
 
 
 def batch_explainer(model: nn.Module, mode: str, rule):
-    """The explainer of one batch for ``model``: a :class:`GraphBatch` for a model with its own
-    relevance entry point (it carries its rules, so ``rule`` is not used), else a :class:`PyGBatch`."""
+    """The explainer of one batch for ``model``: a :class:`GraphBatch` for a model with its own relevance entry
+    point (it carries its rules, so ``rule`` is not used), else a :class:`PyGBatch`."""
     return GraphBatch(model, mode) if backend_of(model) == "graph" else PyGBatch(model, mode, rule)

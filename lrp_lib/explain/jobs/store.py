@@ -1,9 +1,9 @@
 """The files of a data-set job (:mod:`lrp_lib.explain.jobs`): Parquet parts, manifests, reading back.
 
-Each batch ``b`` is written to ``part-<b>.parquet`` (one row group, the columns of
-:data:`COLUMNS`), first to a temporary file and then renamed, so a file either holds a whole batch
-or does not exist; each process records what it wrote in ``manifest-rank<r>.json``, written the
-same way.  :func:`read_explanations` reads back what the manifests record.
+Each batch ``b`` is written to ``part-<b>.parquet`` (one row group, the columns of :data:`COLUMNS`), first to a
+temporary file and then renamed, so a file either holds a whole batch or does not exist; each process records what
+it wrote in ``manifest-rank<r>.json``, written the same way.  :func:`read_explanations` reads back what the
+manifests record.
 """
 from __future__ import annotations
 
@@ -29,12 +29,11 @@ def pyarrow_modules():
         import pyarrow.compute
         import pyarrow.parquet
     except ImportError as err:
-        raise ImportError(f"lrp_lib.explain.jobs writes and reads Parquet with pyarrow, which is not installed ({err}): "
-                          "pip install pyarrow (or pip install 'lrp_lib[jobs]')") from None
+        raise ImportError(f"lrp_lib.explain.jobs writes and reads Parquet with pyarrow, which is not installed "
+                          f"({err}): pip install pyarrow (or pip install 'lrp_lib[jobs]')") from None
     return pyarrow
 
 
-# ------------------------------------------------------------------ files
 def write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -99,20 +98,16 @@ def batch_table(ids: Sequence[int], target, value, bias, node, edge, batch):
 
 
 def read_explanations(out, *, check: bool = True):
-    """All rows a job wrote to ``out``, sorted by graph id, as a ``pyarrow.Table``.
-
-    Reads the part files that the manifests record.  With ``check`` (default), raises
-    ``ValueError`` when a graph id occurs twice or a recorded part file is missing.
+    """All rows a job wrote to ``out`` (the part files that its manifests record), sorted by graph id, as a
+    ``pyarrow.Table``.  Raises FileNotFoundError where ``out`` is not a folder and, with ``check`` (default),
+    ValueError when a graph id occurs twice or a recorded part file is missing.
     """
     pa = pyarrow_modules()
     pc, pq = pa.compute, pa.parquet
     out = Path(out)
     if not out.is_dir():
         raise FileNotFoundError(f"out: {str(out)!r} is not a folder written by explain_dataset")
-    files = {}
-    for path, m in read_manifests(out):
-        for b, entry in m.get("batches", {}).items():
-            files[int(b)] = out / entry["file"]
+    files = {int(b): out / entry["file"] for _, m in read_manifests(out) for b, entry in m.get("batches", {}).items()}
     if not files:
         return pa.table({c: [] for c in COLUMNS})
     missing = [str(p) for p in files.values() if not p.exists()]

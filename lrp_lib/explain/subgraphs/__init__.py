@@ -1,31 +1,19 @@
-r"""``per_index=True``: each target node explained over its own k-hop subgraph, many targets per
-forward and backward (:func:`explain_per_index`, on the disjoint union of their subgraphs built
-by :func:`~lrp_lib.explain.subgraphs.unions.k_hop_union`), in chunks whose size follows a memory budget
-(:func:`chunk_bytes`, :func:`pass_bytes`).
+r"""``per_index=True``: each target node explained over its own k-hop subgraph, many targets per forward and
+backward (:func:`explain_per_index`), on the disjoint union of their subgraphs
+(:mod:`lrp_lib.explain.subgraphs.unions`), in chunks whose size follows a memory budget (:func:`chunk_bytes`,
+:func:`pass_bytes`).
 
-Pruning, twice.  Per layer (:mod:`lrp_lib.explain.subgraphs.layer_pruning`): the ``l``-th of ``hops``
-message-passing steps passes only the edges into nodes within ``hops - 1 - l`` hops of their
-target, which is all the targets' outputs read of it.  At the border: the edges into the nodes
-exactly ``num_hops`` hops from a target carry messages that reach the target only after more than
-``num_hops`` message-passing steps, so its output does not depend on them, unless a layer reads
-the *sender's* in-degree: GCN's normalisation :math:`1/\sqrt{\deg(i)\deg(j)}` does.  The subgraph
-of a model whose message-passing layers are all of the types in :data:`PRUNABLE` (their message
-into :math:`i` reads the features of :math:`i` and :math:`j`, the edge and :math:`i`'s own
-in-edges, never :math:`j`'s in-degree) leaves those edges out.  Where the other layers are
-``GCNConv`` (:func:`countable`), each outermost node gets one edge standing for all its in-edges,
-whose number reaches ``gcn_norm`` as the edge's weight (:mod:`lrp_lib.explain.subgraphs.border_degrees`): the
-same degrees from about a tenth of the edges, on a graph with ten edges per node.  Any other model
-keeps the border's edges, their senders outside the subgraph replaced by one zero-feature stand-in
-node per subgraph, so that every node keeps its in-degree (the per-layer pruning then passes them
-to no layer: they serve the degrees).  Either way the targets' outputs on the subgraphs are compared
-with the model's output on the full graph; a chunk whose outputs differ (or whose forward made more
-message-passing steps than ``num_hops``, or whose ``GCNConv`` could not be given the counts) is
-explained again with the border's edges counted, then kept, then without per-layer pruning, and
-later chunks skip what failed.
+Pruning, twice.  Per layer (:mod:`lrp_lib.explain.subgraphs.layer_pruning`).  At the border: the edges into the
+nodes exactly ``num_hops`` hops from a target reach it only after more than ``num_hops`` steps, so its output does
+not depend on them, unless a layer reads the *sender's* in-degree, as GCN's normalisation
+:math:`1/\sqrt{\deg(i)\deg(j)}` does.  The subgraphs of a :func:`prunable` model leave those edges out; where the
+other layers are ``GCNConv`` (:func:`countable`), each outermost node gets one edge that counts them
+(:mod:`lrp_lib.explain.subgraphs.border_degrees`); any other model keeps them.  A chunk whose targets' outputs
+differ from the model's output on the full graph (or whose pruning did not hold) is explained again with the
+border counted, then kept, then without per-layer pruning, and later chunks skip what failed.
 """
 from __future__ import annotations
 
-import builtins
 import math
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
@@ -54,16 +42,16 @@ _prediction: ContextVar = ContextVar("prediction", default=None)  # the predicti
 
 @contextmanager
 def predicted():
-    """Inside the block, the last model output that :func:`remember` recorded in this thread is
-    kept, so that :func:`explain_per_index` takes the full graph's output from it instead of running the
-    model again (:class:`~lrp_lib.explain.explainer.Explainer`: PyG's prediction pass)."""
+    """Inside the block, the last model output that :func:`remember` recorded in this thread is kept, so that
+    :func:`explain_per_index` takes the full graph's output from it instead of running the model again
+    (:class:`~lrp_lib.explain.explainer.Explainer`: PyG's prediction pass)."""
     with bound(_prediction, []):  # in the block, nothing recorded yet
         yield remember
 
 
 def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
-    """Record ``out = model(*args, **kwargs)``, computed without autograd in eval mode (inside a
-    :func:`predicted` block of this thread; elsewhere nothing is kept)."""
+    """Record ``out = model(*args, **kwargs)``, computed without autograd in eval mode (inside a :func:`predicted`
+    block of this thread; elsewhere nothing is kept)."""
     kept = _prediction.get()
     if kept is not None:
         kept[:] = [(model, args, kwargs, out)]
@@ -77,21 +65,22 @@ def _known_output(model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict)
     m, args, kw, out = value[0]
     given = {k: v for k, v in kwargs.items() if v is not None}
     same = (m is model and len(args) == 2 and args[0] is x and args[1] is edge_index and isinstance(out, Tensor)
-            and {k: v for k, v in kw.items() if v is not None}.keys() == given.keys()
+            and {k for k, v in kw.items() if v is not None} == given.keys()
             and all(kw[k] is v for k, v in given.items()))
     return out if same else None
 
-#: Message-passing layers whose message into node i depends on i's and the sender j's features,
-#: the edge's attributes and i's own in-edges (attention softmax, mean, sum), never on j's
-#: in-degree.  Exact types: a subclass may override ``message``.
+
+#: Message-passing layers whose message into node i depends on i's and the sender j's features, the edge's
+#: attributes and i's own in-edges (attention softmax, mean, sum), never on j's in-degree.  Exact types: a
+#: subclass may override ``message``.
 PRUNABLE = tuple(getattr(pyg_conv, name) for name in (
     "GINConv", "GINEConv", "SAGEConv", "GATConv", "GATv2Conv", "GraphConv", "TransformerConv", "EdgeConv",
     "ResGatedGraphConv") if hasattr(pyg_conv, name))
 
 
 def prunable(model: nn.Module) -> bool:
-    """Whether the edges into the outermost hop can be left out of ``model``'s subgraphs: every
-    message-passing layer is of a type in :data:`PRUNABLE` (``GCNConv(normalize=False)`` too)."""
+    """Whether the edges into the outermost hop can be left out of ``model``'s subgraphs: every message-passing
+    layer is of a type in :data:`PRUNABLE` (``GCNConv(normalize=False)`` too)."""
     layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
     return bool(layers) and all(type(m) in PRUNABLE or (type(m) is pyg_conv.GCNConv and not m.normalize)
                                 for m in layers)
@@ -99,16 +88,15 @@ def prunable(model: nn.Module) -> bool:
 
 def countable(model: nn.Module) -> bool:
     """Whether the border of ``model``'s subgraphs can be counted instead of kept
-    (``border="counted"``, :mod:`lrp_lib.explain.subgraphs.border_degrees`): every message-passing layer is
-    of a type in :data:`PRUNABLE` or a ``GCNConv``, which reads the senders' degrees only through
-    ``gcn_norm``."""
+    (:mod:`lrp_lib.explain.subgraphs.border_degrees`): every message-passing layer is of a type in
+    :data:`PRUNABLE` or a ``GCNConv``, which reads the senders' degrees only through ``gcn_norm``."""
     layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
     return bool(layers) and all(type(m) in PRUNABLE or type(m) is pyg_conv.GCNConv for m in layers)
 
 
 def memory_budget(device: torch.device, fraction: float = 0.25) -> int:
-    """``fraction`` of the memory available now: free GPU memory on CUDA, ``MemAvailable`` of
-    ``/proc/meminfo`` on the CPU (1 GiB where neither can be read)."""
+    """``fraction`` of the memory available now: free GPU memory on CUDA, ``MemAvailable`` of ``/proc/meminfo``
+    on the CPU (1 GiB where neither can be read)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0] * fraction)
     try:
@@ -127,18 +115,14 @@ EDGE_BYTES = 64.0
 
 
 def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tuple[Tensor, float, list, float]:
-    """``(forward(), bytes per subgraph node, bytes per message of each message-passing step, bytes of
-    the widest row)``:
-    the estimated memory of one relevance pass (forward and backward) of ``model`` per node of
-    the graph it runs on and per edge that each step passes a message along, from the widths of
-    what ``forward()`` (a forward without autograd on a graph of ``n`` nodes) computes, seen by
-    module forward hooks and PyG's message hooks.
+    """``(forward(), bytes per node, bytes per message of each message-passing step, bytes of the widest row)``:
+    the estimated memory of one relevance pass (forward and backward) of ``model``, from the widths of what
+    ``forward()`` (a forward without autograd on a graph of ``n`` nodes) computes, seen by module forward hooks
+    and PyG's message hooks.
 
-    Per node: the sum of the widths of every module's node-shaped output (first dimension ``n``);
-    per message: its width; both in bytes of the output's dtype, times four (the value kept for
-    backward, its relevance, and a temporary of each).  :func:`pass_bytes` adds them up for a
-    union of subgraphs.  The widest row: the largest of one row of those outputs and one message
-    (:func:`largest_tensor`)."""
+    Per node: the sum of the widths of every module's node-shaped output (first dimension ``n``); per message:
+    its width; both in bytes of the output's dtype, times four (the value kept for backward, its relevance, and
+    a temporary of each).  The widest row: the largest of one row of those outputs and one message."""
     per_node, per_message, handles = [], [], []
 
     def on_module(module, args, out):
@@ -159,38 +143,33 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
     finally:
         for h in handles:
             h.remove()
-    widest = builtins.max(per_node + [m / 4.0 for m in per_message], default=0.0)
-    return out, 4.0 * builtins.sum(per_node), per_message, float(widest)
+    widest = max(per_node + [m / 4.0 for m in per_message], default=0.0)
+    return out, 4.0 * sum(per_node), per_message, float(widest)
 
 
-#: On the CPU, the most bytes that one tensor of a chunk's pass may take (:func:`largest_tensor`).
-#: glibc's ``malloc`` hands out a block above its ``mmap`` threshold, which grows with the blocks
-#: freed but never beyond 32 MiB, as fresh pages from the kernel, zero-filled on first touch, and
-#: returns it on ``free``: every such tensor then costs a page fault per 4 KiB.  Chunks whose
-#: tensors stay below it reuse the freed memory instead (on the benchmark's 100,000-node GCN, per
-#: target: about 0.6x the CPU time of chunks of 256 targets, whose node tensors take 36 MB).
+#: On the CPU, the most bytes that one tensor of a chunk's pass may take (:func:`largest_tensor`): glibc's
+#: ``malloc`` serves larger blocks (above its ``mmap`` threshold, at most 32 MiB) as fresh pages from the kernel,
+#: a page fault per 4 KiB; below it, freed memory is reused.
 CPU_TENSOR_BYTES = 16 * 2**20
 
 
 def largest_tensor(widest: float, union: KHopUnion, targets: int, *, border_edges: int | None,
                    layered: bool) -> float:
-    """The estimated bytes of the largest tensor of one pass over ``union``: the widest row
-    (:func:`chunk_bytes`) times the larger of its node count (the stand-ins too where
-    ``border_edges`` is not None) and the edges the first step passes (``layered``: those into
-    nodes closer than the border; else the border's too)."""
+    """The estimated bytes of the largest tensor of one pass over ``union``: the widest row (:func:`chunk_bytes`)
+    times the larger of its node count (the stand-ins too where ``border_edges`` is not None) and the edges the
+    first step passes (``layered``: those into nodes closer than the border; else the border's too)."""
     rows = union.keys.numel() + (targets if border_edges is not None else 0)
     edges = union.edge_id.numel() + ((border_edges or 0) if not layered else 0)
-    return widest * builtins.max(rows, edges)
+    return widest * max(rows, edges)
 
 
 def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: int, hops: int, *,
                border_edges: int | None, layered: bool) -> float:
-    """The estimated memory of one relevance pass over the union ``union`` of ``targets``
-    subgraphs (``per_node``, ``per_message``: from :func:`chunk_bytes`): ``per_node`` per node
-    (with ``border_edges`` not None, the stand-ins too), :data:`EDGE_BYTES` per edge (the
-    ``border_edges`` too), and each step's message bytes per edge it passes a message along: with
-    ``layered`` (per-layer pruning), the ``l``-th step along the edges into nodes within ``hops -
-    1 - l`` hops only."""
+    """The estimated memory of one relevance pass over the union ``union`` of ``targets`` subgraphs
+    (``per_node``, ``per_message``: from :func:`chunk_bytes`): ``per_node`` per node (with ``border_edges`` not
+    None, the stand-ins too), :data:`EDGE_BYTES` per edge (the ``border_edges`` too), and each step's message
+    bytes per edge it passes a message along: with ``layered`` (per-layer pruning), the ``l``-th step along the
+    edges into nodes within ``hops - 1 - l`` hops only."""
     kept = border_edges is not None
     edges = union.edge_id.numel() + (border_edges if kept else 0)
     total = per_node * (union.keys.numel() + (targets if kept else 0)) + EDGE_BYTES * edges
@@ -201,36 +180,39 @@ def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: in
     return total
 
 
+def _gathered(parts: list, empty: Tensor) -> tuple[Tensor, Tensor]:
+    """The (2, total) indices and the values of ``parts``, a list of ``(indices, values)``; ``empty``: no values."""
+    if not parts:
+        return torch.zeros(2, 0, dtype=torch.long, device=empty.device), empty
+    return torch.cat([i for i, _ in parts], 1), torch.cat([v for _, v in parts]).detach()
+
+
 def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_index: Tensor, *, target, index,
                       num_hops: int | None, chunk_size: int | None, node_mask_type, edge_mask_type,
                       max_memory: int | None = None, prune: bool | None = None, **kwargs):
     """``per_index=True``: each node of ``index`` explained on its own, over its k-hop subgraph.
 
-    ``relevance(x, edge_index, target, rows, groups, **kwargs)`` explains the rows ``rows`` of a
-    graph in one forward and one backward, the nodes of ``groups == i`` being the subgraph of
-    ``rows[i]``, and returns ``(node relevance, edge relevance, output, extras)``
-    (:class:`~lrp_lib.explain.explainer.LRPExplainer` gives its own).  Returns ``(node relevance,
-    edge relevance, extras)``: the sums over the targets, and in the extras the sparse
-    ``node_relevance_per_index`` (and ``edge_relevance_per_index``) and ``bias_relevance`` and
+    ``relevance(x, edge_index, target, rows, groups, **kwargs)`` explains the rows ``rows`` of a graph in one
+    forward and one backward, the nodes of ``groups == i`` being the subgraph of ``rows[i]``, and returns
+    ``(node relevance, edge relevance, output, extras)`` (:class:`~lrp_lib.explain.explainer.LRPExplainer` gives
+    its own).  Returns ``(node relevance, edge relevance, extras)``: the sums over the targets, and in the extras
+    the sparse ``node_relevance_per_index`` (and ``edge_relevance_per_index``) and ``bias_relevance`` and
     ``relevance_residual`` for each target, in the order of ``index``.
 
-    The targets of a chunk are explained together on the disjoint union of their subgraphs (one
-    forward and one backward per chunk); a subgraph holds every node within ``num_hops`` hops
-    upstream and every edge into a node closer than that, which is all that the target's output
-    depends on, and, unless the model is :func:`prunable` (``prune=None``; ``prune=False`` never
-    prunes), the edges into the outermost nodes (GCN's normalisation takes the degrees of the full
-    graph).  Unless ``prune=False``, each message-passing step passes only the edges that the
-    targets' outputs read (:mod:`lrp_lib.explain.subgraphs.layer_pruning`).  A chunk holds as many targets
-    as keep the estimated memory of its pass (:func:`pass_bytes` of :func:`chunk_bytes`, measured
-    on the model's forward over the subgraphs of the first :data:`PROBE_TARGETS` targets where the
-    full graph's output is known from the explainer's prediction pass (:func:`predicted`), else
-    over the full graph, which gives that output) within ``max_memory`` bytes (default:
-    :func:`memory_budget`, a quarter of the memory available) and, on the CPU, its largest tensor
-    within :data:`CPU_TENSOR_BYTES` (:func:`largest_tensor`), at most ``chunk_size`` (None: no
-    limit), at least one.  The subgraphs' outputs at the targets are compared with the model's
-    output on the full graph: where a pruned pass differs, the chunk is explained again less
-    pruned (see the module docstring); a model that looks further than ``num_hops`` gives an error
-    instead of a wrong explanation.
+    The targets of a chunk are explained together on the disjoint union of their subgraphs: every node within
+    ``num_hops`` hops upstream (None: the number of message-passing layers), every edge into a node closer than
+    that, and the border as the module docstring says (``prune=None``: left out where the model is
+    :func:`prunable`; ``prune=False``: kept, and no per-layer pruning).  A chunk holds as many targets as keep
+    the estimated memory of its pass (:func:`pass_bytes` from :func:`chunk_bytes`, measured on the subgraphs of
+    the first :data:`PROBE_TARGETS` targets where the full graph's output is known (:func:`predicted`), else on
+    the full graph) within ``max_memory`` bytes (None: :func:`memory_budget`) and, on the CPU, its largest
+    tensor within :data:`CPU_TENSOR_BYTES` (:func:`largest_tensor`); at most ``chunk_size`` (None: no limit),
+    at least one.
+
+    Raises ValueError for keyword arguments other than ``edge_weight`` and ``edge_attr``, a ``max_memory``
+    that is not an int >= 1, node indices out of range, a ``target`` with neither one entry per node nor one
+    per index, and where even the unpruned subgraphs do not reproduce the model's output (it looks further
+    than ``num_hops``); TypeError for a ``prune`` other than None, True and False or a non-integer ``index``.
     """
     check_inputs(model, x, edge_index, **kwargs)
     for name, value in kwargs.items():
@@ -249,8 +231,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     index = index.long().view(-1)
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= n):
         raise ValueError(f"index must contain node indices 0..{n - 1}, got {int(index.min())}..{int(index.max())}")
-    hops = num_hops if num_hops is not None else \
-        builtins.sum(isinstance(m, MessagePassing) for m in model.modules())
+    hops = num_hops if num_hops is not None else sum(isinstance(m, MessagePassing) for m in model.modules())
     if target is not None and target.numel() not in (n, index.numel()):
         raise ValueError(f"target has {target.numel()} entries: pass one per node ({n}) or one per index "
                          f"({index.numel()})")
@@ -264,8 +245,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     if expected is not None and index.numel():  # the widths measured on a few targets' subgraphs
         probe_union = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n, border=False)
         keys, edge_b, edge_e = probe_union.keys, probe_union.edge_graph, probe_union.edge_id
-        sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]),
-                                 torch.searchsorted(keys, edge_b * n + dst[edge_e])])
+        sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]), probe_union.edge_receiver])
         sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
         if 0 < edge_e.numel() != keys.numel():  # else a node-shaped output could be an edge-shaped one
             probe = chunk_bytes(model, keys.numel(), lambda: model(x[keys % n], sub_edges, **sub_kwargs))
@@ -273,7 +253,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         expected, per_node, per_message, widest = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
     else:
         per_node, per_message, widest = probe[1:]
-    widest = builtins.max(widest, x[:1].numel() * x.element_size())  # the input's rows too
+    widest = max(widest, x[:1].numel() * x.element_size())  # the input's rows too
     cap = CPU_TENSOR_BYTES if x.device.type == "cpu" else math.inf
     budget = max_memory if max_memory is not None else memory_budget(x.device)
     pruning = prunable(model) if prune is None else prune  # the border edges left out
@@ -282,7 +262,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     counting = layered and countable(model) and all(v is None for v in kwargs.values())
     loops = torch.bincount(dst[src == dst], minlength=n) if counting else None
     nodes, edges, accounts, offset = [], [], [], 0
-    k, per_target = index.numel(), None
+    k, per_target, largest_per_target = index.numel(), None, None
     while offset < k:
         size = k - offset if chunk_size is None else min(chunk_size, k - offset)
         if per_target:
@@ -301,17 +281,13 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
                 break
             size = max(1, size // 2)
         per_target, largest_per_target = estimate / size, largest / size
-        # the pruned pass first; where the targets' outputs differ, the border counted, then kept whole,
-        # then every layer whole
-        while True:
+        while True:  # the most pruned pass that reproduces the targets' outputs
             border = "none" if pruning else "counted" if counting and layered else "all"
-            per_layer = layered
             if border == "all" and not union.border_id.numel():
                 union = with_border(union, hops, perm, rowptr, counts, n)
             graph = union_graph(x, kwargs, target, chunk, offset, union, src, dst, n, border, hops=hops,
                                 loops=loops, counts=counts)
-            real, edge_b, edge_e = graph.real, graph.edge_graph, graph.edge_id
-            with pruned_layers(model, graph.depth, hops, graph.groups) if per_layer else nullcontext() as plan, \
+            with pruned_layers(model, graph.depth, hops, graph.groups) if layered else nullcontext() as plan, \
                     counted_border(model, graph.edge_index, graph.multiplicity) if border == "counted" else \
                     nullcontext() as weighed:
                 node_rel, edge_rel, out, extra = relevance(graph.x, graph.edge_index, graph.target, graph.rows,
@@ -323,7 +299,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
                     torch.allclose(got, want, rtol=tol, atol=tol * scale):
                 break
             # the model reads more than the pruned subgraphs hold: from now on, not pruned that way
-            if border == "all" and not per_layer:
+            if border == "all" and not layered:
                 raise ValueError(
                     f"per_index=True: the targets' {hops}-hop subgraphs do not reproduce the model's output "
                     f"(largest difference {float((got - want).abs().max()):.3g}): the model looks further than "
@@ -336,21 +312,15 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
                 layered = False
             if plan is not None and not plan.exact:  # more steps than hops: no schedule per layer holds
                 layered = False
-        keys = union.keys
-        node_rel = node_rel[:keys.numel()]
-        if edge_rel is not None:
-            edge_rel = edge_rel[real]
-        edge_b, edge_e = edge_b[real], edge_e[real]
+        keys, real = union.keys, graph.real
         accounts.append((extra["bias_relevance"].reshape(-1), extra["relevance_residual"].reshape(-1)))
-        nodes.append((keys // n + offset, keys % n, node_rel))
-        edges.append((edge_b + offset, edge_e, edge_rel))
+        nodes.append((torch.stack([keys // n + offset, keys % n]), node_rel[:keys.numel()]))
+        edges.append((torch.stack([graph.edge_graph[real] + offset, graph.edge_id[real]]),
+                      edge_rel[real] if edge_rel is not None else None))
         offset += chunk.numel()
-    node_index = torch.cat([torch.stack([g, i]) for g, i, _ in nodes], 1) if nodes else \
-        torch.zeros(2, 0, dtype=torch.long, device=x.device)
-    node_values = torch.cat([r for _, _, r in nodes]) if nodes else x.new_zeros(0, x.shape[1])
+    node_index, node_values = _gathered(nodes, x.new_zeros(0, x.shape[1]))
     if node_mask_type not in (MaskType.attributes, MaskType.common_attributes):
         node_values = node_values.sum(-1, keepdim=True)
-    node_values = node_values.detach()
     node_rel = node_values.new_zeros(n, node_values.shape[1]).index_add_(0, node_index[1], node_values)
     if node_mask_type == MaskType.common_attributes:
         node_rel = node_rel.sum(0, keepdim=True)
@@ -358,9 +328,7 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         node_index, node_values, (k, n, node_values.shape[1]), is_coalesced=True, check_invariants=False)}
     edge_rel = None
     if edge_mask_type is not None:
-        edge_index_k = torch.cat([torch.stack([g, e]) for g, e, _ in edges], 1) if edges else \
-            torch.zeros(2, 0, dtype=torch.long, device=x.device)
-        edge_values = (torch.cat([r for _, _, r in edges]) if edges else x.new_zeros(0)).detach()
+        edge_index_k, edge_values = _gathered(edges, x.new_zeros(0))
         edge_rel = edge_values.new_zeros(edge_index.shape[1]).index_add_(0, edge_index_k[1], edge_values)
         extra["edge_relevance_per_index"] = torch.sparse_coo_tensor(
             edge_index_k, edge_values, (k, edge_index.shape[1]), check_invariants=False).coalesce()

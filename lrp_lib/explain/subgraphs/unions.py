@@ -1,10 +1,10 @@
-r"""The k-hop subgraphs of many targets as one disjoint union: :func:`k_hop_union` finds them (one
-breadth-first search over the graph's edges sorted by receiver, for all targets at once),
-:func:`with_border` adds the edges into their outermost nodes, and :func:`union_graph` builds the
-inputs of a model's pass over their union.
+r"""The k-hop subgraphs of many targets as one disjoint union: :func:`k_hop_union` finds them (one breadth-first
+search over the graph's edges sorted by receiver, for all targets at once), :func:`with_border` adds the edges
+into their outermost nodes, and :func:`union_graph` builds the inputs of a model's pass over their union.
 """
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import NamedTuple
 
 import torch
@@ -44,13 +44,11 @@ def _in_edges(frontier: Tensor, n: int, perm: Tensor, rowptr: Tensor, counts: Te
 
 def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor,
                 n: int, border: bool = True) -> KHopUnion:
-    """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union
-    (:class:`KHopUnion`), found by one breadth-first search for all of them: subgraph ``b`` (of
-    ``targets[b]``) holds every node within ``hops`` hops of it, every edge into a node fewer than
-    ``hops`` hops away, and apart, the edges into the nodes exactly ``hops`` hops away (the
-    border; ``border=False``: left empty, :func:`with_border` adds them later).
-    ``perm``/``rowptr``/``counts``: the edges sorted by receiver, where each receiver's start, how
-    many."""
+    """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union (:class:`KHopUnion`):
+    subgraph ``b`` (of ``targets[b]``) holds every node within ``hops`` hops of it, every edge into a node fewer
+    than ``hops`` hops away, and apart, the edges into the nodes exactly ``hops`` hops away (the border;
+    ``border=False``: left empty, :func:`with_border` adds them later).  ``perm``/``rowptr``/``counts``: the edges
+    sorted by receiver, where each receiver's start, how many."""
     empty = torch.zeros(0, dtype=torch.long, device=targets.device)
     frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
     layers, found = [frontier], []  # found: (step, position in the frontier, edge id)
@@ -58,7 +56,6 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
     for step in range(hops):
         edges = _in_edges(frontier, n, perm, rowptr, counts)
         if edges is None:
-            frontier = empty
             break
         which, e = edges
         found.append((step, which, e))
@@ -69,24 +66,18 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
     keys, order = torch.sort(visited)
     place = torch.empty_like(order)
     place[order] = torch.arange(order.numel(), device=order.device)  # the position in keys of each visited
-    starts = [0]
-    for layer in layers:
-        starts.append(starts[-1] + layer.numel())
+    starts = [0, *accumulate(layer.numel() for layer in layers)]
     depth = torch.cat([torch.full_like(f, d) for d, f in enumerate(layers)])[order]
-
-    def located(step, which, e):  # (subgraph, edge id, receiver's position in keys)
-        receiver = place[starts[step] + which]
-        return keys[receiver] // n, e, receiver
-
-    parts = [located(step, which, e) + (torch.full_like(e, step),) for step, which, e in found]
-    cat = (lambda i: torch.cat([p[i] for p in parts]) if parts else empty)
-    union = KHopUnion(keys, depth, cat(0), cat(1), cat(2), cat(3), empty, empty, empty)
+    receivers = [place[starts[step] + which] for step, which, _ in found]
+    cat = (lambda parts: torch.cat(parts) if parts else empty)
+    union = KHopUnion(keys, depth, cat([keys[r] // n for r in receivers]), cat([e for _, _, e in found]),
+                      cat(receivers), cat([torch.full_like(e, step) for step, _, e in found]), empty, empty, empty)
     return with_border(union, hops, perm, rowptr, counts, n) if border else union
 
 
 def with_border(union: KHopUnion, hops: int, perm: Tensor, rowptr: Tensor, counts: Tensor, n: int) -> KHopUnion:
-    """``union`` with its border: the edges into its nodes exactly ``hops`` hops from their target,
-    in the order of those nodes' keys."""
+    """``union`` with its border: the edges into its nodes exactly ``hops`` hops from their target, in the order
+    of those nodes' keys."""
     outer = (union.depth == hops).nonzero().view(-1)
     edges = _in_edges(union.keys[outer], n, perm, rowptr, counts) if outer.numel() else None
     if edges is None:
@@ -114,27 +105,26 @@ class UnionGraph(NamedTuple):
 def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, union: KHopUnion, src: Tensor,
                 dst: Tensor, n: int, border: str = "all", hops: int | None = None,
                 loops: Tensor | None = None, counts: Tensor | None = None) -> UnionGraph:
-    r"""The inputs of one chunk's pass on the disjoint union ``union`` (:func:`k_hop_union`), a
-    :class:`UnionGraph`: ``rows`` are the targets' rows, ``real`` the union's edges whose relevance
-    is reported (``edge_graph``, ``edge_id``: for each union edge, its subgraph and its id in the
-    full graph), ``depth`` each union node's distance from its target and ``groups`` its subgraph.
+    r"""The inputs of one chunk's pass on the disjoint union ``union`` (:func:`k_hop_union`) of the subgraphs of the
+    targets ``chunk`` (``target[offset:]`` theirs where ``target`` has one entry per target), a :class:`UnionGraph`.
 
-    ``border`` says what the union holds of the edges into its outermost nodes (those ``hops`` hops
-    from their target); what they carry reaches only those nodes' later layers, which the targets do
-    not depend on, so their relevance is zero and they are never among the ``real`` edges:
+    ``border`` says what the union holds of the edges into its outermost nodes (those ``hops`` hops from their
+    target); what they carry reaches only those nodes' later layers, which the targets do not depend on, so their
+    relevance is zero and they are never among the ``real`` edges:
 
     * ``"none"``: nothing.
-    * ``"all"``: each of them (``union`` must hold them: :func:`with_border`), sent from the one
-      zero-feature stand-in node of its subgraph (rows after the union's nodes, at the largest
-      depth), a self-loop from its node, so that every node keeps its in-degree (GCN normalises
-      messages by the sender's degree, which it counts at the receivers, a self-loop once).
-    * ``"counted"``: per outermost node, one edge from the stand-in for all its in-edges that are
-      not self-loops and one self-loop for all its self-loops, each with its ``multiplicity`` (how
-      many edges it stands for; ``hops``, ``loops``: each full-graph node's number of self-loops,
-      and ``counts``: of in-edges, are needed).  Summed as edge weights, the multiplicities give
-      every node the in-degree that ``"all"`` gives it, with about one edge per outermost node
-      instead of its whole in-degree (:mod:`lrp_lib.explain.subgraphs.border_degrees` hands them to GCN).
-      Only without edge-level ``kwargs``.
+    * ``"all"``: each of them (``union`` must hold them: :func:`with_border`), sent from the one zero-feature
+      stand-in node of its subgraph (rows after the union's nodes, at the largest depth), a self-loop from its
+      node, so that every node keeps its in-degree (GCN normalises messages by the sender's degree, which it
+      counts at the receivers, a self-loop once).
+    * ``"counted"``: per outermost node, one edge from the stand-in for all its in-edges that are not self-loops
+      and one self-loop for all its self-loops, each with its ``multiplicity`` (how many edges it stands for).
+      Summed as edge weights, the multiplicities give every node the in-degree that ``"all"`` gives it
+      (:mod:`lrp_lib.explain.subgraphs.border_degrees` hands them to GCN).  Needs ``hops``, ``loops`` and
+      ``counts`` (each full-graph node's number of self-loops and of in-edges); takes no edge-level ``kwargs``.
+
+    Raises ValueError for another ``border``, or a ``"counted"`` one without ``hops``, ``loops`` and ``counts`` or
+    with edge-level ``kwargs``.
     """
     if border not in BORDERS:
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
@@ -142,16 +132,11 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
     m = keys.numel()
     senders = torch.searchsorted(keys, edge_b * n + src[edge_e])
     receivers = union.edge_receiver
-    real = torch.ones(edge_b.numel(), dtype=torch.bool, device=x.device)
     stand_ins, multiplicity = 0, None
     if border == "all":
         border_b, border_e, border_r = union.border_graph, union.border_id, union.border_receiver
         loop = src[border_e] == dst[border_e]  # a self-loop stays one (GCN counts it once, with its own)
-        senders = torch.cat([senders, torch.where(loop, border_r, m + border_b)])
-        receivers = torch.cat([receivers, border_r])
-        edge_b, edge_e = torch.cat([edge_b, border_b]), torch.cat([edge_e, border_e])
-        real = torch.cat([real, torch.zeros_like(border_b, dtype=torch.bool)])
-        stand_ins = chunk.numel()
+        more = (torch.where(loop, border_r, m + border_b), border_r, border_b, border_e)
     elif border == "counted":
         if hops is None or loops is None or counts is None:
             raise ValueError('border="counted" needs hops, loops and counts')
@@ -162,15 +147,14 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
         own = loops[node]
         plain = counts[node] - own
         sent, looped = plain > 0, own > 0
-        senders = torch.cat([senders, m + graph[sent], outer[looped]])
-        receivers = torch.cat([receivers, outer[sent], outer[looped]])
-        edge_b = torch.cat([edge_b, graph[sent], graph[looped]])
-        extra = int(sent.sum()) + int(looped.sum())
-        edge_e = torch.cat([edge_e, edge_e.new_zeros(extra)])
-        real = torch.cat([real, real.new_zeros(extra)])
-        multiplicity = torch.cat([torch.ones_like(union.edge_id), plain[sent], own[looped]])
+        more = (torch.cat([m + graph[sent], outer[looped]]), torch.cat([outer[sent], outer[looped]]),
+                torch.cat([graph[sent], graph[looped]]), edge_e.new_zeros(int(sent.sum()) + int(looped.sum())))
+        multiplicity = torch.cat([torch.ones_like(edge_e), plain[sent], own[looped]])
+    if border != "none":
+        old = (senders, receivers, edge_b, edge_e)
+        senders, receivers, edge_b, edge_e = (torch.cat([a, b]) for a, b in zip(old, more))
         stand_ins = chunk.numel()
-    sub_edges = torch.stack([senders, receivers])
+    real = torch.arange(edge_e.numel(), device=x.device) < union.edge_id.numel()
     rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)
     sub_target = None
     if target is not None:
@@ -184,5 +168,5 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
     sub_x = torch.cat([x[keys % n], x.new_zeros(stand_ins, *x.shape[1:])])
     sub_depth = torch.cat([depth, depth.new_full((stand_ins,), torch.iinfo(torch.long).max)])
     groups = torch.cat([keys // n, torch.arange(stand_ins, device=x.device)])
-    return UnionGraph(sub_x, sub_edges, sub_target, rows, sub_kwargs, real, edge_b, edge_e, sub_depth, groups,
-                      multiplicity)
+    return UnionGraph(sub_x, torch.stack([senders, receivers]), sub_target, rows, sub_kwargs, real, edge_b, edge_e,
+                      sub_depth, groups, multiplicity)
