@@ -1,48 +1,33 @@
 r"""Where the explained value went, graph by graph: :func:`account`.
 
-One explanation may explain several values at once: the output of each graph of a batch, or of
-each target of ``per_index=True`` (the disjoint union of their subgraphs).  For each such group
-:math:`g` (its input nodes, and its explained output rows) the explained value splits as
+One explanation may explain several values at once: the output of each graph of a batch, or of each target of
+``per_index=True``.  For each such group :math:`g` (its input nodes, and its explained output rows)
 
 .. math::
     v_g = \sum_{i \in g} R_i + B_g + \rho_g
 
-with :math:`R_i` the relevance of the group's node features (and of the ``edge_attr`` of the
-edges into its nodes), :math:`B_g` what the biases and stabilisers kept (``bias_relevance``) and
-:math:`\rho_g` what was lost (``relevance_residual``: a detach, a zero output, a rule that does
-not conserve, or relevance that crossed to another group's nodes).
-
-The backward pass only totals :math:`\sum_g B_g` (one number per operation, in the mode's
-:class:`~lrp_lib.explain.mode.tally.Tally`).  The split is found without a backward per group
-when possible: the unaccounted value of a group, :math:`u_g = v_g - \sum_{i \in g} R_i`, is
-:math:`B_g + \rho_g`; one more backward, from the explained values scaled by distinct weights
-:math:`c_g \in [1, 2)`, totals :math:`\sum_g c_g B_g`, so that
+with :math:`R_i` the relevance of the group's node features (and of the ``edge_attr`` of the edges into its
+nodes), :math:`B_g` what the biases and stabilisers kept (``bias_relevance``) and :math:`\rho_g` what was lost
+(``relevance_residual``: a detach, a zero output, a rule that does not conserve, or relevance that crossed to
+another group's nodes).  The backward pass totals only :math:`\sum_g B_g` (the mode's
+:class:`~lrp_lib.explain.mode.tally.Tally`).  With :math:`u_g = v_g - \sum_{i \in g} R_i = B_g + \rho_g`, one
+more backward, from the explained values scaled by distinct weights :math:`c_g \in [1, 2)`, gives
 
 .. math::
     \sum_g \rho_g = \sum_g u_g - \sum_g B_g, \qquad \sum_g c_g \rho_g = \sum_g c_g u_g - \sum_g c_g B_g.
 
-When both are zero up to rounding, nothing was lost in any group (losses that cancel in the
-plain sum do not cancel in the weighted one) and :math:`B_g = u_g`, :math:`\rho_g = 0`.  Otherwise
-each group's :math:`B_g` is totalled by a backward from its own explained value (``G - 1`` more
-backward passes, the last group by difference), and :math:`\rho_g = u_g - B_g`.  "Zero up to
-rounding" is :math:`10^3` machine epsilons of the relevance's magnitude (the explained values,
-the inputs' relevance and the biases', in absolute value): a loss smaller than that is counted
-with the biases.  So without the row sums below the usual cost is one more backward pass
-(``LRPExplainer(accounts="total")`` skips it and reports the totals only).  The backward
-passes are linear in the explained values (each rule is), so a group's :math:`B_g` is the same
-as when its graph is explained alone.
+When both are zero up to rounding (:math:`10^3` machine epsilons of the magnitude of the explained values, the
+inputs' relevance and the biases'), nothing was lost in any group (losses that cancel in the plain sum do not
+cancel in the weighted one): :math:`B_g = u_g`, :math:`\rho_g = 0`.  Otherwise each group's :math:`B_g` is
+totalled by a backward from its own explained value (the last by difference), and :math:`\rho_g = u_g - B_g`.
+The passes are linear in the explained values, so :math:`B_g` is as when its graph is explained alone.
 
-Without that pass: a :class:`~lrp_lib.explain.mode.tally.Tally` can also hold each kept amount per
-row of the tensors it was kept on (:class:`~lrp_lib.explain.mode.forward.ProbeTally`, from probes per
-row), and where the caller knows the group of every row of every row count (the
-nodes, and the edges of each message-passing step: ``per_index=True``,
-:class:`~lrp_lib.explain.subgraphs.layer_pruning.LayerPlan`), :math:`B_g` is read off directly; a group
-with :math:`|u_g - B_g|` above rounding has lost relevance, and otherwise :math:`B_g = u_g`,
-:math:`\rho_g = 0` as above.  A batch of graphs (:func:`batch_row_groups`) gives the group of the node
-rows and of the graph rows (pooled tensors); a rule that keeps relevance on other rows (the edges,
-where edge relevance is recorded) leaves the split to the weighted backward.  There the row sums only
-show that no group lost relevance (``split_losses=False``): where one did, each group's
-:math:`B_g` comes from its own backward, as above.
+Without those passes: where the tally holds each kept amount per row
+(:class:`~lrp_lib.explain.mode.forward.ProbeTally`) and ``row_groups`` gives the group of every row of every
+row count (a batch's nodes and pooled rows, :func:`batch_row_groups`; the edges of each message-passing step,
+:class:`~lrp_lib.explain.subgraphs.layer_pruning.LayerPlan`), :math:`B_g` is read off directly, and a group
+with :math:`|u_g - B_g|` above rounding has lost relevance (``split_losses=False``: the row sums only show that
+none did; where one did, the backward per group runs).
 """
 from __future__ import annotations
 
@@ -88,12 +73,10 @@ def _warn_lost(lost: float, explained: float, magnitude: float, detached: set, d
 
 
 def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> tuple[Tensor, Tensor, bool]:
-    r""":func:`account` of an explanation with one group whose output is one row (a single graph), and
-    the warning of :func:`lost_relevance`, from one read of the data: ``(bias_relevance,
-    relevance_residual, finite)``, each of the first two of shape ``[1]``, the numbers :func:`account`
-    gives (the same float64 sums, in the same order: the row sums of ``start`` and of each of
-    ``grads``, added one after another); ``finite``: whether those sums are (False where the inputs'
-    relevance may hold NaN or Inf).
+    r""":func:`account` of one group whose output is one row (a single graph), with the warning of
+    :func:`lost_relevance`, from one read of the data: ``(bias_relevance, relevance_residual, finite)``, the
+    first two of shape ``[1]`` and equal to :func:`account`'s (the same float64 sums, in the same order);
+    ``finite``: whether those sums are (False where the inputs' relevance may hold NaN or Inf).
 
     .. math::  B = \sum_\text{ops} b, \qquad \rho = \Big(\sum_j v_j - \sum_i R_i\Big) - B"""
     dtype = start.dtype
@@ -120,19 +103,16 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
 
 def batch_row_groups(batch: Tensor) -> dict | None:
     """The group of each row of the tensors of a batch of graphs, by row count, for
-    :meth:`~lrp_lib.explain.mode.tally.Tally.split`: the node rows (``batch``, the graph of each node) and the graph rows
-    (pooled tensors, the output: graph ``g`` in row ``g``).  None where a single graph needs no split.
-    Tensors with other row counts (edge rows, where a rule keeps relevance on the edges) are not
-    covered; where they keep some, the split gives None and :func:`account` runs its backward."""
+    :meth:`~lrp_lib.explain.mode.tally.Tally.split`: the node rows (``batch``) and the graph rows (pooled
+    tensors, the output: graph ``g`` in row ``g``); None for a single graph.  Other row counts (the edges)
+    are not covered: where they keep relevance, the split gives None and :func:`account` runs its backward."""
     graphs = int(batch.max()) + 1 if batch.numel() else 0
     if graphs < 2:
         return None
-    rows = {batch.numel(): batch}
     own = torch.arange(graphs, device=batch.device)
-    if graphs in rows and not torch.equal(rows[graphs], own):
+    if graphs == batch.numel() and not torch.equal(batch, own):
         return None  # as many graphs as nodes, not one node each in order: the rows cannot be told apart
-    rows[graphs] = own
-    return rows
+    return {batch.numel(): batch, graphs: own}
 
 
 def _total(tally) -> float:
@@ -142,7 +122,7 @@ def _total(tally) -> float:
 def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
     """The bias total of one more backward from ``start`` (the tally and the edge record kept)."""
     absorbed, blocked = tally.absorbed, tally.blocked
-    saved = None if recorder is None else [r.clone() for r in _records(recorder)]
+    saved = None if recorder is None else recorder.record.clone()
     tally.absorbed, tally.blocked = {}, {}
     try:
         tally.backward(head, inputs, start, retain_graph=True)
@@ -150,13 +130,7 @@ def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
     finally:
         tally.absorbed, tally.blocked = absorbed, blocked
         if saved is not None:
-            for r, s in zip(_records(recorder), saved):
-                r.copy_(s)
-
-
-def _records(recorder) -> list:
-    parts = getattr(recorder, "parts", None)
-    return [p.record for p in parts.values()] if parts else [recorder.record]
+            recorder.record.copy_(saved)
 
 
 def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recorder, *,
@@ -164,24 +138,23 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
             row_groups: dict | None = None, split_losses: bool = True):
     """``(bias_relevance, relevance_residual)``, one value per group (shape ``[num_groups]``).
 
-    ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features
-    first, then ``edge_attr`` if any), the start relevance and the inputs' relevance of the backward
-    just run (its graph retained); ``tally``: the mode's tally after it; ``node_group``: the group
-    of each node (``-1``: none), ``edge_group`` of each ``edge_attr`` row; ``row_group``: the group
-    of each row of ``head``.  Groups are numbered ``0 .. num_groups - 1``.  ``row_groups``: for a
-    :class:`~lrp_lib.explain.mode.tally.Tally`, the group of each row of the tensors of each row count; where it splits
-    the tally, no backward pass is run again; ``split_losses=False``: only where it shows that no group
-    lost relevance (a group that lost some then gets its bias from its own backward, as without
-    ``row_groups``)."""
+    ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features first, then
+    ``edge_attr`` if any), the start relevance and the inputs' relevance of the backward just run (its graph
+    retained); ``tally``: the mode's tally after it; ``recorder``: its edge recorder, whose ``record`` the extra
+    backward passes leave unchanged (None: none); ``node_group``: the group of each node (``-1``: none),
+    ``edge_group`` of each ``edge_attr`` row; ``row_group``: of each row of ``head``; groups are numbered
+    ``0 .. num_groups - 1``.  ``row_groups``: the group of each row of the tensors of each row count, which
+    splits a :class:`~lrp_lib.explain.mode.tally.Tally` without another backward; ``split_losses=False``: only
+    where no group lost relevance (see the module docstring)."""
     dtype, device = start.dtype, start.device
+    shape = (-1, *([1] * (start.dim() - 1)))  # a value per row, broadcast over the rest
     explained = torch.zeros(num_groups, dtype=torch.float64, device=device)
     rows = start.detach().reshape(start.shape[0], -1).sum(-1).double()
     keep = row_group >= 0
     explained.index_add_(0, row_group[keep], rows[keep])
     reached = torch.zeros_like(explained)
     size = float(rows.abs().sum())  # the magnitudes that rounding is relative to
-    parts = [(grads[0], node_group)] + ([(grads[1], edge_group)] if len(grads) > 1 else [])
-    for rel, group in parts:
+    for rel, group in zip(grads, (node_group, edge_group)):
         if rel is None or group is None:
             continue
         size += float(rel.detach().abs().sum())
@@ -191,32 +164,25 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     unaccounted = explained - reached
     total_bias = _total(tally)
     bias = unaccounted.clone()
+    tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
     split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None and \
         isinstance(tally, Tally) else None
-    found_loss = False
-    if split is not None:
-        tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
-        found_loss = bool(((unaccounted - split).abs() > tol).any())
+    found_loss = split is not None and bool(((unaccounted - split).abs() > tol).any())
     if split is not None and (split_losses or not found_loss):
-        if found_loss:  # a loss in some group
+        if found_loss:
             bias = split
     elif num_groups > 1:
-        eps = torch.finfo(dtype).eps
-        tol = 1e3 * eps * (1.0 + size + abs(total_bias))
-        if not found_loss:  # the weighted check
+        if split is None:  # the weighted check
             weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
                                             * 0.6180339887498949, 1.0)
             lost = float(unaccounted.sum()) - total_bias
-            weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(-1, *([1] * (start.dim() - 1)))
-            weighted_start = torch.where((row_group >= 0).view(-1, *([1] * (start.dim() - 1))), weighted_start,
-                                         torch.zeros_like(weighted_start))
+            weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(shape)
+            weighted_start = torch.where(keep.view(shape), weighted_start, torch.zeros_like(weighted_start))
             weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally,
                                                                           recorder)
             found_loss = abs(lost) > tol or abs(weighted_lost) > 2 * tol
-        if found_loss:
-            # a loss in some group: total each group's bias by its own backward
+        if found_loss:  # each group's bias from its own backward
             done = 0.0
-            shape = (-1, *([1] * (start.dim() - 1)))
             for g in range(num_groups - 1):
                 mine = (row_group == g).view(shape)
                 bias[g] = _rerun(head, inputs, torch.where(mine, start, torch.zeros_like(start)), tally, recorder) \

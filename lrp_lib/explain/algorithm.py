@@ -29,11 +29,7 @@ from lrp_lib.explain.targets import check_graph_rows
 __all__ = ["LRPExplainer", "DEFAULTS"]
 
 
-#: LRPExplainer's defaults per task level ("node" also serves link prediction), chosen by the benchmark
-#: of chapter 9 (``benchmarks/bench_quality.py``) with a rule declared before it ran: among every
-#: (composite x explained x mask), the best mean rank over that level's tasks, ties to the cheaper;
-#: and confirmed by ground truth and faithfulness together on five fresh seeds, by a rule declared
-#: before that run (``benchmarks/select_default.py``).
+#: LRPExplainer's defaults per task level ("node" also serves link prediction): see LRPExplainer's docstring.
 DEFAULTS = {
     "node": {"rule": "zplus", "explained": "logit", "mask": "abs"},
     "graph": {"rule": "zplus", "explained": "logit", "mask": "abs"},
@@ -44,128 +40,88 @@ class LRPExplainer(ExplainerAlgorithm):
     r"""Layer-wise Relevance Propagation for PyG models (how it works: :mod:`lrp_lib.explain.explainer`).
 
     Args:
-        rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see
-            below), ``"epsilon"`` (:math:`\epsilon = 10^{-6}`: on a bias-free ReLU network this is
-            Gradient :math:`\times` Input), ``"z"`` (:math:`\epsilon = 0`: exact conservation),
-            ``"gamma"``, the depth schedules ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"``
-            (:mod:`lrp_lib.core.composites`), or any :class:`lrp_lib.core.rules.Rule` (``Epsilon(0.1)``).
-        composite: a :class:`lrp_lib.core.composites.Composite` instead of ``rule``: rules per module type
-            or name, the stabiliser of the maps without weights, and the attention rule
-            (``"cp"`` or ``"uniform"``).
-        explained: what a multiclass model's relevance starts from: ``"logit"`` (the default), the raw
-            logit :math:`z_c` of the target class; ``"contrast"``, :math:`z_c - \frac{1}{K-1}
-            \sum_{k \ne c} z_k`, the evidence for the class against the others (for two classes, the
-            log-odds, which is what a one-logit binary model explains either way).
-        mask: what ``node_mask`` and ``edge_mask`` hold (:func:`lrp_lib.explain.masks.relevance_mask`):
-            ``"abs"`` (the default), :math:`|R| / \max |R|`, an importance in :math:`[0, 1]` that
-            PyG's plots, thresholds and metrics read as they read GNNExplainer's masks;
-            ``"positive"``, :math:`\max(R, 0) / \max R`; ``"relevance"``, the signed relevance
-            itself.  The signed relevance is always on the explanation as ``node_relevance`` and
-            ``edge_relevance``.
-        per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its
-            own (default False: one explanation of the sum of their outputs, as PyG's explainers).
-            The explanation then also holds ``node_relevance_per_index``, a sparse
-            (len(index), N, F) tensor (F = 1 for ``node_mask_type="object"``) whose slice ``i`` is
-            the node relevance of ``index[i]`` alone, and ``edge_relevance_per_index``, sparse
-            (len(index), E); ``node_relevance`` and ``edge_relevance`` are their sums over the
-            targets.  The targets of a chunk are explained together on the disjoint union of
-            their ``num_hops``-hop subgraphs (one forward and one backward per chunk);
-            ``num_hops`` defaults to the number of message-passing modules of the model.  A
-            chunk holds as many targets as keep the estimated memory of its pass within
-            ``max_memory`` bytes (default: a quarter of the memory available) and, on the CPU,
-            its largest tensor within :data:`~lrp_lib.explain.subgraphs.CPU_TENSOR_BYTES` (larger
-            ones come from fresh pages of the kernel on every allocation), at most
-            ``chunk_size`` (default: no limit).  Each message-passing step passes only the edges
-            into the nodes that the targets' outputs read of it (the last step: the targets'
-            in-edges; :mod:`~lrp_lib.explain.subgraphs.layer_pruning`).  The edges into the outermost
-            nodes are left out where no layer reads a sender's degree (``prune=None``,
-            :func:`~lrp_lib.explain.subgraphs.prunable`); where the other layers are ``GCNConv``,
-            which normalises by the senders' degrees, each outermost node gets one edge standing
-            for all its in-edges, their number handed to ``gcn_norm`` as its weight
-            (:mod:`~lrp_lib.explain.subgraphs.border_degrees`: the same degrees, to the bit); any other
-            model keeps the edges, so that every node has its full degree.  ``prune=False``
-            prunes in no way.  Where a pruned pass does not reproduce the model's output at the
-            targets, the chunk is explained again unpruned; an error says if the unpruned
-            subgraphs do not reproduce it either.
-        accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one
-            value per graph of a graph-level batch and per target of ``per_index=True`` (see
-            below; :mod:`lrp_lib.explain.accounting`: the amounts the rules keep are summed per
-            graph or target as the backward runs, and one more backward pass is needed only where
-            some are kept on rows it cannot assign, such as the edges);
-            ``"total"``: one number each, for the whole call (one backward pass).
-        replay: the second explanation of a graph (the same ``edge_index`` and other graph inputs by
-            identity, unchanged, node features of the same shape, the same parameters and buffers) captures
-            the explanation's forward with PyTorch's ``make_fx`` (:mod:`lrp_lib.explain.capture`: the graph
-            part, self-loops and normalisation, computed once), and it and later ones run the captured graph
-            and one ordinary backward, without the model's or the rules' Python: the same relevance
-            (``replayed`` and ``replay_reason`` on the explanation say whether it ran captured, and why not).
-            Capturing takes a fraction of a second per graph.  A model whose Python reads input-dependent
-            values (a branch on ``x``), or that has hooks, is not captured and runs eagerly.  On by default;
-            it applies with one account for the call (node-level tasks, one graph, or a batch with
-            ``accounts="total"``), without ``per_index``.
-        compile: the captured explanation is compiled by ``torch.compile(fullgraph=True)`` (off by
-            default).  Node masks: the explanation's forward is captured once with symbolic sizes,
-            ``edge_index`` and the model's other tensor inputs being inputs of the captured graph
-            (:func:`lrp_lib.explain.capture.capture_any_graph`), and compiled with ``dynamic=True``: one
-            compilation serves every graph of any size while the model's parameters are unchanged
-            (``replay_reason`` ``"torch.compile for any graph"``).  With an edge mask, the explanation of one
-            graph is captured (its graph part folded into constants) and compiled with static sizes at its
-            second explanation, which later ones on the same ``edge_index`` run; a graph explained once runs
-            eagerly, as a compilation per graph would not pay.  Compiling takes seconds (tens on a small CPU),
-            so it pays where many explanations follow: the molecules of a data set, the nodes of a graph.
-            It applies where ``replay`` does, without a floating-point ``edge_attr``; elsewhere the rules
-            run eagerly.
+        rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see below),
+            ``"epsilon"`` (:math:`\epsilon = 10^{-6}`: on a bias-free ReLU network this is Gradient
+            :math:`\times` Input), ``"z"`` (:math:`\epsilon = 0`: exact conservation), ``"gamma"``, the depth
+            schedules ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"`` (:mod:`lrp_lib.core.composites`), or any
+            :class:`lrp_lib.core.rules.Rule` (``Epsilon(0.1)``).
+        composite: a :class:`lrp_lib.core.composites.Composite` instead of ``rule``: rules per module type or
+            name, the stabiliser of the maps without weights, and the attention rule (``"cp"`` or ``"uniform"``).
+        explained: what a multiclass model's relevance starts from: ``"logit"`` (the default), the raw logit
+            :math:`z_c` of the target class; ``"contrast"``, :math:`z_c - \frac{1}{K-1} \sum_{k \ne c} z_k`, the
+            evidence for the class against the others (for two classes, the log-odds, which is what a one-logit
+            binary model explains either way).
+        mask: what ``node_mask`` and ``edge_mask`` hold (:func:`lrp_lib.explain.masks.relevance_mask`): ``"abs"``
+            (the default), :math:`|R| / \max |R|`, an importance in :math:`[0, 1]` that PyG's plots, thresholds
+            and metrics read as they read GNNExplainer's masks; ``"positive"``, :math:`\max(R, 0) / \max R`;
+            ``"relevance"``, the signed relevance itself, which is always on the explanation as
+            ``node_relevance`` and ``edge_relevance``.
+        per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its own (default
+            False: one explanation of the sum of their outputs, as PyG's explainers).  The explanation then also
+            holds ``node_relevance_per_index``, sparse (len(index), N, F) (F = 1 for ``node_mask_type="object"``),
+            whose slice ``i`` is the node relevance of ``index[i]`` alone, and ``edge_relevance_per_index``,
+            sparse (len(index), E); ``node_relevance`` and ``edge_relevance`` are their sums.  The targets are
+            explained in chunks, each on the disjoint union of their ``num_hops``-hop subgraphs
+            (:mod:`lrp_lib.explain.subgraphs`; ``num_hops`` defaults to the number of message-passing modules),
+            as many as keep the estimated memory of a pass within ``max_memory`` bytes (default: a quarter of
+            the memory available; on the CPU also its largest tensor within
+            :data:`~lrp_lib.explain.subgraphs.CPU_TENSOR_BYTES`), at most ``chunk_size`` (default: no limit).
+            ``prune=None`` (the default) prunes the subgraphs where that gives the same output, ``True`` always,
+            ``False`` never; a pruned pass that does not reproduce the model's output at the targets is run again
+            unpruned, and an error says if that does not reproduce it either.
+        accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one value per
+            graph of a graph-level batch and per target of ``per_index=True`` (see below and
+            :mod:`lrp_lib.explain.accounting`: at most one more backward pass); ``"total"``: one number each, for
+            the whole call (one backward pass).
+        replay: from the second explanation of a graph on (the same ``edge_index`` and other graph inputs by
+            identity and unchanged, node features of the same shape, the same parameters and buffers), run the
+            explanation's forward captured with ``make_fx`` (:mod:`lrp_lib.explain.capture`) and one ordinary
+            backward, without the model's or the rules' Python: the same relevance (``replayed`` and
+            ``replay_reason`` on the explanation say whether it ran captured, and why not).  A model that branches
+            on input values, or has hooks, runs eagerly.  On by default; it applies with one account for the call
+            (node-level tasks, one graph, or ``accounts="total"``), without ``per_index``.
+        compile: compile the captured explanation with ``torch.compile(fullgraph=True)`` (off by default): with
+            node masks once, with symbolic sizes, for every graph while the model's parameters are unchanged
+            (``replay_reason`` ``"torch.compile for any graph"``); with an edge mask per graph, at its second
+            explanation.  Compiling takes seconds, so it pays where many explanations follow.  It applies where
+            ``replay`` does, without a floating-point ``edge_attr``; elsewhere the rules run eagerly.
 
-    The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class,
-    and the mask :math:`|R| / \max |R|`.  They were chosen by the benchmark of chapter 9
-    (``benchmarks/bench_quality.py``: 11 tasks with ground truth, 5 seeds, the protocols of the
-    published numbers) with a rule fixed before it ran: among 6 composites x 2 explained
-    quantities x 3 masks, the configuration of best mean rank among all methods (LRP's and 11
-    others), ties to the cheaper.  The same configuration wins on the node-level tasks, on the
-    graph-level tasks and on all of them.  It also wins when ground truth and faithfulness (how fast
-    the model's output falls as the top-ranked edges or nodes are removed) count equally, by a rule
-    declared before a fresh run of both benchmarks on five new seeds (``benchmarks/select_default.py``),
-    though by faithfulness alone it is seldom the best ranking: the signed epsilon relevance often
-    deletes faster.  z+ sends relevance along the positive evidence only
-    and so differs from Gradient :math:`\times` Input (which the epsilon rule equals on ReLU
-    networks); the absolute value keeps the evidence against the class, which on the motif tasks
-    is part of the motif.
+    The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class, and the mask
+    :math:`|R| / \max |R|`: among 6 composites x 2 explained quantities x 3 masks, the configuration of best
+    mean rank among all methods on the 11 tasks with ground truth of chapter 9 (``benchmarks/bench_quality.py``,
+    5 seeds, the rule fixed before it ran), on the node-level and the graph-level tasks alike, and when ground
+    truth and faithfulness count equally (``benchmarks/select_default.py``, five fresh seeds).  z+ sends
+    relevance along the positive evidence only; the absolute value keeps the evidence against the class, which
+    on the motif tasks is part of the motif.
 
-    Link prediction (``task_level="edge"``): the model takes ``edge_label_index`` (as PyG's
-    ``link_pred`` examples) and gives one score per column; ``index`` selects the explained columns,
-    whose scores (the log-odds of the target class, for a binary classifier) are conserved onto the
-    node features and the edges of ``edge_index``.  A dot-product decoder is a product of the two
-    end points' embeddings: AttnLRP's uniform rule gives each end point half.
+    Link prediction (``task_level="edge"``): the model takes ``edge_label_index`` (as PyG's ``link_pred``
+    examples) and gives one score per column; ``index`` selects the explained columns, whose scores (the
+    log-odds of the target class, for a binary classifier) are conserved onto the node features and the edges
+    of ``edge_index``.  A dot-product decoder is a product of the two end points' embeddings: AttnLRP's uniform
+    rule gives each end point half.
 
-    Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or
-    ``sigmoid`` (``return_type="probs"``/``"log_probs"``, or ``"raw"``) is explained from the input of
-    that function, its logits, as the LRP literature does (the probabilities couple the classes and
-    saturate); the explanation then says so in ``explained_output``.  A model declared with
-    ``"probs"``/``"log_probs"`` whose output is not such a function's is refused.
+    Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or ``sigmoid``
+    (``return_type="probs"``/``"log_probs"``, or ``"raw"``) is explained from the input of that function, its
+    logits, as the LRP literature does; the explanation then says so in ``explained_output``.  A model declared
+    with ``"probs"``/``"log_probs"`` whose output is not such a function's is refused.
 
     Relevance: ``node_relevance`` is the relevance of each input feature (N x F) for
-    ``node_mask_type="attributes"``, its sum over the nodes (1 x F) for ``"common_attributes"``,
-    its sum per node (N x 1) otherwise; ``edge_relevance`` (with an
-    edge mask) the relevance carried by each edge's messages over all layers (E).  Relevance is
-    signed and not normalised; ``node_mask`` and ``edge_mask`` hold the mask that ``mask`` makes of
-    it.  The explanation also holds ``bias_relevance`` (what the biases and stabilisers kept),
-    ``relevance_residual`` (the explained value minus the relevance of the inputs and of the biases:
-    zero up to rounding unless relevance was lost at a detach or a zero output) and, when the model
-    gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).  Both accounts are
-    tensors on the explanation's device, one value per explained value
-    (:mod:`lrp_lib.explain.accounting`): for ``task_level="graph"`` shape ``[num_graphs]`` (``[1]``
-    for a single graph; 0 for a graph that ``index`` leaves out), so that graph ``g``'s node relevance
-    plus ``bias_relevance[g]`` plus ``relevance_residual[g]`` is its explained output; with
-    ``per_index=True`` shape ``[len(index)]``, one per target in the order of ``index``, with
-    ``node_relevance_per_index[i]``; otherwise (one explanation of the sum of the explained node
-    or edge outputs, a heterogeneous graph) a 0-dimensional tensor.
+    ``node_mask_type="attributes"``, its sum over the nodes (1 x F) for ``"common_attributes"``, its sum per
+    node (N x 1) otherwise; ``edge_relevance`` (with an edge mask) the relevance carried by each edge's messages
+    over all layers (E).  Relevance is signed and not normalised.  The explanation also holds
+    ``bias_relevance`` (what the biases and stabilisers kept), ``relevance_residual`` (the explained value minus
+    the relevance of the inputs and of the biases: zero up to rounding unless relevance was lost at a detach or
+    a zero output) and, when the model gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
+    Both accounts are tensors on the explanation's device: for ``task_level="graph"`` of shape
+    ``[num_graphs]`` (``[1]`` for a single graph; 0 for a graph that ``index`` leaves out), so that graph
+    ``g``'s node relevance plus ``bias_relevance[g]`` plus ``relevance_residual[g]`` is its explained output;
+    with ``per_index=True`` of shape ``[len(index)]``, in the order of ``index``; otherwise (one explanation of
+    the sum of the explained outputs, a heterogeneous graph) 0-dimensional.
 
-    The inputs are checked (:func:`check_inputs`) before anything runs.  PyG's ``Explainer`` runs
-    a prediction pass before this algorithm: use :class:`~lrp_lib.explain.pyg_explainer.Explainer` (or call :func:`check_inputs`
-    first) to have the inputs checked before that pass too.  If the explanation fails, the model's
-    training flag is restored (PyG's ``Explainer`` would leave it in eval mode).  Relevance that a
-    ``.detach()`` inside the model keeps from the inputs is reported, with its amount, by a
-    :class:`LostRelevanceWarning`.
+    The inputs are checked (:func:`check_inputs`) before anything runs; PyG's ``Explainer`` runs a prediction
+    pass before this algorithm, so use :class:`~lrp_lib.explain.pyg_explainer.Explainer` to have them checked
+    before that pass too.  If the explanation fails, the model's training flag is restored.  Relevance that a
+    ``.detach()`` inside the model keeps from the inputs is reported by a :class:`LostRelevanceWarning`.
     """
 
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
@@ -190,7 +146,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if composite is not None and rule is not None:
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
         self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
-        self._default_composites: dict[tuple, Composite] = {}  # (default rule, id of the given composite)
+        self._composites: dict[str, Composite] = {}  # the composite in use, per default rule
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
                                    ("max_memory", max_memory, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -200,7 +156,6 @@ class LRPExplainer(ExplainerAlgorithm):
         self.per_index, self.num_hops, self.chunk_size = per_index, num_hops, chunk_size
         self.max_memory, self.prune = max_memory, prune
 
-    # ------------------------------------------------------------ the settings and their defaults
     @property
     def defaults(self) -> dict:
         """The defaults for this explainer's task level (:data:`DEFAULTS`; ``"node"`` until connected)."""
@@ -215,11 +170,10 @@ class LRPExplainer(ExplainerAlgorithm):
         """The composite in use: the one given (or made from ``rule``), its weights that it names no rule for
         (``linear=None``) on the default rule; else the default's."""
         name = self.defaults["rule"]
-        key = (name, id(self._composite))
-        if key not in self._default_composites:
-            self._default_composites[key] = get_composite(name) if self._composite is None else \
+        if name not in self._composites:
+            self._composites[name] = get_composite(name) if self._composite is None else \
                 self._composite.with_default(name)
-        return self._default_composites[key]
+        return self._composites[name]
 
     def __repr__(self) -> str:
         c = self.composite
@@ -261,12 +215,12 @@ class LRPExplainer(ExplainerAlgorithm):
 
     def forward(self, model: nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index=None, **kwargs) -> Explanation:
-        given = model
-        warn_training(explainer_training_flag(given))  # (PyG's Explainer, up the stack, set eval mode)
+        given, training = model, explainer_training_flag(model)  # (PyG's Explainer, up the stack, set eval mode)
+        warn_training(training)
         try:
-            model = uncompiled(model)  # torch.compile(model): its own module, with the same parameters
-            # the relevance is a backward: it runs with autograd on, also when the caller evaluates under
-            # torch.no_grad() or torch.inference_mode() (whose tensors cannot be saved for backward: copied)
+            model = uncompiled(model)
+            # the relevance is a backward: autograd on, also under torch.no_grad() or torch.inference_mode()
+            # (whose tensors cannot be saved for backward: copied)
             def explain():
                 args = [usable(t) for t in (x, edge_index, target, index)]
                 return self._explain(model, *args[:2], target=args[2], index=args[3],
@@ -276,7 +230,6 @@ class LRPExplainer(ExplainerAlgorithm):
             with torch.inference_mode(False), torch.enable_grad():
                 return explain()
         except BaseException:
-            training = explainer_training_flag(given)  # (PyG's Explainer, up the stack, set eval mode)
             if training is not None:
                 given.train(training)
             raise
@@ -289,7 +242,7 @@ class LRPExplainer(ExplainerAlgorithm):
         if self.model_config.task_level == ModelTaskLevel.graph:
             target = check_graph_rows(target, x, kwargs.get("batch"))
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
-            def relevance(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
+            def explain_chunk(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
                 node_group = row_group = row_groups = None
                 if self.accounts == "each":
                     node_group = groups
@@ -297,11 +250,10 @@ class LRPExplainer(ExplainerAlgorithm):
                     row_group[rows] = torch.arange(rows.numel(), device=rows.device)
                     plan = current_plan()  # the group of each row of each tensor: the accounts in this pass
                     row_groups = plan.row_groups if plan is not None else None
-                return self._relevance(model, sub_x, sub_edges, sub_target, rows, checked=True,
-                                       node_group=node_group, row_group=row_group, row_groups=row_groups,
-                                       **sub_kwargs)
+                return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, node_group=node_group,
+                                 row_group=row_group, row_groups=row_groups, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
-                relevance, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
+                explain_chunk, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
                 chunk_size=self.chunk_size, max_memory=self.max_memory, prune=self.prune,
                 node_mask_type=self.explainer_config.node_mask_type,
                 edge_mask_type=self.explainer_config.edge_mask_type, **kwargs)
@@ -313,20 +265,16 @@ class LRPExplainer(ExplainerAlgorithm):
         if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
             batch = kwargs.get("batch")
             one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
-            if not one_graph:  # (one graph: its one account, without groups)
+            if not one_graph:
                 node_group = check_batch(  # (no edge between graphs)
                     batch, x.shape[0], edge_index.long(), "batch",
                     fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch "
                         "builds a consistent one), or explain the batch with one account, "
                         "LRPExplainer(accounts='total')")
                 row_groups = batch_row_groups(node_group)
-        node_rel, edge_rel, _, extra = self._relevance(model, x, edge_index, target, index, node_group=node_group,
-                                                       row_groups=row_groups, split_losses=False,
-                                                       one_group=one_graph, **kwargs)
-        return self._explanation(node_rel, edge_rel, **extra)
-
-    def _explanation(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
-        """The explanation of node relevance (N x F) and edge relevance: signed relevance and masks."""
+        node_rel, edge_rel, _, extra = relevance(self, model, x, edge_index, target, index, node_group=node_group,
+                                                 row_groups=row_groups, split_losses=False, one_group=one_graph,
+                                                 **kwargs)
         return self._masked(per_mask_type(node_rel, self.explainer_config.node_mask_type), edge_rel, **extra)
 
     def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
@@ -338,7 +286,3 @@ class LRPExplainer(ExplainerAlgorithm):
         if edge_rel is not None:
             extra["edge_relevance"] = edge_rel.detach()
         return Explanation(node_mask=node_mask, edge_mask=relevance_mask(edge_rel, self.mask), **extra)
-
-    def _relevance(self, model, x, edge_index, target, index, **options):
-        """One forward and one backward with this explainer's settings (:func:`~lrp_lib.explain.relevance_pass.relevance`)."""
-        return relevance(self, model, x, edge_index, target, index, **options)

@@ -1,8 +1,6 @@
-"""A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv`` models
-take them): :func:`explain_hetero`, the part of
-:class:`~lrp_lib.explain.explainer.LRPExplainer` that explains one: one forward, one backward; a
-:class:`~torch_geometric.explain.HeteroExplanation` with a node mask per node type and an edge
-mask per edge type."""
+"""A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv`` models take
+them): :func:`explain_hetero`, one forward and one backward giving a
+:class:`~torch_geometric.explain.HeteroExplanation` with a mask per node type and per edge type."""
 from __future__ import annotations
 
 import torch
@@ -19,24 +17,22 @@ __all__ = ["explain_hetero"]
 
 def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index=None, **kwargs) -> HeteroExplanation:
     """Explain ``model`` on a heterogeneous graph with the settings of ``algorithm`` (an
-    :class:`~lrp_lib.explain.explainer.LRPExplainer`: its composite, mask, explained output and
-    configuration)."""
+    :class:`~lrp_lib.explain.algorithm.LRPExplainer`)."""
     if algorithm.per_index:
         raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
                          "a heterogeneous graph")
     check_hetero_inputs(x, edge_index)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
-    inputs = list(leaves.values())
     mode = ForwardMode(algorithm.composite, model)
-    recorder = HeteroEdgeRecorder(
-        mode, model, edge_index, next(iter(x.values())).dtype) if algorithm.explainer_config.edge_mask_type is not None \
-        else None
-    out, start, grads, _ = propagate(model, mode, recorder, inputs, lambda: model(leaves, edge_index, **kwargs),
-                                   target, index, algorithm.model_config, algorithm.explained)
+    recorder = None
+    if algorithm.explainer_config.edge_mask_type is not None:
+        recorder = HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype)
+    _, start, grads, _ = propagate(model, mode, recorder, list(leaves.values()),
+                                   lambda: model(leaves, edge_index, **kwargs), target, index, algorithm.model_config,
+                                   algorithm.explained)
     node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
     absorbed = mode.tally.total(mode.tally.absorbed)
-    explained = float(start.sum())
-    lost = explained - sum(float(r.sum()) for r in node_rel.values()) - absorbed
+    lost = float(start.sum()) - sum(float(r.sum()) for r in node_rel.values()) - absorbed
     explanation = HeteroExplanation()
     node_type = algorithm.explainer_config.node_mask_type
     node_rel = {k: per_mask_type(r, node_type).detach() for k, r in node_rel.items()}
@@ -47,9 +43,8 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
         edge_rel = {k: part.record.detach() for k, part in recorder.parts.items()}
         explanation.set_value_dict("edge_relevance", edge_rel)
         explanation.set_value_dict("edge_mask", relevance_mask(edge_rel, algorithm.mask))
-    dtype = start.dtype
     if mode.explained_head is not None:
         explanation.explained_output = f"the input of the model's final {mode.explained_head}"
-    explanation.bias_relevance = torch.tensor(absorbed, dtype=dtype, device=start.device)
-    explanation.relevance_residual = torch.tensor(lost, dtype=dtype, device=start.device)
+    explanation.bias_relevance = torch.tensor(absorbed, dtype=start.dtype, device=start.device)
+    explanation.relevance_residual = torch.tensor(lost, dtype=start.dtype, device=start.device)
     return explanation

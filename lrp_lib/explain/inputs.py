@@ -1,7 +1,6 @@
-"""Checking the inputs before anything runs: :func:`check_inputs` (homogeneous graphs) and
+"""The inputs checked before anything runs: :func:`check_inputs` (homogeneous graphs) and
 :func:`check_hetero_inputs` (dicts of node and edge types), each error naming the argument and the
-fix; and what the explainer learns from the call it runs in (:func:`inputs_checked`,
-:func:`explainer_training_flag`, :func:`usable`)."""
+fix; and what the explainer learns from the call it runs in."""
 from __future__ import annotations
 
 import sys
@@ -12,6 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.nn import GCNConv
+from torch_geometric.utils import add_remaining_self_loops
 
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError
 from lrp_lib.explain.mode.hooks import bound
@@ -26,21 +26,18 @@ _checked: ContextVar = ContextVar("checked", default=None)  # the inputs Explain
 def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> None:
     """Raise an error naming the argument (and the fix) unless the inputs can be explained.
 
-    Checks that ``model`` is a module; ``x`` a finite floating point (num_nodes, num_features)
-    tensor with at least one node; ``edge_index`` an integer (2, E) tensor (torch.long or
-    torch.int32) within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node (edges
-    joining two graphs are refused where the explanation reads them: the per-graph accounts of a
-    graph-level task); ``x`` of the model's dtype; ``edge_weight`` one finite value per edge; ``edge_attr`` one finite row
-    per edge; any other floating point tensor argument finite.
+    Checks that ``model`` is a module; ``x`` a finite floating point (num_nodes, num_features) tensor with at
+    least one node, of the model's dtype; ``edge_index`` an integer (2, E) tensor (torch.long or torch.int32)
+    within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node (edges joining two graphs are
+    refused where per-graph accounts read them); ``edge_weight`` one finite value per edge (and GCN degrees
+    that are not negative); ``edge_attr`` one finite row per edge; any other floating point tensor finite.
 
-    :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of
-    the unmodified model, where a bad input fails with an error from inside PyG (or gives NaN).  So
-    call it before the explainer, with the same arguments::
+    :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of the unmodified
+    model, where a bad input fails with an error from inside PyG (or gives NaN).  So call it before the
+    explainer, with the same arguments, or use :class:`Explainer` (which calls it before that pass)::
 
         check_inputs(model, data.x, data.edge_index, batch=data.batch)
         explanation = explainer(data.x, data.edge_index, batch=data.batch)
-
-    or use :class:`Explainer` (PyG's ``Explainer``, which calls it before that pass).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -50,7 +47,7 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
     for name, value in kwargs.items():
         if value is None:
             continue
-        if name == "batch":  # (edges shared between graphs: refused where per-graph accounts read them)
+        if name == "batch":
             check_batch(value, x.shape[0], None, "batch")
         elif name == "edge_weight":
             check_edge_values(value, edge_index.shape[1], "edge_weight", one_dimensional=True)
@@ -67,9 +64,8 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
 
 
 def check_dtype(model: nn.Module, value: Tensor, name: str) -> None:
-    """A floating-point input whose dtype differs from every floating-point parameter of ``model`` (float64
-    features into a float32 model) is refused naming both, where torch would fail inside a layer (or a
-    half-precision input would lose the explanation's precision)."""
+    """Refuse, naming both, a floating-point input whose dtype differs from every floating-point parameter of
+    ``model`` (float64 features into a float32 model), where torch would fail inside a layer."""
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
     if dtypes and value.dtype not in dtypes:
         weights = " and ".join(sorted(str(d) for d in dtypes))
@@ -86,8 +82,8 @@ def warn_training(training: bool | None) -> None:
 
 
 def check_hetero_inputs(x: dict, edge_index: dict) -> None:
-    """:func:`check_inputs` for a heterogeneous graph: ``x`` a dict of node type -> features,
-    ``edge_index`` a dict of (source type, relation, target type) -> (2, E) tensor."""
+    """:func:`check_inputs` for a heterogeneous graph: ``x`` a dict of node type -> features, ``edge_index`` a
+    dict of (source type, relation, target type) -> (2, E) tensor."""
     if not isinstance(edge_index, dict):
         raise TypeError(f"x is a dict (a heterogeneous graph), so edge_index must be a dict of edge type -> "
                         f"(2, E) tensor, got {type(edge_index).__name__}")
@@ -101,38 +97,32 @@ def check_hetero_inputs(x: dict, edge_index: dict) -> None:
 
 
 def _check_gcn_degree(model: nn.Module, n: int, edge_index: Tensor, edge_weight: Tensor) -> None:
-    """GCN's normalisation :math:`\\hat d^{-1/2}` is NaN where edge weights make a node's weighted
-    degree (self-loop included) negative: say so, naming the node, instead of a NaN relevance."""
-    for m in model.modules():
-        if isinstance(m, GCNConv) and m.normalize:
-            src, dst = edge_index.long()
-            loop = src == dst
-            w = edge_weight.detach().to(torch.float64)
-            deg = torch.zeros(n, dtype=torch.float64, device=w.device).index_add_(0, dst[~loop], w[~loop])
-            if m.add_self_loops:
-                fill = torch.full((n,), 2.0 if m.improved else 1.0, dtype=torch.float64, device=w.device)
-                fill[src[loop]] = w[loop]
-                deg = deg + fill
-            else:
-                deg = deg.index_add_(0, dst[loop], w[loop])
-            if bool((deg < 0).any()):
-                node = int((deg < 0).nonzero()[0, 0])
-                raise ValueError(
-                    f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
-                    f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
-                    f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
-            return
+    """GCN's normalisation :math:`\\hat d^{-1/2}` is NaN where edge weights make a node's weighted degree
+    (self-loop included, as ``gcn_norm`` adds it) negative: say so, naming the node, instead of a NaN relevance."""
+    conv = next((m for m in model.modules() if isinstance(m, GCNConv) and m.normalize), None)
+    if conv is None:
+        return
+    edge_index, w = edge_index.long(), edge_weight.detach().to(torch.float64)
+    if conv.add_self_loops:
+        edge_index, w = add_remaining_self_loops(edge_index, w, 2.0 if conv.improved else 1.0, n)
+    deg = torch.zeros(n, dtype=torch.float64, device=w.device).index_add_(0, edge_index[1], w)
+    if bool((deg < 0).any()):
+        node = int((deg < 0).nonzero()[0, 0])
+        raise ValueError(
+            f"GCNConv: edge_weight gives node {node} a negative weighted degree ({float(deg[node]):.4g}), and "
+            f"GCN's normalisation deg^-1/2 is NaN there: PyG's own GCNConv output is NaN too. Use non-negative "
+            f"edge_weight (or weights whose sum per receiving node, self-loop included, is >= 0)")
 
 
 def checked_by_explainer(x, edge_index) -> bool:
-    """Whether :class:`~lrp_lib.explain.explainer.Explainer` checked these very tensors just before calling the algorithm."""
+    """Whether :class:`~lrp_lib.explain.explainer.Explainer` checked these very tensors just before."""
     done = _checked.get()
     return done is not None and done[0] is x and done[1] is edge_index
 
 
 def explainer_training_flag(model: nn.Module) -> bool | None:
-    """The training flag that PyG's ``Explainer.__call__`` saved before putting ``model`` in eval
-    mode (its local ``training``), found on the call stack; None if not called from there."""
+    """The training flag that PyG's ``Explainer.__call__`` saved before putting ``model`` in eval mode (its local
+    ``training``), found on the call stack; None if not called from there."""
     frame = sys._getframe(1)
     for _ in range(16):
         frame = frame.f_back
@@ -160,11 +150,9 @@ def usable(t):
 
 
 def uncompiled(model: nn.Module) -> nn.Module:
-    """The module that ``torch.compile(model)`` wraps, whose own ``forward`` is explained (with the same
-    parameters: the explanation of a compiled model is that of the model).  A compiled program runs neither the
-    explanation's rules nor PyG's message hooks, so a submodule compiled on its own (``torch.compile(layer)``
-    inside the model, or ``Module.compile()``) is refused with its name, where its messages would get no
-    relevance."""
+    """The module that ``torch.compile(model)`` wraps, whose own ``forward`` is explained (the same parameters).
+    A submodule compiled in place (``torch.compile(layer)`` inside the model, ``Module.compile()``) would run
+    neither the rules nor PyG's message hooks: it is refused with its name."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
         model = model._orig_mod
     for name, module in model.named_modules():

@@ -1,8 +1,8 @@
-r"""From signed relevance to the masks that PyTorch Geometric's tools read.
+r"""From signed relevance to the masks that PyTorch Geometric's tools read: :func:`relevance_mask`.
 
 LRP's relevance is signed and sums (with the biases' share) to the explained output: a node can
-hold evidence *against* the class.  PyG's explanation tools expect something else -- an
-importance in :math:`[0, 1]`, larger meaning more important, as GNNExplainer's masks:
+hold evidence *against* the class.  PyG's explanation tools expect an importance in
+:math:`[0, 1]`, larger meaning more important, as GNNExplainer's masks:
 
 * ``visualize_feature_importance`` draws bars from zero up (negative bars fall off the plot);
 * ``visualize_graph`` scales edge opacity by the mask (the most negative edge becomes invisible);
@@ -10,23 +10,14 @@ importance in :math:`[0, 1]`, larger meaning more important, as GNNExplainer's m
 * ``fidelity`` and ``unfaithfulness`` multiply the mask into the inputs, so it must lie in
   :math:`[0, 1]`.
 
-:func:`relevance_mask` turns relevance :math:`R` into such a mask.  The kinds:
-
-``"abs"``
-    :math:`m = |R| / \max |R|`: evidence for and against both count as important.
-``"positive"``
-    :math:`m = \max(R, 0) / \max R`: only evidence for the explained output counts.
-``"relevance"``
-    :math:`m = R`: the signed relevance itself (PyG's tools then misread negative entries).
-
-The maximum is taken over the whole mask (all nodes and features, or all edges); a mask whose
-maximum is zero stays zero.  :class:`~lrp_lib.explain.explainer.LRPExplainer` keeps the signed relevance on
-the explanation as ``node_relevance`` and ``edge_relevance`` whatever the mask holds.
+:class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps the signed relevance on the explanation as
+``node_relevance`` and ``edge_relevance`` whatever the mask holds.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch_geometric.explain.config import MaskType
 
 __all__ = ["MASKS", "relevance_mask", "per_mask_type"]
 
@@ -44,8 +35,11 @@ def check_mask_kind(kind) -> str:
 def relevance_mask(relevance: Tensor | dict | None, kind: str = "abs") -> Tensor | dict | None:
     r"""The mask of kind ``kind`` (``"abs"``, ``"positive"`` or ``"relevance"``) of ``relevance``.
 
-    ``relevance``: a tensor, or a dict of tensors (a heterogeneous graph: one per node or edge
-    type), normalised by the one maximum over all of them.  ``None`` gives ``None``.
+    ``"abs"``: evidence for and against both count as important; ``"positive"``: only evidence for the
+    explained output counts; ``"relevance"``: the signed relevance itself (PyG's tools then misread negative
+    entries).  ``relevance``: a tensor, or a dict of tensors (a heterogeneous graph: one per node or edge
+    type), normalised by the one maximum over all of them (a maximum of zero gives zeros).  ``None`` gives
+    ``None``.
 
     .. math::  \text{abs: } m = \frac{|R|}{\max |R|}, \qquad
                \text{positive: } m = \frac{\max(R, 0)}{\max R}, \qquad
@@ -54,37 +48,21 @@ def relevance_mask(relevance: Tensor | dict | None, kind: str = "abs") -> Tensor
     kind = check_mask_kind(kind)
     if relevance is None:
         return None
-    if isinstance(relevance, dict):
-        parts = {k: _transform(v, kind) for k, v in relevance.items()}
-        if kind == "relevance":
-            return parts
-        top = max((float(v.max()) for v in parts.values() if v.numel()), default=0.0)
-        return {k: _scale(v, top) for k, v in parts.items()}
-    if not isinstance(relevance, Tensor):
+    if isinstance(relevance, Tensor):
+        return relevance_mask({0: relevance}, kind)[0]
+    if not isinstance(relevance, dict):
         raise TypeError(f"relevance must be a tensor or a dict of tensors, got {type(relevance).__name__}")
-    part = _transform(relevance, kind)
+    parts = {k: v.detach() for k, v in relevance.items()}
     if kind == "relevance":
-        return part
-    return _scale(part, float(part.max()) if part.numel() else 0.0)
-
-
-def _transform(r: Tensor, kind: str) -> Tensor:
-    r = r.detach()
-    if kind == "abs":
-        return r.abs()
-    if kind == "positive":
-        return r.clamp(min=0)
-    return r
-
-
-def _scale(m: Tensor, top: float) -> Tensor:
-    return m / top if top > 0 else torch.zeros_like(m)
+        return parts
+    parts = {k: v.abs() if kind == "abs" else v.clamp(min=0) for k, v in parts.items()}
+    top = max((float(v.max()) for v in parts.values() if v.numel()), default=0.0)
+    return {k: v / top if top > 0 else torch.zeros_like(v) for k, v in parts.items()}
 
 
 def per_mask_type(node_rel: Tensor, node_type) -> Tensor:
     """Relevance per feature (N x F) as the node mask type reads it: ``attributes`` N x F,
     ``common_attributes`` summed over the nodes (1 x F), ``object`` (or no node mask) summed per node (N x 1)."""
-    from torch_geometric.explain.config import MaskType
     if node_type == MaskType.attributes:
         return node_rel
     if node_type == MaskType.common_attributes:

@@ -1,23 +1,12 @@
 """One forward instead of two: the prediction of ``explanation_type="model"`` taken from the explanation's own pass.
 
-PyG's ``Explainer`` (``explanation_type="model"``) first runs the model without autograd to get its
-prediction, and the target (the predicted class) from it; then the algorithm runs the model again.
-:class:`~lrp_lib.explain.explainer.LRPExplainer` computes the model's output in its own forward (the
-forward rules compute the same functions as the model), so
-:class:`~lrp_lib.explain.pyg_explainer.Explainer` takes the prediction from that output and the target
-from it (:func:`explain_in_one_pass`), and the first pass is saved.
-
-What may differ: the prediction is the output computed through the forward rules, in the
-same operations as the model's own except where a rule reorders one (a mean computed as a sum
-divided by the count): equal to the model's prediction up to rounding, and bitwise equal where no
-such operation is on the way (``tests/explain/test_one_pass.py``).  The target is a decision taken
-from it (an ``argmax``, a sign, a threshold), which rounding could only change where the decision is
-that close: :func:`clear_of_rounding` checks every row, and where one is not clear (two classes closer
-than the square root of the machine precision, relative to their size; a binary output that close to
-its threshold; a value that is not finite) the model's own prediction pass runs after all and decides,
-so the target is PyG's wherever the forward's rounding stays within that margin (far within it on
-every model tested).  ``Explainer(one_pass=None)``, the default, does this for classification;
-a regression's target is the prediction itself, not a decision, so it keeps PyG's two passes unless
+PyG's ``Explainer`` runs the model once for its prediction (and the target from it), then the algorithm runs it
+again.  The forward rules compute the model's output too, so :class:`~lrp_lib.explain.pyg_explainer.Explainer`
+takes the prediction and the target from the explanation's forward (:func:`explain_in_one_pass`).  That
+prediction equals the model's up to rounding (bitwise where no rule reorders an operation, as a mean computed as
+a sum divided by the count); where rounding could change the target, a decision (:func:`clear_of_rounding`),
+the model's own prediction pass runs after all and decides.  ``Explainer(one_pass=None)``, the default, does this
+for classification; a regression's target is the prediction itself, so it keeps PyG's two passes unless
 ``one_pass=True``.
 """
 from __future__ import annotations
@@ -37,12 +26,12 @@ _current: ContextVar = ContextVar("one_pass", default=None)  # the one-pass expl
 
 
 def clear_of_rounding(prediction: Tensor, model_config) -> bool:
-    r"""Whether PyG's target (``Explainer.get_target``) of every row of ``prediction`` stays the same for
-    any value within rounding of it: the two largest classes more than
-    :math:`\sqrt{\epsilon}\,(1 + |a| + |b|)` apart (multiclass), a binary output more than
-    :math:`\sqrt{\epsilon}` from its threshold (0 for raw outputs, 0.5 for probabilities), every value
-    finite; :math:`\epsilon` is the machine precision of the dtype (:math:`\sqrt{\epsilon} \approx 3.5
-    \cdot 10^{-4}` in float32).  A regression has no decision: always ``True``.  One synchronisation."""
+    r"""Whether PyG's target (``Explainer.get_target``) of every row of ``prediction`` stays the same for any
+    value within rounding of it: the two largest classes more than :math:`\sqrt{\epsilon}\,(1 + |a| + |b|)`
+    apart (multiclass), a binary output more than :math:`\sqrt{\epsilon}` from its threshold (0 for raw
+    outputs, 0.5 for probabilities), every value finite; :math:`\epsilon` is the machine precision of the dtype
+    (:math:`\sqrt{\epsilon} \approx 3.5 \cdot 10^{-4}` in float32).  A regression has no decision: always
+    ``True``."""
     mode = getattr(model_config.mode, "value", model_config.mode)
     if not prediction.is_floating_point() or prediction.numel() == 0 or mode == "regression":
         return True
@@ -57,34 +46,29 @@ def clear_of_rounding(prediction: Tensor, model_config) -> bool:
 
 
 class OnePass:
-    """The target of an explanation, taken from the model's output of its own forward: called with
-    that output (``target_of(prediction)``), it keeps both and returns the target.
-
-    ``settle`` (a function of no argument giving the model's own prediction, and ``clear``, a function
-    of a prediction saying whether its target is clear of rounding): where ``clear`` says no, the
-    prediction and the target are taken from ``settle()`` instead, and :attr:`settled` is ``True``."""
+    """The target of an explanation, taken from the model's output of its own forward: called with that
+    output, it keeps the prediction and returns ``target_of(prediction)``.  Where ``clear(prediction)`` says
+    rounding could change the target, the prediction is ``settle()``, the model's own, instead."""
 
     def __init__(self, target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
                  clear: Callable[[Tensor], bool] | None = None):
         self.target_of, self.settle, self.clear = target_of, settle, clear
         self.prediction: Tensor | None = None
         self.target: Tensor | None = None
-        self.settled = False
 
     def __call__(self, prediction: Tensor) -> Tensor:
         self.prediction = prediction.detach()
         if self.settle is not None and self.clear is not None and not self.clear(self.prediction):
             with torch.no_grad():  # a near tie: the model's own prediction decides, as in PyG's two passes
                 self.prediction = self.settle()
-            self.settled = True
         self.target = self.target_of(self.prediction)
         return self.target
 
 
 def one_pass(target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
              clear: Callable[[Tensor], bool] | None = None):
-    """Inside the block, an explainer called with ``target=None`` in this thread takes its target
-    from its own forward (:func:`pending_target`); ``settle`` and ``clear``: see :class:`OnePass`."""
+    """Inside the block, an explainer called with ``target=None`` in this thread takes its target from its own
+    forward (:func:`pending_target`); ``settle`` and ``clear``: see :class:`OnePass`."""
     return bound(_current, OnePass(target_of, settle, clear))
 
 
@@ -94,23 +78,18 @@ def pending_target() -> OnePass | None:
 
 
 def explain_in_one_pass(explainer, x: Tensor, edge_index: Tensor, target, index, **kwargs):
-    """What PyG's ``Explainer.__call__`` does for ``explanation_type="model"``, without its
-    prediction pass: the algorithm runs once, with the target taken from its own forward (or from the
-    model's own prediction pass where :func:`clear_of_rounding` says rounding could change it); the
-    explanation gets the same attributes (prediction, target, index, the inputs, the threshold)."""
+    """What PyG's ``Explainer.__call__`` does for ``explanation_type="model"``, with the prediction and the
+    target taken from the algorithm's own forward (see the module docstring); the explanation gets the same
+    attributes (prediction, target, index, the inputs, the threshold).  The model is left in eval mode."""
     if target is not None:
         warnings.warn(f"The 'target' should not be provided for the explanation type "
                       f"'{explainer.explanation_type.value}'", stacklevel=3)
     if isinstance(index, int):
         index = torch.tensor([index])
-    training = explainer.model.training
     explainer.model.eval()
-    try:
-        with one_pass(explainer.get_target, lambda: explainer.get_prediction(x, edge_index, **kwargs),
-                      lambda prediction: clear_of_rounding(prediction, explainer.model_config)) as record:
-            explanation = explainer.algorithm(explainer.model, x, edge_index, target=None, index=index, **kwargs)
-    finally:
-        explainer.model.train(training)
+    with one_pass(explainer.get_target, lambda: explainer.get_prediction(x, edge_index, **kwargs),
+                  lambda prediction: clear_of_rounding(prediction, explainer.model_config)) as record:
+        explanation = explainer.algorithm(explainer.model, x, edge_index, target=None, index=index, **kwargs)
     explanation._model_config = explainer.model_config
     explanation.prediction, explanation.target, explanation.index = record.prediction, record.target, index
     explanation._model_args = list(kwargs.keys())

@@ -12,38 +12,33 @@ from torch_geometric.explain.config import ModelConfig
 
 from lrp_lib.explain.mode.edges import ensure_hooks, recording
 from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
-from lrp_lib.explain.targets import explained_logits, start_of
+from lrp_lib.explain.targets import explained_of, start_of
 
-__all__ = ["propagate", "forward_in_mode", "check_blocked"]
+__all__ = ["propagate", "check_blocked"]
 
 
-def forward_in_mode(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable):
-    """The forward ``call()`` inside ``mode`` with ``inputs`` marked, the message hooks recording into
-    ``recorder``: the model's output."""
+def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
+              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False):
+    """The one forward (``call()``, inside ``mode`` with ``inputs`` marked, the message hooks recording into
+    ``recorder``) and the one backward from the explained output: (output, start relevance, relevance of
+    each of ``inputs``, the explained output itself).  Refuses what the relevance cannot pass through.
+    ``retain_graph``: keep the graph for more backward passes (:func:`lrp_lib.explain.accounting.account`).
+    ``target``: the class labels, or a function of the model's output giving them
+    (:class:`lrp_lib.explain.one_pass.OnePass`)."""
     if recorder is not None:
         ensure_hooks(model)
     with recording(recorder), torch.enable_grad(), mode:
         for t in inputs:
             mode.mark(t)
-        return call()
-
-
-def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
-              model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False):
-    """The one forward (``call()``, inside ``mode``, with the message hooks recording into
-    ``recorder``) and the one backward from the explained output: (output, start relevance,
-    relevance of each of ``inputs``, the explained output itself).  Refuses what the relevance
-    cannot pass through.  ``retain_graph``: keep the graph for more backward passes
-    (:func:`lrp_lib.explain.accounting.account`).  ``target``: the class labels, or a function of the
-    model's output giving them (:class:`lrp_lib.explain.one_pass.OnePass`)."""
-    out = forward_in_mode(model, mode, recorder, inputs, call)
+        out = call()
     if not isinstance(out, Tensor) or not mode.is_marked(out):
         raise ValueError(
             "the model's output does not depend on x through autograd: model.forward detaches it "
             "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
             "propagated through the model's autograd graph, so remove the detach")
-    head = explained_logits(mode, out, model_config)
-    mode.explained_head = mode.head_of(out)[0] if head is not out else None
+    name, logits = mode.head_of(out) or (None, None)
+    head = explained_of(name, out, logits, model_config)
+    mode.explained_head = name if head is not out else None
     if recorder is not None:
         recorder.check()
     start = start_of(out, head, target, index, model_config, explained)

@@ -1,7 +1,6 @@
-r"""PyG's :class:`~torch_geometric.explain.Explainer` with the inputs checked before its prediction pass,
-the model's training flag restored when an explanation fails, and the prediction taken from the
-explanation's own forward (``one_pass``).  ``lrp_lib.Explainer`` and
-``lrp_lib.explain.explainer.Explainer`` are this class.
+r"""PyG's :class:`~torch_geometric.explain.Explainer` with the inputs checked before its prediction pass, the
+model's training flag restored when an explanation fails, and the prediction taken from the explanation's own
+forward (``one_pass``).  ``lrp_lib.Explainer`` and ``lrp_lib.explain.explainer.Explainer`` are this class.
 """
 from __future__ import annotations
 
@@ -18,21 +17,17 @@ __all__ = ["Explainer"]
 
 
 class Explainer(PyGExplainer):
-    """PyG's :class:`~torch_geometric.explain.Explainer`, with the inputs checked before its
-    prediction pass and the model's training flag restored when the explanation fails.
+    """PyG's :class:`~torch_geometric.explain.Explainer`, a drop-in replacement (``from lrp_lib import
+    Explainer``): with an :class:`LRPExplainer` the inputs go through :func:`check_inputs` before PyG's
+    prediction pass, so a bad input gives an error that names it instead of one from inside PyG's message
+    passing (or NaN masks); the model's training flag is restored when the explanation fails.
 
-    A drop-in replacement: ``from lrp_lib import Explainer`` and use it as PyG's.  With an
-    :class:`LRPExplainer` the inputs go through :func:`check_inputs` first, so a bad input gives an
-    error that names it instead of one from inside PyG's message passing (or NaN masks).
-
-    ``one_pass`` (``explanation_type="model"``, an :class:`LRPExplainer`, a homogeneous graph): the
-    prediction and the target are taken from the explanation's own forward instead of a separate
-    prediction pass (:mod:`lrp_lib.explain.one_pass`: one forward fewer; the prediction equal up to
-    rounding; where rounding could change the target, a near tie, the model's own pass runs and
-    decides).  ``None`` (default): for classification; a regression, whose target is the prediction
-    itself, runs PyG's two passes.  ``True``: for every mode.  ``False``: PyG's two passes always.
-    With ``per_index=True`` the prediction pass runs (it also serves as the model's output on the full
-    graph, which the subgraphs' outputs are compared with: :func:`lrp_lib.explain.subgraphs.predicted`).
+    ``one_pass`` (``explanation_type="model"``, an :class:`LRPExplainer`, a homogeneous graph): the prediction
+    and the target are taken from the explanation's own forward instead of a separate prediction pass
+    (:mod:`lrp_lib.explain.one_pass`).  ``None`` (default): for classification; a regression, whose target is
+    the prediction itself, runs PyG's two passes.  ``True``: for every mode.  ``False``: PyG's two passes
+    always.  With ``per_index=True`` the prediction pass runs (the subgraphs' outputs are compared with it:
+    :func:`lrp_lib.explain.subgraphs.predicted`).
     """
 
     def __init__(self, *args, one_pass: bool | None = None, **kwargs):
@@ -52,10 +47,10 @@ class Explainer(PyGExplainer):
 
     def __call__(self, x, edge_index, *, target=None, index=None, **kwargs):
         checked = isinstance(self.algorithm, LRPExplainer) and not isinstance(x, dict)
-        if isinstance(self.algorithm, LRPExplainer) and isinstance(x, dict):
-            check_hetero_inputs(x, edge_index)
         if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
+        elif isinstance(self.algorithm, LRPExplainer):
+            check_hetero_inputs(x, edge_index)
         wanted = self.one_pass if self.one_pass is not None else self.model_config.mode != ModelMode.regression
         once = checked and wanted and self.explanation_type.value == "model" and not (
             self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)

@@ -1,9 +1,6 @@
-r"""One explanation: the model's forward under the rules, one backward, and its accounts.
-
-:func:`relevance` runs what :class:`~lrp_lib.explain.algorithm.LRPExplainer` asks for once: the model's own
-forward inside the interception (:class:`~lrp_lib.explain.mode.forward.ForwardMode`), or its
-captured graph (:mod:`lrp_lib.explain.capture`, :mod:`lrp_lib.explain.capture.cache`); then one backward from the explained output, and the accounts of what the
-biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
+r"""One explanation: the model's forward under the rules (:class:`~lrp_lib.explain.mode.forward.ForwardMode`)
+or its captured graph (:mod:`lrp_lib.explain.capture`), one backward from the explained output, and the
+accounts of what the biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
 """
 from __future__ import annotations
 
@@ -41,14 +38,11 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     """(node relevance, edge relevance, the model's output, extras): one forward, one backward, with the
     settings of ``algorithm`` (an :class:`~lrp_lib.explain.algorithm.LRPExplainer`).
 
-    With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and
-    ``relevance_residual`` hold one value per group (:func:`lrp_lib.explain.accounting.account`):
-    group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None: row ``g``);
-    ``row_groups`` (filled by the forward: the group of the rows of each row count) splits the
-    biases by group without another backward where it covers every tensor they were kept on
-    (``split_losses=False``: only where no group lost relevance, see
-    :func:`~lrp_lib.explain.accounting.account`).  ``one_group``: ``node_group`` is known to hold one
-    group (a single graph), whose account needs no other backward, so the explanation may be captured."""
+    With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and ``relevance_residual``
+    hold one value per group (:func:`lrp_lib.explain.accounting.account`, which takes ``row_groups`` and
+    ``split_losses``): group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None:
+    row ``g``).  ``one_group``: a single graph, whose account needs no other backward, so the explanation
+    may be captured."""
     if not checked and not checked_by_explainer(x, edge_index):
         check_inputs(model, x, edge_index, **kwargs)
     edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
@@ -60,11 +54,11 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         inputs.append(kwargs["edge_attr"])
     edges = algorithm.explainer_config.edge_mask_type is not None
     grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
-
-    captured, why = algorithm.captures.get(
-        model, x, edge_index, kwargs, inputs, algorithm.composite, edges, algorithm.compile) if (
-        algorithm.compile or algorithm.replay) and not grouped and (node_group is None or one_group) \
-        and current_plan() is None else (None, None)
+    captured = why = None
+    if (algorithm.compile or algorithm.replay) and not grouped and (node_group is None or one_group) \
+            and current_plan() is None:
+        captured, why = algorithm.captures.get(model, x, edge_index, kwargs, inputs, algorithm.composite, edges,
+                                               algorithm.compile)
     if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
         out, head, leaves = captured.forward(x, edge_index, kwargs)
         head = explained_of(captured.head, out, head, algorithm.model_config)
@@ -73,18 +67,14 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         grads = (node_grad,)
         tally = Tally()
         tally.absorb("biases, constant terms and stabilisers", kept)
-        explained_head = captured.head if head is not out else None
-        mode = SimpleNamespace(tally=tally, detached=set(), explained_head=explained_head)
+        mode = SimpleNamespace(tally=tally, detached=set(), explained_head=captured.head if head is not out else None)
         recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
-        replayed, reason = True, why
-    else:
-        # (grouped: probes per row, whose gradients split the accounts by graph or target)
+    else:  # (grouped: probes per row, whose gradients split the accounts by graph or target)
         mode = ForwardMode(algorithm.composite, model, rows=grouped)
         recorder = EdgeRecorder(mode, model, edge_index, x.dtype) if edges else None
         out, start, grads, head = propagate(
             model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs), target, index,
             algorithm.model_config, algorithm.explained, retain_graph=node_group is not None and not one_group)
-        replayed, reason = False, why
     node_rel = grads[0] if grads[0] is not None else torch.zeros_like(leaf)
     attr_rel = None
     if len(inputs) > 1:
@@ -111,15 +101,14 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
             groups = int(row_group.max()) + 1 if row_group.numel() else 0
             if groups and (not node_group.numel() or int(node_group.max()) < groups):
                 edge_group = node_group[edge_index[1]] if attr_rel is not None else None
-                bias, residual = account(head, inputs, start, [node_rel, attr_rel] if attr_rel is not None else
-                                         [node_rel], mode.tally, recorder, node_group=node_group,
-                                         row_group=row_group, num_groups=groups, edge_group=edge_group,
-                                         row_groups=row_groups, split_losses=split_losses)
+                bias, residual = account(head, inputs, start, [node_rel, attr_rel], mode.tally, recorder,
+                                         node_group=node_group, row_group=row_group, num_groups=groups,
+                                         edge_group=edge_group, row_groups=row_groups, split_losses=split_losses)
                 extra.update(bias_relevance=bias, relevance_residual=residual)
     if mode.explained_head is not None:
         extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
     if attr_rel is not None:
         extra["edge_attr_relevance"] = attr_rel
     if algorithm.replay:
-        extra.update(replayed=replayed, replay_reason=reason)
+        extra.update(replayed=captured is not None, replay_reason=why)
     return node_rel, recorder.record if recorder is not None else None, out.detach(), extra

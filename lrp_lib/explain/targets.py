@@ -1,36 +1,20 @@
-r"""What the relevance starts from: the explained output.
-
-:func:`explained_logits` picks the tensor (the model's output, or the logits before a final
-softmax, log_softmax or sigmoid); :func:`start_relevance` the relevance of each of its entries (the
-target class's logit, a contrast, a signed binary logit, a regression value; zero outside the
-explained rows).  :class:`~lrp_lib.explain.explainer.LRPExplainer` runs both; so can any other
-explanation that starts where it does.
+r"""What the relevance starts from: :func:`explained_of` picks the explained tensor (the model's output, or the
+logits before a final softmax, log_softmax or sigmoid); :func:`start_relevance` the relevance of each of its
+entries (zero outside the explained rows).
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from torch_geometric.explain.config import ModelConfig, ModelMode, ModelReturnType
 
-if TYPE_CHECKING:
-    from lrp_lib.explain.mode.function_mode import RelevanceMode
-
-__all__ = ["explained_logits", "start_relevance", "start_of", "check_index", "check_graph_rows"]
-
-
-def explained_logits(mode: RelevanceMode, out: Tensor, model_config: ModelConfig) -> Tensor:
-    """What the relevance starts from: ``out``, or the logits of a classifier whose output is a
-    final softmax, log_softmax or sigmoid (the LRP literature explains the logit, before the
-    probabilities couple the classes)."""
-    head = mode.head_of(out)
-    return explained_of(None if head is None else head[0], out, None if head is None else head[1], model_config)
+__all__ = ["explained_of", "start_relevance", "start_of", "check_index", "check_graph_rows"]
 
 
 def explained_of(name: str | None, out: Tensor, logits: Tensor | None, model_config: ModelConfig) -> Tensor:
-    """:func:`explained_logits` from what the forward saw: ``name``, the model's final softmax, log_softmax or
-    sigmoid (None: none), and ``logits``, its input.  A regression model's final sigmoid is explained as it is."""
+    """What the relevance starts from: ``out``, or ``logits`` where ``name`` is the classifier's final softmax,
+    log_softmax or sigmoid whose input they are (the LRP literature explains the logit, before the probabilities
+    couple the classes).  A regression model's final sigmoid is explained as it is."""
     classifier = model_config.mode != ModelMode.regression
     if name is not None and (classifier or name != "sigmoid"):
         return logits
@@ -44,8 +28,8 @@ def explained_of(name: str | None, out: Tensor, logits: Tensor | None, model_con
 
 
 def check_index(index, rows: int) -> None:
-    """A clear error for an ``index`` (an int, a slice, a list of ints, an integer or boolean tensor) that selects
-    rows the model's output does not have (``rows`` of them)."""
+    """An error for an ``index`` (an int, a slice, a list of ints, an integer or boolean tensor) that selects
+    rows the model's output (``rows`` of them) does not have."""
     if index is None or isinstance(index, slice):
         return
     if isinstance(index, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in index):
@@ -72,77 +56,76 @@ def check_index(index, rows: int) -> None:
 
 
 def start_of(out: Tensor, head: Tensor, target, index, model_config: ModelConfig, explained: str = "logit") -> Tensor:
-    """:func:`start_relevance` of ``head`` (the explained output of the model's output ``out``), with
-    ``target`` the class labels or a function of ``out`` giving them
-    (:class:`lrp_lib.explain.one_pass.OnePass`)."""
-    if callable(target) and not isinstance(target, Tensor):  # the target taken from this very output
+    """:func:`start_relevance` of ``head`` (the explained output of the model's output ``out``), with ``target``
+    the class labels or a function of ``out`` giving them (:class:`lrp_lib.explain.one_pass.OnePass`)."""
+    if callable(target) and not isinstance(target, Tensor):
         target = target(out)
     return start_relevance(head, target, index, model_config, explained)
 
 
 def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig,
                     explained: str = "logit") -> Tensor:
-    r"""The relevance of the outputs ``out`` (the model's output, or the logits before its
-    probability head): the explained value where explained, else 0.
+    r"""The relevance of the outputs ``out`` (the model's output, or the logits before its probability head):
+    the explained value where explained, else 0.
 
-    * multiclass: the logit :math:`z_c` of the target class ``c`` of each explained row
-      (``explained="logit"``), or :math:`z_c - \frac{1}{K-1}\sum_{k \ne c} z_k`
-      (``explained="contrast"``);
-    * binary (one logit :math:`z` per row): :math:`+z` for target 1, :math:`-z` for target 0 (the
-      log-odds of the target class);
+    * multiclass: the logit :math:`z_c` of the target class ``c`` of each explained row (``explained="logit"``),
+      or :math:`z_c - \frac{1}{K-1}\sum_{k \ne c} z_k` (``explained="contrast"``);
+    * binary (one logit :math:`z` per row): :math:`+z` for target 1, :math:`-z` for target 0 (the log-odds of
+      the target class);
     * regression: the output itself.
 
-    ``index`` (None: every row) selects the explained rows; ``target`` holds one class label per
-    row (or, for a multiclass model with ``index``, one per explained row).  Errors name the
-    argument: a float target, one of the wrong length, a label out of range."""
+    ``index`` (None: every row) selects the explained rows; ``target`` holds one class label per row (or, for a
+    multiclass model with ``index``, one per explained row).  Errors name the argument: a float target, one of
+    the wrong length, a label out of range."""
     if out.dim() == 0:  # one value (a link predictor given one link as a 1-D pair): a row of one
         return start_relevance(out.detach().reshape(1), target, index, model_config, explained).reshape(())
-    out_d = out.detach()
+    out = out.detach()
+    shape = (-1, *([1] * (out.dim() - 1)))  # a value per row, broadcast over the rest
     mode = model_config.mode
-    check_index(index, out_d.shape[0])
+    check_index(index, out.shape[0])
     if mode != ModelMode.regression:
         if not isinstance(target, Tensor) or target.is_floating_point() or target.is_complex():
             got = target.dtype if isinstance(target, Tensor) else type(target).__name__
             raise TypeError(f"target must be an integer tensor of class labels, got {got}")
-        if target.numel() != out_d.shape[0] and not (index is not None and mode == ModelMode.multiclass_classification):
-            raise ValueError(f"target has {target.numel()} entries but the model gives {out_d.shape[0]} output "
+        if target.numel() != out.shape[0] and not (index is not None and mode == ModelMode.multiclass_classification):
+            raise ValueError(f"target has {target.numel()} entries but the model gives {out.shape[0]} output "
                              f"row(s): pass one label per row")
-        classes = out_d.shape[-1] if mode == ModelMode.multiclass_classification else 2
+        classes = out.shape[-1] if mode == ModelMode.multiclass_classification else 2
         low, high = torch.stack(torch.aminmax(target.view(-1))).tolist() if target.numel() else (0, 0)  # one read
         if low < 0 or high >= classes:
             allowed = "0 or 1 (binary_classification: the class to explain)" if classes == 2 and \
                 mode == ModelMode.binary_classification else f"0..{classes - 1} (one per output column)"
             raise ValueError(f"target must contain only {allowed}, got values {low}..{high}")
     if mode == ModelMode.multiclass_classification:
-        if index is None and out_d.dim() == 2 and not (explained == "contrast" and out_d.shape[-1] > 1):
-            at = target.view(-1, 1).to(out_d.device, torch.long)  # each row's logit of its class, the rest 0
-            return torch.zeros_like(out_d).scatter_(1, at, out_d.gather(1, at))
-        rel = torch.zeros_like(out_d)
+        if index is None and out.dim() == 2 and not (explained == "contrast" and out.shape[-1] > 1):
+            at = target.view(-1, 1).to(out.device, torch.long)  # each row's logit of its class, the rest 0
+            return torch.zeros_like(out).scatter_(1, at, out.gather(1, at))
+        rel = torch.zeros_like(out)
         target = target.view(-1)
-        rows = torch.arange(out_d.shape[0], device=out.device)
+        rows = torch.arange(out.shape[0], device=out.device)
         if index is not None:
             rows = rows[index].view(-1)
-            target = target[index].view(-1) if target.numel() == out_d.shape[0] else target
-        if explained == "contrast" and out_d.shape[-1] > 1:
+            target = target[index].view(-1) if target.numel() == out.shape[0] else target
+        if explained == "contrast" and out.shape[-1] > 1:
             # z_c - mean_{k != c} z_k: the epsilon rule of that (bias-free) linear map of the logits
-            k = out_d.shape[-1]
-            w = torch.full((rows.numel(), k), -1.0 / (k - 1), dtype=out_d.dtype, device=out.device)
+            k = out.shape[-1]
+            w = torch.full((rows.numel(), k), -1.0 / (k - 1), dtype=out.dtype, device=out.device)
             w[torch.arange(rows.numel(), device=out.device), target] = 1.0
-            rel[rows] = out_d[rows] * w
+            rel[rows] = out[rows] * w
         else:
-            rel[rows, target] = out_d[rows, target]
+            rel[rows, target] = out[rows, target]
         return rel
     if mode == ModelMode.binary_classification:
-        if out_d.shape[-1] != 1 and out_d.dim() > 1:
-            raise ValueError(f"binary_classification expects one logit per row, got output shape {tuple(out_d.shape)}")
-        sign = target.view(out_d.shape[0], *([1] * (out_d.dim() - 1))).to(out_d.dtype) * 2 - 1
-        rel = sign * out_d
+        if out.shape[-1] != 1 and out.dim() > 1:
+            raise ValueError(f"binary_classification expects one logit per row, got output shape {tuple(out.shape)}")
+        sign = target.view(shape).to(out.dtype) * 2 - 1
+        rel = sign * out
     else:
-        rel = out_d.clone()
+        rel = out.clone()
     if index is not None:
-        keep = torch.zeros(out_d.shape[0], dtype=torch.bool, device=out.device)
+        keep = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device)
         keep[index] = True
-        rel = torch.where(keep.view(-1, *([1] * (out_d.dim() - 1))), rel, torch.zeros_like(rel))
+        rel = torch.where(keep.view(shape), rel, torch.zeros_like(rel))
     return rel
 
 

@@ -1,13 +1,11 @@
 r"""Models without a graph: :func:`explain_tensor`, the relevance of a plain tensor input.
 
-The interception that explains a PyG model through its own ``forward`` does not need a graph: any
-``torch.nn.Module`` called on one tensor (an MLP, a CNN with max and average pooling, a transformer block) runs
-under the same mode, each torch function getting its rule.  :func:`explain_tensor` does that, with the
-rules as forward modifications (:mod:`lrp_lib.explain.mode.forward`: one ordinary backward, relevance = input times
-gradient), and returns the input's relevance with the same accounts as ``LRPExplainer``.
+Any ``torch.nn.Module`` called on one tensor (an MLP, a CNN with max and average pooling, a transformer
+block) runs under the same mode as a PyG model (:mod:`lrp_lib.explain.mode.forward`), with the same accounts
+as ``LRPExplainer``.
 
     >>> result = explain_tensor(model, images, target=labels, rule="epsilon")
-    >>> result.relevance.sum((1, 2, 3)) + result.bias_relevance   # = each image's logit of its label
+    >>> float(result.relevance.sum()) + result.bias_relevance + result.relevance_residual  # = result.explained.sum()
 """
 from __future__ import annotations
 
