@@ -1,30 +1,21 @@
 r"""An explanation of one graph, captured once and compiled by PyTorch: :func:`compiled_explanation`.
 
-Many explanations on one graph (every node of a node classifier, say) repeat the same forward: the same
-layers on the same ``edge_index``.  With the rules written as forward modifications
-(:mod:`lrp_lib.explain.mode.forward`), that forward is an ordinary PyTorch program, so PyTorch's own tools take it
-over: :func:`torch.fx.experimental.proxy_tensor.make_fx` records the model's forward under
-:class:`~lrp_lib.explain.mode.forward.ForwardMode` once, as a graph of ATen operations from the node features (and
-the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output; the graph
-part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept in the
-graph as constants.  Each explanation then runs that graph and one ordinary backward, without the model's or
-the rules' Python (``LRPExplainer()`` does so from the second explanation of a graph on).
-:func:`torch.compile` compiles it with ``fullgraph=True`` (``compile=True``): it traces without a break,
-because no rule reads tensor data into Python.  ``make_fx`` refuses a model whose own Python reads the value
-of an input-dependent tensor (a branch on ``x``), which a captured graph would keep as a constant: such a
-model is explained eagerly.
+With the rules written as forward modifications (:mod:`lrp_lib.explain.mode.forward`), an explanation's forward
+is an ordinary PyTorch program, so PyTorch's own tools take it over.  :func:`capture` records it once under
+:class:`~lrp_lib.explain.mode.forward.ForwardMode` with ``make_fx``, as a graph of ATen operations from the node
+features (and the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output;
+the graph part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept
+as constants (:func:`fold_constants`).  Later explanations of the graph run that graph and one ordinary backward,
+without the model's or the rules' Python; ``compile=True`` compiles it with ``torch.compile(fullgraph=True)``,
+which traces without a break because no rule reads tensor data into Python.  A model whose own Python reads the
+value of an input-dependent tensor (a branch on ``x``) is refused by ``make_fx`` and explained eagerly; an
+operation without a rule is refused when the graph is captured.
 
-The captured graph holds the values the model's Python read from the data while it was recorded (the
-graph's size, the edges a layer adds), so it explains that graph only, with node features of the recorded
-shape; a new ``edge_index`` needs a new capture.  An operation without a rule is refused when the graph is
-captured.
-
-For graphs that each come once (the molecules of a data set), :func:`capture_any_graph` records the forward
-with symbolic sizes instead (``make_fx(tracing_mode="symbolic")``): ``edge_index`` is an input of the graph and
-its graph part runs on every call, so one capture, compiled once with dynamic shapes
-(:class:`AnyGraphExplanation`, ``LRPExplainer(compile=True)`` without an edge mask), serves
-graphs of every size.  The conditions the model's Python placed on the sizes it saw are PyTorch's guards on the
-symbolic sizes; a graph that does not meet them gets a capture of its own.
+A captured graph keeps the values the model's Python read while it was recorded (the graph's size, the edges a
+layer adds), so it explains that graph only.  For graphs that each come once (the molecules of a data set),
+:func:`capture_any_graph` records with symbolic sizes instead: ``edge_index`` is an input and the graph part runs
+on every call, so one capture, compiled with dynamic shapes (:class:`AnyGraphExplanation`, node masks only),
+serves graphs of every size that meet the conditions the model's Python placed on the sizes it saw.
 """
 from __future__ import annotations
 
@@ -37,7 +28,7 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
-from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, message_relevance, recording
+from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, message_hook, recording
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
@@ -50,7 +41,7 @@ __all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "compiled_ex
 
 class _IdsRecorder(EdgeRecorder):
     """An eager pass that records the input edge of each message of each layer, in the order the layers pass
-    them (matching a layer's edges to the input's reads them, which a captured graph cannot)."""
+    them (the match reads the edges, which a captured graph cannot)."""
 
     def __init__(self, mode, model, edge_index, dtype):
         super().__init__(mode, model, edge_index, dtype)
@@ -63,9 +54,9 @@ class _IdsRecorder(EdgeRecorder):
 
 
 class _ProductRecorder(EdgeRecorder):
-    """Edge relevance by a multiplicative probe (a graph input of ones, one per input edge) on every layer's
-    messages, so that the captured graph computes it: the probe's gradient is each edge's relevance.  The
-    input edge of each message comes from ``order``, recorded by an eager pass (:class:`_IdsRecorder`)."""
+    """Edge relevance by a multiplicative probe (an input of ones, one per input edge) on every layer's
+    messages, whose gradient is each edge's relevance; the input edge of each message comes from ``order``
+    (:class:`_IdsRecorder`)."""
 
     def __init__(self, mode, model, edge_index, dtype, probe: Tensor, order: list):
         super().__init__(mode, model, edge_index, dtype)
@@ -86,8 +77,7 @@ class _ProductRecorder(EdgeRecorder):
 
 class _OutputRecorder(EdgeRecorder):
     """Edge relevance from the messages themselves: each layer's messages become outputs of the captured graph,
-    and the backward takes the gradient at them (messages times gradient, summed per input edge, as the eager
-    hooks do).  The input edge of each message comes from ``order``, as for :class:`_ProductRecorder`."""
+    read in the backward as the eager hooks read them."""
 
     def __init__(self, mode, model, edge_index, dtype):
         super().__init__(mode, model, edge_index, dtype)
@@ -119,11 +109,8 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
         mode = ForwardMode(composite, model)
         recorder = None if not edges else _ProductRecorder(mode, model, edge_index, x_.dtype, ones, order) \
             if probe else _OutputRecorder(mode, model, edge_index, x_.dtype)
-        with recording(recorder), torch.enable_grad(), mode:
-            mode.mark(x_)
-            mode.one_out, mode.one_in, mode.kept = one_out, one_in, kept  # (after the first mark, which makes its own)
-            mode.kept_delta = kept - kept.detach()
-            out = model(x_, edge_index, **kwargs)
+        with recording(recorder):
+            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index, kwargs)
         messages = tuple(recorder.outputs) if isinstance(recorder, _OutputRecorder) else ()
         return (*_outputs(mode, out, seen), *messages)
 
@@ -134,13 +121,10 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
 
 
 def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
-    """The graph part -- every operation that reads no input of ``graph``: self-loops, degrees, normalisation
-    coefficients, the weights' clamps -- run once, its results kept as constants of the graph.
-
-    ``torch.fx.experimental.const_fold`` leaves the in-place operations PyG's scatters make (``scatter_add_``
-    into a buffer) in the graph; here the graph runs once on ``inputs`` and each constant that an
-    input-dependent operation reads is kept as the value it had when that operation read it, so an in-place
-    change is seen where it happened.  The constant operations are then removed."""
+    """The graph part (every operation that reads no input of ``graph``: self-loops, degrees, normalisation
+    coefficients, the weights' clamps) run once, each constant an input-dependent operation reads kept as the
+    value it had when it was read, so that an in-place change (PyG's ``scatter_add_`` into a buffer, which
+    ``torch.fx.experimental.const_fold`` leaves in the graph) is seen where it happened."""
     nodes = list(graph.graph.nodes)
     variable = set()
     for node in nodes:
@@ -181,9 +165,8 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
 
 
 def _compact(read: Tensor, value: Tensor) -> tuple[Tensor, list | None]:
-    """A constant to keep, and the shape to expand it to: a value read as a broadcast (stride 0 along some
-    dimensions, as PyG's scatters expand an index over the features) is kept as one slice along those dimensions
-    and expanded again in the graph, instead of in full (a copy of the index per feature)."""
+    """A constant to keep, and the shape to expand it to: a value read as a broadcast (an index PyG's scatters
+    expand over the features) is kept as one slice and expanded again in the graph."""
     if read.dim() == 0 or 0 not in read.stride() or read.numel() == 0:
         return value, None
     index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None)
@@ -209,11 +192,7 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
 
     def forward(x_, edge_index_, one_out, one_in, kept, *values):
         mode = ForwardMode(composite, model)
-        with torch.enable_grad(), mode:
-            mode.mark(x_)
-            mode.one_out, mode.one_in, mode.kept = one_out, one_in, kept
-            mode.kept_delta = kept - kept.detach()
-            out = model(x_, edge_index_, **dict(zip(names, values)), **other)
+        out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index_, {**dict(zip(names, values)), **other})
         return _outputs(mode, out, seen)
 
     leaves = _leaves(x, None)[:4]
@@ -230,6 +209,15 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     # ShapeEnv.evaluate_guards_expression, with the expression parsed once
     guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code, "<guards>", "eval")
     return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))})
+
+
+def _in_mode(mode: ForwardMode, model: nn.Module, x: Tensor, probes: tuple, edge_index, kwargs: dict):
+    """The model's forward under ``mode`` from the node features ``x`` and the three scalar probes."""
+    with torch.enable_grad(), mode:
+        mode.mark(x)
+        mode.one_out, mode.one_in, mode.kept = probes  # (after the first mark, which makes its own)
+        mode.kept_delta = probes[2] - probes[2].detach()
+        return model(x, edge_index, **kwargs)
 
 
 def _outputs(mode: ForwardMode, out: Tensor, seen: dict) -> tuple[Tensor, Tensor]:
@@ -279,25 +267,22 @@ class CompiledExplanation:
             if compile else graph
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
         self.probe, self.order = compile, seen["order"]
-        if edges and not compile:  # each message's slot in the edge relevance: its input edge, or E (added self-loops)
-            E = edge_index.shape[1]
-            self.slots = [(torch.where(ids >= 0, ids, E), dim) for ids, dim in self.order]
         # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
         self.held = (model, list(model.parameters()), list(model.buffers()), edge_index, dict(kwargs))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list]:
         """``(output, explained output, leaves)`` on the recorded graph (``edge_index`` and ``kwargs``: the
-        same graph's, not read).  Run as it is with edges: a hook on each layer's messages adds their relevance
-        into the last leaf, the record of the edges (one slot more, for the self-loops a layer added)."""
+        same graph's, not read).  Run as it is with edges, the last leaf is the record of the edges, which hooks
+        on each layer's messages fill in the backward."""
         leaves = _leaves(x, self.edge_index if self.edges and self.probe else None)
         with torch.enable_grad():
             out, head, *messages = self.compiled(*leaves)
         if self.edges and not self.probe:  # the messages' relevance, read in the backward as it passes them
-            record = x.new_zeros(self.edge_index.shape[1] + 1)
-            for (slots, dim), m in zip(self.slots, messages):
+            record = x.new_zeros(self.edge_index.shape[1])
+            for (ids, dim), m in zip(self.order, messages):
                 if m.requires_grad:
-                    m.register_hook(_message_hook(record, m.detach(), slots, dim))
+                    m.register_hook(message_hook(record, m, ids, dim))
             leaves.append(record)
         return out, head, leaves
 
@@ -311,17 +296,8 @@ class CompiledExplanation:
         received, passed, kept = (zero if g is None else g for g in grads[1:4])
         edge_rel = None
         if self.edges:
-            edge_rel = grads[4] if self.probe else leaves[-1][:-1]
+            edge_rel = grads[4] if self.probe else leaves[-1]
         return leaves[0].detach() * grads[0], edge_rel, received - passed + kept
-
-
-def _message_hook(record: Tensor, messages: Tensor, slots: Tensor, dim: int) -> Callable:
-    """A hook on a layer's messages: their relevance (:func:`~lrp_lib.explain.mode.forward.message_relevance`) added to
-    ``record`` at each message's slot (its input edge; the last slot: a self-loop the layer added), as the
-    backward reaches them: each gradient is used once and freed."""
-    def hook(grad):
-        record.index_add_(0, slots, message_relevance(messages, grad, dim).to(record.dtype))
-    return hook
 
 
 class AnyGraphExplanation(CompiledExplanation):

@@ -19,7 +19,7 @@ from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelEr
 from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
 __all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder",
-           "message_relevance"]
+           "message_relevance", "message_hook"]
 
 
 _recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder of the explanation in this thread
@@ -44,7 +44,7 @@ def ensure_hooks(model: nn.Module) -> None:
     ensure_hook(model, MessagePassing, "_propagate_forward_pre_hooks", _propagate_hook)
 
 
-def _message_relevance(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
+def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     """A hook on a layer's messages: their relevance (:func:`message_relevance`) added to ``record`` at each
     message's input edge (``ids``; -1: a self-loop the layer added, whose relevance stays with its node)."""
     keep = ids >= 0
@@ -170,7 +170,7 @@ class EdgeRecorder:
         """The message hook: a tensor hook on ``out`` that adds its relevance to :attr:`record`."""
         found = self.locate(module, out)
         if found is not None:
-            out.register_hook(_message_relevance(self.record, out, *found))
+            out.register_hook(message_hook(self.record, out, *found))
 
     def check(self) -> None:
         """Raise :class:`UnsupportedModelError` where a layer's messages belong to no input edge, or a layer
