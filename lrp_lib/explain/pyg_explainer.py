@@ -58,11 +58,14 @@ class Explainer(PyGExplainer):
         try:
             # the inputs checked once; the prediction pass kept (per_index=True compares with it)
             with inputs_checked(x if checked else None, edge_index), predicted():
-                if once:
-                    return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
-                return super().__call__(x, edge_index, target=target, index=index, **kwargs)
-        finally:
+                if not once:  # (PyG's call restores the training flag where it succeeds)
+                    return super().__call__(x, edge_index, target=target, index=index, **kwargs)
+                explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
+        except BaseException:
             self.model.train(training)
+            raise
+        self.model.train(training)
+        return explanation
 
     def get_prediction(self, *args, **kwargs) -> Tensor:
         out = super().get_prediction(*args, **kwargs)
