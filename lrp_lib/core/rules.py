@@ -361,6 +361,6 @@ def get_rule(rule: Rule | str) -> Rule:
             return AlphaBeta(float(m.group(1)), float(m.group(2)))
         raise ValueError(
             f"rule {rule!r} is not known; use a Rule object or one of 'epsilon', 'z', 'gamma', "
-            f"'zplus', 'alpha<a>beta<b>' (e.g. 'alpha2beta1')"
+            f"'zplus', 'zbox', 'alpha_beta', 'alpha<a>beta<b>' (e.g. 'alpha2beta1')"
         )
     raise TypeError(f"rule must be a lrp_lib.core.rules.Rule or a string, got {type(rule).__name__}")

@@ -141,7 +141,8 @@ def top_of(wm, k: int, beam: int | None = None, signed: bool = False) -> tuple[T
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1 (the number of walks to return), got {k!r}")
     if beam is not None and (isinstance(beam, bool) or not isinstance(beam, int) or beam < 1):
-        raise ValueError(f"beam must be an int >= 1 (kept for compatibility; the search is exhaustive), got {beam!r}")
+        raise ValueError(f"beam must be an int >= 1 (the width of the first pass, which only sets the "
+                         f"search's threshold: the result is exact for every width), got {beam!r}")
     if not isinstance(signed, bool):
         raise TypeError(f"signed must be True or False, got {signed!r}")
     if wm.algebra is not None:
