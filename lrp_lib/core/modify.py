@@ -22,8 +22,8 @@ from torch import Tensor
 
 from lrp_lib.core.stabilizer import stabilize
 
-__all__ = ["keep_value", "add_gradient", "scale_gradient", "share_of", "epsilon", "identity", "HOMOGENEOUS", "uniform",
-           "held_constant", "blocked"]
+__all__ = ["keep_value", "scale_gradient", "share_of", "epsilon", "identity", "HOMOGENEOUS", "uniform",
+           "held_constant", "blocked", "split_by"]
 
 
 def keep_value(value: Tensor, t: Tensor, c: Tensor | None = None) -> Tensor:
@@ -33,21 +33,15 @@ def keep_value(value: Tensor, t: Tensor, c: Tensor | None = None) -> Tensor:
     ``t - t.detach()`` is exactly zero (for finite ``t``), so the value is ``value``'s to the bit
     (a ``-0.0`` becomes ``+0.0``); the gradient flows into ``t``'s graph only."""
     if c is None:
-        return value.detach() + (t - t.detach())
-    return torch.addcmul(value.detach(), t - t.detach(), c.detach())
-
-
-def add_gradient(y: Tensor, t: Tensor, c: Tensor) -> Tensor:
-    r"""``y`` (its value and its gradient) plus the gradient of ``t * c`` (``c`` a constant), without changing
-    the value: ``y + (t - t.detach()) * c``, one ``addcmul`` (alpha-beta's second part, z+'s fallback)."""
-    return torch.addcmul(y, t - t.detach(), c.detach())
+        return held_constant(value) + (t - t.detach())
+    return torch.addcmul(held_constant(value), t - t.detach(), held_constant(c))
 
 
 def scale_gradient(y: Tensor, c: Tensor) -> Tensor:
     r"""``y``'s value, with the gradient arriving at it multiplied by ``c`` (taken as a constant):
     :math:`\partial / \partial y \mapsto c \odot g`.  One ``lerp`` from ``y`` to itself with weight ``c``:
     :math:`y + c\,(y - y) = y` exactly, and its gradient with respect to the end is ``c``."""
-    return torch.lerp(y.detach(), y, c.detach())
+    return torch.lerp(y.detach(), y, held_constant(c))
 
 
 def share_of(z: Tensor, d: Tensor, zero: Tensor | None = None) -> Tensor:
@@ -57,7 +51,7 @@ def share_of(z: Tensor, d: Tensor, zero: Tensor | None = None) -> Tensor:
     :math:`R = z \odot g`: the relevance per unit of a proportional rule's denominator (lost where
     :math:`d = 0`, as in :func:`~lrp_lib.core.stabilizer.relevance_share`).  ``zero``: ``d == 0``, where
     the caller has it."""
-    z, d = z.detach(), d.detach()
+    z, d = held_constant(z), held_constant(d)
     return torch.where(d == 0 if zero is None else zero, 0.0, z / d)
 
 
@@ -68,7 +62,17 @@ def epsilon(z: Tensor, eps: float) -> Tensor:
     The gradient at ``z`` becomes :math:`g \odot z / \mathrm{stab}(z)`.  It serves weighted maps
     (through :class:`~lrp_lib.core.rules.Epsilon`) and maps without a weight alike: a sum of marked
     tensors, a mean, a scatter or an aggregation of messages (a constant term keeps its share)."""
-    return scale_gradient(z, share_of(z, stabilize(z.detach(), eps)))
+    zd = z.detach()
+    return torch.lerp(zd, z, share_of(zd, stabilize(zd, eps)))  # (scale_gradient, with z's constant at hand)
+
+
+def split_by(out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
+    r"""A proportional rule whose contributions sum to ``z`` (computed with its graph), on the output ``out``:
+    ``out``'s value, the gradient :math:`g` arriving at it passed on to ``z`` as
+    :math:`g \odot \mathrm{out} / (z + \epsilon\,\mathrm{sign}(z))` (0 where that denominator is 0), so that
+    :math:`R_x = x \odot J_z^\top\big(R / \mathrm{stab}(z)\big)` (the gamma and z\ :sup:`B` rules)."""
+    od, zd = out.detach(), z.detach()
+    return torch.addcmul(od, z - zd, share_of(od, stabilize(zd, eps)))
 
 
 #: Elementwise functions whose derivative is :math:`f(x)/x` wherever :math:`x \ne 0` (positively homogeneous
@@ -97,8 +101,9 @@ def uniform(y: Tensor, n: int) -> Tensor:
 
 def held_constant(t: Tensor) -> Tensor:
     r"""``t`` as a constant: no relevance flows into it (CP-LRP's attention weight, the denominator
-    of a normalisation :math:`a / b`, for which :math:`R_a = R`)."""
-    return t.detach()
+    of a normalisation :math:`a / b`, for which :math:`R_a = R`, every rule's scale).  A tensor that
+    requires no grad is already one and is returned as it is (no ``detach`` in a captured graph)."""
+    return t.detach() if t.requires_grad else t
 
 
 def blocked(y: Tensor) -> tuple[Tensor, Tensor]:

@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core.linear_map import LinearMap, Weight
-from lrp_lib.core.modify import add_gradient, epsilon, keep_value, share_of
-from lrp_lib.core.stabilizer import has_zero, relevance_share, stabilize
+from lrp_lib.core.modify import epsilon, share_of, split_by
+from lrp_lib.core.stabilizer import has_zero, relevance_share
 from lrp_lib.core.validation import check_number
 
 __all__ = ["Rule", "Epsilon", "Gamma", "AlphaBeta", "ZPlus", "ZBox", "get_rule", "LinearMap"]
@@ -139,8 +139,7 @@ class Gamma(Rule):
         return m.times_input(x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
-        z = self._modified(m, x, weight, bias)[1]
-        return keep_value(out, z, share_of(out, stabilize(z.detach(), self.eps)))
+        return split_by(out, self._modified(m, x, weight, bias)[1], self.eps)
 
 
 class AlphaBeta(Rule):
@@ -225,11 +224,13 @@ class AlphaBeta(Rule):
         return m(x.clamp(min=0), w_same, b) + m(x.clamp(max=0), w_other, None)
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
-        z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
-        y = keep_value(out, z_pos, share_of(out, z_pos) * self.alpha)
-        if self.beta:
-            z_neg = self._signed(m, x, weight, bias, positive=False, nonneg=nonneg)
-            y = add_gradient(y, z_neg, share_of(out, z_neg) * -self.beta)
+        od = out.detach()
+        y = od
+        for coefficient, positive in ((self.alpha, True), (-self.beta, False)):
+            if coefficient:  # out's value; the gradient into each part scaled by coefficient * out / part
+                z = self._signed(m, x, weight, bias, positive=positive, nonneg=nonneg)
+                zd = z.detach()
+                y = torch.addcmul(y, z - zd, share_of(od, zd) * coefficient)
         return y
 
 
@@ -267,9 +268,9 @@ class ZPlus(AlphaBeta):
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
         z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
-        none = z_pos.detach() == 0  # units without a positive contribution: LRP-0 (the gradient of out itself)
-        y = keep_value(out, z_pos, share_of(out, z_pos, none))
-        return add_gradient(y, out, none.to(out.dtype))
+        od, zd = out.detach(), z_pos.detach()
+        none = zd == 0  # units without a positive contribution: LRP-0 (the gradient of out itself)
+        return torch.addcmul(torch.where(none, out, od), z_pos - zd, share_of(od, zd, none))
 
     def __repr__(self):
         return "ZPlus()"
@@ -334,8 +335,8 @@ class ZBox(Rule):
         if low is None or high is None:
             box = self.bounds(x.detach())
             low, high = (box[0] if low is None else low), (box[1] if high is None else high)
-        z = m(x, weight, None) - m(low, _positive(weight), None) - m(high, _negative(weight), None)
-        return keep_value(out, z, share_of(out, stabilize(z.detach(), self.eps)))
+        return split_by(out, m(x, weight, None) - m(low, _positive(weight), None) - m(high, _negative(weight), None),
+                        self.eps)
 
     def __repr__(self):
         return f"ZBox(low={self.low!r}, high={self.high!r})"

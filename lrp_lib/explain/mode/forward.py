@@ -54,7 +54,7 @@ class ForwardFamilies:
         r"""``y`` unchanged, plus ``kept * amount`` for the probe ``kept``, whose gradient totals
         :math:`\sum g \odot a`, the relevance kept where :math:`a = z - c \odot (z - f(0))` (gradient scale
         :math:`c`)."""
-        return torch.addcmul(y, self._probe("kept", y), amount.detach())
+        return torch.addcmul(y, self._probe("kept", y), modify.held_constant(amount))
 
     def _probe(self, kind: str, t: Tensor, rows: bool = True) -> Tensor:
         """The probe of ``kind`` (``"in"``, ``"out"``, ``"kept"``) for ``t``: one per row where the accounts are split
@@ -74,8 +74,8 @@ class ForwardFamilies:
         """The epsilon rule's constant :math:`z / \\mathrm{stab}(z)` (``base``: the part of ``z`` that is split,
         when a constant term takes no share)."""
         eps = self.composite.epsilon
-        d = stabilize((z if base is None else base).detach(), eps)
-        return z.detach() / d if eps > 0 else modify.share_of(z, d)
+        d = stabilize(modify.held_constant(z if base is None else base), eps)
+        return modify.held_constant(z) / d if eps > 0 else modify.share_of(z, d)
 
     def identity(self, func, args, kwargs):
         r"""An elementwise function of one marked input, :math:`R_x = R_y`: the gradient
@@ -107,9 +107,9 @@ class ForwardFamilies:
         z = fn(x)
         zd = z.detach()
         if constant is None:
-            constant = fn(torch.zeros_like(x.detach())).detach()
+            constant = modify.held_constant(fn(torch.zeros_like(x)))
         c = self._eps_share(zd, zd if self.composite.bias else zd - constant)
-        return self._kept(modify.scale_gradient(z, c), torch.addcmul(zd, c, constant - zd))
+        return self._kept(torch.lerp(zd, z, c), torch.addcmul(zd, c, constant - zd))  # (scale_gradient)
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable):
         """A map ``fn(x, weight, bias)`` linear in ``x`` and a parameter ``weight``: the composite's rule for it,
@@ -143,7 +143,7 @@ class ForwardFamilies:
         ref = a if isinstance(a, Tensor) else b
         ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
         tb = b if isinstance(b, Tensor) else torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
-        ta, tb = (ta if ma else ta.detach()), (tb if mb else tb.detach())
+        ta, tb = (ta if ma else modify.held_constant(ta)), (tb if mb else modify.held_constant(tb))
         if ca != 1.0:
             ta = modify.identity(ta, ta * ca) if ma else ta * ca
         if cb != 1.0:
@@ -159,7 +159,7 @@ class ForwardFamilies:
             c = self._eps_share(zd)
             constant = tb if ma and not mb else (ta if mb and not ma else None)
             kept = zd - c * zd if constant is None else torch.addcmul(zd, c, constant - zd)
-            out = self._kept(modify.scale_gradient(z, c), kept)
+            out = self._kept(torch.lerp(zd, z, c), kept)  # (scale_gradient)
         if shift:  # the constant is computed from a detached copy of a marked tensor: a softmax's shift
             out._lrp_shift = (self._token, ta if ma else tb, tb if ma else ta)  # (:meth:`_softmax_numerator`)
         return out
