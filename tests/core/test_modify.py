@@ -224,6 +224,40 @@ def test_held_constant_normalisation(gen):
     assert b.grad is None
 
 
+def test_held_constant_detaches_only_what_requires_grad(gen):
+    """A tensor that requires no grad is already a constant and comes back as it is (no detach to record); one
+    that does comes back detached, sharing its storage."""
+    t = torch.randn(3, generator=gen)
+    assert modify.held_constant(t) is t
+    leaf = t.clone().requires_grad_(True)
+    held = modify.held_constant(leaf * 2)
+    assert not held.requires_grad and torch.equal(held, t * 2)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_split_by_is_the_proportional_rule(eps, gen):
+    """split_by(out, z): out's value to the bit, and R_x = x * W'^T (R / stab(z)) for contributions z = x W'^T
+    that differ from out (gamma's weights), summed from explicit contributions; a zero denominator loses its
+    share."""
+    x = torch.randn(5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 4, generator=gen, dtype=torch.float64)
+    w2 = w + 0.5 * w.clamp(min=0)
+    w2[1] = 0.0  # a unit whose contributions are all zero: z = 0
+    out = x @ w.T
+    y = modify.split_by(out, x @ w2.T, eps)
+    assert torch.equal(y, out.detach())
+    g = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    y.backward(g)
+    contributions = x.detach()[:, :, None] * w2.T[None]  # [node, input, unit]
+    z = contributions.sum(1)
+    d = z + eps * torch.where(z >= 0, 1.0, -1.0).to(z.dtype)
+    share = torch.where(d == 0, 0.0, out.detach() * g / d)
+    want = (contributions * share[:, None, :]).sum(2)
+    torch.testing.assert_close(x * x.grad, want, rtol=1e-12, atol=1e-12)
+    if eps == 0.0:  # unit 1's relevance is lost, every other unit's arrives
+        torch.testing.assert_close((x * x.grad).sum(), (out.detach() * g)[:, [0, 2]].sum(), rtol=1e-12, atol=1e-12)
+
+
 def test_blocked_measures_what_reached_it(gen):
     x = torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
     y, probe = modify.blocked(torch.sort(x * 2.0, dim=1).values)
