@@ -42,6 +42,7 @@ from lrp_lib.teach import linear_maps
 from torch_geometric.data import Batch, Data  # noqa: E402
 from torch_geometric.explain import Explainer as PyGExplainer  # noqa: E402
 from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool  # noqa: E402
+from torch_geometric.utils import to_torch_csr_tensor  # noqa: E402
 
 CLASSES = ("clear error", "works", "silently wrong", "obscure crash")
 Explainer = getattr(lrp_explain, "Explainer", PyGExplainer)
@@ -221,6 +222,8 @@ for kind in KINDS:
     explain_case("transposed edge_index (E, 2)", kind, ("edge_index",), edge_index=EI.t().contiguous(), check=None)
     explain_case("float edge_index", kind, ("edge_index",), edge_index=EI.float(), check=None)
     explain_case("edge_index with 3 rows", kind, ("edge_index",), edge_index=torch.cat([EI, EI[:1]]), check=None)
+    explain_case("sparse adjacency (a CSR adj_t)", kind, ("edge_index", "to_edge_index"), check=None,
+                 edge_index=lambda: to_torch_csr_tensor(EI.flip(0), torch.ones(EI.shape[1]), size=(6, 6)))
     explain_case("batch too short", kind, ("batch",), batch=torch.zeros(5, dtype=torch.long), check=None)
     explain_case("batch whose graphs share edges", kind, ("batch",), batch=two_graphs()[2], check=None)
     explain_case("binary target 2", kind, ("target",), phenomenon=True, target=torch.tensor([2]), check=None)

@@ -62,12 +62,14 @@ def check_index_dtype(index, name: str = "index") -> Tensor:
 def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Tensor:
     """``edge_index`` as torch.long, after checking its type (TypeError), its shape (2, E)
     (ValueError) and that it only refers to nodes ``0 .. num_nodes - 1`` (IndexError)."""
+    sparse = edge_index.layout if isinstance(edge_index, Tensor) else type(edge_index).__name__
+    if sparse == "SparseTensor" or isinstance(edge_index, Tensor) and sparse != torch.strided:
+        raise TypeError(f"{name} must be a dense (2, E) tensor (senders, receivers), got a sparse adjacency "
+                        f"({sparse}); pass the edges instead: for an adj_t (PyG's ToSparseTensor, row = receiver) "
+                        f"torch_geometric.utils.to_edge_index(adj_t)[0].flip(0)")
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (2, E) (senders, receivers), "
                         f"got {type(edge_index).__name__}")
-    if edge_index.is_sparse:
-        raise TypeError(f"{name} must be a dense (2, E) tensor, got a sparse tensor; "
-                        f"convert an adjacency with torch_geometric.utils.to_edge_index")
     edge_index = check_index_dtype(edge_index, name)
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         hint = (f"it looks transposed: pass {name}.t()" if edge_index.dim() == 2 and edge_index.shape[1] == 2

@@ -69,6 +69,28 @@ def test_check_edge_index_messages():
         validation.check_edge_index(ei, 2)
 
 
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc", "SparseTensor"])
+def test_a_sparse_adjacency_is_refused_with_its_conversion(layout):
+    """Every sparse layout (not only COO, which ``is_sparse`` names) and PyG's SparseTensor get the message that
+    says how to pass the edges; the conversion it names gives back the edges of an adj_t."""
+    from torch_geometric.utils import to_edge_index, to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    if layout == "SparseTensor":
+        typing = pytest.importorskip("torch_geometric.typing")
+        if not typing.WITH_TORCH_SPARSE:
+            pytest.skip("torch_sparse is not installed")
+        adj_t = typing.SparseTensor.from_edge_index(ei.flip(0), sparse_sizes=(3, 3))
+    else:
+        make = {"coo": to_torch_coo_tensor, "csr": to_torch_csr_tensor, "csc": to_torch_csc_tensor}[layout]
+        adj_t = make(ei.flip(0), torch.ones(3), size=(3, 3))
+    with pytest.raises(TypeError, match=r"edge_index must be a dense \(2, E\) tensor .* sparse adjacency .*"
+                                        r"to_edge_index\(adj_t\)\[0\]\.flip\(0\)"):
+        validation.check_edge_index(adj_t, 3)
+    if layout != "SparseTensor":
+        back = to_edge_index(adj_t)[0].flip(0)
+        assert sorted(map(tuple, back.t().tolist())) == sorted(map(tuple, ei.t().tolist()))
+
+
 def test_check_batch_refuses_edges_across_graphs():
     ei = torch.tensor([[0, 1], [1, 2]])
     with pytest.raises(ValueError, match=r"batch puts the two ends of 1 edge\(s\) in different graphs .*edge 1, 1 -> 2"):
