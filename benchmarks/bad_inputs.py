@@ -222,8 +222,18 @@ for kind in KINDS:
     explain_case("transposed edge_index (E, 2)", kind, ("edge_index",), edge_index=EI.t().contiguous(), check=None)
     explain_case("float edge_index", kind, ("edge_index",), edge_index=EI.float(), check=None)
     explain_case("edge_index with 3 rows", kind, ("edge_index",), edge_index=torch.cat([EI, EI[:1]]), check=None)
-    explain_case("sparse adjacency (a CSR adj_t)", kind, ("edge_index", "to_edge_index"), check=None,
+    explain_case("sparse adjacency with edge masks (a CSR adj_t)", kind, ("edge_index", "to_edge_index"), check=None,
                  edge_index=lambda: to_torch_csr_tensor(EI.flip(0), torch.ones(EI.shape[1]), size=(6, 6)))
+
+    @case("sparse adjacency, node masks (a CSR adj_t)", f"Explainer(LRPExplainer) on {kind}", (),
+          check=lambda res: finite(res[0].node_mask) and torch.allclose(res[0].node_mask, res[1].node_mask, atol=1e-6))
+    def _sparse_node_masks(kind=kind):
+        """Node masks of the model called with an adj_t, and with the same edges as edge_index."""
+        mm, (gx, gei) = model(kind), graph()
+        ex = Explainer(mm, algorithm=lrp_explain.LRPExplainer(mask="relevance"), explanation_type="model",
+                       node_mask_type="attributes", model_config=dict(mode="binary_classification",
+                                                                      task_level="graph", return_type="raw"))
+        return ex(gx, to_torch_csr_tensor(gei.flip(0), torch.ones(gei.shape[1]), size=(6, 6))), ex(gx, gei)
     explain_case("batch too short", kind, ("batch",), batch=torch.zeros(5, dtype=torch.long), check=None)
     explain_case("batch whose graphs share edges", kind, ("batch",), batch=two_graphs()[2], check=None)
     explain_case("binary target 2", kind, ("target",), phenomenon=True, target=torch.tensor([2]), check=None)

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from lrp_lib.core.stabilizer import all_finite
 
-__all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index",
+__all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index", "is_adjacency",
+           "check_adjacency", "adjacency_edges",
            "check_node_features", "check_batch", "check_edge_values"]
 
 #: Integer dtypes accepted as an index (PyG accepts both for ``edge_index``).
@@ -81,6 +82,36 @@ def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Te
             raise IndexError(f"{name} refers to nodes {low}..{high} but the graph has {num_nodes} nodes "
                              f"(valid: 0..{num_nodes - 1}); check that {name} belongs to these node features")
     return edge_index
+
+
+#: The layouts of a sparse adjacency that the explainer takes in place of ``edge_index``.
+SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+
+
+def is_adjacency(t) -> bool:
+    """Whether ``t`` is a torch sparse tensor (COO, CSR or CSC): an adjacency given in place of ``edge_index``."""
+    return isinstance(t, Tensor) and t.layout in SPARSE_LAYOUTS
+
+
+def check_adjacency(adj: Tensor, num_nodes: int, name: str = "edge_index") -> Tensor:
+    """``adj`` itself, after checking that the sparse adjacency given as ``name`` (PyG's ``adj_t``: row ``i``
+    holds what node ``i`` receives) is square over the ``num_nodes`` nodes (ValueError) and holds finite
+    floating-point values (TypeError, ValueError)."""
+    if adj.dim() != 2 or tuple(adj.shape) != (num_nodes, num_nodes):
+        raise ValueError(f"{name} is a sparse adjacency of shape {tuple(adj.shape)}, but the graph has {num_nodes} "
+                         f"nodes: it must have shape ({num_nodes}, {num_nodes})")
+    values = adj.coalesce().values() if adj.layout == torch.sparse_coo else adj.values()
+    if not values.is_floating_point():
+        raise TypeError(f"{name} is a sparse adjacency of {values.dtype} values: the values are edge weights, "
+                        f"make them floating point ({name}.float())")
+    check_finite(values, f"{name}'s values")
+    return adj
+
+
+def adjacency_edges(adj: Tensor) -> Tensor:
+    """The ``(2, E)`` edge_index (senders, receivers) of a sparse adjacency ``adj_t`` (row = receiver), one
+    edge per stored entry."""
+    return adj.to_sparse_coo().coalesce().indices().flip(0)
 
 
 def check_node_features(x, name: str = "x") -> Tensor:

@@ -14,7 +14,7 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.core.validation import check_batch
+from lrp_lib.core.validation import adjacency_edges, check_batch, is_adjacency
 from lrp_lib.explain.accounting import batch_row_groups
 from lrp_lib.explain.capture.cache import CaptureCache
 from lrp_lib.explain.hetero import explain_hetero
@@ -242,6 +242,10 @@ class LRPExplainer(ExplainerAlgorithm):
         if self.model_config.task_level == ModelTaskLevel.graph:
             target = check_graph_rows(target, x, kwargs.get("batch"))
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
+            if is_adjacency(edge_index):
+                raise ValueError("per_index=True with a sparse adjacency as edge_index: each target's receptive field "
+                                 "is cut from the edges; pass them as a (2, E) edge_index "
+                                 "(torch_geometric.utils.to_edge_index(adj_t)[0].flip(0))")
             def explain_chunk(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
                 node_group = row_group = row_groups = None
                 if self.accounts == "each":
@@ -267,7 +271,8 @@ class LRPExplainer(ExplainerAlgorithm):
             one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
             if not one_graph:
                 node_group = check_batch(  # (no edge between graphs)
-                    batch, x.shape[0], edge_index.long(), "batch",
+                    batch, x.shape[0], adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index.long(),
+                    "batch",
                     fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch "
                         "builds a consistent one), or explain the batch with one account, "
                         "LRPExplainer(accounts='total')")

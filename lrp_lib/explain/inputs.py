@@ -15,7 +15,8 @@ from torch_geometric.utils import add_remaining_self_loops
 
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError
 from lrp_lib.explain.mode.hooks import bound
-from lrp_lib.core.validation import check_batch, check_edge_index, check_edge_values, check_finite, check_node_features
+from lrp_lib.core.validation import (adjacency_edges, check_adjacency, check_batch, check_edge_index, check_edge_values,
+                                     check_finite, check_node_features, is_adjacency)
 
 __all__ = ["check_inputs", "check_dtype", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
            "explainer_training_flag", "uncompiled", "usable", "warn_training"]
@@ -28,8 +29,9 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
 
     Checks that ``model`` is a module; ``x`` a finite floating point (num_nodes, num_features) tensor with at
     least one node, of the model's dtype; ``edge_index`` an integer (2, E) tensor (torch.long or torch.int32)
-    within ``0 .. num_nodes - 1``; ``batch`` (if given) one graph id per node (edges joining two graphs are
-    refused where per-graph accounts read them); ``edge_weight`` one finite value per edge (and GCN degrees
+    within ``0 .. num_nodes - 1``, or a sparse (num_nodes, num_nodes) adjacency of finite values (an ``adj_t``,
+    without ``edge_weight`` or ``edge_attr``); ``batch`` (if given) one graph id per node (edges joining two graphs
+    are refused where per-graph accounts read them); ``edge_weight`` one finite value per edge (and GCN degrees
     that are not negative); ``edge_attr`` one finite row per edge; any other floating point tensor finite.
 
     :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of the unmodified
@@ -43,7 +45,15 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     x = check_node_features(x, "x")
     check_dtype(model, x, "x")
-    edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
+    if is_adjacency(edge_index):  # an adj_t: its values are the edge weights
+        check_adjacency(edge_index, x.shape[0], "edge_index")
+        for name in ("edge_weight", "edge_attr"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"{name} with a sparse adjacency as edge_index: the adjacency's values are the edge "
+                                 f"weights; pass the edges as a (2, E) edge_index with {name} instead")
+        edge_index = adjacency_edges(edge_index)
+    else:
+        edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
     for name, value in kwargs.items():
         if value is None:
             continue

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.core.stabilizer import all_finite
+from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.accounting import account, account_one, lost_relevance
 from lrp_lib.explain.mode.tally import Tally
 from lrp_lib.explain.mode.edges import EdgeRecorder
@@ -45,14 +46,21 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     may be captured."""
     if not checked and not checked_by_explainer(x, edge_index):
         check_inputs(model, x, edge_index, **kwargs)
-    edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
+    edges = algorithm.explainer_config.edge_mask_type is not None
+    if is_adjacency(edge_index):  # (an adj_t: its messages are summed inside one sparse product, never formed)
+        if edges:
+            raise ValueError("edge_mask_type with a sparse adjacency as edge_index: edge relevance is read from each "
+                             "layer's messages, which a sparse product does not form; pass the edges as a (2, E) "
+                             "edge_index (torch_geometric.utils.to_edge_index(adj_t)[0].flip(0)), or explain the "
+                             "node features alone (edge_mask_type=None)")
+    else:
+        edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
     leaf = x.detach().clone().requires_grad_(True)
     inputs = [leaf]
     attr = kwargs.get("edge_attr")
     if isinstance(attr, Tensor) and attr.is_floating_point():
         kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
         inputs.append(kwargs["edge_attr"])
-    edges = algorithm.explainer_config.edge_mask_type is not None
     grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
     captured = why = None
     if (algorithm.compile or algorithm.replay) and not grouped and (node_group is None or one_group) \

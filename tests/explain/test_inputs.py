@@ -1,5 +1,7 @@
 """lrp_lib.explain.inputs: what the explainers accept, and the errors for what they do not."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 from torch import nn
 from torch_geometric.nn import GCNConv
@@ -208,3 +210,87 @@ def test_a_batch_whose_graphs_share_edges_is_refused_only_for_per_graph_accounts
     pooled = Pooled().eval()
     with pytest.raises(ValueError, match=r"batch puts the two ends of \d+ edge\(s\) in different graphs"):
         _explainer(pooled, "graph")(x, edge_index, batch=batch)
+
+
+# ------------------------------------------------------------- a sparse adjacency in place of edge_index
+def _adjacency(edge_index, n, layout, dtype=torch.float64, values=None):
+    """PyG's adj_t of ``edge_index`` (row = receiver) in ``layout``."""
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
+    make = {"coo": to_torch_coo_tensor, "csr": to_torch_csr_tensor, "csc": to_torch_csc_tensor}[layout]
+    values = torch.ones(edge_index.shape[1], dtype=dtype) if values is None else values
+    return make(edge_index.flip(0), values, size=(n, n))
+
+
+class _TwoLayers(nn.Module):
+    def __init__(self, conv, features=5, hidden=7, classes=3, pool=False):
+        super().__init__()
+        self.c1, self.c2, self.pool = conv(features, hidden), conv(hidden, classes), pool
+
+    def forward(self, x, edge_index):
+        out = self.c2(self.c1(x, edge_index).relu(), edge_index)
+        return out.sum(0, keepdim=True) if self.pool else out
+
+
+def _convs():
+    from torch_geometric.nn import GINConv, GraphConv, SAGEConv
+    return {"gcn": GCNConv, "sage-mean": SAGEConv, "sage-max": lambda a, b: SAGEConv(a, b, aggr="max"),
+            "graph-sum": GraphConv, "gin": lambda a, b: GINConv(nn.Sequential(nn.Linear(a, b), nn.ReLU()))}
+
+
+@pytest.mark.filterwarnings("ignore:Converting sparse tensor:UserWarning")
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 12), density=st.floats(0.0, 0.6),
+       conv=st.sampled_from(sorted(_convs())), layout=st.sampled_from(["coo", "csr", "csc"]),
+       rule=st.sampled_from(["epsilon", "zplus", "gamma"]), level=st.sampled_from(["node", "graph"]))
+def test_a_sparse_adjacency_gives_the_relevance_of_its_edges(seed, n, density, conv, layout, rule, level):
+    """A model called with PyG's adj_t (its aggregation one sparse product) is explained as with the same
+    edges as edge_index (a gather and a scatter of messages): the same node relevance, bias relevance and
+    residual, in float64, for sum, mean and max aggregations and every layout PyG takes."""
+    if conv == "gcn" and layout == "csc":
+        return  # (PyG's gcn_norm takes no CSC matrix: the model itself fails)
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    pairs = torch.rand(n, n, generator=g) < density
+    pairs.fill_diagonal_(False)
+    edge_index = pairs.nonzero().t()
+    x = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    model = _TwoLayers(_convs()[conv], pool=level == "graph").double().eval()
+    adj = _adjacency(edge_index, n, layout)
+    config = dict(mode="multiclass_classification", task_level=level, return_type="raw")
+    explainer = Explainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="phenomenon",
+                          node_mask_type="attributes", model_config=config)
+    target = torch.full((n if level == "node" else 1,), 1)
+    index = 0 if level == "node" else None
+    want = explainer(x, edge_index, target=target, index=index)
+    got = explainer(x, adj, target=target, index=index)
+    for key in ("node_relevance", "bias_relevance", "relevance_residual"):
+        torch.testing.assert_close(got[key], want[key], rtol=1e-10, atol=1e-12, msg=key)
+    assert got.replay_reason == "a sparse adjacency: not captured"
+
+
+def test_a_sparse_adjacency_is_checked_and_what_it_cannot_give_is_refused():
+    """A bad adjacency names edge_index; edge masks, per_index and edge weights beside an adjacency are refused
+    with the way to pass the edges."""
+    x, edge_index = torch.randn(4, 5), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    model = _TwoLayers(GCNConv).eval()
+    node = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+
+    def explain(adj, algorithm=None, **kwargs):
+        explainer = Explainer(model, algorithm=algorithm or LRPExplainer(), explanation_type="model",
+                              node_mask_type="attributes", model_config=node,
+                              edge_mask_type=kwargs.pop("edge_mask_type", None))
+        return explainer(x, adj, index=0, **kwargs)
+
+    adj = _adjacency(edge_index, 4, "csr", torch.float32)
+    with pytest.raises(ValueError, match=r"edge_index is a sparse adjacency of shape \(5, 5\).*must have shape \(4, 4\)"):
+        explain(_adjacency(edge_index, 5, "csr", torch.float32))
+    with pytest.raises(ValueError, match=r"edge_index's values contains 1 NaN"):
+        explain(_adjacency(edge_index, 4, "coo", values=torch.tensor([1.0, float("nan"), 1.0])))
+    with pytest.raises(ValueError, match=r"edge_mask_type with a sparse adjacency .*to_edge_index\(adj_t\)\[0\]\.flip"):
+        explain(adj, edge_mask_type="object")
+    with pytest.raises(ValueError, match=r"per_index=True with a sparse adjacency"):
+        explain(adj, algorithm=LRPExplainer(per_index=True))
+    with pytest.raises(ValueError, match=r"edge_weight with a sparse adjacency as edge_index"):
+        explain(adj, edge_weight=torch.ones(3))
+    assert explain(adj).node_mask.shape == x.shape

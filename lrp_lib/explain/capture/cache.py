@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.capture.model_state import hooked, model_state
@@ -20,8 +21,8 @@ class CaptureCache:
     """The captured explanations of the graphs an explainer explained, four at most (the most recent kept).
 
     :meth:`get` gives a graph's captured explanation (``compile=True``: compiled) on its second call, and None
-    on the first call, where it does not apply (``inputs``: more than the node features, an
-    ``edge_attr`` whose relevance is reported, an input of its own) and where the capture failed: a model whose
+    on the first call, where it does not apply (``inputs``: more than the node features, an ``edge_attr`` whose
+    relevance is reported, an input of its own; a sparse adjacency) and where the capture failed: a model whose
     Python reads the values of input-dependent tensors (``make_fx`` refuses such a read, which a captured graph
     would keep as a constant), or one with hooks (a captured graph would not run them), which then run eagerly
     on every call with this key.  The key: the model, its parameters and buffers (by identity and version) and
@@ -49,6 +50,8 @@ class CaptureCache:
         any graph" or why not)``."""
         if len(inputs) > 1:
             return None, "edge_attr's relevance: not captured"
+        if is_adjacency(edge_index):  # (make_fx traces no sparse constant)
+            return None, "a sparse adjacency: not captured"
         state, flags, hooks = model_state(model)
         if hooks:
             return None, f"not captured: {hooked(model)} (a captured graph would not run them)"

@@ -45,6 +45,25 @@ def _matmul(mode, func, args, kwargs):
     return mode.weighted(b, a, None, lambda x, w, _: plain(w, x))
 
 
+def _sparse_mm(mode, func, args, kwargs):
+    """``torch.sparse.mm(adj, x, reduce)`` with a constant sparse ``adj`` (PyG's ``spmm`` of an ``adj_t``), as the
+    scatter of the same messages: a sum under the epsilon rule of
+    :meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.linear`; a mean that sum divided by each row's number of
+    entries (the identity); ``max`` and ``min``: the winner takes all, the gradient's own rule."""
+    adj, x, reduce = args[0], args[1], arg(args, kwargs, 2, "reduce", "sum")
+    if mode.is_marked(adj) or not mode.is_marked(x):
+        return mode.blocked(func, "sparse.mm of an input-dependent sparse matrix", args, kwargs)
+    if reduce in ("max", "min", "amax", "amin"):
+        return func(*args, **kwargs)
+    if reduce not in ("sum", "mean"):
+        return mode.blocked(func, f"sparse.mm ({reduce})", args, kwargs)
+    total = mode.linear(x, lambda t: func(adj, t), constant=torch.zeros((), dtype=x.dtype, device=x.device))
+    if reduce == "sum":
+        return total
+    count = adj.crow_indices().diff().clamp(min=1).view(-1, 1).to(x.dtype)  # (torch reduces CSR matrices only)
+    return mode.elementwise(mode.mark(total), lambda t: t / count)
+
+
 def _addmm(mode, func, args, kwargs):
     """``beta * input + alpha * (mat1 @ mat2)``: the product by the weight's rule, then the sum in
     proportion to its two terms (a constant ``input`` is a bias and keeps its share)."""
@@ -259,7 +278,7 @@ def _norm_affine(bias_index: int, channel: bool):
 HANDLERS: dict[str, Callable] = {
     "linear": _linear,
     "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "mv": _matmul, "__matmul__": _matmul, "__rmatmul__": _matmul,
-    "addmm": _addmm,
+    "addmm": _addmm, "_sparse_mm": _sparse_mm,
     "conv1d": _conv, "conv2d": _conv, "conv3d": _conv,
     "einsum": _einsum,
     "sum": _reduction, "mean": _mean, "nansum": _reduction, "cumsum": _reduction,
