@@ -27,9 +27,11 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
   the compile time (the call that compiles) of both is reported, with PyTorch's compile caches as they are (a graph that
   inductor compiled before, in an earlier run on the same machine, loads from its on-disk cache in seconds);
 
-Timing: per size, six warm-up calls of each method, then ``--repeat`` rounds (more below 10,000 nodes) in which
-the methods take turns, in one process, one intra-op thread (``--threads``).  Per method the median wall-clock
-seconds per call and its ratio to the gradient's median.  Every LRP method's node relevance is checked against
+Timing: per size, in each of ``--processes`` fresh processes (three, one after another), six warm-up calls of each
+method, then ``--repeat`` rounds (more below 10,000 nodes) in which the methods take turns, one intra-op thread
+(``--threads``); per process and method the median wall-clock seconds per call and its ratio to the gradient's
+median.  Reported per method: the median of the processes' ratios and their range (``ratio_range``), and the
+longest compile time.  Every LRP method's node relevance is checked against
 the ``forward_eager`` explanation (the model's own forward under the rules, no capture) before timing (float32
 rounding).
 
@@ -44,7 +46,9 @@ first molecule of the warm-up (its compile time is reported), for molecules of e
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -242,6 +246,26 @@ def batch(model, graphs, targets, config, device, rounds: int = 7) -> dict:
             "ratio_to_gradient": {k: v / medians["gradient"] for k, v in medians.items()}}
 
 
+def across_processes(nodes: int, args) -> dict:
+    """:func:`measure` of one size in ``args.processes`` fresh processes, one after another: per method the median
+    over the processes of each one's ratio to its own gradient, and their range.  (The ratios of one process
+    move together by up to a third from one process to the next at 10,000 nodes and more, with the heap's
+    layout; a median over fresh processes is steadier than more rounds in one.)"""
+    runs = []
+    for _ in range(args.processes):
+        command = [sys.executable, __file__, "--one-size", str(nodes), "--edges-per-node", str(args.edges_per_node),
+                   "--threads", str(args.threads), "--repeat", str(args.repeat), "--device", args.device]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    names = runs[0]["ratio_to_gradient"]
+    return {"nodes": nodes, "edges": runs[0]["edges"], "rounds": runs[0]["rounds"], "processes": len(runs),
+            "median_seconds": {k: statistics.median(r["median_seconds"][k] for r in runs) for k in names},
+            "ratio_to_gradient": {k: statistics.median(r["ratio_to_gradient"][k] for r in runs) for k in names},
+            "ratio_range": {k: (min(r["ratio_to_gradient"][k] for r in runs),
+                                max(r["ratio_to_gradient"][k] for r in runs)) for k in names},
+            "compile_seconds": {k: max(r["compile_seconds"][k] for r in runs) for k in runs[0]["compile_seconds"]}}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[25, 700, 2000, 10_000, 100_000])
@@ -250,17 +274,23 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=7, help="rounds from 10,000 nodes up (more below)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--molecules", type=int, default=300, help="molecules one at a time (0: none)")
+    p.add_argument("--processes", type=int, default=3,
+                   help="fresh processes per graph size, each timing every method (the median ratio is reported)")
+    p.add_argument("--one-size", type=int, help=argparse.SUPPRESS)  # (a child process: one size, its row as JSON)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     warnings.filterwarnings("ignore")
+    if args.one_size:
+        print(json.dumps(measure(args.one_size, args.edges_per_node, args.repeat, device)))
+        return
     rows = []
     for nodes in args.sizes:
-        row = measure(nodes, args.edges_per_node, args.repeat, device)
+        row = across_processes(nodes, args)
         rows.append(row)
         print(nodes, {k: round(v, 2) for k, v in row["ratio_to_gradient"].items()},
-              {k: round(v, 1) for k, v in row["compile_seconds"].items()}, flush=True)
+              {k: [round(a, 2), round(b, 2)] for k, (a, b) in row["ratio_range"].items()}, flush=True)
     results = {"graphs": rows}
     if args.molecules:
         results["molecules"] = per_molecule(args.molecules, device)

@@ -79,6 +79,11 @@ results_table([{"benchmark": b["benchmark"], **b["machine"]} for b in benches], 
 
 # %% tags=["hide-input"]
 mech_rows = mech_b["results"]["graphs"]
+processes = {r["processes"] for r in mech_rows}
+assert len(processes) == 1
+g("mech_processes", processes.pop(), "{}")
+spread = max((high - low) / r["ratio_to_gradient"][k] for r in mech_rows for k, (low, high) in r["ratio_range"].items())
+g("mech_spread", spread, "{:.0%}")
 
 
 def ratio(key):
@@ -115,8 +120,16 @@ g("mech_compile_max", max(max(r["compile_seconds"].values()) for r in mech_rows)
 compiled_edges_below = all(r["ratio_to_gradient"]["compiled_edges"] < r["ratio_to_gradient"]["gradient_edge_mask"]
                            for r in mech_rows)
 g("mech_compiled_edges_below", "below" if compiled_edges_below else "not always below", None)
+below = [r["nodes"] for r in mech_rows if r["ratio_to_gradient"]["forward"] < 1]
+g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " nodes" if below
+  else "on none of the graphs measured here", None)
 
 # %% [markdown]
+# Each size was timed in {glue:text}`mech_processes` fresh processes, one after another, the methods taking turns
+# in each; a ratio above is the median of the processes' ratios. From one process to the next the ratios moved
+# by up to {glue:text}`mech_spread` of their median (the largest spread of any method at any size), so read
+# differences smaller than that as the same cost.
+#
 # From {glue:text}`mech_from` nodes up, the default explanation of the node masks costs
 # {glue:text}`mech_forward_min` to {glue:text}`mech_forward_max` times the gradient, and the first
 # explanation of a graph {glue:text}`mech_forward_eager_min` to {glue:text}`mech_forward_eager_max` times.
@@ -130,9 +143,12 @@ g("mech_compiled_edges_below", "below" if compiled_edges_below else "not always 
 # fixed cost dominates, the default costs {glue:text}`mech_forward_small` times the gradient, the first call
 # {glue:text}`mech_forward_eager_small` times, and the compiled one {glue:text}`mech_compiled_small` times.
 #
-# The default costs more than a gradient because the z+ rule splits each linear map's input by sign: its
-# forward computes the positive and the negative contributions beside the value, and its backward sends the
-# gradient through each; the rules' elementwise operations add the rest, and the compiler fuses them away.
+# The rules add work to a gradient: the z+ rule splits each linear map's input by sign, so its forward computes
+# the positive and the negative contributions beside the value and its backward sends the gradient through
+# each, and the rules' elementwise operations add the rest, which the compiler fuses away. A captured
+# explanation also saves work, though: the part of each layer that depends on `edge_index` alone (self-loops,
+# degrees, normalisation) is computed once per graph, where the gradient recomputes it on every call. Where
+# that saving outweighs the rules' work the default costs less than the gradient: {glue:text}`mech_default_below`.
 #
 # **When compiling pays.** Compiling took {glue:text}`mech_compile_min` to {glue:text}`mech_compile_max`
 # seconds here, with PyTorch's on-disk compile cache already filled by earlier compilations (a first
