@@ -37,11 +37,12 @@ def keep_value(value: Tensor, t: Tensor, c: Tensor | None = None) -> Tensor:
     return torch.addcmul(held_constant(value), t - t.detach(), held_constant(c))
 
 
-def scale_gradient(y: Tensor, c: Tensor) -> Tensor:
+def scale_gradient(y: Tensor, c: Tensor, constant: Tensor | None = None) -> Tensor:
     r"""``y``'s value, with the gradient arriving at it multiplied by ``c`` (taken as a constant):
     :math:`\partial / \partial y \mapsto c \odot g`.  One ``lerp`` from ``y`` to itself with weight ``c``:
-    :math:`y + c\,(y - y) = y` exactly, and its gradient with respect to the end is ``c``."""
-    return torch.lerp(y.detach(), y, held_constant(c))
+    :math:`y + c\,(y - y) = y` exactly, and its gradient with respect to the end is ``c``.  ``constant``:
+    ``y.detach()``, where the caller has it."""
+    return torch.lerp(y.detach() if constant is None else constant, y, held_constant(c))
 
 
 def share_of(z: Tensor, d: Tensor, zero: Tensor | None = None) -> Tensor:
@@ -63,7 +64,7 @@ def epsilon(z: Tensor, eps: float) -> Tensor:
     (through :class:`~lrp_lib.core.rules.Epsilon`) and maps without a weight alike: a sum of marked
     tensors, a mean, a scatter or an aggregation of messages (a constant term keeps its share)."""
     zd = z.detach()
-    return torch.lerp(zd, z, share_of(zd, stabilize(zd, eps)))  # (scale_gradient, with z's constant at hand)
+    return scale_gradient(z, share_of(zd, stabilize(zd, eps)), zd)
 
 
 def split_by(out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:

@@ -109,7 +109,7 @@ class ForwardFamilies:
         if constant is None:
             constant = modify.held_constant(fn(torch.zeros_like(x)))
         c = self._eps_share(zd, zd if self.composite.bias else zd - constant)
-        return self._kept(torch.lerp(zd, z, c), torch.addcmul(zd, c, constant - zd))  # (scale_gradient)
+        return self._kept(modify.scale_gradient(z, c, zd), torch.addcmul(zd, c, constant - zd))
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable):
         """A map ``fn(x, weight, bias)`` linear in ``x`` and a parameter ``weight``: the composite's rule for it,
@@ -159,7 +159,7 @@ class ForwardFamilies:
             c = self._eps_share(zd)
             constant = tb if ma and not mb else (ta if mb and not ma else None)
             kept = zd - c * zd if constant is None else torch.addcmul(zd, c, constant - zd)
-            out = self._kept(torch.lerp(zd, z, c), kept)  # (scale_gradient)
+            out = self._kept(modify.scale_gradient(z, c, zd), kept)
         if shift:  # the constant is computed from a detached copy of a marked tensor: a softmax's shift
             out._lrp_shift = (self._token, ta if ma else tb, tb if ma else ta)  # (:meth:`_softmax_numerator`)
         return out
