@@ -36,7 +36,6 @@ from lrp_lib.book.models import MutagenicityGCN
 from lrp_lib.book.pretrained import load_record
 from lrp_lib.book.results import load_results, machine_note, results_table
 from lrp_lib.core import modify, rules
-from lrp_lib.core.linear_map import LinearMap
 from lrp_lib.teach import linear_maps, ops
 
 torch.manual_seed(0)
@@ -91,7 +90,7 @@ print("gradient:", show(z.grad))  # 10 * c
 x = torch.tensor([[4.0, 8.0, 0.0]], requires_grad=True)
 w = torch.tensor([[1.0, 2.0, -1.0]])
 out = F.linear(x, w)
-y = rules.Epsilon().modify(LinearMap(F.linear), x, w, None, out)
+y = rules.Epsilon().modify(F.linear, x, w, None, out)
 y.backward(modify.share_of(out, out))  # R = out at the output: the gradient R / z = 1
 forward_relevance = x.detach() * x.grad
 
@@ -106,9 +105,10 @@ assert torch.allclose(forward_relevance, x1.grad)
 # ## Every rule of the linear maps, cell by cell
 #
 # [Convolutions and skip connections](03_convolutions_and_skips.ipynb) applied each rule to any linear map through one autograd function
-# (`lrp_lib.teach.linear_maps`). The forward form of each rule is its `modify` method in
-# `lrp_lib.core.rules`, beside the backward form `propagate`, so that the rule is declared once. On a
-# dense layer with signed inputs and a bias, and on a convolution, the two forms agree for every rule:
+# (`lrp_lib.teach.linear_maps`), whose backward applies the rule's formula (`lrp_lib.teach.backward_rules`).
+# The forward form of each rule is its `modify` method in `lrp_lib.core.rules`, which takes the map itself,
+# any function `fn(x, weight, bias)`. On a dense layer with signed inputs and a bias, and on a convolution,
+# the two forms agree for every rule:
 
 # %%
 gen = torch.Generator().manual_seed(0)
@@ -123,7 +123,7 @@ g_dense = torch.randn(5, 4, generator=gen, dtype=torch.float64)
 def forward_form(rule, fn, inputs, weight, bias, g):
     leaf = inputs.clone().requires_grad_(True)
     out = fn(leaf, weight, bias)
-    rule.modify(LinearMap(fn), leaf, weight, bias, out).backward(g)
+    rule.modify(fn, leaf, weight, bias, out).backward(g)
     return (leaf * leaf.grad).detach(), (out * g).detach()
 
 

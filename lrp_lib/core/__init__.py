@@ -1,11 +1,10 @@
-"""The arithmetic every explanation shares: the stabiliser (:mod:`~lrp_lib.core.stabilizer`), the linear maps
-rules work on (:mod:`~lrp_lib.core.linear_map`), the rules (:mod:`~lrp_lib.core.rules`) and their forward
-form (:mod:`~lrp_lib.core.modify`), the composites that assign them to layers
+"""The arithmetic every explanation shares: the stabiliser (:mod:`~lrp_lib.core.stabilizer`), the rules
+(:mod:`~lrp_lib.core.rules`) and their forward form (:mod:`~lrp_lib.core.modify`), the composites that assign them to layers
 (:mod:`~lrp_lib.core.composites`) and the checks of user input (:mod:`~lrp_lib.core.validation`).
 Imports nothing else from :mod:`lrp_lib`."""
 import importlib
 
-_MODULES = ("stabilizer", "linear_map", "rules", "modify", "composites", "validation")
+_MODULES = ("stabilizer", "rules", "modify", "composites", "validation")
 
 
 def __getattr__(name):

@@ -50,7 +50,7 @@ def share_of(z: Tensor, d: Tensor, zero: Tensor | None = None) -> Tensor:
 
     Multiplied onto a gradient :math:`g` at :math:`z`, it gives :math:`R / d` with
     :math:`R = z \odot g`: the relevance per unit of a proportional rule's denominator (lost where
-    :math:`d = 0`, as in :func:`~lrp_lib.core.stabilizer.relevance_share`).  ``zero``: ``d == 0``, where
+    :math:`d = 0`).  ``zero``: ``d == 0``, where
     the caller has it."""
     z, d = held_constant(z), held_constant(d)
     return torch.where(d == 0 if zero is None else zero, 0.0, z / d)

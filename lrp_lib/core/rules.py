@@ -9,10 +9,9 @@ relevance :math:`R_k` of each output over (a modified version of) those contribu
 and every rule is computed without forming the contribution tensor: for :math:`f(x) = J x`,
 :math:`R = x \odot J^\top (R_{out} / z)` costs one vector-Jacobian product (VJP) of :math:`f`.
 
-Each rule is a :class:`Rule` over a :class:`~lrp_lib.core.linear_map.LinearMap`: ``propagate`` is its
-formula in backward form, dividing through :mod:`lrp_lib.core.stabilizer` (chapter 3 applies it:
-:mod:`lrp_lib.teach.linear_maps`); ``modify`` is the same rule as a forward that keeps the map's value
-(the product's form, :mod:`lrp_lib.core.modify`).  The rules, with their formulas in their docstrings
+Each rule is a :class:`Rule` whose ``modify`` applies it to a linear map as a forward that keeps the map's
+value and changes its gradient (:mod:`lrp_lib.core.modify`); chapter 3 applies the same formulas in backward
+form (:mod:`lrp_lib.teach.backward_rules`).  The rules, with their formulas in their docstrings
 (``rule=`` also takes the name): :class:`Epsilon` (``"epsilon"``; ``"z"`` is ``Epsilon(0)``),
 :class:`Gamma` (``"gamma"``), :class:`AlphaBeta` (``"alpha2beta1"``, ...), :class:`ZPlus`
 (``"zplus"``) and :class:`ZBox` (``"zbox"``).
@@ -26,57 +25,42 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Callable, Union
 
 import torch
 from torch import Tensor
 
-from lrp_lib.core.linear_map import LinearMap, Weight
 from lrp_lib.core.modify import epsilon, share_of, split_by
-from lrp_lib.core.stabilizer import has_zero, relevance_share
 from lrp_lib.core.validation import check_number
 
-__all__ = ["Rule", "Epsilon", "Gamma", "AlphaBeta", "ZPlus", "ZBox", "get_rule", "LinearMap"]
+__all__ = ["Rule", "Epsilon", "Gamma", "AlphaBeta", "ZPlus", "ZBox", "get_rule", "positive_part", "negative_part"]
+
+#: A weight tensor, or a scale for maps without weights.
+Weight = Union[Tensor, float]
+#: A linear map ``m(x, weight, bias)``, linear in ``x`` and in ``weight``.
+Map = Callable[[Tensor, Weight, Union[Tensor, None]], Tensor]
 
 
-def _positive(w: Weight) -> Weight:
+def positive_part(w: Weight) -> Weight:
+    """:math:`w^+`, of a tensor or a number."""
     return max(w, 0.0) if isinstance(w, float) else w.clamp(min=0)
 
 
-def _negative(w: Weight) -> Weight:
+def negative_part(w: Weight) -> Weight:
+    """:math:`w^-`, of a tensor or a number."""
     return min(w, 0.0) if isinstance(w, float) else w.clamp(max=0)
-
-
-def _signs(*parts: Weight) -> list[tuple[bool, bool]]:
-    """For each of ``parts`` (a tensor or a number): whether ``clamp(min=0)`` and ``clamp(max=0)`` of it
-    have a non-zero entry (a NaN end reads as neither), from one ``aminmax`` per tensor and one read."""
-    ends = [end for t in parts if isinstance(t, Tensor) and t.numel() for end in torch.aminmax(t)]
-    read = iter(torch.stack(ends).sign().tolist() if ends else [])
-    signs = []
-    for t in parts:
-        if isinstance(t, Tensor):
-            low, high = (next(read), next(read)) if t.numel() else (0.0, 0.0)
-        else:
-            low = high = float(t)
-        signs.append((not high <= 0, not low >= 0))  # (a number's NaN: both true)
-    return signs
 
 
 # ----------------------------------------------------------------------- rules
 class Rule:
-    r"""Base class: a rule for one linear map, in two forms that give the same relevance.
+    r"""Base class: a rule for one linear map ``m(x, weight, bias)``.
 
-    ``propagate`` returns the input relevance from the output's relevance ``rel_out`` (the backward form,
-    for :class:`lrp_lib.teach.linear_maps.LinearMapRelevance`; ``op`` names the map in warnings and errors).
     ``modify`` returns the map's output ``out`` (computed with its graph from ``x``), with its value kept and
-    its gradient changed so that :math:`x \odot \partial f/\partial x` is the same relevance when the
+    its gradient changed so that :math:`x \odot \partial f/\partial x` is the rule's relevance when the
     output's relevance is :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form,
     :mod:`lrp_lib.core.modify`)."""
 
-    def propagate(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None,
-                  out: Tensor, rel_out: Tensor, op: str) -> Tensor:
-        raise NotImplementedError
-
-    def modify(self, m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor,
+    def modify(self, m: Map, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor,
                nonneg: bool = False) -> Tensor:
         """``nonneg``: ``x`` is known to hold no negative entry (a ReLU's output), so rules that split it by
         sign need not compute the negative part."""
@@ -106,9 +90,6 @@ class Epsilon(Rule):
     def __init__(self, eps: float = 1e-6):
         self.eps = check_number(eps, "eps")
 
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
-        return m.times_input(x, m.vjp(relevance_share(op, rel_out, out, eps=self.eps), x, weight))
-
     def modify(self, m, x, weight, bias, out, nonneg=False):
         return epsilon(out, self.eps)
 
@@ -129,17 +110,13 @@ class Gamma(Rule):
         self.gamma = check_number(gamma, "gamma")
         self.eps = check_number(eps, "eps")
 
-    def _modified(self, m, x, weight, bias) -> tuple:
+    def modified(self, m, x, weight, bias) -> tuple:
         r"""The weight :math:`w + \gamma w^+` and the map's output with it (and the bias :math:`b + \gamma b^+`)."""
-        w = weight + self.gamma * _positive(weight)
+        w = weight + self.gamma * positive_part(weight)
         return w, m(x, w, None if bias is None else bias + self.gamma * bias.clamp(min=0))
 
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
-        w, z = self._modified(m, x, weight, bias)
-        return m.times_input(x, m.vjp(relevance_share(op, rel_out, z, eps=self.eps), x, w))
-
     def modify(self, m, x, weight, bias, out, nonneg=False):
-        return split_by(out, self._modified(m, x, weight, bias)[1], self.eps)
+        return split_by(out, self.modified(m, x, weight, bias)[1], self.eps)
 
 
 class AlphaBeta(Rule):
@@ -165,59 +142,12 @@ class AlphaBeta(Rule):
         self.alpha, self.beta = alpha, beta
 
     @staticmethod
-    def _parts(x: Tensor, weight: Weight, crossed: bool = True) -> tuple:
-        """``(x+, x-, w+, w-)`` with ``None`` for a part without a non-zero entry (``x+`` is ``x`` itself where
-        ``x >= 0``).  ``crossed=False`` (z+, which pairs ``x+`` with ``w+`` and ``x-`` with ``w-`` only): a
-        weight part is made only where the input part of its sign exists."""
-        (has_pos, has_neg), (w_has_pos, w_has_neg) = _signs(x, weight)
-        x_pos = (x if not has_neg else x.clamp(min=0)) if has_pos else None
-        x_neg = x.clamp(max=0) if has_neg else None
-        any_x = has_pos or has_neg
-        w_pos = _positive(weight) if w_has_pos and (has_pos if not crossed else any_x) else None
-        w_neg = _negative(weight) if w_has_neg and (has_neg if not crossed else any_x) else None
-        return x_pos, x_neg, w_pos, w_neg
-
-    @staticmethod
-    def _sum_of(m: LinearMap, x: Tensor, pairs: list, s: Tensor, relevance: Tensor | None = None) -> Tensor:
-        r"""``relevance`` (None: nothing yet) plus :math:`\sum_p x_p \odot J_{w_p}^\top s` over ``pairs`` of
-        ``(x_p, w_p)``; zeros where both are empty."""
-        for xp, wp in pairs:
-            part = m.times_input(xp, m.vjp(s, x, wp))
-            relevance = part if relevance is None else relevance.add_(part)
-        return torch.zeros_like(x) if relevance is None else relevance
-
-    @staticmethod
-    def _z(m: LinearMap, x: Tensor, weight: Weight, pairs: list, b: Tensor | None, out: Tensor) -> Tensor:
-        """The map summed over ``pairs`` of ``(x_p, w_p)``, plus the bias part ``b``."""
-        if not pairs:
-            return m(torch.zeros_like(x), weight, b) if b is not None else torch.zeros_like(out)
-        z = m(pairs[0][0], pairs[0][1], b)
-        for xp, wp in pairs[1:]:
-            z = z + m(xp, wp, None)
-        return z
-
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
-        x_pos, x_neg, w_pos, w_neg = self._parts(x, weight)
-        parts = [(self.alpha, [(x_pos, w_pos), (x_neg, w_neg)], None if bias is None else bias.clamp(min=0)),
-                 (-self.beta, [(x_pos, w_neg), (x_neg, w_pos)], None if bias is None else bias.clamp(max=0))]
-        rel = None
-        for coefficient, pairs, b in parts:
-            if coefficient == 0:
-                continue
-            pairs = [(xp, wp) for xp, wp in pairs if xp is not None and wp is not None]
-            z = self._z(m, x, weight, pairs, b, out)
-            part = f"{op} ({'positive' if coefficient > 0 else 'negative'} part of {self!r})"
-            s = relevance_share(part, rel_out, z).mul_(coefficient)
-            rel = self._sum_of(m, x, pairs, s, rel) if pairs else rel
-        return torch.zeros_like(x) if rel is None else rel
-
-    @staticmethod
-    def _signed(m: LinearMap, x: Tensor, weight: Weight, bias: Tensor | None, positive: bool = True,
+    def _signed(m: Map, x: Tensor, weight: Weight, bias: Tensor | None, positive: bool = True,
                 nonneg: bool = False) -> Tensor:
         r""":math:`z^+` (``positive``) or :math:`z^-`, computed with its graph from the clamped input (the
         gradient of ``x.clamp(min=0)`` is 1 where :math:`x > 0`, so :math:`x \odot \mathrm{grad}` picks
         each contribution's own part)."""
-        w_same, w_other = (_positive(weight), _negative(weight)) if positive else (_negative(weight), _positive(weight))
+        w_same, w_other = (positive_part(weight), negative_part(weight)) if positive else (negative_part(weight), positive_part(weight))
         b = None if bias is None else (bias.clamp(min=0) if positive else bias.clamp(max=0))
         if nonneg:  # x = x+ (its gradient is 1 everywhere, as clamp's where x > 0)
             return m(x, w_same, b)
@@ -250,21 +180,6 @@ class ZPlus(AlphaBeta):
 
     def __init__(self):
         super().__init__(1.0, 0.0)
-
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
-        x_pos, x_neg, w_pos, w_neg = self._parts(x, weight, crossed=False)
-        pairs = [(xp, wp) for xp, wp in ((x_pos, w_pos), (x_neg, w_neg)) if xp is not None and wp is not None]
-        z = self._z(m, x, weight, pairs, None if bias is None else bias.clamp(min=0), out)
-        zero = z == 0 if has_zero(z) else None  # None: no unit without a positive contribution
-        none = None if zero is None else zero & (rel_out != 0)
-        # the share, 0 where z = 0 (those units: the fallback below)
-        s = rel_out / z if zero is None else relevance_share(op, rel_out, z, check=False, zero=zero)
-        rel = self._sum_of(m, x, pairs, s)
-        if none is not None and bool(none.any()):  # no positive contribution: LRP-0 for these units
-            fallback = relevance_share(f"{op} (units of {self!r} without a positive contribution, by LRP-0)",
-                                       torch.where(none, rel_out, torch.zeros_like(rel_out)), out)
-            rel = rel.add_(m.times_input(x, m.vjp(fallback, x, weight)))
-        return rel
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
         z_pos = self._signed(m, x, weight, bias, nonneg=nonneg)
@@ -319,13 +234,6 @@ class ZBox(Rule):
                              f"low or {float((x - high).max()):.3g} above high); widen the bounds")
         return low.expand_as(x), high.expand_as(x)
 
-    def propagate(self, m, x, weight, bias, out, rel_out, op):
-        low, high = self.bounds(x)
-        w_pos, w_neg = _positive(weight), _negative(weight)
-        z = m(x, weight, None) - m(low, w_pos, None) - m(high, w_neg, None)
-        s = relevance_share(op, rel_out, z, eps=self.eps)
-        return x * m.vjp(s, x, weight) - low * m.vjp(s, x, w_pos) - high * m.vjp(s, x, w_neg)
-
     def modify(self, m, x, weight, bias, out, nonneg=False, low: Tensor | None = None, high: Tensor | None = None):
         r"""The forward form.  The relevance here is not :math:`x \odot \mathrm{grad}` alone: its bound
         terms :math:`-l \odot J_{w^+}^\top s - h \odot J_{w^-}^\top s` are the relevance of the bounds, read
@@ -335,7 +243,7 @@ class ZBox(Rule):
         if low is None or high is None:
             box = self.bounds(x.detach())
             low, high = (box[0] if low is None else low), (box[1] if high is None else high)
-        return split_by(out, m(x, weight, None) - m(low, _positive(weight), None) - m(high, _negative(weight), None),
+        return split_by(out, m(x, weight, None) - m(low, positive_part(weight), None) - m(high, negative_part(weight), None),
                         self.eps)
 
     def __repr__(self):

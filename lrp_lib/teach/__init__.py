@@ -5,7 +5,7 @@ guided backpropagation.  The product (:mod:`lrp_lib.explain`) does not import th
 :mod:`lrp_lib.core` only."""
 import importlib
 
-_MODULES = ("ops", "index_ops", "scatter", "graph", "graph_data", "graph_rule", "graph_relevance", "mode", "linear_maps", "residual", "relprop", "jax_lrp", "guided", "guided_backprop")
+_MODULES = ("ops", "index_ops", "scatter", "graph", "graph_data", "graph_rule", "graph_relevance", "mode", "share", "backward_rules", "linear_maps", "residual", "relprop", "jax_lrp", "guided", "guided_backprop")
 
 
 def __getattr__(name):

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import relevance_share
+from lrp_lib.teach.share import relevance_share
 from lrp_lib.teach import ops
 from lrp_lib.teach import scatter as plain_scatter
 

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from lrp_lib.teach import scatter as _scatter
 from lrp_lib.teach.scatter import broadcast_index, check_index, check_tensor, normalize_dim
-from lrp_lib.core.stabilizer import relevance_share, warn_lost
+from lrp_lib.teach.share import relevance_share, warn_lost
 from lrp_lib.core.validation import INDEX_DTYPES
 
 __all__ = ["scatter_add", "scatter_mean", "scatter_max", "index_select", "cat", "repeat_tensor",

@@ -1,9 +1,8 @@
 r"""Chapter 3's linear maps with an LRP rule in backward: dense layers, convolutions, average pooling.
 
-Each wrapper checks its arguments as torch does, builds a :class:`~lrp_lib.core.rules.LinearMap`
-(the map and its vector-Jacobian product) and applies
-:class:`LinearMapRelevance`, whose backward is the rule's
-:meth:`~lrp_lib.core.rules.Rule.propagate`:
+Each wrapper checks its arguments as torch does, builds a :class:`~lrp_lib.teach.backward_rules.LinearMap`
+(the map and its vector-Jacobian product) and applies :class:`LinearMapRelevance`, whose backward is the
+rule's backward form (:func:`~lrp_lib.teach.backward_rules.propagate`):
 
 .. math::  R = x \odot J^\top \!\left(\frac{R_{out}}{z}\right)
 
@@ -22,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.core.rules import LinearMap, Rule, get_rule
+from lrp_lib.core.rules import Rule, get_rule
+from lrp_lib.teach.backward_rules import LinearMap, propagate
 from lrp_lib.teach.scatter import check_linear, check_tensor
 
 __all__ = ["LinearMapRelevance", "linear_map", "linear", "conv1d", "conv2d", "conv3d", "avg_pool2d"]
@@ -30,7 +30,7 @@ __all__ = ["LinearMapRelevance", "linear_map", "linear", "conv1d", "conv2d", "co
 
 class LinearMapRelevance(torch.autograd.Function):
     r"""The relevance function of a linear map: forward ``m(x, weight, bias)`` (``weight=None``: a map
-    without weights, scale 1); backward ``rule.propagate``, the input's relevance (the weight and the bias
+    without weights, scale 1); backward the rule's backward form, the input's relevance (the weight and the bias
     get none).  ``op`` names the map in the rule's warnings."""
 
     @staticmethod
@@ -45,7 +45,7 @@ class LinearMapRelevance(torch.autograd.Function):
     def backward(ctx, rel_out):
         x, weight, bias = ctx.saved_tensors
         w = 1.0 if weight is None else weight
-        return ctx.rule.propagate(ctx.m, x, w, bias, ctx.out, rel_out, ctx.op), None, None, None, None, None
+        return propagate(ctx.rule, ctx.m, x, w, bias, ctx.out, rel_out, ctx.op), None, None, None, None, None
 
 
 def linear_map(x: Tensor, fn: Callable, weight: Tensor | None = None, bias: Tensor | None = None,

@@ -34,8 +34,9 @@ from lrp_lib.teach.index_ops import (cat, index_select, repeat_tensor, scatter_a
                                     scatter_mean)
 from lrp_lib.teach.scatter import check_linear, check_tensor, normalize_dim
 from lrp_lib.teach.guided import ReLUFunction
-from lrp_lib.core.stabilizer import LostRelevanceWarning, raise_not_finite, relevance_share, stabilize, warn_lost
+from lrp_lib.core.stabilizer import LostRelevanceWarning, stabilize
 from lrp_lib.core.validation import check_number
+from lrp_lib.teach.share import raise_not_finite, relevance_share, warn_lost
 
 __all__ = [
     "LostRelevanceWarning",
@@ -171,7 +172,7 @@ class LinearEpsRelevance(torch.autograd.Function):
     operations as with all rows at once.  No zero count:
     :math:`|z + \epsilon\,\mathrm{sign}(z)| \ge \epsilon > 0`, so no relevance can be lost.  With
     :math:`\epsilon = 0` (or below that smallest normal number) the share goes through
-    :func:`~lrp_lib.core.stabilizer.relevance_share`, which counts the zeros and warns with the
+    :func:`~lrp_lib.teach.share.relevance_share`, which counts the zeros and warns with the
     lost amount.
     """
 

@@ -31,7 +31,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from lrp_lib.core.stabilizer import LostRelevanceWarning, relevance_share
+from lrp_lib.core.stabilizer import LostRelevanceWarning
+from lrp_lib.teach.share import relevance_share
 
 __all__ = [
     "safe_divide",
@@ -50,7 +51,7 @@ __all__ = [
 def safe_divide(a: Tensor, b: Tensor | float, eps: float = 1e-9) -> Tensor:
     r""":math:`a / (b + \epsilon\,\mathrm{sign}(b))` where :math:`b \neq 0`, and 0 where :math:`b = 0`.
 
-    The division is :func:`lrp_lib.core.stabilizer.relevance_share` (``check=False``) with the one
+    The division is :func:`lrp_lib.teach.share.relevance_share` (``check=False``) with the one
     stabiliser, :func:`~lrp_lib.core.stabilizer.stabilize`; what is this module's own is the value
     at :math:`b = 0`: 0 for every :math:`\epsilon` (the stabiliser would give :math:`a/\epsilon`),
     the convention of the relprop implementations this chapter reproduces, whose numbers depend on

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from lrp_lib.core import modify, rules
-from lrp_lib.core.linear_map import LinearMap
+from lrp_lib.teach.backward_rules import LinearMap
 from lrp_lib.teach.linear_maps import LinearMapRelevance
 from lrp_lib.core.stabilizer import LostRelevanceWarning
 

@@ -25,7 +25,6 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.core import modify
-from lrp_lib.core.linear_map import LinearMap
 from lrp_lib.core.stabilizer import stabilize
 from lrp_lib.explain.mode.tally import Tally
 from lrp_lib.explain.mode.edges import EdgeRecorder
@@ -120,7 +119,6 @@ class ForwardFamilies:
         w, b = weight.detach(), None if bias is None else bias.detach()
         if rule is None:
             return self.linear(x, lambda t: fn(t, w, b))
-        m = LinearMap(fn)
         nonneg = getattr(x, "_lrp_nonneg", None) is self._token
         rows = x.dim() >= 2  # a map of each row (F.linear, x @ W, a convolution of each item)
         x = self._in(x, rows)
@@ -128,10 +126,10 @@ class ForwardFamilies:
         if rows and (out.dim() == 0 or out.shape[0] != x.shape[0]):  # not a map of rows after all: the
             self.tally.unsplit, rows = True, False  # in-probe counted rows that are not the output's
         if b is None or self.composite.bias:
-            return self._out(rule.modify(m, x, w, b, out, nonneg=nonneg), rows)
+            return self._out(rule.modify(fn, x, w, b, out, nonneg=nonneg), rows)
         # the bias takes no share: the rule splits the map without it, z0, whose relevance is out's
         z0 = fn(x, w, None)
-        split = rule.modify(m, x, w, None, z0, nonneg=nonneg)
+        split = rule.modify(fn, x, w, None, z0, nonneg=nonneg)
         return self._out(modify.keep_value(out, split, modify.share_of(out, z0)), rows)
 
     def sum_terms(self, a, b, ca: float = 1.0, cb: float = 1.0):

@@ -1,11 +1,13 @@
-"""``LinearMap``: the map and its vector-Jacobian product against autograd's, the scale of a map
-without weights, and the product with the input written in place only where that is safe."""
+"""The backward form of the rules: ``LinearMap`` (the map and its vector-Jacobian product against autograd's, the
+scale of a map without weights, the product with the input written in place only where that is safe), and a
+rule without a backward form refused.  Each rule's backward form against its forward form: tests/core/test_modify.py."""
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
-from lrp_lib.core.linear_map import LinearMap
+from lrp_lib.core.rules import Rule
+from lrp_lib.teach.backward_rules import LinearMap, propagate
 
 
 def _autograd_vjp(fn, v, x):
@@ -51,3 +53,13 @@ def test_the_input_is_multiplied_into_the_vjp_in_place_only_for_a_fresh_vjp(fres
     assert not LinearMap(F.linear, fresh_vjp=True).fresh_vjp
     wide = torch.ones(2, 2)
     assert m.times_input(x, wide) is not wide
+
+
+def test_a_rule_without_a_backward_form_is_refused_with_its_name():
+    class Halve(Rule):
+        def modify(self, m, x, weight, bias, out, nonneg=False):
+            return out
+
+    x, w = torch.ones(1, 2), torch.ones(1, 2)
+    with pytest.raises(NotImplementedError, match="Halve has no backward form"):
+        propagate(Halve(), LinearMap(F.linear), x, w, None, F.linear(x, w), torch.ones(1, 1), "test")
