@@ -50,7 +50,7 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
 def check_blocked(tally) -> None:
     """:class:`UnsupportedModelError` where relevance reached operations without a rule (``tally``'s
     blocked amounts)."""
-    blocked = {k: v for k, v in tally.read(tally.blocked).items() if v != 0}
+    blocked = {k: v for k, v in tally.blocked.items() if v != 0}
     if blocked:
         raise UnsupportedModelError(
             "relevance reached operations that LRP has no rule for: " + "; ".join(

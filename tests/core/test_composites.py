@@ -31,11 +31,11 @@ def test_the_mode_gives_each_weight_its_modules_rule():
     net = Net()
     c = Composite(rules={"conv1.*": Gamma(0.5), nn.Linear: ZPlus()})
     mode = ForwardMode(c, net)
-    assert mode.rule_for(net.conv1.lin.weight)[0] == Gamma(0.5)
-    assert mode.rule_for(net.head.weight)[0] == ZPlus()
-    assert mode.rule_for(net.conv2.lin.weight)[0] == Epsilon()
-    assert mode.rule_for(net.head.weight.t())[0] == ZPlus()  # a view of a weight is that weight
-    assert mode.rule_for(torch.ones(2, 2))[0] is None          # data, not a weight
+    assert mode.rule_for(net.conv1.lin.weight) == Gamma(0.5)
+    assert mode.rule_for(net.head.weight) == ZPlus()
+    assert mode.rule_for(net.conv2.lin.weight) == Epsilon()
+    assert mode.rule_for(net.head.weight.t()) == ZPlus()  # a view of a weight is that weight
+    assert mode.rule_for(torch.ones(2, 2)) is None          # data, not a weight
 
 
 def test_named_composites():
@@ -197,15 +197,15 @@ def test_layers_reach_a_convs_submodules_and_count_message_passing_layers_only()
 
     net = GIN()
     mode = ForwardMode(Composite(linear=ZPlus(), layers=[Gamma(2.0), Gamma(1.0)]), net)
-    assert mode.rule_for(net.convs[0].nn[0].weight)[0] == Gamma(2.0)
-    assert mode.rule_for(net.convs[0].nn[2].weight)[0] == Gamma(2.0)
-    assert mode.rule_for(net.convs[1].nn[0].weight)[0] == Gamma(1.0)
-    assert mode.rule_for(net.pre.weight)[0] == ZPlus() and mode.rule_for(net.head.weight)[0] == ZPlus()
+    assert mode.rule_for(net.convs[0].nn[0].weight) == Gamma(2.0)
+    assert mode.rule_for(net.convs[0].nn[2].weight) == Gamma(2.0)
+    assert mode.rule_for(net.convs[1].nn[0].weight) == Gamma(1.0)
+    assert mode.rule_for(net.pre.weight) == ZPlus() and mode.rule_for(net.head.weight) == ZPlus()
     seen = []
     mode = ForwardMode(Composite(layers=lambda i, n: seen.append((i, n)) or Gamma(float(i))), net)
-    assert mode.rule_for(net.convs[1].nn[2].weight)[0] == Gamma(1.0) and (1, 2) in seen
+    assert mode.rule_for(net.convs[1].nn[2].weight) == Gamma(1.0) and (1, 2) in seen
     short = ForwardMode(Composite(linear=ZPlus(), layers=[Gamma(2.0)]), net)
-    assert short.rule_for(net.convs[1].nn[0].weight)[0] == ZPlus()  # past the sequence's end: ``linear``
+    assert short.rule_for(net.convs[1].nn[0].weight) == ZPlus()  # past the sequence's end: ``linear``
 
 
 def test_named_schedules_and_bad_layers():

@@ -18,8 +18,7 @@ from torch_geometric.nn import MessagePassing
 from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
-__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder",
-           "message_relevance", "message_hook"]
+__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder", "message_hook"]
 
 
 _recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder of the explanation in this thread
@@ -45,23 +44,19 @@ def ensure_hooks(model: nn.Module) -> None:
 
 
 def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
-    """A hook on a layer's messages: their relevance (:func:`message_relevance`) added to ``record`` at each
-    message's input edge (``ids``; -1: a self-loop the layer added, whose relevance stays with its node)."""
+    """A hook on a layer's messages: their relevance (messages times their gradient, summed over all but the edge
+    dimension ``dim``) added to ``record`` at each message's input edge (``ids``; -1: a self-loop the layer added,
+    whose relevance stays with its node)."""
     keep = ids >= 0
     ids = ids[keep]
     with torch._C.DisableTorchFunction():  # (the explanation's own read, not a detach in the model)
         values = messages.detach()
 
     def hook(grad):
-        record.index_add_(0, ids, message_relevance(values, grad, dim)[keep].to(record.dtype))
+        rel = (values * grad).movedim(dim, 0)
+        rel = rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
+        record.index_add_(0, ids, rel[keep].to(record.dtype))
     return hook
-
-
-def message_relevance(messages: Tensor, grad: Tensor, dim: int) -> Tensor:
-    """The relevance of each message, messages times their gradient summed over all but the edge dimension
-    ``dim``."""
-    rel = (messages * grad).movedim(dim, 0)
-    return rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
 
 
 def _is_edges(edges) -> bool:

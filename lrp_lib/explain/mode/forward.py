@@ -115,7 +115,7 @@ class ForwardFamilies:
         in its forward form (``Rule.modify``); what it keeps is the relevance its output receives (probe
         ``one_out``) less what its input gets (probe ``one_in``).  A ``weight`` that no module owns (data): the
         epsilon rule of :meth:`linear`."""
-        rule, _ = self.rule_for(weight)
+        rule = self.rule_for(weight)
         w, b = weight.detach(), None if bias is None else bias.detach()
         if rule is None:
             return self.linear(x, lambda t: fn(t, w, b))

@@ -188,17 +188,17 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         return "the model"
 
     def rule_for(self, w: Tensor):
-        """(rule, label) for a weight (or a view of one): the composite's rule of its owning module; ``(None,
-        None)`` for a constant that no module owns (data)."""
+        """The rule for a weight (or a view of one): the composite's rule of its owning module; None for a
+        constant that no module owns (data)."""
         owner = self._owners.get(id(w))
         if owner is None and getattr(w, "_base", None) is not None:
             owner = self._owners.get(id(w._base))
         if owner is None:
-            return None, None
+            return None
         key = id(owner[1])
         if key not in self._rules:
             self._rules[key] = self.composite.rule_for(*owner)
-        return self._rules[key], f"module '{owner[0]}' ({type(owner[1]).__name__})"
+        return self._rules[key]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         route = route_of(func)

@@ -61,9 +61,6 @@ class Tally:
     def total(table: dict) -> float:
         return float(sum(table.values())) if table else 0.0
 
-    def read(self, table: dict) -> dict[str, float]:
-        return {k: float(v) for k, v in table.items()}
-
     def split(self, row_groups: dict, num_groups: int) -> Tensor | None:
         """The absorbed amount of each group (float64, ``[num_groups]``), with ``row_groups`` the group of each row
         of the tensors of each row count (``{count: groups}``); None where some non-zero amount has no group."""
