@@ -796,3 +796,17 @@ def test_property_walk_scores_and_greedy_conserve_on_random_graphs(case):
     assert abs(float(res.relevance[0]) - float(singles.max())) < 1e-12
     _, top = wm.top_walks(1, signed=True)
     assert abs(float(top[0]) - float(rel.max())) < 1e-12
+
+
+@pytest.mark.parametrize("index, target, entry", [(2, 1, (2, 0, 1)), (2, 0, (2, 0, 0)), (None, 2, (0, 0, 2))])
+def test_the_explained_entry_is_one_number_of_any_output_shape(index, target, entry):
+    """The walks start from the one entry (row ``index``, column ``target``) with its value, also where the output
+    has a middle dimension (N, 1, C) or is one graph's (1, 1, C)."""
+    from lrp_lib.explain.walks.model import explained_start
+    out = torch.arange(5 * 3, dtype=torch.float64).view(5, 1, 3) + 1.0
+    if index is None:
+        out = out[:1]
+    start = explained_start(out, index, target)
+    want = torch.zeros_like(out)
+    want[entry] = out[entry]
+    assert torch.equal(start, want)

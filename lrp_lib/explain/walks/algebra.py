@@ -25,6 +25,8 @@ algebra's weighted backward differs from the recorded graph's on random node wei
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 from torch import Tensor
 
@@ -225,20 +227,19 @@ class WalkAlgebra:
             out[own] += s[own]
         return out
 
+    @cached_property
     def first_step(self) -> Tensor:
         """(P_1, B_1): per step p = j -> k of time 1 the exact prefix vector z_p, so that a walk whose
         step 1 is p and whose state at time 1 is a has relevance z_p . a (computed once)."""
-        if getattr(self, "_z1", None) is None:
-            src, dst, _, own = self.pairs[1]
-            E = self.E[1]
-            y = self.pi0.new_zeros(src.numel(), E.shape[2])
-            for o, G in self.G[1]:
-                y += self.pi0[src, o:o + G.shape[1]] * G
-            z = torch.cat([torch.einsum("po,pbo->pb", yy, E[dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
-            if self.S[1] is not None:
-                z[own] += torch.einsum("pa,pba->pb", self.pi0[src[own]], self.S[1][dst[own]])
-            self._z1 = z
-        return self._z1
+        src, dst, _, own = self.pairs[1]
+        E = self.E[1]
+        y = self.pi0.new_zeros(src.numel(), E.shape[2])
+        for o, G in self.G[1]:
+            y += self.pi0[src, o:o + G.shape[1]] * G
+        z = torch.cat([torch.einsum("po,pbo->pb", yy, E[dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
+        if self.S[1] is not None:
+            z[own] += torch.einsum("pa,pba->pb", self.pi0[src[own]], self.S[1][dst[own]])
+        return z
 
     def pi_width(self, t: int) -> int:
         return self.pi0.shape[1] if t == 0 else self.E[t].shape[1]

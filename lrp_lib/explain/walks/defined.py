@@ -32,22 +32,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["WalksUndefinedError", "check_walks_defined", "node_dim_of"]
+__all__ = ["WalksUndefinedError", "check_walks_defined"]
 
 
 class WalksUndefinedError(ValueError):
     """GNN-LRP's walks are not defined for this model (the message names the layer and why)."""
-
-
-def node_dim_of(t: Tensor, num_nodes: int, preferred: int = 0) -> int | None:
-    """The dimension of ``t`` that indexes nodes: ``preferred`` (a MessagePassing's ``node_dim``)
-    where it has ``num_nodes`` entries, else the first such dimension, else None."""
-    if t.dim() == 0:
-        return None
-    p = preferred % t.dim()
-    if t.shape[p] == num_nodes:
-        return p
-    return next((d for d in range(t.dim()) if t.shape[d] == num_nodes), None)
 
 
 def _rows(g: Tensor, dim: int, batched: bool) -> Tensor:
@@ -83,8 +72,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
     passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walks.graph.WalkGraph`;
     ``start``: the output's relevance; ``index``: the explained node (node level) or None."""
     cuts, n = graph.cuts, num_nodes
-    dims = [None if c.kind == "attr" else node_dim_of(c.leaf, n if c.count is None else c.count, c.node_dim)
-            for c in cuts]
+    dims = [None if c.kind == "attr" or c.leaf.dim() == 0 else c.node_dim for c in cuts]
     tol = float(torch.finfo(start.dtype).eps) ** 0.5 if start.is_floating_point() else 1e-6
     gen = torch.Generator().manual_seed(0)
     # the head: for a node-level output the relevance must stay on the explained node's row

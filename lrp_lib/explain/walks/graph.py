@@ -56,7 +56,7 @@ _LOOP_ROWS = 64
 
 def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
     """torch.autograd.grad, batched over grad's first dimension if ``batched``: one backward per row up to
-    ``_LOOP_ROWS`` rows, else ``torch.func.vmap`` (else ``is_grads_batched``, else one backward per row)."""
+    ``_LOOP_ROWS`` rows, else ``torch.func.vmap`` (where it fails, one backward per row)."""
     if not batched:
         return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True)
     if grad.shape[0] <= _LOOP_ROWS:
@@ -71,14 +71,7 @@ def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
         out = torch.func.vmap(one)(grad)
         return [None if u else o for u, o in zip(unused, out)]
     except (RuntimeError, NotImplementedError, ValueError):
-        pass
-    try:
-        return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True,
-                                   is_grads_batched=True)
-    except RuntimeError as e:
-        if "atching rule" not in str(e) and "vmap" not in str(e):
-            raise
-    return _rows(source, tensors, grad)
+        return _rows(source, tensors, grad)
 
 
 def _rows(source: Tensor, tensors: list, grad: Tensor):

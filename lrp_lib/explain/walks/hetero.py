@@ -158,7 +158,7 @@ class HeteroWalkModel(WalkModel):
         self.edge_types = list(edge_index)
         self.edge_index = torch.cat([edge_index[k].long() + torch.tensor([[self.offset[k[0]]], [self.offset[k[2]]]])
                                      for k in self.edge_types], 1) if self.edge_types else torch.zeros(2, 0).long()
-        self._algebra, self.slow_reason = None, "a heterogeneous graph: the queries run masked backwards"
+        self.algebra, self.slow_reason = None, "a heterogeneous graph: the queries run masked backwards"
 
     def _index(self, index, out: Tensor):
         """(the output's row, the global node id) of ``index`` (class docstring); (None, None) if None."""
@@ -263,8 +263,7 @@ class HeteroWalkModel(WalkModel):
         earlier biases keep of it, where no other relation of the step joins j and k and j != k."""
         out, n = [], self.num_nodes
         for c, (call, e, t) in enumerate(zip(self.layout.calls, self.graph.steps, self.graph.times)):
-            keys = torch.unique(e[1] * n + e[0], sorted=True)
-            pairs = torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")], 1)
+            pairs = step_pairs(e, n, loops=False).t()
             walks, carried = [], []
             for _, through, carry, _ in self._through(pairs, t, c + 1):
                 walks.append(through)

@@ -2,15 +2,16 @@ r"""The model run once under the forward rules (``ForwardMode``), cut at its mes
 walk query runs on (:mod:`lrp_lib.explain.walks` for the definitions)."""
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 from torch import Tensor, nn
-from torch_geometric.explain.config import ModelConfig
 from torch_geometric.nn import MessagePassing
+from torch_geometric.utils import index_to_mask
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
-from lrp_lib.explain.targets import start_relevance
 from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
@@ -21,7 +22,6 @@ __all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "c
 
 _CHUNK = 1024
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
-_UNBUILT = object()
 
 
 def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float = 1e-6) -> list[Rule]:
@@ -92,11 +92,6 @@ def explained_start(out, index, target) -> Tensor:
     if view.numel() != 1:
         raise ValueError(f"the explained output must be one number, but the model's output has shape "
                          f"{tuple(out.shape)}: pass index= (node-level) and/or target= (the class column)")
-    if target is not None and out.dim() >= 1 + (index is not None or out.dim() > 1):
-        config = ModelConfig(mode="multiclass_classification", task_level="node" if index is not None else "graph",
-                             return_type="raw")
-        return start_relevance(out.reshape(-1, out.shape[-1]) if index is None else out,
-                               torch.tensor([target], device=out.device), index, config).view_as(out)
     view.fill_(True)
     return torch.where(sel, out.detach(), torch.zeros_like(out.detach()))
 
@@ -136,7 +131,7 @@ class WalkModel:
         self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
                                     (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
         self.total = float(self._node.sum())
-        self._algebra, self.slow_reason = _UNBUILT, None
+        self.slow_reason = None
 
     def _record(self, model: nn.Module, composite, inputs: dict, call, layout=None) -> WalkGraph:
         """Record ``call()`` in eval mode (:meth:`WalkGraph.record`); raise where it has no walks."""
@@ -165,27 +160,20 @@ class WalkModel:
         self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
         return rels
 
-    @property
+    @cached_property
     def algebra(self) -> WalkAlgebra | None:
-        """The walk algebra (:mod:`lrp_lib.explain.walks.algebra`), built on first use; None where the
-        model does not decompose (``slow_reason`` says why): the queries then run masked backwards."""
-        if self._algebra is _UNBUILT:
-            try:
-                self._algebra, self.slow_reason = WalkAlgebra(self), None
-            except NotDecomposable as e:
-                self._algebra, self.slow_reason = None, str(e)
-        return self._algebra
-
-    @algebra.setter
-    def algebra(self, value: WalkAlgebra | None):
-        self._algebra = value
+        """The walk algebra (:mod:`lrp_lib.explain.walks.algebra`), built on first use (or assigned); None where
+        the model does not decompose (``slow_reason`` says why): the queries then run masked backwards."""
+        try:
+            return WalkAlgebra(self)
+        except NotDecomposable as e:
+            self.slow_reason = str(e)
+            return None
 
     def _use_algebra(self, rows: int) -> bool:
         """Whether a query of ``rows`` walks or weightings goes through the algebra: once it is built, or
         from ``_ALGEBRA_FROM`` rows on (building it costs one batched backward per step)."""
-        if self._algebra is _UNBUILT and rows < _ALGEBRA_FROM:
-            return False
-        return self.algebra is not None
+        return (rows >= _ALGEBRA_FROM or "algebra" in vars(self)) and self.algebra is not None
 
     @property
     def depth(self) -> int:
@@ -298,10 +286,13 @@ class WalkModel:
         return walk_search.greedy(self, size, check_alpha(alpha))
 
 
-def step_pairs(edges: Tensor, n: int) -> Tensor:
-    """The (2, P) unique steps (j, k) of a propagate call: its edges and every self step, sorted by (k, j)."""
-    loops = torch.arange(n, device=edges.device)
-    keys = torch.cat([edges[1] * n + edges[0], loops * n + loops])
+def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
+    """The (2, P) unique steps (j, k) of a propagate call, sorted by (k, j): its edges and, if ``loops``, every
+    self step."""
+    keys = edges[1] * n + edges[0]
+    if loops:
+        own = torch.arange(n, device=edges.device)
+        keys = torch.cat([keys, own * n + own])
     keys = torch.unique(keys, sorted=True)
     return torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")])
 
@@ -370,9 +361,7 @@ def _node_mask(nodes, n: int) -> Tensor:
     if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
         bad = int(nodes[(nodes < 0) | (nodes >= n)][0])
         raise ValueError(f"nodes contains {bad}, not a node id (0..{n - 1})")
-    mask = torch.zeros(n, dtype=torch.bool, device=nodes.device)
-    mask[nodes] = True
-    return mask
+    return index_to_mask(nodes, n)
 
 
 def check_alpha(alpha) -> float:

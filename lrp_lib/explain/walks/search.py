@@ -82,7 +82,7 @@ def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     steps into u; sorted by decreasing key."""
     alg = wm.algebra
     src, _, ptr, _ = alg.pairs[1]
-    z = alg.first_step()
+    z = alg.first_step
     order = walks[:, 1].argsort(stable=True)
     walks, a = walks[order], a[order]
     k_ = walks[:, 1]
