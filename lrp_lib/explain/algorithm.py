@@ -18,7 +18,8 @@ from lrp_lib.core.validation import adjacency_edges, check_batch, is_adjacency
 from lrp_lib.explain.accounting import batch_row_groups
 from lrp_lib.explain.capture.cache import CaptureCache
 from lrp_lib.explain.hetero import explain_hetero
-from lrp_lib.explain.inputs import explainer_training_flag, uncompiled, usable, warn_training
+from lrp_lib.explain.inputs import (check_inputs, checked_by_explainer, explainer_training_flag, uncompiled, usable,
+                                   warn_training)
 from lrp_lib.explain.subgraphs.layer_pruning import current_plan
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
@@ -221,14 +222,10 @@ class LRPExplainer(ExplainerAlgorithm):
             model = uncompiled(model)
             # the relevance is a backward: autograd on, also under torch.no_grad() or torch.inference_mode()
             # (whose tensors cannot be saved for backward: copied)
-            def explain():
+            with torch.inference_mode(False), torch.enable_grad():
                 args = [usable(t) for t in (x, edge_index, target, index)]
                 return self._explain(model, *args[:2], target=args[2], index=args[3],
                                      **{k: usable(v) for k, v in kwargs.items()})
-            if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
-                return explain()
-            with torch.inference_mode(False), torch.enable_grad():
-                return explain()
         except BaseException:
             if training is not None:
                 given.train(training)
@@ -246,6 +243,8 @@ class LRPExplainer(ExplainerAlgorithm):
                 raise ValueError("per_index=True with a sparse adjacency as edge_index: each target's receptive field "
                                  "is cut from the edges; pass them as a (2, E) edge_index "
                                  "(torch_geometric.utils.to_edge_index(adj_t)[0].flip(0))")
+            if not checked_by_explainer(x, edge_index):  # (relevance checks them where per_index is off)
+                check_inputs(model, x, edge_index, **kwargs)
             def explain_chunk(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
                 node_group = row_group = row_groups = None
                 if self.accounts == "each":

@@ -58,14 +58,11 @@ class Explainer(PyGExplainer):
         try:
             # the inputs checked once; the prediction pass kept (per_index=True compares with it)
             with inputs_checked(x if checked else None, edge_index), predicted():
-                if not once:  # (PyG's call restores the training flag where it succeeds)
+                if not once:
                     return super().__call__(x, edge_index, target=target, index=index, **kwargs)
-                explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
-        except BaseException:
+                return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
+        finally:  # (PyG's call restores the training flag only where it succeeds; one_pass leaves eval mode)
             self.model.train(training)
-            raise
-        self.model.train(training)
-        return explanation
 
     def get_prediction(self, *args, **kwargs) -> Tensor:
         out = super().get_prediction(*args, **kwargs)

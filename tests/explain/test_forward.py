@@ -234,14 +234,19 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
     torch.compile(fullgraph=True) gives the eager explanation's node, edge and bias relevance to float32 rounding.
     (The test compiles with the aot_eager backend, which traces as inductor does and compiles in a fraction of
     the time; benchmarks/bench_mechanism.py uses inductor.)"""
-    from lrp_lib.explain.capture import capture, compiled_explanation
+    from lrp_lib.explain.capture import CompiledExplanation, capture
     torch._dynamo.reset()
     model = _model(kind, dtype=torch.float32)
     x, edge_index = _graph(dtype=torch.float32)
     target = model(x, edge_index).argmax(-1)
-    explain = compiled_explanation(model, x, edge_index, "zplus", edges=True, backend="aot_eager")
+    e = CompiledExplanation(model, x, edge_index, "zplus", True, backend="aot_eager")
     weight = torch.zeros(x.shape[0], 3)
     weight[7, target[7]] = 1.0
+
+    def explain(x_, w):
+        _, head, leaves = e.forward(x_)
+        return e.backward(head, leaves, w * head.detach())
+
     node, edges, kept = explain(x, weight)
     want = Explainer(model, algorithm=LRPExplainer(mask="relevance"), explanation_type="phenomenon",
                      node_mask_type="attributes", edge_mask_type="object",

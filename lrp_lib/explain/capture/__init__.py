@@ -1,4 +1,4 @@
-r"""An explanation of one graph, captured once and compiled by PyTorch: :func:`compiled_explanation`.
+r"""An explanation of one graph, captured once and compiled by PyTorch: :class:`CompiledExplanation`.
 
 With the rules written as forward modifications (:mod:`lrp_lib.explain.mode.forward`), an explanation's forward
 is an ordinary PyTorch program, so PyTorch's own tools take it over.  :func:`capture` records it once under
@@ -35,8 +35,7 @@ from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
 BACKEND = "inductor"
 
-__all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "compiled_explanation", "capture",
-           "capture_any_graph", "fold_constants"]
+__all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "capture", "capture_any_graph", "fold_constants"]
 
 
 class _IdsRecorder(EdgeRecorder):
@@ -332,19 +331,3 @@ class AnyGraphExplanation(CompiledExplanation):
             out, head = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
         return out, head, leaves
 
-
-def compiled_explanation(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
-                         backend: str | None = None, **kwargs) -> Callable:
-    """An explanation of ``model`` on this graph, compiled (:class:`CompiledExplanation`): ``explain(x, weight)``
-    explains :math:`\\sum w \\odot f(x)`, the explained output :math:`f` (the model's output, or its logits)
-    weighted by ``weight`` (for the logit of class ``c`` of node ``i``: a one-hot at ``[i, c]``), and returns
-    ``(node relevance, edge relevance or None, kept)``.  ``x`` must have the recorded shape, dtype and device.
-    The first call compiles (seconds to tens of seconds on a CPU); later calls run the compiled forward and one
-    ordinary backward."""
-    explanation = CompiledExplanation(model, x, edge_index, composite, edges, backend, **kwargs)
-
-    def explain(x_: Tensor, weight: Tensor):
-        _, head, leaves = explanation.forward(x_)
-        return explanation.backward(head, leaves, weight * head.detach())
-
-    return explain

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
-from lrp_lib.explain.capture.model_state import hooked, model_state
+from lrp_lib.explain.capture.model_state import model_state
 
 __all__ = ["CaptureCache"]
 
@@ -54,7 +54,7 @@ class CaptureCache:
             return None, "a sparse adjacency: not captured"
         state, flags, hooks = model_state(model)
         if hooks:
-            return None, f"not captured: {hooked(model)} (a captured graph would not run them)"
+            return None, f"not captured: {hooks} (a captured graph would not run them)"
         not_any = None  # why the explanation for any graph does not apply
         if compile and not edges:
             found, not_any = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags))

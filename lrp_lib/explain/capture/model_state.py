@@ -1,7 +1,7 @@
 r"""What an explanation kept for later calls depends on in the model: :func:`model_state` (its parameters
-and buffers, its modules' training flags, whether hooks would run Python in its forward) and :func:`hooked`
-(which hooks, named).  :class:`~lrp_lib.explain.capture.cache.CaptureCache` keys its captured explanations by
-them: a captured graph runs no hook, and holds the parameters it was captured with.
+and buffers, its modules' training flags, which hooks would run Python in its forward, named).
+:class:`~lrp_lib.explain.capture.cache.CaptureCache` keys its captured explanations by them: a captured graph
+runs no hook, and holds the parameters it was captured with.
 """
 from __future__ import annotations
 
@@ -9,16 +9,17 @@ import torch
 from torch import nn
 from torch_geometric.nn import MessagePassing
 
-__all__ = ["model_state", "hooked", "hooks_of"]
+__all__ = ["model_state", "hooks_of"]
 
 
 def model_state(model: nn.Module) -> tuple:
     """What a captured explanation depends on in the model: its parameters and buffers (which tensors, at which version),
-    every module's training flag, and whether hooks would run Python in its forward (:func:`hooks_of`,
-    or global module hooks), all from one walk over its modules."""
-    flags, tensors = [], []
-    hooks = any(getattr(_torch_module, name, None) for name in _GLOBAL_HOOKS)
-    for m in _modules(model):
+    every module's training flag, and which hooks would run Python in its forward, named, or None (global module
+    hooks, or the first module with :func:`hooks_of`), all from one walk over its modules."""
+    flags, tensors, hooks = [], [], None
+    if any(getattr(_torch_module, name, None) for name in _GLOBAL_HOOKS):
+        hooks = "global module hooks are registered"
+    for name, m in model.named_modules():
         flags.append(m.training)
         for t in m._parameters.values():
             if t is not None:
@@ -27,25 +28,9 @@ def model_state(model: nn.Module) -> tuple:
             for t in m._buffers.values():
                 if t is not None:
                     tensors.append((id(t), t._version))
-        if not hooks and hooks_of(m) is not None:
-            hooks = True
+        if hooks is None and (found := hooks_of(m)) is not None:
+            hooks = f"module '{name or type(m).__name__}' has {found}"
     return tuple(tensors), tuple(flags), hooks
-
-
-def _modules(model: nn.Module) -> list[nn.Module]:
-    """``list(model.modules())`` (each module once, parents before children, in order), without the
-    names that ``named_modules`` builds for each."""
-    found, seen, stack = [], set(), [model]
-    while stack:
-        m = stack.pop()
-        if id(m) in seen:
-            continue
-        seen.add(id(m))
-        found.append(m)
-        children = [c for c in m._modules.values() if c is not None]
-        children.reverse()
-        stack.extend(children)
-    return found
 
 
 _torch_module = torch.nn.modules.module
@@ -71,13 +56,3 @@ def hooks_of(m: nn.Module) -> str | None:
                 return attr.strip("_")
     return None
 
-
-def hooked(model: nn.Module) -> str | None:
-    """Which hooks of ``model`` (or global module hooks) would run Python in its forward, or None."""
-    if any(getattr(_torch_module, name, None) for name in _GLOBAL_HOOKS):
-        return "global module hooks are registered"
-    for name, m in model.named_modules():
-        found = hooks_of(m)
-        if found is not None:
-            return f"module '{name or type(m).__name__}' has {found}"
-    return None

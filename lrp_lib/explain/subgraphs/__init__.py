@@ -15,7 +15,7 @@ border counted, then kept, then without per-layer pruning, and later chunks skip
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from contextvars import ContextVar
 from typing import Callable
 
@@ -26,7 +26,6 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as pyg_conv
 
 from lrp_lib.explain.subgraphs.border_degrees import counted_border
-from lrp_lib.explain.inputs import check_inputs
 from lrp_lib.explain.mode.hooks import bound
 from lrp_lib.explain.subgraphs.layer_pruning import pruned_layers
 from lrp_lib.explain.subgraphs.unions import KHopUnion, k_hop_union, union_graph, with_border
@@ -40,13 +39,11 @@ PROBE_TARGETS = 4
 _prediction: ContextVar = ContextVar("prediction", default=None)  # the prediction pass of the explainer in this thread
 
 
-@contextmanager
 def predicted():
     """Inside the block, the last model output that :func:`remember` recorded in this thread is kept, so that
     :func:`explain_per_index` takes the full graph's output from it instead of running the model again
     (:class:`~lrp_lib.explain.explainer.Explainer`: PyG's prediction pass)."""
-    with bound(_prediction, []):  # in the block, nothing recorded yet
-        yield remember
+    return bound(_prediction, [])  # in the block, nothing recorded yet
 
 
 def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
@@ -209,20 +206,16 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     tensor within :data:`CPU_TENSOR_BYTES` (:func:`largest_tensor`); at most ``chunk_size`` (None: no limit),
     at least one.
 
-    Raises ValueError for keyword arguments other than ``edge_weight`` and ``edge_attr``, a ``max_memory``
-    that is not an int >= 1, node indices out of range, a ``target`` with neither one entry per node nor one
-    per index, and where even the unpruned subgraphs do not reproduce the model's output (it looks further
-    than ``num_hops``); TypeError for a ``prune`` other than None, True and False or a non-integer ``index``.
+    The caller (:class:`~lrp_lib.explain.algorithm.LRPExplainer`) checks the inputs
+    (:func:`~lrp_lib.explain.inputs.check_inputs`), ``max_memory`` and ``prune``.  Raises ValueError for keyword
+    arguments other than ``edge_weight`` and ``edge_attr``, node indices out of range, a ``target`` with neither
+    one entry per node nor one per index, and where even the unpruned subgraphs do not reproduce the model's
+    output (it looks further than ``num_hops``); TypeError for a non-integer ``index``.
     """
-    check_inputs(model, x, edge_index, **kwargs)
     for name, value in kwargs.items():
         if value is not None and name not in ("edge_weight", "edge_attr"):
             raise ValueError(f"per_index=True takes edge_weight and edge_attr besides x and edge_index, "
                              f"got {name}; explain with per_index=False")
-    if max_memory is not None and (isinstance(max_memory, bool) or not isinstance(max_memory, int) or max_memory < 1):
-        raise ValueError(f"max_memory must be a number of bytes >= 1 or None, got {max_memory!r}")
-    if prune not in (None, True, False):
-        raise TypeError(f"prune must be None, True or False, got {prune!r}")
     n = x.shape[0]
     index = torch.as_tensor(index, device=x.device)
     if index.is_floating_point() or index.dtype == torch.bool or index.dim() > 1:
