@@ -307,8 +307,9 @@ assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["forw
 # - With the relevance of every tensor read as $t \odot \partial f/\partial t$, each LRP rule is a change
 #   of one operation's gradient; the forward keeps its value (`keep_value`), so the model computes what it
 #   always computes.
-# - Each rule of `lrp_lib.core.rules` is declared once with both forms, `propagate` (backward) and `modify`
-#   (forward), and they agree on dense layers, convolutions and a trained GCN.
+# - Each rule of `lrp_lib.core.rules` is declared once, with its formula, as a forward modification (`modify`)
+#   of any linear map; chapter 3's backward form of the same formula agrees with it on dense layers,
+#   convolutions and a trained GCN.
 # - `LRPExplainer()` explains any PyG model with one ordinary backward; node, edge and
 #   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
 # - An explanation made of PyTorch operations is PyTorch's to run: the second explanation of a graph
@@ -318,7 +319,7 @@ assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["forw
 # ## Exercises
 #
 # 1. Write the gamma rule's forward by hand for the first chapter's layer with $\gamma = 1$ and check it against
-#    `rules.Gamma(1.0)`'s `propagate`.
+#    chapter 3's `linear_maps.linear(x, w, rule=rules.Gamma(1.0))`.
 # 2. `modify.HOMOGENEOUS` lists the functions whose gradient is already the identity rule. Show that
 #    `relu6` cannot be among them: find an input where $f(x)/x$ differs from $f'(x)$.
 # 3. Explain a GAT with `Composite(attention="cp")`. Where does the relevance of the
