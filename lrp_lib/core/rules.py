@@ -147,7 +147,9 @@ class AlphaBeta(Rule):
         r""":math:`z^+` (``positive``) or :math:`z^-`, computed with its graph from the clamped input (the
         gradient of ``x.clamp(min=0)`` is 1 where :math:`x > 0`, so :math:`x \odot \mathrm{grad}` picks
         each contribution's own part)."""
-        w_same, w_other = (positive_part(weight), negative_part(weight)) if positive else (negative_part(weight), positive_part(weight))
+        w_same, w_other = positive_part(weight), negative_part(weight)
+        if not positive:
+            w_same, w_other = w_other, w_same
         b = None if bias is None else (bias.clamp(min=0) if positive else bias.clamp(max=0))
         if nonneg:  # x = x+ (its gradient is 1 everywhere, as clamp's where x > 0)
             return m(x, w_same, b)
@@ -243,8 +245,8 @@ class ZBox(Rule):
         if low is None or high is None:
             box = self.bounds(x.detach())
             low, high = (box[0] if low is None else low), (box[1] if high is None else high)
-        return split_by(out, m(x, weight, None) - m(low, positive_part(weight), None) - m(high, negative_part(weight), None),
-                        self.eps)
+        w_pos, w_neg = positive_part(weight), negative_part(weight)
+        return split_by(out, m(x, weight, None) - m(low, w_pos, None) - m(high, w_neg, None), self.eps)
 
     def __repr__(self):
         return f"ZBox(low={self.low!r}, high={self.high!r})"

@@ -23,7 +23,7 @@ totalled by a backward from its own explained value (the last by difference), an
 The passes are linear in the explained values, so :math:`B_g` is as when its graph is explained alone.
 
 Without those passes: where the tally holds each kept amount per row
-(:class:`~lrp_lib.explain.mode.forward.ProbeTally`) and ``row_groups`` gives the group of every row of every
+(:class:`~lrp_lib.explain.mode.tally.ProbeTally`) and ``row_groups`` gives the group of every row of every
 row count (a batch's nodes and pooled rows, :func:`batch_row_groups`; the edges of each message-passing step,
 :class:`~lrp_lib.explain.subgraphs.layer_pruning.LayerPlan`), :math:`B_g` is read off directly, and a group
 with :math:`|u_g - B_g|` above rounding has lost relevance (``split_losses=False``: the row sums only show that

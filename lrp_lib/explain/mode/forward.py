@@ -26,20 +26,46 @@ from torch import Tensor, nn
 
 from lrp_lib.core import modify
 from lrp_lib.core.stabilizer import stabilize
-from lrp_lib.explain.mode.tally import Tally
+from lrp_lib.explain.mode.tally import ProbeTally
 from lrp_lib.explain.mode.edges import EdgeRecorder
 from lrp_lib.explain.mode.function_mode import RelevanceMode
 
-__all__ = ["ForwardFamilies", "ForwardMode", "ProbeTally"]
+__all__ = ["ForwardMode"]
 
 
 #: Elementwise functions whose output has no negative entry.
 NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs __abs__ absolute square".split())
 
 
-class ForwardFamilies:
-    """The rule families that :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` and its handlers call,
-    each as a forward modification."""
+class ForwardMode(RelevanceMode):
+    """:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with every rule family (the methods below, which
+    it and its handlers call) a forward modification: after the forward, one ordinary backward
+    (:meth:`~lrp_lib.explain.mode.tally.ProbeTally.backward` of :attr:`tally`) leaves
+    :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``rows=True``: probes per row, which split
+    the accounts by graph or target.  ``probes`` holds ``(label, output, probe)`` of each operation without a
+    rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` of the edges, if any."""
+
+    def __init__(self, composite="epsilon", model: nn.Module | None = None, rows: bool = False):
+        super().__init__(composite, model)
+        self.probes: list[tuple[str, Tensor, Tensor]] = []
+        self.recorder: EdgeRecorder | None = None
+        #: ``rows=True``: the probes per row, by (kind, row count): (the leaf, the factor in the forward)
+        self.row_probes: dict | None = {} if rows else None
+        self._probes(torch.float32, torch.device("cpu"))
+        self.tally = ProbeTally(self)
+
+    def _probes(self, dtype, device) -> None:
+        """The scalar probes (ones that require grad) in the input's dtype and device, and ``kept - kept.detach()``,
+        the zero whose product with an amount carries its gradient."""
+        self.one_in, self.one_out, self.kept = (torch.ones((), dtype=dtype, device=device, requires_grad=True)
+                                                for _ in range(3))
+        with torch.enable_grad():
+            self.kept_delta = self.kept - self.kept.detach()
+
+    def mark(self, t):
+        if isinstance(t, Tensor) and not self._leaves and t.is_floating_point() and t.requires_grad:
+            self._probes(t.dtype, t.device)  # the first input's dtype and device
+        return super().mark(t)
 
     def _in(self, t: Tensor, rows: bool = True) -> Tensor:
         """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1)."""
@@ -239,79 +265,3 @@ class ForwardFamilies:
         if not isinstance(out, (tuple, list)):
             return items[0]
         return type(out)(items) if not hasattr(out, "_fields") else type(out)(*items)
-
-
-class ProbeTally(Tally):
-    """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
-    (:meth:`backward`): what the operations that can keep relevance kept (the relevance they received less
-    what they passed on, plus the amounts of ``kept``), what reached each operation without a rule, and, with
-    ``ForwardMode(rows=True)``, what was kept per row (:class:`~lrp_lib.explain.mode.tally.Tally`'s ``rows``)."""
-
-    def __init__(self, mode: "ForwardMode"):
-        super().__init__()
-        self.mode = mode
-        self.unsplit = mode.row_probes is None  # scalar probes: totals only
-
-    def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> list:
-        """One ordinary backward from ``head``, whose relevance is ``start`` (the gradient ``start / head``): returns
-        the inputs' relevance (input times gradient); the edges' relevance goes to the edge recorder, the probes'
-        amounts into this tally."""
-        if self.mode.recorder is not None:
-            self.mode.recorder.clear()
-        grads = torch.autograd.grad(head, [*inputs, *self.leaves()], modify.share_of(start, head),
-                                    allow_unused=True, retain_graph=retain_graph)
-        self.settle(grads[len(inputs):])
-        return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
-
-    def leaves(self) -> list:
-        """The probes whose gradients hold the amounts: ``one_out``, ``one_in``, ``kept``, each blocked
-        operation's probe, and the probes per row."""
-        mode = self.mode
-        return [mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes),
-                *(leaf for leaf, _ in (mode.row_probes or {}).values())]
-
-    def settle(self, grads) -> None:
-        """The amounts from the gradients of :meth:`leaves` (in its order; None: not reached)."""
-        mode = self.mode
-        received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[:3])
-        total = received - passed + kept
-        self.rows = {}
-        for (kind, count), g in zip(mode.row_probes or {}, grads[3 + len(mode.probes):]):
-            if g is not None:  # what row r kept: received - passed on, plus the kept amounts
-                g = -g.detach() if kind == "in" else g.detach()
-                self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
-                total = total + g.sum()
-        self._put("absorbed", "biases, constant terms and stabilisers", total)
-        for (label, value, _), g in zip(mode.probes, grads[3:]):
-            if g is not None:
-                self._put("blocked", label, (value * g).sum())
-
-
-class ForwardMode(ForwardFamilies, RelevanceMode):
-    """:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with every rule a forward modification: after
-    the forward, one ordinary backward (:meth:`ProbeTally.backward` of :attr:`tally`) leaves
-    :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``rows=True``: probes per row, which split
-    the accounts by graph or target.  ``probes`` holds ``(label, output, probe)`` of each operation without a
-    rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` of the edges, if any."""
-
-    def __init__(self, composite="epsilon", model: nn.Module | None = None, rows: bool = False):
-        super().__init__(composite, model)
-        self.probes: list[tuple[str, Tensor, Tensor]] = []
-        self.recorder: EdgeRecorder | None = None
-        #: ``rows=True``: the probes per row, by (kind, row count): (the leaf, the factor in the forward)
-        self.row_probes: dict | None = {} if rows else None
-        self._probes(torch.float32, torch.device("cpu"))
-        self.tally = ProbeTally(self)
-
-    def _probes(self, dtype, device) -> None:
-        """The scalar probes (ones that require grad) in the input's dtype and device, and ``kept - kept.detach()``,
-        the zero whose product with an amount carries its gradient."""
-        self.one_in, self.one_out, self.kept = (torch.ones((), dtype=dtype, device=device, requires_grad=True)
-                                                for _ in range(3))
-        with torch.enable_grad():
-            self.kept_delta = self.kept - self.kept.detach()
-
-    def mark(self, t):
-        if isinstance(t, Tensor) and not self._leaves and t.is_floating_point() and t.requires_grad:
-            self._probes(t.dtype, t.device)  # the first input's dtype and device
-        return super().mark(t)

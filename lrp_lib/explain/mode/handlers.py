@@ -1,7 +1,7 @@
 """The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
 
 A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the rule family
-of :class:`~lrp_lib.explain.mode.forward.ForwardFamilies` that fits it; the table of the rules is in
+of :class:`~lrp_lib.explain.mode.forward.ForwardMode` that fits it; the table of the rules is in
 :mod:`lrp_lib.explain.mode.function_mode`, recurrent layers and attention are in
 :mod:`lrp_lib.explain.mode.recurrent`.
 """
@@ -48,7 +48,7 @@ def _matmul(mode, func, args, kwargs):
 def _sparse_mm(mode, func, args, kwargs):
     """``torch.sparse.mm(adj, x, reduce)`` with a constant sparse ``adj`` (PyG's ``spmm`` of an ``adj_t``), as the
     scatter of the same messages: a sum under the epsilon rule of
-    :meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.linear`; a mean that sum divided by each row's number of
+    :meth:`~lrp_lib.explain.mode.forward.ForwardMode.linear`; a mean that sum divided by each row's number of
     entries (the identity); ``max`` and ``min``: the winner takes all, the gradient's own rule."""
     adj, x, reduce = args[0], args[1], arg(args, kwargs, 2, "reduce", "sum")
     if mode.is_marked(adj) or not mode.is_marked(x):
@@ -183,7 +183,7 @@ def _div(mode, func, args, kwargs):
 
 def _prod(mode, func, args, kwargs):
     """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim`` (all elements
-    without ``dim``), :meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.uniform_product`."""
+    without ``dim``), :meth:`~lrp_lib.explain.mode.forward.ForwardMode.uniform_product`."""
     x = args[0]
     dim = arg(args, kwargs, 1, "dim")
     keepdim = arg(args, kwargs, 2, "keepdim", False)
@@ -216,7 +216,7 @@ def _max_min(mode, func, args, kwargs):
 def _cat(mode, func, args, kwargs):
     """``torch.cat`` / ``torch.stack``: a copy, so relevance passes like the gradient; a joined constant (an LSTM
     state computed from biases alone, a fixed embedding) keeps its slice as a bias does
-    (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.join`), unless a joined tensor was detached from the
+    (:meth:`~lrp_lib.explain.mode.forward.ForwardMode.join`), unless a joined tensor was detached from the
     input (then what the constants keep is left unaccounted, for the explainer's warning)."""
     tensors = arg(args, kwargs, 0, "tensors")
     dim = arg(args, kwargs, 1, "dim", kwargs.get("axis", 0))
@@ -253,7 +253,7 @@ def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
 
 def _batch_norm(mode, func, args, kwargs):
     """Batch norm: in eval mode an affine map of each channel (the epsilon rule), in training mode (or without
-    running statistics) a normalisation (:meth:`~lrp_lib.explain.mode.forward.ForwardFamilies.norm_affine`)."""
+    running statistics) a normalisation (:meth:`~lrp_lib.explain.mode.forward.ForwardMode.norm_affine`)."""
     if func is not F.batch_norm:
         return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
     x = args[0]

@@ -1,13 +1,15 @@
 """What an explanation's operations kept: :class:`Tally`, the amounts biases, constant terms and stabilisers
 kept and the relevance that reached operations without a rule, read from the probes of the forward rules
-(:class:`~lrp_lib.explain.mode.forward.ProbeTally`) and split by graph or target
+(:class:`ProbeTally`) and split by graph or target
 (:func:`lrp_lib.explain.accounting.account`)."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-__all__ = ["Tally"]
+from lrp_lib.core import modify
+
+__all__ = ["Tally", "ProbeTally"]
 
 
 def _table(name: str, doc: str) -> property:
@@ -79,3 +81,49 @@ class Tally:
                 return None
             out.index_add_(0, groups[inside], per_row[inside])
         return out
+
+
+class ProbeTally(Tally):
+    """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
+    (:meth:`backward`): what the operations that can keep relevance kept (the relevance they received less
+    what they passed on, plus the amounts of ``kept``), what reached each operation without a rule, and, with
+    ``ForwardMode(rows=True)``, what was kept per row (:class:`~lrp_lib.explain.mode.tally.Tally`'s ``rows``)."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+        self.unsplit = mode.row_probes is None  # scalar probes: totals only
+
+    def backward(self, head: Tensor, inputs: list, start: Tensor, retain_graph: bool = False) -> list:
+        """One ordinary backward from ``head``, whose relevance is ``start`` (the gradient ``start / head``): returns
+        the inputs' relevance (input times gradient); the edges' relevance goes to the edge recorder, the probes'
+        amounts into this tally."""
+        if self.mode.recorder is not None:
+            self.mode.recorder.clear()
+        grads = torch.autograd.grad(head, [*inputs, *self.leaves()], modify.share_of(start, head),
+                                    allow_unused=True, retain_graph=retain_graph)
+        self.settle(grads[len(inputs):])
+        return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
+
+    def leaves(self) -> list:
+        """The probes whose gradients hold the amounts: ``one_out``, ``one_in``, ``kept``, each blocked
+        operation's probe, and the probes per row."""
+        mode = self.mode
+        return [mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes),
+                *(leaf for leaf, _ in (mode.row_probes or {}).values())]
+
+    def settle(self, grads) -> None:
+        """The amounts from the gradients of :meth:`leaves` (in its order; None: not reached)."""
+        mode = self.mode
+        received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[:3])
+        total = received - passed + kept
+        self.rows = {}
+        for (kind, count), g in zip(mode.row_probes or {}, grads[3 + len(mode.probes):]):
+            if g is not None:  # what row r kept: received - passed on, plus the kept amounts
+                g = -g.detach() if kind == "in" else g.detach()
+                self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
+                total = total + g.sum()
+        self._put("absorbed", "biases, constant terms and stabilisers", total)
+        for (label, value, _), g in zip(mode.probes, grads[3:]):
+            if g is not None:
+                self._put("blocked", label, (value * g).sum())
