@@ -33,7 +33,8 @@ from torch import Tensor
 from lrp_lib.core.modify import epsilon, share_of, split_by
 from lrp_lib.core.validation import check_number
 
-__all__ = ["Rule", "Epsilon", "Gamma", "AlphaBeta", "ZPlus", "ZBox", "get_rule", "positive_part", "negative_part"]
+__all__ = ["Rule", "Epsilon", "Gamma", "AlphaBeta", "ZPlus", "ZBox", "get_rule", "positive_part", "negative_part",
+           "Weight"]
 
 #: A weight tensor, or a scale for maps without weights.
 Weight = Union[Tensor, float]

@@ -13,18 +13,16 @@ tests check both forms against each other.
 """
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from lrp_lib.core.rules import AlphaBeta, Epsilon, Gamma, Rule, ZBox, ZPlus, negative_part, positive_part
+from lrp_lib.core.rules import (AlphaBeta, Epsilon, Gamma, Rule, Weight, ZBox, ZPlus, negative_part,
+                                positive_part)
 from lrp_lib.teach.share import has_zero, relevance_share
 
-__all__ = ["LinearMap", "Weight", "propagate"]
-
-#: A weight tensor, or a scale for maps without weights.
-Weight = Union[Tensor, float]
+__all__ = ["LinearMap", "propagate"]
 
 
 class LinearMap:
