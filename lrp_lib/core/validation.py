@@ -14,6 +14,7 @@ import numbers
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import to_edge_index
 
 from lrp_lib.core.stabilizer import all_finite
 
@@ -110,8 +111,8 @@ def check_adjacency(adj: Tensor, num_nodes: int, name: str = "edge_index") -> Te
 
 def adjacency_edges(adj: Tensor) -> Tensor:
     """The ``(2, E)`` edge_index (senders, receivers) of a sparse adjacency ``adj_t`` (row = receiver), one
-    edge per stored entry."""
-    return adj.to_sparse_coo().coalesce().indices().flip(0)
+    edge per stored entry, in the order of PyG's ``to_edge_index(adj_t)``: the order of its edge masks."""
+    return to_edge_index(adj)[0].flip(0)
 
 
 def check_node_features(x, name: str = "x") -> Tensor:

@@ -279,6 +279,8 @@ class LRPExplainer(ExplainerAlgorithm):
         node_rel, edge_rel, _, extra = relevance(self, model, x, edge_index, target, index, node_group=node_group,
                                                  row_groups=row_groups, split_losses=False, one_group=one_graph,
                                                  **kwargs)
+        if edge_rel is not None and is_adjacency(edge_index):  # (PyG counts no edges of a sparse edge_index)
+            extra["num_edges"] = edge_rel.numel()
         return self._masked(per_mask_type(node_rel, self.explainer_config.node_mask_type), edge_rel, **extra)
 
     def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:

@@ -8,6 +8,7 @@ from torch import Tensor
 from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.explain.config import ModelMode, ModelTaskLevel
 
+from lrp_lib.core.validation import adjacency_edges, is_adjacency
 from lrp_lib.explain.algorithm import LRPExplainer
 from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs, inputs_checked, uncompiled
 from lrp_lib.explain.one_pass import explain_in_one_pass
@@ -28,6 +29,10 @@ class Explainer(PyGExplainer):
     the prediction itself, runs PyG's two passes.  ``True``: for every mode.  ``False``: PyG's two passes
     always.  With ``per_index=True`` the prediction pass runs (the subgraphs' outputs are compared with it:
     :func:`lrp_lib.explain.subgraphs.predicted`).
+
+    Given a sparse adjacency in place of ``edge_index``, an explanation with an edge mask holds the adjacency as
+    ``adj_t`` and its edges as ``edge_index`` (senders, receivers), one per stored entry in the order of PyG's
+    ``to_edge_index(adj_t)``: the order of the edge mask, which PyG's plots and subgraphs read along them.
     """
 
     def __init__(self, *args, one_pass: bool | None = None, **kwargs):
@@ -59,10 +64,15 @@ class Explainer(PyGExplainer):
             # the inputs checked once; the prediction pass kept (per_index=True compares with it)
             with inputs_checked(x if checked else None, edge_index), predicted():
                 if not once:
-                    return super().__call__(x, edge_index, target=target, index=index, **kwargs)
-                return explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
+                    explanation = super().__call__(x, edge_index, target=target, index=index, **kwargs)
+                else:
+                    explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
         finally:  # (PyG's call restores the training flag only where it succeeds; one_pass leaves eval mode)
             self.model.train(training)
+        if is_adjacency(edge_index) and "edge_mask" in explanation:  # PyG's plots and subgraphs index the edges
+            explanation.adj_t, explanation.edge_index = edge_index, adjacency_edges(edge_index)
+            del explanation.num_edges  # (counted from the edges now)
+        return explanation
 
     def get_prediction(self, *args, **kwargs) -> Tensor:
         out = super().get_prediction(*args, **kwargs)

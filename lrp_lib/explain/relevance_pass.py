@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.core.validation import is_adjacency
+from lrp_lib.core.validation import adjacency_edges, is_adjacency
 from lrp_lib.explain.accounting import account, account_one, lost_relevance
 from lrp_lib.explain.mode.tally import Tally
 from lrp_lib.explain.mode.edges import EdgeRecorder
@@ -47,13 +47,7 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     if not checked and not checked_by_explainer(x, edge_index):
         check_inputs(model, x, edge_index, **kwargs)
     edges = algorithm.explainer_config.edge_mask_type is not None
-    if is_adjacency(edge_index):  # (an adj_t: its messages are summed inside one sparse product, never formed)
-        if edges:
-            raise ValueError("edge_mask_type with a sparse adjacency as edge_index: edge relevance is read from each "
-                             "layer's messages, which a sparse product does not form; pass the edges as a (2, E) "
-                             "edge_index (torch_geometric.utils.to_edge_index(adj_t)[0].flip(0)), or explain the "
-                             "node features alone (edge_mask_type=None)")
-    else:
+    if not is_adjacency(edge_index):
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
     leaf = x.detach().clone().requires_grad_(True)
     inputs = [leaf]
@@ -79,7 +73,8 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         recorder = None if edge_rel is None else SimpleNamespace(record=edge_rel)
     else:  # (grouped: probes per row, whose gradients split the accounts by graph or target)
         mode = ForwardMode(algorithm.composite, model, rows=grouped)
-        recorder = EdgeRecorder(mode, model, edge_index, x.dtype) if edges else None
+        recorder = EdgeRecorder(mode, model, adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index,
+                                x.dtype) if edges else None
         out, start, grads, head = propagate(
             model, mode, recorder, inputs, lambda: model(leaf, edge_index, **kwargs), target, index,
             algorithm.model_config, algorithm.explained, retain_graph=node_group is not None and not one_group)

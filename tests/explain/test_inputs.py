@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 import torch
 from torch import nn
 from torch_geometric.nn import GCNConv
+from torch_geometric.utils import to_edge_index
 
 from lrp_lib.explain.explainer import Explainer, LRPExplainer, UnsupportedModelError
 from lrp_lib.explain.inputs import uncompiled
@@ -239,38 +240,83 @@ def _convs():
 
 @pytest.mark.filterwarnings("ignore:Converting sparse tensor:UserWarning")
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 12), density=st.floats(0.0, 0.6),
        conv=st.sampled_from(sorted(_convs())), layout=st.sampled_from(["coo", "csr", "csc"]),
-       rule=st.sampled_from(["epsilon", "zplus", "gamma"]), level=st.sampled_from(["node", "graph"]))
-def test_a_sparse_adjacency_gives_the_relevance_of_its_edges(seed, n, density, conv, layout, rule, level):
+       rule=st.sampled_from(["epsilon", "zplus", "gamma"]), level=st.sampled_from(["node", "graph"]),
+       edges=st.booleans())
+def test_a_sparse_adjacency_gives_the_relevance_of_its_edges(seed, n, density, conv, layout, rule, level, edges):
     """A model called with PyG's adj_t (its aggregation one sparse product) is explained as with the same
     edges as edge_index (a gather and a scatter of messages): the same node relevance, bias relevance and
-    residual, in float64, for sum, mean and max aggregations and every layout PyG takes."""
+    residual, in float64, for sum, mean and max aggregations and every layout PyG takes; with an edge mask, the
+    same edge relevance, one per stored entry in the order of PyG's to_edge_index(adj_t), and the explanation's
+    edge_index those edges."""
     if conv == "gcn" and layout == "csc":
         return  # (PyG's gcn_norm takes no CSC matrix: the model itself fails)
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     pairs = torch.rand(n, n, generator=g) < density
     pairs.fill_diagonal_(False)
-    edge_index = pairs.nonzero().t()
     x = torch.randn(n, 5, generator=g, dtype=torch.float64)
     model = _TwoLayers(_convs()[conv], pool=level == "graph").double().eval()
-    adj = _adjacency(edge_index, n, layout)
+    adj = _adjacency(pairs.nonzero().t(), n, layout)
+    edge_index = to_edge_index(adj)[0].flip(0)  # (the order of the adjacency's entries)
     config = dict(mode="multiclass_classification", task_level=level, return_type="raw")
     explainer = Explainer(model, algorithm=LRPExplainer(rule=rule), explanation_type="phenomenon",
-                          node_mask_type="attributes", model_config=config)
+                          node_mask_type="attributes", edge_mask_type="object" if edges else None,
+                          model_config=config)
     target = torch.full((n if level == "node" else 1,), 1)
     index = 0 if level == "node" else None
     want = explainer(x, edge_index, target=target, index=index)
     got = explainer(x, adj, target=target, index=index)
-    for key in ("node_relevance", "bias_relevance", "relevance_residual"):
+    for key in ("node_relevance", "bias_relevance", "relevance_residual") + (("edge_relevance",) if edges else ()):
         torch.testing.assert_close(got[key], want[key], rtol=1e-10, atol=1e-12, msg=key)
     assert got.replay_reason == "a sparse adjacency: not captured"
+    if edges:
+        assert torch.equal(got.edge_index, edge_index) and got.adj_t is adj and got.validate_masks()
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
+def test_the_edges_of_a_weighted_adjacency():
+    """A weighted adj_t gives the edge relevance of the same edges with the values as edge_weight where the
+    layer's messages take them (GCN); a layer whose messages take no weight (GIN: its sparse product weighs what
+    its messages would not) is refused with its name.  PyG's own Explainer takes the explanation too (its edges
+    counted by num_edges)."""
+    from torch_geometric.explain import Explainer as PyGExplainer
+    from torch_geometric.nn import GINConv
+    g = torch.Generator().manual_seed(3)
+    edge_index = torch.tensor([[0, 1, 2, 3, 1, 0], [1, 2, 3, 0, 3, 2]])
+    values = torch.rand(6, generator=g, dtype=torch.float64) + 0.5
+    x = torch.randn(4, 5, generator=g, dtype=torch.float64)
+    adj = _adjacency(edge_index, 4, "csr", values=values)
+    edges, weights = to_edge_index(adj)
+    config = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+
+    def explain(model, *args, kind=Explainer, **kwargs):
+        return kind(model, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
+                    edge_mask_type="object", model_config=config)(*args, index=1, **kwargs)
+
+    class Weighted(_TwoLayers):
+        def forward(self, x, edge_index, edge_weight=None):
+            return self.c2(self.c1(x, edge_index, edge_weight).relu(), edge_index, edge_weight)
+
+    torch.manual_seed(0)
+    gcn = Weighted(GCNConv).double().eval()
+    want = explain(gcn, x, edges.flip(0), edge_weight=weights)
+    for kind in (Explainer, PyGExplainer):
+        got = explain(gcn, x, adj, kind=kind)
+        torch.testing.assert_close(got.edge_relevance, want.edge_relevance, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(got.node_relevance, want.node_relevance, rtol=1e-10, atol=1e-12)
+    assert got.num_edges == 6 and got.edge_index is adj  # (PyG's own: the adjacency kept as given)
+    gin = _TwoLayers(lambda a, b: GINConv(nn.Linear(a, b))).double().eval()
+    with pytest.raises(UnsupportedModelError, match=r"messages of GINConv take no edge weight while the "
+                                                    r"adjacency's values are not all one"):
+        explain(gin, x, adj)
+    assert explain(gin, x, _adjacency(edge_index, 4, "csr")).edge_mask.shape == (6,)  # (values one: the same)
 
 
 def test_a_sparse_adjacency_is_checked_and_what_it_cannot_give_is_refused():
-    """A bad adjacency names edge_index; edge masks, per_index and edge weights beside an adjacency are refused
+    """A bad adjacency names edge_index; per_index and edge weights beside an adjacency are refused
     with the way to pass the edges."""
     x, edge_index = torch.randn(4, 5), torch.tensor([[0, 1, 2], [1, 2, 3]])
     model = _TwoLayers(GCNConv).eval()
@@ -287,8 +333,6 @@ def test_a_sparse_adjacency_is_checked_and_what_it_cannot_give_is_refused():
         explain(_adjacency(edge_index, 5, "csr", torch.float32))
     with pytest.raises(ValueError, match=r"edge_index's values contains 1 NaN"):
         explain(_adjacency(edge_index, 4, "coo", values=torch.tensor([1.0, float("nan"), 1.0])))
-    with pytest.raises(ValueError, match=r"edge_mask_type with a sparse adjacency .*to_edge_index\(adj_t\)\[0\]\.flip"):
-        explain(adj, edge_mask_type="object")
     with pytest.raises(ValueError, match=r"per_index=True with a sparse adjacency"):
         explain(adj, algorithm=LRPExplainer(per_index=True))
     with pytest.raises(ValueError, match=r"edge_weight with a sparse adjacency as edge_index"):

@@ -3,7 +3,9 @@ r"""Edge relevance: which message of each layer is which input edge.
 A hook on each ``MessagePassing`` module puts a tensor hook on its messages, which in the backward adds the
 relevance of the messages of edge :math:`j \to i` (messages times their gradient, summed over features) to that
 edge, summed over layers.  Self-loops that a layer adds (GCN, GAT) are not input edges: their share stays with
-the node.  The hooks do nothing outside a :func:`recording` block of the same thread.
+the node.  A layer given a sparse adjacency (PyG's ``adj_t``) forms one message per stored entry while edges
+are recorded, instead of its fused sparse product.  The hooks do nothing outside a :func:`recording` block of
+the same thread.
 """
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ from contextvars import ContextVar
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
+from torch_geometric.utils import to_edge_index
 
+from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
@@ -31,9 +35,37 @@ def _message_hook(module, inputs, out):
 
 def _propagate_hook(module, inputs):
     recorder = _recorder.get()
-    if recorder is not None:
-        recorder.propagated[id(module)] += 1
-        recorder.edges_of[id(module)] = inputs[0]  # the edge_index this layer passes messages along
+    if recorder is None:
+        return None
+    recorder.propagated[id(module)] += 1
+    unfolded = _unfold_adjacency(module, inputs) if is_adjacency(inputs[0]) else None
+    recorder.edges_of[id(module)] = inputs[0] if unfolded is None else unfolded[0]  # the edges of its messages
+    return unfolded
+
+
+def _unfold_adjacency(module: MessagePassing, inputs: tuple) -> tuple:
+    """A layer's ``propagate`` inputs ``(adj_t, size, kwargs)`` with the sparse adjacency given as its edges, so
+    that the layer forms one message per stored entry (in the order of PyG's ``to_edge_index(adj_t)``) instead
+    of one fused sparse product: the ``(2, E)`` edges (senders, receivers), the size PyG reads from the
+    adjacency, and the values where PyG passes them to the messages (``edge_weight``, ``edge_attr``,
+    ``edge_type``).  A layer whose messages take none of them while the values are not all one is refused: its
+    sparse product weighs what its messages would not."""
+    adj, size, kwargs = inputs
+    with torch._C.DisableTorchFunction():  # (the graph's structure, not the explained values)
+        indices, values = to_edge_index(adj)
+        weighted = not bool((values == 1).all())
+    if weighted and not {"edge_weight", "edge_attr", "edge_type"} & set(module._user_args):
+        raise UnsupportedModelError(
+            f"edge relevance along a sparse adjacency reads each layer's messages, but the messages of "
+            f"{type(module).__name__} take no edge weight while the adjacency's values are not all one (its sparse "
+            f"product weighs them); pass the edges as a (2, E) edge_index with the weights where the layer takes "
+            f"them, or explain with edge_mask_type=None")
+    kwargs = dict(kwargs)
+    for name, value in (("edge_weight", values), ("edge_attr", values if values.dim() > 1 else None),
+                        ("edge_type", values)):
+        if kwargs.get(name) is None:
+            kwargs[name] = value
+    return indices.flip(0), (adj.shape[1], adj.shape[0]) if size is None else size, kwargs
 
 
 def ensure_hooks(model: nn.Module) -> None:
