@@ -315,6 +315,47 @@ def test_the_edges_of_a_weighted_adjacency():
     assert explain(gin, x, _adjacency(edge_index, 4, "csr")).edge_mask.shape == (6,)  # (values one: the same)
 
 
+def _more_convs():
+    from torch_geometric.nn import GATConv, GATv2Conv, LEConv, ResGatedGraphConv, SGConv, TAGConv, TransformerConv
+    return {"gat": lambda a, b: GATConv(a, b, heads=2, concat=False), "gatv2": GATv2Conv, "transformer": TransformerConv,
+            "le": LEConv, "resgated": ResGatedGraphConv, "sg": SGConv, "tag": TAGConv}
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
+@pytest.mark.parametrize("conv", sorted(_more_convs()))
+def test_edge_masks_along_an_adjacency_on_more_layers(conv):
+    """Attention layers (which add self-loops to the adjacency themselves), gated, local-extremum and
+    multi-hop layers: an adj_t gives the node and edge relevance of the same edges as edge_index; and in a batch
+    of two graphs, the same per-graph accounts."""
+    from torch_geometric.nn import global_add_pool
+    g = torch.Generator().manual_seed(1)
+    edge_index = torch.tensor([[0, 1, 2, 3, 1, 4, 5, 6, 5], [1, 2, 3, 0, 3, 5, 6, 4, 4]])
+    x = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    adj = _adjacency(edge_index, 7, "csr")
+    edges = to_edge_index(adj)[0].flip(0)
+    torch.manual_seed(0)
+    model = _TwoLayers(_more_convs()[conv]).double().eval()
+
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x, edge_index, batch):
+            return global_add_pool(self.inner(x, edge_index), batch)
+
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    for net, level, kwargs in ((model, "node", dict(index=2)), (Pooled().eval(), "graph", dict(batch=batch))):
+        explainer = Explainer(net, algorithm=LRPExplainer(), explanation_type="model", node_mask_type="attributes",
+                              edge_mask_type="object", model_config=dict(
+                                  mode="multiclass_classification", task_level=level, return_type="raw"))
+        want, got = explainer(x, edges, **kwargs), explainer(x, adj, **kwargs)
+        assert bool(want.edge_relevance.any())
+        for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(got[key], want[key], rtol=1e-10, atol=1e-12, msg=key)
+        assert got.bias_relevance.shape == ((2,) if level == "graph" else ())
+
+
 def test_a_sparse_adjacency_is_checked_and_what_it_cannot_give_is_refused():
     """A bad adjacency names edge_index; per_index and edge weights beside an adjacency are refused
     with the way to pass the edges."""
