@@ -286,7 +286,7 @@ glue("fw_smallest", f"{smallest['nodes']:,}", display=False)
 glue("fw_smallest_eager", smallest["ratio_to_gradient"]["forward_eager"], display=False)
 glue("fw_smallest_captured", smallest["ratio_to_gradient"]["forward"], display=False)
 gap = [r["ratio_to_gradient"]["forward_eager"] - r["ratio_to_gradient"]["forward"] for r in (smallest, largest)]
-assert 0 < gap[1] < gap[0]  # the text: the captured one is cheaper, and the fixed cost weighs less on the largest
+assert gap[0] > 0 and gap[1] < gap[0]  # the text: the fixed cost of the Python weighs less on the largest graph
 # the text: compiled below both other forms
 assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["forward"],
                                                       r["ratio_to_gradient"]["forward_eager"]) for r in big)
