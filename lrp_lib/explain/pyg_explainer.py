@@ -69,8 +69,8 @@ class Explainer(PyGExplainer):
                     explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
         finally:  # (PyG's call restores the training flag only where it succeeds; one_pass leaves eval mode)
             self.model.train(training)
-        if is_adjacency(edge_index) and "edge_mask" in explanation:  # PyG's plots and subgraphs index the edges
-            explanation.adj_t, explanation.edge_index = edge_index, adjacency_edges(edge_index)
+        if is_adjacency(edge_index) and "num_edges" in explanation:  # (an LRPExplainer's edge mask): PyG's plots
+            explanation.adj_t, explanation.edge_index = edge_index, adjacency_edges(edge_index)  # index the edges
             del explanation.num_edges  # (counted from the edges now)
         return explanation
 
