@@ -14,13 +14,11 @@ import numbers
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import to_edge_index
 
 from lrp_lib.core.stabilizer import all_finite
 
 __all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index", "is_adjacency",
-           "check_adjacency", "adjacency_edges",
-           "check_node_features", "check_batch", "check_edge_values"]
+           "check_adjacency", "check_node_features", "check_batch", "check_edge_values"]
 
 #: Integer dtypes accepted as an index (PyG accepts both for ``edge_index``).
 INDEX_DTYPES = (torch.long, torch.int32)
@@ -107,12 +105,6 @@ def check_adjacency(adj: Tensor, num_nodes: int, name: str = "edge_index") -> Te
                         f"make them floating point ({name}.float())")
     check_finite(values, f"{name}'s values")
     return adj
-
-
-def adjacency_edges(adj: Tensor) -> Tensor:
-    """The ``(2, E)`` edge_index (senders, receivers) of a sparse adjacency ``adj_t`` (row = receiver), one
-    edge per stored entry, in the order of PyG's ``to_edge_index(adj_t)``: the order of its edge masks."""
-    return to_edge_index(adj)[0].flip(0)
 
 
 def check_node_features(x, name: str = "x") -> Tensor:

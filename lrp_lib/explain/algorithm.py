@@ -14,13 +14,14 @@ from torch_geometric.explain.config import MaskType, ModelTaskLevel
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.core.validation import adjacency_edges, check_batch, is_adjacency
+from lrp_lib.core.validation import check_batch, is_adjacency
 from lrp_lib.explain.accounting import batch_row_groups
 from lrp_lib.explain.capture.cache import CaptureCache
 from lrp_lib.explain.hetero import explain_hetero
 from lrp_lib.explain.inputs import (check_inputs, checked_by_explainer, explainer_training_flag, uncompiled, usable,
                                    warn_training)
 from lrp_lib.explain.subgraphs.layer_pruning import current_plan
+from lrp_lib.explain.mode.edges import adjacency_edges
 from lrp_lib.explain.masks import check_mask_kind, per_mask_type, relevance_mask
 from lrp_lib.explain.one_pass import pending_target
 from lrp_lib.explain.relevance_pass import relevance

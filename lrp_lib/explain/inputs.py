@@ -14,8 +14,9 @@ from torch_geometric.nn import GCNConv
 from torch_geometric.utils import add_remaining_self_loops
 
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode.edges import adjacency_edges
 from lrp_lib.explain.mode.hooks import bound
-from lrp_lib.core.validation import (adjacency_edges, check_adjacency, check_batch, check_edge_index, check_edge_values,
+from lrp_lib.core.validation import (check_adjacency, check_batch, check_edge_index, check_edge_values,
                                      check_finite, check_node_features, is_adjacency)
 
 __all__ = ["check_inputs", "check_dtype", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",

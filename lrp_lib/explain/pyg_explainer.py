@@ -8,8 +8,9 @@ from torch import Tensor
 from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.explain.config import ModelMode, ModelTaskLevel
 
-from lrp_lib.core.validation import adjacency_edges, is_adjacency
+from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.algorithm import LRPExplainer
+from lrp_lib.explain.mode.edges import adjacency_edges
 from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs, inputs_checked, uncompiled
 from lrp_lib.explain.one_pass import explain_in_one_pass
 from lrp_lib.explain.subgraphs import predicted, remember

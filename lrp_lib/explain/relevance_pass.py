@@ -11,10 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.core.validation import adjacency_edges, is_adjacency
+from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.accounting import account, account_one, lost_relevance
 from lrp_lib.explain.mode.tally import Tally
-from lrp_lib.explain.mode.edges import EdgeRecorder
+from lrp_lib.explain.mode.edges import EdgeRecorder, adjacency_edges
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import check_inputs, checked_by_explainer
 from lrp_lib.explain.subgraphs.layer_pruning import current_plan

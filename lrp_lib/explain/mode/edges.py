@@ -22,7 +22,8 @@ from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelError
 from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
-__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "ensure_hooks", "recording", "current_recorder", "message_hook"]
+__all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "adjacency_edges", "ensure_hooks", "recording", "current_recorder",
+           "message_hook"]
 
 
 _recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder of the explanation in this thread
@@ -44,6 +45,12 @@ def _propagate_hook(module, inputs):
     unfolded = _unfold_adjacency(module, inputs) if is_adjacency(inputs[0]) else None
     recorder.edges_of[id(module)] = inputs[0] if unfolded is None else unfolded[0]  # the edges of its messages
     return unfolded
+
+
+def adjacency_edges(adj: Tensor) -> Tensor:
+    """The ``(2, E)`` edge_index (senders, receivers) of a sparse adjacency ``adj_t`` (row = receiver), one
+    edge per stored entry, in the order of PyG's ``to_edge_index(adj_t)``: the order of its edge masks."""
+    return to_edge_index(adj)[0].flip(0)
 
 
 def _unfold_adjacency(module: MessagePassing, inputs: tuple) -> tuple:
