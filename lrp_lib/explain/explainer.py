@@ -8,22 +8,14 @@ r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algori
                                             return_type="raw"))
     explanation = explainer(data.x, data.edge_index, batch=data.batch)
 
-How it works.  The model runs unchanged inside a :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode`, a
-:class:`torch.overrides.TorchFunctionMode` of the calling thread that sends every torch function the model calls
-on tensors depending on ``x`` (and on ``edge_attr``) to its rule (the table in
-:mod:`lrp_lib.explain.mode.function_mode`), written as a forward that keeps the operation's value and changes its
-gradient (:mod:`lrp_lib.explain.mode.forward`).  So any model built from torch operations (GCN, GAT, a residual
-``x + conv(x)``, batch norm, your own subclass of a conv) is explained through its own code, and one ordinary
-backward from the explained output (:func:`lrp_lib.explain.targets.start_relevance`) leaves the relevance of
-each node feature and ``edge_attr`` entry; a message hook on each ``MessagePassing`` module gives each edge the
-relevance of its messages, summed over features and layers (:mod:`lrp_lib.explain.mode.edges`).  An operation
-without a rule that relevance reaches, or one that ran outside the interception (a custom
-``autograd.Function``), gives an :class:`UnsupportedModelError` naming it, never a wrong explanation.
-
-For a bias-free model under the ``"z"`` composite the relevance sums to the explained output; otherwise
-``bias_relevance`` says how much the biases and stabilisers kept.  The graphs of a batch do not exchange
-messages, so one backward explains all of them, each from its own output, with one ``bias_relevance`` and
-``relevance_residual`` per graph (:mod:`lrp_lib.explain.accounting`).
+How it works.  The model runs unchanged inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode`, a
+:class:`torch.overrides.TorchFunctionMode` of the calling thread that gives every torch function called on tensors
+depending on ``x`` (and ``edge_attr``) its rule, written as a forward that keeps the value and changes the
+gradient.  One ordinary backward from the explained output then leaves each input's relevance (input times
+gradient); message hooks give each edge the relevance of its messages (:mod:`lrp_lib.explain.mode.edges`).  An
+operation without a rule, or one that ran outside the interception, gives an :class:`UnsupportedModelError`
+naming it.  ``bias_relevance`` says what the biases and stabilisers kept, per graph of a batch
+(:mod:`lrp_lib.explain.accounting`).
 
 This module gathers the public names: :class:`LRPExplainer` (:mod:`lrp_lib.explain.algorithm`), PyG's
 ``Explainer`` with the inputs checked first (:mod:`lrp_lib.explain.pyg_explainer`), the input checks

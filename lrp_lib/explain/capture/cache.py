@@ -1,10 +1,5 @@
-r"""The captured explanations an :class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps: :class:`CaptureCache`.
-
-The second explanation of a graph runs its captured forward
-(:class:`~lrp_lib.explain.capture.CompiledExplanation`), and ``compile=True`` compiles it; node masks under
-``compile=True`` are captured once for graphs of every size (:class:`~lrp_lib.explain.capture.AnyGraphExplanation`).
-This module decides which applies to a call, and keeps what was captured, keyed by what it depends on.
-"""
+"""The captured explanations an :class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps, keyed by what they depend
+on: :class:`CaptureCache` decides which applies to a call."""
 from __future__ import annotations
 
 from torch import Tensor, nn

@@ -1,8 +1,6 @@
-r"""What an explanation kept for later calls depends on in the model: :func:`model_state` (its parameters
-and buffers, its modules' training flags, which hooks would run Python in its forward, named).
-:class:`~lrp_lib.explain.capture.cache.CaptureCache` keys its captured explanations by them: a captured graph
-runs no hook, and holds the parameters it was captured with.
-"""
+"""What a captured explanation depends on in the model (:func:`model_state`), by which
+:class:`~lrp_lib.explain.capture.cache.CaptureCache` keys it: a captured graph runs no hook, and holds the
+parameters it was captured with."""
 from __future__ import annotations
 
 import torch

@@ -1,46 +1,16 @@
-r"""Explain a whole data set as a job: stream batches, write relevance to Parquet, resume, shard.
+r"""Explain a whole data set as a job: stream batches, write relevance to Parquet, resume, shard (the book's
+chapter *Explaining a whole data set* shows it at work)::
 
-.. code-block:: python
-
-    from lrp_lib import explain_dataset, read_explanations
     explain_dataset(model, dataset, out="explanations/", mode="binary_classification", batch_size=128)
-    table = read_explanations("explanations/")          # a pyarrow.Table, one row per graph
+    table = read_explanations("explanations/")          # a pyarrow.Table, one row per graph (:data:`COLUMNS`)
 
-or from a shell, with the model and the data set named by ``module:callable`` (or ``file.py:callable``)::
-
-    lrp-explain --model my_models:load_gcn --dataset my_data:load_molecules --out explanations/ \
-        --mode binary_classification --batch-size 128
-    torchrun --nproc_per_node 4 -m lrp_lib.explain.jobs --model ... --dataset ... --out explanations/ ...
-
-What a row holds (one per graph, the columns of :data:`COLUMNS`):
-
-* ``graph_id`` -- the graph's index in the data set;
-* ``target`` -- the class explained (``-1`` for a regression);
-* ``explained_value`` -- the output the relevance starts from: the raw logit of the target class (multiclass),
-  :math:`\pm` the logit of a binary model (the log-odds of the target class), or the regression value;
-* ``node_relevance`` -- one number per node, the relevance of its input features summed;
-* ``edge_relevance`` -- one number per edge: for a PyTorch Geometric model the relevance carried by the edge's
-  messages over all layers (*part of* the node relevance); for an :mod:`lrp_lib.teach.graph` model the relevance
-  of the edge's input features ``edge_attr`` (*beside* the nodes);
-* ``bias_relevance`` -- the explained value minus the relevance of the inputs (the node sum of a PyG model; the
-  node, edge and global sums of an :mod:`lrp_lib.teach.graph` model): what the biases kept, plus the share that
-  the stabiliser :math:`\epsilon` absorbed.
-
-How it runs.  Batch ``b`` holds the graph ids ``b * batch_size`` to ``(b + 1) * batch_size - 1``.  Each batch is
-explained with one forward and one backward pass (for a multiclass model explaining its own prediction, a
-prediction pass comes first) and written to its own part file, then recorded in the process's manifest
-(:mod:`lrp_lib.explain.jobs.store`: both written atomically).
-
-Resuming.  Run the same call again: the batches that the manifests record are skipped, so a job killed at any
-point loses nothing that was written and duplicates nothing.  The arguments that change the rows (data set size,
-``batch_size``, ``mode``, ``target``, ``rule``) must be the same, or the job refuses to mix outputs and says which
-argument differs.
-
-Sharding.  Under ``torch.distributed`` (``torchrun``; the command line starts the process group, gloo on the CPU
-and NCCL on GPUs) rank ``r`` of ``w`` explains the batches ``b`` with ``b % w == r`` on its own device
-(``cuda:<LOCAL_RANK>`` when there are GPUs), writing its own part files and manifest.  The batches do not depend
-on ``w``, so the ranks' rows together equal the single-process output, and a job may be resumed with another
-number of processes.
+or ``lrp-explain --model my_models:load_gcn --dataset my_data:load_molecules --out explanations/ --mode ...``
+(also ``python -m lrp_lib.explain.jobs``, under ``torchrun`` too).  Batch ``b`` (graph ids ``b * batch_size`` on)
+is explained with one forward and one backward, written to its own part file, then recorded in the process's
+manifest (:mod:`.store`).  Rerunning the same call skips the recorded batches (arguments that change the rows
+must be the same).  Under ``torch.distributed`` rank ``r`` of ``w`` explains the batches ``b % w == r`` on its own
+device; the batches do not depend on ``w``, so the ranks' rows equal one process's, and a job may resume with
+another number of processes.
 """
 from __future__ import annotations
 
@@ -67,10 +37,8 @@ MODES = ("binary_classification", "multiclass_classification", "regression")
 
 def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
     """The indexable data set (and the loader's batch size, when a loader is given)."""
-    from torch.utils.data import DataLoader as TorchLoader
-    if isinstance(dataset_or_loader, TorchLoader):
-        sampler = getattr(dataset_or_loader, "sampler", None)
-        if not isinstance(sampler, torch.utils.data.SequentialSampler):
+    if isinstance(dataset_or_loader, torch.utils.data.DataLoader):
+        if not isinstance(dataset_or_loader.sampler, torch.utils.data.SequentialSampler):
             raise ValueError("dataset_or_loader: a DataLoader must not shuffle (shuffle=False, no sampler), "
                              "because graphs are identified by their index in loader.dataset")
         return dataset_or_loader.dataset, dataset_or_loader.batch_size
@@ -80,7 +48,9 @@ def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
     return dataset_or_loader, None
 
 
-def _check_args(model, mode, target, batch_size, rule, backend):
+def _check_args(model, mode, target, batch_size, rule, backend) -> str | None:
+    """Checks the arguments; returns the rule as the manifest records it: its repr (``Epsilon(eps=1e-06)``), so
+    that ``None``, ``"epsilon"`` and ``Epsilon()`` resume one another (None for the graph backend)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if mode not in MODES:
@@ -99,11 +69,6 @@ def _check_args(model, mode, target, batch_size, rule, backend):
     if backend == "graph" and rule is not None:
         raise ValueError("rule: an lrp_lib.teach.graph model carries its rules in its layers; pass rule=None "
                          f"(got {rule!r})")
-
-
-def _rule_name(rule, backend: str) -> str | None:
-    """The rule as recorded in the manifest: its repr (``Epsilon(eps=1e-06)``), so that ``None``, ``"epsilon"``
-    and ``Epsilon()`` resume one another; checks ``rule`` (the error names it)."""
     if backend == "graph":
         return None
     from lrp_lib.core.rules import get_rule
@@ -129,30 +94,22 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     """Explain every graph of a data set with LRP and write the relevance to Parquet files in ``out``.
 
     Args:
-        model: a graph-level model: a PyTorch Geometric model called as ``model(x, edge_index, batch=batch)``
-            (explained by :class:`lrp_lib.explain.explainer.LRPExplainer`), or a model that provides its own
-            relevance entry point, ``lrp_relevance_pass`` on one of its modules (a model of
-            :mod:`lrp_lib.teach.graph` layers, called as ``model(data)`` and explained in its relevance mode).
-            It is moved to ``device`` and put in eval mode.
-        dataset_or_loader: a data set (``len()`` and ``dataset[i]`` give a ``Data``) or a non-shuffling
-            ``torch_geometric.loader.DataLoader`` (its ``batch_size`` is used when ``batch_size`` is not given).
-            A graph's id is its index.
-        out: the folder of the output (created; an existing job there is resumed).
-        mode: ``"binary_classification"`` (one logit per graph), ``"multiclass_classification"`` (one column per
-            class) or ``"regression"``.
-        batch_size: graphs per batch (= per part file and row group); default 64.
-        target: ``"prediction"`` (the model's own prediction: the class with the largest logit, class 1 where a
-            binary logit is > 0, the regression value), ``"label"`` (``data.y``) or a class index.
-        rule: the LRP rule of a PyG model's linear maps (default epsilon); ``None`` for an
-            :mod:`lrp_lib.teach.graph` model, whose layers carry their rules.
-        device: where to run; default ``cuda:<LOCAL_RANK>`` when CUDA is available, else the CPU.
-        progress: show a tqdm progress bar on stderr (rank 0 only).
-        num_workers: DataLoader worker processes.
+        model: a graph-level PyG model, called as ``model(x, edge_index, batch=batch)``, or one with its own
+            relevance entry point (``lrp_relevance_pass``: :mod:`lrp_lib.teach.graph`), called as ``model(data)``;
+            moved to ``device``, in eval mode.
+        dataset_or_loader: a data set (``len()``, ``dataset[i]`` a ``Data``; a graph's id is its index) or a
+            non-shuffling ``torch_geometric.loader.DataLoader`` (its ``batch_size`` the default).
+        out: the output folder (created; an existing job there is resumed).
+        mode: ``"binary_classification"`` (one logit per graph), ``"multiclass_classification"``, ``"regression"``.
+        batch_size: graphs per batch, part file and row group; default 64.
+        target: ``"prediction"`` (the largest logit; class 1 where a binary logit is > 0), ``"label"``
+            (``data.y``) or a class index.
+        rule: the LRP rule of a PyG model (default epsilon); ``None`` for a model with its own entry point.
+        device: default ``cuda:<LOCAL_RANK>`` when CUDA is available, else the CPU.
+        progress: a tqdm bar on stderr (rank 0); num_workers: DataLoader worker processes.
 
-    Returns a summary: ``{"out", "rank", "world_size", "batches", "skipped", "written", "graphs"}`` (the counts
-    of this process).  Read the rows with :func:`read_explanations`.  Raises TypeError or ValueError for a bad
-    argument, and ValueError where ``out`` holds a job run with other arguments.
-    """
+    Returns this process's ``{"out", "rank", "world_size", "batches", "skipped", "written", "graphs"}``.  Raises
+    TypeError or ValueError for a bad argument, and ValueError where ``out`` holds a job with other arguments."""
     from torch_geometric.loader import DataLoader
     from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
 
@@ -167,8 +124,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     backend = backend_of(model) if isinstance(model, nn.Module) else None
-    _check_args(model, mode, target, batch_size, rule, backend)
-    rule_name = _rule_name(rule, backend)
+    rule_name = _check_args(model, mode, target, batch_size, rule, backend)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
@@ -195,14 +151,12 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     for stale in [f".{part_name(b)}.*.tmp" for b in todo] + [f".{mine_path.name}.*.tmp"]:
         for path in out.glob(stale):  # left by a killed run of this rank
             path.unlink(missing_ok=True)
-    model.to(device)
     training = model.training
-    model.eval()
+    model.to(device).eval()
     explain = batch_explainer(model, mode, rule)
     ids_of = [list(range(b * batch_size, min(n, (b + 1) * batch_size))) for b in todo]
     subset = torch.utils.data.Subset(dataset, [i for ids in ids_of for i in ids])
-    # the loader's batches are exactly ids_of: every job batch but the data set's last is full,
-    # and that one comes last in todo
+    # the loader's batches are exactly ids_of: every job batch is full but the data set's last, last in todo
     loader = DataLoader(subset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
     bar = tqdm(total=len(todo), desc=f"explaining (rank {rank}/{world})" if world > 1 else "explaining",
                unit="batch", file=sys.stderr, disable=not progress or rank != 0)
@@ -240,8 +194,7 @@ def _load(spec: str, what: str):
         if module is None:
             module_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(module_spec)
-            # registered under its name before it runs, as an import would (dataclasses and pickling
-            # look the module up by name)
+            # registered before it runs, as an import would (dataclasses and pickling look it up by name)
             sys.modules[name] = module
             module_spec.loader.exec_module(module)
     else:
@@ -283,11 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             torch.cuda.set_device(_default_device())
         dist.init_process_group(backend)
     try:
-        model = _load(args.model, "model")
-        dataset = _load(args.dataset, "dataset")
-        summary = explain_dataset(model, dataset, args.out, mode=args.mode, batch_size=args.batch_size,
-                                  target=target, rule=args.rule, device=args.device,
-                                  progress=not args.no_progress)
+        summary = explain_dataset(_load(args.model, "model"), _load(args.dataset, "dataset"), args.out,
+                                  mode=args.mode, batch_size=args.batch_size, target=target, rule=args.rule,
+                                  device=args.device, progress=not args.no_progress)
         if started:
             dist.barrier()
         print(json.dumps(summary), file=sys.stderr)

@@ -1,15 +1,7 @@
-"""Explaining one batch of graphs for :func:`lrp_lib.explain.jobs.explain_dataset`, one of two ways, chosen by
-the model (:func:`backend_of`):
-
-* :class:`PyGBatch`, any PyTorch Geometric model: ``LRPExplainer`` through
-  :class:`lrp_lib.explain.explainer.Explainer` with ``explanation_type='phenomenon'``, one forward and one backward
-  per batch;
-* :class:`GraphBatch`, a model that carries its own relevance entry point (``lrp_relevance_pass``, as the Graph
-  Network layers of ``lrp_lib.teach.graph`` do), found by duck typing so that the product never imports the
-  teaching code.
-
-Each returns, per graph, the target, the explained value and the bias share, and per node and per edge the
-relevance: the columns of a row of the job's Parquet files.
+"""One batch of graphs explained for :func:`lrp_lib.explain.jobs.explain_dataset` (:func:`backend_of`):
+:class:`PyGBatch` for a PyTorch Geometric model (``LRPExplainer``), :class:`GraphBatch` for a model with its own
+relevance entry point (``lrp_relevance_pass``, found by duck typing: the product never imports the teaching code).
+Each gives per graph the target, the explained value and the bias share, per node and per edge the relevance.
 """
 from __future__ import annotations
 
@@ -24,10 +16,8 @@ __all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target
 
 
 def relevance_pass_of(model: nn.Module):
-    """The model's own relevance entry point, if it or one of its modules provides one: a callable
-    ``lrp_relevance_pass(model, batch)`` returning the output and a function that, after the backward, reads the
-    relevance (an object with ``node``, ``edge`` and ``per_graph()``).  The Graph Network layers of
-    ``lrp_lib.teach.graph`` carry one; else ``None``."""
+    """The ``lrp_relevance_pass(model, batch)`` of the model or one of its modules (None: none): it returns the
+    output and a function that, after the backward, reads the relevance (``node``, ``edge``, ``per_graph()``)."""
     for module in model.modules():
         entry = getattr(type(module), "lrp_relevance_pass", None)
         if callable(entry):
@@ -36,8 +26,7 @@ def relevance_pass_of(model: nn.Module):
 
 
 def backend_of(model: nn.Module) -> str:
-    """'graph' for a model that provides its own relevance entry point (it takes the whole Data, e.g. a model of
-    ``lrp_lib.teach.graph`` layers), else 'pyg'."""
+    """'graph' for a model with its own relevance entry point (:func:`relevance_pass_of`), else 'pyg'."""
     return "graph" if relevance_pass_of(model) is not None else "pyg"
 
 
@@ -52,9 +41,8 @@ def resolve_target(target_spec, batch, n_graphs: int, device, predicted):
 
 
 def rows_of(out, mode: str, n_graphs: int) -> Tensor:
-    """The model's output ``out`` for a batch of ``n_graphs`` graphs, detached, as one row per graph:
-    ``(graphs, classes)`` for ``mode="multiclass_classification"``, else ``(graphs,)``.  Raises
-    TypeError for an output that is not a tensor and ValueError for one of another shape."""
+    """The output ``out`` for ``n_graphs`` graphs, detached: ``(graphs, classes)`` for multiclass, else
+    ``(graphs,)``.  Raises TypeError for an output that is not a tensor, ValueError for another shape."""
     if not isinstance(out, Tensor):
         raise TypeError(f"model: explain_dataset needs a model that returns a tensor, got {type(out).__name__}")
     out = out.detach()
@@ -80,9 +68,8 @@ class PyGBatch:
 
     def __init__(self, model, mode, rule):
         self.model, self.mode = model, mode
-        # A binary or regression model is explained from its raw output (mode 'regression'): target 0's
-        # relevance is then exactly minus target 1's (the backward is linear in the output relevance),
-        # so its own prediction needs no extra forward pass; bias_relevance is computed below.
+        # binary and regression: the raw output explained (mode 'regression'); target 0's relevance is exactly
+        # minus target 1's (the backward is linear), so no prediction pass is needed
         inner = "multiclass_classification" if mode == "multiclass_classification" else "regression"
         self.explainer = Explainer(
             model, algorithm=LRPExplainer(rule="epsilon" if rule is None else rule, accounts="total"),
@@ -93,9 +80,7 @@ class PyGBatch:
         n_graphs = int(batch.num_graphs)
         target = torch.zeros(n_graphs, dtype=torch.long, device=batch.x.device)
         if self.mode == "multiclass_classification":
-            def predicted():
-                with torch.no_grad():
-                    return self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1)
+            predicted = torch.no_grad()(lambda: self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1))
             target = resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
         seen = {}  # the output of the explaining forward pass
         handle = self.model.register_forward_hook(lambda module, args, output: seen.update(out=output))
@@ -125,8 +110,7 @@ class PyGBatch:
 
 
 class GraphBatch:
-    """A model with its own relevance entry point (``lrp_relevance_pass``, e.g. a model of
-    ``lrp_lib.teach.graph`` layers): one forward in its relevance mode, one backward."""
+    """A model with its own relevance entry point: one forward in its relevance mode, one backward."""
 
     def __init__(self, model, mode):
         self.model, self.mode, self.entry = model, mode, relevance_pass_of(model)
@@ -153,6 +137,6 @@ class GraphBatch:
 
 
 def batch_explainer(model: nn.Module, mode: str, rule):
-    """The explainer of one batch for ``model``: a :class:`GraphBatch` for a model with its own relevance entry
-    point (it carries its rules, so ``rule`` is not used), else a :class:`PyGBatch`."""
+    """A :class:`GraphBatch` (its layers carry the rules: ``rule`` unused) for a model with its own relevance
+    entry point, else a :class:`PyGBatch`."""
     return GraphBatch(model, mode) if backend_of(model) == "graph" else PyGBatch(model, mode, rule)

@@ -1,9 +1,6 @@
-"""The files of a data-set job (:mod:`lrp_lib.explain.jobs`): Parquet parts, manifests, reading back.
-
-Each batch ``b`` is written to ``part-<b>.parquet`` (one row group, the columns of :data:`COLUMNS`), first to a
-temporary file and then renamed, so a file either holds a whole batch or does not exist; each process records what
-it wrote in ``manifest-rank<r>.json``, written the same way.  :func:`read_explanations` reads back what the
-manifests record.
+"""The files of a data-set job (:mod:`lrp_lib.explain.jobs`): batch ``b`` in ``part-<b>.parquet`` (one row
+group, the columns of :data:`COLUMNS`), each process's record in ``manifest-rank<r>.json``, both written to a
+temporary file and renamed (:func:`write_atomic`); :func:`read_explanations` reads back what the manifests record.
 """
 from __future__ import annotations
 
@@ -17,7 +14,9 @@ import torch
 __all__ = ["COLUMNS", "FORMAT", "SETTINGS", "read_explanations", "write_atomic", "part_name", "manifest_path",
            "read_manifests", "check_settings", "batch_table", "pyarrow_modules"]
 
-#: The columns of every part file, in order.
+#: The columns of every part file, in order: the graph's index, the class explained (-1: regression), the output
+#: explained (the target's logit, :math:`\pm` a binary logit, the regression value), the explained value minus the
+#: inputs' relevance, and the relevance per node and per edge.
 COLUMNS = ("graph_id", "target", "explained_value", "bias_relevance", "node_relevance", "edge_relevance")
 FORMAT = 1
 SETTINGS = ("num_graphs", "batch_size", "mode", "target", "rule", "backend")
@@ -81,11 +80,9 @@ def check_settings(out: Path, manifests, settings: dict) -> None:
 
 def batch_table(ids: Sequence[int], target, value, bias, node, edge, batch):
     pa = pyarrow_modules()
-    node_counts = torch.bincount(batch.batch, minlength=len(ids)).tolist()
-    edge_counts = torch.bincount(batch.batch[batch.edge_index[0]], minlength=len(ids)).tolist()
-    nodes = node.detach().cpu().split(node_counts)
-    # PyG's Batch keeps each graph's edges together, in the order of the graphs
-    edges = edge.detach().cpu().split(edge_counts)
+    # PyG's Batch keeps each graph's nodes and edges together, in the order of the graphs
+    nodes, edges = (t.detach().cpu().split(torch.bincount(graph, minlength=len(ids)).tolist())
+                    for t, graph in ((node, batch.batch), (edge, batch.batch[batch.edge_index[0]])))
     float_type = pa.float64() if node.dtype == torch.float64 else pa.float32()
     return pa.table({
         "graph_id": pa.array(list(ids), pa.int64()),
@@ -100,8 +97,7 @@ def batch_table(ids: Sequence[int], target, value, bias, node, edge, batch):
 def read_explanations(out, *, check: bool = True):
     """All rows a job wrote to ``out`` (the part files that its manifests record), sorted by graph id, as a
     ``pyarrow.Table``.  Raises FileNotFoundError where ``out`` is not a folder and, with ``check`` (default),
-    ValueError when a graph id occurs twice or a recorded part file is missing.
-    """
+    ValueError when a graph id occurs twice or a recorded part file is missing."""
     pa = pyarrow_modules()
     pc, pq = pa.compute, pa.parquet
     out = Path(out)
@@ -115,8 +111,6 @@ def read_explanations(out, *, check: bool = True):
         raise ValueError(f"out: the manifests record part files that are missing: {missing[:3]}")
     table = pa.concat_tables([pq.read_table(files[b]) for b in sorted(files) if files[b].exists()])
     table = table.take(pc.sort_indices(table, [("graph_id", "ascending")]))
-    if check and len(table):
-        ids = table.column("graph_id")
-        if pc.count_distinct(ids).as_py() != len(table):
-            raise ValueError("out: a graph id occurs in more than one row")
+    if check and len(table) and pc.count_distinct(table.column("graph_id")).as_py() != len(table):
+        raise ValueError("out: a graph id occurs in more than one row")
     return table

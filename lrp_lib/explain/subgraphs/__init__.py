@@ -1,16 +1,10 @@
-r"""``per_index=True``: each target node explained over its own k-hop subgraph, many targets per forward and
-backward (:func:`explain_per_index`), on the disjoint union of their subgraphs
-(:mod:`lrp_lib.explain.subgraphs.unions`), in chunks whose size follows a memory budget (:func:`chunk_bytes`,
-:func:`pass_bytes`).
+r"""``per_index=True``: each target explained over its own k-hop subgraph, many targets per pass
+(:func:`explain_per_index`) on the disjoint union of their subgraphs (:mod:`.unions`), in chunks sized by memory.
 
-Pruning, twice.  Per layer (:mod:`lrp_lib.explain.subgraphs.layer_pruning`).  At the border: the edges into the
-nodes exactly ``num_hops`` hops from a target reach it only after more than ``num_hops`` steps, so its output does
-not depend on them, unless a layer reads the *sender's* in-degree, as GCN's normalisation
-:math:`1/\sqrt{\deg(i)\deg(j)}` does.  The subgraphs of a :func:`prunable` model leave those edges out; where the
-other layers are ``GCNConv`` (:func:`countable`), each outermost node gets one edge that counts them
-(:mod:`lrp_lib.explain.subgraphs.border_degrees`); any other model keeps them.  A chunk whose targets' outputs
-differ from the model's output on the full graph (or whose pruning did not hold) is explained again with the
-border counted, then kept, then without per-layer pruning, and later chunks skip what failed.
+Pruning, per layer (:mod:`.layer_pruning`) and at the border: the edges into the nodes ``num_hops`` hops out
+matter only through the *sender's* in-degree (GCN's :math:`1/\sqrt{\deg(i)\deg(j)}`), so a :func:`prunable`
+model's subgraphs leave them out, a :func:`countable` one's count them (:mod:`.border_degrees`).  A chunk whose
+outputs differ from the full graph's is explained again less pruned; later chunks skip what failed.
 """
 from __future__ import annotations
 
@@ -40,15 +34,13 @@ _prediction: ContextVar = ContextVar("prediction", default=None)  # the predicti
 
 
 def predicted():
-    """Inside the block, the last model output that :func:`remember` recorded in this thread is kept, so that
-    :func:`explain_per_index` takes the full graph's output from it instead of running the model again
-    (:class:`~lrp_lib.explain.explainer.Explainer`: PyG's prediction pass)."""
+    """Inside the block, :func:`explain_per_index` takes the full graph's output from what :func:`remember`
+    recorded in this thread (PyG's prediction pass) instead of running the model again."""
     return bound(_prediction, [])  # in the block, nothing recorded yet
 
 
 def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
-    """Record ``out = model(*args, **kwargs)``, computed without autograd in eval mode (inside a :func:`predicted`
-    block of this thread; elsewhere nothing is kept)."""
+    """Record ``out = model(*args, **kwargs)`` (no autograd, eval mode) inside a :func:`predicted` block."""
     kept = _prediction.get()
     if kept is not None:
         kept[:] = [(model, args, kwargs, out)]
@@ -60,35 +52,33 @@ def _known_output(model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict)
     if not value:
         return None
     m, args, kw, out = value[0]
-    given = {k: v for k, v in kwargs.items() if v is not None}
+    given = (lambda d: {k: id(v) for k, v in d.items() if v is not None})  # the same tensors, by identity
     same = (m is model and len(args) == 2 and args[0] is x and args[1] is edge_index and isinstance(out, Tensor)
-            and {k for k, v in kw.items() if v is not None} == given.keys()
-            and all(kw[k] is v for k, v in given.items()))
+            and given(kw) == given(kwargs))
     return out if same else None
 
 
-#: Message-passing layers whose message into node i depends on i's and the sender j's features, the edge's
-#: attributes and i's own in-edges (attention softmax, mean, sum), never on j's in-degree.  Exact types: a
-#: subclass may override ``message``.
+#: Message-passing layers whose message into i never depends on the sender j's in-degree (only on i's and j's
+#: features, the edge's attributes, i's own in-edges).  Exact types: a subclass may override ``message``.
 PRUNABLE = tuple(getattr(pyg_conv, name) for name in (
     "GINConv", "GINEConv", "SAGEConv", "GATConv", "GATv2Conv", "GraphConv", "TransformerConv", "EdgeConv",
     "ResGatedGraphConv") if hasattr(pyg_conv, name))
 
 
-def prunable(model: nn.Module) -> bool:
-    """Whether the edges into the outermost hop can be left out of ``model``'s subgraphs: every message-passing
-    layer is of a type in :data:`PRUNABLE` (``GCNConv(normalize=False)`` too)."""
+def _layers_of(model: nn.Module, gcn: Callable) -> bool:
+    """Whether ``model`` has message-passing layers, each in :data:`PRUNABLE` or a ``GCNConv`` that ``gcn`` takes."""
     layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
-    return bool(layers) and all(type(m) in PRUNABLE or (type(m) is pyg_conv.GCNConv and not m.normalize)
-                                for m in layers)
+    return bool(layers) and all(type(m) in PRUNABLE or (type(m) is pyg_conv.GCNConv and gcn(m)) for m in layers)
+
+
+def prunable(model: nn.Module) -> bool:
+    """Whether the border can be left out: :data:`PRUNABLE` layers and ``GCNConv(normalize=False)`` only."""
+    return _layers_of(model, lambda m: not m.normalize)
 
 
 def countable(model: nn.Module) -> bool:
-    """Whether the border of ``model``'s subgraphs can be counted instead of kept
-    (:mod:`lrp_lib.explain.subgraphs.border_degrees`): every message-passing layer is of a type in
-    :data:`PRUNABLE` or a ``GCNConv``, which reads the senders' degrees only through ``gcn_norm``."""
-    layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
-    return bool(layers) and all(type(m) in PRUNABLE or type(m) is pyg_conv.GCNConv for m in layers)
+    """Whether the border can be counted (:mod:`.border_degrees`): :data:`PRUNABLE` layers and ``GCNConv`` only."""
+    return _layers_of(model, lambda m: True)
 
 
 def memory_budget(device: torch.device, fraction: float = 0.25) -> int:
@@ -112,14 +102,10 @@ EDGE_BYTES = 64.0
 
 
 def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tuple[Tensor, float, list, float]:
-    """``(forward(), bytes per node, bytes per message of each message-passing step, bytes of the widest row)``:
-    the estimated memory of one relevance pass (forward and backward) of ``model``, from the widths of what
-    ``forward()`` (a forward without autograd on a graph of ``n`` nodes) computes, seen by module forward hooks
-    and PyG's message hooks.
-
-    Per node: the sum of the widths of every module's node-shaped output (first dimension ``n``); per message:
-    its width; both in bytes of the output's dtype, times four (the value kept for backward, its relevance, and
-    a temporary of each).  The widest row: the largest of one row of those outputs and one message."""
+    """``(forward(), bytes per node, bytes per message of each message-passing step, bytes of the widest row)`` of
+    one relevance pass of ``model``, from what ``forward()`` (no autograd, ``n`` nodes) computes: per node, the row
+    bytes of every module's node-shaped output, summed; per message, its row bytes; both times four (value, its
+    relevance, a temporary of each).  The widest row: the largest such row or message."""
     per_node, per_message, handles = [], [], []
 
     def on_module(module, args, out):
@@ -144,17 +130,16 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
     return out, 4.0 * sum(per_node), per_message, float(widest)
 
 
-#: On the CPU, the most bytes that one tensor of a chunk's pass may take (:func:`largest_tensor`): glibc's
-#: ``malloc`` serves larger blocks (above its ``mmap`` threshold, at most 32 MiB) as fresh pages from the kernel,
-#: a page fault per 4 KiB; below it, freed memory is reused.
+#: On the CPU, the most bytes one tensor of a chunk's pass may take (:func:`largest_tensor`): glibc serves larger
+#: blocks (above its ``mmap`` threshold) as fresh pages from the kernel, a page fault per 4 KiB.
 CPU_TENSOR_BYTES = 16 * 2**20
 
 
 def largest_tensor(widest: float, union: KHopUnion, targets: int, *, border_edges: int | None,
                    layered: bool) -> float:
-    """The estimated bytes of the largest tensor of one pass over ``union``: the widest row (:func:`chunk_bytes`)
-    times the larger of its node count (the stand-ins too where ``border_edges`` is not None) and the edges the
-    first step passes (``layered``: those into nodes closer than the border; else the border's too)."""
+    """The bytes of the largest tensor of one pass over ``union``: ``widest`` (:func:`chunk_bytes`) times the
+    larger of its rows (with stand-ins where ``border_edges`` is not None) and its first step's edges (the
+    ``border_edges`` too unless ``layered``)."""
     rows = union.keys.numel() + (targets if border_edges is not None else 0)
     edges = union.edge_id.numel() + ((border_edges or 0) if not layered else 0)
     return widest * max(rows, edges)
@@ -162,11 +147,10 @@ def largest_tensor(widest: float, union: KHopUnion, targets: int, *, border_edge
 
 def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: int, hops: int, *,
                border_edges: int | None, layered: bool) -> float:
-    """The estimated memory of one relevance pass over the union ``union`` of ``targets`` subgraphs
-    (``per_node``, ``per_message``: from :func:`chunk_bytes`): ``per_node`` per node (with ``border_edges`` not
-    None, the stand-ins too), :data:`EDGE_BYTES` per edge (the ``border_edges`` too), and each step's message
-    bytes per edge it passes a message along: with ``layered`` (per-layer pruning), the ``l``-th step along the
-    edges into nodes within ``hops - 1 - l`` hops only."""
+    """The memory of one relevance pass over ``union`` of ``targets`` subgraphs (``per_node``, ``per_message``:
+    :func:`chunk_bytes`): ``per_node`` per node (with ``border_edges`` not None, the stand-ins too),
+    :data:`EDGE_BYTES` per edge (``border_edges`` too), and each step's message bytes per edge it passes
+    (``layered``: the ``l``-th step only along the edges into nodes within ``hops - 1 - l`` hops)."""
     kept = border_edges is not None
     edges = union.edge_id.numel() + (border_edges if kept else 0)
     total = per_node * (union.keys.numel() + (targets if kept else 0)) + EDGE_BYTES * edges
@@ -187,31 +171,22 @@ def _gathered(parts: list, empty: Tensor) -> tuple[Tensor, Tensor]:
 def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_index: Tensor, *, target, index,
                       num_hops: int | None, chunk_size: int | None, node_mask_type, edge_mask_type,
                       max_memory: int | None = None, prune: bool | None = None, **kwargs):
-    """``per_index=True``: each node of ``index`` explained on its own, over its k-hop subgraph.
+    """``per_index=True``: each node of ``index`` explained over its own ``num_hops``-hop subgraph (None: the
+    number of message-passing layers), in chunks of targets on the disjoint union of their subgraphs.
 
-    ``relevance(x, edge_index, target, rows, groups, **kwargs)`` explains the rows ``rows`` of a graph in one
-    forward and one backward, the nodes of ``groups == i`` being the subgraph of ``rows[i]``, and returns
-    ``(node relevance, edge relevance, output, extras)`` (:class:`~lrp_lib.explain.explainer.LRPExplainer` gives
-    its own).  Returns ``(node relevance, edge relevance, extras)``: the sums over the targets, and in the extras
-    the sparse ``node_relevance_per_index`` (and ``edge_relevance_per_index``) and ``bias_relevance`` and
-    ``relevance_residual`` for each target, in the order of ``index``.
+    ``relevance(x, edge_index, target, rows, groups, **kwargs)`` explains ``rows`` (the subgraph of ``rows[i]``:
+    the nodes of ``groups == i``) in one pass, returning ``(node relevance, edge relevance, output, extras)``.
+    Returns ``(node relevance, edge relevance, extras)``: sums over the targets; per target, in the order of
+    ``index``, the sparse ``node_relevance_per_index`` (and ``edge_relevance_per_index``), ``bias_relevance`` and
+    ``relevance_residual``.  ``prune``: None leaves the border out where the model is :func:`prunable`; False
+    keeps it, unpruned per layer.  A chunk holds at least one target, at most ``chunk_size`` (None: no limit),
+    and as many as keep :func:`pass_bytes` within ``max_memory`` (None: :func:`memory_budget`) and, on the CPU,
+    :func:`largest_tensor` within :data:`CPU_TENSOR_BYTES`, measured (:func:`chunk_bytes`) on the first
+    :data:`PROBE_TARGETS` targets' subgraphs where the full output is :func:`predicted`, else on the full graph.
 
-    The targets of a chunk are explained together on the disjoint union of their subgraphs: every node within
-    ``num_hops`` hops upstream (None: the number of message-passing layers), every edge into a node closer than
-    that, and the border as the module docstring says (``prune=None``: left out where the model is
-    :func:`prunable`; ``prune=False``: kept, and no per-layer pruning).  A chunk holds as many targets as keep
-    the estimated memory of its pass (:func:`pass_bytes` from :func:`chunk_bytes`, measured on the subgraphs of
-    the first :data:`PROBE_TARGETS` targets where the full graph's output is known (:func:`predicted`), else on
-    the full graph) within ``max_memory`` bytes (None: :func:`memory_budget`) and, on the CPU, its largest
-    tensor within :data:`CPU_TENSOR_BYTES` (:func:`largest_tensor`); at most ``chunk_size`` (None: no limit),
-    at least one.
-
-    The caller (:class:`~lrp_lib.explain.algorithm.LRPExplainer`) checks the inputs
-    (:func:`~lrp_lib.explain.inputs.check_inputs`), ``max_memory`` and ``prune``.  Raises ValueError for keyword
-    arguments other than ``edge_weight`` and ``edge_attr``, node indices out of range, a ``target`` with neither
-    one entry per node nor one per index, and where even the unpruned subgraphs do not reproduce the model's
-    output (it looks further than ``num_hops``); TypeError for a non-integer ``index``.
-    """
+    Raises ValueError for keyword arguments other than ``edge_weight`` and ``edge_attr``, node indices out of
+    range, a ``target`` with neither one entry per node nor one per index, and where even the unpruned subgraphs
+    do not reproduce the model's output; TypeError for a non-integer ``index``."""
     for name, value in kwargs.items():
         if value is not None and name not in ("edge_weight", "edge_attr"):
             raise ValueError(f"per_index=True takes edge_weight and edge_attr besides x and edge_index, "
@@ -241,11 +216,10 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         sub_edges = torch.stack([torch.searchsorted(keys, edge_b * n + src[edge_e]), probe_union.edge_receiver])
         sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
         if 0 < edge_e.numel() != keys.numel():  # else a node-shaped output could be an edge-shaped one
-            probe = chunk_bytes(model, keys.numel(), lambda: model(x[keys % n], sub_edges, **sub_kwargs))
+            probe = chunk_bytes(model, keys.numel(), lambda: model(x[keys % n], sub_edges, **sub_kwargs))[1:]
     if probe is None:  # the full graph's output, and the widths measured on it
-        expected, per_node, per_message, widest = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
-    else:
-        per_node, per_message, widest = probe[1:]
+        expected, *probe = chunk_bytes(model, n, lambda: model(x, edge_index, **kwargs))
+    per_node, per_message, widest = probe
     widest = max(widest, x[:1].numel() * x.element_size())  # the input's rows too
     cap = CPU_TENSOR_BYTES if x.device.type == "cpu" else math.inf
     budget = max_memory if max_memory is not None else memory_budget(x.device)
@@ -267,9 +241,8 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
             union = k_hop_union(chunk, hops, src, perm, rowptr, counts, n, border=False)
             border_edges = None if pruning else int((union.depth == hops).sum()) if counting else \
                 int(counts[union.keys[union.depth == hops] % n].sum())
-            estimate = pass_bytes(per_node, per_message, union, chunk.numel(), hops, border_edges=border_edges,
-                                  layered=layered)
-            largest = largest_tensor(widest, union, chunk.numel(), border_edges=border_edges, layered=layered)
+            estimate = pass_bytes(per_node, per_message, union, size, hops, border_edges=border_edges, layered=layered)
+            largest = largest_tensor(widest, union, size, border_edges=border_edges, layered=layered)
             if estimate <= budget and largest <= cap or size == 1:
                 break
             size = max(1, size // 2)
@@ -291,20 +264,15 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
             if (plan is None or plan.exact) and (weighed is None or weighed.complete) and \
                     torch.allclose(got, want, rtol=tol, atol=tol * scale):
                 break
-            # the model reads more than the pruned subgraphs hold: from now on, not pruned that way
             if border == "all" and not layered:
                 raise ValueError(
                     f"per_index=True: the targets' {hops}-hop subgraphs do not reproduce the model's output "
                     f"(largest difference {float((got - want).abs().max()):.3g}): the model looks further than "
                     f"{hops} hops; pass num_hops= the number of message-passing steps of the model")
-            if border == "none":
-                pruning = False
-            elif border == "counted":
-                counting = False
-            else:
-                layered = False
-            if plan is not None and not plan.exact:  # more steps than hops: no schedule per layer holds
-                layered = False
+            # the model reads more than the pruned subgraphs hold: from now on, not pruned that way (an inexact
+            # plan: more steps than hops, no schedule per layer holds)
+            pruning, counting = False, counting and border != "counted"
+            layered = layered and border != "all" and (plan is None or plan.exact)
         keys, real = union.keys, graph.real
         accounts.append((extra["bias_relevance"].reshape(-1), extra["relevance_residual"].reshape(-1)))
         nodes.append((torch.stack([keys // n + offset, keys % n]), node_rel[:keys.numel()]))

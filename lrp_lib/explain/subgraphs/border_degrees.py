@@ -1,26 +1,14 @@
 r"""GCN's degrees at a subgraph's border, from one weighted edge per node: :func:`counted_border`.
 
-A target's k-hop subgraph needs the edges into its outermost nodes only for their in-degrees: GCN normalises the
-message :math:`j \to i` by :math:`1/\sqrt{\deg(i)\deg(j)}`, and a sender :math:`j` on the border has its in-edges
-outside the subgraph.  A union graph built with ``border="counted"``
-(:func:`lrp_lib.explain.subgraphs.unions.union_graph`) holds, per outermost node, one edge standing for all its
-in-edges, with their number as its ``multiplicity``.
-
-Inside a :func:`counted_border` block, a forward pre-hook of each ``GCNConv`` (registered once per module, inert
-outside the block's thread) hands the multiplicities to the layer as its ``edge_weight`` when the layer is called
-with the union's ``edge_index`` itself and no weights.  ``gcn_norm`` then sums them into exactly the degrees that
-the full border gives (whole numbers, so the sums are exact in any order), and the messages along the kept edges,
-each of weight 1, are the same to the bit.  The self-loops that ``add_remaining_self_loops`` replaces get the
-weight 1 it would give them.
-
-A call that could not be weighed makes :attr:`CountedBorder.complete` False: a ``GCNConv`` given other edges or
-weights of the model's own, or one that caches its normalisation, normalises with ``improved=True`` (PyG fills
-the self-loops with 2 only where weights are given) or flows ``target_to_source``.  The caller then builds the
-subgraphs with the whole border instead.
+GCN normalises :math:`j \to i` by :math:`1/\sqrt{\deg(i)\deg(j)}`, so a k-hop subgraph needs the edges into its
+outermost nodes for their in-degrees only.  A ``border="counted"`` union graph (:func:`.unions.union_graph`)
+holds one edge per outermost node for them, their number its ``multiplicity``, which each ``GCNConv`` called in a
+:func:`counted_border` block gets as ``edge_weight`` (1 on self-loops): ``gcn_norm`` sums them into exactly the
+full border's degrees.  A call that cannot be weighed (other edges, its own weights, ``cached``, ``improved``,
+``flow="target_to_source"``) makes :attr:`CountedBorder.complete` False, and the caller keeps the whole border.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
@@ -36,9 +24,9 @@ _ARGS = ("x", "edge_index", "edge_weight")  # GCNConv.forward's parameters
 
 
 class CountedBorder:
-    """The union's ``edge_index`` and each edge's ``multiplicity``; :attr:`calls` counts the normalising
-    ``GCNConv`` calls of the forward, :attr:`weighed` those given the weights.  Raises ValueError where
-    ``multiplicity`` is not one count per edge."""
+    """The union's ``edge_index`` and each edge's ``multiplicity``; :attr:`calls` counts the forward's normalising
+    ``GCNConv`` calls, :attr:`weighed` those given the weights.  Raises ValueError for a ``multiplicity`` that is
+    not one count per edge."""
 
     def __init__(self, edge_index: Tensor, multiplicity: Tensor):
         if multiplicity.shape != (edge_index.shape[1],):
@@ -54,8 +42,7 @@ class CountedBorder:
         return self.calls == self.weighed
 
     def weights(self, module: GCNConv, dtype: torch.dtype) -> Tensor:
-        """The ``edge_weight`` for ``module``: each edge's multiplicity; a self-loop's 1 where the layer adds
-        self-loops (it replaces them by one of weight 1)."""
+        """``module``'s ``edge_weight``: the multiplicities, 1 on self-loops where the layer adds self-loops."""
         key = (dtype, bool(module.add_self_loops))
         if key not in self._weights:
             w = self.multiplicity.to(dtype)
@@ -87,12 +74,9 @@ def _weigh_hook(module, args, kwargs):
     return None if state is None else state.weigh(module, args, kwargs)
 
 
-@contextmanager
 def counted_border(model: nn.Module, edge_index: Tensor, multiplicity: Tensor):
-    """Inside the block, each ``GCNConv`` of ``model`` called in this thread with ``edge_index`` and no weights
-    gets ``multiplicity`` as its weights (see the module docstring); yields the :class:`CountedBorder`, whose
-    :attr:`~CountedBorder.complete` says whether every call did.  The hook is registered on every ``GCNConv`` of
-    ``model`` once (also on a ``copy.deepcopy`` of a hooked one)."""
+    """A block in which each ``GCNConv`` of ``model`` called in this thread with ``edge_index`` and no weights
+    gets ``multiplicity`` as its weights; it gives the :class:`CountedBorder`.  The hook is registered once per
+    ``GCNConv`` (inert outside the block)."""
     ensure_hook(model, GCNConv, "_forward_pre_hooks", _weigh_hook, with_kwargs=True)
-    with bound(_state, CountedBorder(edge_index, multiplicity)) as state:
-        yield state
+    return bound(_state, CountedBorder(edge_index, multiplicity))

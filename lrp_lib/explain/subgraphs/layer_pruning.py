@@ -1,26 +1,14 @@
 r"""Per-layer pruning of message passing on k-hop subgraphs: :func:`pruned_layers`.
 
-A target's output after :math:`L` message-passing steps reads the output of step :math:`l` (counted from 0) only
-at nodes within :math:`L - 1 - l` hops of the target: the last step only at the target, the first at every node
-closer than the subgraph's border.  Inside a :func:`pruned_layers` block, a propagate pre-hook (PyG's
-``register_propagate_forward_pre_hook``, registered once per module and inert outside the block's thread) keeps,
-at the ``l``-th ``propagate`` call of the forward, only the edges whose *receiver* is within that distance, with
-the edge-level arguments of the message (``edge_weight``, ``edge_attr``, attention weights ``alpha``, ...)
-selected alike.  Every in-edge of a kept receiver is kept, so what a layer computes per receiver (sum, mean, max,
-an attention softmax over its in-edges, its in-degree) is unchanged there; what a layer computes from the edges
-*before* ``propagate`` (GCN's ``gcn_norm``, GAT's attention logits) still sees every edge of the subgraph.  No
-target depends on the other receivers' outputs: their relevance, and that of the removed edges, is zero, as on
-the unpruned subgraph.
-
-The schedule counts ``propagate`` calls in the order they run, which is exact when the model makes at most
-``hops`` of them on the way to its output.  A forward with more calls is marked inexact (:attr:`LayerPlan.exact`)
-and its further calls are not pruned; nor is a call whose edges are not a plain ``(2, E)`` tensor or whose node
-tensors are not the subgraph's nodes.  :func:`lrp_lib.explain.subgraphs.explain_per_index` also compares the
-targets' outputs with the full graph's and explains again without pruning where they differ.
+After :math:`L` message-passing steps, a target reads the output of step :math:`l` (from 0) only at nodes within
+:math:`L - 1 - l` hops, so the ``l``-th ``propagate`` call keeps only the edges whose *receiver* is that close,
+and the message's edge-level arguments alike.  A kept receiver keeps every in-edge: what a layer computes per
+receiver is unchanged, and what it computes before ``propagate`` (``gcn_norm``, GAT's logits) sees every edge.
+A forward with more calls than ``hops`` is inexact (:attr:`LayerPlan.exact`), its further calls unpruned, as is a
+call whose edges are not a plain ``(2, E)`` tensor or whose node tensors are not the subgraph's nodes.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
@@ -36,15 +24,12 @@ _plan: ContextVar = ContextVar("layer_plan", default=None)  # the LayerPlan of t
 
 
 class LayerPlan:
-    """Which receivers each ``propagate`` call of one forward keeps: those with ``depth <= hops - 1 - l`` at the
-    ``l``-th call (``depth``: each node's distance from its target, in hops).  After the forward, :attr:`calls` is
-    the number of calls, :attr:`kept` the edges each kept (None: not pruned), and :attr:`exact` False if there
-    were more calls than ``hops``.
-
-    With ``groups`` (each node's group: its subgraph), :attr:`row_groups` holds the group of each row of the node
-    tensors and of each call's edge tensors (the receiver's), by row count, for
-    :meth:`lrp_lib.explain.mode.tally.Tally.split` (a row count met twice with other groups: None).  Raises
-    TypeError for a ``depth`` that is not a 1-D long tensor and ValueError for ``groups`` of another shape."""
+    """Which receivers each ``propagate`` call of one forward keeps: ``depth <= hops - 1 - l`` at the ``l``-th
+    (``depth``: each node's hops from its target).  After the forward: :attr:`calls`, :attr:`kept` (the edges each
+    call kept; None: not pruned), :attr:`exact` (False after more calls than ``hops``), and with ``groups`` (each
+    node's subgraph) :attr:`row_groups`: per row count, the group of each row of the node tensors and of each
+    call's edge tensors (None where two differ), for :meth:`~lrp_lib.explain.mode.tally.Tally.split`.  Raises
+    TypeError for a ``depth`` that is not a 1-D long tensor, ValueError for ``groups`` of another shape."""
 
     def __init__(self, depth: Tensor, hops: int, groups: Tensor | None = None):
         if depth.dim() != 1 or depth.dtype != torch.long:
@@ -54,18 +39,15 @@ class LayerPlan:
         self.depth, self.hops, self.groups = depth, hops, groups
         self.calls, self.exact, self.kept = 0, True, []
         self.row_groups: dict[int, Tensor | None] = {}
-        if groups is not None:
-            self._rows(groups)
+        self._rows(groups)
 
-    def _rows(self, groups: Tensor) -> None:
+    def _rows(self, groups: Tensor | None) -> None:
+        if groups is None:
+            return
         n = groups.numel()
         if n in self.row_groups and (self.row_groups[n] is None or not torch.equal(self.row_groups[n], groups)):
             groups = None
         self.row_groups[n] = groups
-
-    def _edge_rows(self, receivers: Tensor) -> None:
-        if self.groups is not None:
-            self._rows(self.groups.index_select(0, receivers))
 
     def prune(self, module: MessagePassing, edge_index, size, kwargs: dict):
         """The inputs of the next ``propagate`` call with the edges it needs only, or None (all)."""
@@ -73,21 +55,24 @@ class LayerPlan:
         limit = self.hops - 1 - step
         if limit < 0:
             self.exact = False  # more message-passing steps than hops: the schedule does not hold
-        if not (_plain_edges(edge_index) and _on_nodes(module, kwargs, size, self.depth.numel())):
+        plain = type(edge_index) is Tensor and edge_index.layout == torch.strided and edge_index.dim() == 2 \
+            and edge_index.shape[0] == 2 and not edge_index.is_floating_point()
+        if not (plain and _on_nodes(module, kwargs, size, self.depth.numel())):
             self.kept.append(None)
             return None
         receivers = edge_index[1] if module.flow == "source_to_target" else edge_index[0]
         keep = (self.depth.index_select(0, receivers) <= limit).nonzero().view(-1) if limit >= 0 else None
         self.kept.append(None if keep is None else keep.numel())
-        if keep is None or keep.numel() == edge_index.shape[1]:
-            self._edge_rows(receivers)
+        if keep is not None and keep.numel() == edge_index.shape[1]:
+            keep = None  # every edge kept
+        if self.groups is not None:
+            self._rows(self.groups.index_select(0, receivers if keep is None else receivers.index_select(0, keep)))
+        if keep is None:
             return None
-        self._edge_rows(receivers.index_select(0, keep))
         pruned = edge_index.index_select(1, keep)
         count = edge_index.shape[1]
-        edge_args = {a for a in module.inspector.get_flat_param_names(["message", "aggregate"],
-                                                                      exclude=module.special_args)
-                     if not a.endswith(("_i", "_j"))}
+        names = module.inspector.get_flat_param_names(["message", "aggregate"], exclude=module.special_args)
+        edge_args = {a for a in names if not a.endswith(("_i", "_j"))}
         kwargs = {k: v.index_select(0, keep) if k in edge_args and isinstance(v, Tensor) and v.dim() >= 1
                   and v.shape[0] == count else v for k, v in kwargs.items()}
         recorder = current_recorder()
@@ -96,30 +81,21 @@ class LayerPlan:
         return pruned, size, kwargs
 
 
-def _plain_edges(edge_index) -> bool:
-    return type(edge_index) is Tensor and edge_index.layout == torch.strided and edge_index.dim() == 2 \
-        and edge_index.shape[0] == 2 and not edge_index.is_floating_point()
-
-
 def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
-    """Whether the node tensors of the call (the message's arguments read as ``x_i``/``x_j``) are the subgraph's
-    ``n`` nodes, and ``size`` (if given) is ``(n, n)``."""
+    """Whether the call's node tensors (``x_i``/``x_j`` of the message) hold the ``n`` nodes, ``size`` (if any)
+    is ``(n, n)``."""
     if size is not None and tuple(int(s) if s is not None else n for s in size) != (n, n):
         return False
-    names = {a[:-2] for a in module.inspector.get_param_names("message") if a.endswith(("_i", "_j"))}
-    found = False
-    for name in names:
-        value = kwargs.get(name)
-        for t in (value if isinstance(value, (tuple, list)) else (value,)):
-            if t is None:
-                continue
-            if not isinstance(t, Tensor) or t.dim() == 0:
-                return False
-            dim = module.node_dim if module.node_dim >= 0 else t.dim() + module.node_dim
-            if not 0 <= dim < t.dim() or t.shape[dim] != n:
-                return False
-            found = True
-    return found
+    values = [kwargs.get(a[:-2]) for a in module.inspector.get_param_names("message") if a.endswith(("_i", "_j"))]
+    tensors = [t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)) if t is not None]
+
+    def fits(t) -> bool:
+        if not isinstance(t, Tensor) or t.dim() == 0:
+            return False
+        dim = module.node_dim if module.node_dim >= 0 else t.dim() + module.node_dim
+        return 0 <= dim < t.dim() and t.shape[dim] == n
+
+    return bool(tensors) and all(map(fits, tensors))
 
 
 def _prune_hook(module, inputs):
@@ -132,14 +108,11 @@ def current_plan() -> LayerPlan | None:
     return _plan.get()
 
 
-@contextmanager
 def pruned_layers(model: nn.Module, depth: Tensor, hops: int, groups: Tensor | None = None):
-    """Inside the block, the forward of ``model`` in this thread passes at its ``l``-th ``propagate`` call only the
-    edges into nodes with ``depth <= hops - 1 - l``; yields the :class:`LayerPlan` (``groups``: see there).  The
-    hook is registered on every MessagePassing module of ``model`` once (also on a ``copy.deepcopy`` of a hooked
-    one).  Raises ValueError for ``hops`` that is not an int >= 0."""
+    """A block in which ``model``'s forward in this thread passes at its ``l``-th ``propagate`` call only the edges
+    into nodes with ``depth <= hops - 1 - l``; it gives the :class:`LayerPlan`.  The hook is registered once per
+    MessagePassing module (inert outside the block).  Raises ValueError for ``hops`` that is not an int >= 0."""
     if isinstance(hops, bool) or not isinstance(hops, int) or hops < 0:
         raise ValueError(f"hops must be an int >= 0, got {hops!r}")
     ensure_hook(model, MessagePassing, "_propagate_forward_pre_hooks", _prune_hook)
-    with bound(_plan, LayerPlan(depth, hops, groups)) as plan:
-        yield plan
+    return bound(_plan, LayerPlan(depth, hops, groups))

@@ -37,18 +37,16 @@ def _in_edges(frontier: Tensor, n: int, perm: Tensor, rowptr: Tensor, counts: Te
     if total == 0:
         return None
     which = torch.repeat_interleave(torch.arange(frontier.numel(), device=frontier.device), c, output_size=total)
-    within = torch.arange(total, device=frontier.device) - \
-        torch.repeat_interleave(torch.cumsum(c, 0) - c, c, output_size=total)
-    return which, perm[rowptr[node][which] + within]
+    start = rowptr[node] - (torch.cumsum(c, 0) - c)  # each key's first in-edge, less its first place in the output
+    return which, perm[torch.arange(total, device=frontier.device) + start[which]]
 
 
 def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: Tensor, counts: Tensor,
                 n: int, border: bool = True) -> KHopUnion:
-    """The k-hop subgraphs (upstream, as messages flow) of ``targets``, as one disjoint union (:class:`KHopUnion`):
-    subgraph ``b`` (of ``targets[b]``) holds every node within ``hops`` hops of it, every edge into a node fewer
-    than ``hops`` hops away, and apart, the edges into the nodes exactly ``hops`` hops away (the border;
-    ``border=False``: left empty, :func:`with_border` adds them later).  ``perm``/``rowptr``/``counts``: the edges
-    sorted by receiver, where each receiver's start, how many."""
+    """The k-hop subgraphs (upstream) of ``targets`` as one disjoint union: subgraph ``b`` holds every node within
+    ``hops`` hops of ``targets[b]``, every edge into a node closer, and apart the border, the edges into the nodes
+    ``hops`` hops away (``border=False``: left for :func:`with_border`).  ``perm``/``rowptr``/``counts``: the edges
+    sorted by receiver, each receiver's start, how many."""
     empty = torch.zeros(0, dtype=torch.long, device=targets.device)
     frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
     layers, found = [frontier], []  # found: (step, position in the frontier, edge id)
@@ -64,11 +62,10 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
         visited = torch.cat([visited, frontier])
         layers.append(frontier)
     keys, order = torch.sort(visited)
-    place = torch.empty_like(order)
-    place[order] = torch.arange(order.numel(), device=order.device)  # the position in keys of each visited
+    in_keys = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     starts = [0, *accumulate(layer.numel() for layer in layers)]
     depth = torch.cat([torch.full_like(f, d) for d, f in enumerate(layers)])[order]
-    receivers = [place[starts[step] + which] for step, which, _ in found]
+    receivers = [in_keys[starts[step] + which] for step, which, _ in found]
     cat = (lambda parts: torch.cat(parts) if parts else empty)
     union = KHopUnion(keys, depth, cat([keys[r] // n for r in receivers]), cat([e for _, _, e in found]),
                       cat(receivers), cat([torch.full_like(e, step) for step, _, e in found]), empty, empty, empty)
@@ -105,27 +102,20 @@ class UnionGraph(NamedTuple):
 def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, union: KHopUnion, src: Tensor,
                 dst: Tensor, n: int, border: str = "all", hops: int | None = None,
                 loops: Tensor | None = None, counts: Tensor | None = None) -> UnionGraph:
-    r"""The inputs of one chunk's pass on the disjoint union ``union`` (:func:`k_hop_union`) of the subgraphs of the
-    targets ``chunk`` (``target[offset:]`` theirs where ``target`` has one entry per target), a :class:`UnionGraph`.
-
-    ``border`` says what the union holds of the edges into its outermost nodes (those ``hops`` hops from their
-    target); what they carry reaches only those nodes' later layers, which the targets do not depend on, so their
-    relevance is zero and they are never among the ``real`` edges:
+    """The inputs (a :class:`UnionGraph`) of one chunk's pass on ``union`` (:func:`k_hop_union`), the subgraphs
+    of the targets ``chunk`` (theirs: ``target[offset:]`` where ``target`` has one entry per target).  ``border``:
+    what it holds of the edges into its outermost nodes (``hops`` hops out; never ``real``, no target reads them):
 
     * ``"none"``: nothing.
-    * ``"all"``: each of them (``union`` must hold them: :func:`with_border`), sent from the one zero-feature
-      stand-in node of its subgraph (rows after the union's nodes, at the largest depth), a self-loop from its
-      node, so that every node keeps its in-degree (GCN normalises messages by the sender's degree, which it
-      counts at the receivers, a self-loop once).
-    * ``"counted"``: per outermost node, one edge from the stand-in for all its in-edges that are not self-loops
-      and one self-loop for all its self-loops, each with its ``multiplicity`` (how many edges it stands for).
-      Summed as edge weights, the multiplicities give every node the in-degree that ``"all"`` gives it
-      (:mod:`lrp_lib.explain.subgraphs.border_degrees` hands them to GCN).  Needs ``hops``, ``loops`` and
-      ``counts`` (each full-graph node's number of self-loops and of in-edges); takes no edge-level ``kwargs``.
+    * ``"all"``: each (``union`` must hold them: :func:`with_border`), sent from its subgraph's zero-feature
+      stand-in node (rows after the union's nodes, at the largest depth), a self-loop from its node: every node
+      keeps its in-degree.
+    * ``"counted"``: per outermost node, one edge from the stand-in for its other in-edges and one self-loop for
+      its self-loops, each with its ``multiplicity`` (:mod:`.border_degrees`).  Needs ``hops``, ``loops`` and
+      ``counts`` (each node's self-loops and in-edges); takes no edge-level ``kwargs``.
 
     Raises ValueError for another ``border``, or a ``"counted"`` one without ``hops``, ``loops`` and ``counts`` or
-    with edge-level ``kwargs``.
-    """
+    with edge-level ``kwargs``."""
     if border not in BORDERS:
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
     keys, depth, edge_b, edge_e = union.keys, union.depth, union.edge_graph, union.edge_id
@@ -134,9 +124,9 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
     receivers = union.edge_receiver
     stand_ins, multiplicity = 0, None
     if border == "all":
-        border_b, border_e, border_r = union.border_graph, union.border_id, union.border_receiver
+        border_e, border_r = union.border_id, union.border_receiver
         loop = src[border_e] == dst[border_e]  # a self-loop stays one (GCN counts it once, with its own)
-        more = (torch.where(loop, border_r, m + border_b), border_r, border_b, border_e)
+        more = (torch.where(loop, border_r, m + union.border_graph), border_r, union.border_graph, border_e)
     elif border == "counted":
         if hops is None or loops is None or counts is None:
             raise ValueError('border="counted" needs hops, loops and counts')
@@ -156,17 +146,14 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
         stand_ins = chunk.numel()
     real = torch.arange(edge_e.numel(), device=x.device) < union.edge_id.numel()
     rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)
+    pad = (lambda t, fill=0: torch.cat([t, t.new_full((stand_ins, *t.shape[1:]), fill)]))  # the stand-ins' rows
     sub_target = None
-    if target is not None:
-        if target.numel() == n:
-            sub_target = target.view(n, *target.shape[1:])[keys % n]
-        else:
-            sub_target = target.new_zeros(m, *target.shape[1:])
-            sub_target[rows] = target[offset:offset + chunk.numel()]
-        sub_target = torch.cat([sub_target, sub_target.new_zeros(stand_ins, *sub_target.shape[1:])])
+    if target is not None and target.numel() == n:
+        sub_target = pad(target.view(n, *target.shape[1:])[keys % n])
+    elif target is not None:
+        sub_target = target.new_zeros(m + stand_ins, *target.shape[1:])
+        sub_target[rows] = target[offset:offset + chunk.numel()]
     sub_kwargs = {k: v[edge_e] for k, v in kwargs.items() if v is not None}
-    sub_x = torch.cat([x[keys % n], x.new_zeros(stand_ins, *x.shape[1:])])
-    sub_depth = torch.cat([depth, depth.new_full((stand_ins,), torch.iinfo(torch.long).max)])
     groups = torch.cat([keys // n, torch.arange(stand_ins, device=x.device)])
-    return UnionGraph(sub_x, torch.stack([senders, receivers]), sub_target, rows, sub_kwargs, real, edge_b, edge_e,
-                      sub_depth, groups, multiplicity)
+    return UnionGraph(pad(x[keys % n]), torch.stack([senders, receivers]), sub_target, rows, sub_kwargs, real,
+                      edge_b, edge_e, pad(depth, torch.iinfo(torch.long).max), groups, multiplicity)
