@@ -1,47 +1,54 @@
 r"""The walks' backward as small tensor algebra: per-node matrices and per-edge coefficients.
 
-The backward of the recorded :class:`~lrp_lib.explain.walks.graph.WalkGraph` is linear.  Between two
-``propagate`` calls everything acts row by row (linear maps, activations, norms in eval mode, a root
-weight): a matrix per node; inside a ``propagate`` call the message of edge :math:`e: j \to k` is, under
-the rule, an elementwise share of the aggregation (the attention held constant as the rule holds it).
-So (notation of :mod:`lrp_lib.explain.walks`) the relevance arriving at time :math:`t` at row :math:`k`
-is a vector :math:`a_t[k]` over the cuts of time :math:`t`, and a step :math:`j \to k` maps it to time
-:math:`t-1` at row :math:`j` by
+Between two ``propagate`` calls the (linear) backward acts row by row: a matrix per node; inside one, the message of
+edge :math:`e: j \to k` is an elementwise share of the aggregation.  So the relevance arriving at time :math:`t` at
+row :math:`k` is a vector :math:`a_t[k]` over the cuts of time :math:`t`, and a step :math:`j \to k` maps it to
 
 .. math::  a_{t-1}[j] = \sum_c G_c[j \to k] \odot (E_t[k]\, a_t[k]) + [j = k]\, S_t[k]\, a_t[k]
 
-with :math:`E_t[k]` (node matrix: from the arrivals to the ``propagate`` output), :math:`G_c` (per
-step, per feature: the message's and the aggregation's shares, summed over parallel edges; the
-``x_i`` reads of all edges into :math:`k` on the self step) and :math:`S_t[k]` (the node-wise routes
-that skip the ``propagate``: root weights, residuals).  A walk's relevance is
-:math:`\pi_0[j_0] \cdot a_0[j_0]` with :math:`\pi_0` the relevance that reaches ``x`` per unit
-arrival.  The node matrices come from one batched backward per time, the coefficients from two
-backwards per ``propagate``.
+with :math:`E_t[k]` the node matrix from the arrivals to the ``propagate`` output, :math:`G_c` the per-feature
+shares of message and aggregation (summed over parallel edges; the ``x_i`` reads on the self step) and
+:math:`S_t[k]` the routes that skip the ``propagate`` (root weights, residuals).  A walk's relevance is
+:math:`\pi_0[j_0] \cdot a_0[j_0]`, :math:`\pi_0` the relevance that reaches ``x`` per unit arrival.
 
-The decomposition is checked, not assumed: :class:`WalkAlgebra` raises :class:`NotDecomposable` (and
-the walks fall back to masked backwards of the whole graph) where a message is not elementwise in what
-it reads, an aggregation is not a per-feature share, a route skips more than one ``propagate``, or the
-algebra's weighted backward differs from the recorded graph's on random node weights.
+Checked, not assumed: :class:`WalkAlgebra` raises :class:`NotDecomposable` (the walks then run masked backwards)
+where a message is not elementwise in what it reads, an aggregation is not a per-feature share, a route skips more
+than one ``propagate``, or its weighted backward differs from the recorded graph's on random node weights.
 """
 from __future__ import annotations
 
 from functools import cached_property
+from itertools import accumulate
 
 import torch
 from torch import Tensor
 
-__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out"]
+__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps", "step_ptr"]
 
 
 class NotDecomposable(Exception):
     """The recorded graph is not per-node matrices and per-edge elementwise shares (the reason)."""
 
 
-def fan_out(counts: Tensor) -> tuple[Tensor, Tensor]:
-    """For rows with ``counts`` children each: per child, its parent row and its rank among its siblings."""
-    parent = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-    first = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
-    return parent, torch.arange(parent.numel(), device=counts.device) - first
+def step_ptr(dst: Tensor, n: int) -> Tensor:
+    """(n + 1,): the steps into node u are ``ptr[u]..ptr[u+1]-1`` of steps sorted by their target ``dst``."""
+    counts = torch.bincount(dst, minlength=n)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """Where the steps j -> k are among the steps (src, dst) sorted by (dst, src), and whether they are there."""
+    keys, q = dst * n + src, k * n + j
+    pos = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
+    return pos, keys[pos] == q
+
+
+def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Every step into the nodes ``k`` (:func:`step_ptr`): its row in ``k`` and its step id."""
+    counts = ptr[k + 1] - ptr[k]
+    parent = torch.repeat_interleave(torch.arange(k.numel(), device=k.device), counts)
+    shift = torch.repeat_interleave(ptr[k] - counts.cumsum(0) + counts, counts)
+    return parent, shift + torch.arange(parent.numel(), device=k.device)
 
 
 def _close(a: Tensor, b: Tensor, scale: float) -> bool:
@@ -53,27 +60,21 @@ class WalkAlgebra:
     """The tables of the walks' backward (module docstring), built from a recorded WalkModel."""
 
     def __init__(self, wm):
-        g, n, L = wm.graph, wm.num_nodes, wm.graph.depth
+        g, cuts, n, L = wm.graph, wm.graph.cuts, wm.num_nodes, wm.graph.depth
         self.n, self.depth = n, L
-        cuts = g.cuts
-        leaves = [c.leaf for c in cuts]
-        for c in cuts:
-            if c.kind != "attr" and (c.leaf.dim() == 0 or c.leaf.shape[0] != n):
-                raise NotDecomposable("a cut tensor has no row per node")
-        grads = g.grad(g.output, leaves, g.seed(wm.start), False)
+        if any(c.kind != "attr" and (c.leaf.dim() == 0 or c.leaf.shape[0] != n) for c in cuts):
+            raise NotDecomposable("a cut tensor has no row per node")
+        grads = g.grad(g.output, [c.leaf for c in cuts], g.seed(wm.start), False)
         arrive, pre = {}, {}
         for i, gr in enumerate(grads):
             if gr is None or cuts[i].kind == "attr":
                 continue
             if cuts[i].time == L - 1 and L > 0:  # the last layer's root: a self step at step L
                 pre[i] = gr.detach().reshape(n, -1).unsqueeze(0)
-            elif cuts[i].time != L:
-                if bool((gr != 0).any()):
-                    raise NotDecomposable("the output reads a layer two or more propagate calls back "
-                                          "(jumping knowledge)")
-                continue
-            else:
+            elif cuts[i].time == L:
                 arrive[i] = gr.detach().reshape(n, -1)
+            elif bool((gr != 0).any()):
+                raise NotDecomposable("the output reads a layer two or more propagate calls back (jumping knowledge)")
         slots = sorted(arrive)
         if not slots:
             raise NotDecomposable("the output does not reach the last layer")
@@ -93,14 +94,12 @@ class WalkAlgebra:
             self.E[t] = exit_.permute(1, 0, 2).contiguous()                         # (N, B_t, d_O)
             per_cut, self.pairs[t] = self._messages(g, wm, t)
             slots = sorted(set(per_cut) | set(skip))     # the cuts of time t - 1 that a walk's state covers
-            dims = {i: cuts[i].leaf.reshape(n, -1).shape[1] for i in slots}
-            offs, o = {}, 0
-            for i in slots:
-                offs[i], o = o, o + dims[i]
+            dims = [cuts[i].leaf.reshape(n, -1).shape[1] for i in slots]
+            offs = dict(zip(slots, accumulate([0] + dims)))
             self.G[t] = [(offs[i], G) for i, G in per_cut.items()]
-            self.S[t] = exit_.new_zeros(n, exit_.shape[0], o) if skip else None
+            self.S[t] = exit_.new_zeros(n, exit_.shape[0], sum(dims)) if skip else None
             for i, part in skip.items():
-                self.S[t][:, :, offs[i]:offs[i] + dims[i]] = part.permute(1, 0, 2)
+                self.S[t][:, :, offs[i]:offs[i] + part.shape[2]] = part.permute(1, 0, 2)
         self._check(wm)
 
     # ---------------------------------------------------------------- building
@@ -108,13 +107,9 @@ class WalkAlgebra:
         """Probe the node-wise part of time t: returns (exit (B, N, d), {cut: (B, N, d) skip})."""
         n, cuts = self.n, g.cuts
         dims = [cuts[i].leaf.reshape(n, -1).shape[1] for i in slots]
-        B = sum(dims)
-        state, o = {}, 0
-        for i, d in zip(slots, dims):
-            probe = cuts[i].leaf.new_zeros(B, n, d)
-            probe[torch.arange(o, o + d), :, torch.arange(d)] = 1
-            state[i] = probe
-            o += d
+        B = sum(dims)   # one probe per feature of each slot: state[i][b, :, f] = 1 for b its row of the identity
+        state = {i: e.to(cuts[i].leaf).unsqueeze(1).repeat(1, n, 1)
+                 for i, e in zip(slots, torch.eye(B).split(dims, 1))}
         exit_kind = "x" if t == 0 else "output"
         exit_, skip = None, {}
         order = [i for i, c in enumerate(cuts) if c.time == t and c.kind != "attr"]
@@ -178,8 +173,7 @@ class WalkAlgebra:
         pairs = wm.steps[t - 1]
         src_p, dst_p = pairs[0], pairs[1]
         P = src_p.numel()
-        keys = dst_p * n + src_p
-        pair_of_edge = torch.searchsorted(keys, dst * n + edges[0])
+        pair_of_edge, _ = find_steps(src_p, dst_p, edges[0], dst, n)
         self_p = src_p == dst_p
         per_cut: dict = {}
         for (name, (_, cut, side)), D, Dr in zip(msg.args.items(), ones, rand):
@@ -195,9 +189,7 @@ class WalkAlgebra:
             else:           # x_i: the receiver's own row, on the self step k -> k
                 on_k = C.new_zeros(n, d).index_add_(0, dst, C)
                 G[self_p] += on_k[dst_p[self_p]]
-        counts = torch.bincount(dst_p, minlength=n)
-        ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        return per_cut, (src_p, dst_p, ptr, self_p)
+        return per_cut, (src_p, dst_p, step_ptr(dst_p, n), self_p)
 
     def _check(self, wm):
         """The algebra's weighted backward equals the recorded graph's on node weights 1 and random."""
@@ -218,8 +210,7 @@ class WalkAlgebra:
 
     def child(self, t: int, p: Tensor, v: Tensor, s: Tensor | None) -> Tensor:
         """The state at time t-1 of steps p (pair ids) from v, s (rows aligned with p)."""
-        width = self.pi_width(t - 1)
-        out = v.new_zeros(p.numel(), width)
+        out = v.new_zeros(p.numel(), self.pi_width(t - 1))
         for o, G in self.G[t]:
             out[:, o:o + G.shape[1]] = G[p] * v
         if s is not None:
@@ -245,10 +236,8 @@ class WalkAlgebra:
         return self.pi0.shape[1] if t == 0 else self.E[t].shape[1]
 
     def find(self, t: int, j: Tensor, k: Tensor) -> Tensor:
-        src, dst = self.pairs[t][0], self.pairs[t][1]
-        keys = dst * self.n + src
-        q = k * self.n + j
-        return torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
+        """The pair ids of the steps j -> k at time t (valid steps)."""
+        return find_steps(self.pairs[t][0], self.pairs[t][1], j, k, self.n)[0]
 
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """Relevance of valid walks (W, L+1)."""
@@ -284,7 +273,7 @@ class WalkAlgebra:
         lo = hi = self.pi0
         out = [(lo, hi)]
         for t in range(1, self.depth + 1):
-            src, dst, _, own = self.pairs[t]
+            src, dst, _, _ = self.pairs[t]
             E = self.E[t]
             d = E.shape[2]
             y_lo = y_hi = lo.new_zeros(src.numel(), d)

@@ -1,31 +1,23 @@
 r"""Where GNN-LRP's walks are defined, checked on the recorded relevance graph.
 
-A walk moves from node to node only along the messages of the ``propagate`` calls; everything else
-(linear maps, activations, root weights, residuals, norms with fixed statistics) must keep each node's
-relevance on that node's row.  Where relevance moves between nodes *outside* message passing it belongs
-to no walk, so :class:`~lrp_lib.explain.walks.model.WalkModel` refuses the model with
-:class:`WalksUndefinedError`, naming the layer and the reason:
+A walk moves between nodes only along the messages of ``propagate`` calls; everything else (linear maps,
+activations, root weights, residuals, norms with fixed statistics such as ``BatchNorm`` in eval or
+``LayerNorm(mode='node')``) must keep each node's relevance on its row.  :class:`WalksUndefinedError` (raised by
+:class:`~lrp_lib.explain.walks.model.WalkModel`, naming the layer) refuses a model where
 
-* a piece of the model between two cuts (:mod:`lrp_lib.explain.walks.graph`) that moves relevance from
-  one node's row to another's: a norm over the nodes of a graph (PyG's ``LayerNorm`` in its default
-  ``mode='graph'``, ``GraphNorm``), attention over all nodes (``GPSConv``'s global attention), a mean
-  over the nodes added back to them, a virtual node.  (A norm whose statistics the rule holds fixed acts
-  row by row: ``BatchNorm`` in eval, ``PMLP``'s ``BatchNorm``, ``LayerNorm(mode='node')``.);
-* a ``propagate`` call (messages, aggregation and ``update``) that sends relevance from a receiver
-  :math:`k` to a row other than its senders along the call's ``edge_index`` and :math:`k` itself;
-* for a node-level output, relevance that leaves the explained node's row after the last ``propagate``:
-  a walk ends at the explained node;
-* a ``propagate`` over another node set than the input graph's (``GraphUNet``'s pooling,
-  ``AttentiveFP``'s readout to a molecule node; raised while recording by :mod:`lrp_lib.explain.walks.graph`).
+* a piece between two cuts moves relevance between rows: a norm over a graph's nodes (``GraphNorm``, PyG's
+  ``LayerNorm`` in its default ``mode='graph'``), attention over all nodes (``GPSConv``), a virtual node;
+* a ``propagate`` (messages, aggregation, ``update``) sends relevance from a receiver :math:`k` to a row other than
+  its senders along the call's ``edge_index`` and :math:`k` itself;
+* for a node-level output, relevance leaves the explained node's row after the last ``propagate``;
+* a ``propagate`` runs over another node set than the input graph's (``GraphUNet``'s pooling, ``AttentiveFP``'s
+  readout; raised while recording, :mod:`~lrp_lib.explain.walks.graph`).
 
-The check is by probes, not by module types: per piece, one backward of a random relevance :math:`G` and
-one of :math:`D_w G` (rows scaled by random weights :math:`w`); a piece that keeps rows gives :math:`D_w`
-times the first (its backward is linear), up to :math:`\sqrt{\varepsilon}` relative.  A ``propagate`` is
-probed by colours: the receivers split into 8 random classes, one backward per class (batched), and
-relevance may land only on the senders of that class's receivers and on the receivers themselves (a move
-between two nodes whose receivers share a class is missed: probability about 1/8 per pair).  A
-graph-level output may distribute its relevance over the nodes freely (the readout is the walks' last
-factor).
+Checked by probes, not module types: per piece, the backward of a random relevance :math:`G` and of :math:`D_w G`
+(rows scaled by random :math:`w`) must differ by :math:`D_w`, up to :math:`\sqrt{\varepsilon}` relative.  A
+``propagate`` is probed by 8 random colour classes of its receivers (one batched backward): relevance may land only
+on their senders and themselves (a move between two nodes whose receivers share a class is missed: probability
+about 1/8 per pair).  A graph-level output may spread its relevance over the nodes freely (the walks' last factor).
 """
 from __future__ import annotations
 
@@ -40,15 +32,15 @@ class WalksUndefinedError(ValueError):
 
 
 def _rows(g: Tensor, dim: int, batched: bool) -> Tensor:
-    """g as (B?, N, rest): the node dimension moved after the batch dimension and the rest flattened."""
-    d = dim + (1 if batched else 0)
-    g = g.movedim(d, 1 if batched else 0)
-    return g.reshape(*g.shape[:2], -1) if batched else g.reshape(g.shape[0], -1)
+    """g as ([B,] N, rest): the node dimension moved after the batch dimension, the rest flattened."""
+    b = int(batched)
+    g = g.movedim(dim + b, b)
+    return g.reshape(*g.shape[:b + 1], -1)
 
 
 def global_rows(r: Tensor, c, n: int, dim: int = 0) -> Tensor:
-    """Per-row values ``r`` of cut ``c`` (rows along ``dim``) placed at their global node ids (n
-    along ``dim``): a heterogeneous cut holds one node type's rows (its offset and count)."""
+    """Per-row values ``r`` of cut ``c`` (rows along ``dim``) at their global node ids (``n`` along ``dim``): a
+    heterogeneous cut holds one node type's rows (its offset and count)."""
     if c.count is None:
         return r
     out = r.new_zeros(*r.shape[:dim], n, *r.shape[dim + 1:])
@@ -59,12 +51,6 @@ def _label(graph, c) -> str:
     layer = graph.names[c.layer - 1] if 0 < c.layer <= len(graph.names) else "the input"
     return {"input": f"the input of '{layer}''s messages", "output": f"the output of '{layer}''s propagate",
             "module": f"the input of '{layer}'"}.get(c.kind, "x")
-
-
-def _moved(a: Tensor, b: Tensor) -> float:
-    """How much of b is not a (relative to the larger of the two)."""
-    scale = max(float(a.abs().max()) if a.numel() else 0.0, float(b.abs().max()) if b.numel() else 0.0)
-    return float((a - b).abs().max()) / scale if scale > 0 else 0.0
 
 
 def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int) -> None:
@@ -113,7 +99,9 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
             r = _rows(gr.detach(), dims[m], True)        # (2, rows, rest)
             cm = cuts[m]
             wm = w if cm.count is None else w[cm.offset:cm.offset + cm.count]
-            moved = _moved(r[0] * wm.view(-1, 1), r[1])
+            a, b = r[0] * wm.view(-1, 1), r[1]      # how much of b is not a, relative to the larger
+            scale = max(float(a.abs().max()) if a.numel() else 0.0, float(b.abs().max()) if b.numel() else 0.0)
+            moved = float((a - b).abs().max()) / scale if scale > 0 else 0.0
             if moved > tol:
                 raise WalksUndefinedError(
                     f"walks are not defined for this model: between message-passing steps, the relevance of "

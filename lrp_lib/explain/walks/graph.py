@@ -1,39 +1,26 @@
 r"""The relevance graph of a model cut at its message-passing layers: the engine of the walks.
 
-The model's own ``forward`` runs once inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the forward
-rules and composite of :class:`~lrp_lib.explain.explainer.LRPExplainer`), so that a backward carries the
-rules' gradient and a tensor's relevance is the tensor times it.  PyG's ``MessagePassing`` hooks cut every
-``propagate`` call :math:`t = 1..L`: a propagate pre-hook replaces the node-level arguments of the messages
-(those ``message`` reads as ``*_j`` / ``*_i``) by new leaves :math:`I_t`, and a propagate forward hook
-replaces its output by a new leaf :math:`O_t`.  Each cut has a *time*: the rows of :math:`I_t` are the
-senders :math:`j_{t-1}` (time :math:`t-1`), those of :math:`O_t` the receivers :math:`j_t` (time
-:math:`t`); ``x`` has time 0 and the explained output time :math:`L+1`.  A module forward pre-hook also
-cuts each (outermost) message-passing module's node input (time :math:`t-1`), so that a root weight or skip
-inside the module reaches back one time only; the message hooks record what each ``message`` reads and
-returns (:class:`Message`, for :mod:`lrp_lib.explain.walks.algebra`).
+The model's ``forward`` runs once inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the forward rules of
+:class:`~lrp_lib.explain.explainer.LRPExplainer`), so a backward carries the rules' gradient and a tensor's relevance
+is the tensor times it.  PyG's hooks cut every ``propagate`` call :math:`t = 1..L` by new leaves: its message
+inputs (``*_j`` / ``*_i``) :math:`I_t`, of time :math:`t-1` (senders), and its output :math:`O_t`, of time
+:math:`t` (receivers); also each outermost message-passing module's node input (time :math:`t-1`, so a root weight
+reaches back one time only).  ``x`` has time 0, the output :math:`L+1`; the message hooks record what ``message``
+reads and returns (:class:`Message`, for :mod:`~lrp_lib.explain.walks.algebra`).  A cut's node dimension is its
+module's ``node_dim``.
 
-The backward of each piece between cuts is linear in the gradient it receives, and a cut's relevance is its
-value times its gradient, row by row.  A walk :math:`(j_0, \dots, j_L)` -- more generally a row weight
-:math:`m_u` (N,) per time :math:`u` -- is then the nested backward in which relevance that goes from a cut
-of time :math:`s` to a cut of time :math:`s' < s` is multiplied, at its row :math:`r`, by
-:math:`\prod_{u=s'}^{s-1} m_u[r]`.  For a step between neighbouring times this is the walk's mask
-:math:`m_{s'}`; a route that skips times (a jumping-knowledge head reading an early layer) counts for the
-walks that *stay* at :math:`r` over the skipped times.  With every :math:`m_u = 1` this is the plain
-backward.  Relevance that moves between rows inside a time belongs to no walk: such models are refused
-(:mod:`lrp_lib.explain.walks.defined`), and so is a ``propagate`` over another node set than the input
-graph's (while recording).  A cut's node dimension is its module's ``node_dim`` (ARMAConv propagates
-(K, N, C) stacks).
-
-Heterogeneous graphs (:mod:`lrp_lib.explain.walks.hetero`, a ``layout``): the nodes of all types get
-global ids, each cut holds the rows of one node type (``offset``, ``count``), its time is one more than
-the latest cut its propagate reads, and the masks are (B, total nodes), sliced per cut.
-
-The backward of one cut runs for a batch of gradients at once (``torch.func.vmap`` over
-``torch.autograd.grad``); the mode's accounts (what biases and stabilisers keep) are read in the plain
-backward only.
+With a row weight :math:`m_u` (N,) per time :math:`u` (a walk: one-hot rows), the nested backward multiplies
+relevance going from a cut of time :math:`s` to one of time :math:`s' < s`, at its row :math:`r`, by
+:math:`\prod_{u=s'}^{s-1} m_u[r]` (a route that skips times counts for the walks that stay at :math:`r`); all
+:math:`m_u = 1` is the plain backward.  Relevance moving between rows inside a time, and a ``propagate`` over another
+node set than the input graph's, are refused (:mod:`~lrp_lib.explain.walks.defined`).  Heterogeneous graphs (a
+:class:`~lrp_lib.explain.walks.hetero.HeteroLayout`): global node ids, each cut holds one node type's rows
+(``offset``, ``count``) and its time is one more than the latest cut its propagate reads.  A batch of gradients runs
+at once (``torch.func.vmap``); the mode's accounts (biases, stabilisers) are read in the plain backward only.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -55,36 +42,40 @@ _LOOP_ROWS = 64
 
 
 def _grad(source: Tensor, tensors: list, grad: Tensor, batched: bool):
-    """torch.autograd.grad, batched over grad's first dimension if ``batched``: one backward per row up to
-    ``_LOOP_ROWS`` rows, else ``torch.func.vmap`` (where it fails, one backward per row)."""
+    """torch.autograd.grad, batched over grad's first dimension if ``batched``: ``torch.func.vmap`` over
+    ``_LOOP_ROWS`` rows, else (or where vmap fails) one backward per row, stacked (None where none reaches)."""
     if not batched:
         return torch.autograd.grad(source, tensors, grad, retain_graph=True, allow_unused=True)
-    if grad.shape[0] <= _LOOP_ROWS:
-        return _rows(source, tensors, grad)
-    unused = []
+    if grad.shape[0] > _LOOP_ROWS:
+        unused = []
 
-    def one(g):
-        got = torch.autograd.grad(source, tensors, g, retain_graph=True, allow_unused=True)
-        unused[:] = [r is None for r in got]
-        return tuple(torch.zeros_like(t) if r is None else r for t, r in zip(tensors, got))
-    try:
-        out = torch.func.vmap(one)(grad)
-        return [None if u else o for u, o in zip(unused, out)]
-    except (RuntimeError, NotImplementedError, ValueError):
-        return _rows(source, tensors, grad)
-
-
-def _rows(source: Tensor, tensors: list, grad: Tensor):
-    """One backward per row of ``grad``, stacked (None where no row reaches a tensor)."""
+        def one(g):
+            got = torch.autograd.grad(source, tensors, g, retain_graph=True, allow_unused=True)
+            unused[:] = [r is None for r in got]
+            return tuple(torch.zeros_like(t) if r is None else r for t, r in zip(tensors, got))
+        try:
+            out = torch.func.vmap(one)(grad)
+            return [None if u else o for u, o in zip(unused, out)]
+        except (RuntimeError, NotImplementedError, ValueError):
+            pass
     rows = [torch.autograd.grad(source, tensors, g, retain_graph=True, allow_unused=True) for g in grad]
     return [None if all(p is None for p in parts) else
             torch.stack([p if p is not None else torch.zeros_like(t) for p in parts])
             for t, parts in zip(tensors, zip(*rows))]
 
 
+def _parts(value) -> tuple:
+    """The parts of an argument: a tuple or list's items (PyG's (source, target) pairs), else the value itself."""
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _rebuild(value, parts: list):
+    """``value`` with its parts (:func:`_parts`) replaced by ``parts``."""
+    return type(value)(parts) if isinstance(value, (tuple, list)) else parts[0]
+
+
 def _check_nodes(t: Tensor, module, num_nodes: int, names: dict, what: str) -> int:
-    """The node dimension of a propagate's node tensor ``t`` (the module's ``node_dim``); raises
-    WalksUndefinedError where it has another number of nodes than the input graph."""
+    """The node dimension of ``t`` (its module's ``node_dim``); WalksUndefinedError unless it has ``num_nodes``."""
     dim = getattr(module, "node_dim", -2)
     if t.dim() == 0:
         return 0
@@ -100,8 +91,8 @@ def _check_nodes(t: Tensor, module, num_nodes: int, names: dict, what: str) -> i
 
 @dataclass
 class Cut:
-    """One cut: ``leaf`` (the new input of what follows), ``source`` (the tensor it replaced, whose
-    backward leads to earlier cuts), its ``time`` and its ``layer`` (1-based propagate call)."""
+    """One cut: ``leaf`` (the new input of what follows), ``source`` (the tensor it replaced, whose backward leads to
+    earlier cuts), its ``time`` and its ``layer`` (1-based propagate call)."""
     leaf: Tensor
     source: Tensor | None
     time: int
@@ -115,8 +106,8 @@ class Cut:
 
 @dataclass
 class Message:
-    """What one layer's ``message`` read from the cut (``args``: name -> (tensor (E, ...), cut index,
-    the edge_index row it was gathered along)) and returned (``out``), and how often it ran."""
+    """What one layer's ``message`` read from the cuts (``args``: name -> (tensor (E, ...), cut index, the edge_index
+    row it was gathered along)) and returned (``out``), and how often it ran."""
     args: dict = field(default_factory=dict)
     cuts: dict = field(default_factory=dict)      # (propagate argument, part or None) -> cut index
     out: Tensor | None = None
@@ -126,7 +117,7 @@ class Message:
 
 @dataclass
 class WalkGraph:
-    """The recorded, cut relevance graph (see the module docstring)."""
+    """The recorded, cut relevance graph (module docstring)."""
     mode: ForwardMode
     cuts: list = field(default_factory=list)
     steps: list = field(default_factory=list)     # per layer: the (2, E_t) edge_index of its propagate
@@ -143,18 +134,15 @@ class WalkGraph:
     # ------------------------------------------------------------ recording
     @classmethod
     def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int, layout=None) -> "WalkGraph":
-        """Run ``call()`` inside a ForwardMode with the cuts; ``inputs``: name -> leaf to mark
-        (``"x"`` the node features, others edge features without rows).  ``layout`` (heterogeneous
-        graphs, :class:`~lrp_lib.explain.walks.hetero.HeteroLayout`): inputs named ``("x", node type)``,
-        each cut's time and node type found from the cuts it depends on, steps in global node ids."""
+        """Run ``call()`` in a ForwardMode with the cuts; ``inputs``: name -> leaf to mark (``"x"``, else edge features
+        without rows; heterogeneous, with a ``layout``: ``("x", node type)``, steps in global node ids)."""
         mode = ForwardMode(composite, model)
         graph = cls(mode, num_nodes=num_nodes)
         names = {id(m): (n or type(m).__name__) for n, m in model.named_modules() if isinstance(m, MessagePassing)}
         handles, active = [], []
 
         def cut(p: Tensor, time: int, layer: int, kind: str, dim: int, node_type, offset: int, count: int) -> Tensor:
-            """Cut ``p`` by a new leaf; returns a marked copy of it for the model, which may change it in
-            place (GCN2Conv: x.mul_)."""
+            """Cut ``p`` by a new leaf; a marked copy of it for the model (which may change it in place)."""
             leaf = mode.mark(p.detach().requires_grad_(True))
             graph.cuts.append(Cut(leaf, p, time, layer, kind, dim, *((offset, count) if layout is not None else ())))
             if layout is not None:
@@ -163,21 +151,18 @@ class WalkGraph:
 
         def pre(module, args):
             edge_index, size, kwargs = args
-            if active:  # a propagate inside another one's message: part of that layer
-                active.append(None)
-                return None
             node_args = {a[:-2] for a in module._user_args if a.endswith(("_i", "_j"))}
-            new = dict(kwargs)
-            layer = len(graph.steps) + 1
-            name = names.get(id(module), type(module).__name__)
-            message = Message(flow=getattr(module, "flow", "source_to_target"))
-            marked = [(key, part, p, len(kwargs[key]) if isinstance(kwargs[key], (tuple, list)) else 0)
-                      for key in sorted(node_args & set(kwargs))
-                      for part, p in enumerate(kwargs[key] if isinstance(kwargs[key], (tuple, list)) else (kwargs[key],))
-                      if isinstance(p, Tensor) and mode.is_marked(p)]
+            sizes = {k: len(v) if isinstance(v, (tuple, list)) else 0 for k, v in kwargs.items()}
+            # (a propagate inside another one's message is part of that layer: nothing marked)
+            marked = [] if active else [(key, part, p, sizes[key]) for key in sorted(node_args & set(kwargs))
+                                        for part, p in enumerate(_parts(kwargs[key]))
+                                        if isinstance(p, Tensor) and mode.is_marked(p)]
             if not marked:
                 active.append(None)
                 return None
+            layer = len(graph.steps) + 1
+            name = names.get(id(module), type(module).__name__)
+            message = Message(flow=getattr(module, "flow", "source_to_target"))
             if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
                 raise UnsupportedModelError(
                     f"walks need each message-passing layer to propagate along a (2, E) edge_index tensor, "
@@ -190,11 +175,9 @@ class WalkGraph:
                 dim = _check_nodes(p, module, count, names, f"its argument {key!r}")
                 message.cuts[(key, part if width > 1 else None)] = len(graph.cuts)
                 leaves[(key, part)] = cut(p, place["time"] - 1, layer, "input", dim, node_type, offset, count)
+            new = dict(kwargs)
             for key in {k for k, *_ in marked}:
-                value = kwargs[key]
-                parts = value if isinstance(value, (tuple, list)) else (value,)
-                out = [leaves.get((key, i), p) for i, p in enumerate(parts)]
-                new[key] = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
+                new[key] = _rebuild(kwargs[key], [leaves.get((key, i), p) for i, p in enumerate(_parts(kwargs[key]))])
             active.append(module)
             graph.messages.append(message)
             graph.steps.append(place.get("edges", edge_index.detach().long()))
@@ -236,23 +219,21 @@ class WalkGraph:
             outer.append(module)
             if len(outer) > 1:
                 return None
-            key = "x" if "x" in kwargs else (0 if args else None)
-            value = kwargs.get("x") if key == "x" else (args[0] if key == 0 else None)
-            parts = value if isinstance(value, (tuple, list)) else (value,)
-            out = []
-            for p in parts:
-                where = layout.place_tensor(p) if layout is not None and isinstance(p, Tensor) \
-                    and mode.is_marked(p) else (len(graph.steps), None, 0, num_nodes)
-                if isinstance(p, Tensor) and mode.is_marked(p) and p.dim() >= 1 and p.shape[0] == where[3]:
-                    out.append(cut(p, where[0], len(graph.steps) + 1, "module", 0, *where[1:]))
-                else:
-                    out.append(p)
+            value = kwargs["x"] if "x" in kwargs else (args[0] if args else None)
+            parts = _parts(value)
+            out = [module_cut(p) for p in parts]
             if all(o is p for o, p in zip(out, parts)):
                 return None
-            new = type(value)(out) if isinstance(value, (tuple, list)) else out[0]
-            if key == "x":
-                return args, dict(kwargs, x=new)
-            return (new, *args[1:]), kwargs
+            new = _rebuild(value, out)
+            return (args, dict(kwargs, x=new)) if "x" in kwargs else ((new, *args[1:]), kwargs)
+
+        def module_cut(p):
+            if not isinstance(p, Tensor) or not mode.is_marked(p):
+                return p
+            where = layout.place_tensor(p) if layout is not None else (len(graph.steps), None, 0, num_nodes)
+            if p.dim() >= 1 and p.shape[0] == where[3]:
+                return cut(p, where[0], len(graph.steps) + 1, "module", 0, *where[1:])
+            return p
 
         def module_post(module, args, out):
             outer.pop()
@@ -260,12 +241,10 @@ class WalkGraph:
 
         for m in model.modules():
             if isinstance(m, MessagePassing):
-                handles.append(m.register_forward_pre_hook(module_pre, with_kwargs=True))
-                handles.append(m.register_forward_hook(module_post))
-                handles.append(m.register_propagate_forward_pre_hook(pre))
-                handles.append(m.register_propagate_forward_hook(post))
-                handles.append(m.register_message_forward_pre_hook(message_pre))
-                handles.append(m.register_message_forward_hook(message_post))
+                handles += [m.register_forward_pre_hook(module_pre, with_kwargs=True),
+                            m.register_forward_hook(module_post), m.register_propagate_forward_pre_hook(pre),
+                            m.register_propagate_forward_hook(post), m.register_message_forward_pre_hook(message_pre),
+                            m.register_message_forward_hook(message_post)]
         try:
             with torch.enable_grad(), mode:
                 for name, leaf in inputs.items():
@@ -288,19 +267,14 @@ class WalkGraph:
         return share_of(start, self.output)
 
     def backward(self, start: Tensor, masks, batch: int | None, capture: int | None = None):
-        """The nested backward for ``batch`` row weightings at once.
-
-        ``start``: the relevance of the output (its shape).  ``masks``: a function ``u -> (B, N)``
-        row weight at time ``u`` (or None: 1).  Returns ``(rels, captured)``: ``rels`` the relevance of
-        every cut of kind ``"x"`` and ``"attr"`` (name order of the inputs) as (B, *shape) tensors
-        (``batch=None``: one plain backward, no batch dimension, the mode's accounts read from its probes);
-        ``captured``, if ``capture = t``, what layer t's output sends back: ``{"input": (B, N) per sender
-        row, "attr": (B, E) per edge}`` (the relevance the layer's messages carry)."""
-        L = self.depth
-        cuts = self.cuts
+        """The nested backward for ``batch`` row weightings at once: ``start`` the output's relevance, ``masks`` a
+        function ``u -> (B, N)`` row weight at time ``u`` (or None: 1).  Returns ``(rels, captured)``: the relevance
+        of the cuts of kind ``"x"`` and ``"attr"`` (the inputs' order), (B, *shape) (``batch=None``: one plain
+        backward, no batch dimension, the mode's accounts settled); if ``capture = t``, what layer t's messages
+        carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
+        L, cuts, tally = self.depth, self.cuts, self.mode.tally
         state: dict[int, Tensor] = {}
         captured = {}
-        tally = self.mode.tally
         probes = tally.leaves() if batch is None else []
         amounts = [None] * len(probes)
 
@@ -314,18 +288,14 @@ class WalkGraph:
                 if g is None:
                     continue
                 c = cuts[i]
-                if c.kind != "attr" and c.time < s:
-                    w = None
-                    for u in range(c.time, s):
-                        m = masks(u)
-                        if m is not None:
-                            w = m if w is None else w * m
-                    if w is not None:
-                        if c.count is not None:
-                            w = w[:, c.offset:c.offset + c.count]
-                        shape = [1] * g.dim()
-                        shape[0], shape[1 + c.node_dim] = w.shape[0], w.shape[1]
-                        g = g * w.view(shape).to(g.dtype)
+                weights = [] if c.kind == "attr" else [m for m in map(masks, range(c.time, s)) if m is not None]
+                if weights:
+                    w = math.prod(weights)
+                    if c.count is not None:
+                        w = w[:, c.offset:c.offset + c.count]
+                    shape = [1] * g.dim()
+                    shape[0], shape[1 + c.node_dim] = w.shape[0], w.shape[1]
+                    g = g * w.view(shape).to(g.dtype)
                 if capture is not None and layer == capture and (c.kind == "attr" or
                                                                  (c.kind == "input" and c.layer == capture)):
                     part = (g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1)
@@ -347,9 +317,8 @@ class WalkGraph:
                 for i, c in enumerate(cuts) if c.source is None], captured
 
     def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):
-        """One backward of ``source`` (batched over grad's first dimension if ``batched``), the gradient of the
-        forward rules, with lost-relevance warnings silenced: a probe, not the explanation (a probe puts
-        relevance on every row, also where an output is zero)."""
+        """:func:`_grad` of the forward rules with lost-relevance warnings silenced: a probe, not the explanation
+        (it puts relevance on every row, also where an output is zero)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", LostRelevanceWarning)
             return _grad(source, tensors, grad, batched)

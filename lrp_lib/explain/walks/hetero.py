@@ -1,26 +1,19 @@
-r"""GNN-LRP's walks on a heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero``,
-``HeteroConv`` and ``HANConv`` models take them).
+r"""GNN-LRP's walks on a heterogeneous graph (``x`` and ``edge_index`` dicts: ``to_hetero``, ``HeteroConv``,
+``HANConv``).
 
-A walk is a sequence of typed nodes :math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`: step :math:`t`
-goes along an edge :math:`j_{t-1} \to j_t` of one edge type :math:`(\tau_{t-1}, r, \tau_t)` whose
-``edge_index`` a ``propagate`` of step :math:`t` passes messages along, or stays at its node (a self
-step); its relevance is defined as in :mod:`lrp_lib.explain.walks`.  Where several edge types join
-the same two nodes at one step (parallel relations), a walk through them keeps all their messages.
-
-The nodes of all types get one global id each: type :math:`\tau` (in the order of ``x``'s keys)
-holds ids ``offset[τ] .. offset[τ] + count[τ] - 1``.  The model runs once, cut at every
-``propagate`` (:mod:`lrp_lib.explain.walks.graph` with a :class:`HeteroLayout`); the relations of one
-layer are one step, so a cut's *time* is found from the cuts it depends on: the propagate that reads
-cuts of time at most :math:`t - 1` is a step :math:`t`, and each cut's rows are the nodes of the one
-node type it depends on.  The queries are the masked backwards of
-:class:`~lrp_lib.explain.walks.model.WalkModel` on the global ids (exact; the per-node algebra is not
-used: ``top_walks`` scores every walk), with the same consequences per node type and edge type.
-
-Refused (:class:`~lrp_lib.explain.walks.defined.WalksUndefinedError`) where refused on homogeneous
-graphs; a propagate over one tensor holding several node types (``HGTConv``) raises
-:class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError`: its rows are not told apart here.
+A walk is a sequence of typed nodes :math:`((\tau_0, j_0), \dots, (\tau_L, j_L))`: step :math:`t` goes along an
+edge :math:`j_{t-1} \to j_t` of an edge type :math:`(\tau_{t-1}, r, \tau_t)` that a ``propagate`` of step :math:`t`
+passes messages along, or stays at its node; its relevance is as in :mod:`lrp_lib.explain.walks`, keeping all the
+messages of parallel relations between the same two nodes.  Node type :math:`\tau` (in ``x``'s key order) holds the
+global ids ``offset[τ] .. offset[τ] + count[τ] - 1``.  The relations of one layer are one step: a cut's time and node
+type are found from the cuts it depends on (:class:`HeteroLayout`).  The queries are
+:class:`~lrp_lib.explain.walks.model.WalkModel`'s masked backwards on the global ids (exact; no per-node algebra:
+``top_walks`` scores every walk).  Refused where homogeneous graphs are; a propagate over one tensor holding several
+node types (``HGTConv``) raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError`.
 """
 from __future__ import annotations
+
+from itertools import accumulate
 
 import torch
 from torch import Tensor, nn
@@ -41,10 +34,8 @@ class HeteroLayout:
     def __init__(self, x: dict, edge_index: dict):
         self.types = list(x)
         self.count = {k: int(v.shape[0]) for k, v in x.items()}
-        self.offset, o = {}, 0
-        for k in self.types:
-            self.offset[k], o = o, o + self.count[k]
-        self.num_nodes = o
+        self.offset = dict(zip(self.types, accumulate([0] + [self.count[k] for k in self.types])))
+        self.num_nodes = sum(self.count.values())
         self.edge_index = edge_index
         self.where: dict[int, tuple] = {}     # id(cut leaf) -> (time, node type)
         self.calls: list[dict] = []           # per propagate: edge_type, edges (local), src, dst, name
@@ -74,9 +65,8 @@ class HeteroLayout:
         return found
 
     def place_tensor(self, t: Tensor, name: str = "the model", dim: int = 0) -> tuple:
-        """(time, node type, offset, count) of a tensor with rows (along ``dim``) of one node type: the
-        type it depends on, or of those the one with as many nodes as it has rows (where relevance
-        moves between the types without a message, :mod:`lrp_lib.explain.walks.defined` refuses)."""
+        """(time, node type, offset, count) of a tensor with rows (along ``dim``) of one node type: the type it
+        depends on, or of those the one with as many nodes as it has rows."""
         found = self.locate(t)
         types = sorted({ty for _, ty in found}, key=str)
         rows = t.shape[dim] if t.dim() else None
@@ -126,13 +116,10 @@ class HeteroLayout:
 
 
 class HeteroWalkModel(WalkModel):
-    """:class:`~lrp_lib.explain.walks.model.WalkModel` of a heterogeneous graph (module docstring).
-
-    Walks are LongTensors (W, L+1) of global node ids (``offset[τ] + j``) or lists of typed walks
-    ``[((τ_0, j_0), ..., (τ_L, j_L)), ...]`` (:meth:`global_walks`, :meth:`typed_walks`).  ``index``:
-    the explained node of a node-level output, its row (the output's node type found from the
-    model) or ``(node type, row)``.  :meth:`node_relevance` and :meth:`edge_relevance` are dicts per
-    node and edge type; :meth:`step_relevance` one entry per ``propagate``."""
+    """:class:`~lrp_lib.explain.walks.model.WalkModel` of a heterogeneous graph (module docstring).  Walks: global
+    node ids (``offset[τ] + j``, W x (L+1)) or typed, ``[((τ_0, j_0), ..., (τ_L, j_L)), ...]``.  ``index``: the
+    explained node's row (of the output's node type) or ``(node type, row)``.  :meth:`node_relevance` and
+    :meth:`edge_relevance` are dicts per node and edge type; :meth:`step_relevance` one entry per ``propagate``."""
 
     def __init__(self, model: nn.Module, x: dict, edge_index: dict, rule="epsilon", *, index=None,
                  target: int | None = None, **model_kwargs):
@@ -192,9 +179,6 @@ class HeteroWalkModel(WalkModel):
                  self.x.new_zeros(batch, self.count[k]) for k, r in zip(self.node_types, rels)]
         return torch.cat(parts, 1).unsqueeze(-1), captured
 
-    def step_name(self, t: int) -> str:
-        return ", ".join(c["name"] for c, u in zip(self.layout.calls, self.graph.times) if u == t + 1)
-
     # ---- typed walks
     def global_walks(self, walks) -> Tensor:
         """Typed walks (a list of sequences of (node type, row)) as global ids (W, L+1); a tensor as is."""
@@ -233,10 +217,8 @@ class HeteroWalkModel(WalkModel):
 
     # ---- queries
     def walk_relevance(self, walks) -> Tensor:
-        r"""As :meth:`WalkModel.walk_relevance`; walks as global ids or typed (class docstring).  One
-        masked backward per distinct suffix :math:`(j_1, \dots, j_L)`, no mask at time 0: the relevance
-        that reaches row :math:`j_0` of ``x`` is the walk :math:`(j_0, j_1, \dots, j_L)`'s; batches of
-        about 40,000 / N suffixes (a batch's tensors are N rows per suffix)."""
+        r"""As :meth:`WalkModel.walk_relevance`: one masked backward per distinct suffix :math:`(j_1, \dots, j_L)`,
+        whose relevance at row :math:`j_0` of ``x`` is the walk's; batches of about 40,000 / N suffixes."""
         walks = check_walks(self.global_walks(walks), self)
         if walks.numel() == 0:
             return self.x.new_zeros(0)
@@ -250,34 +232,27 @@ class HeteroWalkModel(WalkModel):
         return torch.cat(table)[inverse, walks[:, 0]]
 
     def node_relevance(self) -> dict:
-        """{node type: (count,)} the walks' relevance summed by start node: ``LRPExplainer``'s node
-        relevance of each node type."""
+        """{node type: (count,)} the walks' relevance by start node: ``LRPExplainer``'s node relevance."""
         return {k: r.sum(-1) for k, r in self._node.items()}
 
     def step_relevance(self) -> list[dict]:
-        """Per ``propagate`` call: ``edge_type`` (None where not one of the input's), ``time`` (its step
-        t), ``module``, ``pairs`` (P, 2) its edges' (source row, target row) in their types' rows;
-        ``walks`` (P,) the summed relevance of the walks whose step t is j -> k (all relations of step
-        t between the two nodes); ``carried`` (P,) what this call's messages j -> k bring to j's row of
-        its input (``LRPExplainer``'s edge relevance of j -> k at that step): ``walks`` plus what the
-        earlier biases keep of it, where no other relation of the step joins j and k and j != k."""
+        """Per ``propagate`` call, a dict: ``edge_type`` (None where not the input's), ``time`` (its step t),
+        ``module``, ``pairs`` (P, 2) its edges (source row, target row); ``walks`` (P,) the relevance of the walks
+        whose step t is j -> k (all relations of step t); ``carried`` (P,) what this call's messages j -> k bring to
+        j's row of its input (``LRPExplainer``'s edge relevance): ``walks`` plus what earlier biases keep of it,
+        where no other relation of the step joins j and k and j != k."""
         out, n = [], self.num_nodes
         for c, (call, e, t) in enumerate(zip(self.layout.calls, self.graph.steps, self.graph.times)):
             pairs = step_pairs(e, n, loops=False).t()
-            walks, carried = [], []
-            for _, through, carry, _ in self._through(pairs, t, c + 1):
-                walks.append(through)
-                carried.append(carry)
+            walks, carried, _ = self._through(pairs, t, c + 1)
             local = pairs - torch.tensor([call["src"][1], call["dst"][1]], device=pairs.device)
-            out.append(dict(edge_type=call["edge_type"], time=t, module=call["name"], pairs=local,
-                            walks=torch.cat(walks) if walks else self.x.new_zeros(0),
-                            carried=torch.cat(carried) if carried else self.x.new_zeros(0)))
+            out.append(dict(edge_type=call["edge_type"], time=t, module=call["name"], pairs=local, walks=walks,
+                            carried=carried))
         return out
 
     def edge_relevance(self, part: str = "carried") -> dict:
-        """{edge type: (E,)}: per input edge, ``part`` of :meth:`step_relevance` (``"carried"``: what its
-        messages carry, ``LRPExplainer``'s edge relevance; ``"walks"``: the walks through it) summed
-        over the steps, split evenly between parallel copies of an edge."""
+        """{edge type: (E,)}: per input edge, ``part`` (``"carried"`` or ``"walks"``) of :meth:`step_relevance`
+        summed over the steps, split evenly between parallel copies of an edge."""
         if part not in ("carried", "walks"):
             raise ValueError(f"part must be 'carried' or 'walks', got {part!r}")
         out = {k: self.x.new_zeros(v.shape[1]) for k, v in self.layout.edge_index.items()}
@@ -291,8 +266,8 @@ class HeteroWalkModel(WalkModel):
 
 
 def walk_model(model: nn.Module, x, edge_index, rule="epsilon", **kwargs) -> WalkModel:
-    """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel`.  A model compiled
-    with ``torch.compile`` is explained through its own module (:func:`~lrp_lib.explain.inputs.uncompiled`)."""
+    """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel` (a compiled model through
+    its own module, :func:`~lrp_lib.explain.inputs.uncompiled`)."""
     model = uncompiled(model)
     if isinstance(x, dict):
         return HeteroWalkModel(model, x, edge_index, rule, **kwargs)

@@ -1,5 +1,4 @@
-r"""The model run once under the forward rules (``ForwardMode``), cut at its message-passing steps: the object every
-walk query runs on (:mod:`lrp_lib.explain.walks` for the definitions)."""
+""":class:`WalkModel`, the object every walk query runs on (definitions: :mod:`lrp_lib.explain.walks`)."""
 from __future__ import annotations
 
 from functools import cached_property
@@ -12,7 +11,7 @@ from torch_geometric.utils import index_to_mask
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
-from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out
+from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out, find_steps, step_ptr
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
@@ -25,11 +24,9 @@ _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the
 
 
 def gamma_schedule(depth: int, start: float = 3.0, stop: float = 0.0, eps: float = 1e-6) -> list[Rule]:
-    r"""One rule per message-passing layer with :math:`\gamma` going linearly from ``start`` at the first
-    layer to ``stop`` at the last (``np.linspace(start, stop, depth)``): the schedule of sGNN-LRP's code
-    (Xiong et al., ICML 2022, ``gammas = np.linspace(3, 0, model_depth)``).  A layer with
-    :math:`\gamma = 0` gets LRP-0 (``Epsilon(0)``), the others ``Gamma(gamma, eps)``.  Pass the list
-    as ``rule=``; layers after the last message-passing module (the head) get the last rule."""
+    r"""One rule per message-passing layer, :math:`\gamma` = ``np.linspace(start, stop, depth)`` (sGNN-LRP's
+    schedule, Xiong et al., ICML 2022): ``Epsilon(0)`` (LRP-0) where :math:`\gamma = 0`, else ``Gamma(gamma, eps)``.
+    Pass the list as ``rule=``; the layers after the last message-passing module (the head) get the last rule."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"depth must be an int >= 1 (the number of message-passing layers), got {depth!r}")
     gammas = [start] if depth == 1 else [start + (stop - start) * i / (depth - 1) for i in range(depth - 1)] + [stop]
@@ -97,17 +94,14 @@ def explained_start(out, index, target) -> Tensor:
 
 
 class WalkModel:
-    """The model run once under the forward rules (``ForwardMode``), cut at its message-passing steps (used by every
-    function here; build it yourself to reuse one forward pass for several queries).
+    """The model run once under the forward rules (``ForwardMode``), cut at its message-passing steps; build it to
+    reuse one forward pass for several queries.
 
-    Attributes: ``depth`` (L), ``output`` (the explained value), ``steps`` (per step, the (2, P)
-    pairs ``(j, k)`` a walk may take: the propagated edges and every self step, sorted by ``(k, j)``),
-    ``bias_relevance`` (what biases and stabilisers keep), ``edge_attr_relevance`` (E x D, or
-    None), ``total`` (the relevance that reaches ``x``: the sum over all walks).
-
-    Raises :class:`~lrp_lib.explain.walks.defined.WalksUndefinedError` (a ValueError) where walks are
-    not defined: relevance moving between nodes outside message passing, or a layer propagating over
-    another node set (the cases: :mod:`lrp_lib.explain.walks.defined`).
+    Attributes: ``depth`` (L), ``output`` (the explained value), ``steps`` (per step, the (2, P) pairs ``(j, k)`` a
+    walk may take: the propagated edges and every self step, sorted by ``(k, j)``), ``bias_relevance`` (what biases
+    and stabilisers keep), ``edge_attr_relevance`` (E x D, or None), ``total`` (the relevance that reaches ``x``: the
+    sum over all walks).  Raises :class:`~lrp_lib.explain.walks.defined.WalksUndefinedError` (a ValueError) where
+    walks are not defined (:mod:`lrp_lib.explain.walks.defined`).
     """
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
@@ -149,8 +143,7 @@ class WalkModel:
         return g
 
     def _explain(self, row, target, steps: list) -> list:
-        """Explain the output's entry (``row``, ``target``), check that walks are defined, set ``steps``;
-        returns the plain backward's relevance of the inputs."""
+        """Check that walks are defined for the entry (``row``, ``target``), set ``steps``; the inputs' relevance."""
         g = self.graph
         self.start = explained_start(g.output, row, target)
         check_walks_defined(g, self.start, self.index, self.num_nodes)
@@ -162,8 +155,8 @@ class WalkModel:
 
     @cached_property
     def algebra(self) -> WalkAlgebra | None:
-        """The walk algebra (:mod:`lrp_lib.explain.walks.algebra`), built on first use (or assigned); None where
-        the model does not decompose (``slow_reason`` says why): the queries then run masked backwards."""
+        """The walk algebra (:mod:`lrp_lib.explain.walks.algebra`), built on first use (or assigned); None where the
+        model does not decompose (``slow_reason`` says why; the queries then run masked backwards)."""
         try:
             return WalkAlgebra(self)
         except NotDecomposable as e:
@@ -171,8 +164,7 @@ class WalkModel:
             return None
 
     def _use_algebra(self, rows: int) -> bool:
-        """Whether a query of ``rows`` walks or weightings goes through the algebra: once it is built, or
-        from ``_ALGEBRA_FROM`` rows on (building it costs one batched backward per step)."""
+        """Whether a query of ``rows`` rows uses the algebra: once built, or from ``_ALGEBRA_FROM`` rows on."""
         return (rows >= _ALGEBRA_FROM or "algebra" in vars(self)) and self.algebra is not None
 
     @property
@@ -191,30 +183,40 @@ class WalkModel:
         return rel.detach(), captured
 
     def _through(self, pairs: Tensor, t: int, layer: int):
-        """Per chunk of ``pairs`` (P, 2) ``(j, k)`` of step t: the chunk, the walks through j -> k at step t,
-        what ``layer``'s messages carry to j's row, and the backward's captures of ``layer``."""
-        n = self.num_nodes
+        """For ``pairs`` (P, 2) ``(j, k)`` of step t, each (P,): the walks through j -> k at step t, what ``layer``'s
+        messages carry to j's row, and what they send into the ``edge_attr`` of the input edges j -> k (or None)."""
+        n, e = self.num_nodes, self.edge_index
+        walks, carried, attrs = [], [], []
         for chunk in pairs.split(_CHUNK):
             a = torch.nn.functional.one_hot(chunk[:, 0], n)
             b = torch.nn.functional.one_hot(chunk[:, 1], n)
             rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], layer)
             inp = cap.get("input")
-            carried = inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else rel.new_zeros(chunk.shape[0])
-            yield chunk, rel.sum((1, 2)), carried, cap
+            walks.append(rel.sum((1, 2)))
+            carried.append(inp.gather(1, chunk[:, :1]).view(-1) if inp is not None else rel.new_zeros(chunk.shape[0]))
+            if "attr" in cap:  # the edge_attr of the input edges j -> k that the step's messages read
+                own = (e[0].unsqueeze(0) == chunk[:, :1]) & (e[1].unsqueeze(0) == chunk[:, 1:])
+                attrs.append((cap["attr"] * own).sum(1))
+        if not walks:
+            return self.x.new_zeros(0), self.x.new_zeros(0), None
+        return torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None
 
     # ---- queries
+    def _masked(self, rows: Tensor, walks: bool) -> Tensor:
+        """(B,) totals of one masked backward per row, batched: ``rows`` walks (W, L+1) or node weights (M, N)."""
+        out = []
+        for chunk in rows.split(_CHUNK):
+            hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) if walks else chunk
+                   for u in range(self.depth + 1)]
+            out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
+        return torch.cat(out) if out else self.x.new_zeros(0)
+
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """As :func:`walk_relevance`, on this recorded forward pass."""
         walks = check_walks(walks, self)
-        if self._use_algebra(walks.shape[0]):
-            return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach() \
-                if walks.numel() else self.x.new_zeros(0)
-        out = []
-        for chunk in walks.split(_CHUNK):
-            hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) for u in range(self.depth + 1)]
-            rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
-            out.append(rel.sum((1, 2)))
-        return torch.cat(out) if out else self.x.new_zeros(0)
+        if walks.numel() and self._use_algebra(walks.shape[0]):
+            return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach()
+        return self._masked(walks, True)
 
     def weighted_relevance(self, weight: Tensor) -> Tensor:
         r""":math:`\sum_w \prod_{t=0}^{L} \mathrm{weight}[j_t]\, R_w` for node weights (N,) or (M, N):
@@ -224,11 +226,7 @@ class WalkModel:
             return self.weighted_relevance(w.unsqueeze(0))[0]
         if self._use_algebra(w.shape[0]):
             return self.algebra.weighted(w).detach()
-        out = []
-        for chunk in w.split(_CHUNK):
-            rel, _ = self._run(lambda u: chunk, chunk.shape[0])
-            out.append(rel.sum((1, 2)))
-        return torch.cat(out)
+        return self._masked(w, False)
 
     def subgraph_relevance(self, nodes, alpha: float = 0.0) -> Tensor:
         """As :func:`subgraph_relevance`, on this recorded forward pass."""
@@ -252,25 +250,12 @@ class WalkModel:
         return self._node.sum(-1)
 
     def step_relevance(self) -> list[tuple[Tensor, Tensor, Tensor, Tensor | None]]:
-        """Per step t = 1..L: ``(pairs, walks, carried, edge_attr)``: pairs (P, 2) ``(j, k)``;
-        ``walks`` (P,) the summed relevance of the walks whose step t is j -> k; ``carried`` (P,)
-        the relevance the step's messages bring to node j's row of the step's input
-        (``LRPExplainer``'s edge relevance of j -> k at that step, without the ``edge_attr`` part),
-        which is ``walks`` plus what the earlier layers' biases keep of it; ``edge_attr`` (P,) the
-        relevance the step's messages send into the ``edge_attr`` of the input edges j -> k (or None).
+        """Per step t = 1..L, ``(pairs, walks, carried, edge_attr)``, each (P,) but pairs (P, 2) ``(j, k)``: the
+        relevance of the walks whose step t is j -> k; what the step's messages bring to j's row of its input
+        (``LRPExplainer``'s edge relevance of j -> k at that step, without ``edge_attr``: ``walks`` plus what
+        earlier biases keep of it); what they send into the ``edge_attr`` of the input edges j -> k (or None).
         One batched backward per step."""
-        out, e = [], self.edge_index
-        for t in range(1, self.depth + 1):
-            pairs = self.steps[t - 1].t()
-            walks, carried, attrs = [], [], []
-            for chunk, through, carry, cap in self._through(pairs, t, t):
-                walks.append(through)
-                carried.append(carry)
-                if "attr" in cap:  # the edge_attr of the input edges j -> k that the step's messages read
-                    own = (e[0].unsqueeze(0) == chunk[:, :1]) & (e[1].unsqueeze(0) == chunk[:, 1:])
-                    attrs.append((cap["attr"] * own).sum(1))
-            out.append((pairs, torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None))
-        return out
+        return [(pairs, *self._through(pairs, t + 1, t + 1)) for t, pairs in enumerate(p.t() for p in self.steps)]
 
     # ---- the searches (lrp_lib.explain.walks.search), on this recorded forward pass
     def top_walks(self, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
@@ -287,8 +272,7 @@ class WalkModel:
 
 
 def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
-    """The (2, P) unique steps (j, k) of a propagate call, sorted by (k, j): its edges and, if ``loops``, every
-    self step."""
+    """The (2, P) unique steps (j, k) of a propagate, sorted by (k, j): its edges and, if ``loops``, self steps."""
     keys = edges[1] * n + edges[0]
     if loops:
         own = torch.arange(n, device=edges.device)
@@ -316,10 +300,7 @@ def check_walks(walks, wm: WalkModel) -> Tensor:
         raise ValueError(f"walks[{int(bad[0])}, {int(bad[1])}] = {int(walks[bad[0], bad[1]])} is not a node id "
                          f"(0..{n - 1})")
     for t, pairs in enumerate(wm.steps):
-        keys = pairs[1] * n + pairs[0]
-        q = walks[:, t + 1] * n + walks[:, t]
-        pos = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
-        bad = keys[pos] != q
+        bad = ~find_steps(pairs[0], pairs[1], walks[:, t], walks[:, t + 1], n)[1]
         if bool(bad.any()):
             w = int(bad.nonzero()[0, 0])
             j, k = int(walks[w, t]), int(walks[w, t + 1])
@@ -333,18 +314,15 @@ def check_walks(walks, wm: WalkModel) -> Tensor:
 
 
 def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
-    """Every walk of the recorded model (W, L+1), ending at ``end`` (node ids; default: the explained
-    node for a node-level output, else every node).  Exponential in depth: for small graphs."""
+    """Every walk (W, L+1) ending at ``end`` (node ids; default: the explained node, or every node for a
+    graph-level output).  Exponential in depth: for small graphs."""
     n = wm.num_nodes
     if end is None:
         end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
     walks = end.to(wm.x.device).long().view(-1, 1)
     for pairs in reversed(wm.steps):
-        counts = torch.bincount(pairs[1], minlength=n)
-        ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        k = walks[:, 0]
-        parent, offs = fan_out(counts[k])
-        walks = torch.cat([pairs[0][ptr[k][parent] + offs].unsqueeze(1), walks[parent]], dim=1)
+        parent, pair = fan_out(step_ptr(pairs[1], n), walks[:, 0])
+        walks = torch.cat([pairs[0][pair].unsqueeze(1), walks[parent]], dim=1)
     return walks
 
 
@@ -356,7 +334,8 @@ def _node_mask(nodes, n: int) -> Tensor:
             raise ValueError(f"nodes as a boolean mask must have shape ({n},) or (M, {n}), got {tuple(nodes.shape)}")
         return nodes
     if nodes.is_floating_point():
-        raise TypeError(f"nodes must be node ids (an integer tensor or list) or a boolean mask, got dtype {nodes.dtype}")
+        raise TypeError(f"nodes must be node ids (an integer tensor or list) or a boolean mask, got dtype "
+                        f"{nodes.dtype}")
     nodes = nodes.long().view(-1)
     if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
         bad = int(nodes[(nodes < 0) | (nodes >= n)][0])

@@ -1,6 +1,5 @@
-r"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search,
-on a :class:`~lrp_lib.explain.walks.model.WalkModel`, the ``wm`` of every function here;
-:mod:`lrp_lib.explain.walks` runs them on a model and a graph."""
+"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search, on a
+:class:`~lrp_lib.explain.walks.model.WalkModel` ``wm`` (:mod:`lrp_lib.explain.walks` runs them on a model)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -13,23 +12,26 @@ from lrp_lib.explain.walks.algebra import fan_out
 __all__ = ["GreedySubgraph", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of", "scores_of",
            "to_edges"]
 
-#: Walks whose relevance differs by less than this (relative to the largest) count as tied: the
-#: choice among them, and their order, follow the walks themselves (smallest node ids first), not
-#: float rounding, which differs between CPUs' instruction sets.
+#: Walks whose relevance differs by less than this (relative to the largest) are tied: chosen and ordered by the
+#: walks themselves (smallest node ids first), not by float rounding, which differs between CPUs.
 TIE = 1e-9
 
 
 def enumerated_walks(wm, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
     """The exact top k by scoring every walk in batches of ``chunk``, keeping the running top k (the
     reference of :func:`bounded_walks`)."""
-    walks = wm.all_walks()
-    key = (lambda r: r) if signed else (lambda r: r.abs())
+    walks, key = wm.all_walks(), _key(signed)
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
     for part in walks.split(chunk):
         cand_w, cand_r = torch.cat([best_w, part]), torch.cat([best_r, wm.walk_relevance(part)])
         keep = _near_top(key(cand_r), k)
         best_w, best_r = cand_w[keep], cand_r[keep]
     return select(best_w, best_r, k, key)
+
+
+def _key(signed: bool):
+    """What the search ranks by: R (``signed``) or |R|."""
+    return (lambda r: r) if signed else torch.abs
 
 
 def _near_top(v: Tensor, k: int) -> Tensor:
@@ -66,20 +68,17 @@ def _start(wm):
 def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     """Children at time t-1 of suffixes whose first node (column t) has state a at time t."""
     alg = wm.algebra
-    src, dst, ptr, _ = alg.pairs[t]
-    k = walks[:, t]
-    v, s = alg.back(t, k, a)
-    parent, offs = fan_out(ptr[k + 1] - ptr[k])
-    pair = ptr[k][parent] + offs
+    src, _, ptr, _ = alg.pairs[t]
+    v, s = alg.back(t, walks[:, t], a)
+    parent, pair = fan_out(ptr, walks[:, t])
     child = walks[parent].clone()
     child[:, t - 1] = src[pair]
     return child, alg.child(t, pair, v[parent], None if s is None else s[parent])
 
 
 def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
-    """The k best complete walks (by ``key`` of their relevance) from suffixes at time 1 (states a):
-    per end node u of step 1, one product of the suffixes' states with the prefix vectors of the
-    steps into u; sorted by decreasing key."""
+    """The k best complete walks (by decreasing ``key`` of their relevance) from suffixes at time 1 (states a):
+    per end node u of step 1, one product of the suffixes' states with the prefix vectors of the steps into u."""
     alg = wm.algebra
     src, _, ptr, _ = alg.pairs[1]
     z = alg.first_step
@@ -90,10 +89,10 @@ def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     at = ptr.tolist()
     rel = [aa @ z[at[u]:at[u + 1]].t() for u, aa in zip(uniq.tolist(), a.split(counts.tolist()))]
     rel = torch.cat([r.reshape(-1) for r in rel]) if rel else a.new_zeros(0)
-    parent, offs = fan_out(ptr[k_ + 1] - ptr[k_])
+    parent, pair = fan_out(ptr, k_)
     best = _near_top(key(rel), k)
     child = walks[parent[best]]
-    child[:, 0] = src[ptr[k_[parent[best]]] + offs[best]]
+    child[:, 0] = src[pair[best]]
     return select(child, rel[best], k, key)
 
 
@@ -109,29 +108,23 @@ def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
 
 def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
     """The exact top k by branch and bound from the output side (see :func:`~lrp_lib.explain.walks.top_walks`)."""
-    L, alg = wm.depth, wm.algebra
-    bounds = alg.bounds()
-    key = (lambda r: r) if signed else (lambda r: r.abs())
-    beam = beam or max(8 * k, 64)
-    walks, a = _start(wm)                                   # 1. a beam pass for a threshold
-    for t in range(L, 1, -1):
-        ub = _ub(bounds, t, walks, a, signed)
-        if ub.numel() > beam:
-            keep = ub.topk(beam).indices
-            walks, a = walks[keep], a[keep]
-        walks, a = _expand(wm, t, walks, a)
-    walks, rel = _finish(wm, walks, a, k, key)
+    bounds, key, beam = wm.algebra.bounds(), _key(signed), beam or max(8 * k, 64)
+
+    def search(keep):
+        """Expand the suffixes that ``keep`` picks by their bounds down to time 1, which _finish scores exactly."""
+        walks, a = _start(wm)
+        for t in range(wm.depth, 1, -1):
+            pick = keep(_ub(bounds, t, walks, a, signed))
+            walks, a = _expand(wm, t, walks[pick], a[pick])
+        return _finish(wm, walks, a, k, key)
+    _, rel = search(lambda ub: ub.topk(beam).indices if ub.numel() > beam else slice(None))  # 1. a beam pass
     if rel.numel() >= k:
         tau = key(rel).topk(k).values[-1]
         scale = tau.abs() + key(rel).abs().max()  # rounding's margin, and the walks tied with the k-th
         tau = tau - max(1e3 * torch.finfo(rel.dtype).eps, TIE) * scale
     else:
         tau = rel.new_tensor(float("-inf"))
-    walks, a = _start(wm)                                   # 2. branch and bound with it
-    for t in range(L, 1, -1):          # time 1 is scored exactly by _finish, no bound needed
-        keep = _ub(bounds, t, walks, a, signed) >= tau
-        walks, a = _expand(wm, t, walks[keep], a[keep])
-    walks, rel = _finish(wm, walks, a, k, key)
+    walks, rel = search(lambda ub: ub >= tau)     # 2. branch and bound with the beam's threshold
     return walks, rel.detach()
 
 
