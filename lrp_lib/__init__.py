@@ -1,21 +1,9 @@
-"""Layer-wise Relevance Propagation for PyTorch Geometric models.
-
-The package has four parts, and imports point one way (``book`` -> ``explain`` -> ``core`` and
-``teach`` -> ``core``):
-
-* :mod:`lrp_lib.core`: the arithmetic every explanation shares: the stabiliser, the rules, the
-  composites that assign them, input validation;
-* :mod:`lrp_lib.explain`: the product: any PyG model explained through its own ``forward`` (a
-  ``TorchFunctionMode`` that writes each rule as a forward modification, so that one ordinary backward
-  gives the relevance), the ``LRPExplainer`` algorithm for PyG's ``Explainer``, relevant walks and
-  data-set jobs;
-* :mod:`lrp_lib.teach`: the small implementations the first chapters build on purpose (one
-  autograd op per rule, Graph Network layers, relprop and JAX versions);
-* :mod:`lrp_lib.book`: what the book's pages share: models, stored weights, data sets, plots,
-  benchmark tables.
-
-``from lrp_lib import LRPExplainer, Explainer, Composite, explain_dataset`` imports what most
-users need; PyG is loaded on first use only.
+"""Layer-wise Relevance Propagation for PyTorch Geometric models: :mod:`lrp_lib.core` (stabiliser, rules,
+composites, input checks), :mod:`lrp_lib.explain` (the product: any PyG model explained through its own
+``forward``), :mod:`lrp_lib.teach` (the first chapters' small implementations) and :mod:`lrp_lib.book` (what the
+book's pages share); imports point ``book`` -> ``explain`` -> ``core`` and ``teach`` -> ``core``.
+``from lrp_lib import LRPExplainer, Explainer, Composite, explain_dataset`` imports what most users need; PyG is
+loaded on first use only.
 """
 import importlib
 

@@ -1,6 +1,5 @@
-"""The arithmetic every explanation shares: the stabiliser (:mod:`~lrp_lib.core.stabilizer`), the rules
-(:mod:`~lrp_lib.core.rules`) and their forward form (:mod:`~lrp_lib.core.modify`), the composites that assign
-them to layers (:mod:`~lrp_lib.core.composites`) and the checks of user input (:mod:`~lrp_lib.core.validation`).
+"""The arithmetic every explanation shares: :mod:`~lrp_lib.core.stabilizer`, :mod:`~lrp_lib.core.rules` and their
+forward form :mod:`~lrp_lib.core.modify`, :mod:`~lrp_lib.core.composites`, :mod:`~lrp_lib.core.validation`.
 Imports nothing else from :mod:`lrp_lib`."""
 import importlib
 

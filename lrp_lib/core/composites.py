@@ -1,52 +1,37 @@
 r"""Composites: which rule each part of a model gets (Zennit's design, for graph networks).
 
-A :class:`Composite` maps the weights of a model to :class:`~lrp_lib.core.rules.Rule` objects -- by
-module type or by the module's qualified name (a glob pattern such as ``"convs.0.*"``) -- and
-sets the few choices that are not per-weight rules.  The defaults, and why:
+A :class:`Composite` maps the weights of a model to :class:`~lrp_lib.core.rules.Rule` objects -- by module type,
+by qualified name (a glob such as ``"convs.0.*"``) or by message-passing depth -- and sets the few choices that
+are not per-weight rules.  What each family of operations (:mod:`lrp_lib.explain.mode.function_mode`) gets, and why:
 
-* **Linear maps with a weight** (``Linear``, PyG ``Linear``, the ``lin`` of every conv, convolutions,
-  ``x @ W``): the rule that ``rules`` or ``layers`` name for the module, else ``linear``; ``linear=None``
-  (the default) is the default rule of whatever runs the composite: :class:`~lrp_lib.core.rules.ZPlus` in
-  ``LRPExplainer``, :class:`~lrp_lib.core.rules.Epsilon` (:math:`\epsilon = 10^{-6}`) in the walks and
-  ``explain_tensor``.  Epsilon with a small :math:`\epsilon` is LRP-0 up to the stabiliser: on a bias-free
-  piecewise-linear model it equals input :math:`\times` gradient and conserves the output.
-* **Maps without a weight** (sums, means, ``scatter_add``, sum and mean pooling, a product with the
-  adjacency matrix, batch norm in eval mode): the epsilon rule with the composite's ``epsilon``; the
-  coefficients are data, not parameters, so :math:`\gamma` and z+ do not apply.
-* **Max and min** (max aggregation, max pooling): the winner takes all (the gradient's choice).
-* **Elementwise functions** (ReLU, GELU, SiLU, tanh, a sigmoid head, products with a constant):
-  the identity rule, relevance passes unchanged.
-* **Gates** -- a sigmoid's output (or ``1 - z`` of one) multiplying a signal, as in GRU and LSTM cells
-  and gated convolutions: the gate is held constant and the signal takes all the relevance
-  ("signal-take-all", Arras et al., 2017).
-* **Other products of two input-dependent factors** (FiLM, ``h * h``): AttnLRP's uniform rule, half each.
-* **Attention** -- a factor that is a normalised weight (a softmax's output, PyG's ``softmax`` over the
-  edges, any ``a / b`` with a data-dependent ``b``): ``attention="cp"`` (default) holds it constant,
-  CP-LRP (Ali et al., 2022), so all relevance goes to the values; ``attention="uniform"`` gives it half
-  (AttnLRP), which then flows on through the scores.  The softmax gets AttnLRP's rule,
-  :math:`R_x = x \odot (R - s \sum R)`, also where it is written out of torch operations as PyG's
-  ``softmax`` is; what it does not conserve is counted with the biases.
-* **Normalisation** -- layer, group and instance norm: the normalisation passes relevance unchanged
-  and the affine part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode is the linear map
-  :math:`a x + c` it is.
+* **Linear maps with a weight**: the rule that ``rules`` or ``layers`` name, else ``linear``, whose default
+  ``None`` is the default of what runs the composite: :class:`~lrp_lib.core.rules.ZPlus` in ``LRPExplainer``,
+  :class:`~lrp_lib.core.rules.Epsilon` (:math:`\epsilon = 10^{-6}`) in the walks and ``explain_tensor``.  A small
+  :math:`\epsilon` is LRP-0 up to the stabiliser: input :math:`\times` gradient on a bias-free piecewise-linear model.
+* **Maps without a weight** (sums, aggregations, pools, a product with the adjacency, batch norm in eval mode):
+  epsilon with the composite's ``epsilon``; the coefficients are data, so :math:`\gamma` and z+ do not apply.
+* **Max and min**: the winner takes all.  **Elementwise functions**: the identity rule.
+* **Gates** (a sigmoid's output, or ``1 - z`` of one, times a signal: GRU, LSTM, gated convolutions): the gate is
+  held constant and the signal takes all ("signal-take-all", Arras et al., 2017).  **Other products of two
+  input-dependent factors** (FiLM, ``h * h``): AttnLRP's uniform rule, half each.
+* **Attention** (a normalised weight: a softmax's output, PyG's ``softmax``, ``a / b`` with a data-dependent
+  ``b``): ``attention="cp"`` (default) holds it constant (CP-LRP, Ali et al., 2022), so all relevance goes to the
+  values; ``"uniform"`` gives it half (AttnLRP), which flows on through the scores.  The softmax gets AttnLRP's
+  rule :math:`R_x = x \odot (R - s \sum R)`; what it does not conserve is counted with the biases.
+* **Normalisation** (layer, group, instance norm): relevance passes the normalisation unchanged and the affine
+  part splits it (AttnLRP's LayerNorm rule); batch norm in eval mode is the linear map :math:`a x + c` it is.
 
-Rules per message-passing layer (``layers=``): the weights inside the :math:`i`-th ``MessagePassing``
-module of the model (in the order the model registers them, submodules included) can get a rule that
-depends on the depth, as the LRP-for-GNN literature does.  Named composites (besides every rule name):
+Named composites (besides every rule name):
 
-========================  =====================================================================
-``"epsilon"``, ``"z"``    :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`, or 0: exact
-                          conservation on bias-free models) on every weight.
-``"gamma"``, ``"zplus"``  ``Gamma(0.25)``, :class:`~lrp_lib.core.rules.ZPlus` (``LRPExplainer``'s
-                          default, chosen by the benchmark of chapter 9) on every weight.
-``"gamma_sgnn"``          :math:`\gamma_i` from 3 at the first message-passing layer down to 0 at
-                          the last, the dense head at :math:`\epsilon`: Xiong et al.'s sGNN-LRP.
-``"gamma_dig"``           :math:`\gamma = 2` in the first message-passing layer, :math:`\gamma = 1`
-                          elsewhere: DIG's GNN-LRP (after Schnake et al., 2021).
-``"layered"``             after Kohlbrenner et al. (2020): ``Epsilon(0.1)`` on the dense layers,
-                          ``Gamma(0.25)`` in the message-passing layers, the bounded
-                          :class:`~lrp_lib.core.rules.ZBox` in the first one, whose input is the data.
-========================  =====================================================================
+* ``"epsilon"``, ``"z"``: :class:`~lrp_lib.core.rules.Epsilon` (:math:`10^{-6}`, or 0: exact conservation on
+  bias-free models) on every weight; ``"gamma"``, ``"zplus"``: ``Gamma(0.25)``, :class:`~lrp_lib.core.rules.ZPlus`
+  (``LRPExplainer``'s default, chosen by the benchmark of chapter 9) on every weight.
+* ``"gamma_sgnn"``: :math:`\gamma_i` from 3 at the first message-passing layer down to 0 at the last, the dense
+  head at :math:`\epsilon`: Xiong et al.'s sGNN-LRP.
+* ``"gamma_dig"``: :math:`\gamma = 2` in the first message-passing layer, :math:`\gamma = 1` elsewhere: DIG's
+  GNN-LRP (after Schnake et al., 2021).
+* ``"layered"``, after Kohlbrenner et al. (2020): ``Epsilon(0.1)`` on the dense layers, ``Gamma(0.25)`` in the
+  message-passing layers, the bounded :class:`~lrp_lib.core.rules.ZBox` in the first one, whose input is the data.
 """
 from __future__ import annotations
 
@@ -70,27 +55,23 @@ class Composite:
     """Rules for the weights of a model, and the choices that are not per-weight rules.
 
     Args:
-        linear: the rule of every weight that ``rules`` and ``layers`` do not name (a :class:`Rule` or its
-            name).  ``None`` (the default): the default rule of what runs the composite (see the module
-            docstring and :meth:`with_default`).
-        rules: ``{module type or glob pattern of the qualified module name: rule}``; the first
-            entry that matches the module owning a weight wins (names before types: put the most
-            specific first).  Example: ``{"conv1.*": "gamma", nn.Linear: Epsilon(0.01)}``.
-        epsilon: the stabiliser of the maps without weights (sums, aggregations, pools) and of
-            the elementwise affine maps (norms).  ``0`` conserves exactly (a zero output then
-            loses its relevance, with a warning).
-        attention: ``"cp"`` (normalised weights held constant) or ``"uniform"`` (half the
-            product's relevance).
-        bias: ``True`` (default): biases and other constant terms take their share of each split
-            (reported as ``bias_relevance``).  ``False``: they take none, and all relevance reaches the
-            inputs (Zennit's ``zero_params="bias"``).
-        layers: the rule of the weights inside each message-passing layer: a sequence (rule of
-            layer 0, 1, ...; layers past its end get ``linear``) or a function ``(i, n) -> rule``
-            of the layer's index ``i`` and the model's number ``n`` of message-passing layers.
-            ``rules`` take precedence, then ``layers``, then ``linear``.
+        linear: the rule (a :class:`Rule` or its name) of every weight that ``rules`` and ``layers`` do not name.
+            ``None`` (the default): the default rule of what runs the composite (:meth:`with_default`).
+        rules: ``{module type or glob pattern of the qualified module name: rule}``; the first entry that matches
+            the module owning a weight wins (names before types: put the most specific first).  Example:
+            ``{"conv1.*": "gamma", nn.Linear: Epsilon(0.01)}``.
+        epsilon: the stabiliser of the maps without weights (sums, aggregations, pools) and of the elementwise
+            affine maps (norms).  ``0`` conserves exactly (a zero output then loses its relevance, with a warning).
+        attention: ``"cp"`` (normalised weights held constant) or ``"uniform"`` (half the product's relevance).
+        bias: ``True`` (default): biases and other constant terms take their share of each split (reported as
+            ``bias_relevance``).  ``False``: they take none, and all relevance reaches the inputs (Zennit's
+            ``zero_params="bias"``).
+        layers: the rule of the weights inside each message-passing layer (the model's ``MessagePassing``
+            modules in registration order, submodules included): a sequence (rule of layer 0, 1, ...; layers past
+            its end get ``linear``) or a function ``(i, n) -> rule`` of the layer's index ``i`` and the model's
+            number ``n`` of message-passing layers.  ``rules`` take precedence, then ``layers``, then ``linear``.
 
-    Raises:
-        TypeError, ValueError: for a bad rule, key, ``layers``, ``epsilon``, ``attention`` or ``bias``.
+    Raises TypeError or ValueError for a bad rule, key, ``layers``, ``epsilon``, ``attention`` or ``bias``.
     """
 
     def __init__(self, linear: Rule | str | None = None, rules: Mapping | None = None, epsilon: float = 1e-6,
@@ -116,8 +97,7 @@ class Composite:
         self.bias = bias
 
     def with_default(self, rule: Rule | str) -> "Composite":
-        """This composite, with ``rule`` for the weights it names no rule for if ``linear`` is None (a copy;
-        itself otherwise)."""
+        """This composite if its ``linear`` is set, else a copy with ``rule`` as ``linear`` (the default rule)."""
         if self.linear is not None:
             return self
         resolved = copy.copy(self)
@@ -125,9 +105,8 @@ class Composite:
         return resolved
 
     def rules_of(self, model: nn.Module) -> dict[str, Rule]:
-        """The rule of the weights of each module of ``model`` that owns a weight (a parameter of two or more
-        dimensions: a linear map's or a convolution's; biases and norms' scales take no rule), by qualified
-        name (``""``: the model itself)."""
+        """The rule of each module of ``model`` that owns a weight (a parameter of two or more dimensions; biases and
+        norms' scales take no rule), by qualified name (``""``: the model itself)."""
         return {name: self.rule_for(name, module, layer) for name, module, layer in weight_owners(model)
                 if any(p is not None and p.dim() >= 2 for p in module._parameters.values())}
 
@@ -152,9 +131,8 @@ class Composite:
         return self.linear
 
     def key(self) -> tuple:
-        """A hashable value, the same for composites that give every weight the same rule and make the same
-        other choices (an explainer's cache key).  A tensor in a rule (a :class:`~lrp_lib.core.rules.ZBox`
-        bound) and a ``layers`` function count by identity."""
+        """A hashable value (an explainer's cache key), the same for composites that make the same choices; a tensor
+        in a rule (a :class:`~lrp_lib.core.rules.ZBox` bound) and a ``layers`` function count by identity."""
         def value(v):
             return ("object", id(v)) if isinstance(v, torch.Tensor) or callable(v) else v
 
@@ -185,9 +163,8 @@ NAMED_COMPOSITES: dict[str, Callable[[], Composite]] = {
 
 
 def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int] | None]]:
-    """Each module of ``model`` that owns parameters: its qualified name, the module, and ``(i, n)`` when it
-    belongs to the ``i``-th of the model's ``n`` outermost message-passing modules (else None), each module
-    once, in the order of ``named_modules``."""
+    """Each module of ``model`` that owns parameters, once, in the order of ``named_modules``: its qualified name, the
+    module, and ``(i, n)`` if it is in the ``i``-th of the model's ``n`` outermost message-passing modules."""
     named = list(model.named_modules())
     layers = [name for name, module in named if isinstance(module, MessagePassing)]
     layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
@@ -201,11 +178,9 @@ def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int
 
 
 def get_composite(composite: Composite | Rule | str, default: Rule | str = "epsilon") -> Composite:
-    """A :class:`Composite` from a composite, a rule (used for every weight, with that rule's
-    epsilon for the maps without weights) or a name: ``"epsilon"``, ``"z"``, ``"gamma"``,
-    ``"zplus"``, ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"`` (see the module docstring), or
-    any rule name of :func:`lrp_lib.core.rules.get_rule`.  A composite that leaves its default rule
-    open (``linear=None``) gets ``default``."""
+    """A :class:`Composite` from a composite (one with ``linear=None`` gets ``default``), a rule (for every weight,
+    its epsilon for the maps without weights), a named composite (the module docstring's table) or any rule name
+    of :func:`lrp_lib.core.rules.get_rule`."""
     if isinstance(composite, Composite):
         return composite.with_default(default)
     if isinstance(composite, str) and composite.lower().replace("-", "_") in NAMED_COMPOSITES:

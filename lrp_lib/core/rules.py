@@ -1,25 +1,20 @@
-r"""The LRP rules of :mod:`lrp_lib`, each declared once: how a linear map splits relevance.
+r"""The LRP rules of :mod:`lrp_lib`, each declared once with its formula: how a linear map splits relevance.
 
-A linear layer computes :math:`z_k = \sum_j x_j w_{jk} + b_k`; the term :math:`x_j w_{jk}`
-is input :math:`j`'s *contribution* to output :math:`k`.  Every rule here redistributes the
-relevance :math:`R_k` of each output over (a modified version of) those contributions,
+A linear layer computes :math:`z_k = \sum_j x_j w_{jk} + b_k`; the term :math:`x_j w_{jk}` is input :math:`j`'s
+*contribution* to output :math:`k`.  Every rule redistributes the relevance :math:`R_k` of each output over (a
+modified version of) those contributions,
 
 .. math::  R_j = \sum_k \frac{c_{jk}}{\sum_{j'} c_{j'k}} R_k ,
 
-and every rule is computed without forming the contribution tensor: for :math:`f(x) = J x`,
-:math:`R = x \odot J^\top (R_{out} / z)` costs one vector-Jacobian product (VJP) of :math:`f`.
+without forming the contribution tensor: for :math:`f(x) = J x`, :math:`R = x \odot J^\top (R_{out} / z)` costs
+one vector-Jacobian product (VJP) of :math:`f`.  A :class:`Rule`'s ``modify`` applies it as a forward that keeps
+the map's value and changes its gradient (:mod:`lrp_lib.core.modify`); chapter 3 applies the same formulas in
+backward form (:mod:`lrp_lib.teach.backward_rules`).
 
-Each rule is a :class:`Rule` whose ``modify`` applies it to a linear map as a forward that keeps the map's
-value and changes its gradient (:mod:`lrp_lib.core.modify`); chapter 3 applies the same formulas in backward
-form (:mod:`lrp_lib.teach.backward_rules`).  The rules, with their formulas in their docstrings
-(``rule=`` also takes the name): :class:`Epsilon` (``"epsilon"``; ``"z"`` is ``Epsilon(0)``),
-:class:`Gamma` (``"gamma"``), :class:`AlphaBeta` (``"alpha2beta1"``, ...), :class:`ZPlus`
-(``"zplus"``) and :class:`ZBox` (``"zbox"``).
-
-Here :math:`t^+ = \max(t, 0)` and :math:`t^- = \min(t, 0)`.  A denominator equal to zero cannot be
-split: that output's relevance is lost and a :class:`~lrp_lib.core.stabilizer.LostRelevanceWarning` says
-so.  The bias keeps its own share (it is not an input), so only bias-free maps conserve relevance exactly
-(and the epsilon rule with :math:`\epsilon > 0` absorbs a little).
+Here :math:`t^+ = \max(t, 0)` and :math:`t^- = \min(t, 0)`.  A denominator equal to zero cannot be split: that
+output's relevance is lost and a :class:`~lrp_lib.core.stabilizer.LostRelevanceWarning` says so.  The bias keeps
+its own share (it is not an input), so only bias-free maps conserve relevance exactly (and the epsilon rule with
+:math:`\epsilon > 0` absorbs a little).
 """
 from __future__ import annotations
 
@@ -52,14 +47,12 @@ def negative_part(w: Weight) -> Weight:
     return min(w, 0.0) if isinstance(w, float) else w.clamp(max=0)
 
 
-# ----------------------------------------------------------------------- rules
 class Rule:
     r"""Base class: a rule for one linear map ``m(x, weight, bias)``.
 
-    ``modify`` returns the map's output ``out`` (computed with its graph from ``x``), with its value kept and
-    its gradient changed so that :math:`x \odot \partial f/\partial x` is the rule's relevance when the
-    output's relevance is :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form,
-    :mod:`lrp_lib.core.modify`)."""
+    ``modify`` returns the map's output ``out`` (computed with its graph from ``x``), its value kept and its
+    gradient changed so that :math:`x \odot \partial f/\partial x` is the rule's relevance when the output's is
+    :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form, :mod:`lrp_lib.core.modify`)."""
 
     def modify(self, m: Map, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor,
                nonneg: bool = False) -> Tensor:
@@ -127,13 +120,12 @@ class AlphaBeta(Rule):
                - \beta \frac{(x_j w_{jk})^-}{z_k^-}\Big) R_k, \qquad
                z_k^\pm = \sum_j (x_j w_{jk})^\pm + b_k^\pm, \qquad \alpha - \beta = 1 .
 
-    The bias counts as the contribution of a constant input 1.  With :math:`(xw)^+ = x^+ w^+ + x^- w^-`
-    and :math:`(xw)^- = x^+ w^- + x^- w^+` each part is the map applied to clamped inputs and weights: a
-    VJP each (one when ``x >= 0``, as after a ReLU).  The sum over :math:`j` is
-    :math:`(\alpha - \beta) R_k = R_k` where both parts exist.  A part whose denominator is 0 (no
-    contribution of that sign) drops its term and warns; the other part still carries :math:`\alpha R_k`
-    (or :math:`-\beta R_k`), as in Zennit.  Pooling (positive coefficients) after a ReLU has no negative
-    part: give it the epsilon or z-rule.
+    The bias counts as the contribution of a constant input 1.  With :math:`(xw)^+ = x^+ w^+ + x^- w^-` and
+    :math:`(xw)^- = x^+ w^- + x^- w^+` each part is the map applied to clamped inputs and weights: a VJP each
+    (one when ``x >= 0``, as after a ReLU).  The sum over :math:`j` is :math:`(\alpha - \beta) R_k = R_k` where
+    both parts exist; a part whose denominator is 0 (no contribution of that sign) drops its term and warns, the
+    other still carrying :math:`\alpha R_k` (or :math:`-\beta R_k`), as in Zennit.  Pooling (positive
+    coefficients) after a ReLU has no negative part: give it the epsilon or z-rule.
     """
 
     def __init__(self, alpha: float = 2.0, beta: float = 1.0):
@@ -157,8 +149,7 @@ class AlphaBeta(Rule):
         return m(x.clamp(min=0), w_same, b) + m(x.clamp(max=0), w_other, None)
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
-        od = out.detach()
-        y = od
+        od = y = out.detach()
         for coefficient, positive in ((self.alpha, True), (-self.beta, False)):
             if coefficient:  # out's value; the gradient into each part scaled by coefficient * out / part
                 z = self._signed(m, x, weight, bias, positive=positive, nonneg=nonneg)
@@ -172,13 +163,11 @@ class ZPlus(AlphaBeta):
 
     .. math::  R_j = \sum_k \frac{(x_j w_{jk})^+}{\sum_{j'} (x_{j'} w_{j'k})^+ + b_k^+} R_k
 
-    For :math:`x \ge 0` this is :math:`x_j w_{jk}^+ / \sum_{j'} x_{j'} w_{j'k}^+`: one VJP of the
-    map with weights :math:`w^+`.
-
-    A unit :math:`k` that receives relevance but has no positive contribution (every
-    :math:`x_j w_{jk} \le 0` and :math:`b_k \le 0`, as for a negative message that a signed split upstream
-    hands relevance to) falls back to LRP-0, :math:`R_j = x_j w_{jk} / z_k \cdot R_k`; only a unit whose
-    output is 0 as well loses its relevance (with a warning).
+    For :math:`x \ge 0` this is :math:`x_j w_{jk}^+ / \sum_{j'} x_{j'} w_{j'k}^+`: one VJP of the map with
+    weights :math:`w^+`.  A unit :math:`k` that receives relevance but has no positive contribution (every
+    :math:`x_j w_{jk} \le 0` and :math:`b_k \le 0`, as a negative message that a signed split upstream hands
+    relevance to) falls back to LRP-0, :math:`R_j = x_j w_{jk} / z_k \cdot R_k`; only a unit whose output is 0
+    as well loses its relevance (with a warning).
     """
 
     def __init__(self):
@@ -201,16 +190,14 @@ class ZBox(Rule):
                {\sum_{j'} \big(x_{j'} w_{j'k} - l_{j'} w_{j'k}^+ - h_{j'} w_{j'k}^-\big)
                + \epsilon} R_k
 
-    Each term :math:`(x_j - l_j) w^+_{jk} + (x_j - h_j) w^-_{jk}` is non-negative, so the
-    denominator is too and relevance keeps its sign.  The bias takes no share (it cancels, as in
-    Zennit's ``ZBox``).  It is meant for the first layer, whose inputs are the data
-    (Kohlbrenner et al., 2020, use it on pixels).
+    Each term :math:`(x_j - l_j) w^+_{jk} + (x_j - h_j) w^-_{jk}` is non-negative, so the denominator is too and
+    relevance keeps its sign.  The bias takes no share (it cancels, as in Zennit's ``ZBox``).  Meant for the first
+    layer, whose inputs are the data (Kohlbrenner et al., 2020, use it on pixels).
 
     Args:
-        low, high: the bounds (numbers or tensors broadcasting against the input).  ``None``
-            (default): the range each input feature takes over the explained input's first
-            dimension (its nodes), widened to include 0 -- one-hot and constant features get
-            :math:`[0, 1]` and :math:`[0, c]`, so the box never collapses to a point.
+        low, high: the bounds (numbers or tensors broadcasting against the input).  ``None`` (default): the
+            range each input feature takes over the explained input's first dimension (its nodes), widened to
+            include 0 -- one-hot and constant features get :math:`[0, 1]` and :math:`[0, c]`, never a point.
         eps: the stabiliser of the (non-negative) denominator.
     """
 
@@ -224,9 +211,8 @@ class ZBox(Rule):
         self.eps = check_number(eps, "eps")
 
     def bounds(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """The box :math:`(l, h)` for input ``x``, each shaped like ``x``.  Bounds given by the user are
-        checked against ``x`` (a ``ValueError`` when ``x`` leaves the box); the default box holds ``x``
-        by construction and reads nothing."""
+        """The box :math:`(l, h)` for input ``x``, each shaped like ``x``; a ``ValueError`` where ``x`` leaves the
+        user's bounds (the default box holds ``x`` by construction: nothing is read)."""
         zero = torch.zeros((), dtype=x.dtype, device=x.device)
         low = torch.minimum(x.amin(0, keepdim=True), zero) if self.low is None else \
             torch.as_tensor(self.low, dtype=x.dtype, device=x.device)
@@ -238,11 +224,10 @@ class ZBox(Rule):
         return low.expand_as(x), high.expand_as(x)
 
     def modify(self, m, x, weight, bias, out, nonneg=False, low: Tensor | None = None, high: Tensor | None = None):
-        r"""The forward form.  The relevance here is not :math:`x \odot \mathrm{grad}` alone: its bound
-        terms :math:`-l \odot J_{w^+}^\top s - h \odot J_{w^-}^\top s` are the relevance of the bounds, read
-        as :math:`l \odot \mathrm{grad}_l + h \odot \mathrm{grad}_h` when ``low`` and ``high`` are given
-        as tensors shaped like ``x`` that require grad (from :meth:`bounds`); the input's relevance is
-        the sum of the three."""
+        r"""The forward form.  The relevance is not :math:`x \odot \mathrm{grad}` alone: the bound terms
+        :math:`-l \odot J_{w^+}^\top s - h \odot J_{w^-}^\top s`, the bounds' relevance, are read as
+        :math:`l \odot \mathrm{grad}_l + h \odot \mathrm{grad}_h` when ``low`` and ``high`` are given as tensors
+        shaped like ``x`` that require grad (from :meth:`bounds`); the input's relevance is the sum of the three."""
         if low is None or high is None:
             box = self.bounds(x.detach())
             low, high = (box[0] if low is None else low), (box[1] if high is None else high)
@@ -271,8 +256,6 @@ def get_rule(rule: Rule | str) -> Rule:
         m = _ALPHA_BETA.match(name)
         if m:
             return AlphaBeta(float(m.group(1)), float(m.group(2)))
-        raise ValueError(
-            f"rule {rule!r} is not known; use a Rule object or one of 'epsilon', 'z', 'gamma', "
-            f"'zplus', 'zbox', 'alpha_beta', 'alpha<a>beta<b>' (e.g. 'alpha2beta1')"
-        )
+        raise ValueError(f"rule {rule!r} is not known; use a Rule object or one of 'epsilon', 'z', 'gamma', "
+                         f"'zplus', 'zbox', 'alpha_beta', 'alpha<a>beta<b>' (e.g. 'alpha2beta1')")
     raise TypeError(f"rule must be a lrp_lib.core.rules.Rule or a string, got {type(rule).__name__}")

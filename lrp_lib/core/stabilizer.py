@@ -1,13 +1,9 @@
 r"""The one stabiliser every proportional LRP rule shares, and the warning for relevance that is lost.
 
-A proportional rule gives each input the part of an output's relevance that its contribution
-:math:`z_{ij}` makes of the output :math:`z_j`:
-
-.. math::  R_i = \sum_j \frac{z_{ij}}{z_j} R_j .
-
-:func:`stabilize` adds :math:`\epsilon\,\mathrm{sign}(z_j)` to the denominator (the epsilon rule).  Every
-rule of :mod:`lrp_lib.core.rules` and every op of :mod:`lrp_lib.teach` stabilises through it; the teaching ops
-divide through :func:`lrp_lib.teach.share.relevance_share`.
+A proportional rule gives each input the part of an output's relevance that its contribution :math:`z_{ij}`
+makes of the output :math:`z_j`, :math:`R_i = \sum_j z_{ij} R_j / z_j`; :func:`stabilize` adds
+:math:`\epsilon\,\mathrm{sign}(z_j)` to the denominator (the epsilon rule).  Every rule of :mod:`lrp_lib.core.rules`
+and every op of :mod:`lrp_lib.teach` (through :func:`lrp_lib.teach.share.relevance_share`) stabilises through it.
 """
 from __future__ import annotations
 
@@ -22,11 +18,9 @@ class LostRelevanceWarning(UserWarning):
 
 
 def stabilize(z: Tensor, eps: float) -> Tensor:
-    r"""The one stabiliser of :mod:`lrp_lib`: :math:`z + \epsilon\,\mathrm{sign}(z)` with
-    :math:`\mathrm{sign}(0) = +1` (Zennit's convention; a negative zero, ``-0.0``, gets
-    :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor;
-    ``eps = 0`` returns ``z`` itself.  (The constant is expanded to ``z``'s shape: ATen's CPU
-    ``copysign`` vectorises only so.)"""
+    r""":math:`z + \epsilon\,\mathrm{sign}(z)` with :math:`\mathrm{sign}(0) = +1` (Zennit's convention; ``-0.0``
+    gets :math:`-\epsilon`), so that for :math:`\epsilon > 0` no denominator is zero.  A new tensor; ``eps = 0``
+    returns ``z`` itself.  (The constant is expanded to ``z``'s shape: ATen's CPU ``copysign`` vectorises only so.)"""
     if not eps:
         return z
     return torch.copysign(_constant(float(eps), z).expand_as(z), z).add_(z)
@@ -48,8 +42,8 @@ def _constant(value: float, like: Tensor) -> Tensor:
 
 
 def all_finite(*tensors: Tensor) -> bool:
-    """Whether no tensor among ``tensors`` contains NaN or Inf (one ``torch.aminmax`` per tensor, whose
-    ends NaN and infinities reach, and a single synchronisation).  Empty tensors are finite."""
+    """Whether no tensor among ``tensors`` holds NaN or Inf (empty ones are finite): one ``torch.aminmax`` per
+    tensor, whose ends NaN and infinities reach, and a single synchronisation."""
     ends = [end for t in tensors if t.numel() for end in torch.aminmax(t)]
     # bool() of a tensor, not .tolist(): batched tensors (is_grads_batched) have no storage to list
     return not ends or bool(torch.isfinite(torch.stack(ends)).all())

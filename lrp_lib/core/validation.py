@@ -1,11 +1,7 @@
-"""Checks of user input shared by lrp_lib's entry points.
+"""Checks of user input shared by lrp_lib's entry points: each error names the argument at fault and the fix.
 
-Every function raises an error whose message names the argument at fault and says how to fix
-it, so that a bad input never turns into a wrong explanation or an error from deep inside torch.
-
-Conventions: ``num_nodes`` is the number of rows of the node features; an ``edge_index`` has
-shape (2, E), row 0 the senders and row 1 the receivers, and an integer dtype (torch.long, or
-torch.int32 as PyG accepts); the functions that return an index return it as torch.long.
+``num_nodes`` is the number of rows of the node features; an ``edge_index`` has shape (2, E), row 0 the senders
+and row 1 the receivers, and dtype torch.long or torch.int32 (as PyG accepts); an index is returned as torch.long.
 """
 from __future__ import annotations
 
@@ -25,9 +21,8 @@ INDEX_DTYPES = (torch.long, torch.int32)
 
 
 def check_number(value, name: str, minimum: float = 0.0) -> float:
-    """``value`` as a float, after checking that it is a finite real number ``>= minimum``
-    (an epsilon, a gamma, ...).  NaN and infinity are refused: NaN would make every relevance NaN,
-    an infinite stabiliser would absorb all of it."""
+    """``value`` (an epsilon, a gamma, ...) as a float, after checking that it is a finite real number ``>= minimum``
+    (NaN would make every relevance NaN, an infinite stabiliser would absorb all of it)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= minimum \
             or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
@@ -49,8 +44,7 @@ def check_finite(t: Tensor, name: str) -> None:
 
 
 def check_index_dtype(index, name: str = "index") -> Tensor:
-    """``index`` as a torch.long tensor, after checking that it is an integer tensor
-    (torch.long or torch.int32): a TypeError otherwise."""
+    """``index`` as torch.long, after checking that it is a torch.long or torch.int32 tensor (TypeError)."""
     if not isinstance(index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of dtype torch.long, got {type(index).__name__}")
     if index.dtype not in INDEX_DTYPES:
@@ -60,8 +54,8 @@ def check_index_dtype(index, name: str = "index") -> Tensor:
 
 
 def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Tensor:
-    """``edge_index`` as torch.long, after checking its type (TypeError), its shape (2, E)
-    (ValueError) and that it only refers to nodes ``0 .. num_nodes - 1`` (IndexError)."""
+    """``edge_index`` as torch.long, after checking its type (TypeError), its shape (2, E) (ValueError) and that it
+    only refers to nodes ``0 .. num_nodes - 1`` (IndexError)."""
     sparse = edge_index.layout if isinstance(edge_index, Tensor) else type(edge_index).__name__
     if sparse == "SparseTensor" or isinstance(edge_index, Tensor) and sparse != torch.strided:
         raise TypeError(f"{name} must be a dense (2, E) tensor (senders, receivers), got a sparse adjacency "
@@ -83,19 +77,14 @@ def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> Te
     return edge_index
 
 
-#: The layouts of a sparse adjacency that the explainer takes in place of ``edge_index``.
-SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
-
-
 def is_adjacency(t) -> bool:
     """Whether ``t`` is a torch sparse tensor (COO, CSR or CSC): an adjacency given in place of ``edge_index``."""
-    return isinstance(t, Tensor) and t.layout in SPARSE_LAYOUTS
+    return isinstance(t, Tensor) and t.layout in (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
 
 
 def check_adjacency(adj: Tensor, num_nodes: int, name: str = "edge_index") -> Tensor:
-    """``adj`` itself, after checking that the sparse adjacency given as ``name`` (PyG's ``adj_t``: row ``i``
-    holds what node ``i`` receives) is square over the ``num_nodes`` nodes (ValueError) and holds finite
-    floating-point values (TypeError, ValueError)."""
+    """``adj``, after checking that this sparse adjacency (PyG's ``adj_t``: row ``i``, what node ``i`` receives) is
+    square over the ``num_nodes`` nodes (ValueError) with finite floating-point values (TypeError, ValueError)."""
     if adj.dim() != 2 or tuple(adj.shape) != (num_nodes, num_nodes):
         raise ValueError(f"{name} is a sparse adjacency of shape {tuple(adj.shape)}, but the graph has {num_nodes} "
                          f"nodes: it must have shape ({num_nodes}, {num_nodes})")
@@ -108,8 +97,7 @@ def check_adjacency(adj: Tensor, num_nodes: int, name: str = "edge_index") -> Te
 
 
 def check_node_features(x, name: str = "x") -> Tensor:
-    """``x`` itself, after checking that it is a finite, floating point (num_nodes, num_features)
-    tensor (TypeError, ValueError) with at least one node."""
+    """``x``, after checking that it is a finite floating point (num_nodes, num_features) tensor with a node."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of node features (num_nodes, num_features), "
                         f"got {type(x).__name__} (heterogeneous graphs are not supported)")
@@ -127,9 +115,8 @@ def check_node_features(x, name: str = "x") -> Tensor:
 
 def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: str = "batch",
                 fix: str | None = None) -> Tensor:
-    """``batch`` as torch.long, after checking that it has one non-negative graph id per node and,
-    given ``edge_index`` (long, in range), that no edge joins two graphs (a ValueError: relevance is
-    read per graph, so an edge across graphs would assign it to the wrong one)."""
+    """``batch`` as torch.long, after checking that it has one non-negative graph id per node and, given
+    ``edge_index`` (long, in range), that no edge joins two graphs (relevance is read per graph)."""
     batch = check_index_dtype(batch, name)
     if batch.dim() != 1 or batch.numel() != num_nodes:
         raise ValueError(f"{name} must be 1-D with one graph id per node ({num_nodes}), "
@@ -149,8 +136,8 @@ def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: s
 
 
 def check_edge_values(values, num_edges: int, name: str, one_dimensional: bool = False) -> Tensor:
-    """``values`` itself, after checking per-edge values (``edge_weight``: 1-D; ``edge_attr``: rows):
-    a finite floating point tensor with one row per edge (TypeError, ValueError)."""
+    """``values`` (``edge_weight``: 1-D; ``edge_attr``: rows), after checking that it is a finite floating point
+    tensor with one row per edge (TypeError, ValueError)."""
     if not isinstance(values, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor with one row per edge, got {type(values).__name__}")
     if not values.is_floating_point():

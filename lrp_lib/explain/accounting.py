@@ -1,32 +1,26 @@
-r"""Where the explained value went, graph by graph: :func:`account`.
+r"""Where the explained value went, group by group (each graph of a batch, each target of ``per_index=True``):
+:func:`account`.  For a group :math:`g` (its input nodes and its explained output rows)
 
-One explanation may explain several values at once: the output of each graph of a batch, or of each target of
-``per_index=True``.  For each such group :math:`g` (its input nodes, and its explained output rows)
-
-.. math::
-    v_g = \sum_{i \in g} R_i + B_g + \rho_g
+.. math::  v_g = \sum_{i \in g} R_i + B_g + \rho_g
 
 with :math:`R_i` the relevance of the group's node features (and of the ``edge_attr`` of the edges into its
 nodes), :math:`B_g` what the biases and stabilisers kept (``bias_relevance``) and :math:`\rho_g` what was lost
-(``relevance_residual``: a detach, a zero output, a rule that does not conserve, or relevance that crossed to
-another group's nodes).  The backward pass totals only :math:`\sum_g B_g` (the mode's
-:class:`~lrp_lib.explain.mode.tally.Tally`).  With :math:`u_g = v_g - \sum_{i \in g} R_i = B_g + \rho_g`, one
-more backward, from the explained values scaled by distinct weights :math:`c_g \in [1, 2)`, gives
+(``relevance_residual``: a detach, a zero output, a rule that does not conserve, relevance that crossed to another
+group).  The backward totals only :math:`\sum_g B_g` (:class:`~lrp_lib.explain.mode.tally.Tally`).  With
+:math:`u_g = v_g - \sum_{i \in g} R_i = B_g + \rho_g`, one more backward, from the explained values scaled by
+distinct weights :math:`c_g \in [1, 2)`, gives
 
-.. math::
-    \sum_g \rho_g = \sum_g u_g - \sum_g B_g, \qquad \sum_g c_g \rho_g = \sum_g c_g u_g - \sum_g c_g B_g.
+.. math::  \sum_g \rho_g = \sum_g u_g - \sum_g B_g, \qquad \sum_g c_g \rho_g = \sum_g c_g u_g - \sum_g c_g B_g.
 
 When both are zero up to rounding (:math:`10^3` machine epsilons of the magnitude of the explained values, the
-inputs' relevance and the biases'), nothing was lost in any group (losses that cancel in the plain sum do not
-cancel in the weighted one): :math:`B_g = u_g`, :math:`\rho_g = 0`.  Otherwise each group's :math:`B_g` is
-totalled by a backward from its own explained value (the last by difference), and :math:`\rho_g = u_g - B_g`.
-The passes are linear in the explained values, so :math:`B_g` is as when its graph is explained alone.
+inputs' relevance and the biases'), no group lost anything (losses that cancel in one sum do not in the other):
+:math:`B_g = u_g`, :math:`\rho_g = 0`.  Otherwise a backward per group gives its :math:`B_g` (the last by
+difference), as when its graph is explained alone (the passes are linear), and :math:`\rho_g = u_g - B_g`.
 
-Without those passes: where the tally holds each kept amount per row
-(:class:`~lrp_lib.explain.mode.tally.ProbeTally`) and ``row_groups`` gives the group of every row of every
-row count (a batch's nodes and pooled rows, :func:`batch_row_groups`; the edges of each message-passing step,
-:class:`~lrp_lib.explain.subgraphs.layer_pruning.LayerPlan`), :math:`B_g` is read off directly, and a group
-with :math:`|u_g - B_g|` above rounding has lost relevance (``split_losses=False``: the row sums only show that
+Where the tally holds each kept amount per row (:class:`~lrp_lib.explain.mode.tally.ProbeTally`) and ``row_groups``
+gives the group of every row of every row count (:func:`batch_row_groups`, or a
+:class:`~lrp_lib.explain.subgraphs.layer_pruning.LayerPlan`), :math:`B_g` is read off without those passes, and a
+group with :math:`|u_g - B_g|` above rounding lost relevance (``split_losses=False``: the row sums only show that
 none did; where one did, the backward per group runs).
 """
 from __future__ import annotations
@@ -49,10 +43,9 @@ class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
 
 def lost_relevance(start: Tensor, node_rel: Tensor, attr_rel: Tensor | None, absorbed: float, detached: set,
                    dtype: torch.dtype) -> float:
-    """What of the explained value ``start`` neither reached the inputs (``node_rel``, ``attr_rel``) nor was
-    kept by the biases and stabilisers (``absorbed``); a :class:`LostRelevanceWarning` with the amount
-    and the likely cause (the tensors the forward ``detached``) where it exceeds rounding (1e-3 of the
-    explained relevance's magnitude in float32, 1e-6 in float64)."""
+    """What of the explained value ``start`` neither reached the inputs (``node_rel``, ``attr_rel``) nor was kept by
+    the biases and stabilisers (``absorbed``), with a :class:`LostRelevanceWarning` (naming the tensors the forward
+    ``detached``) where it exceeds rounding (1e-3 of the explained magnitude in float32, 1e-6 in float64)."""
     explained = float(start.sum())
     reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
     lost = explained - reached - absorbed
@@ -73,10 +66,9 @@ def _warn_lost(lost: float, explained: float, magnitude: float, detached: set, d
 
 
 def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> tuple[Tensor, Tensor, bool]:
-    r""":func:`account` of one group whose output is one row (a single graph), with the warning of
-    :func:`lost_relevance`, from one read of the data: ``(bias_relevance, relevance_residual, finite)``, the
-    first two of shape ``[1]`` and equal to :func:`account`'s (the same float64 sums, in the same order);
-    ``finite``: whether those sums are (False where the inputs' relevance may hold NaN or Inf).
+    r""":func:`account` of one group whose output is one row (a single graph), with :func:`lost_relevance`'s
+    warning, from one read of the data: ``(bias_relevance, relevance_residual, finite)``, the first two of shape
+    ``[1]`` and equal to :func:`account`'s (the same float64 sums, in the same order), ``finite`` whether they are.
 
     .. math::  B = \sum_\text{ops} b, \qquad \rho = \Big(\sum_j v_j - \sum_i R_i\Big) - B"""
     dtype = start.dtype
@@ -102,10 +94,9 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
 
 
 def batch_row_groups(batch: Tensor) -> dict | None:
-    """The group of each row of the tensors of a batch of graphs, by row count, for
-    :meth:`~lrp_lib.explain.mode.tally.Tally.split`: the node rows (``batch``) and the graph rows (pooled
-    tensors, the output: graph ``g`` in row ``g``); None for a single graph.  Other row counts (the edges)
-    are not covered: where they keep relevance, the split gives None and :func:`account` runs its backward."""
+    """The group of each row of a batch's tensors, by row count, for :meth:`~lrp_lib.explain.mode.tally.Tally.split`:
+    the node rows (``batch``) and the graph rows (pooled tensors, the output); None for a single graph.  Edges are
+    not covered: where they keep relevance, the split gives None and :func:`account` runs its backward."""
     graphs = int(batch.max()) + 1 if batch.numel() else 0
     if graphs < 2:
         return None
@@ -115,10 +106,6 @@ def batch_row_groups(batch: Tensor) -> dict | None:
     return {batch.numel(): batch, graphs: own}
 
 
-def _total(tally) -> float:
-    return tally.total(tally.absorbed)
-
-
 def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
     """The bias total of one more backward from ``start`` (the tally and the edge record kept)."""
     absorbed, blocked = tally.absorbed, tally.blocked
@@ -126,7 +113,7 @@ def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
     tally.absorbed, tally.blocked = {}, {}
     try:
         tally.backward(head, inputs, start, retain_graph=True)
-        return _total(tally)
+        return tally.total(tally.absorbed)
     finally:
         tally.absorbed, tally.blocked = absorbed, blocked
         if saved is not None:
@@ -136,16 +123,13 @@ def _rerun(head: Tensor, inputs: list, start: Tensor, tally, recorder) -> float:
 def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recorder, *,
             node_group: Tensor, row_group: Tensor, num_groups: int, edge_group: Tensor | None = None,
             row_groups: dict | None = None, split_losses: bool = True):
-    """``(bias_relevance, relevance_residual)``, one value per group (shape ``[num_groups]``).
+    """``(bias_relevance, relevance_residual)``, one value per group ``0 .. num_groups - 1``.
 
-    ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features first, then
-    ``edge_attr`` if any), the start relevance and the inputs' relevance of the backward just run (its graph
-    retained); ``tally``: the mode's tally after it; ``recorder``: its edge recorder, whose ``record`` the extra
-    backward passes leave unchanged (None: none); ``node_group``: the group of each node (``-1``: none),
-    ``edge_group`` of each ``edge_attr`` row; ``row_group``: of each row of ``head``; groups are numbered
-    ``0 .. num_groups - 1``.  ``row_groups``: the group of each row of the tensors of each row count, which
-    splits a :class:`~lrp_lib.explain.mode.tally.Tally` without another backward; ``split_losses=False``: only
-    where no group lost relevance (see the module docstring)."""
+    ``head``/``inputs``/``start``/``grads``: the explained output, the marked inputs (node features, then any
+    ``edge_attr``), the start relevance and the inputs' relevance of the backward just run (graph retained);
+    ``tally``: the mode's tally after it; ``recorder``: its edge recorder (or None), whose ``record`` the extra
+    passes leave unchanged; ``node_group``, ``edge_group``, ``row_group``: the group (``-1``: none) of each node,
+    ``edge_attr`` row and row of ``head``; ``row_groups``, ``split_losses``: see the module docstring."""
     dtype, device = start.dtype, start.device
     shape = (-1, *([1] * (start.dim() - 1)))  # a value per row, broadcast over the rest
     explained = torch.zeros(num_groups, dtype=torch.float64, device=device)
@@ -162,7 +146,7 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
         inside = group >= 0
         reached.index_add_(0, group[inside], per_row[inside])
     unaccounted = explained - reached
-    total_bias = _total(tally)
+    total_bias = tally.total(tally.absorbed)
     bias = unaccounted.clone()
     tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
     split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None and \

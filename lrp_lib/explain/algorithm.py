@@ -1,8 +1,6 @@
-r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algorithm: :class:`LRPExplainer`, its
-settings and defaults, and what it returns (:mod:`lrp_lib.explain.explainer` describes how it works).  One
-explanation's forward and backward are :func:`~lrp_lib.explain.relevance_pass.relevance`; ``per_index=True``
-runs them per chunk of targets (:mod:`lrp_lib.explain.subgraphs`), heterogeneous graphs through
-:mod:`lrp_lib.explain.hetero`.
+r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algorithm: :class:`LRPExplainer`.  One
+explanation is :func:`~lrp_lib.explain.relevance_pass.relevance`; ``per_index=True`` runs it per chunk of targets
+(:mod:`lrp_lib.explain.subgraphs`), heterogeneous graphs go through :mod:`lrp_lib.explain.hetero`.
 """
 from __future__ import annotations
 
@@ -32,98 +30,80 @@ __all__ = ["LRPExplainer", "DEFAULTS"]
 
 
 #: LRPExplainer's defaults per task level ("node" also serves link prediction): see LRPExplainer's docstring.
-DEFAULTS = {
-    "node": {"rule": "zplus", "explained": "logit", "mask": "abs"},
-    "graph": {"rule": "zplus", "explained": "logit", "mask": "abs"},
-}
+DEFAULTS = {level: {"rule": "zplus", "explained": "logit", "mask": "abs"} for level in ("node", "graph")}
 
 
 class LRPExplainer(ExplainerAlgorithm):
     r"""Layer-wise Relevance Propagation for PyG models (how it works: :mod:`lrp_lib.explain.explainer`).
 
     Args:
-        rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see below),
-            ``"epsilon"`` (:math:`\epsilon = 10^{-6}`: on a bias-free ReLU network this is Gradient
-            :math:`\times` Input), ``"z"`` (:math:`\epsilon = 0`: exact conservation), ``"gamma"``, the depth
-            schedules ``"gamma_sgnn"``, ``"gamma_dig"``, ``"layered"`` (:mod:`lrp_lib.core.composites`), or any
+        rule: the rule of every weight, or a named composite: ``"zplus"`` (the default, see below), ``"epsilon"``
+            (:math:`\epsilon = 10^{-6}`: Gradient :math:`\times` Input on a bias-free ReLU network), ``"z"``
+            (:math:`\epsilon = 0`: exact conservation), ``"gamma"``, the depth schedules ``"gamma_sgnn"``,
+            ``"gamma_dig"``, ``"layered"`` (:mod:`lrp_lib.core.composites`), or any
             :class:`lrp_lib.core.rules.Rule` (``Epsilon(0.1)``).
         composite: a :class:`lrp_lib.core.composites.Composite` instead of ``rule``: rules per module type or
             name, the stabiliser of the maps without weights, and the attention rule (``"cp"`` or ``"uniform"``).
-        explained: what a multiclass model's relevance starts from: ``"logit"`` (the default), the raw logit
-            :math:`z_c` of the target class; ``"contrast"``, :math:`z_c - \frac{1}{K-1} \sum_{k \ne c} z_k`, the
-            evidence for the class against the others (for two classes, the log-odds, which is what a one-logit
-            binary model explains either way).
+        explained: what a multiclass model's relevance starts from: ``"logit"`` (the default), the target class's
+            logit :math:`z_c`; ``"contrast"``, :math:`z_c - \frac{1}{K-1} \sum_{k \ne c} z_k`, the evidence for the
+            class against the others (for two classes the log-odds, which a one-logit binary model explains anyway).
         mask: what ``node_mask`` and ``edge_mask`` hold (:func:`lrp_lib.explain.masks.relevance_mask`): ``"abs"``
-            (the default), :math:`|R| / \max |R|`, an importance in :math:`[0, 1]` that PyG's plots, thresholds
-            and metrics read as they read GNNExplainer's masks; ``"positive"``, :math:`\max(R, 0) / \max R`;
-            ``"relevance"``, the signed relevance itself, which is always on the explanation as
-            ``node_relevance`` and ``edge_relevance``.
+            (the default), :math:`|R| / \max |R|`, an importance in :math:`[0, 1]` that PyG's plots, thresholds and
+            metrics read as GNNExplainer's masks; ``"positive"``, :math:`\max(R, 0) / \max R`; ``"relevance"``, the
+            signed relevance, which is always on the explanation as ``node_relevance`` and ``edge_relevance``.
         per_index: for node-level tasks with ``index`` a tensor of nodes: explain each node on its own (default
-            False: one explanation of the sum of their outputs, as PyG's explainers).  The explanation then also
-            holds ``node_relevance_per_index``, sparse (len(index), N, F) (F = 1 for ``node_mask_type="object"``),
-            whose slice ``i`` is the node relevance of ``index[i]`` alone, and ``edge_relevance_per_index``,
-            sparse (len(index), E); ``node_relevance`` and ``edge_relevance`` are their sums.  The targets are
-            explained in chunks, each on the disjoint union of their ``num_hops``-hop subgraphs
-            (:mod:`lrp_lib.explain.subgraphs`; ``num_hops`` defaults to the number of message-passing modules),
-            as many as keep the estimated memory of a pass within ``max_memory`` bytes (default: a quarter of
-            the memory available; on the CPU also its largest tensor within
+            False: one explanation of the sum of their outputs, as PyG's explainers), adding sparse
+            ``node_relevance_per_index`` (len(index), N, F) (F = 1 for ``node_mask_type="object"``; slice ``i``: the
+            node relevance of ``index[i]`` alone) and ``edge_relevance_per_index`` (len(index), E), whose sums are
+            ``node_relevance`` and ``edge_relevance``.  The targets are explained in chunks, each on the disjoint
+            union of their ``num_hops``-hop subgraphs (:mod:`lrp_lib.explain.subgraphs`; ``num_hops`` defaults to the
+            number of message-passing modules), as many as keep a pass's estimated memory within ``max_memory``
+            bytes (default: a quarter of the memory available; on the CPU also its largest tensor within
             :data:`~lrp_lib.explain.subgraphs.CPU_TENSOR_BYTES`), at most ``chunk_size`` (default: no limit).
-            ``prune=None`` (the default) prunes the subgraphs where that gives the same output, ``True`` always,
-            ``False`` never; a pruned pass that does not reproduce the model's output at the targets is run again
-            unpruned, and an error says if that does not reproduce it either.
-        accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one value per
-            graph of a graph-level batch and per target of ``per_index=True`` (see below and
-            :mod:`lrp_lib.explain.accounting`: at most one more backward pass); ``"total"``: one number each, for
-            the whole call (one backward pass).
-        replay: from the second explanation of a graph on (the same ``edge_index`` and other graph inputs by
-            identity and unchanged, node features of the same shape, the same parameters and buffers), run the
-            explanation's forward captured with ``make_fx`` (:mod:`lrp_lib.explain.capture`) and one ordinary
-            backward, without the model's or the rules' Python: the same relevance (``replayed`` and
-            ``replay_reason`` on the explanation say whether it ran captured, and why not).  A model that branches
-            on input values, or has hooks, runs eagerly.  On by default; it applies with one account for the call
-            (node-level tasks, one graph, or ``accounts="total"``), without ``per_index``.
-        compile: compile the captured explanation with ``torch.compile(fullgraph=True)`` (off by default): with
-            node masks once, with symbolic sizes, for every graph while the model's parameters are unchanged
-            (``replay_reason`` ``"torch.compile for any graph"``); with an edge mask per graph, at its second
-            explanation.  Compiling takes seconds, so it pays where many explanations follow.  It applies where
-            ``replay`` does, without a floating-point ``edge_attr``; elsewhere the rules run eagerly.
+            ``prune=None`` (default) prunes the subgraphs where that gives the same output, ``True`` always, ``False``
+            never; a pruned pass that does not reproduce the targets' output runs again unpruned (else an error).
+        accounts: ``"each"`` (the default): ``bias_relevance`` and ``relevance_residual`` hold one value per graph
+            of a graph-level batch and per target of ``per_index=True`` (:mod:`lrp_lib.explain.accounting`: at most
+            one more backward pass); ``"total"``: one number each, for the whole call (one backward pass).
+        replay: from the second explanation of a graph on (the same ``edge_index`` and other graph inputs, by
+            identity and unchanged; node features of the same shape; the same parameters and buffers), run the
+            forward captured with ``make_fx`` (:mod:`lrp_lib.explain.capture`) and one backward, without the model's
+            or the rules' Python: the same relevance (``replayed`` and ``replay_reason`` say whether it ran captured,
+            and why not).  Models that branch on input values, or have hooks, run eagerly.  On by default; applies
+            with one account for the call (node-level tasks, one graph, or ``accounts="total"``), not ``per_index``.
+        compile: compile the captured explanation with ``torch.compile(fullgraph=True)`` (off by default): with node
+            masks once, with symbolic sizes, for every graph while the parameters are unchanged (``replay_reason``
+            ``"torch.compile for any graph"``); with an edge mask per graph, at its second explanation.  It takes
+            seconds, so it pays where many explanations follow; it applies where ``replay`` does, without a
+            floating-point ``edge_attr``; elsewhere the rules run eagerly.
 
-    The defaults (:data:`DEFAULTS`): the z+ rule on every weight, the logit of the target class, and the mask
-    :math:`|R| / \max |R|`: among 6 composites x 2 explained quantities x 3 masks, the configuration of best
-    mean rank among all methods on the 11 tasks with ground truth of chapter 9 (``benchmarks/bench_quality.py``,
-    5 seeds, the rule fixed before it ran), on the node-level and the graph-level tasks alike, and when ground
-    truth and faithfulness count equally (``benchmarks/select_default.py``, five fresh seeds).  z+ sends
-    relevance along the positive evidence only; the absolute value keeps the evidence against the class, which
-    on the motif tasks is part of the motif.
+    The defaults (:data:`DEFAULTS`: z+, the target class's logit, :math:`|R| / \max |R|`) had the best mean rank of
+    6 composites x 2 explained quantities x 3 masks on chapter 9's 11 tasks with ground truth, node- and graph-level
+    (``benchmarks/bench_quality.py``, ``benchmarks/select_default.py``); the absolute value keeps the evidence
+    against the class, which on the motif tasks is part of the motif.
 
-    Link prediction (``task_level="edge"``): the model takes ``edge_label_index`` (as PyG's ``link_pred``
-    examples) and gives one score per column; ``index`` selects the explained columns, whose scores (the
-    log-odds of the target class, for a binary classifier) are conserved onto the node features and the edges
-    of ``edge_index``.  A dot-product decoder is a product of the two end points' embeddings: AttnLRP's uniform
-    rule gives each end point half.
+    Link prediction (``task_level="edge"``): the model takes ``edge_label_index`` and gives one score per column;
+    ``index`` selects the explained columns, whose scores (a binary classifier's target-class log-odds) are
+    conserved onto the node features and the edges of ``edge_index`` (a dot-product decoder's end points: half each).
 
-    Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or ``sigmoid``
-    (``return_type="probs"``/``"log_probs"``, or ``"raw"``) is explained from the input of that function, its
-    logits, as the LRP literature does; the explanation then says so in ``explained_output``.  A model declared
-    with ``"probs"``/``"log_probs"`` whose output is not such a function's is refused.
+    Probability heads: a classifier whose ``forward`` ends in ``softmax``, ``log_softmax`` or ``sigmoid`` is explained
+    from that function's input, its logits (``explained_output`` says so); a model declared ``"probs"`` or
+    ``"log_probs"`` whose output is not such a function's is refused.
 
-    Relevance: ``node_relevance`` is the relevance of each input feature (N x F) for
-    ``node_mask_type="attributes"``, its sum over the nodes (1 x F) for ``"common_attributes"``, its sum per
-    node (N x 1) otherwise; ``edge_relevance`` (with an edge mask) the relevance carried by each edge's messages
-    over all layers (E).  Relevance is signed and not normalised.  The explanation also holds
-    ``bias_relevance`` (what the biases and stabilisers kept), ``relevance_residual`` (the explained value minus
-    the relevance of the inputs and of the biases: zero up to rounding unless relevance was lost at a detach or
-    a zero output) and, when the model gets a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).
-    Both accounts are tensors on the explanation's device: for ``task_level="graph"`` of shape
-    ``[num_graphs]`` (``[1]`` for a single graph; 0 for a graph that ``index`` leaves out), so that graph
-    ``g``'s node relevance plus ``bias_relevance[g]`` plus ``relevance_residual[g]`` is its explained output;
-    with ``per_index=True`` of shape ``[len(index)]``, in the order of ``index``; otherwise (one explanation of
-    the sum of the explained outputs, a heterogeneous graph) 0-dimensional.
+    Relevance (signed, not normalised): ``node_relevance`` per input feature (N x F) for
+    ``node_mask_type="attributes"``, summed over the nodes (1 x F) for ``"common_attributes"``, per node (N x 1)
+    otherwise; ``edge_relevance`` (with an edge mask) what each edge's messages carried over all layers (E);
+    ``bias_relevance`` (what the biases and stabilisers kept), ``relevance_residual`` (the explained value minus the
+    relevance of the inputs and of the biases: zero up to rounding unless relevance was lost at a detach or a zero
+    output) and, for a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).  The two accounts are tensors
+    on the explanation's device: for ``task_level="graph"`` of shape ``[num_graphs]`` (``[1]`` for a single graph;
+    0 for a graph that ``index`` leaves out), so that graph ``g``'s node relevance plus ``bias_relevance[g]`` plus
+    ``relevance_residual[g]`` is its explained output; with ``per_index=True`` of shape ``[len(index)]``, in the
+    order of ``index``; otherwise (one explanation of the summed outputs, a heterogeneous graph) 0-dimensional.
 
-    The inputs are checked (:func:`check_inputs`) before anything runs; PyG's ``Explainer`` runs a prediction
-    pass before this algorithm, so use :class:`~lrp_lib.explain.pyg_explainer.Explainer` to have them checked
-    before that pass too.  If the explanation fails, the model's training flag is restored.  Relevance that a
-    ``.detach()`` inside the model keeps from the inputs is reported by a :class:`LostRelevanceWarning`.
+    The inputs are checked (:func:`check_inputs`) before anything runs (and before PyG's prediction pass with
+    :class:`~lrp_lib.explain.pyg_explainer.Explainer`); a failure restores the model's training flag; relevance
+    that a ``.detach()`` inside the model keeps from the inputs is reported by a :class:`LostRelevanceWarning`.
     """
 
     def __init__(self, rule: Rule | str | None = None, per_index: bool = False, num_hops: int | None = None,
@@ -173,8 +153,7 @@ class LRPExplainer(ExplainerAlgorithm):
         (``linear=None``) on the default rule; else the default's."""
         name = self.defaults["rule"]
         if name not in self._composites:
-            self._composites[name] = get_composite(name) if self._composite is None else \
-                self._composite.with_default(name)
+            self._composites[name] = get_composite(name if self._composite is None else self._composite, name)
         return self._composites[name]
 
     def __repr__(self) -> str:

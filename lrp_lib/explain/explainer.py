@@ -8,18 +8,12 @@ r"""LRP for any PyTorch Geometric model, as a ``torch_geometric.explain`` algori
                                             return_type="raw"))
     explanation = explainer(data.x, data.edge_index, batch=data.batch)
 
-How it works.  The model runs unchanged inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode`, a
-:class:`torch.overrides.TorchFunctionMode` of the calling thread that gives every torch function called on tensors
-depending on ``x`` (and ``edge_attr``) its rule, written as a forward that keeps the value and changes the
-gradient.  One ordinary backward from the explained output then leaves each input's relevance (input times
-gradient); message hooks give each edge the relevance of its messages (:mod:`lrp_lib.explain.mode.edges`).  An
-operation without a rule, or one that ran outside the interception, gives an :class:`UnsupportedModelError`
-naming it.  ``bias_relevance`` says what the biases and stabilisers kept, per graph of a batch
-(:mod:`lrp_lib.explain.accounting`).
-
-This module gathers the public names: :class:`LRPExplainer` (:mod:`lrp_lib.explain.algorithm`), PyG's
-``Explainer`` with the inputs checked first (:mod:`lrp_lib.explain.pyg_explainer`), the input checks
-(:mod:`lrp_lib.explain.inputs`) and the errors and warnings an explanation raises.
+How it works: the model runs unchanged inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (a
+:class:`torch.overrides.TorchFunctionMode` of the calling thread) that gives every torch function on tensors
+depending on ``x`` (and ``edge_attr``) its rule, as a forward that keeps the value and changes the gradient; one
+ordinary backward leaves each input's relevance (input times gradient), message hooks each edge's
+(:mod:`lrp_lib.explain.mode.edges`).  An operation without a rule, or one run outside the interception, gives an
+:class:`UnsupportedModelError` naming it.  This module gathers the public names.
 """
 from __future__ import annotations
 

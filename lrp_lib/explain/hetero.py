@@ -1,6 +1,5 @@
-"""A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv`` models take
-them): :func:`explain_hetero`, one forward and one backward giving a
-:class:`~torch_geometric.explain.HeteroExplanation` with a mask per node type and per edge type."""
+"""A heterogeneous graph (``x`` and ``edge_index`` dicts, as ``to_hetero`` and ``HeteroConv`` models take them):
+:func:`explain_hetero`, a :class:`~torch_geometric.explain.HeteroExplanation` with a mask per node and edge type."""
 from __future__ import annotations
 
 import torch
@@ -16,17 +15,15 @@ __all__ = ["explain_hetero"]
 
 
 def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index=None, **kwargs) -> HeteroExplanation:
-    """Explain ``model`` on a heterogeneous graph with the settings of ``algorithm`` (an
-    :class:`~lrp_lib.explain.algorithm.LRPExplainer`)."""
+    """Explain ``model`` on a heterogeneous graph with the settings of ``algorithm`` (an ``LRPExplainer``)."""
     if algorithm.per_index:
         raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
                          "a heterogeneous graph")
     check_hetero_inputs(x, edge_index)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
     mode = ForwardMode(algorithm.composite, model)
-    recorder = None
-    if algorithm.explainer_config.edge_mask_type is not None:
-        recorder = HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype)
+    recorder = None if algorithm.explainer_config.edge_mask_type is None else \
+        HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype)
     _, start, grads, _ = propagate(model, mode, recorder, list(leaves.values()),
                                    lambda: model(leaves, edge_index, **kwargs), target, index, algorithm.model_config,
                                    algorithm.explained)

@@ -1,6 +1,5 @@
-"""The inputs checked before anything runs: :func:`check_inputs` (homogeneous graphs) and
-:func:`check_hetero_inputs` (dicts of node and edge types), each error naming the argument and the
-fix; and what the explainer learns from the call it runs in."""
+"""The inputs checked before anything runs (:func:`check_inputs`, :func:`check_hetero_inputs`), each error naming
+the argument and the fix; and what the explainer learns from the call it runs in."""
 from __future__ import annotations
 
 import sys
@@ -36,8 +35,8 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
     that are not negative); ``edge_attr`` one finite row per edge; any other floating point tensor finite.
 
     :class:`LRPExplainer` runs it itself, but PyG's ``Explainer`` first runs a prediction pass of the unmodified
-    model, where a bad input fails with an error from inside PyG (or gives NaN).  So call it before the
-    explainer, with the same arguments, or use :class:`Explainer` (which calls it before that pass)::
+    model, where a bad input fails inside PyG (or gives NaN): call it first, with the same arguments, or use
+    :class:`Explainer` (which calls it before that pass)::
 
         check_inputs(model, data.x, data.edge_index, batch=data.batch)
         explanation = explainer(data.x, data.edge_index, batch=data.batch)
@@ -161,9 +160,8 @@ def usable(t):
 
 
 def uncompiled(model: nn.Module) -> nn.Module:
-    """The module that ``torch.compile(model)`` wraps, whose own ``forward`` is explained (the same parameters).
-    A submodule compiled in place (``torch.compile(layer)`` inside the model, ``Module.compile()``) would run
-    neither the rules nor PyG's message hooks: it is refused with its name."""
+    """The module that ``torch.compile(model)`` wraps (the same parameters), whose own ``forward`` is explained; a
+    submodule compiled in place, which would run neither the rules nor PyG's message hooks, is refused by name."""
     if isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
         model = model._orig_mod
     for name, module in model.named_modules():

@@ -1,17 +1,9 @@
 r"""From signed relevance to the masks that PyTorch Geometric's tools read: :func:`relevance_mask`.
 
-LRP's relevance is signed and sums (with the biases' share) to the explained output: a node can
-hold evidence *against* the class.  PyG's explanation tools expect an importance in
-:math:`[0, 1]`, larger meaning more important, as GNNExplainer's masks:
-
-* ``visualize_feature_importance`` draws bars from zero up (negative bars fall off the plot);
-* ``visualize_graph`` scales edge opacity by the mask (the most negative edge becomes invisible);
-* ``Explanation.threshold`` (``hard``, ``topk``) keeps entries by value, negatives last;
-* ``fidelity`` and ``unfaithfulness`` multiply the mask into the inputs, so it must lie in
-  :math:`[0, 1]`.
-
-:class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps the signed relevance on the explanation as
-``node_relevance`` and ``edge_relevance`` whatever the mask holds.
+LRP's relevance is signed (a node can hold evidence *against* the class), but PyG's tools expect an importance in
+:math:`[0, 1]`, as GNNExplainer's masks: ``visualize_feature_importance`` drops negative bars,
+``visualize_graph`` scales edge opacity by the mask, ``Explanation.threshold`` keeps entries by value, and
+``fidelity`` and ``unfaithfulness`` multiply the mask into the inputs.
 """
 from __future__ import annotations
 
@@ -35,11 +27,9 @@ def check_mask_kind(kind) -> str:
 def relevance_mask(relevance: Tensor | dict | None, kind: str = "abs") -> Tensor | dict | None:
     r"""The mask of kind ``kind`` (``"abs"``, ``"positive"`` or ``"relevance"``) of ``relevance``.
 
-    ``"abs"``: evidence for and against both count as important; ``"positive"``: only evidence for the
-    explained output counts; ``"relevance"``: the signed relevance itself (PyG's tools then misread negative
-    entries).  ``relevance``: a tensor, or a dict of tensors (a heterogeneous graph: one per node or edge
-    type), normalised by the one maximum over all of them (a maximum of zero gives zeros).  ``None`` gives
-    ``None``.
+    ``"abs"``: evidence for and against counts; ``"positive"``: only evidence for the explained output;
+    ``"relevance"``: the signed relevance (PyG's tools misread its negative entries).  ``relevance``: a tensor, or
+    a dict of tensors (one per node or edge type), normalised by their one maximum (zero: zeros), or ``None``.
 
     .. math::  \text{abs: } m = \frac{|R|}{\max |R|}, \qquad
                \text{positive: } m = \frac{\max(R, 0)}{\max R}, \qquad

@@ -1,13 +1,6 @@
-"""One forward instead of two: the prediction of ``explanation_type="model"`` taken from the explanation's own pass.
-
-PyG's ``Explainer`` runs the model once for its prediction (and the target from it), then the algorithm runs it
-again.  The forward rules compute the model's output too, so :class:`~lrp_lib.explain.pyg_explainer.Explainer`
-takes the prediction and the target from the explanation's forward (:func:`explain_in_one_pass`).  That
-prediction equals the model's up to rounding (bitwise where no rule reorders an operation, as a mean computed as
-a sum divided by the count); where rounding could change the target, a decision (:func:`clear_of_rounding`),
-the model's own prediction pass runs after all and decides.  ``Explainer(one_pass=None)``, the default, does this
-for classification; a regression's target is the prediction itself, so it keeps PyG's two passes unless
-``one_pass=True``.
+"""One forward instead of two: the prediction of ``explanation_type="model"`` taken from the explanation's own pass
+(:class:`~lrp_lib.explain.pyg_explainer.Explainer`'s ``one_pass``).  That prediction equals the model's up to
+rounding; where rounding could change the target (:func:`clear_of_rounding`), the model's own prediction decides.
 """
 from __future__ import annotations
 
@@ -26,12 +19,11 @@ _current: ContextVar = ContextVar("one_pass", default=None)  # the one-pass expl
 
 
 def clear_of_rounding(prediction: Tensor, model_config) -> bool:
-    r"""Whether PyG's target (``Explainer.get_target``) of every row of ``prediction`` stays the same for any
-    value within rounding of it: the two largest classes more than :math:`\sqrt{\epsilon}\,(1 + |a| + |b|)`
-    apart (multiclass), a binary output more than :math:`\sqrt{\epsilon}` from its threshold (0 for raw
-    outputs, 0.5 for probabilities), every value finite; :math:`\epsilon` is the machine precision of the dtype
-    (:math:`\sqrt{\epsilon} \approx 3.5 \cdot 10^{-4}` in float32).  A regression has no decision: always
-    ``True``."""
+    r"""Whether PyG's target (``Explainer.get_target``) of every row of ``prediction`` stays the same for any value
+    within rounding of it: the two largest classes more than :math:`\sqrt{\epsilon}\,(1 + |a| + |b|)` apart
+    (multiclass), a binary output more than :math:`\sqrt{\epsilon}` from its threshold (0 for raw outputs, 0.5 for
+    probabilities), every value finite; :math:`\epsilon` is the dtype's machine precision (its root is
+    :math:`3.5 \cdot 10^{-4}` in float32).  A regression has no decision: always ``True``."""
     mode = getattr(model_config.mode, "value", model_config.mode)
     if not prediction.is_floating_point() or prediction.numel() == 0 or mode == "regression":
         return True
@@ -46,9 +38,8 @@ def clear_of_rounding(prediction: Tensor, model_config) -> bool:
 
 
 class OnePass:
-    """The target of an explanation, taken from the model's output of its own forward: called with that
-    output, it keeps the prediction and returns ``target_of(prediction)``.  Where ``clear(prediction)`` says
-    rounding could change the target, the prediction is ``settle()``, the model's own, instead."""
+    """Called with the output of an explanation's own forward, keeps it as the prediction and returns its target,
+    ``target_of(prediction)``; where ``clear(prediction)`` is false, the prediction is ``settle()``, the model's."""
 
     def __init__(self, target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
                  clear: Callable[[Tensor], bool] | None = None):
@@ -78,9 +69,8 @@ def pending_target() -> OnePass | None:
 
 
 def explain_in_one_pass(explainer, x: Tensor, edge_index: Tensor, target, index, **kwargs):
-    """What PyG's ``Explainer.__call__`` does for ``explanation_type="model"``, with the prediction and the
-    target taken from the algorithm's own forward (see the module docstring); the explanation gets the same
-    attributes (prediction, target, index, the inputs, the threshold).  The model is left in eval mode."""
+    """PyG's ``Explainer.__call__`` for ``explanation_type="model"``, the prediction and target taken from the
+    algorithm's own forward; the explanation gets the same attributes.  The model is left in eval mode."""
     if target is not None:
         warnings.warn(f"The 'target' should not be provided for the explanation type "
                       f"'{explainer.explanation_type.value}'", stacklevel=3)

@@ -1,7 +1,5 @@
-"""One forward and one backward: :func:`propagate` runs the model inside a
-:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` (with the message hooks recording edge
-relevance), refuses what relevance cannot pass through, and sends the explained output's
-relevance back to the inputs."""
+"""One forward inside a :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` and one backward:
+:func:`propagate`."""
 from __future__ import annotations
 
 from typing import Callable
@@ -19,12 +17,10 @@ __all__ = ["propagate", "check_blocked"]
 
 def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, call: Callable, target, index,
               model_config: ModelConfig, explained: str = "logit", retain_graph: bool = False):
-    """The one forward (``call()``, inside ``mode`` with ``inputs`` marked, the message hooks recording into
-    ``recorder``) and the one backward from the explained output: (output, start relevance, relevance of
-    each of ``inputs``, the explained output itself).  Refuses what the relevance cannot pass through.
-    ``retain_graph``: keep the graph for more backward passes (:func:`lrp_lib.explain.accounting.account`).
-    ``target``: the class labels, or a function of the model's output giving them
-    (:class:`lrp_lib.explain.one_pass.OnePass`)."""
+    """The forward ``call()`` (inside ``mode`` with ``inputs`` marked, message hooks recording into ``recorder``)
+    and the backward from the explained output: (output, start relevance, relevance of each of ``inputs``, the
+    explained output).  Refuses what relevance cannot pass through.  ``retain_graph``: for more backward passes;
+    ``target``: class labels, or a function of the output giving them (:class:`~lrp_lib.explain.one_pass.OnePass`)."""
     if recorder is not None:
         ensure_hooks(model)
     with recording(recorder), torch.enable_grad(), mode:
@@ -48,8 +44,7 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
 
 
 def check_blocked(tally) -> None:
-    """:class:`UnsupportedModelError` where relevance reached operations without a rule (``tally``'s
-    blocked amounts)."""
+    """:class:`UnsupportedModelError` where relevance reached operations without a rule (``tally.blocked``)."""
     blocked = {k: v for k, v in tally.blocked.items() if v != 0}
     if blocked:
         raise UnsupportedModelError(

@@ -1,6 +1,4 @@
-r"""PyG's :class:`~torch_geometric.explain.Explainer` with the inputs checked before its prediction pass, the
-model's training flag restored when an explanation fails, and the prediction taken from the explanation's own
-forward (``one_pass``).  ``lrp_lib.Explainer`` and ``lrp_lib.explain.explainer.Explainer`` are this class.
+"""PyG's :class:`~torch_geometric.explain.Explainer`, inputs checked first: ``lrp_lib.Explainer``.
 """
 from __future__ import annotations
 
@@ -19,21 +17,18 @@ __all__ = ["Explainer"]
 
 
 class Explainer(PyGExplainer):
-    """PyG's :class:`~torch_geometric.explain.Explainer`, a drop-in replacement (``from lrp_lib import
-    Explainer``): with an :class:`LRPExplainer` the inputs go through :func:`check_inputs` before PyG's
-    prediction pass, so a bad input gives an error that names it instead of one from inside PyG's message
-    passing (or NaN masks); the model's training flag is restored when the explanation fails.
+    """PyG's :class:`~torch_geometric.explain.Explainer`, a drop-in replacement (``from lrp_lib import Explainer``):
+    with an :class:`LRPExplainer` the inputs go through :func:`check_inputs` before PyG's prediction pass (an error
+    naming a bad input, not one from inside PyG or NaN masks); the training flag is restored if it fails.
 
-    ``one_pass`` (``explanation_type="model"``, an :class:`LRPExplainer`, a homogeneous graph): the prediction
-    and the target are taken from the explanation's own forward instead of a separate prediction pass
-    (:mod:`lrp_lib.explain.one_pass`).  ``None`` (default): for classification; a regression, whose target is
-    the prediction itself, runs PyG's two passes.  ``True``: for every mode.  ``False``: PyG's two passes
-    always.  With ``per_index=True`` the prediction pass runs (the subgraphs' outputs are compared with it:
-    :func:`lrp_lib.explain.subgraphs.predicted`).
+    ``one_pass`` (``explanation_type="model"``, an :class:`LRPExplainer`, a homogeneous graph): the prediction and
+    target come from the explanation's own forward, not a separate prediction pass (:mod:`lrp_lib.explain.one_pass`).
+    ``None`` (default): for classification (a regression's target is its prediction: PyG's two passes); ``True``:
+    always; ``False``: never.  With ``per_index=True`` the prediction pass runs (the subgraphs' outputs are
+    compared with it: :func:`lrp_lib.explain.subgraphs.predicted`).
 
-    Given a sparse adjacency in place of ``edge_index``, an explanation with an edge mask holds the adjacency as
-    ``adj_t`` and its edges as ``edge_index`` (senders, receivers), one per stored entry in the order of PyG's
-    ``to_edge_index(adj_t)``: the order of the edge mask, which PyG's plots and subgraphs read along them.
+    Given a sparse adjacency as ``edge_index``, an explanation with an edge mask holds it as ``adj_t`` and its edges
+    as ``edge_index`` (senders, receivers) in the order of PyG's ``to_edge_index(adj_t)``, the edge mask's order.
     """
 
     def __init__(self, *args, one_pass: bool | None = None, **kwargs):

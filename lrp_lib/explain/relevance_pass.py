@@ -1,7 +1,5 @@
-r"""One explanation: the model's forward under the rules (:class:`~lrp_lib.explain.mode.forward.ForwardMode`)
-or its captured graph (:mod:`lrp_lib.explain.capture`), one backward from the explained output, and the
-accounts of what the biases and stabilisers kept and what was lost (:mod:`lrp_lib.explain.accounting`).
-"""
+r"""One explanation: the forward under the rules (or its captured graph, :mod:`lrp_lib.explain.capture`), one
+backward, and the accounts (:mod:`lrp_lib.explain.accounting`)."""
 from __future__ import annotations
 
 import warnings
@@ -36,14 +34,11 @@ NOT_FINITE = ("the relevance is NaN or Inf: the model's weights (or buffers, suc
 def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target, index, checked: bool = False,
               node_group=None, row_group=None, row_groups=None, split_losses: bool = True, one_group: bool = False,
               **kwargs):
-    """(node relevance, edge relevance, the model's output, extras): one forward, one backward, with the
-    settings of ``algorithm`` (an :class:`~lrp_lib.explain.algorithm.LRPExplainer`).
-
-    With ``node_group`` (the group of each node) the extras' ``bias_relevance`` and ``relevance_residual``
-    hold one value per group (:func:`lrp_lib.explain.accounting.account`, which takes ``row_groups`` and
-    ``split_losses``): group ``g`` explains the output rows where ``row_group == g`` (``row_group`` None:
-    row ``g``).  ``one_group``: a single graph, whose account needs no other backward, so the explanation
-    may be captured."""
+    """(node relevance, edge relevance, the model's output, extras) with the settings of ``algorithm`` (an
+    :class:`~lrp_lib.explain.algorithm.LRPExplainer`).  With ``node_group`` (the group of each node) the extras'
+    ``bias_relevance`` and ``relevance_residual`` hold one value per group (:func:`~lrp_lib.explain.accounting.account`
+    takes ``row_groups`` and ``split_losses``): group ``g`` explains the output rows where ``row_group == g``
+    (None: row ``g``).  ``one_group``: a single graph, needing no other backward, so it may be captured."""
     if not checked and not checked_by_explainer(x, edge_index):
         check_inputs(model, x, edge_index, **kwargs)
     edges = algorithm.explainer_config.edge_mask_type is not None

@@ -1,7 +1,5 @@
-r"""What the relevance starts from: :func:`explained_of` picks the explained tensor (the model's output, or the
-logits before a final softmax, log_softmax or sigmoid); :func:`start_relevance` the relevance of each of its
-entries (zero outside the explained rows).
-"""
+r"""What the relevance starts from: the explained tensor (:func:`explained_of`) and its relevance
+(:func:`start_relevance`)."""
 from __future__ import annotations
 
 import torch
@@ -13,8 +11,7 @@ __all__ = ["explained_of", "start_relevance", "start_of", "check_index", "check_
 
 def explained_of(name: str | None, out: Tensor, logits: Tensor | None, model_config: ModelConfig) -> Tensor:
     """What the relevance starts from: ``out``, or ``logits`` where ``name`` is the classifier's final softmax,
-    log_softmax or sigmoid whose input they are (the LRP literature explains the logit, before the probabilities
-    couple the classes).  A regression model's final sigmoid is explained as it is."""
+    log_softmax or sigmoid whose input they are (a regression model's final sigmoid is explained as it is)."""
     classifier = model_config.mode != ModelMode.regression
     if name is not None and (classifier or name != "sigmoid"):
         return logits
@@ -66,17 +63,12 @@ def start_of(out: Tensor, head: Tensor, target, index, model_config: ModelConfig
 def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig,
                     explained: str = "logit") -> Tensor:
     r"""The relevance of the outputs ``out`` (the model's output, or the logits before its probability head):
-    the explained value where explained, else 0.
-
-    * multiclass: the logit :math:`z_c` of the target class ``c`` of each explained row (``explained="logit"``),
-      or :math:`z_c - \frac{1}{K-1}\sum_{k \ne c} z_k` (``explained="contrast"``);
-    * binary (one logit :math:`z` per row): :math:`+z` for target 1, :math:`-z` for target 0 (the log-odds of
-      the target class);
-    * regression: the output itself.
-
-    ``index`` (None: every row) selects the explained rows; ``target`` holds one class label per row (or, for a
-    multiclass model with ``index``, one per explained row).  Errors name the argument: a float target, one of
-    the wrong length, a label out of range."""
+    the explained value where explained, else 0; multiclass, the target class's logit :math:`z_c`
+    (``explained="logit"``) or :math:`z_c - \frac{1}{K-1}\sum_{k \ne c} z_k` (``"contrast"``); binary (one logit
+    :math:`z` per row), :math:`+z` for target 1 and :math:`-z` for target 0 (the target class's log-odds);
+    regression, the output.  ``index`` (None: every row) selects the explained rows; ``target`` holds one class
+    label per row (multiclass with ``index``: or per explained row).  Errors name the argument (a float target,
+    a wrong length, a label out of range)."""
     if out.dim() == 0:  # one value (a link predictor given one link as a 1-D pair): a row of one
         return start_relevance(out.detach().reshape(1), target, index, model_config, explained).reshape(())
     out = out.detach()
@@ -118,8 +110,7 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
     if mode == ModelMode.binary_classification:
         if out.shape[-1] != 1 and out.dim() > 1:
             raise ValueError(f"binary_classification expects one logit per row, got output shape {tuple(out.shape)}")
-        sign = target.view(shape).to(out.dtype) * 2 - 1
-        rel = sign * out
+        rel = (target.view(shape).to(out.dtype) * 2 - 1) * out  # the sign of the target class
     else:
         rel = out.clone()
     if index is not None:
@@ -130,9 +121,8 @@ def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfi
 
 
 def check_graph_rows(target, x: Tensor, batch):
-    """``target``, after checking that a graph-level model gives one output row per graph (``target`` holds one
-    label per output row, or is a function of the output giving them): a model that returns one row per node,
-    declared ``task_level="graph"``, is refused naming both."""
+    """``target`` (labels, or a function of the output giving them), after checking that a graph-level model gives
+    one output row per graph: one that returns a row per node is refused naming both."""
     graphs = int(batch.max()) + 1 if isinstance(batch, Tensor) and batch.numel() == x.shape[0] else 1
 
     def check(rows: int) -> None:

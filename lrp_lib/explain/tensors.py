@@ -1,8 +1,5 @@
-r"""Models without a graph: :func:`explain_tensor`, the relevance of a plain tensor input.
-
-Any ``torch.nn.Module`` called on one tensor (an MLP, a CNN with max and average pooling, a transformer
-block) runs under the same mode as a PyG model (:mod:`lrp_lib.explain.mode.forward`), with the same accounts
-as ``LRPExplainer``.
+r"""Models without a graph: :func:`explain_tensor`, the relevance of a plain tensor input for any module called on
+it (an MLP, a CNN, a transformer block), under the same mode and accounts as ``LRPExplainer``.
 
     >>> result = explain_tensor(model, images, target=labels, rule="epsilon")
     >>> float(result.relevance.sum()) + result.bias_relevance + result.relevance_residual  # = result.explained.sum()
@@ -25,10 +22,9 @@ __all__ = ["explain_tensor", "TensorRelevance"]
 
 
 class TensorRelevance(NamedTuple):
-    """What :func:`explain_tensor` returns: ``relevance`` (shaped like the input), the model's ``output``, the
-    explained value of each row (``explained``: the target's logit), and, summed over the rows, what biases,
-    constant terms and stabilisers kept (``bias_relevance``) and what did not arrive (``relevance_residual``:
-    explained - relevance - bias)."""
+    """What :func:`explain_tensor` returns: ``relevance`` (shaped like the input), the model's ``output``, each row's
+    ``explained`` value (the target's logit), and, over all rows, what biases, constant terms and stabilisers kept
+    (``bias_relevance``) and what did not arrive (``relevance_residual``: explained - relevance - bias)."""
     relevance: Tensor
     output: Tensor
     explained: Tensor
@@ -50,8 +46,8 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
             network it is Gradient :math:`\times` Input), or ``composite``: rules per module
             (:class:`~lrp_lib.core.composites.Composite`).
 
-    Raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError` where relevance reaches an operation
-    without a rule, with its name and amount."""
+    Raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError` (its name and amount) where
+    relevance reaches an operation without a rule."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     model = uncompiled(model)  # torch.compile(model): its own module

@@ -1,4 +1,4 @@
-"""The calls the relevance mode does not send to a rule (:mod:`lrp_lib.explain.mode.inplace`): in-place
+"""The calls the relevance mode does not send to a rule (:class:`lrp_lib.explain.mode.function_mode.RelevanceMode`): in-place
 operations give the relevance of their out-of-place versions; dropout in training mode is refused, in eval mode it passes relevance through; a
 ``.data`` read stops relevance and is reported."""
 import pytest

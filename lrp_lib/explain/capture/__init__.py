@@ -1,21 +1,17 @@
 r"""An explanation of one graph, captured once and compiled by PyTorch: :class:`CompiledExplanation`.
 
-With the rules written as forward modifications (:mod:`lrp_lib.explain.mode.forward`), an explanation's forward
-is an ordinary PyTorch program, so PyTorch's own tools take it over.  :func:`capture` records it once under
-:class:`~lrp_lib.explain.mode.forward.ForwardMode` with ``make_fx``, as a graph of ATen operations from the node
-features (and the scalar probes that total what biases and stabilisers keep, and the edge probe) to the output;
-the graph part that depends on ``edge_index`` alone (self-loops, degrees, normalisation) is computed then and kept
-as constants (:func:`fold_constants`).  Later explanations of the graph run that graph and one ordinary backward,
-without the model's or the rules' Python; ``compile=True`` compiles it with ``torch.compile(fullgraph=True)``,
-which traces without a break because no rule reads tensor data into Python.  A model whose own Python reads the
-value of an input-dependent tensor (a branch on ``x``) is refused by ``make_fx`` and explained eagerly; an
-operation without a rule is refused when the graph is captured.
+:func:`capture` records an explanation's forward (an ordinary PyTorch program under
+:class:`~lrp_lib.explain.mode.forward.ForwardMode`) once with ``make_fx``, as a graph of ATen operations from the
+node features and probes to the output, with the part that depends on ``edge_index`` alone kept as constants
+(:func:`fold_constants`).  Later explanations of the graph run that graph (``compile=True``: compiled by
+``torch.compile(fullgraph=True)``, as no rule reads tensor data into Python) and one ordinary backward.  A model
+whose Python reads an input-dependent value is refused by ``make_fx`` (explained eagerly), as is an operation
+without a rule.
 
-A captured graph keeps the values the model's Python read while it was recorded (the graph's size, the edges a
-layer adds), so it explains that graph only.  For graphs that each come once (the molecules of a data set),
-:func:`capture_any_graph` records with symbolic sizes instead: ``edge_index`` is an input and the graph part runs
-on every call, so one capture, compiled with dynamic shapes (:class:`AnyGraphExplanation`, node masks only),
-serves graphs of every size that meet the conditions the model's Python placed on the sizes it saw.
+A captured graph keeps the values the model's Python read (the graph's size, the edges a layer adds), so it
+explains that graph only.  :func:`capture_any_graph` records with symbolic sizes instead (``edge_index`` an input,
+node masks only): one capture, compiled with dynamic shapes (:class:`AnyGraphExplanation`), serves graphs of every
+size that meet the conditions the model's Python placed on the sizes it saw (the molecules of a data set).
 """
 from __future__ import annotations
 
@@ -38,31 +34,36 @@ BACKEND = "inductor"
 __all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "capture", "capture_any_graph", "fold_constants"]
 
 
-class _IdsRecorder(EdgeRecorder):
-    """An eager pass that records the input edge of each message of each layer, in the order the layers pass
-    them (the match reads the edges, which a captured graph cannot)."""
+class _ListRecorder(EdgeRecorder):
+    """Edge relevance read from ``found``, a list of what each layer's messages give, in the order the layers pass
+    them: ``ids=True`` (an eager pass) their input edges and edge dimension (:meth:`locate`: the match reads the
+    edges, which a captured graph cannot); else the messages themselves, outputs of the captured graph read in the
+    backward as the eager hooks read them."""
 
-    def __init__(self, mode, model, edge_index, dtype):
+    def __init__(self, mode, model, edge_index, dtype, ids: bool):
         super().__init__(mode, model, edge_index, dtype)
-        self.order: list[tuple[Tensor, int]] = []
+        self.ids, self.found = ids, []
 
     def messages(self, module, out):
-        found = self.locate(module, out)
-        if found is not None:
-            self.order.append(found)
+        if self.ids:
+            found = self.locate(module, out)
+            if found is not None:
+                self.found.append(found)
+        elif self.mine(module, out):
+            self.found.append(out)
 
 
 class _ProductRecorder(EdgeRecorder):
     """Edge relevance by a multiplicative probe (an input of ones, one per input edge) on every layer's
     messages, whose gradient is each edge's relevance; the input edge of each message comes from ``order``
-    (:class:`_IdsRecorder`)."""
+    (an eager :class:`_ListRecorder`)."""
 
     def __init__(self, mode, model, edge_index, dtype, probe: Tensor, order: list):
         super().__init__(mode, model, edge_index, dtype)
         self.probe, self.order = probe, list(order)
 
     def messages(self, module, out):
-        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+        if not self.mine(module, out):
             return None
         ids, dim = self.order.pop(0)
         padded = torch.cat([self.probe, self.probe.new_ones(1)])  # an added self-loop (id -1) reads the 1
@@ -73,43 +74,27 @@ class _ProductRecorder(EdgeRecorder):
         return self.mode.mark(probed)
 
 
-class _OutputRecorder(EdgeRecorder):
-    """Edge relevance from the messages themselves: each layer's messages become outputs of the captured graph,
-    read in the backward as the eager hooks read them."""
-
-    def __init__(self, mode, model, edge_index, dtype):
-        super().__init__(mode, model, edge_index, dtype)
-        self.outputs: list[Tensor] = []
-
-    def messages(self, module, out):
-        if id(module) in self.names and isinstance(out, Tensor) and self.mode.is_marked(out):
-            self.outputs.append(out)
-
-
 def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
             probe: bool = True, **kwargs) -> tuple[torch.fx.GraphModule, dict]:
     """The explanation's forward on this graph as an FX graph of ATen operations.
 
-    The graph takes ``(x, one_out, one_in, kept, probe)`` (``probe``: the edge probe, ones of length ``E``;
-    pass any tensor when ``edges=False``) and returns the model's output and the explained output: the output
-    itself, or the logits before a final softmax, log_softmax or sigmoid.  ``probe=False``: no edge probe; the
-    graph returns each layer's messages after those two, for their gradient (a graph run as it is: the
-    messages are tensors of its autograd graph, which a compiled graph's are not).  ``kwargs``: the model's
-    other inputs (``edge_attr``, ``batch``), constants of the graph.  Returns the graph and what was seen while
-    recording (``head``: the final function the logits were taken before, or None; ``order``: the input edge
-    of each message of each layer, and the message's edge dimension)."""
+    The graph takes ``(x, one_out, one_in, kept, probe)`` (``probe``: the edge probe, ones of length ``E``; any
+    tensor when ``edges=False``) and returns the model's output and the explained output (the logits before a final
+    softmax, log_softmax or sigmoid).  ``probe=False``: no edge probe; each layer's messages follow those two, for
+    their gradient (in a graph run as it is, not compiled).  ``kwargs``: the model's other inputs, constants of the
+    graph.  Returns the graph and what was seen while recording (``head``: the final function the logits were taken
+    before, or None; ``order``: the input edge of each message of each layer, and the message's edge dimension)."""
     composite = get_composite(composite)
-    seen: dict = {}
     order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
-    seen["order"] = order
+    seen = {"order": order}
 
     def forward(x_, one_out, one_in, kept, ones):
         mode = ForwardMode(composite, model)
         recorder = None if not edges else _ProductRecorder(mode, model, edge_index, x_.dtype, ones, order) \
-            if probe else _OutputRecorder(mode, model, edge_index, x_.dtype)
+            if probe else _ListRecorder(mode, model, edge_index, x_.dtype, ids=False)
         with recording(recorder):
             out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index, kwargs)
-        messages = tuple(recorder.outputs) if isinstance(recorder, _OutputRecorder) else ()
+        messages = tuple(recorder.found) if isinstance(recorder, _ListRecorder) else ()
         return (*_outputs(mode, out, seen), *messages)
 
     leaves = _leaves(x, edge_index if edges and probe else None)
@@ -128,8 +113,7 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
     for node in nodes:
         if node.op == "placeholder" or any(a in variable for a in node.all_input_nodes):
             variable.add(node)
-    reads: dict = {}
-    reads_of: dict = {}  # the values as read, with their strides
+    reads: dict = {}  # (node, arg) -> (the value kept, the value as read, with its strides)
 
     class Reader(torch.fx.Interpreter):
         def run_node(self, node):
@@ -137,21 +121,24 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
                 for arg in node.all_input_nodes:
                     if arg not in variable and (node, arg) not in reads:
                         value = self.env[arg]
-                        reads[(node, arg)] = value.detach().clone() if isinstance(value, Tensor) else value
-                        reads_of[(node, arg)] = value
+                        reads[(node, arg)] = (value.detach().clone() if isinstance(value, Tensor) else value, value)
             return super().run_node(node)
 
     with torch.enable_grad():
         Reader(graph).run(*inputs)
-    for i, ((node, arg), value) in enumerate(reads.items()):
+    for i, ((node, arg), (value, read)) in enumerate(reads.items()):
         if not isinstance(value, Tensor):
             continue
-        name = f"_graph_part_{i}"
-        compact, shape = _compact(reads_of.get((node, arg), value), value)
-        graph.register_buffer(name, compact)
+        name, shape = f"_graph_part_{i}", None
+        # a value read as a broadcast (an index PyG's scatters expand over the features): one slice, expanded again
+        if read.dim() and 0 in read.stride() and read.numel():
+            index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None)
+                          for stride, size in zip(read.stride(), read.shape))
+            value, shape = value[index].contiguous(), list(read.shape)
+        graph.register_buffer(name, value)
         with graph.graph.inserting_before(node):
             kept = graph.graph.get_attr(name)
-            if shape is not None:  # a broadcast (an index expanded over the features) stays a broadcast
+            if shape is not None:
                 kept = graph.graph.call_function(torch.ops.aten.expand.default, (kept, shape))
             node.replace_input_with(arg, kept)
     for node in reversed(nodes):
@@ -162,26 +149,14 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
     return graph
 
 
-def _compact(read: Tensor, value: Tensor) -> tuple[Tensor, list | None]:
-    """A constant to keep, and the shape to expand it to: a value read as a broadcast (an index PyG's scatters
-    expand over the features) is kept as one slice and expanded again in the graph."""
-    if read.dim() == 0 or 0 not in read.stride() or read.numel() == 0:
-        return value, None
-    index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None)
-                  for stride, size in zip(read.stride(), read.shape))
-    return value[index].contiguous(), list(read.shape)
-
-
 def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus",
                       **kwargs) -> tuple[torch.fx.GraphModule, dict, Callable]:
     """The explanation's forward for any graph, as an FX graph with symbolic sizes: node masks only.
 
     The graph takes ``(x, edge_index, one_out, one_in, kept, *tensors)`` (``tensors``: the model's other tensor
-    inputs, such as ``batch``, in the order of ``kwargs``) and returns what :func:`capture`'s graph returns; the
-    graph part runs in it on every call, for whatever graph it is given.  ``make_fx`` traces it with symbolic
-    sizes (``tracing_mode="symbolic"``); the model's parameters and buffers are constants of the graph.  Returns
-    the graph, what was seen while recording, and ``fits(args)``: whether the sizes of ``args`` meet the
-    conditions the model's Python placed on the sizes it saw (a branch on a size; PyTorch's own guards,
+    inputs, in the order of ``kwargs``), returns what :func:`capture`'s graph returns, and runs the graph part on
+    every call.  Returns the graph, what was seen while recording, and ``fits(args)``: whether the sizes of ``args``
+    meet the conditions the model's Python placed on the sizes it saw (PyTorch's own guards,
     ``ShapeEnv.produce_guards_expression``), so that the graph explains them as the model would."""
     composite = get_composite(composite)
     seen: dict = {}
@@ -235,12 +210,12 @@ def _edge_order(model: nn.Module, x: Tensor, edge_index: Tensor, composite, **kw
     """The input edge of each layer's messages, in the order the layers pass them, from one eager forward."""
     ensure_hooks(model)
     mode = ForwardMode(composite, model)
-    recorder = _IdsRecorder(mode, model, edge_index, x.dtype)
+    recorder = _ListRecorder(mode, model, edge_index, x.dtype, ids=True)
     with recording(recorder), torch.enable_grad(), mode:
         leaf = mode.mark(x.detach().clone().requires_grad_(True))
         model(leaf, edge_index, **kwargs)
     recorder.check()
-    return recorder.order
+    return recorder.found
 
 
 def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
@@ -252,15 +227,14 @@ def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
 
 class CompiledExplanation:
     """One graph's explanation, captured (:func:`capture`) and compiled by ``torch.compile(fullgraph=True)``
-    (``compile=False``: the captured graph run as it is):
-    :meth:`forward` runs the compiled forward on node features of the recorded shape, :meth:`backward` the one
-    ordinary backward.  ``head``: the final function whose input is explained, or None."""
+    (``compile=False``: the captured graph run as it is): :meth:`forward` runs it on node features of the recorded
+    shape, :meth:`backward` the one ordinary backward.  ``head``: the final function whose input is explained, or
+    None."""
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
                  backend: str | None = None, compile: bool = True, **kwargs):
         # compiled: the edges by a probe, an input of the graph; run as it is: by the gradient at the messages
         graph, seen = capture(model, x, edge_index, composite, edges, probe=compile, **kwargs)
-        # compile=False: the captured graph runs as it is, op by op (no model Python, no rules' Python)
         self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False) \
             if compile else graph
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
@@ -292,17 +266,14 @@ class CompiledExplanation:
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True)
         zero = leaves[0].new_zeros(())
         received, passed, kept = (zero if g is None else g for g in grads[1:4])
-        edge_rel = None
-        if self.edges:
-            edge_rel = grads[4] if self.probe else leaves[-1]
+        edge_rel = (grads[4] if self.probe else leaves[-1]) if self.edges else None
         return leaves[0].detach() * grads[0], edge_rel, received - passed + kept
 
 
 class AnyGraphExplanation(CompiledExplanation):
     """An explanation captured once for any graph (:func:`capture_any_graph`, node masks only) and compiled by
-    ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves graphs of every size (each molecule
-    of a data set, each new graph), as long as their sizes meet the conditions the model's Python placed on them
-    (:meth:`fits`).  ``compile=False``: the captured graph run as it is."""
+    ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves graphs of every size that meet the
+    conditions the model's Python placed on them (:meth:`fits`).  ``compile=False``: the captured graph as it is."""
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus",
                  backend: str | None = None, compile: bool = True, **kwargs):

@@ -1,34 +1,30 @@
 """The captured explanations an :class:`~lrp_lib.explain.algorithm.LRPExplainer` keeps, keyed by what they depend
-on: :class:`CaptureCache` decides which applies to a call."""
+on: :class:`CaptureCache` decides which applies to a call; :func:`model_state` is what they depend on in the model
+(a captured graph runs no hook, and holds the parameters it was captured with)."""
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
-from lrp_lib.explain.capture.model_state import model_state
 
-__all__ = ["CaptureCache"]
+__all__ = ["CaptureCache", "model_state", "hooks_of"]
 
 
 class CaptureCache:
     """The captured explanations of the graphs an explainer explained, four at most (the most recent kept).
 
-    :meth:`get` gives a graph's captured explanation (``compile=True``: compiled) on its second call, and None
-    on the first call, where it does not apply (``inputs``: more than the node features, an ``edge_attr`` whose
-    relevance is reported, an input of its own; a sparse adjacency) and where the capture failed: a model whose
-    Python reads the values of input-dependent tensors (``make_fx`` refuses such a read, which a captured graph
-    would keep as a constant), or one with hooks (a captured graph would not run them), which then run eagerly
-    on every call with this key.  The key: the model, its parameters and buffers (by identity and version) and
-    its modules' training flags, the composite, the graph (``edge_index`` and the other tensor inputs, by
-    identity and version), the shape, dtype and device of the node features, and ``compile``.  Each entry
-    holds the objects its key names by identity, so that no new object takes a kept one's id.
-
-    ``compile=True`` without an edge mask first looks for a compiled explanation for any graph
-    (:class:`~lrp_lib.explain.capture.AnyGraphExplanation`), keyed by the model's state and the input signature
-    (the node features' trailing shape, dtype and device, the other inputs' names, dtypes and dimensions) instead
-    of the graph, and captures one on the first call; a model that cannot be captured so is captured per graph."""
+    :meth:`get` gives a graph's captured explanation (``compile=True``: compiled) from its second call on; None on
+    the first call, where it does not apply (more than the node features explained; a sparse adjacency; hooks, which
+    a captured graph would not run) and where the capture failed (``make_fx`` refuses a read of an input-dependent
+    value): then every call with this key runs eagerly.  The key: the model's :func:`model_state`, the composite, the
+    graph (``edge_index`` and the other tensor inputs, by identity and version), the node features' shape, dtype and
+    device, and ``compile``; each entry holds the objects its key names, so that no new object takes their ids.
+    ``compile=True`` without an edge mask first looks for an :class:`~lrp_lib.explain.capture.AnyGraphExplanation`,
+    keyed by the model's state and the input signature instead (a model that cannot be captured so: per graph)."""
 
     def __init__(self, size: int = 4):
         self.size = size
@@ -75,7 +71,6 @@ class CaptureCache:
             return None, found
         return found, "torch.compile" if compile else "captured"
 
-
     def _any_graph(self, model, x, edge_index, kwargs, composite, state) -> tuple[AnyGraphExplanation | None,
                                                                                 str | None]:
         """``(the compiled explanation for any graph of this model and input signature that fits this graph, None)``,
@@ -106,3 +101,43 @@ class CaptureCache:
 def _trim(entries: dict, size: int) -> None:
     while len(entries) > size:
         entries.pop(next(iter(entries)))
+
+
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
+_OWN_HOOKS = "lrp_lib.explain.mode.edges"  # the message hooks of edge relevance, which run in every explanation
+_HOOK_DICTS: dict = {}  # a MessagePassing class -> the names of its hook dictionaries
+
+
+def model_state(model: nn.Module) -> tuple:
+    """What a captured explanation depends on in the model: its parameters and buffers (which tensors, at which
+    version), every module's training flag, and which hooks would run Python in its forward, named, or None (global
+    module hooks, or the first module with :func:`hooks_of`), all from one walk over its modules."""
+    flags, tensors, hooks = [], [], None
+    if any(getattr(torch.nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
+        hooks = "global module hooks are registered"
+    for name, m in model.named_modules():
+        flags.append(m.training)
+        for t in (*m._parameters.values(), *m._buffers.values()):
+            if t is not None:
+                tensors.append((id(t), t._version))
+        if hooks is None and (found := hooks_of(m)) is not None:
+            hooks = f"module '{name or type(m).__name__}' has {found}"
+    return tuple(tensors), tuple(flags), hooks
+
+
+def hooks_of(m: nn.Module) -> str | None:
+    """Which hooks of module ``m`` (not its children) would run Python in its forward, or None: module
+    hooks, and a message-passing layer's hooks other than those of edge relevance."""
+    if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+        return "hooks"
+    if isinstance(m, MessagePassing):
+        attrs = _HOOK_DICTS.get(type(m))
+        if attrs is None:  # (the same for every instance of a class: made by MessagePassing.__init__)
+            attrs = _HOOK_DICTS[type(m)] = tuple(a for a, v in vars(m).items() if "forward" in a and
+                                                 isinstance(v, dict) and not a.startswith("_forward"))
+        for attr in attrs:
+            hooks = getattr(m, attr, None)
+            if hooks and any(getattr(h, "__module__", None) != _OWN_HOOKS for h in hooks.values()):
+                return attr.strip("_")
+    return None

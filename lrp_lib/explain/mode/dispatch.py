@@ -1,9 +1,6 @@
-"""What :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` does with each torch function: :func:`route_of`.
-
-Which rule family a function belongs to depends only on its name (looked up in the tables of
-:mod:`lrp_lib.explain.mode.op_tables` and the handlers), so it is decided the first time the function is seen
-and kept per function, a :class:`Route`.  Reading a tensor's metadata (:data:`METADATA`) returns no tensor, so
-the mode runs it at once, as it runs :data:`~lrp_lib.explain.mode.op_tables.PLAIN` functions.
+"""What :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` does with each torch function: :func:`route_of`,
+a :class:`Route` decided from the function's name alone (the tables of :mod:`lrp_lib.explain.mode.op_tables`, the
+handlers) the first time it is seen, and kept per function.
 """
 from __future__ import annotations
 
@@ -34,12 +31,10 @@ _INPLACE_VIEWS = frozenset({"unsqueeze_", "squeeze_", "t_", "transpose_", "moved
 
 
 class Route(NamedTuple):
-    """What the mode does with one torch function on input-dependent tensors.
-
-    ``kind``: one of the ``*_ROUTE`` codes; ``name`` the function's name; ``handler`` its handler
-    (``HANDLER_ROUTE``); ``fallback`` the kind for an in-place copy called with ``reduce`` or ``accumulate``;
-    ``gate`` the result is a gate (``sigmoid``); ``sign_flip`` a gate's negation is one; ``head`` the function
-    makes probabilities of logits; ``view`` an in-place view, whose result is its (marked) input."""
+    """What the mode does with one torch function on input-dependent tensors: ``kind``, one of the ``*_ROUTE``
+    codes; ``handler`` (``HANDLER_ROUTE``); ``fallback``: the kind of an in-place copy with ``reduce`` or
+    ``accumulate``; ``gate``: the result is a gate (``sigmoid``); ``sign_flip``: a gate's negation is one; ``head``:
+    it makes probabilities of logits; ``view``: an in-place view, whose result is its (marked) input."""
     kind: int
     name: str
     handler: Callable | None = None

@@ -1,11 +1,10 @@
 r"""Edge relevance: which message of each layer is which input edge.
 
-A hook on each ``MessagePassing`` module puts a tensor hook on its messages, which in the backward adds the
-relevance of the messages of edge :math:`j \to i` (messages times their gradient, summed over features) to that
-edge, summed over layers.  Self-loops that a layer adds (GCN, GAT) are not input edges: their share stays with
-the node.  A layer given a sparse adjacency (PyG's ``adj_t``) forms one message per stored entry while edges
-are recorded, instead of its fused sparse product.  The hooks do nothing outside a :func:`recording` block of
-the same thread.
+A hook on each ``MessagePassing`` module puts a tensor hook on its messages, which in the backward adds their
+relevance (messages times their gradient, summed over features) to their input edge :math:`j \to i`, summed over
+layers.  Self-loops that a layer adds (GCN, GAT) are not input edges: their share stays with the node.  A layer
+given a sparse adjacency (PyG's ``adj_t``) forms one message per stored entry while edges are recorded.  The hooks
+do nothing outside a :func:`recording` block of the same thread.
 """
 from __future__ import annotations
 
@@ -54,12 +53,10 @@ def adjacency_edges(adj: Tensor) -> Tensor:
 
 
 def _unfold_adjacency(module: MessagePassing, inputs: tuple) -> tuple:
-    """A layer's ``propagate`` inputs ``(adj_t, size, kwargs)`` with the sparse adjacency given as its edges, so
-    that the layer forms one message per stored entry (in the order of PyG's ``to_edge_index(adj_t)``) instead
-    of one fused sparse product: the ``(2, E)`` edges (senders, receivers), the size PyG reads from the
-    adjacency, and the values where PyG passes them to the messages (``edge_weight``, ``edge_attr``,
-    ``edge_type``).  A layer whose messages take none of them while the values are not all one is refused: its
-    sparse product weighs what its messages would not."""
+    """A layer's ``propagate`` inputs ``(adj_t, size, kwargs)`` with the sparse adjacency given as its ``(2, E)``
+    edges (senders, receivers; one message per stored entry, in the order of ``to_edge_index(adj_t)``), the size PyG
+    reads from it, and its values where PyG passes them to the messages (``edge_weight``, ``edge_attr``,
+    ``edge_type``).  Refused: a layer whose messages take none of them while the values are not all one."""
     adj, size, kwargs = inputs
     with torch._C.DisableTorchFunction():  # (the graph's structure, not the explained values)
         indices, values = to_edge_index(adj)
@@ -100,12 +97,6 @@ def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     return hook
 
 
-def _is_edges(edges) -> bool:
-    """Whether ``edges`` is a dense ``(2, E)`` integer tensor, an edge index messages can be matched along."""
-    return isinstance(edges, Tensor) and edges.dim() == 2 and edges.shape[0] == 2 and not edges.is_sparse \
-        and not edges.is_floating_point()
-
-
 class EdgeRecorder:
     """The edge relevance of one explanation: which message of each layer is which input edge, and a hook
     on every layer's messages that adds their relevance to their input edges in :attr:`record`."""
@@ -133,7 +124,8 @@ class EdgeRecorder:
         the input (a self-loop that the layer added); None where ``edges`` is no edge index."""
         if edges is self.edge_index and edges is not None:
             return torch.arange(edges.shape[1], device=edges.device)
-        if not _is_edges(edges):
+        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
+                or edges.is_floating_point():  # (not a dense integer (2, E) tensor)
             return None
         key = id(edges)
         if key not in self._ids:
@@ -187,11 +179,15 @@ class EdgeRecorder:
         if ids is not None:
             self._ids[id(kept_edges)] = (kept_edges, ids.index_select(0, kept))
 
+    def mine(self, module, out) -> bool:
+        """Whether ``out`` are messages of a layer of this explanation's model that depend on the input."""
+        return id(module) in self.names and isinstance(out, Tensor) and self.mode.is_marked(out)
+
     def locate(self, module, out):
         """``(ids, dim)`` for a layer's messages ``out``: the input edge of each (:meth:`edge_ids`) and the edge
         dimension; None where they are not this explanation's to record (a module of another model, constant
         messages) or belong to no input edge (then noted for :meth:`check`)."""
-        if id(module) not in self.names or not isinstance(out, Tensor) or not self.mode.is_marked(out):
+        if not self.mine(module, out):
             return None
         self.messaged[id(module)] += 1
         dim = module.node_dim if module.node_dim >= 0 else out.dim() + module.node_dim
@@ -224,13 +220,10 @@ class EdgeRecorder:
 
 class HeteroEdgeRecorder(EdgeRecorder):
     """Edge relevance of a heterogeneous graph.  ``record`` holds every edge type's edges, one after another in
-    the order of the input dict; ``parts[type].record`` is each type's stretch of it.  A layer's messages
-    belong to (:meth:`edge_ids`):
-
-    * the edge type whose ``edge_index`` (the very tensor of the input dict) it propagates along;
-    * one edge type's edges, each exactly once, with self-loops added (a ``GCNConv`` inside ``HeteroConv``);
-    * every edge type's edges joined in the order of the input dict, each shifted by constant node offsets
-      (``HGTConv``'s one index over all types)."""
+    the order of the input dict (``parts[type].record``: each type's stretch).  A layer's messages belong to the
+    edge type whose ``edge_index`` (the very tensor) it propagates along; to one type's edges, each once, with
+    self-loops added (``GCNConv`` in ``HeteroConv``); or to all types' edges joined in the order of the input dict,
+    each shifted by constant node offsets (``HGTConv``'s one index over all types)."""
 
     _ALONG = "along edges that are not the input's"
     _REFUSAL = ("edge relevance of a heterogeneous graph needs each message of a layer to belong to an input edge "

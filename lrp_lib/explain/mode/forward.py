@@ -1,21 +1,17 @@
 r"""The rules as forward modifications: :class:`ForwardMode`, one ordinary backward.
 
-:class:`ForwardMode` is :class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with each rule family
-(identity, linear maps, weighted maps, sums, products, softmax, norms, blocked operations) written as a
-forward that keeps the operation's value and changes its gradient (:mod:`lrp_lib.core.modify`, and each
-rule's ``modify``).  The backward of the explained output is then PyTorch's own, and the relevance of every
-tensor :math:`t` is :math:`t \odot \partial f/\partial t`:
+Each rule family is a forward that keeps the operation's value and changes its gradient (:mod:`lrp_lib.core.modify`);
+PyTorch's own backward then leaves :math:`t \odot \partial f/\partial t` as the relevance of every tensor :math:`t`:
 
 * the start: the explained output :math:`f` with the start relevance :math:`R_0`, sent back as the gradient
   :math:`R_0 / f` (:func:`~lrp_lib.core.modify.share_of`);
 * the node features and ``edge_attr``: input times gradient;
-* the edges: messages times their gradient, summed per input edge
-  (:class:`~lrp_lib.explain.mode.edges.EdgeRecorder`);
+* the edges: messages times their gradient, summed per input edge (:mod:`~lrp_lib.explain.mode.edges`);
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
 
-What the biases, constant terms and stabilisers kept is read from scalar probes of ones: one on the outputs
-of the operations that can keep relevance, one on their inputs, and ``kept`` for amounts computed directly.
+What biases, constant terms and stabilisers kept is read from probes of ones: ``one_out`` on the outputs of the
+operations that can keep relevance, ``one_in`` on their inputs, and ``kept`` for amounts computed directly.
 """
 from __future__ import annotations
 
@@ -38,12 +34,11 @@ NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs __abs__
 
 
 class ForwardMode(RelevanceMode):
-    """:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with every rule family (the methods below, which
-    it and its handlers call) a forward modification: after the forward, one ordinary backward
-    (:meth:`~lrp_lib.explain.mode.tally.ProbeTally.backward` of :attr:`tally`) leaves
-    :math:`t \\odot t.\\mathrm{grad}` as each input's relevance.  ``rows=True``: probes per row, which split
-    the accounts by graph or target.  ``probes`` holds ``(label, output, probe)`` of each operation without a
-    rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` of the edges, if any."""
+    """:class:`~lrp_lib.explain.mode.function_mode.RelevanceMode` with every rule family (the methods below) a
+    forward modification, followed by one ordinary backward (:meth:`ProbeTally.backward
+    <lrp_lib.explain.mode.tally.ProbeTally.backward>` of :attr:`tally`).  ``rows=True``: probes per row, which
+    split the accounts by graph or target.  ``probes`` holds ``(label, output, probe)`` of each operation without
+    a rule; ``recorder`` the :class:`~lrp_lib.explain.mode.edges.EdgeRecorder` of the edges, if any."""
 
     def __init__(self, composite="epsilon", model: nn.Module | None = None, rows: bool = False):
         super().__init__(composite, model)

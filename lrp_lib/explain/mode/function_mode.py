@@ -1,11 +1,11 @@
 r"""LRP for any model, by intercepting torch functions: :class:`RelevanceMode`.
 
-Inside ``with ForwardMode(composite, model):`` (:mod:`lrp_lib.explain.mode.forward`) every torch function that the
-model calls (``F.linear``, ``Tensor.scatter_add_``, ``torch.relu``, ``a * b``, ...) goes through
-:meth:`RelevanceMode.__torch_function__` (a :class:`torch.overrides.TorchFunctionMode`).  The mode follows which
-tensors depend on the explained inputs ("marked" tensors: the inputs, and every result of an operation on a
-marked tensor).  An operation on marked tensors goes to the rule family that fits it; operations on constants
-only (weights, degrees, normalisation coefficients computed from ``edge_index``) run unchanged.
+Inside ``with ForwardMode(composite, model):`` every torch function the model calls (``F.linear``,
+``Tensor.scatter_add_``, ``a * b``, ...) goes through :meth:`RelevanceMode.__torch_function__`, a
+:class:`torch.overrides.TorchFunctionMode` pushed on the calling thread's own stack (other threads never see it;
+nothing is patched).  It follows the tensors that depend on the explained inputs ("marked": the inputs and every
+result of an operation on a marked tensor); an operation on marked tensors goes to its rule family, one on
+constants only (weights, degrees, coefficients computed from ``edge_index``) runs unchanged.
 
 What each operation on marked tensors gets (see :mod:`lrp_lib.core.composites` for why):
 
@@ -26,8 +26,8 @@ What each operation on marked tensors gets (see :mod:`lrp_lib.core.composites` f
   signal-take-all);
 * anything else: blocked (no relevance passes, and the amount that reached it is recorded).
 
-Nothing is patched: the mode is pushed on the calling thread's own stack of function modes, so
-other threads (training, other explanations) never see it, and it is gone when the block ends.
+Sent to no rule: attribute reads (``.data``: a detach, reported), dropout (refused in training mode), and in-place
+operations (``x.relu_()``, ``h += m``), computed out of place by the same rule, then copied into the tensor.
 """
 from __future__ import annotations
 
@@ -35,16 +35,16 @@ import sys
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from lrp_lib.core.composites import Composite, get_composite, weight_owners
-from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE,
+from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLERS,
                                            HANDLER_ROUTE, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE,
                                            route_of)
 from lrp_lib.explain.mode.graph_check import UnsupportedModelError, node_name
-from lrp_lib.explain.mode.inplace import SpecialCalls
-from lrp_lib.explain.mode.op_tables import PASS_NODES
+from lrp_lib.explain.mode.op_tables import AUGMENTED, IDENTITY, PASS_NODES
 
 __all__ = ["RelevanceMode", "UnsupportedModelError"]
 
@@ -58,9 +58,9 @@ def _tensors(t):
             yield from _tensors(item)
 
 
-class RelevanceMode(SpecialCalls, TorchFunctionMode):
+class RelevanceMode(TorchFunctionMode):
     """The interception: every torch function called in its block on input-dependent tensors goes to its rule
-    family.  The families are :class:`~lrp_lib.explain.mode.forward.ForwardMode`'s, the class to use.
+    family, a method of :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the class to use).
 
     Args:
         composite: a :class:`~lrp_lib.core.composites.Composite` (or a rule or its name).
@@ -84,19 +84,13 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         self._leaves: list[Tensor] = []
         self._leaf_nodes: set | None = None
         self._reach: dict = {}
-        # id(parameter) -> (owner's name, owner, (message-passing layer, number of them) or None)
-        self._owners: dict[int, tuple[str, nn.Module, tuple[int, int] | None]] = {}
-        self._module_names: dict[int, str] = {}
         self._rules: dict[int, Any] = {}
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
-        if model is not None:
-            for name, module in model.named_modules():
-                self._module_names[id(module)] = name
-            for name, module, layer in weight_owners(model):
-                for p in module._parameters.values():
-                    if p is not None:
-                        self._owners[id(p)] = (name, module, layer)
+        self._module_names = {} if model is None else {id(m): name for name, m in model.named_modules()}
+        # id(parameter) -> (owner's name, owner, (message-passing layer, number of them) or None)
+        self._owners = {id(p): owner for owner in ([] if model is None else weight_owners(model))
+                        for p in owner[1]._parameters.values() if p is not None}
 
     def mark(self, t):
         """Mark ``t`` (a tensor, or a tuple/list of them) as depending on the explained input."""
@@ -141,8 +135,7 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
             stack.extend(n for n, _ in node.next_functions)
         else:
             return
-        # the Python autograd Functions on the way, where there are any; else every operation but those that pass
-        # relevance as they are
+        # the Python autograd Functions on the way, if any; else every operation that does not pass relevance as it is
         names = sorted({node_name(n) for n in path if isinstance(n, torch.autograd.function.BackwardCFunction)}) or \
             sorted({node_name(n) for n in path if node_name(n) not in PASS_NODES})
         raise UnsupportedModelError(
@@ -249,6 +242,47 @@ class RelevanceMode(SpecialCalls, TorchFunctionMode):
         if route.head and isinstance(out, Tensor):
             self._heads[id(out)] = (name, args[0], out)
         return out
+
+    def get_attribute(self, func, args, kwargs):
+        """An attribute read: the attribute, marked where it is a tensor but ``.data`` or ``.grad``."""
+        attr = getattr(getattr(func, "__self__", None), "__name__", "")
+        out = func(*args, **kwargs)
+        if attr == "data":
+            self.detached.add(f".data in {self.module_label()}")
+        return self.mark(out) if isinstance(out, Tensor) and attr not in ("data", "grad") else out
+
+    def run_dropout(self, func, name, args, kwargs):
+        """Dropout: refused in training mode with ``p > 0``; else its value, which keeps the input's marks."""
+        training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else True))
+        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+        if training and p:
+            raise UnsupportedModelError(f"{name} in training mode in {self.module_label()}: relevance of a random "
+                                        f"mask is not defined; call model.eval() (PyG's Explainer does)")
+        out = func(*args, **kwargs)
+        source = args[0] if args else kwargs.get("input")
+        if out is not source and isinstance(out, Tensor) and isinstance(source, Tensor):  # (eager: the input itself;
+            out.__dict__.update({k: v for k, v in vars(source).items() if k.startswith("_lrp_")})  # traced: a copy)
+        return self.mark(out)
+
+    def run_inplace(self, func, name, args, kwargs):
+        """An in-place operation: computed out of place on a copy, then copied into the tensor (so autograd
+        records the copy and nothing that a rule saved is overwritten)."""
+        base = AUGMENTED.get(name, name[:-1])
+        target = args[0]
+        if not isinstance(target, Tensor) or not (base in HANDLERS or base in IDENTITY):
+            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()} on a tensor that "
+                                        f"depends on the input: LRP has no rule for it")
+        source = target.clone()
+        if self.is_marked(target):
+            self.mark(source)
+        outofplace = getattr(torch.Tensor, base, None) or getattr(torch, base, None) or getattr(F, base, None)
+        if outofplace is None:
+            raise UnsupportedModelError(f"the in-place operation {name} in {self.module_label()}: no out-of-place "
+                                        f"version of it was found to compute its relevance")
+        handler, new_args = HANDLERS.get(base), (source, *args[1:])
+        result = handler(self, outofplace, new_args, kwargs) if handler else self.identity(outofplace, new_args, kwargs)
+        target.copy_(result)
+        return self.mark(target)
 
     def head_of(self, out: Tensor) -> tuple[str, Tensor] | None:
         """``(name, logits)`` if ``out`` is the output of a softmax, log_softmax or sigmoid computed in

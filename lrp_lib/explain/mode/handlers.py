@@ -1,10 +1,8 @@
 """The relevance handler of each torch function with a rule of its own: :data:`HANDLERS`.
 
-A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the rule family
-of :class:`~lrp_lib.explain.mode.forward.ForwardMode` that fits it; the table of the rules is in
-:mod:`lrp_lib.explain.mode.function_mode`, recurrent layers and attention are in
-:mod:`lrp_lib.explain.mode.recurrent`.
-"""
+A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)`` through the rule family of
+:class:`~lrp_lib.explain.mode.forward.ForwardMode` that fits it (recurrent layers and attention:
+:mod:`lrp_lib.explain.mode.recurrent`)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -24,10 +22,13 @@ def arg(args, kwargs, i, name, default=None):
 
 
 def _linear(mode, func, args, kwargs):
+    """``F.linear`` and the convolutions: the composite's rule for the weight (blocked: an input-dependent one)."""
     x, weight, bias = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
     if mode.is_marked(weight) or mode.is_marked(bias):
-        return mode.blocked(func, "linear with an input-dependent weight", args, kwargs)
-    return mode.weighted(x, weight, bias, F.linear)
+        name = "linear with an input-dependent weight" if func.__name__ == "linear" else func.__name__
+        return mode.blocked(func, name, args, kwargs)
+    rest, extra = args[3:], {k: v for k, v in kwargs.items() if k not in ("input", "weight", "bias")}
+    return mode.weighted(x, weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra))
 
 
 def _matmul(mode, func, args, kwargs):
@@ -78,15 +79,6 @@ def _addmm(mode, func, args, kwargs):
     if alpha != 1:
         part = mode.mark(mode.elementwise(part, lambda t: t * alpha))
     return mode.sum_terms(part, inp, 1.0, beta)
-
-
-def _conv(mode, func, args, kwargs):
-    weight, bias = arg(args, kwargs, 1, "weight"), arg(args, kwargs, 2, "bias")
-    rest = args[3:]
-    extra = {k: v for k, v in kwargs.items() if k not in ("weight", "bias")}
-    if mode.is_marked(weight) or mode.is_marked(bias):
-        return mode.blocked(func, func.__name__, args, kwargs)
-    return mode.weighted(args[0], weight, bias, lambda t, w, b: func(t, w, b, *rest, **extra))
 
 
 def _einsum(mode, func, args, kwargs):
@@ -279,7 +271,7 @@ HANDLERS: dict[str, Callable] = {
     "linear": _linear,
     "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "mv": _matmul, "__matmul__": _matmul, "__rmatmul__": _matmul,
     "addmm": _addmm, "_sparse_mm": _sparse_mm,
-    "conv1d": _conv, "conv2d": _conv, "conv3d": _conv,
+    "conv1d": _linear, "conv2d": _linear, "conv3d": _linear,
     "einsum": _einsum,
     "sum": _reduction, "mean": _mean, "nansum": _reduction, "cumsum": _reduction,
     "avg_pool1d": _reduction, "avg_pool2d": _reduction, "avg_pool3d": _reduction, "adaptive_avg_pool1d": _reduction,

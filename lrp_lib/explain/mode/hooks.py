@@ -1,8 +1,6 @@
-"""What the library's hooks read, and their registration.
-
-The hooks on a model's modules stay registered; each reads what the explanation running in its thread has
-bound (:func:`bound`, a :class:`~contextvars.ContextVar` per kind), and does nothing where nothing is bound, so
-that explanations in several threads and anyone's training leave each other alone.
+"""What the library's hooks read, and their registration.  The hooks on a model's modules stay registered; each
+reads what the explanation running in its thread has bound (:func:`bound`), and does nothing where nothing is bound,
+so that explanations in several threads and anyone's training leave each other alone.
 """
 from __future__ import annotations
 

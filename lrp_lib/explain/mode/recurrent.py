@@ -1,9 +1,7 @@
-r"""Recurrent layers and multi-head attention, written out in the torch operations they are made
-of and run inside the mode, so that each part gets its rule: :data:`HANDLERS` for ``torch.lstm``,
-``torch.gru``, ``torch.rnn_tanh``/``rnn_relu``, their cells, and ``F.multi_head_attention_forward``.
-Gates (sigmoids) are held constant in their products (signal-take-all, Arras et al., "Explaining Recurrent
-Neural Network Predictions in Sentiment Analysis", WASSA 2017), the weights get the composite's rule, sums
-split in proportion.
+r"""Recurrent layers and multi-head attention written out in torch operations and run inside the mode, so that
+each part gets its rule: :data:`HANDLERS` for ``torch.lstm``, ``gru``, ``rnn_tanh``/``rnn_relu``, their cells, and
+``F.multi_head_attention_forward``.  Gates (sigmoids) are held constant in their products (signal-take-all, Arras
+et al., WASSA 2017).
 """
 from __future__ import annotations
 
@@ -19,38 +17,27 @@ from lrp_lib.explain.mode.graph_check import UnsupportedModelError
 __all__ = ["HANDLERS"]
 
 
-def _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
-    r"""One LSTM step: gates ``i, f, o`` (sigmoids), cell input ``g`` (a tanh), :math:`c' = f c + i g`,
-    :math:`h' = o \tanh(c')`, and ``h' @ w_hr.T`` with ``proj_size``."""
-    gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
-    i, f, g, o = gates.chunk(4, -1)
-    i, f, o, g = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g)
-    c = f * c + i * g
-    h = o * torch.tanh(c)
-    if w_hr is not None:
-        h = F.linear(h, w_hr)
-    return h, c
-
-
-def _gru_step(x, h, w_ih, w_hh, b_ih, b_hh):
-    r"""One GRU step as ``torch.gru_cell`` computes it: gates ``r, z`` (sigmoids),
-    :math:`n = \tanh(W_{in} x + b_{in} + r (W_{hn} h + b_{hn}))`, :math:`h' = (1 - z) n + z h`."""
-    gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
-    i_r, i_z, i_n = gi.chunk(3, -1)
-    h_r, h_z, h_n = gh.chunk(3, -1)
-    r = torch.sigmoid(i_r + h_r)
-    z = torch.sigmoid(i_z + h_z)
-    n = torch.tanh(i_n + r * h_n)
-    return (1 - z) * n + z * h
-
-
 def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
-    """One step of ``kind`` (``"lstm"``, ``"gru"``, ``"rnn_tanh"``, ``"rnn_relu"``): ``(h', c')``, ``c'``
-    None but for an LSTM."""
+    r"""One step of ``kind``: ``(h', c')``, ``c'`` None but for an LSTM.  ``"lstm"``: gates ``i, f, o``
+    (sigmoids), cell input ``g`` (a tanh), :math:`c' = f c + i g`, :math:`h' = o \tanh(c')`, and ``h' @ w_hr.T``
+    with ``proj_size``; ``"gru"`` as ``torch.gru_cell`` computes it: gates ``r, z`` (sigmoids),
+    :math:`n = \tanh(W_{in} x + b_{in} + r (W_{hn} h + b_{hn}))`, :math:`h' = (1 - z) n + z h`; ``"rnn_tanh"``,
+    ``"rnn_relu"``: :math:`h' = act(W_{ih} x + b_{ih} + W_{hh} h + b_{hh})`."""
     if kind == "lstm":
-        return _lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr)
+        gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
+        i, f, g, o = gates.chunk(4, -1)
+        i, f, o, g = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g)
+        c = f * c + i * g
+        h = o * torch.tanh(c)
+        return (h if w_hr is None else F.linear(h, w_hr)), c
     if kind == "gru":
-        return _gru_step(x, h, w_ih, w_hh, b_ih, b_hh), None
+        gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
+        i_r, i_z, i_n = gi.chunk(3, -1)
+        h_r, h_z, h_n = gh.chunk(3, -1)
+        r = torch.sigmoid(i_r + h_r)
+        z = torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        return (1 - z) * n + z * h, None
     act = torch.tanh if kind == "rnn_tanh" else torch.relu
     return act(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)), None
 
@@ -155,9 +142,8 @@ def _multi_head_attention(mode, func, args, kwargs):
         unsupported.append("add_zero_attn")
     if unsupported:
         return mode.blocked(func, f"multi_head_attention_forward with {', '.join(unsupported)}", args, kwargs)
-    weights = [p[n] for n in ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias",
-                              "q_proj_weight", "k_proj_weight", "v_proj_weight")]
-    if any(mode.is_marked(w) for w in weights):
+    if any(mode.is_marked(p[n]) for n in ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias",
+                                          "q_proj_weight", "k_proj_weight", "v_proj_weight")):
         return mode.blocked(func, "multi_head_attention_forward with input-dependent weights", args, kwargs)
     if p["training"] and p["dropout_p"]:
         raise UnsupportedModelError(f"attention dropout (p={p['dropout_p']}) in training mode in "

@@ -1,7 +1,5 @@
-"""What an explanation's operations kept: :class:`Tally`, the amounts biases, constant terms and stabilisers
-kept and the relevance that reached operations without a rule, read from the probes of the forward rules
-(:class:`ProbeTally`) and split by graph or target
-(:func:`lrp_lib.explain.accounting.account`)."""
+"""What an explanation's operations kept (:class:`Tally`), read from the probes of the forward rules
+(:class:`ProbeTally`) and split by graph or target (:func:`lrp_lib.explain.accounting.account`)."""
 from __future__ import annotations
 
 import torch
@@ -39,12 +37,9 @@ class Tally:
         self.rows: dict[int, Tensor] = {}
         self.unsplit = True
 
-    def _put(self, table: str, label: str, amount: Tensor) -> None:
-        self._pending.append((table, label, amount.detach()))
-
     def absorb(self, label: str, amount: Tensor) -> None:
         """Add ``amount`` (a tensor) to :attr:`absorbed` under ``label``."""
-        self._put("absorbed", label, amount)
+        self._pending.append(("absorbed", label, amount.detach()))
 
     def _flush(self) -> None:
         if not self._pending:
@@ -84,10 +79,10 @@ class Tally:
 
 
 class ProbeTally(Tally):
-    """The amounts of a :class:`ForwardMode` explanation, read from its probes' gradients after each backward
-    (:meth:`backward`): what the operations that can keep relevance kept (the relevance they received less
-    what they passed on, plus the amounts of ``kept``), what reached each operation without a rule, and, with
-    ``ForwardMode(rows=True)``, what was kept per row (:class:`~lrp_lib.explain.mode.tally.Tally`'s ``rows``)."""
+    """The amounts of a ``ForwardMode`` explanation, read from its probes' gradients after each backward
+    (:meth:`backward`): what the operations that can keep relevance kept (the relevance they received less what
+    they passed on, plus the amounts of ``kept``), what reached each operation without a rule, and, with
+    ``rows=True``, what was kept per row (:attr:`rows`)."""
 
     def __init__(self, mode):
         super().__init__()
@@ -123,7 +118,7 @@ class ProbeTally(Tally):
                 g = -g.detach() if kind == "in" else g.detach()
                 self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
                 total = total + g.sum()
-        self._put("absorbed", "biases, constant terms and stabilisers", total)
+        self.absorb("biases, constant terms and stabilisers", total)
         for (label, value, _), g in zip(mode.probes, grads[3:]):
             if g is not None:
-                self._put("blocked", label, (value * g).sum())
+                self._pending.append(("blocked", label, (value * g).sum().detach()))
