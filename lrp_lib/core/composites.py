@@ -179,7 +179,7 @@ def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int
 
 def get_composite(composite: Composite | Rule | str, default: Rule | str = "epsilon") -> Composite:
     """A :class:`Composite` from a composite (one with ``linear=None`` gets ``default``), a rule (for every weight,
-    its epsilon for the maps without weights), a named composite (the module docstring's table) or any rule name
+    its epsilon for the maps without weights), a named composite (listed in the module docstring) or any rule name
     of :func:`lrp_lib.core.rules.get_rule`."""
     if isinstance(composite, Composite):
         return composite.with_default(default)
