@@ -46,7 +46,7 @@ from torch_geometric.nn import MessagePassing
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, ZBox, get_rule
 from lrp_lib.core.validation import check_number
 
-__all__ = ["Composite", "get_composite", "weight_owners", "NAMED_COMPOSITES"]
+__all__ = ["Composite", "get_composite", "weight_owners", "message_passing_layers", "NAMED_COMPOSITES"]
 
 _ATTENTION = ("cp", "uniform")
 
@@ -162,14 +162,19 @@ NAMED_COMPOSITES: dict[str, Callable[[], Composite]] = {
 }
 
 
+def message_passing_layers(model: nn.Module) -> list[str]:
+    """The qualified names of the model's outermost ``MessagePassing`` modules, in the order of ``named_modules``."""
+    layers = [name for name, module in model.named_modules() if isinstance(module, MessagePassing)]
+    return [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
+
+
 def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int] | None]]:
     """Each module of ``model`` that owns parameters, once, in the order of ``named_modules``: its qualified name, the
-    module, and ``(i, n)`` if it is in the ``i``-th of the model's ``n`` outermost message-passing modules."""
-    named = list(model.named_modules())
-    layers = [name for name, module in named if isinstance(module, MessagePassing)]
-    layers = [n for n in layers if not any(n.startswith(o + ".") for o in layers if o != n and o)]
+    module, and ``(i, n)`` if it is in the ``i``-th of the model's ``n`` outermost message-passing modules
+    (:func:`message_passing_layers`)."""
+    layers = message_passing_layers(model)
     owners = []
-    for name, module in named:
+    for name, module in model.named_modules():
         if not any(p is not None for p in module._parameters.values()):
             continue
         depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")), None)

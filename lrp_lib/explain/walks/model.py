@@ -5,10 +5,9 @@ from functools import cached_property
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import index_to_mask
 
-from lrp_lib.core.composites import Composite, get_composite
+from lrp_lib.core.composites import Composite, get_composite, message_passing_layers
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
 from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out, find_steps, step_ptr
@@ -46,8 +45,7 @@ def composite_of(rule, model: nn.Module) -> Composite:
             rules.append(get_rule(r))
         except (ValueError, TypeError) as e:
             raise type(e)(f"rule[{i}]: {e}") from None
-    names = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
-    layers = [n for n in names if not any(n.startswith(o + ".") for o in names if o != n and o)]
+    layers = message_passing_layers(model)
     if len(rule) != len(layers):
         raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
                          f"model has {len(layers)} message-passing module(s): give one rule per module")
