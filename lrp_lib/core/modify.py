@@ -65,7 +65,7 @@ def split_by(out: Tensor, z: Tensor, eps: float = 0.0) -> Tensor:
 
 #: Elementwise functions whose derivative is :math:`f(x)/x` wherever :math:`x \ne 0` (positively homogeneous of
 #: degree one on each side of 0; products and quotients by constants): their identity rule is the plain gradient.
-HOMOGENEOUS = frozenset("""relu leaky_relu prelu neg __neg__ negative positive __pos__ abs __abs__ absolute
+HOMOGENEOUS = frozenset("""relu leaky_relu prelu neg negative positive abs absolute
 mul __mul__ __rmul__ multiply div __truediv__ divide true_divide""".split())
 
 

@@ -73,3 +73,33 @@ def test_routes_are_kept_per_function_and_unhashable_functions_still_route():
     class Unhashable(_Named):
         __hash__ = None
     assert route_of(Unhashable("relu")).kind == dispatch.IDENTITY_ROUTE
+
+
+def _function_names() -> set:
+    """The ``__name__`` of every function of torch, ``torch.Tensor``, ``torch.nn.functional`` and the submodules that
+    hold tensor functions: the names a torch function mode sees."""
+    import torch.fft
+    import torch.linalg
+    import torch.special
+    names = set()
+    for space in (torch, torch.Tensor, F, torch.special, torch.linalg, torch.fft, torch.sparse):
+        for attr in dir(space):
+            name = getattr(getattr(space, attr, None), "__name__", None)
+            if isinstance(name, str):
+                names.add(name)
+    return names
+
+
+def test_every_name_in_the_tables_is_a_function_name():
+    """A table entry routes a function by its ``__name__``, which is not always the attribute it is reached by
+    (``Tensor.__rtruediv__`` is named ``__rdiv__``, ``F.logsigmoid`` ``log_sigmoid``, ``Tensor.__neg__`` ``neg``):
+    an entry that no function has as its name routes nothing, and the function it was meant for is refused."""
+    from lrp_lib.core.modify import HOMOGENEOUS
+    from lrp_lib.explain.mode.forward import NONNEGATIVE
+    tables = {"PLAIN": PLAIN, "DETACH": DETACH, "PASS": PASS, "IDENTITY": IDENTITY, "DROPOUT": DROPOUT,
+              "COPY_INPLACE": COPY_INPLACE, "GATES": GATES, "SIGN_FLIPS": SIGN_FLIPS, "HEADS": HEADS,
+              "AUGMENTED": set(AUGMENTED), "HANDLERS": set(HANDLERS), "HOMOGENEOUS": HOMOGENEOUS,
+              "NONNEGATIVE": NONNEGATIVE}
+    names = _function_names()
+    unknown = {table: sorted(set(entries) - names) for table, entries in tables.items() if set(entries) - names}
+    assert not unknown

@@ -27,7 +27,7 @@ is_mkldnn is_nested is_leaf requires_grad grad_fn names output_nr _version items
  IDENTITY_ROUTE, BLOCKED_ROUTE) = range(10)
 
 #: In-place views: their result is the tensor itself, already marked.
-_INPLACE_VIEWS = frozenset({"unsqueeze_", "squeeze_", "t_", "transpose_", "movedim_"})
+_INPLACE_VIEWS = frozenset({"unsqueeze_", "squeeze_", "t_", "transpose_"})
 
 
 class Route(NamedTuple):

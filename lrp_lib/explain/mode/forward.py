@@ -30,7 +30,7 @@ __all__ = ["ForwardMode"]
 
 
 #: Elementwise functions whose output has no negative entry.
-NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs __abs__ absolute square".split())
+NONNEGATIVE = frozenset("relu relu6 sigmoid hardsigmoid softplus exp abs absolute square".split())
 
 
 class ForwardMode(RelevanceMode):

@@ -166,10 +166,13 @@ def _div(mode, func, args, kwargs):
     if kwargs.get("rounding_mode") is not None:
         return mode.blocked(func, "div with rounding_mode", args, kwargs)
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
-    if func.__name__ == "__rtruediv__":
+    if func.__name__ == "__rdiv__":  # (Tensor.__rtruediv__, ``c / x``)
         a, b = b, a
     if mode.is_marked(a) and mode.is_marked(b):
         return mode.gate(mode.normalise(a, b))
+    if mode.is_marked(b):  # c / x: the identity rule of x (not homogeneous: the gradient would flip the sign)
+        return mode.elementwise(b, lambda t: func(*(t if v is b else v for v in args),
+                                                  **{k: t if v is b else v for k, v in kwargs.items()}))
     return mode.identity(func, args, kwargs)
 
 
@@ -280,7 +283,7 @@ HANDLERS: dict[str, Callable] = {
     "add": _add, "__add__": _add, "__radd__": _add, "sub": _add, "subtract": _add, "__sub__": _add,
     "__rsub__": _add, "rsub": _add,
     "mul": _mul, "multiply": _mul, "__mul__": _mul, "__rmul__": _mul,
-    "div": _div, "divide": _div, "true_divide": _div, "__truediv__": _div, "__rtruediv__": _div,
+    "div": _div, "divide": _div, "true_divide": _div, "__truediv__": _div, "__rdiv__": _div,
     "softmax": _softmax, "max": _max_min, "min": _max_min,
     "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _cat, "prod": _prod,
     "batch_norm": _batch_norm,

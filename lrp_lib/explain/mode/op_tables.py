@@ -30,7 +30,7 @@ hstack vstack dstack split split_with_sizes chunk unbind tensor_split expand exp
 repeat repeat_interleave tile contiguous clone to float double half bfloat16 type type_as cpu cuda flip roll
 amax amin maximum minimum fmax fmin topk sort msort kthvalue median where masked_fill index_fill
 index_copy masked_scatter pad constant_pad_nd diagonal diag tril triu unsqueeze_ squeeze_ t_ transpose_
-as_strided scatter narrow_copy select_scatter slice_scatter movedim_ real view_as_real
+as_strided scatter narrow_copy select_scatter slice_scatter real view_as_real
 max_pool1d max_pool2d max_pool3d max_pool1d_with_indices max_pool2d_with_indices max_pool3d_with_indices
 adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d
 """.split())
@@ -38,9 +38,9 @@ adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d
 #: Elementwise functions of one marked input: the identity rule.
 IDENTITY = frozenset("""
 relu relu6 leaky_relu elu selu celu gelu silu mish softplus softsign tanh sigmoid hardtanh hardswish
-hardsigmoid prelu rrelu logsigmoid tanhshrink softshrink hardshrink threshold exp exp2 expm1 log log2
-log10 log1p sqrt rsqrt square pow __pow__ __rpow__ float_power abs __abs__ absolute neg __neg__ negative
-positive __pos__ clamp clamp_min clamp_max clip reciprocal normalize sin cos erf erfc sinh cosh atan asin
+hardsigmoid prelu rrelu log_sigmoid tanhshrink softshrink hardshrink threshold exp exp2 expm1 log log2
+log10 log1p sqrt rsqrt square pow __rpow__ float_power abs absolute neg negative
+positive clamp clamp_min clamp_max clip reciprocal normalize sin cos erf erfc sinh cosh atan asin
 acos tan nan_to_num
 """.split())
 
@@ -68,9 +68,9 @@ COPY_INPLACE = frozenset({"__setitem__", "copy_", "fill_", "zero_", "index_copy_
 #: "signal-take-all" rule of Arras et al. 2017 for LSTM/GRU gates, CP-LRP for attention).
 GATES = frozenset({"sigmoid", "hardsigmoid"})
 #: Negations: the negation of a gate is one.
-SIGN_FLIPS = frozenset({"neg", "__neg__", "negative"})
+SIGN_FLIPS = frozenset({"neg", "negative"})
 #: Functions that turn logits into probabilities: a model ending in one is explained from its input.
 HEADS = frozenset({"softmax", "log_softmax", "sigmoid"})
 
 #: Augmented assignments (``h += m``) and the function each computes in place.
-AUGMENTED = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div"}
+AUGMENTED = {"__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__idiv__": "div"}
