@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from lrp_lib.core.composites import get_composite
 from lrp_lib.core.rules import Epsilon
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.tensors import explain_tensor
@@ -168,6 +169,15 @@ def test_bad_input_names_the_argument():
         explain_tensor(model, x, torch.tensor([0.0, 1.0]))
     with pytest.raises(UnsupportedModelError, match="in training mode"):
         explain_tensor(nn.Sequential(nn.Linear(12, 5), nn.Dropout(0.5)).train(), x)
+    with pytest.raises(ValueError, match="pass either rule or composite, not both"):
+        explain_tensor(model, x, rule="z", composite=get_composite("epsilon"))
+
+    class Detached(nn.Module):
+        def forward(self, t):
+            return model(t).detach()
+
+    with pytest.raises(ValueError, match="does not depend on x through autograd"):
+        explain_tensor(Detached(), x)
 
     class Sorted(nn.Module):
         def forward(self, t):
