@@ -1108,3 +1108,33 @@ class _IndexNet(nn.Module):
 
     def forward(self, x, edge_index):
         return self.lin(self.conv(x, edge_index).relu())
+
+
+@pytest.mark.parametrize("replay", [False, True])
+@pytest.mark.parametrize("conv", [GCNConv, lambda a, b: GATConv(a, b, heads=1), SAGEConv], ids=["gcn", "gat", "sage"])
+def test_a_graph_without_edges_gets_an_empty_edge_mask(conv, replay):
+    """A graph of isolated nodes (a molecule of one atom, a salt's ions) with edge masks: an edge mask of shape (0,),
+    the self-loops' relevance left with their nodes, and the whole logit accounted for; also captured, from the
+    second call."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = conv(4, 8), conv(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    model = Net().double().eval()
+    x, edge_index = torch.randn(3, 4, dtype=torch.float64), torch.zeros(2, 0, dtype=torch.long)
+    explainer = Explainer(model, algorithm=LRPExplainer(replay=replay), explanation_type="model",
+                          node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    for _ in range(2):
+        e = explainer(x, edge_index, index=1)
+    assert e.edge_mask.shape == (0,) and e.edge_relevance.shape == (0,)
+    assert not replay or e.replayed, e.replay_reason
+    logit = float(model(x, edge_index)[1].max())
+    assert float(e.node_relevance.sum() + e.bias_relevance) == pytest.approx(logit, rel=1e-12, abs=1e-14)
+    assert abs(float(e.relevance_residual)) < 1e-14
