@@ -32,24 +32,30 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core import stabilizer
+from lrp_lib.core.stabilizer import all_finite
 from lrp_lib.explain.mode.tally import Tally
 
-__all__ = ["account", "account_one", "batch_row_groups", "lost_relevance", "LostRelevanceWarning"]
+__all__ = ["account", "account_one", "batch_row_groups", "lost_relevance", "LostRelevanceWarning", "NOT_FINITE"]
+
+NOT_FINITE = ("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's running "
+              "statistics) contain NaN or Inf values, or its output is not finite; check them with torch.isfinite")
 
 
 class LostRelevanceWarning(stabilizer.LostRelevanceWarning):
     """Part of the explained output's relevance did not reach the inputs (a detach in the model)."""
 
 
-def lost_relevance(start: Tensor, node_rel: Tensor, attr_rel: Tensor | None, absorbed: float, detached: set,
-                   dtype: torch.dtype) -> float:
-    """What of the explained value ``start`` neither reached the inputs (``node_rel``, ``attr_rel``) nor was kept by
-    the biases and stabilisers (``absorbed``), with a :class:`LostRelevanceWarning` (naming the tensors the forward
-    ``detached``) where it exceeds rounding (1e-3 of the explained magnitude in float32, 1e-6 in float64)."""
+def lost_relevance(start: Tensor, rels: list, absorbed: float, detached: set) -> float:
+    """What of the explained value ``start`` neither reached the inputs (``rels``, their relevance; None: none) nor
+    was kept by the biases and stabilisers (``absorbed``), with a :class:`LostRelevanceWarning` (naming the tensors the
+    forward ``detached``) where it exceeds rounding (1e-3 of the explained magnitude in float32, 1e-6 in float64);
+    a ``ValueError`` where a relevance is NaN or Inf."""
+    rels = [r for r in rels if r is not None]
+    if not all_finite(*rels):
+        raise ValueError(NOT_FINITE)
     explained = float(start.sum())
-    reached = float(node_rel.sum()) + (float(attr_rel.sum()) if attr_rel is not None else 0.0)
-    lost = explained - reached - absorbed
-    _warn_lost(lost, explained, float(start.abs().sum()), detached, dtype)
+    lost = explained - sum(float(r.sum()) for r in rels) - absorbed
+    _warn_lost(lost, explained, float(start.abs().sum()), detached, start.dtype)
     return lost
 
 
@@ -65,10 +71,10 @@ def _warn_lost(lost: float, explained: float, magnitude: float, detached: set, d
             f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=6)
 
 
-def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> tuple[Tensor, Tensor, bool]:
+def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> tuple[Tensor, Tensor]:
     r""":func:`account` of one group whose output is one row (a single graph), with :func:`lost_relevance`'s
-    warning, from one read of the data: ``(bias_relevance, relevance_residual, finite)``, the first two of shape
-    ``[1]`` and equal to :func:`account`'s (the same float64 sums, in the same order), ``finite`` whether they are.
+    warning and error, from one read of the data: ``(bias_relevance, relevance_residual)``, of shape ``[1]`` and
+    equal to :func:`account`'s (the same float64 sums, in the same order).
 
     .. math::  B = \sum_\text{ops} b, \qquad \rho = \Big(\sum_j v_j - \sum_i R_i\Big) - B"""
     dtype = start.dtype
@@ -86,11 +92,12 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
     for v in values[2:]:
         reached += v
     unaccounted = explained - reached
-    finite = math.isfinite(unaccounted)
-    if finite:
+    if math.isfinite(unaccounted):
         _warn_lost(unaccounted - absorbed, explained, values[1], detached, dtype)
+    elif not all_finite(*(g for g in grads if g is not None)):
+        raise ValueError(NOT_FINITE)
     return (torch.tensor([absorbed], dtype=dtype, device=start.device),
-            torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device), finite)
+            torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device))
 
 
 def batch_row_groups(batch: Tensor) -> dict | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch_geometric.explain import HeteroExplanation
 
+from lrp_lib.explain.accounting import lost_relevance
 from lrp_lib.explain.mode.edges import HeteroEdgeRecorder
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import check_hetero_inputs
@@ -29,7 +30,7 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
                                    algorithm.explained)
     node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
     absorbed = mode.tally.total(mode.tally.absorbed)
-    lost = float(start.sum()) - sum(float(r.sum()) for r in node_rel.values()) - absorbed
+    lost = lost_relevance(start, list(node_rel.values()), absorbed, mode.detached)
     explanation = HeteroExplanation()
     node_type = algorithm.explainer_config.node_mask_type
     node_rel = {k: per_mask_type(r, node_type).detach() for k, r in node_rel.items()}

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor, nn
 
-from lrp_lib.core.stabilizer import all_finite
 from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.accounting import account, account_one, lost_relevance
 from lrp_lib.explain.mode.tally import Tally
@@ -19,16 +18,13 @@ from lrp_lib.explain.subgraphs.layer_pruning import current_plan
 from lrp_lib.explain.propagate import propagate
 from lrp_lib.explain.targets import explained_of, start_of
 
-__all__ = ["relevance", "NOT_FINITE", "NO_EDGE_ATTR_RELEVANCE"]
+__all__ = ["relevance", "NO_EDGE_ATTR_RELEVANCE"]
 
 NO_EDGE_ATTR_RELEVANCE = (
     "edge_attr_relevance is zero everywhere: no relevance reached edge_attr.  Where the model reads edge_attr only "
     "inside attention scores (GATConv, TransformerConv with edge_dim), that is by design: attention weights are held "
     "constant (Composite(attention='cp'), the default), so relevance flows through the values, not the scores "
     "(under Composite(attention='uniform') the scores take half of each product)")
-
-NOT_FINITE = ("the relevance is NaN or Inf: the model's weights (or buffers, such as a batch norm's running "
-              "statistics) contain NaN or Inf values, or its output is not finite; check them with torch.isfinite")
 
 
 def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target, index, checked: bool = False,
@@ -81,14 +77,10 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
             warnings.warn(NO_EDGE_ATTR_RELEVANCE, UserWarning, stacklevel=2)
     absorbed = mode.tally.total(mode.tally.absorbed)
     if one_group and start.dim() > 0 and start.shape[0] == 1:  # a single graph and output row: one account
-        bias, residual, finite = account_one(start, [node_rel, attr_rel], absorbed, mode.detached)
-        if not finite and not all_finite(node_rel):
-            raise ValueError(NOT_FINITE)
+        bias, residual = account_one(start, [node_rel, attr_rel], absorbed, mode.detached)
         extra = {"bias_relevance": bias, "relevance_residual": residual}
     else:
-        if not all_finite(node_rel):
-            raise ValueError(NOT_FINITE)
-        lost = lost_relevance(start, node_rel, attr_rel, absorbed, mode.detached, x.dtype)
+        lost = lost_relevance(start, [node_rel, attr_rel], absorbed, mode.detached)
         extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
                  "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
         if one_group and node_group is None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from torch import nn
 from torch_geometric.nn import GCNConv, global_mean_pool
 
-from lrp_lib.explain.accounting import LostRelevanceWarning, account, account_one
+from lrp_lib.explain.accounting import LostRelevanceWarning, account, account_one, lost_relevance
 from lrp_lib.explain.mode.tally import Tally
 from lrp_lib.explain.explainer import Explainer, LRPExplainer
 
@@ -39,8 +39,7 @@ def test_account_one_gives_the_numbers_of_account(nodes, features, classes, edge
                              edge_group=None if edges is None else torch.zeros(edges, dtype=torch.long))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LostRelevanceWarning)
-        bias_one, residual_one, finite = account_one(start, [node_rel, attr_rel], tally.total(tally.absorbed), set())
-    assert finite
+        bias_one, residual_one = account_one(start, [node_rel, attr_rel], tally.total(tally.absorbed), set())
     assert bias_one.dtype == residual_one.dtype == dtype and bias_one.shape == residual_one.shape == (1,)
     assert torch.equal(bias_one, bias) and torch.equal(residual_one, residual)
 
@@ -50,21 +49,24 @@ def test_account_one_sums_the_rows_in_order():
     start = torch.tensor([[0.0, 1.0]], dtype=torch.float64)
     node_rel = torch.tensor([[1e16], [1.0], [-1e16]], dtype=torch.float64)
     with pytest.warns(LostRelevanceWarning):  # the 1 added to 1e16 is lost to rounding
-        bias, residual, finite = account_one(start, [node_rel, None], 0.0, set())
-    assert finite and bias.item() == 0.0
+        bias, residual = account_one(start, [node_rel, None], 0.0, set())
+    assert bias.item() == 0.0
     assert residual.item() == 1.0 - ((0.0 + 1e16) + 1.0 - 1e16) == 1.0
 
 
-def test_account_one_warns_with_the_amount_lost_and_flags_sums_not_finite():
+def test_account_one_warns_with_the_amount_lost_and_refuses_relevance_not_finite():
     start = torch.tensor([[0.0, 2.0]])
     with pytest.warns(LostRelevanceWarning, match=r"relevance 0\.5 \(25\.0 % of the explained 2\)"):
-        bias, residual, _ = account_one(start, [torch.full((3, 1), 0.5)], 0.0, set())
+        bias, residual = account_one(start, [torch.full((3, 1), 0.5)], 0.0, set())
     assert residual.item() == pytest.approx(0.5) and bias.item() == 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing lost: no warning
         account_one(start, [torch.full((4, 1), 0.25)], 1.0, set())
-    _, _, finite = account_one(start, [torch.tensor([[float("nan")], [1.0]])], 0.0, set())
-    assert not finite
+    for bad in ([torch.tensor([[float("nan")], [1.0]])], [torch.ones(2, 1), torch.tensor([[float("inf")]])]):
+        with pytest.raises(ValueError, match="the relevance is NaN or Inf"):
+            account_one(start, bad, 0.0, set())
+    with pytest.raises(ValueError, match="the relevance is NaN or Inf"):  # an edge_attr's too
+        lost_relevance(start, [torch.ones(2, 1), torch.tensor([[float("nan")]])], 0.0, set())
 
 
 class _Graph(nn.Module):

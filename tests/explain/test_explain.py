@@ -10,12 +10,12 @@ import torch_geometric
 from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.explain import Explainer
-from torch_geometric.nn import (GATConv, GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool,
+from torch_geometric.nn import (GATConv, GCNConv, GINConv, GraphConv, HeteroConv, SAGEConv, global_add_pool,
                                 global_max_pool, global_mean_pool)
 from torch_geometric.nn import MLP
 
 from lrp_lib.teach import graph as G
-from lrp_lib.explain.explainer import LRPExplainer, UnsupportedModelError
+from lrp_lib.explain.explainer import LostRelevanceWarning, LRPExplainer, UnsupportedModelError
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.teach.mode import relevance
 from lrp_lib.core.rules import Epsilon, Gamma
@@ -576,6 +576,43 @@ def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance():
         want = masks[k].grad if masks[k].grad is not None else torch.zeros_like(masks[k])
         torch.testing.assert_close(e[k].edge_relevance, want, rtol=1e-10, atol=1e-12)
     assert float(e[("a", "self", "a")].edge_relevance.abs().sum()) > 0
+
+
+class _HeteroJoinsADetachedHalf(nn.Module):
+    """HeteroConv, then a head that reads half of the features of type a through a detach."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = HeteroConv({("a", "to", "b"): SAGEConv((-1, -1), 4, bias=False),
+                                ("b", "rev", "a"): GraphConv((-1, -1), 4, bias=False),
+                                ("a", "self", "a"): SAGEConv(-1, 4, bias=False)}, aggr="sum")
+        self.head = nn.Linear(4, 1, bias=False)
+
+    def forward(self, x, edge_index):
+        h = self.conv(x, edge_index)["a"].relu()
+        return self.head(torch.cat([h[:, :2], h.detach()[:, 2:]], 1))
+
+
+def test_a_heterogeneous_model_reports_the_relevance_it_loses_and_refuses_nan():
+    """What a detach keeps from the inputs of a heterogeneous graph is the residual, with a LostRelevanceWarning
+    giving its amount (as on a homogeneous graph); NaN weights are refused, not explained as NaN."""
+    torch.manual_seed(0)
+    x, ei = _hetero_x(), HETERO_EI
+    model = _HeteroJoinsADetachedHalf().double().eval()
+    model(x, ei)  # the lazy layers
+    leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
+    h = model.conv(leaves, ei)["a"].relu()
+    kept = float(h[1, :2] @ model.head.weight[0, :2])  # LRP-0 of a bias-free ReLU network: what reaches x
+    out = float(model(x, ei)[1])
+    assert abs(out - kept) > 1e-3  # the detached half carries a part worth reporting
+    with pytest.warns(LostRelevanceWarning, match=rf"relevance {out - kept:.4g} "):
+        e = _hetero_explain(model, x, ei)
+    assert float(e.relevance_residual) == pytest.approx(out - kept, rel=1e-9)
+    assert sum(float(e[t].node_relevance.sum()) for t in x) == pytest.approx(kept, rel=1e-9)
+    with torch.no_grad():
+        model.head.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="the relevance is NaN or Inf"):
+        _hetero_explain(model, x, ei)
 
 
 def test_hgt_joins_all_edge_types_into_one_index():
