@@ -64,7 +64,8 @@ class Explainer(PyGExplainer):
                 else:
                     explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
         finally:  # (PyG's call restores the training flag only where it succeeds; one_pass leaves eval mode)
-            self.model.train(training)
+            if self.model.training != training:  # (train() visits every submodule: only where needed)
+                self.model.train(training)
         if is_adjacency(edge_index) and "num_edges" in explanation:  # (an LRPExplainer's edge mask): PyG's plots
             explanation.adj_t, explanation.edge_index = edge_index, adjacency_edges(edge_index)  # index the edges
             del explanation.num_edges  # (counted from the edges now)
