@@ -15,7 +15,6 @@ another number of processes.
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import json
 import os

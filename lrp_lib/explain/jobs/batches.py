@@ -83,11 +83,8 @@ class PyGBatch:
             predicted = torch.no_grad()(lambda: self.model(batch.x, batch.edge_index, batch=batch.batch).argmax(-1))
             target = resolve_target(target_spec, batch, n_graphs, batch.x.device, predicted)
         seen = {}  # the output of the explaining forward pass
-        handle = self.model.register_forward_hook(lambda module, args, output: seen.update(out=output))
-        try:
+        with self.model.register_forward_hook(lambda module, args, output: seen.update(out=output)):
             explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch, target=target)
-        finally:
-            handle.remove()
         out = rows_of(seen.get("out"), self.mode, n_graphs)
         node = explanation.node_relevance.detach().view(-1)
         edge = explanation.edge_relevance.detach().view(-1)

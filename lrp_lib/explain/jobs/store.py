@@ -41,8 +41,7 @@ def write_atomic(path: Path, write) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 def part_name(b: int) -> str:

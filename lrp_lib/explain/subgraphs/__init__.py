@@ -9,7 +9,7 @@ outputs differ from the full graph's is explained again less pruned; later chunk
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext, suppress
 from contextvars import ContextVar
 from typing import Callable
 
@@ -86,13 +86,10 @@ def memory_budget(device: torch.device, fraction: float = 0.25) -> int:
     on the CPU (1 GiB where neither can be read)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0] * fraction)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(int(line.split()[1]) * 1024 * fraction)
-    except OSError:
-        pass
+    with suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(int(line.split()[1]) * 1024 * fraction)
     return 2**30
 
 
@@ -106,7 +103,7 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
     one relevance pass of ``model``, from what ``forward()`` (no autograd, ``n`` nodes) computes: per node, the row
     bytes of every module's node-shaped output, summed; per message, its row bytes; both times four (value, its
     relevance, a temporary of each).  The widest row: the largest such row or message."""
-    per_node, per_message, handles = [], [], []
+    per_node, per_message = [], []
 
     def on_module(module, args, out):
         if isinstance(out, Tensor) and out.dim() >= 1 and out.shape[0] == n and out.is_floating_point():
@@ -116,16 +113,12 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
         if isinstance(out, Tensor) and out.dim() >= 1 and out.shape[0]:
             per_message.append(4.0 * out[0].numel() * out.element_size())
 
-    try:
+    with ExitStack() as hooks, torch.no_grad():  # the hooks removed on leaving
         for m in model.modules():
-            handles.append(m.register_forward_hook(on_module))
+            hooks.enter_context(m.register_forward_hook(on_module))
             if isinstance(m, MessagePassing):
-                handles.append(m.register_message_forward_hook(on_message))
-        with torch.no_grad():
-            out = forward()
-    finally:
-        for h in handles:
-            h.remove()
+                hooks.enter_context(m.register_message_forward_hook(on_message))
+        out = forward()
     widest = max(per_node + [m / 4.0 for m in per_message], default=0.0)
     return out, 4.0 * sum(per_node), per_message, float(widest)
 

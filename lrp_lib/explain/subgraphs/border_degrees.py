@@ -34,7 +34,6 @@ class CountedBorder:
                              f"got shape {tuple(multiplicity.shape)}")
         self.edge_index, self.multiplicity = edge_index, multiplicity
         self.calls = self.weighed = 0
-        self._weights: dict = {}
 
     @property
     def complete(self) -> bool:
@@ -43,13 +42,10 @@ class CountedBorder:
 
     def weights(self, module: GCNConv, dtype: torch.dtype) -> Tensor:
         """``module``'s ``edge_weight``: the multiplicities, 1 on self-loops where the layer adds self-loops."""
-        key = (dtype, bool(module.add_self_loops))
-        if key not in self._weights:
-            w = self.multiplicity.to(dtype)
-            if module.add_self_loops:
-                w = w.masked_fill(self.edge_index[0] == self.edge_index[1], 1.0)
-            self._weights[key] = w
-        return self._weights[key]
+        w = self.multiplicity.to(dtype)
+        if module.add_self_loops:
+            w = w.masked_fill(self.edge_index[0] == self.edge_index[1], 1.0)
+        return w
 
     def weigh(self, module: GCNConv, args: tuple, kwargs: dict):
         """The hook's work: ``(args, kwargs)`` with the weights, or None (the call left as it is)."""

@@ -38,12 +38,9 @@ class LayerPlan:
             raise ValueError(f"groups must have depth's shape {tuple(depth.shape)}, got {tuple(groups.shape)}")
         self.depth, self.hops, self.groups = depth, hops, groups
         self.calls, self.exact, self.kept = 0, True, []
-        self.row_groups: dict[int, Tensor | None] = {}
-        self._rows(groups)
+        self.row_groups: dict[int, Tensor | None] = {} if groups is None else {groups.numel(): groups}
 
-    def _rows(self, groups: Tensor | None) -> None:
-        if groups is None:
-            return
+    def _rows(self, groups: Tensor) -> None:
         n = groups.numel()
         if n in self.row_groups and (self.row_groups[n] is None or not torch.equal(self.row_groups[n], groups)):
             groups = None
@@ -89,11 +86,8 @@ def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
     values = [kwargs.get(a[:-2]) for a in module.inspector.get_param_names("message") if a.endswith(("_i", "_j"))]
     tensors = [t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)) if t is not None]
 
-    def fits(t) -> bool:
-        if not isinstance(t, Tensor) or t.dim() == 0:
-            return False
-        dim = module.node_dim if module.node_dim >= 0 else t.dim() + module.node_dim
-        return 0 <= dim < t.dim() and t.shape[dim] == n
+    def fits(t) -> bool:  # a tensor with n entries along the layer's node_dim
+        return isinstance(t, Tensor) and -t.dim() <= module.node_dim < t.dim() and t.shape[module.node_dim] == n
 
     return bool(tensors) and all(map(fits, tensors))
 

@@ -49,8 +49,7 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
     sorted by receiver, each receiver's start, how many."""
     empty = torch.zeros(0, dtype=torch.long, device=targets.device)
     frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
-    layers, found = [frontier], []  # found: (step, position in the frontier, edge id)
-    visited = frontier
+    layers, found = [frontier], []  # the keys at each depth; found: (step, position in the frontier, edge id)
     for step in range(hops):
         edges = _in_edges(frontier, n, perm, rowptr, counts)
         if edges is None:
@@ -58,10 +57,9 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
         which, e = edges
         found.append((step, which, e))
         new = torch.unique((frontier // n)[which] * n + src[e])
-        frontier = new[~torch.isin(new, visited)]
-        visited = torch.cat([visited, frontier])
+        frontier = new[~torch.isin(new, torch.cat(layers))]
         layers.append(frontier)
-    keys, order = torch.sort(visited)
+    keys, order = torch.sort(torch.cat(layers))
     in_keys = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     starts = [0, *accumulate(layer.numel() for layer in layers)]
     depth = torch.cat([torch.full_like(f, d) for d, f in enumerate(layers)])[order]
