@@ -251,12 +251,9 @@ def _batch_norm(mode, func, args, kwargs):
     running statistics) a normalisation (:meth:`~lrp_lib.explain.mode.forward.ForwardMode.norm_affine`)."""
     if func is not F.batch_norm:
         return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
-    x = args[0]
-    bias = arg(args, kwargs, 4, "bias")
     if arg(args, kwargs, 5, "training") or arg(args, kwargs, 1, "running_mean") is None:
-        return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs),
-                                _channel_view(bias, x) if mode.composite.bias else None)
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs))
+        return _norm_affine(4, True)(mode, func, args, kwargs)  # (its bias, like instance norm's, is argument 4)
+    return mode.linear(args[0], lambda t: func(t, *args[1:], **kwargs))
 
 
 def _norm_affine(bias_index: int, channel: bool):
