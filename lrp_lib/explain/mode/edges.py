@@ -197,10 +197,6 @@ class EdgeRecorder:
             return None
         return ids, dim
 
-    def clear(self) -> None:
-        """Before a backward: the record starts from zero."""
-        self.record.zero_()
-
     def messages(self, module, out):
         """The message hook: a tensor hook on ``out`` that adds its relevance to :attr:`record`."""
         found = self.locate(module, out)
