@@ -152,21 +152,12 @@ class RelevanceMode(TorchFunctionMode):
 
     def _any_marked(self, args, kwargs) -> bool:
         """Whether an argument is marked (checking each unmarked positional tensor with :meth:`_escaped`)."""
-        token = self._token
         for a in args:
-            if isinstance(a, Tensor):
-                if getattr(a, "_lrp_mark", None) is token:
-                    return True
-                if a.grad_fn is not None and a.requires_grad:
-                    self._escaped(a)
-            elif isinstance(a, (list, tuple)):
-                for b in a:
-                    if isinstance(b, Tensor) and getattr(b, "_lrp_mark", None) is token:
-                        return True
-        for a in kwargs.values():
-            if isinstance(a, Tensor) and getattr(a, "_lrp_mark", None) is token:
+            if self.is_marked(a) or (isinstance(a, (list, tuple)) and any(self.is_marked(b) for b in a)):
                 return True
-        return False
+            if isinstance(a, Tensor) and a.grad_fn is not None and a.requires_grad:
+                self._escaped(a)
+        return any(self.is_marked(a) for a in kwargs.values())
 
     def module_label(self) -> str:
         """The qualified name and type of the innermost module of the model on the call stack."""
