@@ -4,6 +4,7 @@ handlers) the first time it is seen, and kept per function.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 from lrp_lib.explain.mode import handlers, recurrent
@@ -70,15 +71,12 @@ def classify(func) -> Route:
     return Route(kind, name, handler, **flags)
 
 
-_ROUTES: dict = {}
+_classified = functools.cache(classify)
 
 
 def route_of(func) -> Route:
     """:func:`classify` ``(func)``, kept per function (an unhashable one is classified on every call)."""
     try:
-        return _ROUTES[func]
-    except KeyError:
-        route = _ROUTES[func] = classify(func)
-        return route
+        return _classified(func)
     except TypeError:  # unhashable
         return classify(func)
