@@ -83,7 +83,7 @@ class RelevanceMode(TorchFunctionMode):
         self._token = object()
         self._leaves: list[Tensor] = []
         self._leaf_nodes: set | None = None
-        self._reach: dict = {}
+        self._walked: set = set()  # the autograd nodes that _escaped has walked
         self._rules: dict[int, Any] = {}
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
@@ -121,16 +121,11 @@ class RelevanceMode(TorchFunctionMode):
         stack, path = [t.grad_fn], []
         while stack:
             node = stack.pop()
-            if node is None:
+            if node is None or node in self._walked:
                 continue
-            if node in self._reach:
-                if self._reach[node]:
-                    break
-                continue
-            self._reach[node] = False
             if node in self._leaf_nodes:
-                self._reach[node] = True
                 break
+            self._walked.add(node)
             path.append(node)
             stack.extend(n for n, _ in node.next_functions)
         else:
