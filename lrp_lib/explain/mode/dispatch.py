@@ -27,9 +27,6 @@ is_mkldnn is_nested is_leaf requires_grad grad_fn names output_nr _version items
 (PLAIN_ROUTE, DETACH_ROUTE, GET_ROUTE, DROPOUT_ROUTE, PASS_ROUTE, COPY_ROUTE, INPLACE_ROUTE, HANDLER_ROUTE,
  IDENTITY_ROUTE, BLOCKED_ROUTE) = range(10)
 
-#: In-place views: their result is the tensor itself, already marked.
-_INPLACE_VIEWS = frozenset({"unsqueeze_", "squeeze_", "t_", "transpose_"})
-
 
 class Route(NamedTuple):
     """What the mode does with one torch function on input-dependent tensors: ``kind``, one of the ``*_ROUTE``
@@ -57,10 +54,11 @@ def classify(func) -> Route:
     for table, kind in ((PLAIN, PLAIN_ROUTE), (DETACH, DETACH_ROUTE), (DROPOUT, DROPOUT_ROUTE)):
         if name in table:
             return Route(kind, name)
-    if name in PASS:
-        return Route(PASS_ROUTE, name, view=name in _INPLACE_VIEWS)
+    inplace = (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED
+    if name in PASS:  # (an in-place one, x.unsqueeze_(0), is a view: its result is its marked input)
+        return Route(PASS_ROUTE, name, view=inplace)
     handler = HANDLERS.get(name)
-    if (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED:
+    if inplace:
         kind, handler = INPLACE_ROUTE, None
     elif handler is not None:
         kind = HANDLER_ROUTE
