@@ -240,12 +240,6 @@ def _softmax(mode, func, args, kwargs):
     return mode.gate(torch.softmax(x, dim))
 
 
-def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
-    if t is None:
-        return None
-    return t.detach().view(1, -1, *([1] * (x.dim() - 2))) if x.dim() > 1 else t.detach()
-
-
 def _batch_norm(mode, func, args, kwargs):
     """Batch norm: in eval mode an affine map of each channel (the epsilon rule), in training mode (or without
     running statistics) a normalisation (:meth:`~lrp_lib.explain.mode.forward.ForwardMode.norm_affine`)."""
@@ -262,7 +256,9 @@ def _norm_affine(bias_index: int, channel: bool):
     def handler(mode, func, args, kwargs):
         x = args[0]
         bias = arg(args, kwargs, bias_index, "bias")
-        beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())
+        beta = None if bias is None else bias.detach()
+        if channel and beta is not None and x.dim() > 1:  # one per channel: along dimension 1
+            beta = beta.view(1, -1, *([1] * (x.dim() - 2)))
         return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs), beta if mode.composite.bias else None)
     return handler
 
