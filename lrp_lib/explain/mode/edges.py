@@ -161,9 +161,7 @@ class EdgeRecorder:
             order = torch.argsort(k, stable=True)
             sk = k[order]
             rank = torch.arange(k.numel(), device=k.device) - torch.searchsorted(sk, sk)
-            combined = torch.empty_like(k)
-            combined[order] = sk * m + rank
-            return combined
+            return torch.empty_like(k).index_copy_(0, order, sk * m + rank)  # (in the order of ei)
         ref_keys, keys = ranked(ref), ranked(edges)
         order = torch.argsort(ref_keys)
         sorted_keys = ref_keys[order]
