@@ -273,15 +273,13 @@ class CompiledExplanation:
 class AnyGraphExplanation(CompiledExplanation):
     """An explanation captured once for any graph (:func:`capture_any_graph`, node masks only) and compiled by
     ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves graphs of every size that meet the
-    conditions the model's Python placed on them (:meth:`fits`).  ``compile=False``: the captured graph as it is."""
+    conditions the model's Python placed on them (:meth:`fits`)."""
 
-    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus",
-                 backend: str | None = None, compile: bool = True, **kwargs):
+    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", **kwargs):
         graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, **kwargs)
         self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
         self._scalars = _leaves(x, None)[1:4]  # (what the guards read of the probes: their shape)
-        self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=True) \
-            if compile else graph
+        self.compiled = torch.compile(graph, fullgraph=True, backend=BACKEND, dynamic=True)
         self.head, self.edges, self.edge_index = seen["head"], False, None
         self.held = (model, list(model.parameters()), list(model.buffers()))
 

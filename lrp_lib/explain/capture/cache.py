@@ -118,9 +118,7 @@ def model_state(model: nn.Module) -> tuple:
         hooks = "global module hooks are registered"
     for name, m in model.named_modules():
         flags.append(m.training)
-        for t in (*m._parameters.values(), *m._buffers.values()):
-            if t is not None:
-                tensors.append((id(t), t._version))
+        tensors += [(id(t), t._version) for t in (*m._parameters.values(), *m._buffers.values()) if t is not None]
         if hooks is None and (found := hooks_of(m)) is not None:
             hooks = f"module '{name or type(m).__name__}' has {found}"
     return tuple(tensors), tuple(flags), hooks

@@ -4,6 +4,7 @@ handlers) the first time it is seen, and kept per function.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 from lrp_lib.explain.mode import handlers, recurrent
@@ -25,9 +26,6 @@ is_mkldnn is_nested is_leaf requires_grad grad_fn names output_nr _version items
 
 (PLAIN_ROUTE, DETACH_ROUTE, GET_ROUTE, DROPOUT_ROUTE, PASS_ROUTE, COPY_ROUTE, INPLACE_ROUTE, HANDLER_ROUTE,
  IDENTITY_ROUTE, BLOCKED_ROUTE) = range(10)
-
-#: In-place views: their result is the tensor itself, already marked.
-_INPLACE_VIEWS = frozenset({"unsqueeze_", "squeeze_", "t_", "transpose_"})
 
 
 class Route(NamedTuple):
@@ -56,10 +54,11 @@ def classify(func) -> Route:
     for table, kind in ((PLAIN, PLAIN_ROUTE), (DETACH, DETACH_ROUTE), (DROPOUT, DROPOUT_ROUTE)):
         if name in table:
             return Route(kind, name)
-    if name in PASS:
-        return Route(PASS_ROUTE, name, view=name in _INPLACE_VIEWS)
+    inplace = (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED
+    if name in PASS:  # (an in-place one, x.unsqueeze_(0), is a view: its result is its marked input)
+        return Route(PASS_ROUTE, name, view=inplace)
     handler = HANDLERS.get(name)
-    if (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED:
+    if inplace:
         kind, handler = INPLACE_ROUTE, None
     elif handler is not None:
         kind = HANDLER_ROUTE
@@ -70,15 +69,12 @@ def classify(func) -> Route:
     return Route(kind, name, handler, **flags)
 
 
-_ROUTES: dict = {}
+_classified = functools.cache(classify)
 
 
 def route_of(func) -> Route:
     """:func:`classify` ``(func)``, kept per function (an unhashable one is classified on every call)."""
     try:
-        return _ROUTES[func]
-    except KeyError:
-        route = _ROUTES[func] = classify(func)
-        return route
+        return _classified(func)
     except TypeError:  # unhashable
         return classify(func)

@@ -151,7 +151,9 @@ class EdgeRecorder:
                 loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
                 loops[loop_nodes] = loop_ids
                 return torch.cat([kept_ids, loops])
-        n = int(max(int(ref.max()) if ref.numel() else 0, int(edges.max()) if edges.numel() else 0)) + 1
+        if not ref.numel():  # (no input edges: none of these is one)
+            return torch.full((edges.shape[1],), -1, dtype=torch.long, device=edges.device)
+        n = max(int(ref.max()), int(edges.max()) if edges.numel() else 0) + 1
         m = max(ref.shape[1], edges.shape[1]) + 1
 
         def ranked(ei):  # key (source, target) and the rank of each copy of a repeated edge
@@ -159,17 +161,12 @@ class EdgeRecorder:
             order = torch.argsort(k, stable=True)
             sk = k[order]
             rank = torch.arange(k.numel(), device=k.device) - torch.searchsorted(sk, sk)
-            combined = torch.empty_like(k)
-            combined[order] = sk * m + rank
-            return combined
+            return torch.empty_like(k).index_copy_(0, order, sk * m + rank)  # (in the order of ei)
         ref_keys, keys = ranked(ref), ranked(edges)
         order = torch.argsort(ref_keys)
         sorted_keys = ref_keys[order]
-        pos = torch.searchsorted(sorted_keys, keys).clamp(max=max(sorted_keys.numel() - 1, 0))
-        if sorted_keys.numel() == 0:
-            return torch.full((edges.shape[1],), -1, dtype=torch.long, device=edges.device)
-        found = sorted_keys[pos] == keys
-        return torch.where(found, order[pos], torch.full_like(pos, -1))
+        pos = torch.searchsorted(sorted_keys, keys).clamp(max=sorted_keys.numel() - 1)
+        return torch.where(sorted_keys[pos] == keys, order[pos], -1)
 
     def narrow(self, module, edges: Tensor, kept_edges: Tensor, kept: Tensor) -> None:
         """``module`` passes its messages along ``kept_edges``, the columns ``kept`` of ``edges``
@@ -196,10 +193,6 @@ class EdgeRecorder:
             self.unaligned[self.names[id(module)]] = out.shape[dim]
             return None
         return ids, dim
-
-    def clear(self) -> None:
-        """Before a backward: the record starts from zero."""
-        self.record.zero_()
 
     def messages(self, module, out):
         """The message hook: a tensor hook on ``out`` that adds its relevance to :attr:`record`."""

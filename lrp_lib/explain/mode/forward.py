@@ -103,13 +103,11 @@ class ForwardMode(RelevanceMode):
         gradient is that already (:data:`~lrp_lib.core.modify.HOMOGENEOUS`)."""
         kwargs = {k: (False if k == "inplace" else v) for k, v in kwargs.items()}
         marked = [a for a in args if self.is_marked(a)] + [v for v in kwargs.values() if self.is_marked(v)]
+        name = getattr(func, "__name__", "?")
         if len(marked) != 1:
-            return self.blocked(func, getattr(func, "__name__", "?"), args, kwargs)
-        name = getattr(func, "__name__", None)
-        if name == "exp":
-            out = self._softmax_numerator(marked[0])
-            if out is not None:
-                return out
+            return self.blocked(func, name, args, kwargs)
+        if name == "exp" and (out := self._softmax_numerator(marked[0])) is not None:
+            return out
         out = func(*args, **kwargs) if name in modify.HOMOGENEOUS else modify.identity(marked[0], func(*args, **kwargs))
         if name in NONNEGATIVE:
             out._lrp_nonneg = self._token  # (lets z+ and alpha-beta skip the negative part of the next map's input)
@@ -160,13 +158,12 @@ class ForwardMode(RelevanceMode):
         ma, mb = self.is_marked(a), self.is_marked(b)
         shift = ma != mb and getattr(b if ma else a, "_lrp_detached", None) is self._token
         ref = a if isinstance(a, Tensor) else b
-        ta = a if isinstance(a, Tensor) else torch.as_tensor(a, dtype=ref.dtype, device=ref.device)
-        tb = b if isinstance(b, Tensor) else torch.as_tensor(b, dtype=ref.dtype, device=ref.device)
-        ta, tb = (ta if ma else modify.held_constant(ta)), (tb if mb else modify.held_constant(tb))
-        if ca != 1.0:
-            ta = modify.identity(ta, ta * ca) if ma else ta * ca
-        if cb != 1.0:
-            tb = modify.identity(tb, tb * cb) if mb else tb * cb
+
+        def term(t, marked: bool, scale: float) -> Tensor:  # scale * t; t held constant unless marked
+            t = t if isinstance(t, Tensor) else torch.as_tensor(t, dtype=ref.dtype, device=ref.device)
+            t = t if marked else modify.held_constant(t)
+            return t if scale == 1.0 else modify.identity(t, t * scale) if marked else t * scale
+        ta, tb = term(a, ma, ca), term(b, mb, cb)
         gate = (ma and not mb and self.is_gate(a)) or (mb and not ma and self.is_gate(b))
         if gate or (not (ma and mb) and not self.composite.bias):  # the constant term takes no share
             out = modify.identity(ta if ma else tb, ta + tb)
@@ -250,9 +247,8 @@ class ForwardMode(RelevanceMode):
         whose gradient times the output is the relevance that reached it (refused with its amount)."""
         with torch.no_grad():
             out = func(*args, **kwargs)
-        flat = out if isinstance(out, (tuple, list)) else (out,)
-        items = list(flat)
-        for i, t in enumerate(flat):
+        items = list(out) if isinstance(out, (tuple, list)) else [out]
+        for i, t in enumerate(items):
             if isinstance(t, Tensor) and t.is_floating_point():
                 probed, probe = modify.blocked(t)
                 self.probes.append((f"{name} in {self.module_label()}", t, probe))

@@ -83,7 +83,7 @@ class RelevanceMode(TorchFunctionMode):
         self._token = object()
         self._leaves: list[Tensor] = []
         self._leaf_nodes: set | None = None
-        self._reach: dict = {}
+        self._walked: set = set()  # the autograd nodes that _escaped has walked
         self._rules: dict[int, Any] = {}
         if model is not None and not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module or None, got {type(model).__name__}")
@@ -121,16 +121,11 @@ class RelevanceMode(TorchFunctionMode):
         stack, path = [t.grad_fn], []
         while stack:
             node = stack.pop()
-            if node is None:
+            if node is None or node in self._walked:
                 continue
-            if node in self._reach:
-                if self._reach[node]:
-                    break
-                continue
-            self._reach[node] = False
             if node in self._leaf_nodes:
-                self._reach[node] = True
                 break
+            self._walked.add(node)
             path.append(node)
             stack.extend(n for n, _ in node.next_functions)
         else:
@@ -152,21 +147,12 @@ class RelevanceMode(TorchFunctionMode):
 
     def _any_marked(self, args, kwargs) -> bool:
         """Whether an argument is marked (checking each unmarked positional tensor with :meth:`_escaped`)."""
-        token = self._token
         for a in args:
-            if isinstance(a, Tensor):
-                if getattr(a, "_lrp_mark", None) is token:
-                    return True
-                if a.grad_fn is not None and a.requires_grad:
-                    self._escaped(a)
-            elif isinstance(a, (list, tuple)):
-                for b in a:
-                    if isinstance(b, Tensor) and getattr(b, "_lrp_mark", None) is token:
-                        return True
-        for a in kwargs.values():
-            if isinstance(a, Tensor) and getattr(a, "_lrp_mark", None) is token:
+            if self.is_marked(a) or (isinstance(a, (list, tuple)) and any(self.is_marked(b) for b in a)):
                 return True
-        return False
+            if isinstance(a, Tensor) and a.grad_fn is not None and a.requires_grad:
+                self._escaped(a)
+        return any(self.is_marked(a) for a in kwargs.values())
 
     def module_label(self) -> str:
         """The qualified name and type of the innermost module of the model on the call stack."""

@@ -240,23 +240,14 @@ def _softmax(mode, func, args, kwargs):
     return mode.gate(torch.softmax(x, dim))
 
 
-def _channel_view(t: Tensor | None, x: Tensor) -> Tensor | None:
-    if t is None:
-        return None
-    return t.detach().view(1, -1, *([1] * (x.dim() - 2))) if x.dim() > 1 else t.detach()
-
-
 def _batch_norm(mode, func, args, kwargs):
     """Batch norm: in eval mode an affine map of each channel (the epsilon rule), in training mode (or without
     running statistics) a normalisation (:meth:`~lrp_lib.explain.mode.forward.ForwardMode.norm_affine`)."""
     if func is not F.batch_norm:
         return mode.blocked(func, "torch.batch_norm (call F.batch_norm)", args, kwargs)
-    x = args[0]
-    bias = arg(args, kwargs, 4, "bias")
     if arg(args, kwargs, 5, "training") or arg(args, kwargs, 1, "running_mean") is None:
-        return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs),
-                                _channel_view(bias, x) if mode.composite.bias else None)
-    return mode.linear(x, lambda t: func(t, *args[1:], **kwargs))
+        return _norm_affine(4, True)(mode, func, args, kwargs)  # (its bias, like instance norm's, is argument 4)
+    return mode.linear(args[0], lambda t: func(t, *args[1:], **kwargs))
 
 
 def _norm_affine(bias_index: int, channel: bool):
@@ -265,7 +256,9 @@ def _norm_affine(bias_index: int, channel: bool):
     def handler(mode, func, args, kwargs):
         x = args[0]
         bias = arg(args, kwargs, bias_index, "bias")
-        beta = _channel_view(bias, x) if channel else (None if bias is None else bias.detach())
+        beta = None if bias is None else bias.detach()
+        if channel and beta is not None and x.dim() > 1:  # one per channel: along dimension 1
+            beta = beta.view(1, -1, *([1] * (x.dim() - 2)))
         return mode.norm_affine(x, lambda t: func(t, *args[1:], **kwargs), beta if mode.composite.bias else None)
     return handler
 

@@ -13,9 +13,6 @@ from torch import nn
 __all__ = ["bound", "ensure_hook"]
 
 _lock = threading.Lock()
-_REGISTER = {"_forward_pre_hooks": "register_forward_pre_hook",
-             "_message_forward_hooks": "register_message_forward_hook",
-             "_propagate_forward_pre_hooks": "register_propagate_forward_pre_hook"}
 
 
 @contextmanager
@@ -35,4 +32,4 @@ def ensure_hook(model: nn.Module, kind: type, hooks: str, hook, **options) -> No
     with _lock:
         for m in model.modules():
             if isinstance(m, kind) and not any(h is hook for h in getattr(m, hooks).values()):
-                getattr(m, _REGISTER[hooks])(hook, **options)
+                getattr(m, f"register{hooks[:-1]}")(hook, **options)  # ("_x_hooks": register_x_hook)

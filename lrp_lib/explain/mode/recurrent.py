@@ -48,10 +48,8 @@ def _cell(mode, func, args, kwargs):
     if kwargs or len(args) < 4:
         return mode.blocked(func, func.__name__, args, kwargs)
     kind = func.__name__[:-len("_cell")]
-    x, w_ih, w_hh = args[0], args[2], args[3]
-    h, c = args[1] if kind == "lstm" else (args[1], None)
-    b_ih = args[4] if len(args) > 4 else None
-    b_hh = args[5] if len(args) > 5 else None
+    x, hx, w_ih, w_hh, b_ih, b_hh = (*args, None, None)[:6]  # (without biases: None)
+    h, c = hx if kind == "lstm" else (hx, None)
     with mode:
         h, c = _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh)
     return (h, c) if kind == "lstm" else h

@@ -94,7 +94,7 @@ class ProbeTally(Tally):
         the inputs' relevance (input times gradient); the edges' relevance goes to the edge recorder, the probes'
         amounts into this tally."""
         if self.mode.recorder is not None:
-            self.mode.recorder.clear()
+            self.mode.recorder.record.zero_()  # (each backward records from zero)
         grads = torch.autograd.grad(head, [*inputs, *self.leaves()], modify.share_of(start, head),
                                     allow_unused=True, retain_graph=retain_graph)
         self.settle(grads[len(inputs):])
