@@ -22,18 +22,13 @@ from itertools import accumulate
 
 import torch
 from torch import Tensor
+from torch_geometric.utils.sparse import index2ptr
 
-__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps", "step_ptr"]
+__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps"]
 
 
 class NotDecomposable(Exception):
     """The recorded graph is not per-node matrices and per-edge elementwise shares (the reason)."""
-
-
-def step_ptr(dst: Tensor, n: int) -> Tensor:
-    """(n + 1,): the steps into node u are ``ptr[u]..ptr[u+1]-1`` of steps sorted by their target ``dst``."""
-    counts = torch.bincount(dst, minlength=n)
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
 
 def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -44,7 +39,7 @@ def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[
 
 
 def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-    """Every step into the nodes ``k`` (:func:`step_ptr`): its row in ``k`` and its step id."""
+    """Every step into the nodes ``k`` (``ptr``: ``index2ptr`` of the sorted steps' targets): row in ``k``, step id."""
     counts = ptr[k + 1] - ptr[k]
     parent = torch.repeat_interleave(torch.arange(k.numel(), device=k.device), counts)
     shift = torch.repeat_interleave(ptr[k] - counts.cumsum(0) + counts, counts)
@@ -189,7 +184,7 @@ class WalkAlgebra:
             else:           # x_i: the receiver's own row, on the self step k -> k
                 on_k = C.new_zeros(n, d).index_add_(0, dst, C)
                 G[self_p] += on_k[dst_p[self_p]]
-        return per_cut, (src_p, dst_p, step_ptr(dst_p, n), self_p)
+        return per_cut, (src_p, dst_p, index2ptr(dst_p, n), self_p)
 
     def _check(self, wm):
         """The algebra's weighted backward equals the recorded graph's on node weights 1 and random."""

@@ -10,12 +10,12 @@ from torch_geometric.utils import index_to_mask
 from lrp_lib.core.composites import Composite, get_composite, message_passing_layers
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
-from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out, find_steps, step_ptr
+from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, find_steps
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
 
-__all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
+__all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "check_alpha", "explained_start",
            "composite_of", "step_pairs", "check_walks", "check_model"]
 
 _CHUNK = 1024
@@ -170,10 +170,6 @@ class WalkModel:
         """L, the number of message-passing steps: a walk has L + 1 nodes."""
         return self.graph.depth
 
-    def step_name(self, t: int) -> str:
-        """The module(s) whose propagate makes step t + 1 (0-based t), for messages."""
-        return ", ".join(f"'{n}'" for n, u in zip(self.graph.names, self.graph.times) if u == t + 1)
-
     def _run(self, masks, batch: int, capture: int | None = None):
         (rel, *_), captured = self.graph.backward(self.start, masks, batch, capture)
         if rel is None:
@@ -239,10 +235,6 @@ class WalkModel:
         """Node and edge scores as this model reports them (heterogeneous graphs: dicts per type)."""
         return node, edge
 
-    def all_walks(self) -> Tensor:
-        """Every walk (W, L+1) ending at the explained node (node-level) or anywhere; exponential in L."""
-        return all_walks(self)
-
     def node_relevance(self) -> Tensor:
         """(N,) the walks' relevance summed by start node: ``LRPExplainer``'s node relevance."""
         return self._node.sum(-1)
@@ -302,25 +294,13 @@ def check_walks(walks, wm: WalkModel) -> Tensor:
         if bool(bad.any()):
             w = int(bad.nonzero()[0, 0])
             j, k = int(walks[w, t]), int(walks[w, t + 1])
+            modules = ", ".join(f"'{m}'" for m, u in zip(wm.graph.names, wm.graph.times) if u == t + 1)
             raise ValueError(f"walks[{w}] steps from node {j} to node {k} at step {t + 1} "
-                             f"({wm.step_name(t)}), which is not an edge of that step (no message {j} -> {k})")
+                             f"({modules}), which is not an edge of that step (no message {j} -> {k})")
     if wm.index is not None and walks.numel() and bool((walks[:, -1] != wm.index).any()):
         w = int((walks[:, -1] != wm.index).nonzero()[0, 0])
         raise ValueError(f"walks[{w}] ends at node {int(walks[w, -1])}, but the explained node is index={wm.index}: "
                          f"for a node-level output every walk ends at the explained node")
-    return walks
-
-
-def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
-    """Every walk (W, L+1) ending at ``end`` (node ids; default: the explained node, or every node for a
-    graph-level output).  Exponential in depth: for small graphs."""
-    n = wm.num_nodes
-    if end is None:
-        end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
-    walks = end.to(wm.x.device).long().view(-1, 1)
-    for pairs in reversed(wm.steps):
-        parent, pair = fan_out(step_ptr(pairs[1], n), walks[:, 0])
-        walks = torch.cat([pairs[0][pair].unsqueeze(1), walks[parent]], dim=1)
     return walks
 
 

@@ -1,4 +1,4 @@
-"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search, on a
+"""Every walk, the most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search, on a
 :class:`~lrp_lib.explain.walks.model.WalkModel` ``wm`` (:mod:`lrp_lib.explain.walks` runs them on a model)."""
 from __future__ import annotations
 
@@ -6,21 +6,35 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch_geometric.utils.sparse import index2ptr
 
 from lrp_lib.explain.walks.algebra import fan_out
 
-__all__ = ["GreedySubgraph", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of", "scores_of",
-           "to_edges"]
+__all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of",
+           "scores_of", "to_edges"]
 
 #: Walks whose relevance differs by less than this (relative to the largest) are tied: chosen and ordered by the
 #: walks themselves (smallest node ids first), not by float rounding, which differs between CPUs.
 TIE = 1e-9
 
 
+def all_walks(wm, end: Tensor | None = None) -> Tensor:
+    """Every walk (W, L+1) ending at ``end`` (node ids; default: the explained node, or every node for a
+    graph-level output).  Exponential in depth: for small graphs."""
+    n = wm.num_nodes
+    if end is None:
+        end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
+    walks = end.to(wm.x.device).long().view(-1, 1)
+    for pairs in reversed(wm.steps):
+        parent, pair = fan_out(index2ptr(pairs[1], n), walks[:, 0])
+        walks = torch.cat([pairs[0][pair].unsqueeze(1), walks[parent]], dim=1)
+    return walks
+
+
 def enumerated_walks(wm, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
     """The exact top k by scoring every walk in batches of ``chunk``, keeping the running top k (the
     reference of :func:`bounded_walks`)."""
-    walks, key = wm.all_walks(), _key(signed)
+    walks, key = all_walks(wm), _key(signed)
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
     for part in walks.split(chunk):
         cand_w, cand_r = torch.cat([best_w, part]), torch.cat([best_r, wm.walk_relevance(part)])
