@@ -43,9 +43,6 @@ class HeteroLayout:
     def rows(self, node_type) -> tuple[int, int]:
         return self.offset[node_type], self.count[node_type]
 
-    def note(self, leaf: Tensor, time: int, node_type) -> None:
-        self.where[id(leaf)] = (time, node_type)
-
     def locate(self, t: Tensor) -> set:
         """The (time, node type) of every cut that ``t`` depends on (autograd, back to the cuts)."""
         if id(t) in self.where:
