@@ -14,8 +14,9 @@ from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, find_ste
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
+from lrp_lib.explain.walks.search import check_alpha
 
-__all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "check_alpha", "explained_start",
+__all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "explained_start",
            "composite_of", "step_pairs", "check_walks", "check_model"]
 
 _CHUNK = 1024
@@ -248,17 +249,9 @@ class WalkModel:
         return [(pairs, *self._through(pairs, t + 1, t + 1)) for t, pairs in enumerate(p.t() for p in self.steps)]
 
     # ---- the searches (lrp_lib.explain.walks.search), on this recorded forward pass
-    def top_walks(self, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
-        """As :func:`~lrp_lib.explain.walks.top_walks`."""
-        return walk_search.top_of(self, k, beam, signed)
-
-    def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-        """As :func:`~lrp_lib.explain.walks.walk_scores`."""
-        return walk_search.scores_of(self, k, signed, beam)
-
-    def greedy_subgraph(self, size: int | None = None, alpha: float = 0.0):
-        """As :func:`~lrp_lib.explain.walks.greedy_subgraph`."""
-        return walk_search.greedy(self, size, check_alpha(alpha))
+    top_walks = walk_search.top_of
+    walk_scores = walk_search.scores_of
+    greedy_subgraph = walk_search.greedy
 
 
 def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
@@ -273,8 +266,7 @@ def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
 
 def check_walks(walks, wm: WalkModel) -> Tensor:
     """walks as long (W, L+1) on the model's device, with errors naming the argument."""
-    if not isinstance(walks, Tensor):
-        walks = torch.as_tensor(walks)
+    walks = torch.as_tensor(walks)
     if walks.is_floating_point() or walks.is_complex() or walks.dtype == torch.bool:
         raise TypeError(f"walks must be an integer tensor (W, L+1) of node ids, got dtype {walks.dtype}")
     walks = walks.long().to(wm.x.device)
@@ -319,12 +311,3 @@ def _node_mask(nodes, n: int) -> Tensor:
         bad = int(nodes[(nodes < 0) | (nodes >= n)][0])
         raise ValueError(f"nodes contains {bad}, not a node id (0..{n - 1})")
     return index_to_mask(nodes, n)
-
-
-def check_alpha(alpha) -> float:
-    if isinstance(alpha, Tensor) and alpha.numel() == 1:
-        alpha = float(alpha)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= float(alpha) <= 1:
-        raise ValueError(f"alpha must be a number in [0, 1] (the weight of each position of a walk outside the "
-                         f"subgraph), got {alpha!r}")
-    return float(alpha)

@@ -11,7 +11,7 @@ from torch_geometric.utils.sparse import index2ptr
 from lrp_lib.explain.walks.algebra import fan_out
 
 __all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of",
-           "scores_of", "to_edges"]
+           "scores_of", "to_edges", "check_alpha"]
 
 #: Walks whose relevance differs by less than this (relative to the largest) are tied: chosen and ordered by the
 #: walks themselves (smallest node ids first), not by float rounding, which differs between CPUs.
@@ -197,8 +197,9 @@ class GreedySubgraph(NamedTuple):
     relevance: Tensor   #: (size,) the (alpha-)subgraph relevance of the first i + 1 nodes of ``order``
 
 
-def greedy(wm, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
+def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     """:func:`~lrp_lib.explain.walks.greedy_subgraph` on a recorded model."""
+    alpha = check_alpha(alpha)
     n, device = wm.num_nodes, wm.x.device
     wm.algebra  # built once here: the search makes one weighted query per step
     if size is None:
@@ -222,3 +223,12 @@ def greedy(wm, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
     scores = torch.zeros(n, dtype=wm.x.dtype, device=device)
     scores[order_t] = (n - torch.arange(size, device=device)).to(wm.x.dtype)
     return GreedySubgraph(order_t, scores, torch.stack(rels).detach())
+
+
+def check_alpha(alpha) -> float:
+    if isinstance(alpha, Tensor) and alpha.numel() == 1:
+        alpha = float(alpha)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= float(alpha) <= 1:
+        raise ValueError(f"alpha must be a number in [0, 1] (the weight of each position of a walk outside the "
+                         f"subgraph), got {alpha!r}")
+    return float(alpha)
