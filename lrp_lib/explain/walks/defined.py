@@ -81,8 +81,6 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
         if c.source is None or dims[i] is None:
             continue
         src = c.source
-        if not src.is_floating_point() or src.dim() == 0 or src.shape != c.leaf.shape:
-            continue
         if c.kind == "output":
             _check_propagate(graph, i, dims, n, tol, gen)
             continue

@@ -38,7 +38,7 @@ class HeteroLayout:
         self.num_nodes = sum(self.count.values())
         self.edge_index = edge_index
         self.where: dict[int, tuple] = {}     # id(cut leaf) -> (time, node type)
-        self.calls: list[dict] = []           # per propagate: edge_type, edges (local), src, dst, name
+        self.calls: list[dict] = []           # per propagate: edge_type, src, dst, name
 
     def rows(self, node_type) -> tuple[int, int]:
         return self.offset[node_type], self.count[node_type]
@@ -99,7 +99,7 @@ class HeteroLayout:
             raise UnsupportedModelError(f"walks on a heterogeneous graph: {name}'s edge_index has ids beyond the "
                                         f"{self.count[s]} '{s}' (source) or {self.count[d]} '{d}' (target) nodes")
         self.calls.append(dict(edge_type=given if given is not None else self._edge_type(s, d, edges),
-                               edges=edges, src=(s, *self.rows(s)), dst=(d, *self.rows(d)), name=name))
+                               src=(s, *self.rows(s)), dst=(d, *self.rows(d)), name=name))
         shift = torch.tensor([[self.offset[s]], [self.offset[d]]], device=edges.device)
         return dict(time=max(pl[0] for pl in placed) + 1, parts=[pl[1:] for pl in placed], edges=edges + shift)
 
@@ -253,11 +253,11 @@ class HeteroWalkModel(WalkModel):
         if part not in ("carried", "walks"):
             raise ValueError(f"part must be 'carried' or 'walks', got {part!r}")
         out = {k: self.x.new_zeros(v.shape[1]) for k, v in self.layout.edge_index.items()}
+        m = self.num_nodes  # more than any row of a node type: keys (source row, target row) are unique
         for s in self.step_relevance():
             if s["edge_type"] is None:
                 continue
             ref = self.layout.edge_index[s["edge_type"]].long().to(s["pairs"].device)
-            m = int(max(int(ref.max()) if ref.numel() else 0, int(s["pairs"].max()) if s["pairs"].numel() else 0)) + 1
             out[s["edge_type"]] += to_edges(ref[0] * m + ref[1], s["pairs"][:, 0] * m + s["pairs"][:, 1], s[part])
         return out
 
