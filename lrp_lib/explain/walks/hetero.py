@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
-from lrp_lib.explain.walks.model import WalkModel, check_model, check_walks, composite_of, step_pairs
+from lrp_lib.explain.walks.model import WalkModel, check_model, check_walks, step_pairs
 from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
@@ -124,13 +124,12 @@ class HeteroWalkModel(WalkModel):
         check_hetero_inputs(x, edge_index)
         if not x:
             raise ValueError("x is an empty dict: give the features of at least one node type")
-        composite = composite_of(rule, model)
         self.layout = layout = HeteroLayout(x, edge_index)
         self.node_types, self.offset, self.count = layout.types, layout.offset, layout.count
         self.num_nodes = n = layout.num_nodes
         self.xs = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
         self.x = next(iter(self.xs.values()))
-        g = self._record(model, composite, {("x", k): v for k, v in self.xs.items()},
+        g = self._record(model, rule, {("x", k): v for k, v in self.xs.items()},
                          lambda: model(self.xs, edge_index, **model_kwargs), layout)
         row, self.index = self._index(index, g.output)
         rels = self._explain(row, target, [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)

@@ -108,7 +108,6 @@ class WalkModel:
         check_model(model)
         x = check_node_features(x, "x")
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
-        composite = composite_of(rule, model)
         self.num_nodes = x.shape[0]
         self.edge_index = edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)
@@ -118,7 +117,7 @@ class WalkModel:
         if isinstance(attr, Tensor) and attr.is_floating_point():
             model_kwargs = dict(model_kwargs, edge_attr=attr.detach().clone().requires_grad_(True))
             inputs["edge_attr"] = model_kwargs["edge_attr"]
-        g = self._record(model, composite, inputs, lambda: model(self.x, edge_index, **model_kwargs))
+        g = self._record(model, rule, inputs, lambda: model(self.x, edge_index, **model_kwargs))
         rel, *attr_rel = self._explain(self.index, target, [step_pairs(e, self.num_nodes) for e in g.steps])
         self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
         self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
@@ -126,12 +125,12 @@ class WalkModel:
         self.total = float(self._node.sum())
         self.slow_reason = None
 
-    def _record(self, model: nn.Module, composite, inputs: dict, call, layout=None) -> WalkGraph:
-        """Record ``call()`` in eval mode (:meth:`WalkGraph.record`); raise where it has no walks."""
+    def _record(self, model: nn.Module, rule, inputs: dict, call, layout=None) -> WalkGraph:
+        """Record ``call()`` in eval mode under ``rule`` (:meth:`WalkGraph.record`); raise where it has no walks."""
         training = model.training
         model.eval()
         try:
-            self.graph = g = WalkGraph.record(model, composite, inputs, call, self.num_nodes, layout)
+            self.graph = g = WalkGraph.record(model, composite_of(rule, model), inputs, call, self.num_nodes, layout)
         finally:
             model.train(training)
         if g.depth == 0:
