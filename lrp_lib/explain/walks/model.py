@@ -191,8 +191,6 @@ class WalkModel:
             if "attr" in cap:  # the edge_attr of the input edges j -> k that the step's messages read
                 own = (e[0].unsqueeze(0) == chunk[:, :1]) & (e[1].unsqueeze(0) == chunk[:, 1:])
                 attrs.append((cap["attr"] * own).sum(1))
-        if not walks:
-            return self.x.new_zeros(0), self.x.new_zeros(0), None
         return torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None
 
     # ---- queries
@@ -203,7 +201,7 @@ class WalkModel:
             hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) if walks else chunk
                    for u in range(self.depth + 1)]
             out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
-        return torch.cat(out) if out else self.x.new_zeros(0)
+        return torch.cat(out)  # (no rows: split gives one empty chunk)
 
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """As :func:`walk_relevance`, on this recorded forward pass."""
@@ -297,7 +295,7 @@ def check_walks(walks, wm: WalkModel) -> Tensor:
 
 def _node_mask(nodes, n: int) -> Tensor:
     if not isinstance(nodes, Tensor):
-        nodes = torch.as_tensor(list(nodes) if not isinstance(nodes, (list, tuple)) else nodes, dtype=torch.long)
+        nodes = torch.as_tensor(list(nodes), dtype=torch.long)
     if nodes.dtype == torch.bool:
         if nodes.shape[-1] != n or nodes.dim() > 2:
             raise ValueError(f"nodes as a boolean mask must have shape ({n},) or (M, {n}), got {tuple(nodes.shape)}")

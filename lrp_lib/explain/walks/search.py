@@ -184,8 +184,6 @@ def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) 
     length = walks.shape[1]
     node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
     edge_key = edge_index[0] * n + edge_index[1]
-    if edge_key.numel() == 0 or walks.numel() == 0:
-        return node, value.new_zeros(edge_key.numel())
     step_key = (walks[:, :-1] * n + walks[:, 1:]).reshape(-1)
     return node, to_edges(edge_key, step_key, value.repeat_interleave(length - 1))
 
