@@ -67,8 +67,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
         for m, gr in enumerate(got):
             if gr is None or dims[m] is None:
                 continue
-            rows = _rows(gr.detach(), dims[m], False).abs().sum(1)
-            rows = global_rows(rows, cuts[m], n)
+            rows = global_rows(_rows(gr.detach(), dims[m], False).abs().sum(1), cuts[m], n)
             off = float(rows.sum() - rows[index])
             if off > tol * max(float(rows.sum()), float(rows.max()), 1e-300):
                 raise WalksUndefinedError(

@@ -216,8 +216,6 @@ class HeteroWalkModel(WalkModel):
         r"""As :meth:`WalkModel.walk_relevance`: one masked backward per distinct suffix :math:`(j_1, \dots, j_L)`,
         whose relevance at row :math:`j_0` of ``x`` is the walk's; batches of about 40,000 / N suffixes."""
         walks = check_walks(self.global_walks(walks), self)
-        if walks.numel() == 0:
-            return self.x.new_zeros(0)
         n, L = self.num_nodes, self.depth
         suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
         table = []
