@@ -165,9 +165,7 @@ class WalkAlgebra:
         ones = g.grad(M, tensors, torch.ones_like(M), False)
         r = torch.rand_like(M)
         rand = g.grad(M, tensors, r, False)
-        pairs = wm.steps[t - 1]
-        src_p, dst_p = pairs[0], pairs[1]
-        P = src_p.numel()
+        src_p, dst_p = wm.steps[t - 1]
         pair_of_edge, _ = find_steps(src_p, dst_p, edges[0], dst, n)
         self_p = src_p == dst_p
         per_cut: dict = {}
@@ -178,7 +176,7 @@ class WalkAlgebra:
             if D.shape[1] != d or not _close(Dr, D * r.reshape(E, -1), float(D.abs().max())):
                 raise NotDecomposable(f"layer {t}'s message is not elementwise in {name}")
             C = D * A
-            G = per_cut.setdefault(cut, C.new_zeros(P, d))
+            G = per_cut.setdefault(cut, C.new_zeros(src_p.numel(), d))
             if side == 0:   # x_j: the step j -> k
                 G.index_add_(0, pair_of_edge, C)
             else:           # x_i: the receiver's own row, on the self step k -> k

@@ -187,7 +187,7 @@ class WalkGraph:
 
         def post(module, args, out):
             owner = active.pop()
-            if owner is None or owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
+            if owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
                 return None
             node_type, offset, count = layout.calls[-1]["dst"] if layout is not None else (None, 0, num_nodes)
             dim = _check_nodes(out, module, count, names, "its output")

@@ -74,8 +74,7 @@ def _check_index(index, n: int) -> int:
 def explained_start(out, index, target) -> Tensor:
     """The output's relevance: the explained entry (row ``index``, column ``target``) keeps its value
     (a class column's logit as ``LRPExplainer`` starts from it)."""
-    sel = torch.zeros_like(out, dtype=torch.bool)
-    view = sel
+    view = sel = torch.zeros_like(out, dtype=torch.bool)
     if index is not None:
         if out.dim() == 0 or out.shape[0] <= index:
             raise ValueError(f"index={index} but the model's output has shape {tuple(out.shape)} (no row {index}); "
