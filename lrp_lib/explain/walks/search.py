@@ -168,14 +168,13 @@ def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple
 def to_edges(edge_key: Tensor, step_key: Tensor, value: Tensor) -> Tensor:
     """Per edge (its key in ``edge_key``), the sum of ``value`` over the steps with that key
     (``step_key``), split evenly between the parallel copies of the edge."""
-    uniq, inverse = torch.unique(edge_key, sorted=True, return_inverse=True)
+    uniq, inverse, copies = torch.unique(edge_key, sorted=True, return_inverse=True, return_counts=True)
     if uniq.numel() == 0:
         return value.new_zeros(0)
-    copies = torch.bincount(inverse, minlength=uniq.numel()).to(value.dtype)
     pos = torch.searchsorted(uniq, step_key).clamp(max=uniq.numel() - 1)
     found = uniq[pos] == step_key
     per_key = value.new_zeros(uniq.numel()).index_add_(0, pos[found], value[found])
-    return (per_key / copies)[inverse]
+    return (per_key / copies.to(value.dtype))[inverse]
 
 
 def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
