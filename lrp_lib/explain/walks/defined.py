@@ -53,11 +53,11 @@ def _label(graph, c) -> str:
             "module": f"the input of '{layer}'"}.get(c.kind, "x")
 
 
-def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int) -> None:
+def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
     """Raise :class:`WalksUndefinedError` where relevance moves between nodes outside message
     passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walks.graph.WalkGraph`;
     ``start``: the output's relevance; ``index``: the explained node (node level) or None."""
-    cuts, n = graph.cuts, num_nodes
+    cuts, n = graph.cuts, graph.num_nodes
     dims = [None if c.kind == "attr" or c.leaf.dim() == 0 else c.node_dim for c in cuts]
     tol = float(torch.finfo(start.dtype).eps) ** 0.5 if start.is_floating_point() else 1e-6
     gen = torch.Generator().manual_seed(0)

@@ -143,7 +143,7 @@ class WalkModel:
         """Check that walks are defined for the entry (``row``, ``target``), set ``steps``; the inputs' relevance."""
         g = self.graph
         self.start = explained_start(g.output, row, target)
-        check_walks_defined(g, self.start, self.index, self.num_nodes)
+        check_walks_defined(g, self.start, self.index)
         self.output = self.start.sum()
         self.steps = steps
         rels, _ = g.backward(self.start, lambda u: None, None)
