@@ -181,8 +181,7 @@ class WalkModel:
         n, e = self.num_nodes, self.edge_index
         walks, carried, attrs = [], [], []
         for chunk in pairs.split(_CHUNK):
-            a = torch.nn.functional.one_hot(chunk[:, 0], n)
-            b = torch.nn.functional.one_hot(chunk[:, 1], n)
+            a, b = torch.nn.functional.one_hot(chunk.t(), n)
             rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], layer)
             inp = cap.get("input")
             walks.append(rel.sum((1, 2)))
@@ -197,8 +196,7 @@ class WalkModel:
         """(B,) totals of one masked backward per row, batched: ``rows`` walks (W, L+1) or node weights (M, N)."""
         out = []
         for chunk in rows.split(_CHUNK):
-            hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) if walks else chunk
-                   for u in range(self.depth + 1)]
+            hot = torch.nn.functional.one_hot(chunk.t(), self.num_nodes) if walks else [chunk] * (self.depth + 1)
             out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
         return torch.cat(out)  # (no rows: split gives one empty chunk)
 
