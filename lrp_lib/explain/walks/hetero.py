@@ -216,11 +216,11 @@ class HeteroWalkModel(WalkModel):
         r"""As :meth:`WalkModel.walk_relevance`: one masked backward per distinct suffix :math:`(j_1, \dots, j_L)`,
         whose relevance at row :math:`j_0` of ``x`` is the walk's; batches of about 40,000 / N suffixes."""
         walks = check_walks(self.global_walks(walks), self)
-        n, L = self.num_nodes, self.depth
+        n = self.num_nodes
         suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
         table = []
         for chunk in suffix.split(max(16, min(_CHUNK, 40000 // max(n, 1)))):
-            hot = [None] + [torch.nn.functional.one_hot(chunk[:, u - 1], n) for u in range(1, L + 1)]
+            hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
             rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
             table.append(rel[..., 0])
         return torch.cat(table)[inverse, walks[:, 0]]

@@ -72,11 +72,8 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
 
 def _start(wm):
     """The suffixes (j_L) of length one, as walks padded with -1, and their states at time L."""
-    L = wm.depth
     ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
-    walks = torch.full((ends.numel(), L + 1), -1, dtype=torch.long, device=ends.device)
-    walks[:, L] = ends
-    return walks, wm.algebra.a_out[ends]
+    return torch.nn.functional.pad(ends.view(-1, 1), (wm.depth, 0), value=-1), wm.algebra.a_out[ends]
 
 
 def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
@@ -85,7 +82,7 @@ def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     src, _, ptr, _ = alg.pairs[t]
     v, s = alg.back(t, walks[:, t], a)
     parent, pair = fan_out(ptr, walks[:, t])
-    child = walks[parent].clone()
+    child = walks[parent]  # (a copy: advanced indexing)
     child[:, t - 1] = src[pair]
     return child, alg.child(t, pair, v[parent], None if s is None else s[parent])
 
