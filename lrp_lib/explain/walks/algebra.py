@@ -263,9 +263,9 @@ class WalkAlgebra:
     def bounds(self) -> list:
         """Per time t a box (lo, hi), each (N, B_t), of every prefix vector pi with R = pi . a_t[k]
         (interval arithmetic from pi_0, the union over the steps into k)."""
-        lo = hi = self.pi0
-        out = [(lo, hi)]
+        out = [(self.pi0, self.pi0)]
         for t in range(1, self.depth + 1):
+            lo, hi = out[-1]
             src, dst, _, _ = self.pairs[t]
             E = self.E[t]
             d = E.shape[2]
@@ -280,8 +280,7 @@ class WalkAlgebra:
             if self.S[t] is not None:
                 s_lo, s_hi = _interval(lo, hi, self.S[t].transpose(1, 2))
                 n_lo, n_hi = n_lo + s_lo.clamp(max=0), n_hi + s_hi.clamp(min=0)
-            lo, hi = n_lo, n_hi
-            out.append((lo, hi))
+            out.append((n_lo, n_hi))
         return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import add_self_loops
 
 __all__ = ["WalksUndefinedError", "check_walks_defined"]
 
@@ -115,8 +116,7 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     edges = graph.steps[c.layer - 1].to(src.device)
     classes = min(8, n)
     colour = (torch.randperm(n, generator=gen) % classes).to(src.device)
-    loops = torch.arange(n, device=src.device)
-    senders, receivers = torch.cat([edges[0], loops]), torch.cat([edges[1], loops])
+    senders, receivers = add_self_loops(edges, num_nodes=n)[0]
     allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
     allowed[colour[receivers], senders] = True
     shape = [1] * (src.dim() + 1)

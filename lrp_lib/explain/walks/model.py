@@ -5,7 +5,7 @@ from functools import cached_property
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import coalesce, index_to_mask
+from torch_geometric.utils import add_self_loops, coalesce, index_to_mask
 
 from lrp_lib.core.composites import Composite, get_composite, message_passing_layers
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
@@ -251,7 +251,7 @@ class WalkModel:
 def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
     """The (2, P) unique steps (j, k) of a propagate, sorted by (k, j): its edges and, if ``loops``, self steps."""
     if loops:
-        edges = torch.cat([edges, torch.arange(n, device=edges.device).repeat(2, 1)], 1)
+        edges = add_self_loops(edges, num_nodes=n)[0]
     return coalesce(edges, num_nodes=n, sort_by_row=False)
 
 
