@@ -89,8 +89,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
         shape = [1] * src.dim()
         own = w if c.count is None else w[c.offset:c.offset + c.count]
         shape[dims[i]] = own.numel()
-        targets = [cuts[m].leaf for m in range(i)]
-        both = graph.grad(src, targets, torch.stack([G, G * own.view(shape)]), True)
+        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own.view(shape)]), True)
         for m, gr in enumerate(both):
             if gr is None or dims[m] is None:
                 continue
