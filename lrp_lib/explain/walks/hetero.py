@@ -197,8 +197,9 @@ class HeteroWalkModel(WalkModel):
             return torch.tensor(out, dtype=torch.long, device=self.x.device)
         return walks
 
-    def per_type(self, node: Tensor, edge: Tensor) -> tuple[dict, dict]:
-        """Node and edge scores in global ids, as dicts per node type and per edge type."""
+    def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[dict, dict]:
+        """As :func:`~lrp_lib.explain.walks.walk_scores`: dicts per node type and per edge type."""
+        node, edge = super().walk_scores(k, signed, beam)
         sizes = [int(v.shape[1]) for v in self.layout.edge_index.values()]
         return (dict(zip(self.node_types, node.split([self.count[t] for t in self.node_types]))),
                 dict(zip(self.edge_types, edge.split(sizes))))

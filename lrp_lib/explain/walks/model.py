@@ -226,10 +226,6 @@ class WalkModel:
         outside = (1 - inside) * alpha
         return self.weighted_relevance(inside + outside) - self.weighted_relevance(outside)
 
-    def per_type(self, node: Tensor, edge: Tensor):
-        """Node and edge scores as this model reports them (heterogeneous graphs: dicts per type)."""
-        return node, edge
-
     def node_relevance(self) -> Tensor:
         """(N,) the walks' relevance summed by start node: ``LRPExplainer``'s node relevance."""
         return self._node.sum(-1)

@@ -155,11 +155,10 @@ def top_of(wm, k: int, beam: int | None = None, signed: bool = False) -> tuple[T
 
 
 def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`~lrp_lib.explain.walks.walk_scores` on a recorded model (heterogeneous: dicts per node type and edge
-    type)."""
+    """:func:`~lrp_lib.explain.walks.walk_scores` on a recorded model, in global node ids (per type: by
+    :meth:`~lrp_lib.explain.walks.hetero.HeteroWalkModel.walk_scores`)."""
     walks, rel = top_of(wm, k, beam, signed)
-    node, edge = scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
-    return wm.per_type(node, edge)
+    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
 
 
 def to_edges(edge_key: Tensor, step_key: Tensor, value: Tensor) -> Tensor:
