@@ -20,12 +20,10 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
-from lrp_lib.explain.walks.model import WalkModel, check_model, check_walks, step_pairs
+from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_model, check_walks, step_pairs
 from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
-
-_CHUNK = 1024
 
 
 class HeteroLayout:
@@ -220,7 +218,7 @@ class HeteroWalkModel(WalkModel):
         n = self.num_nodes
         suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
         table = []
-        for chunk in suffix.split(max(16, min(_CHUNK, 40000 // max(n, 1)))):
+        for chunk in suffix.split(max(16, min(CHUNK, 40000 // max(n, 1)))):
             hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
             rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
             table.append(rel[..., 0])

@@ -16,10 +16,10 @@ from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
 from lrp_lib.explain.walks.search import check_alpha
 
-__all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "explained_start",
+__all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "explained_start", "CHUNK",
            "composite_of", "step_pairs", "check_walks", "check_model"]
 
-_CHUNK = 1024
+CHUNK = 1024            # rows of one batched masked backward
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
 
 
@@ -180,7 +180,7 @@ class WalkModel:
         messages carry to j's row, and what they send into the ``edge_attr`` of the input edges j -> k (or None)."""
         n, e = self.num_nodes, self.edge_index
         walks, carried, attrs = [], [], []
-        for chunk in pairs.split(_CHUNK):
+        for chunk in pairs.split(CHUNK):
             a, b = torch.nn.functional.one_hot(chunk.t(), n)
             rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], layer)
             inp = cap.get("input")
@@ -195,7 +195,7 @@ class WalkModel:
     def _masked(self, rows: Tensor, walks: bool) -> Tensor:
         """(B,) totals of one masked backward per row, batched: ``rows`` walks (W, L+1) or node weights (M, N)."""
         out = []
-        for chunk in rows.split(_CHUNK):
+        for chunk in rows.split(CHUNK):
             hot = torch.nn.functional.one_hot(chunk.t(), self.num_nodes) if walks else [chunk] * (self.depth + 1)
             out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
         return torch.cat(out)  # (no rows: split gives one empty chunk)
