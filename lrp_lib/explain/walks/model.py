@@ -276,7 +276,7 @@ def check_walks(walks, wm: WalkModel) -> Tensor:
             modules = ", ".join(f"'{m}'" for m, u in zip(wm.graph.names, wm.graph.times) if u == t + 1)
             raise ValueError(f"walks[{w}] steps from node {j} to node {k} at step {t + 1} "
                              f"({modules}), which is not an edge of that step (no message {j} -> {k})")
-    if wm.index is not None and walks.numel() and bool((walks[:, -1] != wm.index).any()):
+    if wm.index is not None and bool((walks[:, -1] != wm.index).any()):
         w = int((walks[:, -1] != wm.index).nonzero()[0, 0])
         raise ValueError(f"walks[{w}] ends at node {int(walks[w, -1])}, but the explained node is index={wm.index}: "
                          f"for a node-level output every walk ends at the explained node")

@@ -63,10 +63,8 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
         return walks, rel
     v = key(rel)
     q = torch.round(v / (TIE * float(v.abs().max()) or 1.0))
-    order = torch.arange(walks.shape[0], device=walks.device)
-    for col in reversed(range(walks.shape[1])):  # lexicographic by the walk, then by the tied key
-        order = order[walks[order, col].argsort(stable=True)]
-    order = order[(-q[order]).argsort(stable=True)][:k]
+    order = torch.unique(walks, dim=0, return_inverse=True)[1].argsort(stable=True)  # lexicographic by the walk,
+    order = order[(-q[order]).argsort(stable=True)][:k]                                 # then by the tied key
     return walks[order], rel[order]
 
 
