@@ -33,9 +33,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from lrp_lib.explain.walks.hetero import HeteroWalkModel, walk_model
-from lrp_lib.explain.walks.model import WalkModel, all_walks, check_alpha, gamma_schedule
+from lrp_lib.explain.walks.model import WalkModel, gamma_schedule
 from lrp_lib.explain.walks.defined import WalksUndefinedError
-from lrp_lib.explain.walks.search import GreedySubgraph
+from lrp_lib.explain.walks.search import GreedySubgraph, all_walks
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "HeteroWalkModel",
            "walk_scores", "greedy_subgraph", "GreedySubgraph", "gamma_schedule", "WalksUndefinedError"]
@@ -77,7 +77,6 @@ def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, r
     Args: ``nodes``: node ids, a boolean mask (N,), or (M, N) for M sets at once; ``alpha`` in [0, 1] (default 0);
     the others as :func:`walk_relevance`.  Returns: a scalar tensor, or (M,) for M sets.
     """
-    alpha = check_alpha(alpha)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.subgraph_relevance(nodes, alpha)
 

@@ -22,18 +22,13 @@ from itertools import accumulate
 
 import torch
 from torch import Tensor
+from torch_geometric.utils.sparse import index2ptr
 
-__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps", "step_ptr"]
+__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps"]
 
 
 class NotDecomposable(Exception):
     """The recorded graph is not per-node matrices and per-edge elementwise shares (the reason)."""
-
-
-def step_ptr(dst: Tensor, n: int) -> Tensor:
-    """(n + 1,): the steps into node u are ``ptr[u]..ptr[u+1]-1`` of steps sorted by their target ``dst``."""
-    counts = torch.bincount(dst, minlength=n)
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
 
 def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -44,7 +39,7 @@ def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[
 
 
 def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-    """Every step into the nodes ``k`` (:func:`step_ptr`): its row in ``k`` and its step id."""
+    """Every step into the nodes ``k`` (``ptr``: ``index2ptr`` of the sorted steps' targets): row in ``k``, step id."""
     counts = ptr[k + 1] - ptr[k]
     parent = torch.repeat_interleave(torch.arange(k.numel(), device=k.device), counts)
     shift = torch.repeat_interleave(ptr[k] - counts.cumsum(0) + counts, counts)
@@ -170,9 +165,7 @@ class WalkAlgebra:
         ones = g.grad(M, tensors, torch.ones_like(M), False)
         r = torch.rand_like(M)
         rand = g.grad(M, tensors, r, False)
-        pairs = wm.steps[t - 1]
-        src_p, dst_p = pairs[0], pairs[1]
-        P = src_p.numel()
+        src_p, dst_p = wm.steps[t - 1]
         pair_of_edge, _ = find_steps(src_p, dst_p, edges[0], dst, n)
         self_p = src_p == dst_p
         per_cut: dict = {}
@@ -183,13 +176,13 @@ class WalkAlgebra:
             if D.shape[1] != d or not _close(Dr, D * r.reshape(E, -1), float(D.abs().max())):
                 raise NotDecomposable(f"layer {t}'s message is not elementwise in {name}")
             C = D * A
-            G = per_cut.setdefault(cut, C.new_zeros(P, d))
+            G = per_cut.setdefault(cut, C.new_zeros(src_p.numel(), d))
             if side == 0:   # x_j: the step j -> k
                 G.index_add_(0, pair_of_edge, C)
             else:           # x_i: the receiver's own row, on the self step k -> k
                 on_k = C.new_zeros(n, d).index_add_(0, dst, C)
                 G[self_p] += on_k[dst_p[self_p]]
-        return per_cut, (src_p, dst_p, step_ptr(dst_p, n), self_p)
+        return per_cut, (src_p, dst_p, index2ptr(dst_p, n), self_p)
 
     def _check(self, wm):
         """The algebra's weighted backward equals the recorded graph's on node weights 1 and random."""
@@ -270,9 +263,9 @@ class WalkAlgebra:
     def bounds(self) -> list:
         """Per time t a box (lo, hi), each (N, B_t), of every prefix vector pi with R = pi . a_t[k]
         (interval arithmetic from pi_0, the union over the steps into k)."""
-        lo = hi = self.pi0
-        out = [(lo, hi)]
+        out = [(self.pi0, self.pi0)]
         for t in range(1, self.depth + 1):
+            lo, hi = out[-1]
             src, dst, _, _ = self.pairs[t]
             E = self.E[t]
             d = E.shape[2]
@@ -287,8 +280,7 @@ class WalkAlgebra:
             if self.S[t] is not None:
                 s_lo, s_hi = _interval(lo, hi, self.S[t].transpose(1, 2))
                 n_lo, n_hi = n_lo + s_lo.clamp(max=0), n_hi + s_hi.clamp(min=0)
-            lo, hi = n_lo, n_hi
-            out.append((lo, hi))
+            out.append((n_lo, n_hi))
         return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import add_self_loops
 
 __all__ = ["WalksUndefinedError", "check_walks_defined"]
 
@@ -53,11 +54,11 @@ def _label(graph, c) -> str:
             "module": f"the input of '{layer}'"}.get(c.kind, "x")
 
 
-def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int) -> None:
+def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
     """Raise :class:`WalksUndefinedError` where relevance moves between nodes outside message
     passing (module docstring).  ``graph``: the recorded :class:`~lrp_lib.explain.walks.graph.WalkGraph`;
     ``start``: the output's relevance; ``index``: the explained node (node level) or None."""
-    cuts, n = graph.cuts, num_nodes
+    cuts, n = graph.cuts, graph.num_nodes
     dims = [None if c.kind == "attr" or c.leaf.dim() == 0 else c.node_dim for c in cuts]
     tol = float(torch.finfo(start.dtype).eps) ** 0.5 if start.is_floating_point() else 1e-6
     gen = torch.Generator().manual_seed(0)
@@ -67,8 +68,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
         for m, gr in enumerate(got):
             if gr is None or dims[m] is None:
                 continue
-            rows = _rows(gr.detach(), dims[m], False).abs().sum(1)
-            rows = global_rows(rows, cuts[m], n)
+            rows = global_rows(_rows(gr.detach(), dims[m], False).abs().sum(1), cuts[m], n)
             off = float(rows.sum() - rows[index])
             if off > tol * max(float(rows.sum()), float(rows.max()), 1e-300):
                 raise WalksUndefinedError(
@@ -81,8 +81,6 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
         if c.source is None or dims[i] is None:
             continue
         src = c.source
-        if not src.is_floating_point() or src.dim() == 0 or src.shape != c.leaf.shape:
-            continue
         if c.kind == "output":
             _check_propagate(graph, i, dims, n, tol, gen)
             continue
@@ -91,8 +89,7 @@ def check_walks_defined(graph, start: Tensor, index: int | None, num_nodes: int)
         shape = [1] * src.dim()
         own = w if c.count is None else w[c.offset:c.offset + c.count]
         shape[dims[i]] = own.numel()
-        targets = [cuts[m].leaf for m in range(i)]
-        both = graph.grad(src, targets, torch.stack([G, G * own.view(shape)]), True)
+        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own.view(shape)]), True)
         for m, gr in enumerate(both):
             if gr is None or dims[m] is None:
                 continue
@@ -118,8 +115,7 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     edges = graph.steps[c.layer - 1].to(src.device)
     classes = min(8, n)
     colour = (torch.randperm(n, generator=gen) % classes).to(src.device)
-    loops = torch.arange(n, device=src.device)
-    senders, receivers = torch.cat([edges[0], loops]), torch.cat([edges[1], loops])
+    senders, receivers = add_self_loops(edges, num_nodes=n)[0]
     allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
     allowed[colour[receivers], senders] = True
     shape = [1] * (src.dim() + 1)

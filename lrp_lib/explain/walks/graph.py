@@ -146,7 +146,7 @@ class WalkGraph:
             leaf = mode.mark(p.detach().requires_grad_(True))
             graph.cuts.append(Cut(leaf, p, time, layer, kind, dim, *((offset, count) if layout is not None else ())))
             if layout is not None:
-                layout.note(leaf, time, node_type)
+                layout.where[id(leaf)] = (time, node_type)
             return mode.mark(leaf.clone())
 
         def pre(module, args):
@@ -187,7 +187,7 @@ class WalkGraph:
 
         def post(module, args, out):
             owner = active.pop()
-            if owner is None or owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
+            if owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
                 return None
             node_type, offset, count = layout.calls[-1]["dst"] if layout is not None else (None, 0, num_nodes)
             dim = _check_nodes(out, module, count, names, "its output")
@@ -251,7 +251,7 @@ class WalkGraph:
                     mode.mark(leaf)
                     if isinstance(name, tuple):  # ("x", node type) of a heterogeneous graph
                         graph.cuts.append(Cut(leaf, None, 0, 0, "x", 0, *layout.rows(name[1])))
-                        layout.note(leaf, 0, name[1])
+                        layout.where[id(leaf)] = (0, name[1])
                     else:
                         graph.cuts.append(Cut(leaf, None, 0, 0, "x" if name == "x" else "attr"))
                 out = call()
@@ -278,7 +278,7 @@ class WalkGraph:
         probes = tally.leaves() if batch is None else []
         amounts = [None] * len(probes)
 
-        def land(source: Tensor, grad: Tensor, s: int, leaves: list[int], layer: int | None = None):
+        def land(source: Tensor, grad: Tensor, s: int, leaves: range, layer: int | None = None):
             tensors = [cuts[i].leaf for i in leaves]
             grads = _grad(source, tensors + probes, grad, batch is not None)
             for k, g in enumerate(grads[len(tensors):]):
@@ -303,14 +303,13 @@ class WalkGraph:
                         part = global_rows(part, c, self.num_nodes, 1)
                     captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
                 state[i] = g if i not in state else state[i] + g
-        order = list(range(len(cuts)))
         grad0 = self.seed(start)
-        land(self.output, grad0 if batch is None else grad0.expand(batch, *grad0.shape), L + 1, order)
-        for i in reversed(order):
+        land(self.output, grad0 if batch is None else grad0.expand(batch, *grad0.shape), L + 1, range(len(cuts)))
+        for i in reversed(range(len(cuts))):
             c = cuts[i]
             if c.source is None or i not in state:
                 continue
-            land(c.source, state.pop(i), c.time, order[:i], c.layer if c.kind == "output" else None)
+            land(c.source, state.pop(i), c.time, range(i), c.layer if c.kind == "output" else None)
         if batch is None:
             tally.settle(amounts)
         return [None if i not in state else state[i] * c.leaf.detach()

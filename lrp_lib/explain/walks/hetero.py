@@ -20,12 +20,10 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
-from lrp_lib.explain.walks.model import WalkModel, check_model, check_walks, composite_of, step_pairs
+from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_model, check_walks, step_pairs
 from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
-
-_CHUNK = 1024
 
 
 class HeteroLayout:
@@ -38,13 +36,10 @@ class HeteroLayout:
         self.num_nodes = sum(self.count.values())
         self.edge_index = edge_index
         self.where: dict[int, tuple] = {}     # id(cut leaf) -> (time, node type)
-        self.calls: list[dict] = []           # per propagate: edge_type, edges (local), src, dst, name
+        self.calls: list[dict] = []           # per propagate: edge_type, src, dst, name
 
     def rows(self, node_type) -> tuple[int, int]:
         return self.offset[node_type], self.count[node_type]
-
-    def note(self, leaf: Tensor, time: int, node_type) -> None:
-        self.where[id(leaf)] = (time, node_type)
 
     def locate(self, t: Tensor) -> set:
         """The (time, node type) of every cut that ``t`` depends on (autograd, back to the cuts)."""
@@ -102,7 +97,7 @@ class HeteroLayout:
             raise UnsupportedModelError(f"walks on a heterogeneous graph: {name}'s edge_index has ids beyond the "
                                         f"{self.count[s]} '{s}' (source) or {self.count[d]} '{d}' (target) nodes")
         self.calls.append(dict(edge_type=given if given is not None else self._edge_type(s, d, edges),
-                               edges=edges, src=(s, *self.rows(s)), dst=(d, *self.rows(d)), name=name))
+                               src=(s, *self.rows(s)), dst=(d, *self.rows(d)), name=name))
         shift = torch.tensor([[self.offset[s]], [self.offset[d]]], device=edges.device)
         return dict(time=max(pl[0] for pl in placed) + 1, parts=[pl[1:] for pl in placed], edges=edges + shift)
 
@@ -127,13 +122,12 @@ class HeteroWalkModel(WalkModel):
         check_hetero_inputs(x, edge_index)
         if not x:
             raise ValueError("x is an empty dict: give the features of at least one node type")
-        composite = composite_of(rule, model)
         self.layout = layout = HeteroLayout(x, edge_index)
         self.node_types, self.offset, self.count = layout.types, layout.offset, layout.count
         self.num_nodes = n = layout.num_nodes
         self.xs = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
         self.x = next(iter(self.xs.values()))
-        g = self._record(model, composite, {("x", k): v for k, v in self.xs.items()},
+        g = self._record(model, rule, {("x", k): v for k, v in self.xs.items()},
                          lambda: model(self.xs, edge_index, **model_kwargs), layout)
         row, self.index = self._index(index, g.output)
         rels = self._explain(row, target, [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)
@@ -201,8 +195,9 @@ class HeteroWalkModel(WalkModel):
             return torch.tensor(out, dtype=torch.long, device=self.x.device)
         return walks
 
-    def per_type(self, node: Tensor, edge: Tensor) -> tuple[dict, dict]:
-        """Node and edge scores in global ids, as dicts per node type and per edge type."""
+    def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[dict, dict]:
+        """As :func:`~lrp_lib.explain.walks.walk_scores`: dicts per node type and per edge type."""
+        node, edge = super().walk_scores(k, signed, beam)
         sizes = [int(v.shape[1]) for v in self.layout.edge_index.values()]
         return (dict(zip(self.node_types, node.split([self.count[t] for t in self.node_types]))),
                 dict(zip(self.edge_types, edge.split(sizes))))
@@ -220,13 +215,11 @@ class HeteroWalkModel(WalkModel):
         r"""As :meth:`WalkModel.walk_relevance`: one masked backward per distinct suffix :math:`(j_1, \dots, j_L)`,
         whose relevance at row :math:`j_0` of ``x`` is the walk's; batches of about 40,000 / N suffixes."""
         walks = check_walks(self.global_walks(walks), self)
-        if walks.numel() == 0:
-            return self.x.new_zeros(0)
-        n, L = self.num_nodes, self.depth
+        n = self.num_nodes
         suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
         table = []
-        for chunk in suffix.split(max(16, min(_CHUNK, 40000 // max(n, 1)))):
-            hot = [None] + [torch.nn.functional.one_hot(chunk[:, u - 1], n) for u in range(1, L + 1)]
+        for chunk in suffix.split(max(16, min(CHUNK, 40000 // max(n, 1)))):
+            hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
             rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
             table.append(rel[..., 0])
         return torch.cat(table)[inverse, walks[:, 0]]
@@ -256,11 +249,11 @@ class HeteroWalkModel(WalkModel):
         if part not in ("carried", "walks"):
             raise ValueError(f"part must be 'carried' or 'walks', got {part!r}")
         out = {k: self.x.new_zeros(v.shape[1]) for k, v in self.layout.edge_index.items()}
+        m = self.num_nodes  # more than any row of a node type: keys (source row, target row) are unique
         for s in self.step_relevance():
             if s["edge_type"] is None:
                 continue
             ref = self.layout.edge_index[s["edge_type"]].long().to(s["pairs"].device)
-            m = int(max(int(ref.max()) if ref.numel() else 0, int(s["pairs"].max()) if s["pairs"].numel() else 0)) + 1
             out[s["edge_type"]] += to_edges(ref[0] * m + ref[1], s["pairs"][:, 0] * m + s["pairs"][:, 1], s[part])
         return out
 

@@ -5,20 +5,21 @@ from functools import cached_property
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import index_to_mask
+from torch_geometric.utils import add_self_loops, coalesce, index_to_mask
 
 from lrp_lib.core.composites import Composite, get_composite, message_passing_layers
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
-from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, fan_out, find_steps, step_ptr
+from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, find_steps
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
+from lrp_lib.explain.walks.search import check_alpha
 
-__all__ = ["WalkModel", "WalksUndefinedError", "all_walks", "gamma_schedule", "check_alpha", "explained_start",
+__all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "explained_start", "CHUNK",
            "composite_of", "step_pairs", "check_walks", "check_model"]
 
-_CHUNK = 1024
+CHUNK = 1024            # rows of one batched masked backward
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
 
 
@@ -73,8 +74,7 @@ def _check_index(index, n: int) -> int:
 def explained_start(out, index, target) -> Tensor:
     """The output's relevance: the explained entry (row ``index``, column ``target``) keeps its value
     (a class column's logit as ``LRPExplainer`` starts from it)."""
-    sel = torch.zeros_like(out, dtype=torch.bool)
-    view = sel
+    view = sel = torch.zeros_like(out, dtype=torch.bool)
     if index is not None:
         if out.dim() == 0 or out.shape[0] <= index:
             raise ValueError(f"index={index} but the model's output has shape {tuple(out.shape)} (no row {index}); "
@@ -107,7 +107,6 @@ class WalkModel:
         check_model(model)
         x = check_node_features(x, "x")
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
-        composite = composite_of(rule, model)
         self.num_nodes = x.shape[0]
         self.edge_index = edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)
@@ -117,7 +116,7 @@ class WalkModel:
         if isinstance(attr, Tensor) and attr.is_floating_point():
             model_kwargs = dict(model_kwargs, edge_attr=attr.detach().clone().requires_grad_(True))
             inputs["edge_attr"] = model_kwargs["edge_attr"]
-        g = self._record(model, composite, inputs, lambda: model(self.x, edge_index, **model_kwargs))
+        g = self._record(model, rule, inputs, lambda: model(self.x, edge_index, **model_kwargs))
         rel, *attr_rel = self._explain(self.index, target, [step_pairs(e, self.num_nodes) for e in g.steps])
         self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
         self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
@@ -125,12 +124,12 @@ class WalkModel:
         self.total = float(self._node.sum())
         self.slow_reason = None
 
-    def _record(self, model: nn.Module, composite, inputs: dict, call, layout=None) -> WalkGraph:
-        """Record ``call()`` in eval mode (:meth:`WalkGraph.record`); raise where it has no walks."""
+    def _record(self, model: nn.Module, rule, inputs: dict, call, layout=None) -> WalkGraph:
+        """Record ``call()`` in eval mode under ``rule`` (:meth:`WalkGraph.record`); raise where it has no walks."""
         training = model.training
         model.eval()
         try:
-            self.graph = g = WalkGraph.record(model, composite, inputs, call, self.num_nodes, layout)
+            self.graph = g = WalkGraph.record(model, composite_of(rule, model), inputs, call, self.num_nodes, layout)
         finally:
             model.train(training)
         if g.depth == 0:
@@ -144,7 +143,7 @@ class WalkModel:
         """Check that walks are defined for the entry (``row``, ``target``), set ``steps``; the inputs' relevance."""
         g = self.graph
         self.start = explained_start(g.output, row, target)
-        check_walks_defined(g, self.start, self.index, self.num_nodes)
+        check_walks_defined(g, self.start, self.index)
         self.output = self.start.sum()
         self.steps = steps
         rels, _ = g.backward(self.start, lambda u: None, None)
@@ -170,10 +169,6 @@ class WalkModel:
         """L, the number of message-passing steps: a walk has L + 1 nodes."""
         return self.graph.depth
 
-    def step_name(self, t: int) -> str:
-        """The module(s) whose propagate makes step t + 1 (0-based t), for messages."""
-        return ", ".join(f"'{n}'" for n, u in zip(self.graph.names, self.graph.times) if u == t + 1)
-
     def _run(self, masks, batch: int, capture: int | None = None):
         (rel, *_), captured = self.graph.backward(self.start, masks, batch, capture)
         if rel is None:
@@ -185,9 +180,8 @@ class WalkModel:
         messages carry to j's row, and what they send into the ``edge_attr`` of the input edges j -> k (or None)."""
         n, e = self.num_nodes, self.edge_index
         walks, carried, attrs = [], [], []
-        for chunk in pairs.split(_CHUNK):
-            a = torch.nn.functional.one_hot(chunk[:, 0], n)
-            b = torch.nn.functional.one_hot(chunk[:, 1], n)
+        for chunk in pairs.split(CHUNK):
+            a, b = torch.nn.functional.one_hot(chunk.t(), n)
             rel, cap = self._run(lambda u: a if u == t - 1 else (b if u == t else None), chunk.shape[0], layer)
             inp = cap.get("input")
             walks.append(rel.sum((1, 2)))
@@ -195,19 +189,16 @@ class WalkModel:
             if "attr" in cap:  # the edge_attr of the input edges j -> k that the step's messages read
                 own = (e[0].unsqueeze(0) == chunk[:, :1]) & (e[1].unsqueeze(0) == chunk[:, 1:])
                 attrs.append((cap["attr"] * own).sum(1))
-        if not walks:
-            return self.x.new_zeros(0), self.x.new_zeros(0), None
         return torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None
 
     # ---- queries
     def _masked(self, rows: Tensor, walks: bool) -> Tensor:
         """(B,) totals of one masked backward per row, batched: ``rows`` walks (W, L+1) or node weights (M, N)."""
         out = []
-        for chunk in rows.split(_CHUNK):
-            hot = [torch.nn.functional.one_hot(chunk[:, u], self.num_nodes) if walks else chunk
-                   for u in range(self.depth + 1)]
+        for chunk in rows.split(CHUNK):
+            hot = torch.nn.functional.one_hot(chunk.t(), self.num_nodes) if walks else [chunk] * (self.depth + 1)
             out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
-        return torch.cat(out) if out else self.x.new_zeros(0)
+        return torch.cat(out)  # (no rows: split gives one empty chunk)
 
     def walk_relevance(self, walks: Tensor) -> Tensor:
         """As :func:`walk_relevance`, on this recorded forward pass."""
@@ -235,14 +226,6 @@ class WalkModel:
         outside = (1 - inside) * alpha
         return self.weighted_relevance(inside + outside) - self.weighted_relevance(outside)
 
-    def per_type(self, node: Tensor, edge: Tensor):
-        """Node and edge scores as this model reports them (heterogeneous graphs: dicts per type)."""
-        return node, edge
-
-    def all_walks(self) -> Tensor:
-        """Every walk (W, L+1) ending at the explained node (node-level) or anywhere; exponential in L."""
-        return all_walks(self)
-
     def node_relevance(self) -> Tensor:
         """(N,) the walks' relevance summed by start node: ``LRPExplainer``'s node relevance."""
         return self._node.sum(-1)
@@ -256,33 +239,21 @@ class WalkModel:
         return [(pairs, *self._through(pairs, t + 1, t + 1)) for t, pairs in enumerate(p.t() for p in self.steps)]
 
     # ---- the searches (lrp_lib.explain.walks.search), on this recorded forward pass
-    def top_walks(self, k: int, beam: int | None = None, signed: bool = False) -> tuple[Tensor, Tensor]:
-        """As :func:`~lrp_lib.explain.walks.top_walks`."""
-        return walk_search.top_of(self, k, beam, signed)
-
-    def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-        """As :func:`~lrp_lib.explain.walks.walk_scores`."""
-        return walk_search.scores_of(self, k, signed, beam)
-
-    def greedy_subgraph(self, size: int | None = None, alpha: float = 0.0):
-        """As :func:`~lrp_lib.explain.walks.greedy_subgraph`."""
-        return walk_search.greedy(self, size, check_alpha(alpha))
+    top_walks = walk_search.top_of
+    walk_scores = walk_search.scores_of
+    greedy_subgraph = walk_search.greedy
 
 
 def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
     """The (2, P) unique steps (j, k) of a propagate, sorted by (k, j): its edges and, if ``loops``, self steps."""
-    keys = edges[1] * n + edges[0]
     if loops:
-        own = torch.arange(n, device=edges.device)
-        keys = torch.cat([keys, own * n + own])
-    keys = torch.unique(keys, sorted=True)
-    return torch.stack([keys % n, torch.div(keys, n, rounding_mode="floor")])
+        edges = add_self_loops(edges, num_nodes=n)[0]
+    return coalesce(edges, num_nodes=n, sort_by_row=False)
 
 
 def check_walks(walks, wm: WalkModel) -> Tensor:
     """walks as long (W, L+1) on the model's device, with errors naming the argument."""
-    if not isinstance(walks, Tensor):
-        walks = torch.as_tensor(walks)
+    walks = torch.as_tensor(walks)
     if walks.is_floating_point() or walks.is_complex() or walks.dtype == torch.bool:
         raise TypeError(f"walks must be an integer tensor (W, L+1) of node ids, got dtype {walks.dtype}")
     walks = walks.long().to(wm.x.device)
@@ -302,31 +273,19 @@ def check_walks(walks, wm: WalkModel) -> Tensor:
         if bool(bad.any()):
             w = int(bad.nonzero()[0, 0])
             j, k = int(walks[w, t]), int(walks[w, t + 1])
+            modules = ", ".join(f"'{m}'" for m, u in zip(wm.graph.names, wm.graph.times) if u == t + 1)
             raise ValueError(f"walks[{w}] steps from node {j} to node {k} at step {t + 1} "
-                             f"({wm.step_name(t)}), which is not an edge of that step (no message {j} -> {k})")
-    if wm.index is not None and walks.numel() and bool((walks[:, -1] != wm.index).any()):
+                             f"({modules}), which is not an edge of that step (no message {j} -> {k})")
+    if wm.index is not None and bool((walks[:, -1] != wm.index).any()):
         w = int((walks[:, -1] != wm.index).nonzero()[0, 0])
         raise ValueError(f"walks[{w}] ends at node {int(walks[w, -1])}, but the explained node is index={wm.index}: "
                          f"for a node-level output every walk ends at the explained node")
     return walks
 
 
-def all_walks(wm: WalkModel, end: Tensor | None = None) -> Tensor:
-    """Every walk (W, L+1) ending at ``end`` (node ids; default: the explained node, or every node for a
-    graph-level output).  Exponential in depth: for small graphs."""
-    n = wm.num_nodes
-    if end is None:
-        end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
-    walks = end.to(wm.x.device).long().view(-1, 1)
-    for pairs in reversed(wm.steps):
-        parent, pair = fan_out(step_ptr(pairs[1], n), walks[:, 0])
-        walks = torch.cat([pairs[0][pair].unsqueeze(1), walks[parent]], dim=1)
-    return walks
-
-
 def _node_mask(nodes, n: int) -> Tensor:
     if not isinstance(nodes, Tensor):
-        nodes = torch.as_tensor(list(nodes) if not isinstance(nodes, (list, tuple)) else nodes, dtype=torch.long)
+        nodes = torch.as_tensor(list(nodes), dtype=torch.long)
     if nodes.dtype == torch.bool:
         if nodes.shape[-1] != n or nodes.dim() > 2:
             raise ValueError(f"nodes as a boolean mask must have shape ({n},) or (M, {n}), got {tuple(nodes.shape)}")
@@ -339,12 +298,3 @@ def _node_mask(nodes, n: int) -> Tensor:
         bad = int(nodes[(nodes < 0) | (nodes >= n)][0])
         raise ValueError(f"nodes contains {bad}, not a node id (0..{n - 1})")
     return index_to_mask(nodes, n)
-
-
-def check_alpha(alpha) -> float:
-    if isinstance(alpha, Tensor) and alpha.numel() == 1:
-        alpha = float(alpha)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= float(alpha) <= 1:
-        raise ValueError(f"alpha must be a number in [0, 1] (the weight of each position of a walk outside the "
-                         f"subgraph), got {alpha!r}")
-    return float(alpha)

@@ -1,4 +1,4 @@
-"""The most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search, on a
+"""Every walk, the most relevant walks, node and edge scores from them, and sGNN-LRP's greedy subgraph search, on a
 :class:`~lrp_lib.explain.walks.model.WalkModel` ``wm`` (:mod:`lrp_lib.explain.walks` runs them on a model)."""
 from __future__ import annotations
 
@@ -6,21 +6,35 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch_geometric.utils.sparse import index2ptr
 
 from lrp_lib.explain.walks.algebra import fan_out
 
-__all__ = ["GreedySubgraph", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of", "scores_of",
-           "to_edges"]
+__all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of",
+           "scores_of", "to_edges", "check_alpha"]
 
 #: Walks whose relevance differs by less than this (relative to the largest) are tied: chosen and ordered by the
 #: walks themselves (smallest node ids first), not by float rounding, which differs between CPUs.
 TIE = 1e-9
 
 
+def all_walks(wm, end: Tensor | None = None) -> Tensor:
+    """Every walk (W, L+1) ending at ``end`` (node ids; default: the explained node, or every node for a
+    graph-level output).  Exponential in depth: for small graphs."""
+    n = wm.num_nodes
+    if end is None:
+        end = torch.tensor([wm.index]) if wm.index is not None else torch.arange(n)
+    walks = end.to(wm.x.device).long().view(-1, 1)
+    for pairs in reversed(wm.steps):
+        parent, pair = fan_out(index2ptr(pairs[1], n), walks[:, 0])
+        walks = torch.cat([pairs[0][pair].unsqueeze(1), walks[parent]], dim=1)
+    return walks
+
+
 def enumerated_walks(wm, k: int, signed: bool = False, chunk: int = 1024) -> tuple[Tensor, Tensor]:
     """The exact top k by scoring every walk in batches of ``chunk``, keeping the running top k (the
     reference of :func:`bounded_walks`)."""
-    walks, key = wm.all_walks(), _key(signed)
+    walks, key = all_walks(wm), _key(signed)
     best_w, best_r = walks[:0], wm.x.new_zeros(0)
     for part in walks.split(chunk):
         cand_w, cand_r = torch.cat([best_w, part]), torch.cat([best_r, wm.walk_relevance(part)])
@@ -49,20 +63,15 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
         return walks, rel
     v = key(rel)
     q = torch.round(v / (TIE * float(v.abs().max()) or 1.0))
-    order = torch.arange(walks.shape[0], device=walks.device)
-    for col in reversed(range(walks.shape[1])):  # lexicographic by the walk, then by the tied key
-        order = order[walks[order, col].argsort(stable=True)]
-    order = order[(-q[order]).argsort(stable=True)][:k]
+    order = torch.unique(walks, dim=0, return_inverse=True)[1].argsort(stable=True)  # lexicographic by the walk,
+    order = order[(-q[order]).argsort(stable=True)][:k]                                 # then by the tied key
     return walks[order], rel[order]
 
 
 def _start(wm):
     """The suffixes (j_L) of length one, as walks padded with -1, and their states at time L."""
-    L = wm.depth
     ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
-    walks = torch.full((ends.numel(), L + 1), -1, dtype=torch.long, device=ends.device)
-    walks[:, L] = ends
-    return walks, wm.algebra.a_out[ends]
+    return torch.nn.functional.pad(ends.view(-1, 1), (wm.depth, 0), value=-1), wm.algebra.a_out[ends]
 
 
 def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
@@ -71,7 +80,7 @@ def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     src, _, ptr, _ = alg.pairs[t]
     v, s = alg.back(t, walks[:, t], a)
     parent, pair = fan_out(ptr, walks[:, t])
-    child = walks[parent].clone()
+    child = walks[parent]  # (a copy: advanced indexing)
     child[:, t - 1] = src[pair]
     return child, alg.child(t, pair, v[parent], None if s is None else s[parent])
 
@@ -144,24 +153,22 @@ def top_of(wm, k: int, beam: int | None = None, signed: bool = False) -> tuple[T
 
 
 def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`~lrp_lib.explain.walks.walk_scores` on a recorded model (heterogeneous: dicts per node type and edge
-    type)."""
+    """:func:`~lrp_lib.explain.walks.walk_scores` on a recorded model, in global node ids (per type: by
+    :meth:`~lrp_lib.explain.walks.hetero.HeteroWalkModel.walk_scores`)."""
     walks, rel = top_of(wm, k, beam, signed)
-    node, edge = scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
-    return wm.per_type(node, edge)
+    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
 
 
 def to_edges(edge_key: Tensor, step_key: Tensor, value: Tensor) -> Tensor:
     """Per edge (its key in ``edge_key``), the sum of ``value`` over the steps with that key
     (``step_key``), split evenly between the parallel copies of the edge."""
-    uniq, inverse = torch.unique(edge_key, sorted=True, return_inverse=True)
+    uniq, inverse, copies = torch.unique(edge_key, sorted=True, return_inverse=True, return_counts=True)
     if uniq.numel() == 0:
         return value.new_zeros(0)
-    copies = torch.bincount(inverse, minlength=uniq.numel()).to(value.dtype)
     pos = torch.searchsorted(uniq, step_key).clamp(max=uniq.numel() - 1)
     found = uniq[pos] == step_key
     per_key = value.new_zeros(uniq.numel()).index_add_(0, pos[found], value[found])
-    return (per_key / copies)[inverse]
+    return (per_key / copies.to(value.dtype))[inverse]
 
 
 def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -170,8 +177,6 @@ def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) 
     length = walks.shape[1]
     node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
     edge_key = edge_index[0] * n + edge_index[1]
-    if edge_key.numel() == 0 or walks.numel() == 0:
-        return node, value.new_zeros(edge_key.numel())
     step_key = (walks[:, :-1] * n + walks[:, 1:]).reshape(-1)
     return node, to_edges(edge_key, step_key, value.repeat_interleave(length - 1))
 
@@ -183,8 +188,9 @@ class GreedySubgraph(NamedTuple):
     relevance: Tensor   #: (size,) the (alpha-)subgraph relevance of the first i + 1 nodes of ``order``
 
 
-def greedy(wm, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
+def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     """:func:`~lrp_lib.explain.walks.greedy_subgraph` on a recorded model."""
+    alpha = check_alpha(alpha)
     n, device = wm.num_nodes, wm.x.device
     wm.algebra  # built once here: the search makes one weighted query per step
     if size is None:
@@ -208,3 +214,12 @@ def greedy(wm, size: int | None, alpha: float = 0.0) -> GreedySubgraph:
     scores = torch.zeros(n, dtype=wm.x.dtype, device=device)
     scores[order_t] = (n - torch.arange(size, device=device)).to(wm.x.dtype)
     return GreedySubgraph(order_t, scores, torch.stack(rels).detach())
+
+
+def check_alpha(alpha) -> float:
+    if isinstance(alpha, Tensor) and alpha.numel() == 1:
+        alpha = float(alpha)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= float(alpha) <= 1:
+        raise ValueError(f"alpha must be a number in [0, 1] (the weight of each position of a walk outside the "
+                         f"subgraph), got {alpha!r}")
+    return float(alpha)
