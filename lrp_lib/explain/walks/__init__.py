@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from lrp_lib.explain.walks.hetero import HeteroWalkModel, walk_model
 from lrp_lib.explain.walks.model import WalkModel, gamma_schedule
 from lrp_lib.explain.walks.defined import WalksUndefinedError
-from lrp_lib.explain.walks.search import GreedySubgraph, all_walks
+from lrp_lib.explain.walks.search import GreedySubgraph, all_walks, check_alpha
 
 __all__ = ["walk_relevance", "top_walks", "subgraph_relevance", "all_walks", "WalkModel", "HeteroWalkModel",
            "walk_scores", "greedy_subgraph", "GreedySubgraph", "gamma_schedule", "WalksUndefinedError"]
@@ -77,6 +77,7 @@ def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, r
     Args: ``nodes``: node ids, a boolean mask (N,), or (M, N) for M sets at once; ``alpha`` in [0, 1] (default 0);
     the others as :func:`walk_relevance`.  Returns: a scalar tensor, or (M,) for M sets.
     """
+    check_alpha(alpha)  # (before the forward pass)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.subgraph_relevance(nodes, alpha)
 
@@ -136,5 +137,6 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
 
     Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global node ids).
     """
+    check_alpha(alpha)  # (before the forward pass)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.greedy_subgraph(size, alpha)
