@@ -63,8 +63,9 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
         return walks, rel
     v = key(rel)
     q = torch.round(v / (TIE * float(v.abs().max()) or 1.0))
-    order = torch.unique(walks, dim=0, return_inverse=True)[1].argsort(stable=True)  # lexicographic by the walk,
-    order = order[(-q[order]).argsort(stable=True)][:k]                                 # then by the tied key
+    # lexicographic by the walk (the rank of its row among the sorted unique rows), then by the tied key
+    order = torch.unique(walks, dim=0, return_inverse=True)[1].argsort(stable=True)
+    order = order[(-q[order]).argsort(stable=True)][:k]
     return walks[order], rel[order]
 
 
