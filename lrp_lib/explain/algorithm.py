@@ -95,7 +95,8 @@ class LRPExplainer(ExplainerAlgorithm):
     otherwise; ``edge_relevance`` (with an edge mask) what each edge's messages carried over all layers (E);
     ``bias_relevance`` (what the biases and stabilisers kept), ``relevance_residual`` (the explained value minus the
     relevance of the inputs and of the biases: zero up to rounding unless relevance was lost at a detach or a zero
-    output) and, for a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D).  The two accounts are tensors
+    output) and, for a floating point ``edge_attr``, ``edge_attr_relevance`` (E x D; a heterogeneous graph's
+    ``edge_attr`` dict: per edge type, as the masks).  The two accounts are tensors
     on the explanation's device: for ``task_level="graph"`` of shape ``[num_graphs]`` (``[1]`` for a single graph;
     0 for a graph that ``index`` leaves out), so that graph ``g``'s node relevance plus ``bias_relevance[g]`` plus
     ``relevance_residual[g]`` is its explained output; with ``per_index=True`` of shape ``[len(index)]``, in the

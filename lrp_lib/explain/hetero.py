@@ -20,17 +20,23 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
     if algorithm.per_index:
         raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
                          "a heterogeneous graph")
-    check_hetero_inputs(x, edge_index)
+    check_hetero_inputs(x, edge_index, kwargs.get("edge_attr"))
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
+    attr = kwargs.get("edge_attr")  # floating-point edge features, per edge type: inputs too
+    attr_leaves = {k: v.detach().clone().requires_grad_(True) for k, v in (attr or {}).items()
+                   if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    if attr_leaves:
+        kwargs = {**kwargs, "edge_attr": {**attr, **attr_leaves}}
     mode = ForwardMode(algorithm.composite, model)
     recorder = None if algorithm.explainer_config.edge_mask_type is None else \
         HeteroEdgeRecorder(mode, model, edge_index, next(iter(x.values())).dtype)
-    _, start, grads, _ = propagate(model, mode, recorder, list(leaves.values()),
+    _, start, grads, _ = propagate(model, mode, recorder, [*leaves.values(), *attr_leaves.values()],
                                    lambda: model(leaves, edge_index, **kwargs), target, index, algorithm.model_config,
                                    algorithm.explained)
-    node_rel = {k: g if g is not None else torch.zeros_like(leaves[k]) for k, g in zip(leaves, grads)}
+    node_rel, attr_rel = ({k: g if g is not None else torch.zeros_like(t[k]) for k, g in zip(t, part)}
+                          for t, part in ((leaves, grads[:len(leaves)]), (attr_leaves, grads[len(leaves):])))
     absorbed = mode.tally.total(mode.tally.absorbed)
-    lost = lost_relevance(start, list(node_rel.values()), absorbed, mode.detached)
+    lost = lost_relevance(start, [*node_rel.values(), *attr_rel.values()], absorbed, mode.detached)
     explanation = HeteroExplanation()
     node_type = algorithm.explainer_config.node_mask_type
     node_rel = {k: per_mask_type(r, node_type).detach() for k, r in node_rel.items()}
@@ -41,6 +47,8 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
         edge_rel = {k: part.record.detach() for k, part in recorder.parts.items()}
         explanation.set_value_dict("edge_relevance", edge_rel)
         explanation.set_value_dict("edge_mask", relevance_mask(edge_rel, algorithm.mask))
+    if attr_rel:
+        explanation.set_value_dict("edge_attr_relevance", {k: r.detach() for k, r in attr_rel.items()})
     if mode.explained_head is not None:
         explanation.explained_output = f"the input of the model's final {mode.explained_head}"
     explanation.bias_relevance = torch.tensor(absorbed, dtype=start.dtype, device=start.device)

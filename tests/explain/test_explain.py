@@ -536,10 +536,10 @@ def _hetero_x():
             "b": torch.rand(4, 2, generator=g, dtype=torch.float64)}
 
 
-def _hetero_explain(model, x, ei, rule="z"):
+def _hetero_explain(model, x, ei, rule="z", **kwargs):
     return Explainer(model, algorithm=LRPExplainer(rule), explanation_type="model",
                      node_mask_type="attributes", edge_mask_type="object",
-                     model_config=dict(mode="regression", task_level="node", return_type="raw"))(x, ei, index=1)
+                     model_config=dict(mode="regression", task_level="node", return_type="raw"))(x, ei, index=1, **kwargs)
 
 
 def test_heteroconv_whose_gcn_adds_self_loops_gets_edge_relevance():
@@ -613,6 +613,57 @@ def test_a_heterogeneous_model_reports_the_relevance_it_loses_and_refuses_nan():
         model.head.weight[0, 0] = float("nan")
     with pytest.raises(ValueError, match="the relevance is NaN or Inf"):
         _hetero_explain(model, x, ei)
+
+
+def test_a_heterogeneous_graph_gets_edge_attr_relevance_per_edge_type():
+    """GINEConv reads one edge type's features: they are inputs as the node features are, with their relevance on
+    the explanation per edge type; a bias-free ReLU network under LRP-0 gives input times gradient for both, and the
+    output is accounted for.  Edge features of the wrong length are refused naming the edge type."""
+    from torch_geometric.explain import HeteroExplanation
+    from torch_geometric.nn import GINEConv
+
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HeteroConv({("a", "to", "b"): SAGEConv((-1, -1), 3, bias=False),
+                                    ("b", "rev", "a"): GraphConv((-1, -1), 3, bias=False),
+                                    ("a", "self", "a"): GINEConv(nn.Linear(3, 3, bias=False), edge_dim=2)})
+            self.head = nn.Linear(3, 1, bias=False)
+
+        def forward(self, x, edge_index, edge_attr):
+            return self.head(self.conv(x, edge_index, edge_attr_dict=edge_attr)["a"].relu())
+
+    x, ei = _hetero_x(), HETERO_EI
+    g = torch.Generator().manual_seed(1)
+    attr = {("a", "self", "a"): torch.rand(ei[("a", "self", "a")].shape[1], 2, generator=g, dtype=torch.float64)}
+    model = Net().double().eval()
+    model(x, ei, attr)  # the lazy layers
+    with torch.no_grad():
+        model.conv.convs["<a___self___a>"].lin.bias.zero_()  # (GINE's edge map has a bias by default)
+    e = _hetero_explain(model, x, ei, edge_attr=attr)
+    assert isinstance(e, HeteroExplanation)
+    leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
+    attr_leaf = {k: v.clone().requires_grad_(True) for k, v in attr.items()}
+    out = model(leaves, ei, attr_leaf)[1].sum()
+    out.backward()
+    for t in x:
+        torch.testing.assert_close(e[t].node_relevance, leaves[t] * leaves[t].grad)
+    k = ("a", "self", "a")
+    torch.testing.assert_close(e[k].edge_attr_relevance, attr_leaf[k] * attr_leaf[k].grad)
+    assert float(e[k].edge_attr_relevance.abs().sum()) > 1e-3
+    assert abs(float(e.bias_relevance)) < 1e-12 and abs(float(e.relevance_residual)) < 1e-12
+    total = sum(float(e[t].node_relevance.sum()) for t in x) + float(e[k].edge_attr_relevance.sum())
+    assert total == pytest.approx(float(out), rel=1e-12)
+    from lrp_lib.explain.explainer import Explainer as CheckingExplainer  # (checks before PyG's prediction pass)
+    checking = CheckingExplainer(model, algorithm=LRPExplainer("z"), explanation_type="model",
+                                 node_mask_type="attributes", model_config=dict(mode="regression", task_level="node",
+                                                                                return_type="raw"))
+    with pytest.raises(ValueError, match=r"edge_attr\[\('a', 'self', 'a'\)\] has 3 rows but edge_index has 4"):
+        checking(x, ei, index=1, edge_attr={k: attr[k][:3]})
+    with pytest.raises(ValueError, match="edge_attr has the key"):
+        checking(x, ei, index=1, edge_attr={("a", "self", "b"): attr[k]})
 
 
 def test_hgt_joins_all_edge_types_into_one_index():
