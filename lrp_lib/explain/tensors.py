@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
+from lrp_lib.explain.accounting import lost_relevance
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import uncompiled
 from lrp_lib.explain.propagate import check_blocked
@@ -47,7 +48,8 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
             (:class:`~lrp_lib.core.composites.Composite`).
 
     Raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError` (its name and amount) where
-    relevance reaches an operation without a rule."""
+    relevance reaches an operation without a rule, and ValueError where the relevance is NaN or Inf; relevance
+    lost at a detach is reported by a :class:`~lrp_lib.explain.accounting.LostRelevanceWarning` with its amount."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     model = uncompiled(model)  # torch.compile(model): its own module
@@ -71,7 +73,7 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
     relevance = torch.zeros_like(leaf) if relevance is None else relevance.detach()
     explained = start.reshape(start.shape[0], -1).sum(1) if start.dim() else start
     kept = mode.tally.total(mode.tally.absorbed)
-    residual = float(start.sum()) - float(relevance.sum()) - kept
+    residual = lost_relevance(start, [relevance], kept, mode.detached)  # (warns where it exceeds rounding)
     return TensorRelevance(relevance, out.detach(), explained, kept, residual)
 
 

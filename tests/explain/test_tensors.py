@@ -185,3 +185,38 @@ def test_bad_input_names_the_argument():
 
     with pytest.raises(UnsupportedModelError, match="erfcx.*magnitude"):
         explain_tensor(nn.Sequential(MLP(), Sorted()).eval(), x)
+
+
+class _DetachedHalf(nn.Module):
+    """A bias-free ReLU network whose second layer reads half of its hidden units through a detach."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 6, bias=False), nn.Linear(6, 3, bias=False)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        return self.b(torch.cat([h[:, :3], h.detach()[:, 3:]], 1))
+
+
+def test_relevance_lost_at_a_detach_is_reported_with_its_amount_and_nan_is_refused():
+    """What the detached half carries does not reach x: the residual, with a LostRelevanceWarning giving its amount
+    (LRP-0 reference: the output of the half that is not detached); NaN weights are refused, not explained."""
+    from lrp_lib.explain.accounting import LostRelevanceWarning
+
+    torch.manual_seed(0)
+    model, x = _DetachedHalf().double().eval(), torch.rand(5, 4, dtype=torch.float64)
+    out = model(x).detach()
+    target = out.argmax(1)
+    h = model.a(x).relu().detach()
+    reached = float((h[:, :3] @ model.b.weight[:, :3].detach().t()).gather(1, target.view(-1, 1)).sum())
+    lost = float(out.gather(1, target.view(-1, 1)).sum()) - reached
+    assert abs(lost) > 1e-3
+    with pytest.warns(LostRelevanceWarning, match=rf"relevance {lost:.4g} "):
+        got = explain_tensor(model, x, rule="z")
+    assert got.relevance_residual == pytest.approx(lost, rel=1e-9)
+    assert float(got.relevance.sum()) == pytest.approx(reached, rel=1e-9)
+    with torch.no_grad():
+        model.b.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="the relevance is NaN or Inf"):
+        explain_tensor(model, x, rule="z")
