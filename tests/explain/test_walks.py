@@ -810,3 +810,31 @@ def test_the_explained_entry_is_one_number_of_any_output_shape(index, target, en
     want = torch.zeros_like(out)
     want[entry] = out[entry]
     assert torch.equal(start, want)
+
+
+def test_relevance_lost_at_a_detach_is_reported_with_its_amount():
+    """A GCN whose second layer reads half its features through a detach: the walks carry only what reaches x, and
+    the rest is reported by a LostRelevanceWarning with its amount (LRP-0 of a bias-free ReLU network: input times
+    gradient is what reaches x)."""
+    from lrp_lib.explain.accounting import LostRelevanceWarning
+
+    class Half(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GCNConv(3, 4, bias=False), GCNConv(4, 2, bias=False)
+
+        def forward(self, x, edge_index):
+            h = self.c1(x, edge_index).relu()
+            return self.c2(torch.cat([h[:, :2], h.detach()[:, 2:]], 1), edge_index)
+
+    torch.manual_seed(0)
+    model, x = Half().double().eval(), torch.rand(N, 3, dtype=torch.float64)
+    leaf = x.clone().requires_grad_(True)
+    out = model(leaf, EDGE_INDEX)[0, 1]
+    out.backward()
+    reached = float((leaf * leaf.grad).sum())
+    assert abs(float(out) - reached) > 1e-3
+    with pytest.warns(LostRelevanceWarning, match=rf"relevance {float(out) - reached:.4g} "):
+        wm = WalkModel(model, x, EDGE_INDEX, "z", index=0, target=1)
+    assert wm.total == pytest.approx(reached, rel=1e-9)
+    assert float(wm.walk_relevance(all_walks(wm)).sum()) == pytest.approx(reached, rel=1e-9)

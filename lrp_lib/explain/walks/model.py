@@ -10,6 +10,7 @@ from torch_geometric.utils import add_self_loops, coalesce, index_to_mask
 from lrp_lib.core.composites import Composite, get_composite, message_passing_layers
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
 from lrp_lib.core.validation import check_edge_index, check_node_features
+from lrp_lib.explain.accounting import lost_relevance
 from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, find_steps
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
@@ -148,6 +149,7 @@ class WalkModel:
         self.steps = steps
         rels, _ = g.backward(self.start, lambda u: None, None)
         self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
+        lost_relevance(self.start, rels, self.bias_relevance, g.mode.detached)  # (warns where it exceeds rounding)
         return rels
 
     @cached_property
