@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
+from lrp_lib.core.validation import check_finite
 from lrp_lib.explain.accounting import lost_relevance
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import uncompiled
@@ -56,6 +57,7 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
     if not isinstance(x, Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__
         raise TypeError(f"x must be a floating-point tensor, got {got}; convert it with x.float()")
+    check_finite(x, "x")
     if rule is not None and composite is not None:
         raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
     composite = composite if composite is not None else get_composite("epsilon" if rule is None else rule)

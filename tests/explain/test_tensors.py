@@ -161,6 +161,8 @@ def test_bad_input_names_the_argument():
         explain_tensor(model, torch.ones(2, 12, dtype=torch.long))
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         explain_tensor(lambda t: t, x)
+    with pytest.raises(ValueError, match=r"x contains 1 NaN and 0 Inf value\(s\) \(the first at \(1, 2\)\)"):
+        explain_tensor(model, torch.where(torch.arange(24).view(2, 12) == 14, float("nan"), x))
     with pytest.raises(ValueError, match=r"target holds labels outside \[0, 4\]"):
         explain_tensor(model, x, torch.tensor([0, 5]))
     with pytest.raises(ValueError, match="one label per row of the output \\(2\\), got 3"):
