@@ -13,11 +13,17 @@ from torch import Tensor
 
 from lrp_lib.core.stabilizer import all_finite
 
-__all__ = ["INDEX_DTYPES", "check_number", "check_finite", "check_index_dtype", "check_edge_index", "is_adjacency",
-           "check_adjacency", "check_node_features", "check_batch", "check_edge_values"]
+__all__ = ["INDEX_DTYPES", "check_model", "check_number", "check_finite", "check_index_dtype", "check_edge_index",
+           "is_adjacency", "check_adjacency", "check_node_features", "check_batch", "check_edge_values"]
 
 #: Integer dtypes accepted as an index (PyG accepts both for ``edge_index``).
 INDEX_DTYPES = (torch.long, torch.int32)
+
+
+def check_model(model) -> None:
+    """Raise TypeError unless ``model`` is a ``torch.nn.Module``."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def check_number(value, name: str, minimum: float = 0.0) -> float:

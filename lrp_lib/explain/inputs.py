@@ -16,7 +16,7 @@ from lrp_lib.explain.mode.graph_check import UnsupportedModelError
 from lrp_lib.explain.mode.edges import adjacency_edges
 from lrp_lib.explain.mode.hooks import bound
 from lrp_lib.core.validation import (check_adjacency, check_batch, check_edge_index, check_edge_values,
-                                     check_finite, check_node_features, is_adjacency)
+                                     check_finite, check_model, check_node_features, is_adjacency)
 
 __all__ = ["check_inputs", "check_dtype", "check_hetero_inputs", "checked_by_explainer", "inputs_checked",
            "explainer_training_flag", "uncompiled", "usable", "warn_training"]
@@ -41,8 +41,7 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
         check_inputs(model, data.x, data.edge_index, batch=data.batch)
         explanation = explainer(data.x, data.edge_index, batch=data.batch)
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_model(model)
     x = check_node_features(x, "x")
     check_dtype(model, x, "x")
     if is_adjacency(edge_index):  # an adj_t: its values are the edge weights

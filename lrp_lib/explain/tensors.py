@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from lrp_lib.core.composites import Composite, get_composite
 from lrp_lib.core.rules import Rule
-from lrp_lib.core.validation import check_finite
+from lrp_lib.core.validation import check_finite, check_model
 from lrp_lib.explain.accounting import lost_relevance
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import uncompiled
@@ -51,8 +51,7 @@ def explain_tensor(model: nn.Module, x: Tensor, target: Tensor | int | None = No
     Raises :class:`~lrp_lib.explain.mode.function_mode.UnsupportedModelError` (its name and amount) where
     relevance reaches an operation without a rule, and ValueError where the relevance is NaN or Inf; relevance
     lost at a detach is reported by a :class:`~lrp_lib.explain.accounting.LostRelevanceWarning` with its amount."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_model(model)
     model = uncompiled(model)  # torch.compile(model): its own module
     if not isinstance(x, Tensor) or not x.is_floating_point():
         got = x.dtype if isinstance(x, Tensor) else type(x).__name__

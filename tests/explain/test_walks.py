@@ -838,3 +838,28 @@ def test_relevance_lost_at_a_detach_is_reported_with_its_amount():
         wm = WalkModel(model, x, EDGE_INDEX, "z", index=0, target=1)
     assert wm.total == pytest.approx(reached, rel=1e-9)
     assert float(wm.walk_relevance(all_walks(wm)).sum()) == pytest.approx(reached, rel=1e-9)
+
+
+def test_the_model_inputs_are_checked_as_the_explainer_checks_them():
+    """WalkModel checks the model's other inputs (check_inputs) before its forward: a NaN or short edge_weight
+    and node features of another dtype than the weights get errors naming them, not NaN walks or torch's errors."""
+    class Weighted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GCNConv(3, 4), GCNConv(4, 2)
+
+        def forward(self, x, edge_index, edge_weight=None):
+            return self.c2(self.c1(x, edge_index, edge_weight).relu(), edge_index, edge_weight)
+
+    torch.manual_seed(0)
+    model, x = Weighted().eval(), torch.rand(N, 3)
+    weight = torch.ones(EDGE_INDEX.shape[1])
+    with pytest.raises(ValueError, match=r"edge_weight contains 1 NaN and 0 Inf value\(s\) \(the first at \(2,\)\)"):
+        WalkModel(model, x, EDGE_INDEX, "z", index=0, target=1, edge_weight=weight.index_fill(0, torch.tensor([2]),
+                                                                                                 float("nan")))
+    with pytest.raises(ValueError, match=rf"edge_weight has 3 rows but edge_index has {EDGE_INDEX.shape[1]} edges"):
+        WalkModel(model, x, EDGE_INDEX, "z", index=0, target=1, edge_weight=weight[:3])
+    with pytest.raises(TypeError, match=r"x is torch.float64 but the model's weights are torch.float32"):
+        WalkModel(model, x.double(), EDGE_INDEX, "z", index=0, target=1)
+    assert WalkModel(model, x, EDGE_INDEX, "z", index=0, target=1, edge_weight=weight).total == pytest.approx(
+        WalkModel(model, x, EDGE_INDEX, "z", index=0, target=1).total, rel=1e-6)

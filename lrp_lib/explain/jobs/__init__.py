@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from lrp_lib.core.validation import check_model
 from lrp_lib.explain.jobs.batches import backend_of, batch_explainer
 from lrp_lib.explain.jobs.store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
                                        part_name, pyarrow_modules, read_explanations, read_manifests, write_atomic)
@@ -50,8 +51,7 @@ def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
 def _check_args(model, mode, target, batch_size, rule, backend) -> str | None:
     """Checks the arguments; returns the rule as the manifest records it: its repr (``Epsilon(eps=1e-06)``), so
     that ``None``, ``"epsilon"`` and ``Epsilon()`` resume one another (None for the graph backend)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_model(model)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -19,8 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
+from lrp_lib.core.validation import check_model
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
-from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_model, check_walks, step_pairs
+from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_walks, step_pairs
 from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]

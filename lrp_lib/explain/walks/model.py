@@ -9,8 +9,9 @@ from torch_geometric.utils import add_self_loops, coalesce, index_to_mask
 
 from lrp_lib.core.composites import Composite, get_composite, message_passing_layers
 from lrp_lib.core.rules import Epsilon, Gamma, Rule, get_rule
-from lrp_lib.core.validation import check_edge_index, check_node_features
+from lrp_lib.core.validation import check_edge_index
 from lrp_lib.explain.accounting import lost_relevance
+from lrp_lib.explain.inputs import check_inputs
 from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, find_steps
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
@@ -18,7 +19,7 @@ import lrp_lib.explain.walks.search as walk_search
 from lrp_lib.explain.walks.search import check_alpha
 
 __all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "explained_start", "CHUNK",
-           "composite_of", "step_pairs", "check_walks", "check_model"]
+           "composite_of", "step_pairs", "check_walks"]
 
 CHUNK = 1024            # rows of one batched masked backward
 _ALGEBRA_FROM = 64      # rows (walks, weightings) from which a query builds the algebra
@@ -52,12 +53,6 @@ def composite_of(rule, model: nn.Module) -> Composite:
         raise ValueError(f"rule is a list of {len(rule)} rule(s), one per message-passing module, but the "
                          f"model has {len(layers)} message-passing module(s): give one rule per module")
     return Composite(linear=rules[-1], layers=rules, epsilon=getattr(rules[-1], "eps", 1e-6) or 0.0)
-
-
-def check_model(model) -> None:
-    """Raise TypeError unless ``model`` is a torch.nn.Module."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
 
 
 def _check_index(index, n: int) -> int:
@@ -105,9 +100,8 @@ class WalkModel:
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
                  index: int | None = None, target: int | None = None, **model_kwargs):
-        check_model(model)
-        x = check_node_features(x, "x")
-        edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
+        check_inputs(model, x, edge_index, **model_kwargs)
+        edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")  # (walks take the edges, no adjacency)
         self.num_nodes = x.shape[0]
         self.edge_index = edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)
