@@ -20,7 +20,7 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
     if algorithm.per_index:
         raise ValueError("per_index=True explains homogeneous graphs only; use per_index=False for "
                          "a heterogeneous graph")
-    check_hetero_inputs(x, edge_index, kwargs.get("edge_attr"))
+    check_hetero_inputs(model, x, edge_index, **kwargs)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
     attr = kwargs.get("edge_attr")  # floating-point edge features, per edge type: inputs too
     attr_leaves = {k: v.detach().clone().requires_grad_(True) for k, v in (attr or {}).items()

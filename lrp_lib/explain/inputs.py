@@ -90,20 +90,22 @@ def warn_training(training: bool | None) -> None:
                       "afterwards; call model.eval() first to make this explicit", UserWarning, stacklevel=4)
 
 
-def check_hetero_inputs(x: dict, edge_index: dict, edge_attr: dict | None = None) -> None:
-    """:func:`check_inputs` for a heterogeneous graph: ``x`` a dict of node type -> features, ``edge_index`` a
-    dict of (source type, relation, target type) -> (2, E) tensor, ``edge_attr`` (if a dict) one finite row per edge
-    of an edge type of ``edge_index``."""
+def check_hetero_inputs(model: nn.Module, x: dict, edge_index: dict, **kwargs) -> None:
+    """:func:`check_inputs` for a heterogeneous graph: ``x`` a dict of node type -> features (of the model's dtype),
+    ``edge_index`` a dict of (source type, relation, target type) -> (2, E) tensor, ``edge_attr`` (if a dict) one
+    finite row per edge of an edge type of ``edge_index``."""
+    check_model(model)
     if not isinstance(edge_index, dict):
         raise TypeError(f"x is a dict (a heterogeneous graph), so edge_index must be a dict of edge type -> "
                         f"(2, E) tensor, got {type(edge_index).__name__}")
     for node_type, value in x.items():
-        check_node_features(value, f"x[{node_type!r}]")
+        check_dtype(model, check_node_features(value, f"x[{node_type!r}]"), f"x[{node_type!r}]")
     for edge_type, value in edge_index.items():
         if not isinstance(edge_type, tuple) or len(edge_type) != 3 or edge_type[0] not in x or edge_type[2] not in x:
             raise ValueError(f"edge_index has the key {edge_type!r}: edge types must be (source type, relation, "
                              f"target type) with both node types in x ({sorted(x)})")
         check_edge_index(value, max(x[edge_type[0]].shape[0], x[edge_type[2]].shape[0]), f"edge_index[{edge_type!r}]")
+    edge_attr = kwargs.get("edge_attr")
     for edge_type, value in (edge_attr.items() if isinstance(edge_attr, dict) else ()):
         if edge_type not in edge_index:
             raise ValueError(f"edge_attr has the key {edge_type!r}, which is not an edge type of edge_index "

@@ -51,7 +51,7 @@ class Explainer(PyGExplainer):
         if checked:
             check_inputs(self.model, x, edge_index, **kwargs)
         elif isinstance(self.algorithm, LRPExplainer):
-            check_hetero_inputs(x, edge_index, kwargs.get("edge_attr"))
+            check_hetero_inputs(self.model, x, edge_index, **kwargs)
         wanted = self.one_pass if self.one_pass is not None else self.model_config.mode != ModelMode.regression
         once = checked and wanted and self.explanation_type.value == "model" and not (
             self.algorithm.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node)

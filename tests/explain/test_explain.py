@@ -618,7 +618,8 @@ def test_a_heterogeneous_model_reports_the_relevance_it_loses_and_refuses_nan():
 def test_a_heterogeneous_graph_gets_edge_attr_relevance_per_edge_type():
     """GINEConv reads one edge type's features: they are inputs as the node features are, with their relevance on
     the explanation per edge type; a bias-free ReLU network under LRP-0 gives input times gradient for both, and the
-    output is accounted for.  Edge features of the wrong length are refused naming the edge type."""
+    output is accounted for.  Edge features of the wrong length are refused naming the edge type, node features of
+    another dtype than the weights naming the node type."""
     from torch_geometric.explain import HeteroExplanation
     from torch_geometric.nn import GINEConv
 
@@ -664,6 +665,8 @@ def test_a_heterogeneous_graph_gets_edge_attr_relevance_per_edge_type():
         checking(x, ei, index=1, edge_attr={k: attr[k][:3]})
     with pytest.raises(ValueError, match="edge_attr has the key"):
         checking(x, ei, index=1, edge_attr={("a", "self", "b"): attr[k]})
+    with pytest.raises(TypeError, match=r"x\['b'\] is torch.float32 but the model's weights are torch.float64"):
+        checking({"a": x["a"], "b": x["b"].float()}, ei, index=1, edge_attr=attr)
 
 
 def test_hgt_joins_all_edge_types_into_one_index():

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
-from lrp_lib.core.validation import check_model
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
 from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_walks, step_pairs
 from lrp_lib.explain.walks.search import to_edges
@@ -119,8 +118,7 @@ class HeteroWalkModel(WalkModel):
 
     def __init__(self, model: nn.Module, x: dict, edge_index: dict, rule="epsilon", *, index=None,
                  target: int | None = None, **model_kwargs):
-        check_model(model)
-        check_hetero_inputs(x, edge_index)
+        check_hetero_inputs(model, x, edge_index, **model_kwargs)
         if not x:
             raise ValueError("x is an empty dict: give the features of at least one node type")
         self.layout = layout = HeteroLayout(x, edge_index)
