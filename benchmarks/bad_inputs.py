@@ -555,6 +555,131 @@ _case("eps Inf", "graph.EdgeLinear", ("eps",), lambda: lrp_graph.EdgeLinear(4, e
 _case("integer x", "graph.NodeLinear", ("x",), lambda: _gn(node_layer(), gn_graph(x=torch.ones(5, 3, dtype=torch.long))))
 
 
+# ------------------------------------------- walks, models without a graph, heterogeneous graphs
+from lrp_lib.explain import walks as lrp_walks  # noqa: E402
+from lrp_lib.explain.tensors import explain_tensor  # noqa: E402
+from torch_geometric.nn import GINEConv, HeteroConv  # noqa: E402
+
+W = torch.rand(EI.shape[1], generator=torch.Generator().manual_seed(2)) + 0.5
+
+
+def _walk_model(m=None, x=None, edge_index=None, **kw):
+    """WalkModel of a graph-level model (LRP-0), its output's one logit explained."""
+    mm = m() if callable(m) else model("GCN")
+    gx, gei = graph()
+    xx, ei = (gx if x is None else x), (gei if edge_index is None else edge_index)
+    return lrp_walks.WalkModel(mm, xx, ei, "z", target=0, **kw), mm, xx, ei, kw
+
+
+def _walks_conserve(res):
+    wm, mm, xx, ei, kw = res
+    with torch.no_grad():
+        out = float(mm(xx, ei, **kw).sum())
+    return math.isclose(wm.total, out, rel_tol=1e-4, abs_tol=1e-6)
+
+
+_case("good graph", "walks.WalkModel", (), _walk_model, check=_walks_conserve)
+_case("good graph with edge_weight", "walks.WalkModel", (), lambda: _walk_model(edge_weight=W), check=_walks_conserve)
+_case("NaN in x", "walks.WalkModel", ("x",), lambda: _walk_model(x=nan_at(X)))
+_case("NaN in edge_weight", "walks.WalkModel", ("edge_weight",), lambda: _walk_model(edge_weight=nan_at(W)))
+_case("edge_weight of wrong length", "walks.WalkModel", ("edge_weight",), lambda: _walk_model(edge_weight=W[:-1]))
+_case("float64 x into a float32 model", "walks.WalkModel", ("x", "float64"), lambda: _walk_model(x=X.double()))
+_case("transposed edge_index (E, 2)", "walks.WalkModel", ("edge_index",),
+      lambda: _walk_model(edge_index=EI.t().contiguous()))
+_case("detach inside the model", "walks.WalkModel", ("detach", "did not reach", "lost"),
+      lambda: _walk_model(m=lambda: model("GCN", HalfDetached)), check=_walks_conserve)
+
+
+def _mlp(detach=False, nan_weight=False):
+    torch.manual_seed(0)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 6, bias=False), nn.Linear(6, 2, bias=False)
+
+        def forward(self, t):
+            h = self.a(t).relu()
+            return self.b(torch.cat([h[:, :3], h[:, 3:].detach()], 1) if detach else h)
+    m = MLP().eval()
+    if nan_weight:
+        with torch.no_grad():
+            m.b.weight[0, 0] = float("nan")
+    return m
+
+
+def _tensor_conserves(res):
+    return finite(res.relevance) and math.isclose(
+        float(res.relevance.sum()) + res.bias_relevance, float(res.explained.sum()), rel_tol=1e-4, abs_tol=1e-6)
+
+
+_case("good input", "explain_tensor", (), lambda: explain_tensor(_mlp(), X, rule="z"), check=_tensor_conserves)
+_case("NaN in x", "explain_tensor", ("x",), lambda: explain_tensor(_mlp(), nan_at(X), rule="z"))
+_case("NaN in the weights", "explain_tensor", ("weights",), lambda: explain_tensor(_mlp(nan_weight=True), X))
+_case("target out of range", "explain_tensor", ("target",), lambda: explain_tensor(_mlp(), X, torch.full((6,), 2)))
+_case("detach inside the model", "explain_tensor", ("detach", "did not reach", "lost"),
+      lambda: explain_tensor(_mlp(detach=True), X, rule="z"), check=_tensor_conserves)
+
+HETERO_EI = {("a", "to", "b"): torch.tensor([[0, 1, 2, 3], [0, 1, 2, 0]]),
+             ("b", "rev", "a"): torch.tensor([[0, 1, 2, 2], [1, 2, 3, 0]]),
+             ("a", "self", "a"): torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])}
+
+
+def _hetero(detach=False, dtype=torch.float64, x=None, edge_attr=None):
+    """HeteroConv (SAGE a->b, GraphConv b->a, GINE with edge features a->a), no biases, LRP-0, node type a's
+    row 1 explained (a regression)."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HeteroConv({("a", "to", "b"): SAGEConv((-1, -1), 3, bias=False),
+                                    ("b", "rev", "a"): GraphConv((-1, -1), 3, bias=False),
+                                    ("a", "self", "a"): GINEConv(nn.Linear(3, 3, bias=False), edge_dim=2)})
+            self.head = nn.Linear(3, 1, bias=False)
+
+        def forward(self, x, edge_index, edge_attr):
+            h = self.conv(x, edge_index, edge_attr_dict=edge_attr)["a"].relu()
+            return self.head(torch.cat([h[:, :1], h[:, 1:].detach()], 1) if detach else h)
+    g = torch.Generator().manual_seed(3)
+    xs = {"a": torch.rand(4, 3, generator=g, dtype=torch.float64), "b": torch.rand(3, 2, generator=g,
+                                                                                     dtype=torch.float64)}
+    attr = {("a", "self", "a"): torch.rand(4, 2, generator=g, dtype=torch.float64)}
+    m = Net().to(dtype).eval()
+    m({k: v.to(dtype) for k, v in xs.items()}, HETERO_EI, {k: v.to(dtype) for k, v in attr.items()})  # (lazy)
+    with torch.no_grad():
+        m.conv.convs["<a___self___a>"].lin.bias.zero_()
+    xs = xs if x is None else x(xs)
+    attr = attr if edge_attr is None else edge_attr(attr)
+    e = Explainer(m, algorithm=lrp_explain.LRPExplainer("z"), explanation_type="model", node_mask_type="attributes",
+                  edge_mask_type="object", model_config=dict(mode="regression", task_level="node",
+                                                             return_type="raw"))(xs, HETERO_EI, index=1,
+                                                                                 edge_attr=attr)
+    return e, m, xs, attr
+
+
+def _hetero_conserves(res):
+    e, m, xs, attr = res
+    with torch.no_grad():
+        out = float(m(xs, HETERO_EI, attr)[1].sum())
+    reached = sum(float(e[t].node_relevance.sum()) for t in xs) + sum(
+        float(getattr(e[k], "edge_attr_relevance", torch.zeros(())).sum()) for k in attr)
+    # (a bias-free model: nothing, the edge features' share included, may hide in bias_relevance)
+    return finite(e.relevance_residual) and math.isclose(reached, out, rel_tol=1e-6, abs_tol=1e-9) and \
+        abs(float(e.bias_relevance)) < 1e-9 and abs(float(e.relevance_residual)) < 1e-9
+
+
+HETERO = "Explainer(LRPExplainer), heterogeneous graph"
+_case("good graph with edge_attr", HETERO, (), _hetero, check=_hetero_conserves)
+_case("float32 node features into a float64 model", HETERO, ("x", "float32"),
+      lambda: _hetero(x=lambda xs: {"a": xs["a"], "b": xs["b"].float()}))
+_case("edge_attr of wrong length", HETERO, ("edge_attr",), lambda: _hetero(edge_attr=lambda a: {k: v[:3] for k, v in
+                                                                                               a.items()}))
+_case("NaN in x", HETERO, ("x",), lambda: _hetero(x=lambda xs: {"a": nan_at(xs["a"]), "b": xs["b"]}))
+_case("detach inside the model", HETERO, ("detach", "did not reach", "lost"), lambda: _hetero(detach=True),
+      check=_hetero_conserves)
+
+
 # ----------------------------------------------------------------- running
 _PATH = re.compile(r"(/[\w.\-]+)+/?|[A-Za-z]:\\[\w.\\\-]+")
 _ADDR = re.compile(r"0x[0-9a-fA-F]+")

@@ -103,7 +103,8 @@ assert [w.category.__name__ for w in caught] == ["LostRelevanceWarning"]
 # user passes: NaN and Inf features, transposed or out-of-range `edge_index`, integer features,
 # empty graphs, inconsistent batches, invalid targets and rule parameters, a `.detach()` inside the
 # model, int32 indices. It calls the public entry points with each (`LRPExplainer` through PyG's
-# `Explainer` on GCN, GIN, GraphConv and GraphSAGE models, the relevance ops, the rules and the Graph
+# `Explainer` on GCN, GIN, GraphConv and GraphSAGE models and on a heterogeneous graph, the walk queries'
+# `WalkModel`, `explain_tensor` for models without a graph, the relevance ops, the rules and the Graph
 # Network layers) and sorts the outcome automatically:
 #
 # - **clear error**: an exception (or, where a partial result is returned, a warning) whose message
@@ -211,7 +212,9 @@ display(
 )
 
 # %% [markdown]
-# The relevance ops, the rules and the Graph Network layers check their arguments the same way:
+# The other entry points (a heterogeneous graph, the walk queries, `explain_tensor`, the relevance ops,
+# the rules and the Graph Network layers) check their arguments the same way, and report the relevance
+# that a `.detach()` keeps from the inputs with its amount:
 
 # %% tags=["hide-input"]
 display(
