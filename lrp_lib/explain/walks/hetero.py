@@ -114,7 +114,8 @@ class HeteroWalkModel(WalkModel):
     """:class:`~lrp_lib.explain.walks.model.WalkModel` of a heterogeneous graph (module docstring).  Walks: global
     node ids (``offset[τ] + j``, W x (L+1)) or typed, ``[((τ_0, j_0), ..., (τ_L, j_L)), ...]``.  ``index``: the
     explained node's row (of the output's node type) or ``(node type, row)``.  :meth:`node_relevance` and
-    :meth:`edge_relevance` are dicts per node and edge type; :meth:`step_relevance` one entry per ``propagate``."""
+    :meth:`edge_relevance` are dicts per node and edge type; :meth:`step_relevance` one entry per ``propagate``.
+    Edge features (an ``edge_attr`` dict) are held constant: their share is in ``bias_relevance``."""
 
     def __init__(self, model: nn.Module, x: dict, edge_index: dict, rule="epsilon", *, index=None,
                  target: int | None = None, **model_kwargs):
