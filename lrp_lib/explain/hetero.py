@@ -23,8 +23,8 @@ def explain_hetero(algorithm, model, x: dict, edge_index: dict, *, target, index
     check_hetero_inputs(model, x, edge_index, **kwargs)
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in x.items()}
     attr = kwargs.get("edge_attr")  # floating-point edge features, per edge type: inputs too
-    attr_leaves = {k: v.detach().clone().requires_grad_(True) for k, v in (attr or {}).items()
-                   if isinstance(v, torch.Tensor) and v.is_floating_point()}
+    attr_leaves = {k: v.detach().clone().requires_grad_(True) for k, v in (attr.items() if isinstance(attr, dict)
+                   else ()) if isinstance(v, torch.Tensor) and v.is_floating_point()}
     if attr_leaves:
         kwargs = {**kwargs, "edge_attr": {**attr, **attr_leaves}}
     mode = ForwardMode(algorithm.composite, model)
