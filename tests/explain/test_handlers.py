@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lrp_lib.explain.accounting import LostRelevanceWarning
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.tensors import explain_tensor
 
@@ -115,11 +116,13 @@ def test_log_sigmoid_gets_the_identity_rule(data):
 
 def test_max_of_the_input_and_a_constant_goes_to_the_winner(data):
     """``torch.max(x, y)`` elementwise with a constant ``y``: the winner takes all, so ``x`` gets its value where it
-    wins and the entries ``y`` wins are lost (the residual)."""
+    wins and the entries ``y`` wins are lost (the residual, reported by a LostRelevanceWarning with its amount)."""
     x, y = data(N, CLASSES), data(N, CLASSES)
-    r = explain_tensor(Op(lambda m, t: torch.max(t, m.y), y=y), x, target=0, rule="z")
+    lost = float(torch.where(x > y, 0.0, y)[:, 0].sum())
+    with pytest.warns(LostRelevanceWarning, match=rf"relevance {lost:.4g} "):
+        r = explain_tensor(Op(lambda m, t: torch.max(t, m.y), y=y), x, target=0, rule="z")
     torch.testing.assert_close(r.relevance, _columns(torch.where(x > y, x, 0.0), 0), rtol=1e-12, atol=1e-14)
-    assert r.relevance_residual == pytest.approx(float(torch.where(x > y, 0.0, y)[:, 0].sum()), rel=1e-12)
+    assert r.relevance_residual == pytest.approx(lost, rel=1e-12)
 
 
 def test_max_over_every_entry_goes_to_the_largest(data):
