@@ -603,3 +603,34 @@ def test_gat_with_uniform_attention_is_attnlrp_through_pygs_softmax():
     assert abs(float(got.relevance_residual)) < 1e-12
     kept = float(out[3, 1]) - float(got.node_mask.sum())
     assert abs(kept) > 1e-3 and abs(float(got.bias_relevance) - kept) < 1e-9  # AttnLRP's softmax does not conserve
+
+
+@pytest.mark.parametrize("edges", [False, True])
+def test_a_graph_run_as_it_is_calls_the_python_bindings_with_the_same_results(edges, monkeypatch):
+    """A captured graph run as it is (not compiled) calls every ATen operation through PyTorch's Python binding of
+    the same name (``torch.mul`` for ``aten.mul.Tensor``), and gives the ATen graph's outputs and input gradients
+    to the bit; a graph whose outputs would change (here: a random operation, two draws) keeps its ATen calls."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from lrp_lib.explain import capture as module
+    from lrp_lib.explain.capture import _leaves, capture, python_bindings
+    model = _model("gcn")
+    x, edge_index = _graph()
+    bound, _ = capture(model, x, edge_index, "zplus", edges, probe=False)
+    calls = [n.target for n in bound.graph.nodes if n.op == "call_function"]
+    assert calls and not any(isinstance(t, torch._ops.OpOverload) for t in calls)
+    monkeypatch.setattr(module, "python_bindings", lambda graph, inputs: graph)
+    reference, _ = capture(model, x, edge_index, "zplus", edges, probe=False)  # (the same graph, left in ATen)
+    assert all(isinstance(n.target, torch._ops.OpOverload) for n in reference.graph.nodes if n.op == "call_function")
+    results = []
+    for graph in (bound, reference):
+        leaves = _leaves(x, None)
+        with torch.enable_grad():
+            out, head, *messages = graph(*leaves)
+        grads = torch.autograd.grad(head[:, 0].sum(), leaves[:4], allow_unused=True)
+        results.append([out, head, *grads])
+    for got, want in zip(*results):
+        assert (got is None and want is None) or torch.equal(got, want)
+
+    graph = make_fx(lambda t: torch.rand_like(t) + t)(torch.zeros(3))
+    kept = python_bindings(graph, [torch.zeros(3)])
+    assert all(isinstance(n.target, torch._ops.OpOverload) for n in kept.graph.nodes if n.op == "call_function")

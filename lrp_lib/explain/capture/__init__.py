@@ -31,7 +31,8 @@ from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
 BACKEND = "inductor"
 
-__all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "capture", "capture_any_graph", "fold_constants"]
+__all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "capture", "capture_any_graph", "fold_constants",
+           "python_bindings"]
 
 
 class _ListRecorder(EdgeRecorder):
@@ -99,8 +100,8 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
 
     leaves = _leaves(x, edge_index if edges and probe else None)
     with torch.enable_grad():
-        graph = make_fx(forward)(*leaves)
-    return fold_constants(graph, leaves), seen
+        graph = fold_constants(make_fx(forward)(*leaves), leaves)
+    return (graph if probe else python_bindings(graph, leaves)), seen
 
 
 def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
@@ -146,6 +147,34 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
             graph.graph.erase_node(node)
     graph.graph.lint()
     graph.recompile()
+    return graph
+
+
+def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
+    """``graph`` with each ATen operation called through PyTorch's generated Python binding of the same name where
+    there is one (``torch.mul`` for ``aten.mul.Tensor``, ``Tensor.add_`` for ``aten.add_.Tensor``): the same
+    kernels and autograd nodes, without the ATen operator's own Python call and argument parsing, which take a third
+    of a small graph's forward.  Kept only if its outputs on ``inputs`` are those of ``graph`` to the bit."""
+    with torch.enable_grad():
+        expected = graph(*inputs)
+    changed = []
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            name = node.target._schema.name.partition("::")[2]
+            binding = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, None)
+            if binding is not None:
+                changed.append((node, node.target))
+                node.target = binding
+    graph.recompile()
+    try:
+        with torch.enable_grad():
+            same = all(torch.equal(a, b) for a, b in zip(graph(*inputs), expected))
+    except (TypeError, RuntimeError):  # (a binding whose signature differs from the operator's)
+        same = False
+    if not same:
+        for node, target in changed:
+            node.target = target
+        graph.recompile()
     return graph
 
 
