@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
-from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_walks, step_pairs
+from lrp_lib.explain.walks.model import WalkModel, step_pairs
 from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
@@ -212,17 +212,8 @@ class HeteroWalkModel(WalkModel):
 
     # ---- queries
     def walk_relevance(self, walks) -> Tensor:
-        r"""As :meth:`WalkModel.walk_relevance`: one masked backward per distinct suffix :math:`(j_1, \dots, j_L)`,
-        whose relevance at row :math:`j_0` of ``x`` is the walk's; batches of about 40,000 / N suffixes."""
-        walks = check_walks(self.global_walks(walks), self)
-        n = self.num_nodes
-        suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
-        table = []
-        for chunk in suffix.split(max(16, min(CHUNK, 40000 // max(n, 1)))):
-            hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
-            rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
-            table.append(rel[..., 0])
-        return torch.cat(table)[inverse, walks[:, 0]]
+        """As :meth:`WalkModel.walk_relevance`, also of typed walks."""
+        return super().walk_relevance(self.global_walks(walks))
 
     def node_relevance(self) -> dict:
         """{node type: (count,)} the walks' relevance by start node: ``LRPExplainer``'s node relevance."""

@@ -188,20 +188,20 @@ class WalkModel:
         return torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None
 
     # ---- queries
-    def _masked(self, rows: Tensor, walks: bool) -> Tensor:
-        """(B,) totals of one masked backward per row, batched: ``rows`` walks (W, L+1) or node weights (M, N)."""
-        out = []
-        for chunk in rows.split(CHUNK):
-            hot = torch.nn.functional.one_hot(chunk.t(), self.num_nodes) if walks else [chunk] * (self.depth + 1)
-            out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
-        return torch.cat(out)  # (no rows: split gives one empty chunk)
-
     def walk_relevance(self, walks: Tensor) -> Tensor:
-        """As :func:`walk_relevance`, on this recorded forward pass."""
+        r"""As :func:`walk_relevance`, on this recorded forward pass; without the algebra, one masked backward per
+        distinct suffix :math:`(j_1, \dots, j_L)`, whose relevance at row :math:`j_0` of ``x`` is the walk's (batches
+        of about 40,000 / N suffixes)."""
         walks = check_walks(walks, self)
         if walks.numel() and self._use_algebra(walks.shape[0]):
             return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach()
-        return self._masked(walks, True)
+        n = self.num_nodes
+        suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
+        table = []
+        for chunk in suffix.split(max(16, min(CHUNK, 40000 // max(n, 1)))):
+            hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
+            table.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum(-1))
+        return torch.cat(table)[inverse, walks[:, 0]]
 
     def weighted_relevance(self, weight: Tensor) -> Tensor:
         r""":math:`\sum_w \prod_{t=0}^{L} \mathrm{weight}[j_t]\, R_w` for node weights (N,) or (M, N):
@@ -211,7 +211,8 @@ class WalkModel:
             return self.weighted_relevance(w.unsqueeze(0))[0]
         if self._use_algebra(w.shape[0]):
             return self.algebra.weighted(w).detach()
-        return self._masked(w, False)
+        # (no rows: split gives one empty chunk)
+        return torch.cat([self._run(lambda u: rows, rows.shape[0])[0].sum((1, 2)) for rows in w.split(CHUNK)])
 
     def subgraph_relevance(self, nodes, alpha: float = 0.0) -> Tensor:
         """As :func:`subgraph_relevance`, on this recorded forward pass."""
