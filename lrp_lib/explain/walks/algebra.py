@@ -22,6 +22,7 @@ from itertools import accumulate
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import scatter
 from torch_geometric.utils.sparse import index2ptr
 
 __all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps"]
@@ -273,9 +274,7 @@ class WalkAlgebra:
             for o, G in self.G[t]:
                 a, b = lo[src, o:o + d] * G, hi[src, o:o + d] * G
                 y_lo, y_hi = y_lo + torch.minimum(a, b), y_hi + torch.maximum(a, b)
-            at = dst.unsqueeze(-1).expand(-1, d)
-            k_lo = y_lo.new_zeros(self.n, d).scatter_reduce_(0, at, y_lo, "amin", include_self=False)
-            k_hi = y_hi.new_zeros(self.n, d).scatter_reduce_(0, at, y_hi, "amax", include_self=False)
+            k_lo, k_hi = scatter(y_lo, dst, 0, self.n, "min"), scatter(y_hi, dst, 0, self.n, "max")
             n_lo, n_hi = _interval(k_lo, k_hi, E.transpose(1, 2))
             if self.S[t] is not None:
                 s_lo, s_hi = _interval(lo, hi, self.S[t].transpose(1, 2))
