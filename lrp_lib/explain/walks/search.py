@@ -181,7 +181,6 @@ class GreedySubgraph(NamedTuple):
 
 def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     """:func:`~lrp_lib.explain.walks.greedy_subgraph` on a recorded model."""
-    alpha = check_alpha(alpha)
     n, device = wm.num_nodes, wm.x.device
     wm.algebra  # built once here: the search makes one weighted query per step
     if size is None:
@@ -193,9 +192,7 @@ def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     order, rels = [], []
     for _ in range(size):
         cand = (~chosen).nonzero().view(-1)
-        masks = chosen.expand(cand.numel(), n).clone()
-        masks[torch.arange(cand.numel(), device=device), cand] = True
-        rel = wm.subgraph_relevance(masks, alpha)
+        rel = wm.subgraph_relevance(chosen | torch.nn.functional.one_hot(cand, n).bool(), alpha)
         tol = 16 * torch.finfo(rel.dtype).eps * float(rel.abs().max())
         best = int((rel >= rel.max() - tol).nonzero()[0, 0])
         chosen[cand[best]] = True
