@@ -298,9 +298,8 @@ class WalkGraph:
                     g = g * w.view(shape).to(g.dtype)
                 if capture is not None and layer == capture and (c.kind == "attr" or
                                                                  (c.kind == "input" and c.layer == capture)):
-                    part = (g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1)
-                    if c.kind == "input":
-                        part = global_rows(part, c, self.num_nodes, 1)
+                    part = global_rows((g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1), c,
+                                       self.num_nodes, 1)  # (an "attr" cut has no node type: as it is)
                     captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
                 state[i] = g if i not in state else state[i] + g
         grad0 = self.seed(start)
