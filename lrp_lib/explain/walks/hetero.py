@@ -198,9 +198,8 @@ class HeteroWalkModel(WalkModel):
     def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[dict, dict]:
         """As :func:`~lrp_lib.explain.walks.walk_scores`: dicts per node type and per edge type."""
         node, edge = super().walk_scores(k, signed, beam)
-        sizes = [int(v.shape[1]) for v in self.layout.edge_index.values()]
-        return (dict(zip(self.node_types, node.split([self.count[t] for t in self.node_types]))),
-                dict(zip(self.edge_types, edge.split(sizes))))
+        return (dict(zip(self.node_types, node.split(list(self.count.values())))),
+                dict(zip(self.edge_types, edge.split([v.shape[1] for v in self.layout.edge_index.values()]))))
 
     def typed_walks(self, walks: Tensor) -> list[tuple]:
         """Global ids (W, L+1) as typed walks: one tuple of (node type, row) per walk."""
