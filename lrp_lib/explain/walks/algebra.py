@@ -25,7 +25,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 from torch_geometric.utils.sparse import index2ptr
 
-__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps"]
+__all__ = ["WalkAlgebra", "NotDecomposable", "find_steps"]
 
 
 class NotDecomposable(Exception):
@@ -37,14 +37,6 @@ def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[
     keys, q = dst * n + src, k * n + j
     pos = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
     return pos, keys[pos] == q
-
-
-def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-    """Every step into the nodes ``k`` (``ptr``: ``index2ptr`` of the sorted steps' targets): row in ``k``, step id."""
-    counts = ptr[k + 1] - ptr[k]
-    parent = torch.repeat_interleave(torch.arange(k.numel(), device=k.device), counts)
-    shift = torch.repeat_interleave(ptr[k] - counts.cumsum(0) + counts, counts)
-    return parent, shift + torch.arange(parent.numel(), device=k.device)
 
 
 def _close(a: Tensor, b: Tensor, scale: float) -> bool:

@@ -8,14 +8,19 @@ import torch
 from torch import Tensor
 from torch_geometric.utils.sparse import index2ptr
 
-from lrp_lib.explain.walks.algebra import fan_out
-
-__all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "greedy", "top_of",
-           "scores_of", "to_edges", "check_alpha"]
+__all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "fan_out", "greedy",
+           "top_of", "scores_of", "to_edges", "check_alpha"]
 
 #: Walks whose relevance differs by less than this (relative to the largest) are tied: chosen and ordered by the
 #: walks themselves (smallest node ids first), not by float rounding, which differs between CPUs.
 TIE = 1e-9
+
+
+def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Every step into the nodes ``k`` (``ptr``: ``index2ptr`` of the sorted steps' targets): row in ``k``, step id."""
+    counts = ptr[k + 1] - ptr[k]
+    parent = torch.repeat_interleave(counts)  # (0, ..., 0, 1, ..., 1, ...): each row in k, counts times
+    return parent, (ptr[k] - counts.cumsum(0) + counts)[parent] + torch.arange(parent.numel(), device=k.device)
 
 
 def all_walks(wm, end: Tensor | None = None) -> Tensor:
