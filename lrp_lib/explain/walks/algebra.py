@@ -182,8 +182,8 @@ class WalkAlgebra:
         w = torch.cat([torch.ones(1, self.n), torch.rand(2, self.n)]).to(wm.x)
         fast = self.weighted(w)
         (rel, *_), _ = wm.graph.backward(wm.start, lambda u: w, 3)
-        slow = rel.detach().reshape(3, -1).sum(1) if rel is not None else w.new_zeros(3)
-        scale = float(rel.detach().abs().reshape(3, -1).sum(1).max()) if rel is not None else 0.0
+        slow = rel.detach().reshape(3, -1).sum(1)
+        scale = float(rel.detach().abs().reshape(3, -1).sum(1).max())
         if not _close(fast, slow, scale):
             raise NotDecomposable("the per-node matrices and per-edge shares do not reproduce the backward")
 

@@ -269,8 +269,8 @@ class WalkGraph:
     def backward(self, start: Tensor, masks, batch: int | None, capture: int | None = None):
         """The nested backward for ``batch`` row weightings at once: ``start`` the output's relevance, ``masks`` a
         function ``u -> (B, N)`` row weight at time ``u`` (or None: 1).  Returns ``(rels, captured)``: the relevance
-        of the cuts of kind ``"x"`` and ``"attr"`` (the inputs' order), (B, *shape) (``batch=None``: one plain
-        backward, no batch dimension, the mode's accounts settled); if ``capture = t``, what layer t's messages
+        of the cuts of kind ``"x"`` and ``"attr"`` (the inputs' order), (B, *shape), zeros where none reaches
+        (``batch=None``: one plain backward, no batch dimension, the mode's accounts settled); if ``capture = t``, what layer t's messages
         carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
         L, cuts, tally = self.depth, self.cuts, self.mode.tally
         state: dict[int, Tensor] = {}
@@ -311,7 +311,8 @@ class WalkGraph:
             land(c.source, state.pop(i), c.time, range(i), c.layer if c.kind == "output" else None)
         if batch is None:
             tally.settle(amounts)
-        return [None if i not in state else state[i] * c.leaf.detach()
+        lead = () if batch is None else (batch,)
+        return [state[i] * c.leaf.detach() if i in state else c.leaf.new_zeros(*lead, *c.leaf.shape)
                 for i, c in enumerate(cuts) if c.source is None], captured
 
     def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):

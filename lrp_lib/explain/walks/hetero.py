@@ -132,8 +132,7 @@ class HeteroWalkModel(WalkModel):
         row, self.index = self._index(index, g.output)
         rels = self._explain(row, target, [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)
                                            for t in range(1, g.depth + 1)])
-        self._node = {k: (r if r is not None else torch.zeros_like(self.xs[k])).detach()
-                      for k, r in zip(self.node_types, rels)}
+        self._node = {k: r.detach() for k, r in zip(self.node_types, rels)}
         self.edge_attr_relevance = None
         self.total = float(sum(r.sum() for r in self._node.values()))
         self.edge_types = list(edge_index)
@@ -169,8 +168,7 @@ class HeteroWalkModel(WalkModel):
 
     def _run(self, masks, batch: int, capture: int | None = None):
         rels, captured = self.graph.backward(self.start, masks, batch, capture)
-        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) if r is not None else
-                 self.x.new_zeros(batch, self.count[k]) for k, r in zip(self.node_types, rels)]
+        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels]
         return torch.cat(parts, 1).unsqueeze(-1), captured
 
     # ---- typed walks

@@ -113,9 +113,8 @@ class WalkModel:
             inputs["edge_attr"] = model_kwargs["edge_attr"]
         g = self._record(model, rule, inputs, lambda: model(self.x, edge_index, **model_kwargs))
         rel, *attr_rel = self._explain(self.index, target, [step_pairs(e, self.num_nodes) for e in g.steps])
-        self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
-        self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
-                                    (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
+        self._node = rel.detach()
+        self.edge_attr_relevance = attr_rel[0].detach() if attr_rel else None
         self.total = float(self._node.sum())
         self.slow_reason = None
 
@@ -167,8 +166,6 @@ class WalkModel:
 
     def _run(self, masks, batch: int, capture: int | None = None):
         (rel, *_), captured = self.graph.backward(self.start, masks, batch, capture)
-        if rel is None:
-            rel = self.x.new_zeros(batch, *self.x.shape)
         return rel.detach(), captured
 
     def _through(self, pairs: Tensor, t: int, layer: int):
