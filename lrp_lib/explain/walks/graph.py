@@ -270,8 +270,8 @@ class WalkGraph:
         """The nested backward for ``batch`` row weightings at once: ``start`` the output's relevance, ``masks`` a
         function ``u -> (B, N)`` row weight at time ``u`` (or None: 1).  Returns ``(rels, captured)``: the relevance
         of the cuts of kind ``"x"`` and ``"attr"`` (the inputs' order), (B, *shape), zeros where none reaches
-        (``batch=None``: one plain backward, no batch dimension, the mode's accounts settled); if ``capture = t``, what layer t's messages
-        carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
+        (``batch=None``: one plain backward, no batch dimension, the mode's accounts settled); if ``capture = t``,
+        what layer t's messages carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
         L, cuts, tally = self.depth, self.cuts, self.mode.tally
         state: dict[int, Tensor] = {}
         captured = {}
