@@ -58,7 +58,7 @@ def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tenso
         target: the explained column of the output (class), if it has several.
 
     Returns: (W,) relevance, in x's dtype; all walks (:func:`all_walks`) sum to the relevance that reaches ``x``.
-    Cost: one forward, then one batched backward per 1,024 walks.
+    Cost: one forward, then one batched backward per batch of distinct suffixes (:meth:`WalkModel.walk_relevance`).
     """
     return walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs).walk_relevance(walks)
 

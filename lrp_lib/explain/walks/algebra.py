@@ -22,9 +22,10 @@ from itertools import accumulate
 
 import torch
 from torch import Tensor
+from torch_geometric.utils import scatter
 from torch_geometric.utils.sparse import index2ptr
 
-__all__ = ["WalkAlgebra", "NotDecomposable", "fan_out", "find_steps"]
+__all__ = ["WalkAlgebra", "NotDecomposable", "find_steps"]
 
 
 class NotDecomposable(Exception):
@@ -36,14 +37,6 @@ def find_steps(src: Tensor, dst: Tensor, j: Tensor, k: Tensor, n: int) -> tuple[
     keys, q = dst * n + src, k * n + j
     pos = torch.searchsorted(keys, q).clamp(max=keys.numel() - 1)
     return pos, keys[pos] == q
-
-
-def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-    """Every step into the nodes ``k`` (``ptr``: ``index2ptr`` of the sorted steps' targets): row in ``k``, step id."""
-    counts = ptr[k + 1] - ptr[k]
-    parent = torch.repeat_interleave(torch.arange(k.numel(), device=k.device), counts)
-    shift = torch.repeat_interleave(ptr[k] - counts.cumsum(0) + counts, counts)
-    return parent, shift + torch.arange(parent.numel(), device=k.device)
 
 
 def _close(a: Tensor, b: Tensor, scale: float) -> bool:
@@ -189,8 +182,8 @@ class WalkAlgebra:
         w = torch.cat([torch.ones(1, self.n), torch.rand(2, self.n)]).to(wm.x)
         fast = self.weighted(w)
         (rel, *_), _ = wm.graph.backward(wm.start, lambda u: w, 3)
-        slow = rel.detach().reshape(3, -1).sum(1) if rel is not None else w.new_zeros(3)
-        scale = float(rel.detach().abs().reshape(3, -1).sum(1).max()) if rel is not None else 0.0
+        slow = rel.detach().reshape(3, -1).sum(1)
+        scale = float(rel.detach().abs().reshape(3, -1).sum(1).max())
         if not _close(fast, slow, scale):
             raise NotDecomposable("the per-node matrices and per-edge shares do not reproduce the backward")
 
@@ -273,9 +266,7 @@ class WalkAlgebra:
             for o, G in self.G[t]:
                 a, b = lo[src, o:o + d] * G, hi[src, o:o + d] * G
                 y_lo, y_hi = y_lo + torch.minimum(a, b), y_hi + torch.maximum(a, b)
-            at = dst.unsqueeze(-1).expand(-1, d)
-            k_lo = y_lo.new_zeros(self.n, d).scatter_reduce_(0, at, y_lo, "amin", include_self=False)
-            k_hi = y_hi.new_zeros(self.n, d).scatter_reduce_(0, at, y_hi, "amax", include_self=False)
+            k_lo, k_hi = scatter(y_lo, dst, 0, self.n, "min"), scatter(y_hi, dst, 0, self.n, "max")
             n_lo, n_hi = _interval(k_lo, k_hi, E.transpose(1, 2))
             if self.S[t] is not None:
                 s_lo, s_hi = _interval(lo, hi, self.S[t].transpose(1, 2))

@@ -269,9 +269,9 @@ class WalkGraph:
     def backward(self, start: Tensor, masks, batch: int | None, capture: int | None = None):
         """The nested backward for ``batch`` row weightings at once: ``start`` the output's relevance, ``masks`` a
         function ``u -> (B, N)`` row weight at time ``u`` (or None: 1).  Returns ``(rels, captured)``: the relevance
-        of the cuts of kind ``"x"`` and ``"attr"`` (the inputs' order), (B, *shape) (``batch=None``: one plain
-        backward, no batch dimension, the mode's accounts settled); if ``capture = t``, what layer t's messages
-        carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
+        of the cuts of kind ``"x"`` and ``"attr"`` (the inputs' order), (B, *shape), zeros where none reaches
+        (``batch=None``: one plain backward, no batch dimension, the mode's accounts settled); if ``capture = t``,
+        what layer t's messages carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
         L, cuts, tally = self.depth, self.cuts, self.mode.tally
         state: dict[int, Tensor] = {}
         captured = {}
@@ -298,9 +298,8 @@ class WalkGraph:
                     g = g * w.view(shape).to(g.dtype)
                 if capture is not None and layer == capture and (c.kind == "attr" or
                                                                  (c.kind == "input" and c.layer == capture)):
-                    part = (g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1)
-                    if c.kind == "input":
-                        part = global_rows(part, c, self.num_nodes, 1)
+                    part = global_rows((g * c.leaf.detach()).reshape(g.shape[0], g.shape[1], -1).sum(-1), c,
+                                       self.num_nodes, 1)  # (an "attr" cut has no node type: as it is)
                     captured[c.kind] = part if c.kind not in captured else captured[c.kind] + part
                 state[i] = g if i not in state else state[i] + g
         grad0 = self.seed(start)
@@ -312,7 +311,8 @@ class WalkGraph:
             land(c.source, state.pop(i), c.time, range(i), c.layer if c.kind == "output" else None)
         if batch is None:
             tally.settle(amounts)
-        return [None if i not in state else state[i] * c.leaf.detach()
+        lead = () if batch is None else (batch,)
+        return [state[i] * c.leaf.detach() if i in state else c.leaf.new_zeros(*lead, *c.leaf.shape)
                 for i, c in enumerate(cuts) if c.source is None], captured
 
     def grad(self, source: Tensor, tensors: list, grad: Tensor, batched: bool):

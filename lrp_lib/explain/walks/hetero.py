@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, uncompiled
-from lrp_lib.explain.walks.model import CHUNK, WalkModel, check_walks, step_pairs
+from lrp_lib.explain.walks.model import WalkModel, step_pairs
 from lrp_lib.explain.walks.search import to_edges
 
 __all__ = ["HeteroLayout", "HeteroWalkModel", "walk_model"]
@@ -132,8 +132,7 @@ class HeteroWalkModel(WalkModel):
         row, self.index = self._index(index, g.output)
         rels = self._explain(row, target, [step_pairs(torch.cat([e for e, u in zip(g.steps, g.times) if u == t], 1), n)
                                            for t in range(1, g.depth + 1)])
-        self._node = {k: (r if r is not None else torch.zeros_like(self.xs[k])).detach()
-                      for k, r in zip(self.node_types, rels)}
+        self._node = {k: r.detach() for k, r in zip(self.node_types, rels)}
         self.edge_attr_relevance = None
         self.total = float(sum(r.sum() for r in self._node.values()))
         self.edge_types = list(edge_index)
@@ -169,8 +168,7 @@ class HeteroWalkModel(WalkModel):
 
     def _run(self, masks, batch: int, capture: int | None = None):
         rels, captured = self.graph.backward(self.start, masks, batch, capture)
-        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) if r is not None else
-                 self.x.new_zeros(batch, self.count[k]) for k, r in zip(self.node_types, rels)]
+        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels]
         return torch.cat(parts, 1).unsqueeze(-1), captured
 
     # ---- typed walks
@@ -198,9 +196,8 @@ class HeteroWalkModel(WalkModel):
     def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[dict, dict]:
         """As :func:`~lrp_lib.explain.walks.walk_scores`: dicts per node type and per edge type."""
         node, edge = super().walk_scores(k, signed, beam)
-        sizes = [int(v.shape[1]) for v in self.layout.edge_index.values()]
-        return (dict(zip(self.node_types, node.split([self.count[t] for t in self.node_types]))),
-                dict(zip(self.edge_types, edge.split(sizes))))
+        return (dict(zip(self.node_types, node.split(list(self.count.values())))),
+                dict(zip(self.edge_types, edge.split([v.shape[1] for v in self.layout.edge_index.values()]))))
 
     def typed_walks(self, walks: Tensor) -> list[tuple]:
         """Global ids (W, L+1) as typed walks: one tuple of (node type, row) per walk."""
@@ -212,17 +209,8 @@ class HeteroWalkModel(WalkModel):
 
     # ---- queries
     def walk_relevance(self, walks) -> Tensor:
-        r"""As :meth:`WalkModel.walk_relevance`: one masked backward per distinct suffix :math:`(j_1, \dots, j_L)`,
-        whose relevance at row :math:`j_0` of ``x`` is the walk's; batches of about 40,000 / N suffixes."""
-        walks = check_walks(self.global_walks(walks), self)
-        n = self.num_nodes
-        suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
-        table = []
-        for chunk in suffix.split(max(16, min(CHUNK, 40000 // max(n, 1)))):
-            hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
-            rel, _ = self._run(lambda u: hot[u], chunk.shape[0])
-            table.append(rel[..., 0])
-        return torch.cat(table)[inverse, walks[:, 0]]
+        """As :meth:`WalkModel.walk_relevance`, also of typed walks."""
+        return super().walk_relevance(self.global_walks(walks))
 
     def node_relevance(self) -> dict:
         """{node type: (count,)} the walks' relevance by start node: ``LRPExplainer``'s node relevance."""

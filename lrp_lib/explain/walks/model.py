@@ -113,9 +113,8 @@ class WalkModel:
             inputs["edge_attr"] = model_kwargs["edge_attr"]
         g = self._record(model, rule, inputs, lambda: model(self.x, edge_index, **model_kwargs))
         rel, *attr_rel = self._explain(self.index, target, [step_pairs(e, self.num_nodes) for e in g.steps])
-        self._node = (rel if rel is not None else torch.zeros_like(self.x)).detach()
-        self.edge_attr_relevance = (attr_rel[0].detach() if attr_rel and attr_rel[0] is not None else
-                                    (torch.zeros_like(inputs["edge_attr"]) if "edge_attr" in inputs else None))
+        self._node = rel.detach()
+        self.edge_attr_relevance = attr_rel[0].detach() if attr_rel else None
         self.total = float(self._node.sum())
         self.slow_reason = None
 
@@ -167,8 +166,6 @@ class WalkModel:
 
     def _run(self, masks, batch: int, capture: int | None = None):
         (rel, *_), captured = self.graph.backward(self.start, masks, batch, capture)
-        if rel is None:
-            rel = self.x.new_zeros(batch, *self.x.shape)
         return rel.detach(), captured
 
     def _through(self, pairs: Tensor, t: int, layer: int):
@@ -188,20 +185,20 @@ class WalkModel:
         return torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None
 
     # ---- queries
-    def _masked(self, rows: Tensor, walks: bool) -> Tensor:
-        """(B,) totals of one masked backward per row, batched: ``rows`` walks (W, L+1) or node weights (M, N)."""
-        out = []
-        for chunk in rows.split(CHUNK):
-            hot = torch.nn.functional.one_hot(chunk.t(), self.num_nodes) if walks else [chunk] * (self.depth + 1)
-            out.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum((1, 2)))
-        return torch.cat(out)  # (no rows: split gives one empty chunk)
-
     def walk_relevance(self, walks: Tensor) -> Tensor:
-        """As :func:`walk_relevance`, on this recorded forward pass."""
+        r"""As :func:`walk_relevance`, on this recorded forward pass; without the algebra, one masked backward per
+        distinct suffix :math:`(j_1, \dots, j_L)`, whose relevance at row :math:`j_0` of ``x`` is the walk's (batches
+        of about 40,000 / N suffixes)."""
         walks = check_walks(walks, self)
         if walks.numel() and self._use_algebra(walks.shape[0]):
             return torch.cat([self.algebra.walk_relevance(c) for c in walks.split(65536)]).detach()
-        return self._masked(walks, True)
+        n = self.num_nodes
+        suffix, inverse = torch.unique(walks[:, 1:], dim=0, return_inverse=True)
+        table = []
+        for chunk in suffix.split(max(16, min(CHUNK, 40000 // max(n, 1)))):
+            hot = [None, *torch.nn.functional.one_hot(chunk.t(), n)]
+            table.append(self._run(lambda u: hot[u], chunk.shape[0])[0].sum(-1))
+        return torch.cat(table)[inverse, walks[:, 0]]
 
     def weighted_relevance(self, weight: Tensor) -> Tensor:
         r""":math:`\sum_w \prod_{t=0}^{L} \mathrm{weight}[j_t]\, R_w` for node weights (N,) or (M, N):
@@ -211,7 +208,8 @@ class WalkModel:
             return self.weighted_relevance(w.unsqueeze(0))[0]
         if self._use_algebra(w.shape[0]):
             return self.algebra.weighted(w).detach()
-        return self._masked(w, False)
+        # (no rows: split gives one empty chunk)
+        return torch.cat([self._run(lambda u: rows, rows.shape[0])[0].sum((1, 2)) for rows in w.split(CHUNK)])
 
     def subgraph_relevance(self, nodes, alpha: float = 0.0) -> Tensor:
         """As :func:`subgraph_relevance`, on this recorded forward pass."""

@@ -8,14 +8,19 @@ import torch
 from torch import Tensor
 from torch_geometric.utils.sparse import index2ptr
 
-from lrp_lib.explain.walks.algebra import fan_out
-
-__all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "scores_from_walks", "greedy", "top_of",
-           "scores_of", "to_edges", "check_alpha"]
+__all__ = ["GreedySubgraph", "all_walks", "bounded_walks", "enumerated_walks", "fan_out", "greedy",
+           "top_of", "scores_of", "to_edges", "check_alpha"]
 
 #: Walks whose relevance differs by less than this (relative to the largest) are tied: chosen and ordered by the
 #: walks themselves (smallest node ids first), not by float rounding, which differs between CPUs.
 TIE = 1e-9
+
+
+def fan_out(ptr: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Every step into the nodes ``k`` (``ptr``: ``index2ptr`` of the sorted steps' targets): row in ``k``, step id."""
+    counts = ptr[k + 1] - ptr[k]
+    parent = torch.repeat_interleave(counts)  # (0, ..., 0, 1, ..., 1, ...): each row in k, counts times
+    return parent, (ptr[k] - counts.cumsum(0) + counts)[parent] + torch.arange(parent.numel(), device=k.device)
 
 
 def all_walks(wm, end: Tensor | None = None) -> Tensor:
@@ -69,12 +74,6 @@ def select(walks: Tensor, rel: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     return walks[order], rel[order]
 
 
-def _start(wm):
-    """The suffixes (j_L) of length one, as walks padded with -1, and their states at time L."""
-    ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
-    return torch.nn.functional.pad(ends.view(-1, 1), (wm.depth, 0), value=-1), wm.algebra.a_out[ends]
-
-
 def _expand(wm, t: int, walks: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
     """Children at time t-1 of suffixes whose first node (column t) has state a at time t."""
     alg = wm.algebra
@@ -119,10 +118,12 @@ def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
 def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
     """The exact top k by branch and bound from the output side (see :func:`~lrp_lib.explain.walks.top_walks`)."""
     bounds, key, beam = wm.algebra.bounds(), _key(signed), beam or max(8 * k, 64)
+    ends = (torch.tensor([wm.index]) if wm.index is not None else torch.arange(wm.num_nodes)).to(wm.x.device)
 
     def search(keep):
-        """Expand the suffixes that ``keep`` picks by their bounds down to time 1, which _finish scores exactly."""
-        walks, a = _start(wm)
+        """Expand the suffixes that ``keep`` picks by their bounds down to time 1, which _finish scores exactly;
+        from the suffixes (j_L) of length one, as walks padded with -1, and their states at time L."""
+        walks, a = torch.nn.functional.pad(ends.view(-1, 1), (wm.depth, 0), value=-1), wm.algebra.a_out[ends]
         for t in range(wm.depth, 1, -1):
             pick = keep(_ub(bounds, t, walks, a, signed))
             walks, a = _expand(wm, t, walks[pick], a[pick])
@@ -157,7 +158,11 @@ def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple
     """:func:`~lrp_lib.explain.walks.walk_scores` on a recorded model, in global node ids (per type: by
     :meth:`~lrp_lib.explain.walks.hetero.HeteroWalkModel.walk_scores`)."""
     walks, rel = top_of(wm, k, beam, signed)
-    return scores_from_walks(walks, rel if signed else rel.abs(), wm.edge_index, wm.num_nodes)
+    value, n, length = rel if signed else rel.abs(), wm.num_nodes, walks.shape[1]
+    node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
+    edge_key = wm.edge_index[0] * n + wm.edge_index[1]
+    step_key = (walks[:, :-1] * n + walks[:, 1:]).reshape(-1)
+    return node, to_edges(edge_key, step_key, value.repeat_interleave(length - 1))
 
 
 def to_edges(edge_key: Tensor, step_key: Tensor, value: Tensor) -> Tensor:
@@ -172,16 +177,6 @@ def to_edges(edge_key: Tensor, step_key: Tensor, value: Tensor) -> Tensor:
     return (per_key / copies.to(value.dtype))[inverse]
 
 
-def scores_from_walks(walks: Tensor, value: Tensor, edge_index: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """Node and edge scores of walks (W, L+1) each adding ``value`` (W,) (see
-    :func:`~lrp_lib.explain.walks.walk_scores`)."""
-    length = walks.shape[1]
-    node = value.new_zeros(n).index_add_(0, walks.reshape(-1), value.repeat_interleave(length))
-    edge_key = edge_index[0] * n + edge_index[1]
-    step_key = (walks[:, :-1] * n + walks[:, 1:]).reshape(-1)
-    return node, to_edges(edge_key, step_key, value.repeat_interleave(length - 1))
-
-
 class GreedySubgraph(NamedTuple):
     """What :func:`~lrp_lib.explain.walks.greedy_subgraph` returns."""
     order: Tensor       #: (size,) LongTensor: the nodes in the order the search adds them
@@ -191,7 +186,6 @@ class GreedySubgraph(NamedTuple):
 
 def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     """:func:`~lrp_lib.explain.walks.greedy_subgraph` on a recorded model."""
-    alpha = check_alpha(alpha)
     n, device = wm.num_nodes, wm.x.device
     wm.algebra  # built once here: the search makes one weighted query per step
     if size is None:
@@ -203,9 +197,7 @@ def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     order, rels = [], []
     for _ in range(size):
         cand = (~chosen).nonzero().view(-1)
-        masks = chosen.expand(cand.numel(), n).clone()
-        masks[torch.arange(cand.numel(), device=device), cand] = True
-        rel = wm.subgraph_relevance(masks, alpha)
+        rel = wm.subgraph_relevance(chosen | torch.nn.functional.one_hot(cand, n).bool(), alpha)
         tol = 16 * torch.finfo(rel.dtype).eps * float(rel.abs().max())
         best = int((rel >= rel.max() - tol).nonzero()[0, 0])
         chosen[cand[best]] = True
