@@ -101,7 +101,7 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     leaves = _leaves(x, edge_index if edges and probe else None)
     with torch.enable_grad():
         graph = fold_constants(make_fx(forward)(*leaves), leaves)
-    return (graph if probe else python_bindings(graph, leaves)), seen
+        return (graph if probe else python_bindings(graph, leaves)), seen
 
 
 def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
@@ -155,25 +155,20 @@ def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.Graph
     there is one (``torch.mul`` for ``aten.mul.Tensor``, ``Tensor.add_`` for ``aten.add_.Tensor``): the same
     kernels and autograd nodes, without the ATen operator's own Python call and argument parsing, which take a third
     of a small graph's forward.  Kept only if its outputs on ``inputs`` are those of ``graph`` to the bit."""
-    with torch.enable_grad():
-        expected = graph(*inputs)
-    changed = []
-    for node in graph.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
-            name = node.target._schema.name.partition("::")[2]
-            binding = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, None)
-            if binding is not None:
-                changed.append((node, node.target))
-                node.target = binding
+    expected = graph(*inputs)
+    changed = [(node, node.target) for node in graph.graph.nodes
+               if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "aten"]
+    for node, op in changed:
+        name = op.__name__.split(".")[0]
+        node.target = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, op)
     graph.recompile()
     try:
-        with torch.enable_grad():
-            same = all(torch.equal(a, b) for a, b in zip(graph(*inputs), expected))
+        same = all(torch.equal(a, b) for a, b in zip(graph(*inputs), expected))
     except (TypeError, RuntimeError):  # (a binding whose signature differs from the operator's)
         same = False
     if not same:
-        for node, target in changed:
-            node.target = target
+        for node, op in changed:
+            node.target = op
         graph.recompile()
     return graph
 
