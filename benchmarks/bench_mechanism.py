@@ -15,7 +15,7 @@ cost (no prediction pass), through PyG's ``Explainer`` (``lrp_lib.explain.explai
 * ``forward`` and ``forward_edges``: ``LRPExplainer()``, the defaults (z+), node masks alone and with
   ``edge_mask_type="object"`` (the README's call): the rules as forward modifications, one ordinary backward, the
   explanation's forward captured (``make_fx``) from the second call on a graph and run as a graph of ATen
-  operations;
+  operations, each called through PyTorch's Python binding of the same name;
 * ``forward_eager`` and ``forward_eager_edges``: the same with ``replay=False``: the model's forward in the mode
   on every call (what one explanation of a new graph costs);
 * ``compiled``: ``LRPExplainer(compile=True)``, node masks: the explanation captured once for
