@@ -173,10 +173,8 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     code = shape_env.produce_guards_expression(fakes, ignore_static=False)
     graph.graph.eliminate_dead_code()
     graph.recompile()
-    if code is None:
-        return graph, seen, lambda values: True
-    # ShapeEnv.evaluate_guards_expression, with the expression parsed once
-    guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code, "<guards>", "eval")
+    # ShapeEnv.evaluate_guards_expression, with the expression parsed once (None: no guards, every size fits)
+    guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code or "True", "<guards>", "eval")
     return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))})
 
 
