@@ -109,9 +109,8 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
     coefficients, the weights' clamps) run once, each constant an input-dependent operation reads kept as the
     value it had when it was read, so that an in-place change (PyG's ``scatter_add_`` into a buffer, which
     ``torch.fx.experimental.const_fold`` leaves in the graph) is seen where it happened."""
-    nodes = list(graph.graph.nodes)
     variable = set()
-    for node in nodes:
+    for node in graph.graph.nodes:
         if node.op == "placeholder" or any(a in variable for a in node.all_input_nodes):
             variable.add(node)
     reads: dict = {}  # (node, arg) -> (the value kept, the value as read, with its strides)
@@ -142,10 +141,7 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
             if shape is not None:
                 kept = graph.graph.call_function(torch.ops.aten.expand.default, (kept, shape))
             node.replace_input_with(arg, kept)
-    for node in reversed(nodes):
-        if node not in variable and node.op not in ("placeholder", "output", "get_attr") and not node.users:
-            graph.graph.erase_node(node)
-    graph.graph.lint()
+    graph.graph.eliminate_dead_code(lambda node: node in variable or node.op in ("placeholder", "output", "get_attr"))
     graph.recompile()
     return graph
 
@@ -201,10 +197,8 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     code = shape_env.produce_guards_expression(fakes, ignore_static=False)
     graph.graph.eliminate_dead_code()
     graph.recompile()
-    if code is None:
-        return graph, seen, lambda values: True
-    # ShapeEnv.evaluate_guards_expression, with the expression parsed once
-    guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code, "<guards>", "eval")
+    # ShapeEnv.evaluate_guards_expression, with the expression parsed once (None: no guards, every size fits)
+    guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code or "True", "<guards>", "eval")
     return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))})
 
 

@@ -40,12 +40,6 @@ class LayerPlan:
         self.calls, self.exact, self.kept = 0, True, []
         self.row_groups: dict[int, Tensor | None] = {} if groups is None else {groups.numel(): groups}
 
-    def _rows(self, groups: Tensor) -> None:
-        n = groups.numel()
-        if n in self.row_groups and (self.row_groups[n] is None or not torch.equal(self.row_groups[n], groups)):
-            groups = None
-        self.row_groups[n] = groups
-
     def prune(self, module: MessagePassing, edge_index, size, kwargs: dict):
         """The inputs of the next ``propagate`` call with the edges it needs only, or None (all)."""
         step, self.calls = self.calls, self.calls + 1
@@ -62,16 +56,17 @@ class LayerPlan:
         self.kept.append(None if keep is None else keep.numel())
         if keep is not None and keep.numel() == edge_index.shape[1]:
             keep = None  # every edge kept
-        if self.groups is not None:
-            self._rows(self.groups.index_select(0, receivers if keep is None else receivers.index_select(0, keep)))
+        if self.groups is not None:  # the group of each row of this call's edge tensors (None: two calls' differ)
+            groups = self.groups.index_select(0, receivers if keep is None else receivers.index_select(0, keep))
+            known = self.row_groups.get(groups.numel(), groups)
+            self.row_groups[groups.numel()] = groups if known is not None and torch.equal(known, groups) else None
         if keep is None:
             return None
         pruned = edge_index.index_select(1, keep)
-        count = edge_index.shape[1]
         names = module.inspector.get_flat_param_names(["message", "aggregate"], exclude=module.special_args)
         edge_args = {a for a in names if not a.endswith(("_i", "_j"))}
         kwargs = {k: v.index_select(0, keep) if k in edge_args and isinstance(v, Tensor) and v.dim() >= 1
-                  and v.shape[0] == count else v for k, v in kwargs.items()}
+                  and v.shape[0] == edge_index.shape[1] else v for k, v in kwargs.items()}
         recorder = current_recorder()
         if recorder is not None:  # the edge relevance of the kept edges goes to their input edges
             recorder.narrow(module, edge_index, pruned, keep)

@@ -4,7 +4,6 @@ into their outermost nodes, and :func:`union_graph` builds the inputs of a model
 """
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import NamedTuple
 
 import torch
@@ -29,13 +28,11 @@ class KHopUnion(NamedTuple):
     border_receiver: Tensor  #: and the position of its receiver in ``keys``
 
 
-def _in_edges(frontier: Tensor, n: int, perm: Tensor, rowptr: Tensor, counts: Tensor):
-    """(position in ``frontier``, edge id) of every in-edge of the keys ``frontier``; None if none."""
+def _in_edges(frontier: Tensor, n: int, perm: Tensor, rowptr: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
+    """(position in ``frontier``, edge id) of every in-edge of the keys ``frontier``."""
     node = frontier % n
     c = counts[node]
     total = int(c.sum())
-    if total == 0:
-        return None
     which = torch.repeat_interleave(torch.arange(frontier.numel(), device=frontier.device), c, output_size=total)
     start = rowptr[node] - (torch.cumsum(c, 0) - c)  # each key's first in-edge, less its first place in the output
     return which, perm[torch.arange(total, device=frontier.device) + start[which]]
@@ -49,24 +46,19 @@ def k_hop_union(targets: Tensor, hops: int, src: Tensor, perm: Tensor, rowptr: T
     sorted by receiver, each receiver's start, how many."""
     empty = torch.zeros(0, dtype=torch.long, device=targets.device)
     frontier = torch.arange(targets.numel(), device=targets.device) * n + targets
-    layers, found = [frontier], []  # the keys at each depth; found: (step, position in the frontier, edge id)
-    for step in range(hops):
-        edges = _in_edges(frontier, n, perm, rowptr, counts)
-        if edges is None:
-            break
-        which, e = edges
-        found.append((step, which, e))
+    layers, found = [frontier], [(empty, empty)]  # the keys at each depth; found: (place in the layers, edge id)
+    for _ in range(hops):
+        which, e = _in_edges(frontier, n, perm, rowptr, counts)
+        found.append((which + sum(map(len, layers[:-1])), e))
         new = torch.unique((frontier // n)[which] * n + src[e])
         frontier = new[~torch.isin(new, torch.cat(layers))]
         layers.append(frontier)
     keys, order = torch.sort(torch.cat(layers))
     in_keys = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
-    starts = [0, *accumulate(layer.numel() for layer in layers)]
     depth = torch.cat([torch.full_like(f, d) for d, f in enumerate(layers)])[order]
-    receivers = [in_keys[starts[step] + which] for step, which, _ in found]
-    cat = (lambda parts: torch.cat(parts) if parts else empty)
-    union = KHopUnion(keys, depth, cat([keys[r] // n for r in receivers]), cat([e for _, _, e in found]),
-                      cat(receivers), cat([torch.full_like(e, step) for step, _, e in found]), empty, empty, empty)
+    receiver = in_keys[torch.cat([which for which, _ in found])]
+    union = KHopUnion(keys, depth, keys[receiver] // n, torch.cat([e for _, e in found]), receiver, depth[receiver],
+                      empty, empty, empty)
     return with_border(union, hops, perm, rowptr, counts, n) if border else union
 
 
@@ -74,10 +66,7 @@ def with_border(union: KHopUnion, hops: int, perm: Tensor, rowptr: Tensor, count
     """``union`` with its border: the edges into its nodes exactly ``hops`` hops from their target, in the order
     of those nodes' keys."""
     outer = (union.depth == hops).nonzero().view(-1)
-    edges = _in_edges(union.keys[outer], n, perm, rowptr, counts) if outer.numel() else None
-    if edges is None:
-        return union
-    which, e = edges
+    which, e = _in_edges(union.keys[outer], n, perm, rowptr, counts)
     receiver = outer[which]
     return union._replace(border_graph=union.keys[receiver] // n, border_id=e, border_receiver=receiver)
 
