@@ -263,23 +263,16 @@ def _norm_affine(bias_index: int, channel: bool):
     return handler
 
 
-HANDLERS: dict[str, Callable] = {
-    "linear": _linear,
-    "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "mv": _matmul, "__matmul__": _matmul, "__rmatmul__": _matmul,
-    "addmm": _addmm, "_sparse_mm": _sparse_mm,
-    "conv1d": _linear, "conv2d": _linear, "conv3d": _linear,
-    "einsum": _einsum,
-    "sum": _reduction, "mean": _mean, "nansum": _reduction, "cumsum": _reduction,
-    "avg_pool1d": _reduction, "avg_pool2d": _reduction, "avg_pool3d": _reduction, "adaptive_avg_pool1d": _reduction,
-    "adaptive_avg_pool2d": _reduction, "adaptive_avg_pool3d": _reduction,
-    "scatter_add": _add_into, "index_add": _add_into, "scatter_reduce": _scatter_reduce,
-    "add": _add, "__add__": _add, "__radd__": _add, "sub": _add, "subtract": _add, "__sub__": _add,
-    "__rsub__": _add, "rsub": _add,
-    "mul": _mul, "multiply": _mul, "__mul__": _mul, "__rmul__": _mul,
-    "div": _div, "divide": _div, "true_divide": _div, "__truediv__": _div, "__rdiv__": _div,
-    "softmax": _softmax, "max": _max_min, "min": _max_min,
-    "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _cat, "prod": _prod,
-    "batch_norm": _batch_norm,
-    "layer_norm": _norm_affine(3, False), "group_norm": _norm_affine(3, True),
-    "instance_norm": _norm_affine(4, True), "rms_norm": _norm_affine(99, False),
-}
+#: The handler of each torch function with a rule of its own, by name.
+HANDLERS: dict[str, Callable] = {name: handler for names, handler in (
+    ("linear conv1d conv2d conv3d", _linear), ("matmul mm bmm mv __matmul__ __rmatmul__", _matmul),
+    ("addmm", _addmm), ("_sparse_mm", _sparse_mm), ("einsum", _einsum), ("mean", _mean), ("prod", _prod),
+    ("sum nansum cumsum avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d",
+     _reduction),
+    ("scatter_add index_add", _add_into), ("scatter_reduce", _scatter_reduce),
+    ("add __add__ __radd__ sub subtract __sub__ __rsub__ rsub", _add), ("mul multiply __mul__ __rmul__", _mul),
+    ("div divide true_divide __truediv__ __rdiv__", _div), ("softmax", _softmax), ("max min", _max_min),
+    ("cat concat concatenate stack", _cat), ("batch_norm", _batch_norm),
+    ("layer_norm", _norm_affine(3, False)), ("group_norm", _norm_affine(3, True)),
+    ("instance_norm", _norm_affine(4, True)), ("rms_norm", _norm_affine(99, False)),
+) for name in names.split()}
