@@ -83,12 +83,9 @@ def _addmm(mode, func, args, kwargs):
 
 def _einsum(mode, func, args, kwargs):
     eq, ops = args[0], list(args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:])
-    marked = [i for i, o in enumerate(ops) if mode.is_marked(o)]
-    if len(ops) != 2 or len(marked) != 1:
+    if len(ops) != 2 or sum(map(mode.is_marked, ops)) != 1:
         return mode.blocked(func, "einsum of several input-dependent operands", args, kwargs)
-    if marked[0] == 0:
-        return mode.weighted(ops[0], ops[1], None, lambda x, w, _: torch.einsum(eq, x, w))
-    return mode.weighted(ops[1], ops[0], None, lambda x, w, _: torch.einsum(eq, w, x))
+    return _matmul(mode, lambda a, b: torch.einsum(eq, a, b), ops, {})  # (the other operand is the weight)
 
 
 def _reduction(mode, func, args, kwargs):
