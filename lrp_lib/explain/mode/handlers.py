@@ -129,12 +129,11 @@ def _scatter_reduce(mode, func, args, kwargs):
     include_self = arg(args, kwargs, 5, "include_self", True)
     if reduce in ("amax", "amin"):
         return func(*args, **kwargs)
+    const = inp.detach()
     if reduce in ("sum", "mean") and mode.is_marked(src) and not mode.is_marked(inp):
-        const = inp.detach()
         return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self))
     if reduce == "prod" and mode.is_marked(src) and not mode.is_marked(inp) and index.shape == src.shape:
         # each group's product: its factors share its relevance uniformly; the constant start value takes none
-        const = inp.detach()
         counts = torch.zeros(const.shape, dtype=torch.long, device=const.device).scatter_add(
             dim, index, torch.ones_like(index))
         return mode.uniform_product(
