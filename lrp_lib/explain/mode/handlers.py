@@ -167,8 +167,7 @@ def _div(mode, func, args, kwargs):
     if mode.is_marked(a) and mode.is_marked(b):
         return mode.gate(mode.normalise(a, b))
     if mode.is_marked(b):  # c / x: the identity rule of x (not homogeneous: the gradient would flip the sign)
-        return mode.elementwise(b, lambda t: func(*(t if v is b else v for v in args),
-                                                  **{k: t if v is b else v for k, v in kwargs.items()}))
+        return mode.elementwise(b, lambda _: func(*args, **kwargs))
     return mode.identity(func, args, kwargs)
 
 
