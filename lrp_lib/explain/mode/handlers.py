@@ -179,11 +179,9 @@ def _prod(mode, func, args, kwargs):
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     if kwargs.get("dtype") is not None:
         return mode.blocked(func, "prod with dtype", args, kwargs)
-    if dim is None:
-        return mode.uniform_product(x, torch.prod, torch.full((), x.numel(), dtype=torch.long, device=x.device))
-    d = dim % x.dim()
-    counts = torch.full((), x.shape[d], dtype=torch.long, device=x.device)  # (the same for every output)
-    return mode.uniform_product(x, lambda t: torch.prod(t, d, keepdim), counts)
+    n = x.numel() if dim is None else x.shape[dim]  # (the same for every output)
+    return mode.uniform_product(x, torch.prod if dim is None else lambda t: torch.prod(t, dim, keepdim),
+                                torch.full((), n, dtype=torch.long, device=x.device))
 
 
 def _max_min(mode, func, args, kwargs):
