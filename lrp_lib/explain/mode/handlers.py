@@ -196,9 +196,8 @@ def _max_min(mode, func, args, kwargs):
         return func(*args, **kwargs)
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     with torch.no_grad():
-        indices = func(x, dim, keepdim).indices
-    values = (torch.amax if is_max else torch.amin)(x, dim, keepdim)
-    return (torch.return_types.max if is_max else torch.return_types.min)((values, indices))
+        found = func(x, dim, keepdim)
+    return type(found)(((torch.amax if is_max else torch.amin)(x, dim, keepdim), found.indices))
 
 
 def _cat(mode, func, args, kwargs):
