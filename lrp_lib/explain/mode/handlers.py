@@ -213,11 +213,10 @@ def _cat(mode, func, args, kwargs):
             or all(mode.is_marked(t) for t in tensors) or mode.any_detached(tensors, {})):
         return func(*args, **kwargs)
     marked = tuple(mode.is_marked(t) for t in tensors)
-    if func.__name__ == "stack":
-        dim = dim if dim >= 0 else dim + tensors[0].dim() + 1
+    if func.__name__ == "stack":  # (as torch stacks: each tensor unsqueezed at dim, then joined)
         tensors = [t.unsqueeze(dim) for t in tensors]
     joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
-    return mode.join(dim if dim >= 0 else dim + tensors[0].dim(), marked, joined)
+    return mode.join(dim, marked, joined)
 
 
 def _softmax(mode, func, args, kwargs):
