@@ -141,9 +141,7 @@ class RelevanceMode(TorchFunctionMode):
 
     def any_detached(self, args, kwargs) -> bool:
         """Whether an argument was detached from the input in this block (or computed from one that was)."""
-        items = [*args, *kwargs.values()]
-        items += [b for a in items if isinstance(a, (list, tuple)) for b in a]
-        return any(getattr(a, "_lrp_detached", None) is self._token for a in items if isinstance(a, Tensor))
+        return any(getattr(a, "_lrp_detached", None) is self._token for a in _tensors([*args, *kwargs.values()]))
 
     def _any_marked(self, args, kwargs) -> bool:
         """Whether an argument is marked (checking each unmarked positional tensor with :meth:`_escaped`)."""
@@ -169,9 +167,7 @@ class RelevanceMode(TorchFunctionMode):
     def rule_for(self, w: Tensor):
         """The rule for a weight (or a view of one): the composite's rule of its owning module; None for a
         constant that no module owns (data)."""
-        owner = self._owners.get(id(w))
-        if owner is None and getattr(w, "_base", None) is not None:
-            owner = self._owners.get(id(w._base))
+        owner = self._owners.get(id(w)) or self._owners.get(id(getattr(w, "_base", None)))  # (or a view's base)
         if owner is None:
             return None
         key = id(owner[1])
