@@ -236,12 +236,11 @@ class HeteroEdgeRecorder(EdgeRecorder):
 
     def _match(self, edges: Tensor) -> Tensor | None:
         """The position in :attr:`record` of each edge of ``edges`` (-1: an added self-loop), or None."""
-        for key, part in self.parts.items():
-            if edges is part.edge_index:
-                return torch.arange(edges.shape[1], device=edges.device) + self.offsets[key]
         found = []
-        for key, part in self.parts.items():  # one type's edges and self-loops
+        for key, part in self.parts.items():  # one type's edge_index (the very tensor), or its edges and self-loops
             ids = part.edge_ids(edges)
+            if edges is part.edge_index:
+                return ids + self.offsets[key]
             if ids is None or ids.numel() != edges.shape[1]:
                 continue
             counts = torch.bincount(ids[ids >= 0], minlength=part.edge_index.shape[1])
