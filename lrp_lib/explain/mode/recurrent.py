@@ -85,12 +85,11 @@ def _rnn(mode, func, args, kwargs):
                 b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)
                 w_hr = w[-1] if (lstm and per == (5 if has_biases else 3)) else None
                 h, c = h0[k], (c0[k] if lstm else None)
-                steps = seq.unbind(0)
-                out = [None] * len(steps)
-                for t in (range(len(steps) - 1, -1, -1) if d == 1 else range(len(steps))):
-                    h, c = _step(name, steps[t], h, c, w[0], w[1], b_ih, b_hh, w_hr)
-                    out[t] = h
-                outs.append(torch.stack(out, 0))
+                out = []
+                for step in (reversed(seq.unbind(0)) if d == 1 else seq.unbind(0)):  # (backward: from the end)
+                    h, c = _step(name, step, h, c, w[0], w[1], b_ih, b_hh, w_hr)
+                    out.append(h)
+                outs.append(torch.stack(out[::-1] if d == 1 else out, 0))
                 h_n.append(h)
                 c_n.append(c)
             seq = outs[0] if dirs == 1 else torch.cat(outs, -1)
