@@ -145,9 +145,8 @@ class EdgeRecorder:
         kept, kept_ids, loop_nodes, loop_ids = self._loops
         k = edges.shape[1] - kept.shape[1]
         if k >= 0 and torch.equal(edges[:, :kept.shape[1]], kept):
-            nodes = torch.arange(k, device=edges.device)
-            if torch.equal(edges[0, kept.shape[1]:], nodes) and torch.equal(edges[1, kept.shape[1]:], nodes) and \
-                    (not loop_nodes.numel() or int(loop_nodes.max()) < k):
+            nodes = torch.arange(k, device=edges.device).expand(2, k)  # (a loop j -> j at every node j)
+            if torch.equal(edges[:, kept.shape[1]:], nodes) and (not loop_nodes.numel() or int(loop_nodes.max()) < k):
                 loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
                 loops[loop_nodes] = loop_ids
                 return torch.cat([kept_ids, loops])
