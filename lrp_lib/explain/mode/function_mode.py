@@ -214,8 +214,12 @@ class RelevanceMode(TorchFunctionMode):
             out = func(*args, **kwargs)
             out._lrp_detached = self._token
             return out
-        elif kind == GET_ROUTE:
-            return self.get_attribute(func, args, kwargs)
+        elif kind == GET_ROUTE:  # an attribute read: the attribute, marked where it is a tensor but .data or .grad
+            attr = getattr(getattr(func, "__self__", None), "__name__", "")
+            out = func(*args, **kwargs)
+            if attr == "data":
+                self.detached.add(f".data in {self.module_label()}")
+            return self.mark(out) if isinstance(out, Tensor) and attr not in ("data", "grad") else out
         elif kind == DROPOUT_ROUTE:
             return self.run_dropout(func, name, args, kwargs)
         else:
@@ -224,14 +228,6 @@ class RelevanceMode(TorchFunctionMode):
         if route.head and isinstance(out, Tensor):
             self._heads[id(out)] = (name, args[0], out)
         return out
-
-    def get_attribute(self, func, args, kwargs):
-        """An attribute read: the attribute, marked where it is a tensor but ``.data`` or ``.grad``."""
-        attr = getattr(getattr(func, "__self__", None), "__name__", "")
-        out = func(*args, **kwargs)
-        if attr == "data":
-            self.detached.add(f".data in {self.module_label()}")
-        return self.mark(out) if isinstance(out, Tensor) and attr not in ("data", "grad") else out
 
     def run_dropout(self, func, name, args, kwargs):
         """Dropout: refused in training mode with ``p > 0``; else its value, which keeps the input's marks."""
