@@ -23,15 +23,14 @@ def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
     with ``proj_size``; ``"gru"`` as ``torch.gru_cell`` computes it: gates ``r, z`` (sigmoids),
     :math:`n = \tanh(W_{in} x + b_{in} + r (W_{hn} h + b_{hn}))`, :math:`h' = (1 - z) n + z h`; ``"rnn_tanh"``,
     ``"rnn_relu"``: :math:`h' = act(W_{ih} x + b_{ih} + W_{hh} h + b_{hh})`."""
+    gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
     if kind == "lstm":
-        gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
-        i, f, g, o = gates.chunk(4, -1)
+        i, f, g, o = (gi + gh).chunk(4, -1)
         i, f, o, g = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g)
         c = f * c + i * g
         h = o * torch.tanh(c)
         return (h if w_hr is None else F.linear(h, w_hr)), c
     if kind == "gru":
-        gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
         i_r, i_z, i_n = gi.chunk(3, -1)
         h_r, h_z, h_n = gh.chunk(3, -1)
         r = torch.sigmoid(i_r + h_r)
@@ -39,7 +38,7 @@ def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
         n = torch.tanh(i_n + r * h_n)
         return (1 - z) * n + z * h, None
     act = torch.tanh if kind == "rnn_tanh" else torch.relu
-    return act(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)), None
+    return act(gi + gh), None
 
 
 def _cell(mode, func, args, kwargs):
