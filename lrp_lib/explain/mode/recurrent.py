@@ -166,9 +166,8 @@ def _multi_head_attention(mode, func, args, kwargs):
             wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
         else:
             wq, wk, wv = p["in_proj_weight"].chunk(3)
-        q = F.linear(query, wq, bq).reshape(tgt, bsz * heads, hd).transpose(0, 1)
-        k = F.linear(key, wk, bk).reshape(src, bsz * heads, hd).transpose(0, 1)
-        v = F.linear(value, wv, bv).reshape(src, bsz * heads, hd).transpose(0, 1)
+        q, k, v = (F.linear(t, w, b).reshape(t.shape[0], bsz * heads, hd).transpose(0, 1)  # (batch x heads, length, hd)
+                   for t, w, b in ((query, wq, bq), (key, wk, bk), (value, wv, bv)))
         mask = _float_mask(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 2:
             mask = mask.unsqueeze(0)
