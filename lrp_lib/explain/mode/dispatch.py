@@ -57,13 +57,9 @@ def classify(func) -> Route:
     inplace = (name.endswith("_") and not name.startswith("__")) or name in AUGMENTED
     if name in PASS:  # (an in-place one, x.unsqueeze_(0), is a view: its result is its marked input)
         return Route(PASS_ROUTE, name, view=inplace)
-    handler = HANDLERS.get(name)
-    if inplace:
-        kind, handler = INPLACE_ROUTE, None
-    elif handler is not None:
-        kind = HANDLER_ROUTE
-    else:
-        kind = IDENTITY_ROUTE if name in IDENTITY else BLOCKED_ROUTE
+    handler = None if inplace else HANDLERS.get(name)
+    kind = (INPLACE_ROUTE if inplace else HANDLER_ROUTE if handler is not None else
+            IDENTITY_ROUTE if name in IDENTITY else BLOCKED_ROUTE)
     if name in COPY_INPLACE:
         return Route(COPY_ROUTE, name, handler, kind, **flags)
     return Route(kind, name, handler, **flags)

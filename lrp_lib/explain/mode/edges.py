@@ -145,9 +145,8 @@ class EdgeRecorder:
         kept, kept_ids, loop_nodes, loop_ids = self._loops
         k = edges.shape[1] - kept.shape[1]
         if k >= 0 and torch.equal(edges[:, :kept.shape[1]], kept):
-            nodes = torch.arange(k, device=edges.device)
-            if torch.equal(edges[0, kept.shape[1]:], nodes) and torch.equal(edges[1, kept.shape[1]:], nodes) and \
-                    (not loop_nodes.numel() or int(loop_nodes.max()) < k):
+            nodes = torch.arange(k, device=edges.device).expand(2, k)  # (a loop j -> j at every node j)
+            if torch.equal(edges[:, kept.shape[1]:], nodes) and (not loop_nodes.numel() or int(loop_nodes.max()) < k):
                 loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
                 loops[loop_nodes] = loop_ids
                 return torch.cat([kept_ids, loops])
@@ -236,12 +235,11 @@ class HeteroEdgeRecorder(EdgeRecorder):
 
     def _match(self, edges: Tensor) -> Tensor | None:
         """The position in :attr:`record` of each edge of ``edges`` (-1: an added self-loop), or None."""
-        for key, part in self.parts.items():
-            if edges is part.edge_index:
-                return torch.arange(edges.shape[1], device=edges.device) + self.offsets[key]
         found = []
-        for key, part in self.parts.items():  # one type's edges and self-loops
+        for key, part in self.parts.items():  # one type's edge_index (the very tensor), or its edges and self-loops
             ids = part.edge_ids(edges)
+            if edges is part.edge_index:
+                return ids + self.offsets[key]
             if ids is None or ids.numel() != edges.shape[1]:
                 continue
             counts = torch.bincount(ids[ids >= 0], minlength=part.edge_index.shape[1])

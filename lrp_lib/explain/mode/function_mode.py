@@ -141,9 +141,7 @@ class RelevanceMode(TorchFunctionMode):
 
     def any_detached(self, args, kwargs) -> bool:
         """Whether an argument was detached from the input in this block (or computed from one that was)."""
-        items = [*args, *kwargs.values()]
-        items += [b for a in items if isinstance(a, (list, tuple)) for b in a]
-        return any(getattr(a, "_lrp_detached", None) is self._token for a in items if isinstance(a, Tensor))
+        return any(getattr(a, "_lrp_detached", None) is self._token for a in _tensors([*args, *kwargs.values()]))
 
     def _any_marked(self, args, kwargs) -> bool:
         """Whether an argument is marked (checking each unmarked positional tensor with :meth:`_escaped`)."""
@@ -169,9 +167,7 @@ class RelevanceMode(TorchFunctionMode):
     def rule_for(self, w: Tensor):
         """The rule for a weight (or a view of one): the composite's rule of its owning module; None for a
         constant that no module owns (data)."""
-        owner = self._owners.get(id(w))
-        if owner is None and getattr(w, "_base", None) is not None:
-            owner = self._owners.get(id(w._base))
+        owner = self._owners.get(id(w)) or self._owners.get(id(getattr(w, "_base", None)))  # (or a view's base)
         if owner is None:
             return None
         key = id(owner[1])
@@ -218,8 +214,12 @@ class RelevanceMode(TorchFunctionMode):
             out = func(*args, **kwargs)
             out._lrp_detached = self._token
             return out
-        elif kind == GET_ROUTE:
-            return self.get_attribute(func, args, kwargs)
+        elif kind == GET_ROUTE:  # an attribute read: the attribute, marked where it is a tensor but .data or .grad
+            attr = getattr(getattr(func, "__self__", None), "__name__", "")
+            out = func(*args, **kwargs)
+            if attr == "data":
+                self.detached.add(f".data in {self.module_label()}")
+            return self.mark(out) if isinstance(out, Tensor) and attr not in ("data", "grad") else out
         elif kind == DROPOUT_ROUTE:
             return self.run_dropout(func, name, args, kwargs)
         else:
@@ -228,14 +228,6 @@ class RelevanceMode(TorchFunctionMode):
         if route.head and isinstance(out, Tensor):
             self._heads[id(out)] = (name, args[0], out)
         return out
-
-    def get_attribute(self, func, args, kwargs):
-        """An attribute read: the attribute, marked where it is a tensor but ``.data`` or ``.grad``."""
-        attr = getattr(getattr(func, "__self__", None), "__name__", "")
-        out = func(*args, **kwargs)
-        if attr == "data":
-            self.detached.add(f".data in {self.module_label()}")
-        return self.mark(out) if isinstance(out, Tensor) and attr not in ("data", "grad") else out
 
     def run_dropout(self, func, name, args, kwargs):
         """Dropout: refused in training mode with ``p > 0``; else its value, which keeps the input's marks."""

@@ -83,12 +83,9 @@ def _addmm(mode, func, args, kwargs):
 
 def _einsum(mode, func, args, kwargs):
     eq, ops = args[0], list(args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:])
-    marked = [i for i, o in enumerate(ops) if mode.is_marked(o)]
-    if len(ops) != 2 or len(marked) != 1:
+    if len(ops) != 2 or sum(map(mode.is_marked, ops)) != 1:
         return mode.blocked(func, "einsum of several input-dependent operands", args, kwargs)
-    if marked[0] == 0:
-        return mode.weighted(ops[0], ops[1], None, lambda x, w, _: torch.einsum(eq, x, w))
-    return mode.weighted(ops[1], ops[0], None, lambda x, w, _: torch.einsum(eq, w, x))
+    return _matmul(mode, lambda a, b: torch.einsum(eq, a, b), ops, {})  # (the other operand is the weight)
 
 
 def _reduction(mode, func, args, kwargs):
@@ -132,12 +129,11 @@ def _scatter_reduce(mode, func, args, kwargs):
     include_self = arg(args, kwargs, 5, "include_self", True)
     if reduce in ("amax", "amin"):
         return func(*args, **kwargs)
+    const = inp.detach()
     if reduce in ("sum", "mean") and mode.is_marked(src) and not mode.is_marked(inp):
-        const = inp.detach()
         return mode.linear(src, lambda s: const.scatter_reduce(dim, index, s, reduce, include_self=include_self))
     if reduce == "prod" and mode.is_marked(src) and not mode.is_marked(inp) and index.shape == src.shape:
         # each group's product: its factors share its relevance uniformly; the constant start value takes none
-        const = inp.detach()
         counts = torch.zeros(const.shape, dtype=torch.long, device=const.device).scatter_add(
             dim, index, torch.ones_like(index))
         return mode.uniform_product(
@@ -171,8 +167,7 @@ def _div(mode, func, args, kwargs):
     if mode.is_marked(a) and mode.is_marked(b):
         return mode.gate(mode.normalise(a, b))
     if mode.is_marked(b):  # c / x: the identity rule of x (not homogeneous: the gradient would flip the sign)
-        return mode.elementwise(b, lambda t: func(*(t if v is b else v for v in args),
-                                                  **{k: t if v is b else v for k, v in kwargs.items()}))
+        return mode.elementwise(b, lambda _: func(*args, **kwargs))
     return mode.identity(func, args, kwargs)
 
 
@@ -184,11 +179,9 @@ def _prod(mode, func, args, kwargs):
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     if kwargs.get("dtype") is not None:
         return mode.blocked(func, "prod with dtype", args, kwargs)
-    if dim is None:
-        return mode.uniform_product(x, torch.prod, torch.full((), x.numel(), dtype=torch.long, device=x.device))
-    d = dim % x.dim()
-    counts = torch.full((), x.shape[d], dtype=torch.long, device=x.device)  # (the same for every output)
-    return mode.uniform_product(x, lambda t: torch.prod(t, d, keepdim), counts)
+    n = x.numel() if dim is None else x.shape[dim]  # (the same for every output)
+    return mode.uniform_product(x, torch.prod if dim is None else lambda t: torch.prod(t, dim, keepdim),
+                                torch.full((), n, dtype=torch.long, device=x.device))
 
 
 def _max_min(mode, func, args, kwargs):
@@ -203,9 +196,8 @@ def _max_min(mode, func, args, kwargs):
         return func(*args, **kwargs)
     keepdim = arg(args, kwargs, 2, "keepdim", False)
     with torch.no_grad():
-        indices = func(x, dim, keepdim).indices
-    values = (torch.amax if is_max else torch.amin)(x, dim, keepdim)
-    return (torch.return_types.max if is_max else torch.return_types.min)((values, indices))
+        found = func(x, dim, keepdim)
+    return type(found)(((torch.amax if is_max else torch.amin)(x, dim, keepdim), found.indices))
 
 
 def _cat(mode, func, args, kwargs):
@@ -221,11 +213,10 @@ def _cat(mode, func, args, kwargs):
             or all(mode.is_marked(t) for t in tensors) or mode.any_detached(tensors, {})):
         return func(*args, **kwargs)
     marked = tuple(mode.is_marked(t) for t in tensors)
-    if func.__name__ == "stack":
-        dim = dim if dim >= 0 else dim + tensors[0].dim() + 1
+    if func.__name__ == "stack":  # (as torch stacks: each tensor unsqueezed at dim, then joined)
         tensors = [t.unsqueeze(dim) for t in tensors]
     joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
-    return mode.join(dim if dim >= 0 else dim + tensors[0].dim(), marked, joined)
+    return mode.join(dim, marked, joined)
 
 
 def _softmax(mode, func, args, kwargs):
@@ -263,23 +254,16 @@ def _norm_affine(bias_index: int, channel: bool):
     return handler
 
 
-HANDLERS: dict[str, Callable] = {
-    "linear": _linear,
-    "matmul": _matmul, "mm": _matmul, "bmm": _matmul, "mv": _matmul, "__matmul__": _matmul, "__rmatmul__": _matmul,
-    "addmm": _addmm, "_sparse_mm": _sparse_mm,
-    "conv1d": _linear, "conv2d": _linear, "conv3d": _linear,
-    "einsum": _einsum,
-    "sum": _reduction, "mean": _mean, "nansum": _reduction, "cumsum": _reduction,
-    "avg_pool1d": _reduction, "avg_pool2d": _reduction, "avg_pool3d": _reduction, "adaptive_avg_pool1d": _reduction,
-    "adaptive_avg_pool2d": _reduction, "adaptive_avg_pool3d": _reduction,
-    "scatter_add": _add_into, "index_add": _add_into, "scatter_reduce": _scatter_reduce,
-    "add": _add, "__add__": _add, "__radd__": _add, "sub": _add, "subtract": _add, "__sub__": _add,
-    "__rsub__": _add, "rsub": _add,
-    "mul": _mul, "multiply": _mul, "__mul__": _mul, "__rmul__": _mul,
-    "div": _div, "divide": _div, "true_divide": _div, "__truediv__": _div, "__rdiv__": _div,
-    "softmax": _softmax, "max": _max_min, "min": _max_min,
-    "cat": _cat, "concat": _cat, "concatenate": _cat, "stack": _cat, "prod": _prod,
-    "batch_norm": _batch_norm,
-    "layer_norm": _norm_affine(3, False), "group_norm": _norm_affine(3, True),
-    "instance_norm": _norm_affine(4, True), "rms_norm": _norm_affine(99, False),
-}
+#: The handler of each torch function with a rule of its own, by name.
+HANDLERS: dict[str, Callable] = {name: handler for names, handler in (
+    ("linear conv1d conv2d conv3d", _linear), ("matmul mm bmm mv __matmul__ __rmatmul__", _matmul),
+    ("addmm", _addmm), ("_sparse_mm", _sparse_mm), ("einsum", _einsum), ("mean", _mean), ("prod", _prod),
+    ("sum nansum cumsum avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d",
+     _reduction),
+    ("scatter_add index_add", _add_into), ("scatter_reduce", _scatter_reduce),
+    ("add __add__ __radd__ sub subtract __sub__ __rsub__ rsub", _add), ("mul multiply __mul__ __rmul__", _mul),
+    ("div divide true_divide __truediv__ __rdiv__", _div), ("softmax", _softmax), ("max min", _max_min),
+    ("cat concat concatenate stack", _cat), ("batch_norm", _batch_norm),
+    ("layer_norm", _norm_affine(3, False)), ("group_norm", _norm_affine(3, True)),
+    ("instance_norm", _norm_affine(4, True)), ("rms_norm", _norm_affine(99, False)),
+) for name in names.split()}

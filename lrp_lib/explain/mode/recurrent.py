@@ -23,15 +23,14 @@ def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
     with ``proj_size``; ``"gru"`` as ``torch.gru_cell`` computes it: gates ``r, z`` (sigmoids),
     :math:`n = \tanh(W_{in} x + b_{in} + r (W_{hn} h + b_{hn}))`, :math:`h' = (1 - z) n + z h`; ``"rnn_tanh"``,
     ``"rnn_relu"``: :math:`h' = act(W_{ih} x + b_{ih} + W_{hh} h + b_{hh})`."""
+    gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
     if kind == "lstm":
-        gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
-        i, f, g, o = gates.chunk(4, -1)
+        i, f, g, o = (gi + gh).chunk(4, -1)
         i, f, o, g = torch.sigmoid(i), torch.sigmoid(f), torch.sigmoid(o), torch.tanh(g)
         c = f * c + i * g
         h = o * torch.tanh(c)
         return (h if w_hr is None else F.linear(h, w_hr)), c
     if kind == "gru":
-        gi, gh = F.linear(x, w_ih, b_ih), F.linear(h, w_hh, b_hh)
         i_r, i_z, i_n = gi.chunk(3, -1)
         h_r, h_z, h_n = gh.chunk(3, -1)
         r = torch.sigmoid(i_r + h_r)
@@ -39,7 +38,7 @@ def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
         n = torch.tanh(i_n + r * h_n)
         return (1 - z) * n + z * h, None
     act = torch.tanh if kind == "rnn_tanh" else torch.relu
-    return act(F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)), None
+    return act(gi + gh), None
 
 
 def _cell(mode, func, args, kwargs):
@@ -85,12 +84,11 @@ def _rnn(mode, func, args, kwargs):
                 b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)
                 w_hr = w[-1] if (lstm and per == (5 if has_biases else 3)) else None
                 h, c = h0[k], (c0[k] if lstm else None)
-                steps = seq.unbind(0)
-                out = [None] * len(steps)
-                for t in (range(len(steps) - 1, -1, -1) if d == 1 else range(len(steps))):
-                    h, c = _step(name, steps[t], h, c, w[0], w[1], b_ih, b_hh, w_hr)
-                    out[t] = h
-                outs.append(torch.stack(out, 0))
+                out = []
+                for step in (reversed(seq.unbind(0)) if d == 1 else seq.unbind(0)):  # (backward: from the end)
+                    h, c = _step(name, step, h, c, w[0], w[1], b_ih, b_hh, w_hr)
+                    out.append(h)
+                outs.append(torch.stack(out[::-1] if d == 1 else out, 0))
                 h_n.append(h)
                 c_n.append(c)
             seq = outs[0] if dirs == 1 else torch.cat(outs, -1)
@@ -168,9 +166,8 @@ def _multi_head_attention(mode, func, args, kwargs):
             wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
         else:
             wq, wk, wv = p["in_proj_weight"].chunk(3)
-        q = F.linear(query, wq, bq).reshape(tgt, bsz * heads, hd).transpose(0, 1)
-        k = F.linear(key, wk, bk).reshape(src, bsz * heads, hd).transpose(0, 1)
-        v = F.linear(value, wv, bv).reshape(src, bsz * heads, hd).transpose(0, 1)
+        q, k, v = (F.linear(t, w, b).reshape(t.shape[0], bsz * heads, hd).transpose(0, 1)  # (batch x heads, length, hd)
+                   for t, w, b in ((query, wq, bq), (key, wk, bk), (value, wv, bv)))
         mask = _float_mask(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 2:
             mask = mask.unsqueeze(0)
