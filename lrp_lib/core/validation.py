@@ -37,10 +37,7 @@ def check_number(value, name: str, minimum: float = 0.0) -> float:
 
 def check_finite(t: Tensor, name: str) -> None:
     """Raise a ValueError if the floating point tensor ``t`` contains NaN or Inf, saying how many and where."""
-    if not isinstance(t, Tensor) or not t.is_floating_point() or not t.numel():
-        return
-    t = t.detach()
-    if all_finite(t):
+    if not isinstance(t, Tensor) or not t.is_floating_point() or all_finite(t.detach()):
         return
     nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
     first = tuple(int(i) for i in (~torch.isfinite(t)).nonzero()[0])
