@@ -62,9 +62,7 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
             check_edge_values(value, edge_index.shape[1], "edge_weight", one_dimensional=True)
             _check_gcn_degree(model, x.shape[0], edge_index, value)
         elif name == "edge_attr":
-            check_edge_values(value, edge_index.shape[1], "edge_attr")
-            if value.is_floating_point():
-                check_dtype(model, value, "edge_attr")
+            check_dtype(model, check_edge_values(value, edge_index.shape[1], "edge_attr"), "edge_attr")
         elif name == "edge_label_index":  # one link may come as a 1-D pair, as in PyG's examples
             one = isinstance(value, Tensor) and value.dim() == 1 and value.numel() == 2
             check_edge_index(value.view(2, 1) if one else value, x.shape[0], "edge_label_index")
