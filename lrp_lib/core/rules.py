@@ -140,13 +140,11 @@ class AlphaBeta(Rule):
         r""":math:`z^+` (``positive``) or :math:`z^-`, computed with its graph from the clamped input (the
         gradient of ``x.clamp(min=0)`` is 1 where :math:`x > 0`, so :math:`x \odot \mathrm{grad}` picks
         each contribution's own part)."""
-        w_same, w_other = positive_part(weight), negative_part(weight)
-        if not positive:
-            w_same, w_other = w_other, w_same
-        b = None if bias is None else (bias.clamp(min=0) if positive else bias.clamp(max=0))
+        same, other = (positive_part, negative_part) if positive else (negative_part, positive_part)
+        b = None if bias is None else same(bias)
         if nonneg:  # x = x+ (its gradient is 1 everywhere, as clamp's where x > 0)
-            return m(x, w_same, b)
-        return m(x.clamp(min=0), w_same, b) + m(x.clamp(max=0), w_other, None)
+            return m(x, same(weight), b)
+        return m(x.clamp(min=0), same(weight), b) + m(x.clamp(max=0), other(weight), None)
 
     def modify(self, m, x, weight, bias, out, nonneg=False):
         od = y = out.detach()
@@ -229,8 +227,7 @@ class ZBox(Rule):
         :math:`l \odot \mathrm{grad}_l + h \odot \mathrm{grad}_h` when ``low`` and ``high`` are given as tensors
         shaped like ``x`` that require grad (from :meth:`bounds`); the input's relevance is the sum of the three."""
         if low is None or high is None:
-            box = self.bounds(x.detach())
-            low, high = (box[0] if low is None else low), (box[1] if high is None else high)
+            low, high = self.bounds(x.detach())
         w_pos, w_neg = positive_part(weight), negative_part(weight)
         return split_by(out, m(x, weight, None) - m(low, w_pos, None) - m(high, w_neg, None), self.eps)
 
