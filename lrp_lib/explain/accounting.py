@@ -79,22 +79,20 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
     .. math::  B = \sum_\text{ops} b, \qquad \rho = \Big(\sum_j v_j - \sum_i R_i\Big) - B"""
     dtype = start.dtype
     start = start.detach()
+    rels = [rel.detach() for rel in grads if rel is not None]
     parts = [start.reshape(1, -1).sum(-1), start.abs().sum().view(1)]
-    for rel in grads:
-        if rel is not None:
-            rel = rel.detach()
-            parts.append(rel.flatten(1).sum(-1) if rel.dim() > 1 else rel)
+    parts += [rel.flatten(1).sum(-1) if rel.dim() > 1 else rel for rel in rels]
     if any(p.dtype != dtype for p in parts):
         parts = [p.double() for p in parts]
     values = torch.cat(parts).tolist()  # one synchronisation
     explained = 0.0 + values[0]
     reached = 0.0
-    for v in values[2:]:
+    for v in values[2:]:  # (a loop, not sum(): Python 3.12's sum of floats compensates rounding)
         reached += v
     unaccounted = explained - reached
     if math.isfinite(unaccounted):
         _warn_lost(unaccounted - absorbed, explained, values[1], detached, dtype)
-    elif not all_finite(*(g for g in grads if g is not None)):
+    elif not all_finite(*rels):
         raise ValueError(NOT_FINITE)
     return (torch.tensor([absorbed], dtype=dtype, device=start.device),
             torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device))
