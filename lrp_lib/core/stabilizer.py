@@ -1,9 +1,6 @@
-r"""The one stabiliser every proportional LRP rule shares, and the warning for relevance that is lost.
-
-A proportional rule gives each input the part of an output's relevance that its contribution :math:`z_{ij}`
-makes of the output :math:`z_j`, :math:`R_i = \sum_j z_{ij} R_j / z_j`; :func:`stabilize` adds
-:math:`\epsilon\,\mathrm{sign}(z_j)` to the denominator (the epsilon rule).  Every rule of :mod:`lrp_lib.core.rules`
-and every op of :mod:`lrp_lib.teach` (through :func:`lrp_lib.teach.share.relevance_share`) stabilises through it.
+r"""The one stabiliser every proportional LRP rule shares (:func:`stabilize`, the epsilon rule's denominator), and the
+warning for relevance that is lost.  Every rule of :mod:`lrp_lib.core.rules` (whose docstring gives the proportional
+split) and every op of :mod:`lrp_lib.teach` (through :func:`lrp_lib.teach.share.relevance_share`) stabilises through it.
 """
 from __future__ import annotations
 
