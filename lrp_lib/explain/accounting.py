@@ -32,8 +32,6 @@ import torch
 from torch import Tensor
 
 from lrp_lib.core import stabilizer
-from lrp_lib.core.stabilizer import all_finite
-from lrp_lib.explain.mode.tally import Tally
 
 __all__ = ["account", "account_one", "batch_row_groups", "lost_relevance", "LostRelevanceWarning", "NOT_FINITE"]
 
@@ -51,7 +49,7 @@ def lost_relevance(start: Tensor, rels: list, absorbed: float, detached: set) ->
     forward ``detached``) where it exceeds rounding (1e-3 of the explained magnitude in float32, 1e-6 in float64);
     a ``ValueError`` where a relevance is NaN or Inf."""
     rels = [r for r in rels if r is not None]
-    if not all_finite(*rels):
+    if not stabilizer.all_finite(*rels):
         raise ValueError(NOT_FINITE)
     explained = float(start.sum())
     lost = explained - sum(float(r.sum()) for r in rels) - absorbed
@@ -92,7 +90,7 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
     unaccounted = explained - reached
     if math.isfinite(unaccounted):
         _warn_lost(unaccounted - absorbed, explained, values[1], detached, dtype)
-    elif not all_finite(*rels):
+    elif not stabilizer.all_finite(*rels):
         raise ValueError(NOT_FINITE)
     return (torch.tensor([absorbed], dtype=dtype, device=start.device),
             torch.tensor([unaccounted - absorbed], dtype=dtype, device=start.device))
@@ -154,8 +152,7 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     total_bias = tally.total(tally.absorbed)
     bias = unaccounted.clone()
     tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
-    split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None and \
-        isinstance(tally, Tally) else None
+    split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None else None
     found_loss = split is not None and bool(((unaccounted - split).abs() > tol).any())
     if split is not None and (split_losses or not found_loss):
         if found_loss:
