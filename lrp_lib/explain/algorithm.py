@@ -69,8 +69,11 @@ class LRPExplainer(ExplainerAlgorithm):
             identity and unchanged; node features of the same shape; the same parameters and buffers), run the
             forward captured with ``make_fx`` (:mod:`lrp_lib.explain.capture`) and one backward, without the model's
             or the rules' Python: the same relevance (``replayed`` and ``replay_reason`` say whether it ran captured,
-            and why not).  Models that branch on input values, or have hooks, run eagerly.  On by default; applies
-            with one account for the call (node-level tasks, one graph, or ``accounts="total"``), not ``per_index``.
+            and why not).  Node masks of graphs explained once (molecules one at a time): from the model's
+            :data:`~lrp_lib.explain.capture.cache.ANY_GRAPH_AFTER`-th such graph on, one capture with symbolic sizes
+            for graphs of every size, the graph part run on each call (about a second, once).  Models that branch
+            on input values, or have hooks, run eagerly.  On by default; applies with one account for the call
+            (node-level tasks, one graph, or ``accounts="total"``), not ``per_index``.
         compile: compile the captured explanation with ``torch.compile(fullgraph=True)`` (off by default): with node
             masks once, with symbolic sizes, for every graph while the parameters are unchanged (``replay_reason``
             ``"torch.compile for any graph"``); with an edge mask per graph, at its second explanation.  It takes

@@ -349,6 +349,36 @@ def test_compile_true_compiles_once_for_graphs_of_every_size(kind, monkeypatch):
     assert len(compiled.algorithm.captures) == 1
 
 
+
+def test_graphs_explained_once_are_captured_for_any_graph_after_a_few():
+    """The default (replay, no compile), node masks, a new graph on every call (molecules one at a time): the first
+    ANY_GRAPH_AFTER - 1 graphs run eagerly, from the next on one capture with symbolic sizes, run as it is, serves
+    graphs of every size with the eager explanation's relevance and accounts to the bit; a graph explained again
+    gets its own capture (its graph part folded); new parameters count again."""
+    from lrp_lib.explain.capture import AnyGraphExplanation
+    from lrp_lib.explain.capture.cache import ANY_GRAPH_AFTER
+    model = _model("gcn")
+    eager, default = _node_explainer(model, replay=False), _node_explainer(model)
+    graphs = [_graph(20 + 3 * i, seed=i) for i in range(ANY_GRAPH_AFTER + 3)]
+    reasons = []
+    for x, edge_index in graphs:
+        target = model(x, edge_index).argmax(-1)
+        want, got = (e(x, edge_index, target=target, index=5) for e in (eager, default))
+        for key in ("node_relevance", "bias_relevance", "relevance_residual"):
+            assert torch.equal(got[key], want[key]), key
+        reasons.append(got.replay_reason)
+    assert reasons == ["first call on this graph (captured from the second)"] * (ANY_GRAPH_AFTER - 1) + \
+        ["captured for any graph"] * 4
+    entries = [v for v in default.algorithm.captures.captured.values() if isinstance(v, list)]
+    assert len(entries) == 1 and all(isinstance(e, AnyGraphExplanation) and not e.probe for e in entries[0])
+    x, edge_index = graphs[-1]  # explained before: captured per graph at its second call
+    assert default(x, edge_index, target=model(x, edge_index).argmax(-1), index=5).replay_reason == "captured"
+    with torch.no_grad():  # new parameters: graphs are counted again
+        model.lin.weight.mul_(2.0)
+    x, edge_index = _graph(31, seed=99)
+    got = default(x, edge_index, target=model(x, edge_index).argmax(-1), index=5)
+    assert got.replay_reason == "first call on this graph (captured from the second)"
+
 ANY_GRAPH = [(spec, level) for spec, level, ea in zoo.ZOO if level == "node" and not ea]
 
 

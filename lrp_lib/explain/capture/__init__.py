@@ -15,6 +15,7 @@ size that meet the conditions the model's Python placed on the sizes it saw (the
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Callable
 
 import torch
@@ -290,15 +291,19 @@ class CompiledExplanation:
 
 class AnyGraphExplanation(CompiledExplanation):
     """An explanation captured once for any graph (:func:`capture_any_graph`, node masks only) and compiled by
-    ``torch.compile(fullgraph=True, dynamic=True)``: one compilation serves graphs of every size that meet the
-    conditions the model's Python placed on them (:meth:`fits`)."""
+    ``torch.compile(fullgraph=True, dynamic=True)`` (``compile=False``: run as it is, through PyTorch's Python
+    bindings): one capture serves graphs of every size that meet the conditions the model's Python placed on them
+    (:meth:`fits`)."""
 
-    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", **kwargs):
+    def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", compile: bool = True,
+                 **kwargs):
         graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, **kwargs)
         self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
         self._scalars = _leaves(x, None)[1:4]  # (what the guards read of the probes: their shape)
-        self.compiled = torch.compile(graph, fullgraph=True, backend=BACKEND, dynamic=True)
-        self.head, self.edges, self.edge_index = seen["head"], False, None
+        with torch.enable_grad():
+            self.compiled = torch.compile(graph, fullgraph=True, backend=BACKEND, dynamic=True) if compile else \
+                python_bindings(graph, self._args(_leaves(x, None), edge_index, kwargs))
+        self.head, self.edges, self.edge_index, self.probe = seen["head"], False, None, compile
         self.held = (model, list(model.parameters()), list(model.buffers()))
 
     def _args(self, leaves: list, edge_index: Tensor, kwargs: dict) -> list:
@@ -312,8 +317,8 @@ class AnyGraphExplanation(CompiledExplanation):
             -> tuple[Tensor, Tensor, list]:
         leaves = _leaves(x, None)
         # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data)
-        with torch.enable_grad(), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True,
-                                                               capture_scalar_outputs=True):
+        dynamic = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True)
+        with torch.enable_grad(), dynamic if self.probe else nullcontext():
             out, head = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
         return out, head, leaves
 

@@ -11,7 +11,12 @@ from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
-__all__ = ["CaptureCache", "model_state", "hooks_of"]
+__all__ = ["CaptureCache", "model_state", "hooks_of", "ANY_GRAPH_AFTER"]
+
+#: Without ``compile``, node masks of graphs explained once are captured for any graph from the model's this-many-th
+#: such graph on (with the same parameters and input signature): the capture with symbolic sizes takes about a
+#: second, which a few graphs explained eagerly do not pay.
+ANY_GRAPH_AFTER = 32
 
 
 class CaptureCache:
@@ -23,8 +28,9 @@ class CaptureCache:
     value): then every call with this key runs eagerly.  The key: the model's :func:`model_state`, the composite, the
     graph (``edge_index`` and the other tensor inputs, by identity and version), the node features' shape, dtype and
     device, and ``compile``; each entry holds the objects its key names, so that no new object takes their ids.
-    ``compile=True`` without an edge mask first looks for an :class:`~lrp_lib.explain.capture.AnyGraphExplanation`,
-    keyed by the model's state and the input signature instead (a model that cannot be captured so: per graph)."""
+    Without an edge mask, ``compile=True`` first looks for an :class:`~lrp_lib.explain.capture.AnyGraphExplanation`,
+    keyed by the model's state and the input signature instead (a model that cannot be captured so: per graph), as
+    does ``compile=False`` for a graph not explained before, from the :data:`ANY_GRAPH_AFTER`-th on."""
 
     def __init__(self, size: int = 4):
         self.size = size
@@ -37,8 +43,8 @@ class CaptureCache:
 
     def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, inputs: list, composite,
             edges: bool, compile: bool) -> tuple[CompiledExplanation | None, str]:
-        """``(the captured explanation of this graph or None, why: "captured", "torch.compile", "torch.compile for
-        any graph" or why not)``."""
+        """``(the captured explanation of this graph or None, why: "captured", "torch.compile", "captured for any
+        graph", "torch.compile for any graph" or why not)``."""
         if len(inputs) > 1:
             return None, "edge_attr's relevance: not captured"
         if is_adjacency(edge_index):  # (make_fx traces no sparse constant)
@@ -46,18 +52,24 @@ class CaptureCache:
         state, flags, hooks = model_state(model)
         if hooks:
             return None, f"not captured: {hooks} (a captured graph would not run them)"
-        not_any = None  # why the explanation for any graph does not apply
-        if compile and not edges:
-            found, not_any = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags))
-            if found is not None:
-                return found, "torch.compile for any graph"
         tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
         key = (id(model), state, flags, composite.key(), edges, id(edge_index), edge_index._version, tensors,
                tuple(x.shape), x.dtype, x.device, compile)
-        found = self.captured.pop(key, None)
-        if found is None and key not in self.seen:  # the first call: eager (compiling per graph pays only
-            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))  # on repeats)
+        fresh = key not in self.captured and key not in self.seen  # (a graph not explained before)
+
+        def seen():  # the first call on this graph: captured per graph from the second (the graph part folded)
+            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
             _trim(self.seen, self.size)
+        not_any = None  # why the explanation for any graph does not apply
+        if not edges and (compile or fresh):
+            found, not_any = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags), compile)
+            if found is not None:
+                if fresh and not compile:
+                    seen()
+                return found, ("torch.compile" if compile else "captured") + " for any graph"
+        found = self.captured.pop(key, None)
+        if found is None and key not in self.seen:  # the first call: eager (compiling per graph pays only on repeats)
+            seen()
             first = "first call on this graph (" + ("compiled" if compile else "captured") + " from the second)"
             return None, first if not_any is None else f"{not_any}; {first}"
         if found is None:
@@ -71,11 +83,11 @@ class CaptureCache:
             return None, found
         return found, "torch.compile" if compile else "captured"
 
-    def _any_graph(self, model, x, edge_index, kwargs, composite, state) -> tuple[AnyGraphExplanation | None,
-                                                                                str | None]:
-        """``(the compiled explanation for any graph of this model and input signature that fits this graph, None)``,
-        captured now if none does; ``(None, why)`` where the model cannot be captured so: then it is captured per
-        graph."""
+    def _any_graph(self, model, x, edge_index, kwargs, composite, state, compile: bool) \
+            -> tuple[AnyGraphExplanation | None, str | None]:
+        """``(the explanation for any graph of this model and input signature that fits this graph, None)``,
+        captured now if none does (``compile=False``: from the :data:`ANY_GRAPH_AFTER`-th graph not explained before
+        on); ``(None, why)`` where the model cannot be captured so: then it is captured per graph."""
         tensors = tuple((k, v.dtype, v.dim()) for k, v in kwargs.items() if isinstance(v, Tensor))
         plain = tuple((k, v) for k, v in kwargs.items() if not isinstance(v, Tensor))
         key = ("any graph", id(model), *state, composite.key(), tensors, plain, x.shape[1:], x.dtype, x.device,
@@ -84,11 +96,14 @@ class CaptureCache:
         if isinstance(entries, str):
             self.captured[key] = entries
             return None, entries
-        entries = entries or []
+        if not compile and not isinstance(entries, list) and (entries or 0) + 1 < ANY_GRAPH_AFTER:
+            self.captured[key] = (entries or 0) + 1  # (the graphs seen, not yet captured for)
+            return None, None
+        entries = entries if isinstance(entries, list) else []
         found = next((e for e in entries if e.fits(x, edge_index, kwargs)), None)
         if found is None:
             try:
-                found = AnyGraphExplanation(model, x, edge_index, composite, **kwargs)
+                found = AnyGraphExplanation(model, x, edge_index, composite, compile, **kwargs)
             except Exception as error:  # (make_fx: a read of input-dependent data, a size it cannot trace)
                 self.captured[key] = f"not captured for any graph: {str(error).splitlines()[0]}"
                 return None, self.captured[key]
