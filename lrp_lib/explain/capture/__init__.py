@@ -191,7 +191,8 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
 
     leaves = _leaves(x, None)[:4]
     args = [leaves[0], edge_index, *leaves[1:], *(kwargs[k] for k in names)]
-    with torch.enable_grad():
+    # (each size its own symbol: a graph whose node count equals its feature count is not specialised to it)
+    with torch.enable_grad(), torch.fx.experimental._config.patch(use_duck_shape=False):
         graph = make_fx(forward, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
     fakes = [n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder"]
     shape_env = next(f.fake_mode.shape_env for f in fakes if isinstance(f, Tensor))
