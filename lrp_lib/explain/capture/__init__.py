@@ -20,8 +20,9 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, ShapeEnv
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
@@ -191,8 +192,9 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
 
     leaves = _leaves(x, None)[:4]
     args = [leaves[0], edge_index, *leaves[1:], *(kwargs[k] for k in names)]
-    # (each size its own symbol: a graph whose node count equals its feature count is not specialised to it)
-    with torch.enable_grad(), torch.fx.experimental._config.patch(use_duck_shape=False):
+    # (each size its own symbol, no duck shaping: a graph whose node count equals its feature count is not
+    # specialised to it)
+    with torch.enable_grad(), FakeTensorMode(shape_env=ShapeEnv(duck_shape=False), allow_non_fake_inputs=True):
         graph = make_fx(forward, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*args)
     fakes = [n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder"]
     shape_env = next(f.fake_mode.shape_env for f in fakes if isinstance(f, Tensor))
