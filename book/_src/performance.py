@@ -364,7 +364,8 @@ plt.show()
 #
 # ## Summary
 #
-# - An explanation is one forward and one backward; from the second call on a graph it runs captured.
+# - An explanation is one forward and one backward; from the second call on a graph it runs captured, and
+#   many graphs explained once each (molecules) share one capture for every size.
 # - `compile=True` makes an explanation cheaper than the eager gradient on large graphs, and one compilation
 #   serves graphs of every size (with an edge mask, one per graph explained again); it pays where many
 #   explanations follow.
