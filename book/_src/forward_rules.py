@@ -234,6 +234,8 @@ assert python == 0 and len(seen) > 20
 
 # %% tags=["remove-input"]
 glue("fw_nodes", len(seen), display=False)
+from lrp_lib.explain.capture.cache import ANY_GRAPH_AFTER  # noqa: E402
+glue("fw_eager_graphs", ANY_GRAPH_AFTER - 1, display=False)  # graphs explained once, eagerly, before the capture
 
 # %% [markdown]
 # ## What it buys: PyTorch's own tools
@@ -250,8 +252,9 @@ glue("fw_nodes", len(seen), display=False)
 # `edge_index` is an input of the captured graph, whose graph part runs on every call, and one compilation
 # with dynamic shapes serves graphs of every size, such as the molecules of a data set. With an edge mask it
 # is captured and compiled per graph, at the graph's second explanation: a graph explained once runs eagerly,
-# as a compilation of its own would not pay. Without `compile`, node masks of graphs explained once get the same
-# capture with symbolic sizes, run as it is, from the model's 32nd such graph on.
+# as a compilation of its own would not pay. Without `compile`, node masks of graphs explained once each get the
+# same capture with symbolic sizes, run as it is, once a model has explained {glue:text}`fw_eager_graphs` of them
+# eagerly.
 #
 # What an explanation costs against a gradient is on the [Performance](performance.ipynb) page. Here, the
 # three ways the forward rules run side by side: eagerly on every call (`replay=False`, what the first

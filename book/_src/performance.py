@@ -18,13 +18,17 @@
 # ```
 
 # %% tags=["hide-input"]
-import matplotlib.pyplot as plt
-import numpy as np
-from IPython.display import Markdown, display
-from myst_nb import glue
+import warnings
 
-from lrp_lib.book.plotting import BOOK_WIDTH, book_style
-from lrp_lib.book.results import load_results, machine_note, results_table
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto without ipywidgets
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from IPython.display import Markdown, display  # noqa: E402
+from myst_nb import glue  # noqa: E402
+
+from lrp_lib.book.plotting import BOOK_WIDTH, book_style  # noqa: E402
+from lrp_lib.book.results import load_results, machine_note, results_table  # noqa: E402
+from lrp_lib.explain.capture.cache import ANY_GRAPH_AFTER  # noqa: E402
 
 book_style()
 mech_b = load_results("mechanism")
@@ -163,9 +167,9 @@ g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " n
 # GCN of [Benchmarking explanations](09_benchmarking_explanations.ipynb) (random weights), each molecule's
 # predicted logit, against Gradient $\times$ Input of the same logit: one molecule at a time, the methods taking
 # turns molecule by molecule (the median over the molecules of each one's ratio), and all of them as one PyG
-# `Batch`, each molecule's relevance starting from its own output. Each molecule is explained once: by default
-# the explanation is captured once with symbolic sizes, from the model's 32nd molecule on, and run as it is for
-# molecules of every size; `compile=True` compiles that capture once.
+# `Batch`, each molecule's relevance starting from its own output. After a model's first
+# {glue:text}`mol_eager_graphs` molecules, explained eagerly, one capture serves every size, run as it is or
+# compiled (`compile=True`).
 
 # %% tags=["hide-input"]
 mol = mech_b["results"]["molecules"]
@@ -188,6 +192,7 @@ display(Markdown(machine_note(mech_b) + f" {mol['molecules']} molecules."))
 assert mol["compiled_replay_reasons"] == ["torch.compile for any graph"]
 assert mol["default_replay_reasons"] == ["captured for any graph"]
 g("mol_count", mol["molecules"], "{:,}")
+g("mol_eager_graphs", ANY_GRAPH_AFTER - 1, "{}")  # graphs explained once, eagerly, before the capture
 g("mol_default", one["forward"])
 g("mol_compiled", one["compiled"])
 g("mol_compile_s", mol["compile_seconds"], "{:.0f}")
@@ -198,8 +203,7 @@ assert batch["ms_per_molecule"]["lrp"] < mol["median_ms"]["forward"]  # a batch:
 
 # %% [markdown]
 # One at a time, a molecule's explanation costs {glue:text}`mol_default` times its Gradient $\times$ Input
-# (median over {glue:text}`mol_count` molecules), each explained once, by the capture for molecules of every
-# size run as it is. Compiled once ({glue:text}`mol_compile_s` seconds), it costs {glue:text}`mol_compiled`
+# (median over {glue:text}`mol_count` molecules, each explained once). Compiled once ({glue:text}`mol_compile_s` seconds), it costs {glue:text}`mol_compiled`
 # times. Explaining the molecules as one batch is the cheaper way when they are all at hand: the whole batch
 # costs {glue:text}`mol_batch` times one batched Gradient $\times$ Input, {glue:text}`mol_batch_ms` ms per
 # molecule against {glue:text}`mol_one_ms` ms one at a time (median), with each molecule's own `bias_relevance`
@@ -365,7 +369,7 @@ plt.show()
 # ## Summary
 #
 # - An explanation is one forward and one backward; from the second call on a graph it runs captured, and
-#   many graphs explained once each (molecules) share one capture for every size.
+#   graphs explained once each share one capture.
 # - `compile=True` makes an explanation cheaper than the eager gradient on large graphs, and one compilation
 #   serves graphs of every size (with an edge mask, one per graph explained again); it pays where many
 #   explanations follow.

@@ -230,7 +230,7 @@ plt.show()
 # - **The same graph again**: from the second explanation of a graph on, `LRPExplainer` runs the
 #   explanation as it recorded it (a {term}`capture`), without the model's Python, for the same relevance;
 #   `explanation.replay_reason` says whether it did, and `replay=False` turns it off. Many graphs explained
-#   once each, such as molecules: from the model's 32nd on, one capture serves graphs of every size. With
+#   once each, such as molecules, soon share one capture for every size. With
 #   `LRPExplainer(compile=True)` the explanation is compiled by PyTorch's compiler: that takes seconds,
 #   once per model for graphs of every size (with an edge mask, once per graph, at its second
 #   explanation), and pays where many explanations follow
