@@ -69,7 +69,7 @@ class LRPExplainer(ExplainerAlgorithm):
             identity and unchanged; node features of the same shape; the same parameters and buffers), run the
             forward captured with ``make_fx`` (:mod:`lrp_lib.explain.capture`) and one backward, without the model's
             or the rules' Python: the same relevance (``replayed`` and ``replay_reason`` say whether it ran captured,
-            and why not).  Node masks of graphs explained once (molecules one at a time): from the model's
+            and why not).  Graphs explained once (molecules one at a time): from the model's
             :data:`~lrp_lib.explain.capture.cache.ANY_GRAPH_AFTER`-th such graph on, one capture with symbolic sizes
             for graphs of every size, the graph part run on each call (about a second, once).  Models that branch
             on input values, or have hooks, run eagerly.  On by default; applies with one account for the call

@@ -52,8 +52,11 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
             and current_plan() is None:
         captured, why = algorithm.captures.get(model, x, edge_index, kwargs, inputs, algorithm.composite, edges,
                                                algorithm.compile)
+    ran = None if captured is None else captured.forward(x, edge_index, kwargs)
+    if captured is not None and ran is None:  # (a capture for any graph whose layers lay out these edges otherwise)
+        captured, why = None, "edges laid out otherwise than when captured for any graph: eager"
     if captured is not None:  # the forward rules on this graph, captured (and compiled by torch.compile)
-        out, head, leaves = captured.forward(x, edge_index, kwargs)
+        out, head, leaves = ran
         head = explained_of(captured.head, out, head, algorithm.model_config)
         start = start_of(out, head, target, index, algorithm.model_config, algorithm.explained)
         node_grad, edge_rel, kept = captured.backward(head, leaves, start)

@@ -9,8 +9,8 @@ whose Python reads an input-dependent value is refused by ``make_fx`` (explained
 without a rule.
 
 A captured graph keeps the values the model's Python read (the graph's size, the edges a layer adds), so it
-explains that graph only.  :func:`capture_any_graph` records with symbolic sizes instead (``edge_index`` an input,
-node masks only): one capture, compiled with dynamic shapes (:class:`AnyGraphExplanation`), serves graphs of every
+explains that graph only.  :func:`capture_any_graph` records with symbolic sizes instead (``edge_index`` an input):
+one capture, compiled with dynamic shapes for node masks (:class:`AnyGraphExplanation`), serves graphs of every
 size that meet the conditions the model's Python placed on the sizes it saw (the molecules of a data set).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, ShapeEnv
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
-from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, message_hook, recording
+from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, is_edge_index, message_hook, recording, usual_layout
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
@@ -55,6 +55,27 @@ class _ListRecorder(EdgeRecorder):
         elif self.mine(module, out):
             self.found.append(out)
 
+
+class _AnyGraphRecorder(_ListRecorder):
+    """Edge relevance in a graph captured for any graph: ``found`` holds each layer's messages, the input edge of
+    each and the edge dimension, computed in the graph (:func:`~lrp_lib.explain.mode.edges.usual_layout`), and
+    ``usual`` whether each layer's edges are laid out so (checked on every graph the capture explains)."""
+
+    def __init__(self, mode, model, edge_index, dtype):
+        super().__init__(mode, model, edge_index, dtype, ids=True)
+        self.usual = []
+
+    def edge_ids(self, edges):
+        if edges is self.edge_index or not is_edge_index(edges):
+            return super().edge_ids(edges)
+        ids, usual = usual_layout(self.edge_index, edges.long())
+        self.usual.append(usual)
+        return ids
+
+    def messages(self, module, out):
+        found = self.locate(module, out)
+        if found is not None:
+            self.found.append((out, *found))
 
 class _ProductRecorder(EdgeRecorder):
     """Edge relevance by a multiplicative probe (an input of ones, one per input edge) on every layer's
@@ -171,24 +192,37 @@ def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.Graph
     return graph
 
 
-def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus",
+def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
                       **kwargs) -> tuple[torch.fx.GraphModule, dict, Callable]:
-    """The explanation's forward for any graph, as an FX graph with symbolic sizes: node masks only.
+    """The explanation's forward for any graph, as an FX graph with symbolic sizes.
 
     The graph takes ``(x, edge_index, one_out, one_in, kept, *tensors)`` (``tensors``: the model's other tensor
     inputs, in the order of ``kwargs``), returns what :func:`capture`'s graph returns, and runs the graph part on
-    every call.  Returns the graph, what was seen while recording, and ``fits(args)``: whether the sizes of ``args``
-    meet the conditions the model's Python placed on the sizes it saw (PyTorch's own guards,
-    ``ShapeEnv.produce_guards_expression``), so that the graph explains them as the model would."""
+    every call.  ``edges=True``: it also returns whether every layer's edges are laid out as they were when
+    captured (a boolean tensor), then each layer's messages and the input edge of each (``seen["dims"]``: their
+    edge dimensions), for hooks that read their gradient (run as it is, not compiled).  Returns the graph, what was
+    seen while recording, and ``fits(args)``: whether the sizes of ``args`` meet the conditions the model's Python
+    placed on the sizes it saw (PyTorch's own guards, ``ShapeEnv.produce_guards_expression``), so that the graph
+    explains them as the model would."""
     composite = get_composite(composite)
     seen: dict = {}
     names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
     other = {k: v for k, v in kwargs.items() if k not in names}
+    if edges:
+        ensure_hooks(model)
 
     def forward(x_, edge_index_, one_out, one_in, kept, *values):
         mode = ForwardMode(composite, model)
-        out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index_, {**dict(zip(names, values)), **other})
-        return _outputs(mode, out, seen)
+        recorder = _AnyGraphRecorder(mode, model, edge_index_, x_.dtype) if edges else None
+        with recording(recorder):
+            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index_,
+                           {**dict(zip(names, values)), **other})
+        if recorder is None:
+            return _outputs(mode, out, seen)
+        recorder.check()
+        seen["dims"] = [dim for _, _, dim in recorder.found]
+        usual = torch.stack(recorder.usual).all() if recorder.usual else torch.ones((), dtype=torch.bool)
+        return (*_outputs(mode, out, seen), usual, *(t for messages, ids, _ in recorder.found for t in (messages, ids)))
 
     leaves = _leaves(x, None)[:4]
     args = [leaves[0], edge_index, *leaves[1:], *(kwargs[k] for k in names)]
@@ -273,11 +307,7 @@ class CompiledExplanation:
         with torch.enable_grad():
             out, head, *messages = self.compiled(*leaves)
         if self.edges and not self.probe:  # the messages' relevance, read in the backward as it passes them
-            record = x.new_zeros(self.edge_index.shape[1])
-            for (ids, dim), m in zip(self.order, messages):
-                if m.requires_grad:
-                    m.register_hook(message_hook(record, m, ids, dim))
-            leaves.append(record)
+            leaves.append(_hooked(x.new_zeros(self.edge_index.shape[1]), messages, self.order))
         return out, head, leaves
 
     def backward(self, head: Tensor, leaves: list, start: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -293,20 +323,29 @@ class CompiledExplanation:
 
 
 class AnyGraphExplanation(CompiledExplanation):
-    """An explanation captured once for any graph (:func:`capture_any_graph`, node masks only) and compiled by
+    """An explanation captured once for any graph (:func:`capture_any_graph`) and compiled by
     ``torch.compile(fullgraph=True, dynamic=True)`` (``compile=False``: run as it is, through PyTorch's Python
     bindings): one capture serves graphs of every size that meet the conditions the model's Python placed on them
-    (:meth:`fits`)."""
+    (:meth:`fits`).  ``edges=True`` (not compiled): edge relevance too, from hooks on each layer's messages;
+    :meth:`forward` gives None for a graph whose layers lay out their edges otherwise than when captured."""
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", compile: bool = True,
-                 **kwargs):
-        graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, **kwargs)
+                 edges: bool = False, **kwargs):
+        if edges and compile:
+            raise ValueError("edges=True: a graph captured for any graph reads its edges' relevance by hooks on "
+                             "the messages, which a compiled graph does not run; use compile=False")
+        graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, edges, **kwargs)
+        self.dims = seen.get("dims")
         self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
         self._scalars = _leaves(x, None)[1:4]  # (what the guards read of the probes: their shape)
         with torch.enable_grad():
+            args = self._args(_leaves(x, None), edge_index, kwargs)
             self.compiled = torch.compile(graph, fullgraph=True, backend=BACKEND, dynamic=True) if compile else \
-                python_bindings(graph, self._args(_leaves(x, None), edge_index, kwargs))
-        self.head, self.edges, self.edge_index, self.probe = seen["head"], False, None, compile
+                python_bindings(graph, args)
+            if edges and not bool(self.compiled(*args)[2]):  # (then on no graph: each is captured on its own)
+                raise UnsupportedModelError("a layer's edges are not the input's laid out as PyG's self-loops "
+                                            "lay them out")
+        self.head, self.edges, self.edge_index, self.probe = seen["head"], edges, None, compile
         self.held = (model, list(model.parameters()), list(model.buffers()))
 
     def _args(self, leaves: list, edge_index: Tensor, kwargs: dict) -> list:
@@ -317,11 +356,27 @@ class AnyGraphExplanation(CompiledExplanation):
         return bool(self._fits(self._args([x, *self._scalars], edge_index, kwargs)))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
-            -> tuple[Tensor, Tensor, list]:
+            -> tuple[Tensor, Tensor, list] | None:
         leaves = _leaves(x, None)
-        # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data)
-        dynamic = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True)
-        with torch.enable_grad(), dynamic if self.probe else nullcontext():
-            out, head = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
+        # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data; the
+        # patch is PyTorch's thread-local config)
+        dynamic = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True) \
+            if self.probe else nullcontext()
+        with torch.enable_grad(), dynamic:
+            out, head, *rest = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
+        if self.edges:
+            if not bool(rest[0]):  # (a layer lays out this graph's edges otherwise: explained eagerly)
+                return None
+            order = list(zip(rest[2::2], self.dims))
+            leaves.append(_hooked(x.new_zeros(edge_index.shape[1]), rest[1::2], order))
         return out, head, leaves
+
+
+def _hooked(record: Tensor, messages, order) -> Tensor:
+    """``record``, to which hooks on each layer's ``messages`` add their relevance in the backward at their input
+    edges (``order``: the input edge of each message and the edge dimension, per layer)."""
+    for (ids, dim), m in zip(order, messages):
+        if m.requires_grad:
+            m.register_hook(message_hook(record, m, ids, dim))
+    return record
 

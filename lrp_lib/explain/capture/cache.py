@@ -13,7 +13,7 @@ from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
 __all__ = ["CaptureCache", "model_state", "hooks_of", "ANY_GRAPH_AFTER"]
 
-#: Without ``compile``, node masks of graphs explained once are captured for any graph from the model's this-many-th
+#: Without ``compile``, explanations of graphs explained once are captured for any graph from the model's this-many-th
 #: such graph on (with the same parameters and input signature): the capture with symbolic sizes takes about a
 #: second, which a few graphs explained eagerly do not pay.
 ANY_GRAPH_AFTER = 32
@@ -30,7 +30,8 @@ class CaptureCache:
     device, and ``compile``; each entry holds the objects its key names, so that no new object takes their ids.
     Without an edge mask, ``compile=True`` first looks for an :class:`~lrp_lib.explain.capture.AnyGraphExplanation`,
     keyed by the model's state and the input signature instead (a model that cannot be captured so: per graph), as
-    does ``compile=False`` for a graph not explained before, from the :data:`ANY_GRAPH_AFTER`-th on."""
+    does ``compile=False`` (with or without an edge mask) for a graph not explained before, from the
+    :data:`ANY_GRAPH_AFTER`-th on."""
 
     def __init__(self, size: int = 4):
         self.size = size
@@ -61,8 +62,8 @@ class CaptureCache:
             self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
             _trim(self.seen, self.size)
         not_any = None  # why the explanation for any graph does not apply
-        if not edges and (compile or fresh):
-            found, not_any = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags), compile)
+        if (compile and not edges) or (fresh and not compile):
+            found, not_any = self._any_graph(model, x, edge_index, kwargs, composite, (state, flags), edges, compile)
             if found is not None:
                 if fresh and not compile:
                     seen()
@@ -83,15 +84,15 @@ class CaptureCache:
             return None, found
         return found, "torch.compile" if compile else "captured"
 
-    def _any_graph(self, model, x, edge_index, kwargs, composite, state, compile: bool) \
+    def _any_graph(self, model, x, edge_index, kwargs, composite, state, edges: bool, compile: bool) \
             -> tuple[AnyGraphExplanation | None, str | None]:
         """``(the explanation for any graph of this model and input signature that fits this graph, None)``,
         captured now if none does (``compile=False``: from the :data:`ANY_GRAPH_AFTER`-th graph not explained before
         on); ``(None, why)`` where the model cannot be captured so: then it is captured per graph."""
         tensors = tuple((k, v.dtype, v.dim()) for k, v in kwargs.items() if isinstance(v, Tensor))
         plain = tuple((k, v) for k, v in kwargs.items() if not isinstance(v, Tensor))
-        key = ("any graph", id(model), *state, composite.key(), tensors, plain, x.shape[1:], x.dtype, x.device,
-               edge_index.dtype)
+        key = ("any graph", id(model), *state, composite.key(), edges, tensors, plain, x.shape[1:], x.dtype,
+               x.device, edge_index.dtype)
         entries = self.captured.pop(key, None)
         if isinstance(entries, str):
             self.captured[key] = entries
@@ -103,7 +104,7 @@ class CaptureCache:
         found = next((e for e in entries if e.fits(x, edge_index, kwargs)), None)
         if found is None:
             try:
-                found = AnyGraphExplanation(model, x, edge_index, composite, compile, **kwargs)
+                found = AnyGraphExplanation(model, x, edge_index, composite, compile, edges, **kwargs)
             except Exception as error:  # (make_fx: a read of input-dependent data, a size it cannot trace)
                 self.captured[key] = f"not captured for any graph: {str(error).splitlines()[0]}"
                 return None, self.captured[key]

@@ -22,7 +22,7 @@ from lrp_lib.explain.mode.function_mode import RelevanceMode, UnsupportedModelEr
 from lrp_lib.explain.mode.hooks import bound, ensure_hook
 
 __all__ = ["EdgeRecorder", "HeteroEdgeRecorder", "adjacency_edges", "ensure_hooks", "recording", "current_recorder",
-           "message_hook"]
+           "message_hook", "is_edge_index", "usual_layout"]
 
 
 _recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder of the explanation in this thread
@@ -97,6 +97,37 @@ def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     return hook
 
 
+def is_edge_index(t) -> bool:
+    """Whether ``t`` is a dense integer ``(2, E)`` tensor."""
+    return isinstance(t, Tensor) and t.dim() == 2 and t.shape[0] == 2 and not t.is_sparse and not t.is_floating_point()
+
+
+def usual_layout(ref: Tensor, edges: Tensor) -> tuple[Tensor, Tensor]:
+    """The input edge of each edge of ``edges`` (a layer's, int64) where they are laid out as PyG's
+    ``add_self_loops`` and ``add_remaining_self_loops`` lay them out: the edges of ``ref`` (the input's) that are
+    not loops, in order, then a loop at each node ``j = 0 .. k-1`` (the id of the input's loop at ``j``, the last
+    of several; else -1); and whether they are so laid out (a boolean tensor).  Tensor operations only, reading no
+    value into Python: the same in a graph captured for any graph."""
+    n, m = ref.shape[1], edges.shape[1]
+    if not n:
+        return torch.full((m,), -1, dtype=torch.long, device=edges.device), torch.ones((), dtype=torch.bool)
+    ids, at = torch.arange(n, device=ref.device), torch.arange(m, device=ref.device)
+    src, dst = ref
+    loop = src == dst
+    kept = (~loop).sum()
+    k = m - kept  # the loops the layer added
+    # the input's non-loop edge of rank p at slot p, its loops parked past every rank
+    slot = torch.where(loop, m + n + ids, torch.cumsum(~loop, 0) - 1)
+    first = ids.new_full((m + 2 * n,), -1).index_put_((slot,), ids)[:m]
+    node = (at - kept).clamp(min=0)  # the node of an added loop
+    loop_id = ids.new_full((m + 1,), -1).scatter_reduce_(0, torch.where(loop & (src < k), src, m), ids, "amax")
+    added = at >= kept
+    found = torch.where(added, loop_id.index_select(0, node), first)
+    expected = torch.where(added, node, ref.index_select(1, first.clamp(min=0)))
+    usual = (k >= 0) & ~(loop & (src >= k)).any() & (edges == expected).all()
+    return found, usual
+
+
 class EdgeRecorder:
     """The edge relevance of one explanation: which message of each layer is which input edge, and a hook
     on every layer's messages that adds their relevance to their input edges in :attr:`record`."""
@@ -114,7 +145,6 @@ class EdgeRecorder:
         self.unaligned: dict[str, int] = {}
         self.edges_of: dict[int, Tensor] = {}
         self._ids: dict[int, tuple] = {}
-        self._loops = None
         if edge_index is not None:
             self.record = torch.zeros(edge_index.shape[1], dtype=dtype, device=edge_index.device)
 
@@ -124,8 +154,7 @@ class EdgeRecorder:
         the input (a self-loop that the layer added); None where ``edges`` is no edge index."""
         if edges is self.edge_index and edges is not None:
             return torch.arange(edges.shape[1], device=edges.device)
-        if not isinstance(edges, Tensor) or edges.dim() != 2 or edges.shape[0] != 2 or edges.is_sparse \
-                or edges.is_floating_point():  # (not a dense integer (2, E) tensor)
+        if not is_edge_index(edges):
             return None
         key = id(edges)
         if key not in self._ids:
@@ -137,21 +166,9 @@ class EdgeRecorder:
 
     def _match(self, edges: Tensor) -> Tensor:
         ref = self.edge_index
-        # first the usual layout (PyG's add_self_loops): the input's edges that are not loops, then a loop per node
-        if self._loops is None:  # the input's loops and other edges, the same for every layer
-            loop = ref[0] == ref[1]
-            ids = torch.arange(ref.shape[1], device=ref.device)
-            self._loops = (ref[:, ~loop], ids[~loop], ref[0, loop], ids[loop])
-        kept, kept_ids, loop_nodes, loop_ids = self._loops
-        k = edges.shape[1] - kept.shape[1]
-        if k >= 0 and torch.equal(edges[:, :kept.shape[1]], kept):
-            nodes = torch.arange(k, device=edges.device).expand(2, k)  # (a loop j -> j at every node j)
-            if torch.equal(edges[:, kept.shape[1]:], nodes) and (not loop_nodes.numel() or int(loop_nodes.max()) < k):
-                loops = torch.full((k,), -1, dtype=torch.long, device=ref.device)
-                loops[loop_nodes] = loop_ids
-                return torch.cat([kept_ids, loops])
-        if not ref.numel():  # (no input edges: none of these is one)
-            return torch.full((edges.shape[1],), -1, dtype=torch.long, device=edges.device)
+        ids, usual = usual_layout(ref, edges)  # first the usual layout, then any order
+        if not ref.numel() or bool(usual):  # (no input edges: none of these is one)
+            return ids
         n = max(int(ref.max()), int(edges.max()) if edges.numel() else 0) + 1
         m = max(ref.shape[1], edges.shape[1]) + 1
 
@@ -203,8 +220,8 @@ class EdgeRecorder:
         """Raise :class:`UnsupportedModelError` where a layer's messages belong to no input edge, or a layer
         aggregates without computing messages."""
         silent = [self.names[k] for k in self.propagated if k in self.names and not self.messaged[k]]
-        along = self._ALONG.format(self.record.numel())
-        problems = [f"'{n}' passes {c} messages {along}" for n, c in self.unaligned.items()]
+        problems = [f"'{n}' passes {c} messages {self._ALONG.format(self.record.numel())}"
+                    for n, c in self.unaligned.items()]
         problems += [f"'{n}' aggregates without computing messages (a fused sparse adjacency)" for n in silent]
         if problems:
             raise UnsupportedModelError(self._REFUSAL.format("; ".join(problems)))
