@@ -543,6 +543,35 @@ def test_edges_laid_out_otherwise_than_when_captured_are_explained_eagerly(monke
     assert reasons == ["captured for any graph", "edges laid out otherwise than when captured for any graph: eager"]
     assert want.edge_relevance.abs().sum() > 0
 
+def test_compile_true_from_a_graph_with_as_many_nodes_as_features_compiles_once(monkeypatch):
+    """compile=True, node masks, a graph-level model with a mean pool (a mean divides by a count made of sizes),
+    whose first graph has as many nodes as features: torch.compile traces the capture without specialising the
+    node count to the feature count, so one compilation serves every later size, with the eager explanation's
+    relevance and accounts."""
+    from torch_geometric.nn import global_mean_pool
+    from lrp_lib.explain import capture
+
+    class Pooled(Net):
+        def forward(self, x, edge_index):
+            return self.lin(global_mean_pool(self.conv2(self.conv1(x, edge_index).relu(), edge_index).relu(), None))
+    monkeypatch.setattr(capture, "BACKEND", "aot_eager")
+    torch.manual_seed(0)
+    model = Pooled("gcn").eval()
+    make = lambda **o: Explainer(model, algorithm=LRPExplainer(mask="relevance", **o), explanation_type="phenomenon",
+                                 node_mask_type="attributes", model_config=dict(
+                                     mode="multiclass_classification", task_level="graph", return_type="raw"))
+    eager, compiled = make(replay=False), make(compile=True)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    for n in (6, 11, 23, 9):  # (6 features)
+        x, edge_index = _graph(n, seed=n, dtype=torch.float32)
+        target = model(x, edge_index).argmax(-1)
+        want, got = eager(x, edge_index, target=target), compiled(x, edge_index, target=target)
+        assert got.replay_reason == "torch.compile for any graph"
+        for key in ("node_relevance", "bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-5, msg=key)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
 def test_a_size_condition_in_the_model_gets_a_capture_per_side():
     """A model whose Python branches on a size (more than 30 nodes) is captured for any graph on the side of the
     condition it saw; a graph on the other side gets a capture of its own (PyTorch's guards on the symbolic

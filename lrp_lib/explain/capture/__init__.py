@@ -358,11 +358,13 @@ class AnyGraphExplanation(CompiledExplanation):
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list] | None:
         leaves = _leaves(x, None)
-        # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data; the
-        # patch is PyTorch's thread-local config)
-        dynamic = torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True, capture_scalar_outputs=True) \
-            if self.probe else nullcontext()
-        with torch.enable_grad(), dynamic:
+        # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data; each
+        # size its own symbol, as in the capture; PyTorch's config patches are thread-local)
+        dynamic, unducked = (torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True,
+                                                        capture_scalar_outputs=True),
+                             torch.fx.experimental._config.patch(use_duck_shape=False)) if self.probe else \
+            (nullcontext(), nullcontext())
+        with torch.enable_grad(), dynamic, unducked:
             out, head, *rest = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
         if self.edges:
             if not bool(rest[0]):  # (a layer lays out this graph's edges otherwise: explained eagerly)

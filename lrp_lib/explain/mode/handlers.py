@@ -5,6 +5,7 @@ A handler ``handler(mode, func, args, kwargs)`` computes ``func(*args, **kwargs)
 :mod:`lrp_lib.explain.mode.recurrent`)."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -100,7 +101,8 @@ def _mean(mode, func, args, kwargs):
     if kwargs.get("dtype") is not None:
         return _reduction(mode, func, args, kwargs)
     total = mode.mark(mode.linear(x, lambda t: torch.sum(t, *args[1:], **kwargs), constant=0.0))
-    count = x.numel() // max(total.numel(), 1) if x.numel() else 1
+    # (from the sizes: a graph captured with symbolic sizes then holds no sym_numel, which torch.compile refuses)
+    count = math.prod(x.shape) // max(math.prod(total.shape), 1) if x.numel() else 1
     return mode.elementwise(total, lambda t: t / count)
 
 
