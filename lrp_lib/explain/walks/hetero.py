@@ -249,7 +249,4 @@ class HeteroWalkModel(WalkModel):
 def walk_model(model: nn.Module, x, edge_index, rule="epsilon", **kwargs) -> WalkModel:
     """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel` (a compiled model through
     its own module, :func:`~lrp_lib.explain.inputs.uncompiled`)."""
-    model = uncompiled(model)
-    if isinstance(x, dict):
-        return HeteroWalkModel(model, x, edge_index, rule, **kwargs)
-    return WalkModel(model, x, edge_index, rule, **kwargs)
+    return (HeteroWalkModel if isinstance(x, dict) else WalkModel)(uncompiled(model), x, edge_index, rule, **kwargs)
