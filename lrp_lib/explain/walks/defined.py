@@ -86,10 +86,8 @@ def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
             continue
         G = torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         w = torch.rand(n, generator=gen, dtype=src.dtype).to(src.device) + 0.5
-        shape = [1] * src.dim()
-        own = w if c.count is None else w[c.offset:c.offset + c.count]
-        shape[dims[i]] = own.numel()
-        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own.view(shape)]), True)
+        own = (w if c.count is None else w[c.offset:c.offset + c.count]).view(-1, *[1] * (src.dim() - 1 - dims[i]))
+        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own]), True)
         for m, gr in enumerate(both):
             if gr is None or dims[m] is None:
                 continue
