@@ -162,10 +162,8 @@ def _multi_head_attention(mode, func, args, kwargs):
         hd = embed // heads
         b = p["in_proj_bias"]
         bq, bk, bv = (None, None, None) if b is None else b.chunk(3)
-        if p["use_separate_proj_weight"]:
-            wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
-        else:
-            wq, wk, wv = p["in_proj_weight"].chunk(3)
+        wq, wk, wv = ((p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]) if p["use_separate_proj_weight"]
+                      else p["in_proj_weight"].chunk(3))
         q, k, v = (F.linear(t, w, b).reshape(t.shape[0], bsz * heads, hd).transpose(0, 1)  # (batch x heads, length, hd)
                    for t, w, b in ((query, wq, bq), (key, wk, bk), (value, wv, bv)))
         mask = _float_mask(attn_mask, q.dtype)
