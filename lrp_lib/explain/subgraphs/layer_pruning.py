@@ -80,11 +80,8 @@ def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
         return False
     values = [kwargs.get(a[:-2]) for a in module.inspector.get_param_names("message") if a.endswith(("_i", "_j"))]
     tensors = [t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)) if t is not None]
-
-    def fits(t) -> bool:  # a tensor with n entries along the layer's node_dim
-        return isinstance(t, Tensor) and -t.dim() <= module.node_dim < t.dim() and t.shape[module.node_dim] == n
-
-    return bool(tensors) and all(map(fits, tensors))
+    return bool(tensors) and all(isinstance(t, Tensor) and -t.dim() <= module.node_dim < t.dim()
+                                 and t.shape[module.node_dim] == n for t in tensors)  # n along the node_dim
 
 
 def _prune_hook(module, inputs):
