@@ -74,9 +74,7 @@ def _check_args(model, mode, target, batch_size, rule, backend) -> str | None:
 
 def _distributed() -> tuple[int, int]:
     import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
 def _default_device() -> torch.device:
