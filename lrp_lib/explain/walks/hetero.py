@@ -176,9 +176,7 @@ class HeteroWalkModel(WalkModel):
         """Typed walks (a list of sequences of (node type, row)) as global ids (W, L+1); a tensor as is."""
         if isinstance(walks, (list, tuple)) and walks and isinstance(walks[0], (list, tuple)) and walks[0] \
                 and isinstance(walks[0][0], (list, tuple)):
-            out = []
             for w, walk in enumerate(walks):
-                ids = []
                 for t, step in enumerate(walk):
                     if not isinstance(step, (list, tuple)) or len(step) != 2 or step[0] not in self.count:
                         raise ValueError(f"walks[{w}][{t}] must be (node type, row) with a node type of x "
@@ -186,11 +184,9 @@ class HeteroWalkModel(WalkModel):
                     ty, j = step
                     if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < self.count[ty]:
                         raise ValueError(f"walks[{w}][{t}] = {step!r}: row must be in 0..{self.count[ty] - 1}")
-                    ids.append(self.offset[ty] + j)
-                out.append(ids)
-            if len({len(i) for i in out}) > 1:
+            if len({len(walk) for walk in walks}) > 1:
                 raise ValueError("walks must all have the same length (L+1 typed nodes)")
-            return torch.tensor(out, dtype=torch.long, device=self.x.device)
+            return torch.tensor([[self.offset[ty] + j for ty, j in walk] for walk in walks], device=self.x.device)
         return walks
 
     def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[dict, dict]:
