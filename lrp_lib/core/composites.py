@@ -113,12 +113,10 @@ class Composite:
     def rule_for(self, name: str, module: nn.Module, layer: tuple[int, int] | None = None) -> Rule:
         """The rule of the weights owned by ``module`` (qualified name ``name``); ``layer``: ``(i, n)``
         when the module belongs to the ``i``-th of the model's ``n`` message-passing layers."""
-        for key, rule in self.rules:
-            if isinstance(key, str) and fnmatch.fnmatchcase(name, key):
-                return rule
-        for key, rule in self.rules:
-            if isinstance(key, type) and isinstance(module, key):
-                return rule
+        found = [r for k, r in self.rules if isinstance(k, str) and fnmatch.fnmatchcase(name, k)] + \
+            [r for k, r in self.rules if isinstance(k, type) and isinstance(module, k)]  # names before types
+        if found:
+            return found[0]
         if layer is not None and self.layers is not None:
             i, n = layer
             if callable(self.layers):
