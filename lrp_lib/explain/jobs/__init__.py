@@ -78,9 +78,8 @@ def _distributed() -> tuple[int, int]:
 
 
 def _default_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-    return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()) \
+        if torch.cuda.is_available() else torch.device("cpu")
 
 
 def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batch_size: int | None = None,
