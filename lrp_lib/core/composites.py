@@ -171,13 +171,9 @@ def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int
     module, and ``(i, n)`` if it is in the ``i``-th of the model's ``n`` outermost message-passing modules
     (:func:`message_passing_layers`)."""
     layers = message_passing_layers(model)
-    owners = []
-    for name, module in model.named_modules():
-        if not any(p is not None for p in module._parameters.values()):
-            continue
-        depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")), None)
-        owners.append((name, module, None if depth is None else (depth, len(layers))))
-    return owners
+    return [(name, module, next(((i, len(layers)) for i, o in enumerate(layers)
+                                 if name == o or not o or name.startswith(o + ".")), None))
+            for name, module in model.named_modules() if any(p is not None for p in module._parameters.values())]
 
 
 def get_composite(composite: Composite | Rule | str, default: Rule | str = "epsilon") -> Composite:
