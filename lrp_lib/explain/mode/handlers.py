@@ -206,8 +206,7 @@ def _cat(mode, func, args, kwargs):
     marked = tuple(mode.is_marked(t) for t in tensors)
     if func.__name__ == "stack":  # (as torch stacks: each tensor unsqueezed at dim, then joined)
         tensors = [t.unsqueeze(dim) for t in tensors]
-    joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
-    return mode.join(dim, marked, joined)
+    return mode.join(dim, marked, [t if m else t.detach() for t, m in zip(tensors, marked)])
 
 
 def _softmax(mode, func, args, kwargs):

@@ -182,8 +182,7 @@ def _multi_head_attention(mode, func, args, kwargs):
             if bool(blocked.any()):
                 scores = scores.masked_fill(blocked, float("-inf"))
         attn = torch.softmax(scores, dim=-1)
-        out = torch.bmm(attn, v)
-        out = out.transpose(0, 1).reshape(tgt * bsz, embed)
+        out = torch.bmm(attn, v).transpose(0, 1).reshape(tgt * bsz, embed)
         out = F.linear(out, p["out_proj_weight"], p["out_proj_bias"]).view(tgt, bsz, -1)
         weights = None
         if p["need_weights"]:
