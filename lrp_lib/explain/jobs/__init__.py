@@ -109,8 +109,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
 
     pq = pyarrow_modules().parquet  # (fails early without pyarrow)
     dataset, loader_batch = _dataset_of(dataset_or_loader)
-    if batch_size is None:
-        batch_size = loader_batch or 64
+    batch_size = (loader_batch or 64) if batch_size is None else batch_size
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
     if not isinstance(progress, bool):
