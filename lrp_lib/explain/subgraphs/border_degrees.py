@@ -60,9 +60,7 @@ class CountedBorder:
             return None
         weight = self.weights(module, x.dtype)
         self.weighed += 1
-        if len(args) > 2:
-            return args[:2] + (weight,) + args[3:], kwargs
-        return args, {**kwargs, "edge_weight": weight}
+        return (args[:2] + (weight,) + args[3:], kwargs) if len(args) > 2 else (args, {**kwargs, "edge_weight": weight})
 
 
 def _weigh_hook(module, args, kwargs):
