@@ -63,15 +63,13 @@ class HeteroLayout:
         """(time, node type, offset, count) of a tensor with rows (along ``dim``) of one node type: the type it
         depends on, or of those the one with as many nodes as it has rows."""
         found = self.locate(t)
-        types = sorted({ty for _, ty in found}, key=str)
-        rows = t.shape[dim] if t.dim() else None
-        if len(types) > 1:
-            types = [ty for ty in types if self.count[ty] == rows]
+        every, rows = sorted({ty for _, ty in found}, key=str), t.shape[dim] if t.dim() else None
+        types = [ty for ty in every if self.count[ty] == rows] if len(every) > 1 else every
         if len(types) != 1:
             raise UnsupportedModelError(
                 f"walks on a heterogeneous graph: {name} reads a tensor of {rows} rows that depends on the node "
-                f"types {sorted({ty for _, ty in found}, key=str)} (a tensor that concatenates node types, as "
-                f"HGTConv's single graph over all types); each propagate must read one node type per side")
+                f"types {every} (a tensor that concatenates node types, as HGTConv's single graph over all types); "
+                f"each propagate must read one node type per side")
         return (max(u for u, _ in found), types[0], *self.rows(types[0]))
 
     def place_call(self, module, names: dict, edge_index, marked: list) -> dict:
