@@ -44,8 +44,7 @@ class LayerPlan:
         """The inputs of the next ``propagate`` call with the edges it needs only, or None (all)."""
         step, self.calls = self.calls, self.calls + 1
         limit = self.hops - 1 - step
-        if limit < 0:
-            self.exact = False  # more message-passing steps than hops: the schedule does not hold
+        self.exact = self.exact and limit >= 0  # more message-passing steps than hops: the schedule does not hold
         plain = type(edge_index) is Tensor and edge_index.layout == torch.strided and edge_index.dim() == 2 \
             and edge_index.shape[0] == 2 and not edge_index.is_floating_point()
         if not (plain and _on_nodes(module, kwargs, size, self.depth.numel())):
