@@ -51,8 +51,7 @@ class HeteroLayout:
             if fn is None or id(fn) in seen:
                 continue
             seen.add(id(fn))
-            var = getattr(fn, "variable", None)
-            if var is not None:
+            if (var := getattr(fn, "variable", None)) is not None:
                 if id(var) in self.where:
                     found.add(self.where[id(var)])
                 continue
