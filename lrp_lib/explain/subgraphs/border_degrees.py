@@ -43,9 +43,7 @@ class CountedBorder:
     def weights(self, module: GCNConv, dtype: torch.dtype) -> Tensor:
         """``module``'s ``edge_weight``: the multiplicities, 1 on self-loops where the layer adds self-loops."""
         w = self.multiplicity.to(dtype)
-        if module.add_self_loops:
-            w = w.masked_fill(self.edge_index[0] == self.edge_index[1], 1.0)
-        return w
+        return w.masked_fill(self.edge_index[0] == self.edge_index[1], 1.0) if module.add_self_loops else w
 
     def weigh(self, module: GCNConv, args: tuple, kwargs: dict):
         """The hook's work: ``(args, kwargs)`` with the weights, or None (the call left as it is)."""
