@@ -169,8 +169,7 @@ def _multi_head_attention(mode, func, args, kwargs):
         mask = _float_mask(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 2:
             mask = mask.unsqueeze(0)
-        kpm = _float_mask(kpm, q.dtype)
-        if kpm is not None:
+        if (kpm := _float_mask(kpm, q.dtype)) is not None:
             kpm = kpm.view(bsz, 1, 1, src).expand(-1, heads, -1, -1).reshape(bsz * heads, 1, src)
             mask = kpm if mask is None else mask + kpm
         scores = torch.bmm(q * (1.0 / hd) ** 0.5, k.transpose(-2, -1))
