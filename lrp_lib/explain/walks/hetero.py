@@ -165,8 +165,7 @@ class HeteroWalkModel(WalkModel):
 
     def _run(self, masks, batch: int, capture: int | None = None):
         rels, captured = self.graph.backward(self.start, masks, batch, capture)
-        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels]
-        return torch.cat(parts, 1).unsqueeze(-1), captured
+        return torch.cat([r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels], 1).unsqueeze(-1), captured
 
     # ---- typed walks
     def global_walks(self, walks) -> Tensor:
