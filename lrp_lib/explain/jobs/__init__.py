@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from lrp_lib.core.rules import get_rule
 from lrp_lib.core.validation import check_model
 from lrp_lib.explain.jobs.batches import backend_of, batch_explainer
 from lrp_lib.explain.jobs.store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
@@ -66,10 +67,7 @@ def _check_args(model, mode, target, batch_size, rule, backend) -> str | None:
     if backend == "graph" and rule is not None:
         raise ValueError("rule: an lrp_lib.teach.graph model carries its rules in its layers; pass rule=None "
                          f"(got {rule!r})")
-    if backend == "graph":
-        return None
-    from lrp_lib.core.rules import get_rule
-    return repr(get_rule("epsilon" if rule is None else rule))
+    return None if backend == "graph" else repr(get_rule("epsilon" if rule is None else rule))
 
 
 def _distributed() -> tuple[int, int]:
