@@ -107,8 +107,7 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
     keys, depth, edge_b, edge_e = union.keys, union.depth, union.edge_graph, union.edge_id
     m = keys.numel()
-    senders = torch.searchsorted(keys, edge_b * n + src[edge_e])
-    receivers = union.edge_receiver
+    senders, receivers = torch.searchsorted(keys, edge_b * n + src[edge_e]), union.edge_receiver
     stand_ins, multiplicity = 0, None
     if border == "all":
         border_e, border_r = union.border_id, union.border_receiver
