@@ -66,7 +66,7 @@ class LayerPlan:
         edge_args = {a for a in names if not a.endswith(("_i", "_j"))}
         kwargs = {k: v.index_select(0, keep) if k in edge_args and isinstance(v, Tensor) and v.dim() >= 1
                   and v.shape[0] == edge_index.shape[1] else v for k, v in kwargs.items()}
-        if (recorder := current_recorder()) is not None:  # the edge relevance of the kept edges: their input edges
+        if (recorder := current_recorder()) is not None:  # the kept edges' relevance goes to their input edges
             recorder.narrow(module, edge_index, pruned, keep)
         return pruned, size, kwargs
 

@@ -117,7 +117,7 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
     allowed[colour[receivers], senders] = True
     own = (colour if c.count is None else colour[c.offset:c.offset + c.count]).view(-1, *[1] * (src.dim() - 1 - dim))
-    pick = (own == torch.arange(classes, device=src.device).view(-1, *[1] * src.dim())).to(src.dtype)  # (classes, ..)
+    pick = (own == torch.arange(classes, device=src.device).view(-1, *[1] * src.dim())).to(src.dtype)  # per class
     G = (torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5).unsqueeze(0) * pick
     got = graph.grad(src, [cuts[m].leaf for m in range(i)], G, True)
     for m, gr in enumerate(got):
