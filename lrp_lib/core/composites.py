@@ -113,12 +113,10 @@ class Composite:
     def rule_for(self, name: str, module: nn.Module, layer: tuple[int, int] | None = None) -> Rule:
         """The rule of the weights owned by ``module`` (qualified name ``name``); ``layer``: ``(i, n)``
         when the module belongs to the ``i``-th of the model's ``n`` message-passing layers."""
-        for key, rule in self.rules:
-            if isinstance(key, str) and fnmatch.fnmatchcase(name, key):
-                return rule
-        for key, rule in self.rules:
-            if isinstance(key, type) and isinstance(module, key):
-                return rule
+        found = [r for k, r in self.rules if isinstance(k, str) and fnmatch.fnmatchcase(name, k)] + \
+            [r for k, r in self.rules if isinstance(k, type) and isinstance(module, k)]  # names before types
+        if found:
+            return found[0]
         if layer is not None and self.layers is not None:
             i, n = layer
             if callable(self.layers):
@@ -173,13 +171,9 @@ def weight_owners(model: nn.Module) -> list[tuple[str, nn.Module, tuple[int, int
     module, and ``(i, n)`` if it is in the ``i``-th of the model's ``n`` outermost message-passing modules
     (:func:`message_passing_layers`)."""
     layers = message_passing_layers(model)
-    owners = []
-    for name, module in model.named_modules():
-        if not any(p is not None for p in module._parameters.values()):
-            continue
-        depth = next((i for i, o in enumerate(layers) if name == o or not o or name.startswith(o + ".")), None)
-        owners.append((name, module, None if depth is None else (depth, len(layers))))
-    return owners
+    return [(name, module, next(((i, len(layers)) for i, o in enumerate(layers)
+                                 if name == o or not o or name.startswith(o + ".")), None))
+            for name, module in model.named_modules() if any(p is not None for p in module._parameters.values())]
 
 
 def get_composite(composite: Composite | Rule | str, default: Rule | str = "epsilon") -> Composite:

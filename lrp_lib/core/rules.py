@@ -250,8 +250,7 @@ def get_rule(rule: Rule | str) -> Rule:
         name = rule.lower().replace("_", "").replace("-", "").replace("+", "plus")
         if name in _NAMED:
             return _NAMED[name]()
-        m = _ALPHA_BETA.match(name)
-        if m:
+        if m := _ALPHA_BETA.match(name):
             return AlphaBeta(float(m.group(1)), float(m.group(2)))
         raise ValueError(f"rule {rule!r} is not known; use a Rule object or one of 'epsilon', 'z', 'gamma', "
                          f"'zplus', 'zbox', 'alpha_beta', 'alpha<a>beta<b>' (e.g. 'alpha2beta1')")

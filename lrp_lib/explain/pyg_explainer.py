@@ -59,10 +59,8 @@ class Explainer(PyGExplainer):
         try:
             # the inputs checked once; the prediction pass kept (per_index=True compares with it)
             with inputs_checked(x if checked else None, edge_index), predicted():
-                if not once:
-                    explanation = super().__call__(x, edge_index, target=target, index=index, **kwargs)
-                else:
-                    explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs)
+                explanation = explain_in_one_pass(self, x, edge_index, target, index, **kwargs) if once else \
+                    super().__call__(x, edge_index, target=target, index=index, **kwargs)
         finally:  # (PyG's call restores the training flag only where it succeeds; one_pass leaves eval mode)
             if self.model.training != training:  # (train() visits every submodule: only where needed)
                 self.model.train(training)

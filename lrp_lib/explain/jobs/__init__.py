@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from lrp_lib.core.rules import get_rule
 from lrp_lib.core.validation import check_model
 from lrp_lib.explain.jobs.batches import backend_of, batch_explainer
 from lrp_lib.explain.jobs.store import (COLUMNS, FORMAT, batch_table, check_settings, manifest_path,
@@ -66,23 +67,17 @@ def _check_args(model, mode, target, batch_size, rule, backend) -> str | None:
     if backend == "graph" and rule is not None:
         raise ValueError("rule: an lrp_lib.teach.graph model carries its rules in its layers; pass rule=None "
                          f"(got {rule!r})")
-    if backend == "graph":
-        return None
-    from lrp_lib.core.rules import get_rule
-    return repr(get_rule("epsilon" if rule is None else rule))
+    return None if backend == "graph" else repr(get_rule("epsilon" if rule is None else rule))
 
 
 def _distributed() -> tuple[int, int]:
     import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
 
 
 def _default_device() -> torch.device:
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
-    return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count()) \
+        if torch.cuda.is_available() else torch.device("cpu")
 
 
 def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batch_size: int | None = None,
@@ -112,8 +107,7 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
 
     pq = pyarrow_modules().parquet  # (fails early without pyarrow)
     dataset, loader_batch = _dataset_of(dataset_or_loader)
-    if batch_size is None:
-        batch_size = loader_batch or 64
+    batch_size = (loader_batch or 64) if batch_size is None else batch_size
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
     if not isinstance(progress, bool):

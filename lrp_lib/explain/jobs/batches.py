@@ -18,11 +18,8 @@ __all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target
 def relevance_pass_of(model: nn.Module):
     """The ``lrp_relevance_pass(model, batch)`` of the model or one of its modules (None: none): it returns the
     output and a function that, after the backward, reads the relevance (``node``, ``edge``, ``per_graph()``)."""
-    for module in model.modules():
-        entry = getattr(type(module), "lrp_relevance_pass", None)
-        if callable(entry):
-            return entry
-    return None
+    entries = (getattr(type(module), "lrp_relevance_pass", None) for module in model.modules())
+    return next((entry for entry in entries if callable(entry)), None)
 
 
 def backend_of(model: nn.Module) -> str:

@@ -56,11 +56,10 @@ def read_manifests(out: Path) -> list[tuple[Path, dict]]:
     found = []
     for path in sorted(out.glob("manifest-rank*.json")):
         try:
-            data = json.loads(path.read_text())
+            found.append((path, json.loads(path.read_text())))
         except json.JSONDecodeError as err:  # cannot happen with atomic writes; say so if it does
             raise ValueError(f"{path}: not valid JSON ({err}); the job's manifests are written atomically, "
                              "so the file was changed by something else") from None
-        found.append((path, data))
     return found
 
 

@@ -60,9 +60,8 @@ def classify(func) -> Route:
     handler = None if inplace else HANDLERS.get(name)
     kind = (INPLACE_ROUTE if inplace else HANDLER_ROUTE if handler is not None else
             IDENTITY_ROUTE if name in IDENTITY else BLOCKED_ROUTE)
-    if name in COPY_INPLACE:
-        return Route(COPY_ROUTE, name, handler, kind, **flags)
-    return Route(kind, name, handler, **flags)
+    return (Route(COPY_ROUTE, name, handler, kind, **flags) if name in COPY_INPLACE
+            else Route(kind, name, handler, **flags))
 
 
 _classified = functools.cache(classify)

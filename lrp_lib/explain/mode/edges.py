@@ -212,8 +212,7 @@ class EdgeRecorder:
 
     def messages(self, module, out):
         """The message hook: a tensor hook on ``out`` that adds its relevance to :attr:`record`."""
-        found = self.locate(module, out)
-        if found is not None:
+        if (found := self.locate(module, out)) is not None:
             out.register_hook(message_hook(self.record, out, *found))
 
     def check(self) -> None:

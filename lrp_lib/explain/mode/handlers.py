@@ -17,9 +17,7 @@ __all__ = ["HANDLERS", "arg"]
 
 def arg(args, kwargs, i, name, default=None):
     """The argument ``name``, passed by keyword or at position ``i``; ``default`` where it is not passed."""
-    if name in kwargs:
-        return kwargs[name]
-    return args[i] if len(args) > i else default
+    return kwargs[name] if name in kwargs else args[i] if len(args) > i else default
 
 
 def _linear(mode, func, args, kwargs):
@@ -127,8 +125,7 @@ def _add_into(mode, func, args, kwargs):
 def _scatter_reduce(mode, func, args, kwargs):
     inp, dim, index, src = (arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "dim"),
                             arg(args, kwargs, 2, "index"), arg(args, kwargs, 3, "src"))
-    reduce = arg(args, kwargs, 4, "reduce")
-    include_self = arg(args, kwargs, 5, "include_self", True)
+    reduce, include_self = arg(args, kwargs, 4, "reduce"), arg(args, kwargs, 5, "include_self", True)
     if reduce in ("amax", "amin"):
         return func(*args, **kwargs)
     const = inp.detach()
@@ -155,9 +152,7 @@ def _add(mode, func, args, kwargs):
 
 def _mul(mode, func, args, kwargs):
     a, b = arg(args, kwargs, 0, "input"), arg(args, kwargs, 1, "other")
-    if mode.is_marked(a) and mode.is_marked(b):
-        return mode.product(a, b)
-    return mode.identity(func, args, kwargs)
+    return mode.product(a, b) if mode.is_marked(a) and mode.is_marked(b) else mode.identity(func, args, kwargs)
 
 
 def _div(mode, func, args, kwargs):
@@ -176,9 +171,7 @@ def _div(mode, func, args, kwargs):
 def _prod(mode, func, args, kwargs):
     """``torch.prod(x, dim, keepdim=False)``: the uniform rule over the factors along ``dim`` (all elements
     without ``dim``), :meth:`~lrp_lib.explain.mode.forward.ForwardMode.uniform_product`."""
-    x = args[0]
-    dim = arg(args, kwargs, 1, "dim")
-    keepdim = arg(args, kwargs, 2, "keepdim", False)
+    x, dim, keepdim = args[0], arg(args, kwargs, 1, "dim"), arg(args, kwargs, 2, "keepdim", False)
     if kwargs.get("dtype") is not None:
         return mode.blocked(func, "prod with dtype", args, kwargs)
     n = x.numel() if dim is None else x.shape[dim]  # (the same for every output)
@@ -189,9 +182,7 @@ def _prod(mode, func, args, kwargs):
 def _max_min(mode, func, args, kwargs):
     """``max``/``min``: the winner takes all; ties split evenly (as ``amax`` and PyG's max
     aggregation do), so a graph alone and in a batch get the same relevance."""
-    x = args[0]
-    dim = arg(args, kwargs, 1, "dim")
-    is_max = func.__name__ == "max"
+    x, dim, is_max = args[0], arg(args, kwargs, 1, "dim"), func.__name__ == "max"
     if dim is None or isinstance(dim, Tensor):  # a full reduction, or the elementwise max of two tensors
         if dim is None and len(args) == 1 and not kwargs:
             return (torch.amax if is_max else torch.amin)(x)
@@ -217,15 +208,13 @@ def _cat(mode, func, args, kwargs):
     marked = tuple(mode.is_marked(t) for t in tensors)
     if func.__name__ == "stack":  # (as torch stacks: each tensor unsqueezed at dim, then joined)
         tensors = [t.unsqueeze(dim) for t in tensors]
-    joined = [t if m else t.detach() for t, m in zip(tensors, marked)]
-    return mode.join(dim, marked, joined)
+    return mode.join(dim, marked, [t if m else t.detach() for t, m in zip(tensors, marked)])
 
 
 def _softmax(mode, func, args, kwargs):
     """AttnLRP's softmax rule, :math:`R_x = x \\odot (R - s \\sum R)`: input times gradient, so the softmax
     itself (it does not conserve: what it does not pass on is left to ``relevance_residual``)."""
-    x = args[0]
-    dim = arg(args, kwargs, 1, "dim")
+    x, dim = args[0], arg(args, kwargs, 1, "dim")
     if dim is None:
         return mode.blocked(func, "softmax without dim", args, kwargs)
     if kwargs.get("dtype") is not None:

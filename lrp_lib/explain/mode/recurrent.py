@@ -162,17 +162,14 @@ def _multi_head_attention(mode, func, args, kwargs):
         hd = embed // heads
         b = p["in_proj_bias"]
         bq, bk, bv = (None, None, None) if b is None else b.chunk(3)
-        if p["use_separate_proj_weight"]:
-            wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
-        else:
-            wq, wk, wv = p["in_proj_weight"].chunk(3)
+        wq, wk, wv = ((p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]) if p["use_separate_proj_weight"]
+                      else p["in_proj_weight"].chunk(3))
         q, k, v = (F.linear(t, w, b).reshape(t.shape[0], bsz * heads, hd).transpose(0, 1)  # (batch x heads, length, hd)
                    for t, w, b in ((query, wq, bq), (key, wk, bk), (value, wv, bv)))
         mask = _float_mask(attn_mask, q.dtype)
         if mask is not None and mask.dim() == 2:
             mask = mask.unsqueeze(0)
-        kpm = _float_mask(kpm, q.dtype)
-        if kpm is not None:
+        if (kpm := _float_mask(kpm, q.dtype)) is not None:
             kpm = kpm.view(bsz, 1, 1, src).expand(-1, heads, -1, -1).reshape(bsz * heads, 1, src)
             mask = kpm if mask is None else mask + kpm
         scores = torch.bmm(q * (1.0 / hd) ** 0.5, k.transpose(-2, -1))
@@ -184,8 +181,7 @@ def _multi_head_attention(mode, func, args, kwargs):
             if bool(blocked.any()):
                 scores = scores.masked_fill(blocked, float("-inf"))
         attn = torch.softmax(scores, dim=-1)
-        out = torch.bmm(attn, v)
-        out = out.transpose(0, 1).reshape(tgt * bsz, embed)
+        out = torch.bmm(attn, v).transpose(0, 1).reshape(tgt * bsz, embed)
         out = F.linear(out, p["out_proj_weight"], p["out_proj_bias"]).view(tgt, bsz, -1)
         weights = None
         if p["need_weights"]:

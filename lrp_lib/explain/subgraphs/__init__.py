@@ -41,8 +41,7 @@ def predicted():
 
 def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
     """Record ``out = model(*args, **kwargs)`` (no autograd, eval mode) inside a :func:`predicted` block."""
-    kept = _prediction.get()
-    if kept is not None:
+    if (kept := _prediction.get()) is not None:
         kept[:] = [(model, args, kwargs, out)]
 
 

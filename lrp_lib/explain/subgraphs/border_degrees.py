@@ -43,9 +43,7 @@ class CountedBorder:
     def weights(self, module: GCNConv, dtype: torch.dtype) -> Tensor:
         """``module``'s ``edge_weight``: the multiplicities, 1 on self-loops where the layer adds self-loops."""
         w = self.multiplicity.to(dtype)
-        if module.add_self_loops:
-            w = w.masked_fill(self.edge_index[0] == self.edge_index[1], 1.0)
-        return w
+        return w.masked_fill(self.edge_index[0] == self.edge_index[1], 1.0) if module.add_self_loops else w
 
     def weigh(self, module: GCNConv, args: tuple, kwargs: dict):
         """The hook's work: ``(args, kwargs)`` with the weights, or None (the call left as it is)."""
@@ -60,9 +58,7 @@ class CountedBorder:
             return None
         weight = self.weights(module, x.dtype)
         self.weighed += 1
-        if len(args) > 2:
-            return args[:2] + (weight,) + args[3:], kwargs
-        return args, {**kwargs, "edge_weight": weight}
+        return (args[:2] + (weight,) + args[3:], kwargs) if len(args) > 2 else (args, {**kwargs, "edge_weight": weight})
 
 
 def _weigh_hook(module, args, kwargs):

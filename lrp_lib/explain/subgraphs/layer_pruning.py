@@ -44,8 +44,7 @@ class LayerPlan:
         """The inputs of the next ``propagate`` call with the edges it needs only, or None (all)."""
         step, self.calls = self.calls, self.calls + 1
         limit = self.hops - 1 - step
-        if limit < 0:
-            self.exact = False  # more message-passing steps than hops: the schedule does not hold
+        self.exact = self.exact and limit >= 0  # more message-passing steps than hops: the schedule does not hold
         plain = type(edge_index) is Tensor and edge_index.layout == torch.strided and edge_index.dim() == 2 \
             and edge_index.shape[0] == 2 and not edge_index.is_floating_point()
         if not (plain and _on_nodes(module, kwargs, size, self.depth.numel())):
@@ -67,8 +66,7 @@ class LayerPlan:
         edge_args = {a for a in names if not a.endswith(("_i", "_j"))}
         kwargs = {k: v.index_select(0, keep) if k in edge_args and isinstance(v, Tensor) and v.dim() >= 1
                   and v.shape[0] == edge_index.shape[1] else v for k, v in kwargs.items()}
-        recorder = current_recorder()
-        if recorder is not None:  # the edge relevance of the kept edges goes to their input edges
+        if (recorder := current_recorder()) is not None:  # the kept edges' relevance goes to their input edges
             recorder.narrow(module, edge_index, pruned, keep)
         return pruned, size, kwargs
 
@@ -80,11 +78,8 @@ def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
         return False
     values = [kwargs.get(a[:-2]) for a in module.inspector.get_param_names("message") if a.endswith(("_i", "_j"))]
     tensors = [t for v in values for t in (v if isinstance(v, (tuple, list)) else (v,)) if t is not None]
-
-    def fits(t) -> bool:  # a tensor with n entries along the layer's node_dim
-        return isinstance(t, Tensor) and -t.dim() <= module.node_dim < t.dim() and t.shape[module.node_dim] == n
-
-    return bool(tensors) and all(map(fits, tensors))
+    return bool(tensors) and all(isinstance(t, Tensor) and -t.dim() <= module.node_dim < t.dim()
+                                 and t.shape[module.node_dim] == n for t in tensors)  # n along the node_dim
 
 
 def _prune_hook(module, inputs):

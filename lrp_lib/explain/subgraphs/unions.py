@@ -107,8 +107,7 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
         raise ValueError(f"border must be one of {BORDERS}, got {border!r}")
     keys, depth, edge_b, edge_e = union.keys, union.depth, union.edge_graph, union.edge_id
     m = keys.numel()
-    senders = torch.searchsorted(keys, edge_b * n + src[edge_e])
-    receivers = union.edge_receiver
+    senders, receivers = torch.searchsorted(keys, edge_b * n + src[edge_e]), union.edge_receiver
     stand_ins, multiplicity = 0, None
     if border == "all":
         border_e, border_r = union.border_id, union.border_receiver
@@ -128,8 +127,7 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
                 torch.cat([graph[sent], graph[looped]]), edge_e.new_zeros(int(sent.sum()) + int(looped.sum())))
         multiplicity = torch.cat([torch.ones_like(edge_e), plain[sent], own[looped]])
     if border != "none":
-        old = (senders, receivers, edge_b, edge_e)
-        senders, receivers, edge_b, edge_e = (torch.cat([a, b]) for a, b in zip(old, more))
+        senders, receivers, edge_b, edge_e = (torch.cat(ab) for ab in zip((senders, receivers, edge_b, edge_e), more))
         stand_ins = chunk.numel()
     real = torch.arange(edge_e.numel(), device=x.device) < union.edge_id.numel()
     rows = torch.searchsorted(keys, torch.arange(chunk.numel(), device=x.device) * n + chunk)

@@ -261,10 +261,9 @@ class WalkAlgebra:
             lo, hi = out[-1]
             src, dst, _, _ = self.pairs[t]
             E = self.E[t]
-            d = E.shape[2]
-            y_lo = y_hi = lo.new_zeros(src.numel(), d)
+            y_lo = y_hi = lo.new_zeros(src.numel(), E.shape[2])
             for o, G in self.G[t]:
-                a, b = lo[src, o:o + d] * G, hi[src, o:o + d] * G
+                a, b = lo[src, o:o + G.shape[1]] * G, hi[src, o:o + G.shape[1]] * G
                 y_lo, y_hi = y_lo + torch.minimum(a, b), y_hi + torch.maximum(a, b)
             k_lo, k_hi = scatter(y_lo, dst, 0, self.n, "min"), scatter(y_hi, dst, 0, self.n, "max")
             n_lo, n_hi = _interval(k_lo, k_hi, E.transpose(1, 2))

@@ -86,10 +86,8 @@ def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
             continue
         G = torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         w = torch.rand(n, generator=gen, dtype=src.dtype).to(src.device) + 0.5
-        shape = [1] * src.dim()
-        own = w if c.count is None else w[c.offset:c.offset + c.count]
-        shape[dims[i]] = own.numel()
-        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own.view(shape)]), True)
+        own = (w if c.count is None else w[c.offset:c.offset + c.count]).view(-1, *[1] * (src.dim() - 1 - dims[i]))
+        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own]), True)
         for m, gr in enumerate(both):
             if gr is None or dims[m] is None:
                 continue
@@ -118,11 +116,9 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     senders, receivers = add_self_loops(edges, num_nodes=n)[0]
     allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
     allowed[colour[receivers], senders] = True
-    shape = [1] * (src.dim() + 1)
-    own = colour if c.count is None else colour[c.offset:c.offset + c.count]
-    shape[0], shape[1 + dim] = classes, own.numel()
-    pick = (own.unsqueeze(0) == torch.arange(classes, device=src.device).unsqueeze(1)).to(src.dtype)
-    G = (torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5).unsqueeze(0) * pick.view(shape)
+    own = (colour if c.count is None else colour[c.offset:c.offset + c.count]).view(-1, *[1] * (src.dim() - 1 - dim))
+    pick = (own == torch.arange(classes, device=src.device).view(-1, *[1] * src.dim())).to(src.dtype)  # per class
+    G = (torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5).unsqueeze(0) * pick
     got = graph.grad(src, [cuts[m].leaf for m in range(i)], G, True)
     for m, gr in enumerate(got):
         if gr is None or dims[m] is None:

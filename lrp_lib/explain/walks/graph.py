@@ -206,12 +206,10 @@ class WalkGraph:
                 index = msg.cuts.get((name[:-2], None), msg.cuts.get((name[:-2], side)))
                 if isinstance(index, int):
                     msg.args[name] = (value, index, side)
-            return None
 
         def message_post(module, args, out):
             if active and active[-1] is module:
                 graph.messages[-1].out = out
-            return None
 
         outer = []  # the message-passing module being called (its own input cut: roots skip one step)
 
@@ -237,7 +235,6 @@ class WalkGraph:
 
         def module_post(module, args, out):
             outer.pop()
-            return None
 
         for m in model.modules():
             if isinstance(m, MessagePassing):

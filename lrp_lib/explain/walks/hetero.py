@@ -51,8 +51,7 @@ class HeteroLayout:
             if fn is None or id(fn) in seen:
                 continue
             seen.add(id(fn))
-            var = getattr(fn, "variable", None)
-            if var is not None:
+            if (var := getattr(fn, "variable", None)) is not None:
                 if id(var) in self.where:
                     found.add(self.where[id(var)])
                 continue
@@ -63,15 +62,13 @@ class HeteroLayout:
         """(time, node type, offset, count) of a tensor with rows (along ``dim``) of one node type: the type it
         depends on, or of those the one with as many nodes as it has rows."""
         found = self.locate(t)
-        types = sorted({ty for _, ty in found}, key=str)
-        rows = t.shape[dim] if t.dim() else None
-        if len(types) > 1:
-            types = [ty for ty in types if self.count[ty] == rows]
+        every, rows = sorted({ty for _, ty in found}, key=str), t.shape[dim] if t.dim() else None
+        types = [ty for ty in every if self.count[ty] == rows] if len(every) > 1 else every
         if len(types) != 1:
             raise UnsupportedModelError(
                 f"walks on a heterogeneous graph: {name} reads a tensor of {rows} rows that depends on the node "
-                f"types {sorted({ty for _, ty in found}, key=str)} (a tensor that concatenates node types, as "
-                f"HGTConv's single graph over all types); each propagate must read one node type per side")
+                f"types {every} (a tensor that concatenates node types, as HGTConv's single graph over all types); "
+                f"each propagate must read one node type per side")
         return (max(u for u, _ in found), types[0], *self.rows(types[0]))
 
     def place_call(self, module, names: dict, edge_index, marked: list) -> dict:
@@ -168,17 +165,14 @@ class HeteroWalkModel(WalkModel):
 
     def _run(self, masks, batch: int, capture: int | None = None):
         rels, captured = self.graph.backward(self.start, masks, batch, capture)
-        parts = [r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels]
-        return torch.cat(parts, 1).unsqueeze(-1), captured
+        return torch.cat([r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels], 1).unsqueeze(-1), captured
 
     # ---- typed walks
     def global_walks(self, walks) -> Tensor:
         """Typed walks (a list of sequences of (node type, row)) as global ids (W, L+1); a tensor as is."""
         if isinstance(walks, (list, tuple)) and walks and isinstance(walks[0], (list, tuple)) and walks[0] \
                 and isinstance(walks[0][0], (list, tuple)):
-            out = []
             for w, walk in enumerate(walks):
-                ids = []
                 for t, step in enumerate(walk):
                     if not isinstance(step, (list, tuple)) or len(step) != 2 or step[0] not in self.count:
                         raise ValueError(f"walks[{w}][{t}] must be (node type, row) with a node type of x "
@@ -186,11 +180,9 @@ class HeteroWalkModel(WalkModel):
                     ty, j = step
                     if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < self.count[ty]:
                         raise ValueError(f"walks[{w}][{t}] = {step!r}: row must be in 0..{self.count[ty] - 1}")
-                    ids.append(self.offset[ty] + j)
-                out.append(ids)
-            if len({len(i) for i in out}) > 1:
+            if len({len(walk) for walk in walks}) > 1:
                 raise ValueError("walks must all have the same length (L+1 typed nodes)")
-            return torch.tensor(out, dtype=torch.long, device=self.x.device)
+            return torch.tensor([[self.offset[ty] + j for ty, j in walk] for walk in walks], device=self.x.device)
         return walks
 
     def walk_scores(self, k: int, signed: bool = True, beam: int | None = None) -> tuple[dict, dict]:
@@ -249,7 +241,4 @@ class HeteroWalkModel(WalkModel):
 def walk_model(model: nn.Module, x, edge_index, rule="epsilon", **kwargs) -> WalkModel:
     """:class:`HeteroWalkModel` for dicts ``x`` and ``edge_index``, else :class:`WalkModel` (a compiled model through
     its own module, :func:`~lrp_lib.explain.inputs.uncompiled`)."""
-    model = uncompiled(model)
-    if isinstance(x, dict):
-        return HeteroWalkModel(model, x, edge_index, rule, **kwargs)
-    return WalkModel(model, x, edge_index, rule, **kwargs)
+    return (HeteroWalkModel if isinstance(x, dict) else WalkModel)(uncompiled(model), x, edge_index, rule, **kwargs)

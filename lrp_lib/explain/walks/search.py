@@ -110,9 +110,7 @@ def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
     lo, hi = bounds[t]
     lo, hi = lo[walks[:, t]], hi[walks[:, t]]
     top = torch.maximum(lo * a, hi * a).sum(-1)
-    if signed:
-        return top
-    return torch.maximum(top, -torch.minimum(lo * a, hi * a).sum(-1))
+    return top if signed else torch.maximum(top, -torch.minimum(lo * a, hi * a).sum(-1))
 
 
 def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> tuple[Tensor, Tensor]:
@@ -149,9 +147,7 @@ def top_of(wm, k: int, beam: int | None = None, signed: bool = False) -> tuple[T
                          f"search's threshold: the result is exact for every width), got {beam!r}")
     if not isinstance(signed, bool):
         raise TypeError(f"signed must be True or False, got {signed!r}")
-    if wm.algebra is not None:
-        return bounded_walks(wm, k, signed, beam)
-    return enumerated_walks(wm, k, signed)
+    return bounded_walks(wm, k, signed, beam) if wm.algebra is not None else enumerated_walks(wm, k, signed)
 
 
 def scores_of(wm, k: int, signed: bool = True, beam: int | None = None) -> tuple[Tensor, Tensor]:
@@ -188,8 +184,7 @@ def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     """:func:`~lrp_lib.explain.walks.greedy_subgraph` on a recorded model."""
     n, device = wm.num_nodes, wm.x.device
     wm.algebra  # built once here: the search makes one weighted query per step
-    if size is None:
-        size = n
+    size = n if size is None else size
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= n:
         raise ValueError(f"size must be an int in 1..{n} (how many of the graph's {n} nodes the search adds) "
                          f"or None (all), got {size!r}")
