@@ -164,7 +164,7 @@ def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphM
             if shape is not None:
                 kept = graph.graph.call_function(torch.ops.aten.expand.default, (kept, shape))
             node.replace_input_with(arg, kept)
-    graph.graph.eliminate_dead_code(lambda node: node in variable or node.op in ("placeholder", "output", "get_attr"))
+    graph.graph.eliminate_dead_code(lambda node: node in variable or node.op in ("placeholder", "output"))
     graph.recompile()
     return graph
 
@@ -173,7 +173,11 @@ def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.Graph
     """``graph`` with each ATen operation called through PyTorch's generated Python binding of the same name where
     there is one (``torch.mul`` for ``aten.mul.Tensor``, ``Tensor.add_`` for ``aten.add_.Tensor``): the same
     kernels and autograd nodes, without the ATen operator's own Python call and argument parsing, which take a third
-    of a small graph's forward.  Kept only if its outputs on ``inputs`` are those of ``graph`` to the bit."""
+    of a small graph's forward.  Kept only if its outputs on ``inputs`` are those of ``graph`` to the bit.  The
+    graph's constants become plain attributes, read without ``nn.Module.__getattr__``."""
+    for store in (graph._parameters, graph._buffers):
+        for name in list(store):
+            graph.__dict__[name] = store.pop(name)
     expected = graph(*inputs)
     changed = [(node, node.target) for node in graph.graph.nodes
                if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "aten"]
@@ -233,8 +237,7 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     fakes = [n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder"]
     shape_env = next(f.fake_mode.shape_env for f in fakes if isinstance(f, Tensor))
     code = shape_env.produce_guards_expression(fakes, ignore_static=False)
-    graph.graph.eliminate_dead_code()
-    graph.recompile()
+    graph = fold_constants(graph, args)  # (what the parameters alone give: the weights' clamps)
     # ShapeEnv.evaluate_guards_expression, with the expression parsed once (None: no guards, every size fits)
     guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code or "True", "<guards>", "eval")
     return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))})

@@ -50,7 +50,7 @@ class CaptureCache:
             return None, "edge_attr's relevance: not captured"
         if is_adjacency(edge_index):  # (make_fx traces no sparse constant)
             return None, "a sparse adjacency: not captured"
-        state, flags, hooks = model_state(model)
+        state, flags, hooks, held = model_state(model)
         if hooks:
             return None, f"not captured: {hooks} (a captured graph would not run them)"
         tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
@@ -59,7 +59,7 @@ class CaptureCache:
         fresh = key not in self.captured and key not in self.seen  # (a graph not explained before)
 
         def seen():  # the first call on this graph: captured per graph from the second (the graph part folded)
-            self.seen[key] = (edge_index, kwargs, list(model.parameters()), list(model.buffers()))
+            self.seen[key] = (edge_index, kwargs, held)
             _trim(self.seen, self.size)
         not_any = None  # why the explanation for any graph does not apply
         if (compile and not edges) or (fresh and not compile):
@@ -127,17 +127,18 @@ _HOOK_DICTS: dict = {}  # a MessagePassing class -> the names of its hook dictio
 
 def model_state(model: nn.Module) -> tuple:
     """What a captured explanation depends on in the model: its parameters and buffers (which tensors, at which
-    version), every module's training flag, and which hooks would run Python in its forward, named, or None (global
-    module hooks, or the first module with :func:`hooks_of`), all from one walk over its modules."""
-    flags, tensors, hooks = [], [], None
+    version), every module's training flag, which hooks would run Python in its forward, named, or None (global
+    module hooks, or the first module with :func:`hooks_of`), and the parameters and buffers themselves (held by
+    a cache that keys by their ids), all from one walk over its modules."""
+    flags, held, hooks = [], [], None
     if any(getattr(torch.nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
         hooks = "global module hooks are registered"
     for name, m in model.named_modules():
         flags.append(m.training)
-        tensors += [(id(t), t._version) for t in (*m._parameters.values(), *m._buffers.values()) if t is not None]
+        held += [t for t in (*m._parameters.values(), *m._buffers.values()) if t is not None]
         if hooks is None and (found := hooks_of(m)) is not None:
             hooks = f"module '{name or type(m).__name__}' has {found}"
-    return tuple(tensors), tuple(flags), hooks
+    return tuple((id(t), t._version) for t in held), tuple(flags), hooks, held
 
 
 def hooks_of(m: nn.Module) -> str | None:
