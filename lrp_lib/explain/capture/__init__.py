@@ -183,7 +183,10 @@ def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.Graph
                if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "aten"]
     for node, op in changed:
         name = op.__name__.split(".")[0]
-        node.target = getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C.TensorBase, name, op)
+        function = getattr(torch._C._VariableFunctions, name, None)
+        # (the generated code calls torch.<name>, which a library may have wrapped: PyG's select, index_select)
+        usable = function is not None and getattr(torch, name, None) is function
+        node.target = function if usable else getattr(torch._C.TensorBase, name, function or op)
     graph.recompile()
     try:
         same = all(torch.equal(a, b) for a, b in zip(graph(*inputs), expected))
