@@ -106,7 +106,8 @@ def usual_layout(ref: Tensor, edges: Tensor) -> tuple[Tensor, Tensor]:
     """The input edge of each edge of ``edges`` (a layer's, int64) where they are laid out as PyG's
     ``add_self_loops`` and ``add_remaining_self_loops`` lay them out: the edges of ``ref`` (the input's) that are
     not loops, in order, then a loop at each node ``j = 0 .. k-1`` (the id of the input's loop at ``j``, the last
-    of several; else -1); and whether they are so laid out (a boolean tensor).  Tensor operations only, reading no
+    of several; else -1); and whether they are so laid out (a boolean tensor; without input edges, true: no edge
+    is one).  Tensor operations only, reading no
     value into Python: the same in a graph captured for any graph."""
     n, m = ref.shape[1], edges.shape[1]
     if not n:
