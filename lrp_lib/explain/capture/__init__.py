@@ -77,6 +77,7 @@ class _AnyGraphRecorder(_ListRecorder):
         if found is not None:
             self.found.append((out, *found))
 
+
 class _ProductRecorder(EdgeRecorder):
     """Edge relevance by a multiplicative probe (an input of ones, one per input edge) on every layer's
     messages, whose gradient is each edge's relevance; the input edge of each message comes from ``order``
@@ -332,14 +333,12 @@ class AnyGraphExplanation(CompiledExplanation):
     """An explanation captured once for any graph (:func:`capture_any_graph`) and compiled by
     ``torch.compile(fullgraph=True, dynamic=True)`` (``compile=False``: run as it is, through PyTorch's Python
     bindings): one capture serves graphs of every size that meet the conditions the model's Python placed on them
-    (:meth:`fits`).  ``edges=True`` (not compiled): edge relevance too, from hooks on each layer's messages;
+    (:meth:`fits`).  ``edges=True`` (``compile=False`` only: torch.compile would not run the hooks): edge relevance
+    too, from hooks on each layer's messages;
     :meth:`forward` gives None for a graph whose layers lay out their edges otherwise than when captured."""
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", compile: bool = True,
                  edges: bool = False, **kwargs):
-        if edges and compile:
-            raise ValueError("edges=True: a graph captured for any graph reads its edges' relevance by hooks on "
-                             "the messages, which a compiled graph does not run; use compile=False")
         graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, edges, **kwargs)
         self.dims = seen.get("dims")
         self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
