@@ -422,26 +422,33 @@ def test_zoo_second_explanation_captured_equals_eager(spec, level, ea):
     assert reason is None or reason == "captured" or not reason.startswith("first call"), reason
 
 
-@pytest.mark.parametrize("spec,level", ANY_GRAPH, ids=[f"{s.name}|{lv}" for s, lv in ANY_GRAPH])
-def test_zoo_captured_for_any_graph_equals_eager(spec, level, monkeypatch):
-    """Every node-level case of the coverage zoo, explained with compile=True (the captured graph run as it is:
-    torch.compile is replaced by the identity here, so that what is tested is the capture with symbolic sizes): on
-    the zoo's graph and on a smaller one (its first nodes), node relevance and accounts equal the eager explanation
-    to 1e-9, or the case is not captured and says why."""
+def _zoo_graphs(spec, level):
+    """A homogeneous zoo case's model, its graph and (where the model takes no other graph input) a smaller one,
+    its first nodes, as ``(x, edge_index)`` pairs, and its other inputs; skipped where the case does not run."""
+    from torch_geometric.utils import subgraph
     case = zoo.built(spec, level, False)
     if case is None:
         pytest.skip("the unmodified model does not run on the zoo's inputs")
     model, inputs = case
     if isinstance(inputs["x"], dict):
         pytest.skip("heterogeneous graphs are not captured")
-    from torch_geometric.utils import subgraph
-    monkeypatch.setattr(torch, "compile", lambda graph, **options: graph)
     kwargs = bc._kwargs(inputs)
     x, edge_index = inputs["x"], inputs["edge_index"]
     keep = max(bc.NODE + 2, x.shape[0] - 3)
     graphs = [(x, edge_index)]
     if not kwargs:
         graphs.append((x[:keep], subgraph(torch.arange(keep), edge_index, num_nodes=x.shape[0])[0]))
+    return model, graphs, kwargs
+
+
+@pytest.mark.parametrize("spec,level", ANY_GRAPH, ids=[f"{s.name}|{lv}" for s, lv in ANY_GRAPH])
+def test_zoo_captured_for_any_graph_equals_eager(spec, level, monkeypatch):
+    """Every node-level case of the coverage zoo, explained with compile=True (the captured graph run as it is:
+    torch.compile is replaced by the identity here, so that what is tested is the capture with symbolic sizes): on
+    the zoo's graph and on a smaller one (its first nodes), node relevance and accounts equal the eager explanation
+    to 1e-9, or the case is not captured and says why."""
+    model, graphs, kwargs = _zoo_graphs(spec, level)
+    monkeypatch.setattr(torch, "compile", lambda graph, **options: graph)
 
     def make(**options):
         return Explainer(model, algorithm=LRPExplainer(mask="relevance", **options),
@@ -476,20 +483,8 @@ def test_zoo_edges_captured_for_any_graph_equal_eager(spec, level, monkeypatch):
     captured so.  Edge relevance is read by hooks on each layer's messages, their input edges computed in the
     captured graph."""
     from lrp_lib.explain.capture import cache
-    case = zoo.built(spec, level, False)
-    if case is None:
-        pytest.skip("the unmodified model does not run on the zoo's inputs")
-    model, inputs = case
-    if isinstance(inputs["x"], dict):
-        pytest.skip("heterogeneous graphs are not captured")
-    from torch_geometric.utils import subgraph
+    model, graphs, kwargs = _zoo_graphs(spec, level)
     monkeypatch.setattr(cache, "ANY_GRAPH_AFTER", 1)
-    kwargs = bc._kwargs(inputs)
-    x, edge_index = inputs["x"], inputs["edge_index"]
-    keep = max(bc.NODE + 2, x.shape[0] - 3)
-    graphs = [(x, edge_index)]
-    if not kwargs:
-        graphs.append((x[:keep], subgraph(torch.arange(keep), edge_index, num_nodes=x.shape[0])[0]))
 
     def make(**options):
         return Explainer(model, algorithm=LRPExplainer(mask="relevance", **options), explanation_type="model",
