@@ -270,8 +270,6 @@ class LRPExplainer(ExplainerAlgorithm):
     def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
         """node_relevance / edge_relevance (signed) and the node / edge masks that ``mask`` makes of them."""
         node_mask = None if self.explainer_config.node_mask_type is None else relevance_mask(node_rel, self.mask)
-        if self.explainer_config.edge_mask_type is None:
-            edge_rel = None
         extra = {"node_relevance": node_rel.detach(), **extra}
         if edge_rel is not None:
             extra["edge_relevance"] = edge_rel.detach()
