@@ -235,8 +235,7 @@ class LRPExplainer(ExplainerAlgorithm):
                     node_group = groups
                     row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
                     row_group[rows] = torch.arange(rows.numel(), device=rows.device)
-                    plan = current_plan()  # the group of each row of each tensor: the accounts in this pass
-                    row_groups = plan.row_groups if plan is not None else None
+                    row_groups = getattr(current_plan(), "row_groups", None)  # each row's group in this pass
                 return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, node_group=node_group,
                                  row_group=row_group, row_groups=row_groups, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
