@@ -218,8 +218,7 @@ class LRPExplainer(ExplainerAlgorithm):
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
         if isinstance(x, dict):
             return explain_hetero(self, model, x, edge_index, target=target, index=index, **kwargs)
-        if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
-            target = pending_target()
+        target = pending_target() if target is None else target  # Explainer(one_pass=True): from this forward
         if self.model_config.task_level == ModelTaskLevel.graph:
             target = check_graph_rows(target, x, kwargs.get("batch"))
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
