@@ -229,13 +229,12 @@ class LRPExplainer(ExplainerAlgorithm):
             if not checked_by_explainer(x, edge_index):  # (relevance checks them where per_index is off)
                 check_inputs(model, x, edge_index, **kwargs)
             def explain_chunk(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
-                node_group = row_group = row_groups = None
-                if self.accounts == "each":
-                    node_group = groups
-                    row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
-                    row_group[rows] = torch.arange(rows.numel(), device=rows.device)
-                    row_groups = getattr(current_plan(), "row_groups", None)  # each row's group in this pass
-                return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, node_group=node_group,
+                if self.accounts == "total":
+                    return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, **sub_kwargs)
+                row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
+                row_group[rows] = torch.arange(rows.numel(), device=rows.device)
+                row_groups = getattr(current_plan(), "row_groups", None)  # each row's group in this pass
+                return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, node_group=groups,
                                  row_group=row_group, row_groups=row_groups, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
                 explain_chunk, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
