@@ -244,22 +244,16 @@ class LRPExplainer(ExplainerAlgorithm):
             if self.accounts == "total":  # the chunks' totals, summed
                 extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})
             return self._masked(node_rel, edge_rel, **extra)
-        node_group = row_groups = None
-        one_graph = False
-        if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
-            batch = kwargs.get("batch")
-            one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
-            if not one_graph:
-                node_group = check_batch(  # (no edge between graphs)
-                    batch, x.shape[0], adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index.long(),
-                    "batch",
-                    fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch "
-                        "builds a consistent one), or explain the batch with one account, "
-                        "LRPExplainer(accounts='total')")
-                row_groups = batch_row_groups(node_group)
-        node_rel, edge_rel, _, extra = relevance(self, model, x, edge_index, target, index, node_group=node_group,
-                                                 row_groups=row_groups, split_losses=False, one_group=one_graph,
-                                                 **kwargs)
+        per_graph = self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each"  # one per graph
+        batch = kwargs.get("batch")
+        batched = per_graph and isinstance(batch, Tensor) and batch.numel() == x.shape[0]
+        node_group = None if not batched else check_batch(  # (no edge between graphs)
+            batch, x.shape[0], adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index.long(), "batch",
+            fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch builds a "
+                "consistent one), or explain the batch with one account, LRPExplainer(accounts='total')")
+        node_rel, edge_rel, _, extra = relevance(
+            self, model, x, edge_index, target, index, node_group=node_group, split_losses=False,
+            row_groups=batch_row_groups(node_group) if batched else None, one_group=per_graph and not batched, **kwargs)
         if edge_rel is not None and is_adjacency(edge_index):  # (PyG counts no edges of a sparse edge_index)
             extra["num_edges"] = edge_rel.numel()
         return self._masked(per_mask_type(node_rel, self.explainer_config.node_mask_type), edge_rel, **extra)
