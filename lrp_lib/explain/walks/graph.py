@@ -249,11 +249,10 @@ class WalkGraph:
                         layout.where[id(leaf)] = (0, name[1])
                     else:
                         graph.cuts.append(Cut(leaf, None, 0, 0, "x" if name == "x" else "attr"))
-                out = call()
+                graph.output = call()
         finally:
             for h in handles:
                 h.remove()
-        graph.output = out
         return graph
 
     # ------------------------------------------------------------ the masked backward
