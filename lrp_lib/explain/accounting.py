@@ -154,27 +154,24 @@ def account(head: Tensor, inputs: list, start: Tensor, grads: list, tally, recor
     tol = 1e3 * torch.finfo(dtype).eps * (1.0 + size + abs(total_bias))
     split = tally.split(row_groups, num_groups) if num_groups > 1 and row_groups is not None else None
     found_loss = split is not None and bool(((unaccounted - split).abs() > tol).any())
-    if split is not None and (split_losses or not found_loss):
-        if found_loss:
-            bias = split
-    elif num_groups > 1:
-        if split is None:  # the weighted check
-            weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
-                                            * 0.6180339887498949, 1.0)
-            lost = float(unaccounted.sum()) - total_bias
-            weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(shape)
-            weighted_start = torch.where(keep.view(shape), weighted_start, torch.zeros_like(weighted_start))
-            weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally,
-                                                                          recorder)
-            found_loss = abs(lost) > tol or abs(weighted_lost) > 2 * tol
-        if found_loss:  # each group's bias from its own backward
-            done = 0.0
-            for g in range(num_groups - 1):
-                mine = (row_group == g).view(shape)
-                bias[g] = _rerun(head, inputs, torch.where(mine, start, torch.zeros_like(start)), tally, recorder) \
-                    if bool(mine.any()) else 0.0
-                done += float(bias[g])
-            bias[-1] = total_bias - done
-    else:
+    if found_loss and split_losses:
+        bias = split
+    elif split is None and num_groups > 1:  # the weighted check
+        weights = 1.0 + torch.remainder(torch.arange(1, num_groups + 1, dtype=torch.float64, device=device)
+                                        * 0.6180339887498949, 1.0)
+        lost = float(unaccounted.sum()) - total_bias
+        weighted_start = start * weights.to(dtype)[row_group.clamp(min=0)].view(shape)
+        weighted_start = torch.where(keep.view(shape), weighted_start, torch.zeros_like(weighted_start))
+        weighted_lost = float((weights * unaccounted).sum()) - _rerun(head, inputs, weighted_start, tally, recorder)
+        found_loss = abs(lost) > tol or abs(weighted_lost) > 2 * tol
+    elif num_groups < 2:
         bias[:] = total_bias
+    if found_loss and bias is not split:  # each group's bias from its own backward (unless the split gave it)
+        done = 0.0
+        for g in range(num_groups - 1):
+            mine = (row_group == g).view(shape)
+            bias[g] = _rerun(head, inputs, torch.where(mine, start, torch.zeros_like(start)), tally, recorder) \
+                if bool(mine.any()) else 0.0
+            done += float(bias[g])
+        bias[-1] = total_bias - done
     return bias.to(dtype), (unaccounted - bias).to(dtype)

@@ -218,8 +218,7 @@ class LRPExplainer(ExplainerAlgorithm):
     def _explain(self, model, x, edge_index, *, target, index=None, **kwargs) -> Explanation:
         if isinstance(x, dict):
             return explain_hetero(self, model, x, edge_index, target=target, index=index, **kwargs)
-        if target is None and pending_target() is not None:  # Explainer(one_pass=True): from this forward
-            target = pending_target()
+        target = pending_target() if target is None else target  # Explainer(one_pass=True): from this forward
         if self.model_config.task_level == ModelTaskLevel.graph:
             target = check_graph_rows(target, x, kwargs.get("batch"))
         if self.per_index and index is not None and self.model_config.task_level == ModelTaskLevel.node:
@@ -230,14 +229,12 @@ class LRPExplainer(ExplainerAlgorithm):
             if not checked_by_explainer(x, edge_index):  # (relevance checks them where per_index is off)
                 check_inputs(model, x, edge_index, **kwargs)
             def explain_chunk(sub_x, sub_edges, sub_target, rows, groups, **sub_kwargs):  # one account per target
-                node_group = row_group = row_groups = None
-                if self.accounts == "each":
-                    node_group = groups
-                    row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
-                    row_group[rows] = torch.arange(rows.numel(), device=rows.device)
-                    plan = current_plan()  # the group of each row of each tensor: the accounts in this pass
-                    row_groups = plan.row_groups if plan is not None else None
-                return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, node_group=node_group,
+                if self.accounts == "total":
+                    return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, **sub_kwargs)
+                row_group = torch.full((sub_x.shape[0],), -1, dtype=torch.long, device=rows.device)
+                row_group[rows] = torch.arange(rows.numel(), device=rows.device)
+                row_groups = getattr(current_plan(), "row_groups", None)  # each row's group in this pass
+                return relevance(self, model, sub_x, sub_edges, sub_target, rows, checked=True, node_group=groups,
                                  row_group=row_group, row_groups=row_groups, **sub_kwargs)
             node_rel, edge_rel, extra = explain_per_index(
                 explain_chunk, model, x, edge_index, target=target, index=index, num_hops=self.num_hops,
@@ -247,22 +244,16 @@ class LRPExplainer(ExplainerAlgorithm):
             if self.accounts == "total":  # the chunks' totals, summed
                 extra.update({k: extra[k].sum() for k in ("bias_relevance", "relevance_residual") if k in extra})
             return self._masked(node_rel, edge_rel, **extra)
-        node_group = row_groups = None
-        one_graph = False
-        if self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each":  # one per graph
-            batch = kwargs.get("batch")
-            one_graph = not (isinstance(batch, Tensor) and batch.numel() == x.shape[0])
-            if not one_graph:
-                node_group = check_batch(  # (no edge between graphs)
-                    batch, x.shape[0], adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index.long(),
-                    "batch",
-                    fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch "
-                        "builds a consistent one), or explain the batch with one account, "
-                        "LRPExplainer(accounts='total')")
-                row_groups = batch_row_groups(node_group)
-        node_rel, edge_rel, _, extra = relevance(self, model, x, edge_index, target, index, node_group=node_group,
-                                                 row_groups=row_groups, split_losses=False, one_group=one_graph,
-                                                 **kwargs)
+        per_graph = self.model_config.task_level == ModelTaskLevel.graph and self.accounts == "each"  # one per graph
+        batch = kwargs.get("batch")
+        batched = per_graph and isinstance(batch, Tensor) and batch.numel() == x.shape[0]
+        node_group = None if not batched else check_batch(  # (no edge between graphs)
+            batch, x.shape[0], adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index.long(), "batch",
+            fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch builds a "
+                "consistent one), or explain the batch with one account, LRPExplainer(accounts='total')")
+        node_rel, edge_rel, _, extra = relevance(
+            self, model, x, edge_index, target, index, node_group=node_group, split_losses=False,
+            row_groups=batch_row_groups(node_group) if batched else None, one_group=per_graph and not batched, **kwargs)
         if edge_rel is not None and is_adjacency(edge_index):  # (PyG counts no edges of a sparse edge_index)
             extra["num_edges"] = edge_rel.numel()
         return self._masked(per_mask_type(node_rel, self.explainer_config.node_mask_type), edge_rel, **extra)
@@ -270,8 +261,6 @@ class LRPExplainer(ExplainerAlgorithm):
     def _masked(self, node_rel: Tensor, edge_rel: Tensor | None, **extra) -> Explanation:
         """node_relevance / edge_relevance (signed) and the node / edge masks that ``mask`` makes of them."""
         node_mask = None if self.explainer_config.node_mask_type is None else relevance_mask(node_rel, self.mask)
-        if self.explainer_config.edge_mask_type is None:
-            edge_rel = None
         extra = {"node_relevance": node_rel.detach(), **extra}
         if edge_rel is not None:
             extra["edge_relevance"] = edge_rel.detach()

@@ -53,9 +53,7 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
         edge_index = adjacency_edges(edge_index)
     else:
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")
-    for name, value in kwargs.items():
-        if value is None:
-            continue
+    for name, value in ((k, v) for k, v in kwargs.items() if v is not None):
         if name == "batch":
             check_batch(value, x.shape[0], None, "batch")
         elif name == "edge_weight":

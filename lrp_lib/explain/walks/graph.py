@@ -77,10 +77,8 @@ def _rebuild(value, parts: list):
 def _check_nodes(t: Tensor, module, num_nodes: int, names: dict, what: str) -> int:
     """The node dimension of ``t`` (its module's ``node_dim``); WalksUndefinedError unless it has ``num_nodes``."""
     dim = getattr(module, "node_dim", -2)
-    if t.dim() == 0:
-        return 0
-    dim = dim % t.dim() if -t.dim() <= dim < t.dim() else 0
-    if t.shape[dim] != num_nodes:
+    dim = dim % t.dim() if -t.dim() <= dim < t.dim() else 0  # (0 for a scalar: no rows to check)
+    if t.dim() and t.shape[dim] != num_nodes:
         raise WalksUndefinedError(
             f"walks are not defined for this model: '{names.get(id(module), type(module).__name__)}' propagates "
             f"over another node set than the input graph ({what} has {t.shape[dim]} rows, the graph "
@@ -251,11 +249,10 @@ class WalkGraph:
                         layout.where[id(leaf)] = (0, name[1])
                     else:
                         graph.cuts.append(Cut(leaf, None, 0, 0, "x" if name == "x" else "attr"))
-                out = call()
+                graph.output = call()
         finally:
             for h in handles:
                 h.remove()
-        graph.output = out
         return graph
 
     # ------------------------------------------------------------ the masked backward
