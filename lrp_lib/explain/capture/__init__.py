@@ -39,9 +39,9 @@ __all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "capture", "
 
 class _ListRecorder(EdgeRecorder):
     """Edge relevance read from ``found``, a list of what each layer's messages give, in the order the layers pass
-    them: ``ids=True`` (an eager pass) their input edges and edge dimension (:meth:`locate`: the match reads the
-    edges, which a captured graph cannot); else the messages themselves, outputs of the captured graph read in the
-    backward as the eager hooks read them."""
+    them: ``ids=True`` the messages, their input edges and edge dimension (:meth:`locate`; an eager pass: the match
+    reads the edges, which a captured graph cannot); else the messages alone, outputs of the captured graph read in
+    the backward as the eager hooks read them."""
 
     def __init__(self, mode, model, edge_index, dtype, ids: bool):
         super().__init__(mode, model, edge_index, dtype)
@@ -51,7 +51,7 @@ class _ListRecorder(EdgeRecorder):
         if self.ids:
             found = self.locate(module, out)
             if found is not None:
-                self.found.append(found)
+                self.found.append((out, *found))
         elif self.mine(module, out):
             self.found.append(out)
 
@@ -71,11 +71,6 @@ class _AnyGraphRecorder(_ListRecorder):
         ids, usual = usual_layout(self.edge_index, edges.long())
         self.usual.append(usual)
         return ids
-
-    def messages(self, module, out):
-        found = self.locate(module, out)
-        if found is not None:
-            self.found.append((out, *found))
 
 
 class _ProductRecorder(EdgeRecorder):
@@ -184,10 +179,12 @@ def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.Graph
                if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "aten"]
     for node, op in changed:
         name = op.__name__.split(".")[0]
-        function = getattr(torch._C._VariableFunctions, name, None)
-        # (the generated code calls torch.<name>, which a library may have wrapped: PyG's select, index_select)
-        usable = function is not None and getattr(torch, name, None) is function
-        node.target = function if usable else getattr(torch._C.TensorBase, name, function or op)
+        function, method = getattr(torch._C._VariableFunctions, name, None), getattr(torch._C.TensorBase, name, None)
+        # (the generated code calls torch.<name>, which a library may have wrapped, as PyG wraps select and
+        # index_select: then Tensor.<name>, where that is the binding)
+        wrapped = getattr(torch, name, None) is not function and method is not None and torch.Tensor.__dict__.get(
+            name, method) is method
+        node.target = method if function is not None and wrapped else function or method or op
     graph.recompile()
     try:
         same = all(torch.equal(a, b) for a, b in zip(graph(*inputs), expected))
@@ -278,7 +275,7 @@ def _edge_order(model: nn.Module, x: Tensor, edge_index: Tensor, composite, **kw
         leaf = mode.mark(x.detach().clone().requires_grad_(True))
         model(leaf, edge_index, **kwargs)
     recorder.check()
-    return recorder.found
+    return [(ids, dim) for _, ids, dim in recorder.found]
 
 
 def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
