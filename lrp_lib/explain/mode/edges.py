@@ -107,11 +107,10 @@ def usual_layout(ref: Tensor, edges: Tensor) -> tuple[Tensor, Tensor]:
     ``add_self_loops`` and ``add_remaining_self_loops`` lay them out: the edges of ``ref`` (the input's) that are
     not loops, in order, then a loop at each node ``j = 0 .. k-1`` (the id of the input's loop at ``j``, the last
     of several; else -1); and whether they are so laid out (a boolean tensor; without input edges, true: no edge
-    is one).  Tensor operations only, reading no
-    value into Python: the same in a graph captured for any graph."""
+    is one).  Tensor operations only, reading no value into Python: the same in a graph captured for any graph."""
     n, m = ref.shape[1], edges.shape[1]
     if not n:
-        return torch.full((m,), -1, dtype=torch.long, device=edges.device), torch.ones((), dtype=torch.bool)
+        return edges.new_full((m,), -1), torch.ones((), dtype=torch.bool, device=edges.device)
     ids, at = torch.arange(n, device=ref.device), torch.arange(m, device=ref.device)
     src, dst = ref
     loop = src == dst
@@ -168,7 +167,7 @@ class EdgeRecorder:
     def _match(self, edges: Tensor) -> Tensor:
         ref = self.edge_index
         ids, usual = usual_layout(ref, edges)  # first the usual layout, then any order
-        if not ref.numel() or bool(usual):  # (no input edges: none of these is one)
+        if bool(usual):
             return ids
         n = max(int(ref.max()), int(edges.max()) if edges.numel() else 0) + 1
         m = max(ref.shape[1], edges.shape[1]) + 1
