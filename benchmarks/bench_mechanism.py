@@ -3,6 +3,7 @@
     python benchmarks/bench_mechanism.py                     # 25, 700, 2k, 10k, 100k nodes (about 10 minutes)
     python benchmarks/bench_mechanism.py --sizes 700 --no-write
     python benchmarks/bench_mechanism.py --device cuda       # writes benchmarks/results/mechanism-cuda.json
+    python benchmarks/bench_mechanism.py --sizes             # molecules alone: mechanism-molecules.json
 
 The model is a 3-layer GCN (32 input features, 64 hidden, 4 classes, ReLU, PyG's ``GCNConv``; random weights,
 float32), on a random graph of ``N`` nodes and ``8 N`` edges (``torch.randint``, seeded).  One node's output is
@@ -43,8 +44,11 @@ other molecules of warm-up (each timed molecule is explained once); the median o
 ratio to its gradient.  ``forward``: the default, which captures the explanation once with symbolic sizes at the
 warm-up's ``ANY_GRAPH_AFTER``-th molecule and runs it as it is (``replay_reason`` "captured for any graph");
 ``compiled``: ``compile=True``, compiled once, at the first molecule of the warm-up (its compile time is reported),
-for molecules of every size.  The batch: the timed molecules as one PyG ``Batch`` (:func:`batch`).  Writes
-``benchmarks/results/mechanism.json``.
+for molecules of every size; ``forward_edges``: the default with ``edge_mask_type="object"`` (the README's call),
+captured for any graph likewise, each layer's messages matched to their input edges in the captured graph;
+``gradient_edge_mask``: PyG's gradient with an edge mask (``set_masks``), with respect to ``x`` and the mask.  The
+batch: the timed molecules as one PyG ``Batch`` (:func:`batch`).  Writes ``benchmarks/results/mechanism.json`` (the
+graph sizes) and ``benchmarks/results/mechanism-molecules.json`` (the molecules).
 """
 from __future__ import annotations
 
@@ -170,7 +174,8 @@ def measure(nodes: int, edges_per_node: int, repeat: int, device) -> dict:
 
 
 def per_molecule(count: int, device) -> dict:
-    """The median per-molecule ratio to the gradient, default and compiled, ``count`` molecules one at a time."""
+    """The median per-molecule ratio to the gradient, ``count`` molecules one at a time: node masks (default and
+    compiled), node and edge masks (the README's call, default) and PyG's gradient with an edge mask."""
     import copy
     from quality_tasks import GraphGCN, molecules
     warm_up = ANY_GRAPH_AFTER + 8
@@ -182,21 +187,33 @@ def per_molecule(count: int, device) -> dict:
         targets = [torch.tensor([int(model(x, e).argmax())], device=device) for x, e in graphs]
     config = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
     explainers = {}
-    for name, options in (("forward", {}), ("compiled", {"compile": True})):
+    for name, options, edges in (("forward", {}, None), ("compiled", {"compile": True}, None),
+                                 ("forward_edges", {}, "object")):
         own = copy.deepcopy(model)
         explainers[name] = Explainer(own, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
-                                     node_mask_type="attributes", model_config=config)
+                                     node_mask_type="attributes", edge_mask_type=edges, model_config=config)
 
     def gradient(x, e, t):
         leaf = x.clone().requires_grad_(True)
         logit = model(leaf, e)[0, t[0]]
         return leaf * torch.autograd.grad(logit, leaf)[0]
 
+    def gradient_edge_mask(x, e, t):  # PyG's own edge mask (set_masks), as its gradient-based explainers place it
+        leaf = x.clone().requires_grad_(True)
+        mask = torch.ones(e.shape[1], device=x.device, requires_grad=True)
+        set_masks(model, mask, e, apply_sigmoid=False)
+        try:
+            grads = torch.autograd.grad(model(leaf, e)[0, t[0]], [leaf, mask])
+        finally:
+            clear_masks(model)
+        return leaf * grads[0], mask * grads[1]
+
     def lrp(name):
         ex = explainers[name]
         return lambda x, e, t: ex.algorithm(ex.model, x, e, target=t)
 
-    calls = {"gradient": gradient, "forward": lrp("forward"), "compiled": lrp("compiled")}
+    calls = {"gradient": gradient, "forward": lrp("forward"), "compiled": lrp("compiled"),
+             "forward_edges": lrp("forward_edges"), "gradient_edge_mask": gradient_edge_mask}
     compile_seconds = None
     for (x, e), t in list(zip(graphs, targets))[:warm_up]:
         for name, call in calls.items():
@@ -206,7 +223,7 @@ def per_molecule(count: int, device) -> dict:
                 compile_seconds = time.perf_counter() - start
     ratios: dict = {name: [] for name in calls}
     times: dict = {name: [] for name in calls}
-    reasons: dict = {"forward": set(), "compiled": set()}
+    reasons: dict = {"forward": set(), "compiled": set(), "forward_edges": set()}
     for (x, e), t in list(zip(graphs, targets))[warm_up:]:
         seconds = {}
         for name, call in calls.items():
@@ -225,6 +242,7 @@ def per_molecule(count: int, device) -> dict:
             "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
             "compile_seconds": compile_seconds, "default_replay_reasons": sorted(reasons["forward"]),
             "compiled_replay_reasons": sorted(reasons["compiled"]),
+            "edges_replay_reasons": sorted(reasons["forward_edges"]),
             "batch": batch(model, graphs[warm_up:], targets[warm_up:], config, device)}
 
 
@@ -276,12 +294,14 @@ def across_processes(nodes: int, args) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", type=int, nargs="+", default=[25, 700, 2000, 10_000, 100_000])
+    p.add_argument("--sizes", type=int, nargs="*", default=[25, 700, 2000, 10_000, 100_000],
+                   help="graph sizes of one node's explanation: mechanism.json (none: molecules alone)")
     p.add_argument("--edges-per-node", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeat", type=int, default=7, help="rounds from 10,000 nodes up (more below)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--molecules", type=int, default=300, help="molecules one at a time (0: none)")
+    p.add_argument("--molecules", type=int, default=300,
+                   help="molecules one at a time and in a batch: mechanism-molecules.json (0: none)")
     p.add_argument("--processes", type=int, default=3,
                    help="fresh processes per graph size, each timing every method (the median ratio is reported)")
     p.add_argument("--one-size", type=int, help=argparse.SUPPRESS)  # (a child process: one size, its row as JSON)
@@ -293,19 +313,20 @@ def main() -> None:
     if args.one_size:
         print(json.dumps(measure(args.one_size, args.edges_per_node, args.repeat, device)))
         return
+    suffix = "" if device.type == "cpu" else f"-{device.type}"
     rows = []
     for nodes in args.sizes:
         row = across_processes(nodes, args)
         rows.append(row)
         print(nodes, {k: round(v, 2) for k, v in row["ratio_to_gradient"].items()},
               {k: [round(a, 2), round(b, 2)] for k, (a, b) in row["ratio_range"].items()}, flush=True)
-    results = {"graphs": rows}
+    if rows and not args.no_write:
+        print(write_results("mechanism" + suffix, {"graphs": rows}, vars(args)))
     if args.molecules:
-        results["molecules"] = per_molecule(args.molecules, device)
-        print("molecules", {k: round(v, 2) for k, v in results["molecules"]["median_ratio_to_gradient"].items()})
-    if not args.no_write:
-        name = "mechanism" if device.type == "cpu" else f"mechanism-{device.type}"
-        print(write_results(name, results, vars(args)))
+        molecules = per_molecule(args.molecules, device)
+        print("molecules", {k: round(v, 2) for k, v in molecules["median_ratio_to_gradient"].items()})
+        if not args.no_write:
+            print(write_results("mechanism-molecules" + suffix, molecules, vars(args)))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,14 @@ from lrp_lib.explain.capture.cache import ANY_GRAPH_AFTER  # noqa: E402
 
 book_style()
 mech_b = load_results("mechanism")
+mol_b = load_results("mechanism-molecules")
 scaling_b = load_results("scaling")
 memory_b = load_results("explain_memory")
 nodes_b = load_results("nodes")
 ops_b = load_results("ops")
 graph_b = load_results("graph")
 conv_b = load_results("conv")
-benches = [mech_b, scaling_b, memory_b, nodes_b, ops_b, graph_b, conv_b]
+benches = [mech_b, mol_b, scaling_b, memory_b, nodes_b, ops_b, graph_b, conv_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -172,12 +173,16 @@ g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " n
 # compiled (`compile=True`).
 
 # %% tags=["hide-input"]
-mol = mech_b["results"]["molecules"]
+mol = mol_b["results"]
 one = mol["median_ratio_to_gradient"]
 batch = mol["batch"]
 display(results_table([
     {"how": "one at a time, default", "ratio": one["forward"], "ms": mol["median_ms"]["forward"]},
     {"how": "one at a time, compiled", "ratio": one["compiled"], "ms": mol["median_ms"]["compiled"]},
+    {"how": "one at a time, default, node and edge masks", "ratio": one["forward_edges"],
+     "ms": mol["median_ms"]["forward_edges"]},
+    {"how": "one at a time, PyG's gradient with an edge mask", "ratio": one["gradient_edge_mask"],
+     "ms": mol["median_ms"]["gradient_edge_mask"]},
     {"how": "one batch, default (an account per molecule)", "ratio": batch["ratio_to_gradient"]["lrp"],
      "ms": batch["ms_per_molecule"]["lrp"]},
     {"how": "one batch, one account for the batch", "ratio": batch["ratio_to_gradient"]["lrp_total"],
@@ -188,9 +193,9 @@ display(results_table([
     ("time / Gradient x Input's", "ratio", "{:.2f}x"),
     ("ms per molecule", "ms", "{:.3f}"),
 ]))
-display(Markdown(machine_note(mech_b) + f" {mol['molecules']} molecules."))
+display(Markdown(machine_note(mol_b) + f" {mol['molecules']} molecules."))
 assert mol["compiled_replay_reasons"] == ["torch.compile for any graph"]
-assert mol["default_replay_reasons"] == ["captured for any graph"]
+assert mol["default_replay_reasons"] == mol["edges_replay_reasons"] == ["captured for any graph"]
 g("mol_count", mol["molecules"], "{:,}")
 g("mol_eager_graphs", ANY_GRAPH_AFTER - 1, "{}")  # graphs explained once, eagerly, before the capture
 g("mol_default", one["forward"])
@@ -357,7 +362,7 @@ plt.show()
 # root:
 #
 # ```bash
-# python benchmarks/bench_mechanism.py        # one explanation, molecules: mechanism.json (about 10 minutes)
+# python benchmarks/bench_mechanism.py        # one explanation: mechanism.json; molecules: mechanism-molecules.json
 # python benchmarks/bench_scaling.py          # against saliency and IG: scaling.json
 # python benchmarks/bench_nodes.py            # many targets: nodes.json (--fast: a smaller graph)
 # python benchmarks/bench_explain_memory.py   # memory: explain_memory.json
