@@ -381,6 +381,48 @@ def test_graphs_explained_once_are_captured_for_any_graph_after_a_few():
     got = default(x, edge_index, target=model(x, edge_index).argmax(-1), index=5)
     assert got.replay_reason == "first call on this graph (captured from the second)"
 
+def test_graphs_of_a_data_set_share_one_capture_for_any_graph(monkeypatch):
+    """Graphs as a data set holds them, views into one storage (node features and edges at an offset into it, the
+    edges as the transpose of an (E, 2) tensor): one capture for any graph serves them all, node and edge masks,
+    with the eager explanation's relevance to the bit.  A model whose Python reads its node count into an int is
+    captured for any graph at most as often as the cache has room, and then explained per graph."""
+    from lrp_lib.explain.capture import AnyGraphExplanation, cache
+    monkeypatch.setattr(cache, "ANY_GRAPH_AFTER", 1)
+    model = _model("gcn")
+    graphs = [_graph(20 + 3 * i, seed=i) for i in range(6)]
+    xs, edges = torch.cat([x for x, _ in graphs]), torch.cat([e.t() for _, e in graphs])
+    starts = torch.tensor([0] + [x.shape[0] for x, _ in graphs]).cumsum(0).tolist()
+    e_starts = torch.tensor([0] + [e.shape[1] for _, e in graphs]).cumsum(0).tolist()
+    views = [(xs[starts[i]:starts[i + 1]], edges[e_starts[i]:e_starts[i + 1]].t()) for i in range(len(graphs))]
+    assert all(x.storage_offset() > 0 and e.storage_offset() > 0 for x, e in views[1:])
+    eager, default = _explainer(model, replay=False), _explainer(model)
+    for x, edge_index in views:
+        want, got = eager(x, edge_index, index=5), default(x, edge_index, index=5)
+        for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
+            assert torch.equal(got[key], want[key]), key
+        assert got.replay_reason == "captured for any graph"
+    entries = [v for v in default.algorithm.captures.captured.values() if isinstance(v, list)]
+    assert len(entries) == 1 and len(entries[0]) == 1 and isinstance(entries[0][0], AnyGraphExplanation)
+
+    class Counted(nn.Module):  # (its node count read into an int: each capture fits graphs of that size only)
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x, edge_index):
+            return self.inner(x, edge_index) * (int(x.shape[0]) / x.shape[0])
+    counted = Counted().eval()
+    captures = []
+    monkeypatch.setattr(cache, "AnyGraphExplanation",
+                        lambda *a, **k: captures.append(1) or AnyGraphExplanation(*a, **k))
+    default = _explainer(counted)
+    reasons = [default(x, edge_index, index=5).replay_reason for x, edge_index in views]
+    size = default.algorithm.captures.size
+    assert len(captures) == size and reasons[:size] == ["captured for any graph"] * size
+    assert reasons[size:] == [f"not captured for any graph: {size} captures fit no later graph; first call on this "
+                              "graph (captured from the second)"] * (len(views) - size)
+
+
 ANY_GRAPH = [(spec, level) for spec, level, ea in zoo.ZOO if level == "node" and not ea]
 
 

@@ -229,8 +229,7 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
         usual = torch.stack(recorder.usual).all() if recorder.usual else torch.ones((), dtype=torch.bool)
         return (*_outputs(mode, out, seen), usual, *(t for messages, ids, _ in recorder.found for t in (messages, ids)))
 
-    leaves = _leaves(x, None)[:4]
-    args = [leaves[0], edge_index, *leaves[1:], *(kwargs[k] for k in names)]
+    args = _graph_args(_leaves(x, None), edge_index, kwargs, names)
     # (each size its own symbol, no duck shaping: a graph whose node count equals its feature count is not
     # specialised to it)
     with torch.enable_grad(), FakeTensorMode(shape_env=ShapeEnv(duck_shape=False), allow_non_fake_inputs=True):
@@ -276,6 +275,13 @@ def _edge_order(model: nn.Module, x: Tensor, edge_index: Tensor, composite, **kw
         model(leaf, edge_index, **kwargs)
     recorder.check()
     return [(ids, dim) for _, ids, dim in recorder.found]
+
+
+def _graph_args(leaves: list, edge_index: Tensor, kwargs: dict, names: list) -> list:
+    """The inputs of a graph captured for any graph, each laid out as when captured: contiguous from the start of
+    its storage (PyTorch's guards read strides and offsets; a graph of a data set is a view into its storage)."""
+    return [t if t.is_contiguous() and not t.storage_offset() else t.clone(memory_format=torch.contiguous_format)
+            for t in (leaves[0], edge_index, *leaves[1:4], *(kwargs[k] for k in names))]
 
 
 def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
@@ -351,7 +357,7 @@ class AnyGraphExplanation(CompiledExplanation):
         self.held = (model, list(model.parameters()), list(model.buffers()))
 
     def _args(self, leaves: list, edge_index: Tensor, kwargs: dict) -> list:
-        return [leaves[0], edge_index, *leaves[1:4], *(kwargs[k] for k in self.names)]
+        return _graph_args(leaves, edge_index, kwargs, self.names)
 
     def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
         """Whether this graph's sizes meet the conditions its capture saw (else it is captured again)."""

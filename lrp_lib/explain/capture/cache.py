@@ -102,6 +102,9 @@ class CaptureCache:
             return None, None
         entries = entries if isinstance(entries, list) else []
         found = next((e for e in entries if e.fits(x, edge_index, kwargs)), None)
+        if found is None and len(entries) == self.size:  # (sizes the model's Python specialises on: per graph)
+            self.captured[key] = f"not captured for any graph: {self.size} captures fit no later graph"
+            return None, self.captured[key]
         if found is None:
             try:
                 found = AnyGraphExplanation(model, x, edge_index, composite, compile, edges, **kwargs)
