@@ -88,7 +88,8 @@ class CaptureCache:
             -> tuple[AnyGraphExplanation | None, str | None]:
         """``(the explanation for any graph of this model and input signature that fits this graph, None)``,
         captured now if none does (``compile=False``: from the :data:`ANY_GRAPH_AFTER`-th graph not explained before
-        on); ``(None, why)`` where the model cannot be captured so: then it is captured per graph."""
+        on); ``(None, why)`` where the model cannot be captured so, or where the cache is full of captures that fit
+        no later graph (the model's Python specialises on the sizes): then it is captured per graph."""
         tensors = tuple((k, v.dtype, v.dim()) for k, v in kwargs.items() if isinstance(v, Tensor))
         plain = tuple((k, v) for k, v in kwargs.items() if not isinstance(v, Tensor))
         key = ("any graph", id(model), *state, composite.key(), edges, tensors, plain, x.shape[1:], x.dtype,
