@@ -251,6 +251,8 @@ class LRPExplainer(ExplainerAlgorithm):
             batch, x.shape[0], adjacency_edges(edge_index) if is_adjacency(edge_index) else edge_index.long(), "batch",
             fix="an account per graph needs graphs that share none; fix batch (torch_geometric.data.Batch builds a "
                 "consistent one), or explain the batch with one account, LRPExplainer(accounts='total')")
+        if batched and not (node_group.numel() and int(node_group.max())):  # one graph (a loader of batch size 1):
+            batched, node_group = False, None  # its one account, as a graph alone, which may be captured
         node_rel, edge_rel, _, extra = relevance(
             self, model, x, edge_index, target, index, node_group=node_group, split_losses=False,
             row_groups=batch_row_groups(node_group) if batched else None, one_group=per_graph and not batched, **kwargs)

@@ -423,6 +423,67 @@ def test_graphs_of_a_data_set_share_one_capture_for_any_graph(monkeypatch):
                               "graph (captured from the second)"] * (len(views) - size)
 
 
+class _Pooled(Net):  # a graph-level model over a batch: PyG's mean pool reads int(batch.max()) + 1 graphs
+    def forward(self, x, edge_index, batch=None):
+        from torch_geometric.nn import global_mean_pool
+        return self.lin(global_mean_pool(self.conv2(self.conv1(x, edge_index).relu(), edge_index).relu(), batch))
+
+
+def _batch(sizes, seed=0):
+    from torch_geometric.data import Batch, Data
+    return Batch.from_data_list([Data(*_graph(n, seed=seed + i)) for i, n in enumerate(sizes)])
+
+
+def _graph_explainer(model, **options):
+    return Explainer(model, algorithm=LRPExplainer(mask="relevance", **options), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="multiclass_classification", task_level="graph", return_type="raw"))
+
+
+def test_batches_with_one_account_are_captured_for_any_graph(monkeypatch):
+    """A batch of graphs explained with one account (accounts="total"), its model reading how many graphs the batch
+    vector names (PyG's pool: int(batch.max()) + 1): captured for any graph with that number held as a constant
+    and checked on every later batch, so that batches of three graphs of other sizes share one capture and a
+    batch of four gets its own; explained again, a batch is captured per graph.  Node and edge relevance and
+    both accounts equal the eager explanation's to the bit."""
+    from lrp_lib.explain.capture import cache
+    monkeypatch.setattr(cache, "ANY_GRAPH_AFTER", 1)
+    torch.manual_seed(0)
+    model = _Pooled("gcn").double().eval()
+    eager, default = (_graph_explainer(model, accounts="total", **o) for o in ({"replay": False}, {}))
+    reasons = []
+    batches = [_batch(sizes, seed=sum(sizes)) for sizes in ((8, 12, 5), (20, 7, 9), (6, 6, 30), (4, 9, 11, 7))]
+    for data in batches + batches[-1:]:
+        want, got = (e(data.x, data.edge_index, batch=data.batch) for e in (eager, default))
+        for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
+            assert torch.equal(got[key], want[key]), key
+        reasons.append(got.replay_reason)
+    assert reasons == ["captured for any graph"] * 4 + ["captured"]
+    entries = [v for v in default.algorithm.captures.captured.values() if isinstance(v, list)]
+    assert len(entries) == 1 and len(entries[0]) == 2  # three graphs, then four
+
+
+def test_a_batch_of_one_graph_has_its_account_as_a_graph_alone(monkeypatch):
+    """A loader of batch size one (``batch`` all zeros) with an account per graph, the default: explained as the
+    graph alone, so captured for any graph, with the relevance and the one account (shape (1,)) that the same graph
+    gets as the first of a batch of two explained eagerly (the batch's path, per graph)."""
+    from lrp_lib.explain.capture import cache
+    monkeypatch.setattr(cache, "ANY_GRAPH_AFTER", 1)
+    torch.manual_seed(0)
+    model = _Pooled("gcn").double().eval()
+    eager, default = _graph_explainer(model, replay=False), _graph_explainer(model)
+    for n, seed in ((12, 1), (25, 2)):
+        one, two = _batch([n], seed=seed), _batch([n, 9], seed=seed)
+        got = default(one.x, one.edge_index, batch=one.batch)
+        want = eager(two.x, two.edge_index, batch=two.batch)
+        assert got.replay_reason == "captured for any graph"
+        assert got.bias_relevance.shape == got.relevance_residual.shape == (1,)
+        for key, rows in (("node_relevance", n), ("edge_relevance", one.num_edges)):
+            torch.testing.assert_close(got[key], want[key][:rows], rtol=1e-12, atol=1e-12, msg=key)
+        for key in ("bias_relevance", "relevance_residual"):
+            torch.testing.assert_close(got[key], want[key][:1], rtol=1e-12, atol=1e-12, msg=key)
+
+
 ANY_GRAPH = [(spec, level) for spec, level, ea in zoo.ZOO if level == "node" and not ea]
 
 
@@ -779,6 +840,22 @@ def test_gat_with_uniform_attention_is_attnlrp_through_pygs_softmax():
     assert abs(float(got.relevance_residual)) < 1e-12
     kept = float(out[3, 1]) - float(got.node_mask.sum())
     assert abs(kept) > 1e-3 and abs(float(got.bias_relevance) - kept) < 1e-9  # AttnLRP's softmax does not conserve
+
+
+def test_a_buffer_an_input_dependent_operation_writes_into_is_made_on_every_call():
+    """fold_constants runs the graph part once, but a buffer that an input-dependent operation writes into in place
+    (a scatter into zeros whose size the model read from the data) is made again on every call, so that the
+    folded graph gives the unfolded graph's output on every call, not a sum over the calls."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from lrp_lib.explain.capture import fold_constants
+    index = torch.tensor([0, 2, 2, 1])
+
+    def scatter(x):
+        return torch.zeros(3, dtype=x.dtype).scatter_add_(0, index, x) * 2
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    graph = fold_constants(make_fx(scatter)(x), [x])
+    for _ in range(3):
+        assert torch.equal(graph(x), torch.tensor([2.0, 8.0, 10.0]))
 
 
 @pytest.mark.parametrize("edges", [False, True])

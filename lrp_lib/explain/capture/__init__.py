@@ -23,11 +23,13 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, ShapeEnv
+from torch.overrides import TorchFunctionMode
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
 from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, is_edge_index, message_hook, recording, usual_layout
 from lrp_lib.explain.mode.forward import ForwardMode
+from lrp_lib.explain.capture.graphs import fold_constants, python_bindings
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
@@ -73,6 +75,38 @@ class _AnyGraphRecorder(_ListRecorder):
         return ids
 
 
+class _Reads(TorchFunctionMode):
+    """The model's reads of ``int(t.max())`` or ``int(t.min())`` where ``t`` is one of its tensor inputs (PyG's
+    ``int(batch.max()) + 1``, the number of graphs a batch vector names), which a capture cannot trace: the value
+    the real input gives, noted in ``reads`` as ``(name, "max" or "min", value)``, a constant of the captured graph
+    and a condition on the inputs it explains.  ``traced``: the inputs as the model receives them while captured,
+    by name (:meth:`over`); ``real``: their values.  Other reads of data are left to ``make_fx``, which refuses them."""
+
+    def __init__(self, real: dict):  # (made before tracing: a read inside it would be traced)
+        super().__init__()
+        self.real = {k: {r: int(getattr(t, r)()) for r in ("max", "min")} for k, t in real.items()
+                     if isinstance(t, Tensor) and not t.is_floating_point() and t.numel()}
+        self.names: dict = {}
+        self.reduced: dict = {}  # id of a reduction's result -> (input name, reduction, the result, kept alive)
+        self.reads: list = []
+
+    def over(self, traced: dict) -> _Reads:
+        self.names = {id(t): k for k, t in traced.items() if k in self.real}
+        return self
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("max", "min") and len(args) == 1 and not kwargs and id(args[0]) in self.names:
+            out = func(*args)
+            self.reduced[id(out)] = (self.names[id(args[0])], name, out)
+            return out
+        if name in ("__int__", "__index__", "item") and len(args) == 1 and id(args[0]) in self.reduced:
+            key, reduction, _ = self.reduced[id(args[0])]
+            self.reads.append((key, reduction, self.real[key][reduction]))
+            return self.reads[-1][2]
+        return func(*args, **(kwargs or {}))
+
+
 class _ProductRecorder(EdgeRecorder):
     """Edge relevance by a multiplicative probe (an input of ones, one per input edge) on every layer's
     messages, whose gradient is each edge's relevance; the input edge of each message comes from ``order``
@@ -106,14 +140,14 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     before, or None; ``order``: the input edge of each message of each layer, and the message's edge dimension)."""
     composite = get_composite(composite)
     order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
-    seen = {"order": order}
+    seen, reads = {"order": order}, _Reads(kwargs)
 
     def forward(x_, one_out, one_in, kept, ones):
         mode = ForwardMode(composite, model)
         recorder = None if not edges else _ProductRecorder(mode, model, edge_index, x_.dtype, ones, order) \
             if probe else _ListRecorder(mode, model, edge_index, x_.dtype, ids=False)
         with recording(recorder):
-            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index, kwargs)
+            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index, kwargs, reads.over(kwargs))
         messages = tuple(recorder.found) if isinstance(recorder, _ListRecorder) else ()
         return (*_outputs(mode, out, seen), *messages)
 
@@ -121,80 +155,6 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     with torch.enable_grad():
         graph = fold_constants(make_fx(forward)(*leaves), leaves)
         return (graph if probe else python_bindings(graph, leaves)), seen
-
-
-def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
-    """The graph part (every operation that reads no input of ``graph``: self-loops, degrees, normalisation
-    coefficients, the weights' clamps) run once, each constant an input-dependent operation reads kept as the
-    value it had when it was read, so that an in-place change (PyG's ``scatter_add_`` into a buffer, which
-    ``torch.fx.experimental.const_fold`` leaves in the graph) is seen where it happened."""
-    variable = set()
-    for node in graph.graph.nodes:
-        if node.op == "placeholder" or any(a in variable for a in node.all_input_nodes):
-            variable.add(node)
-    reads: dict = {}  # (node, arg) -> (the value kept, the value as read, with its strides)
-
-    class Reader(torch.fx.Interpreter):
-        def run_node(self, node):
-            if node in variable and node.op != "placeholder":
-                for arg in node.all_input_nodes:
-                    if arg not in variable and (node, arg) not in reads:
-                        value = self.env[arg]
-                        reads[(node, arg)] = (value.detach().clone() if isinstance(value, Tensor) else value, value)
-            return super().run_node(node)
-
-    with torch.enable_grad():
-        Reader(graph).run(*inputs)
-    for i, ((node, arg), (value, read)) in enumerate(reads.items()):
-        if not isinstance(value, Tensor):
-            continue
-        name, shape = f"_graph_part_{i}", None
-        # a value read as a broadcast (an index PyG's scatters expand over the features): one slice, expanded again
-        if read.dim() and 0 in read.stride() and read.numel():
-            index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None)
-                          for stride, size in zip(read.stride(), read.shape))
-            value, shape = value[index].contiguous(), list(read.shape)
-        graph.register_buffer(name, value)
-        with graph.graph.inserting_before(node):
-            kept = graph.graph.get_attr(name)
-            if shape is not None:
-                kept = graph.graph.call_function(torch.ops.aten.expand.default, (kept, shape))
-            node.replace_input_with(arg, kept)
-    graph.graph.eliminate_dead_code(lambda node: node in variable or node.op in ("placeholder", "output"))
-    graph.recompile()
-    return graph
-
-
-def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
-    """``graph`` with each ATen operation called through PyTorch's generated Python binding of the same name where
-    there is one (``torch.mul`` for ``aten.mul.Tensor``, ``Tensor.add_`` for ``aten.add_.Tensor``): the same
-    kernels and autograd nodes, without the ATen operator's own Python call and argument parsing, which take a third
-    of a small graph's forward.  Kept only if its outputs on ``inputs`` are those of ``graph`` to the bit.  The
-    graph's constants become plain attributes, read without ``nn.Module.__getattr__``."""
-    for store in (graph._parameters, graph._buffers):
-        for name in list(store):
-            graph.__dict__[name] = store.pop(name)
-    expected = graph(*inputs)
-    changed = [(node, node.target) for node in graph.graph.nodes
-               if isinstance(node.target, torch._ops.OpOverload) and node.target.namespace == "aten"]
-    for node, op in changed:
-        name = op.__name__.split(".")[0]
-        function, method = getattr(torch._C._VariableFunctions, name, None), getattr(torch._C.TensorBase, name, None)
-        # (the generated code calls torch.<name>, which a library may have wrapped, as PyG wraps select and
-        # index_select: then Tensor.<name>, where that is the binding)
-        wrapped = getattr(torch, name, None) is not function and method is not None and torch.Tensor.__dict__.get(
-            name, method) is method
-        node.target = method if function is not None and wrapped else function or method or op
-    graph.recompile()
-    try:
-        same = all(torch.equal(a, b) for a, b in zip(graph(*inputs), expected))
-    except (TypeError, RuntimeError):  # (a binding whose signature differs from the operator's)
-        same = False
-    if not same:
-        for node, op in changed:
-            node.target = op
-        graph.recompile()
-    return graph
 
 
 def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", edges: bool = False,
@@ -206,22 +166,24 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     every call.  ``edges=True``: it also returns whether every layer's edges are laid out as they were when
     captured (a boolean tensor), then each layer's messages and the input edge of each (``seen["dims"]``: their
     edge dimensions), for hooks that read their gradient (run as it is, not compiled).  Returns the graph, what was
-    seen while recording, and ``fits(args)``: whether the sizes of ``args`` meet the conditions the model's Python
-    placed on the sizes it saw (PyTorch's own guards, ``ShapeEnv.produce_guards_expression``), so that the graph
-    explains them as the model would."""
+    seen while recording, and ``fits(args, kwargs)``: whether the sizes of ``args`` meet the conditions the model's
+    Python placed on the sizes it saw (PyTorch's own guards, ``ShapeEnv.produce_guards_expression``) and ``kwargs``
+    give the values it read from them (:class:`_Reads`), so that the graph explains them as the model would."""
     composite = get_composite(composite)
     seen: dict = {}
     names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
     other = {k: v for k, v in kwargs.items() if k not in names}
+    reads = _Reads(kwargs)
     if edges:
         ensure_hooks(model)
 
     def forward(x_, edge_index_, one_out, one_in, kept, *values):
         mode = ForwardMode(composite, model)
         recorder = _AnyGraphRecorder(mode, model, edge_index_, x_.dtype) if edges else None
+        traced = dict(zip(names, values))
         with recording(recorder):
-            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index_,
-                           {**dict(zip(names, values)), **other})
+            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index_, {**traced, **other},
+                           reads.over(traced))
         if recorder is None:
             return _outputs(mode, out, seen)
         recorder.check()
@@ -240,12 +202,16 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     graph = fold_constants(graph, args)  # (what the parameters alone give: the weights' clamps)
     # ShapeEnv.evaluate_guards_expression, with the expression parsed once (None: no guards, every size fits)
     guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code or "True", "<guards>", "eval")
-    return graph, seen, lambda values: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))})
+    read = reads.reads  # (and the values the model read from its inputs, held as constants)
+    return graph, seen, lambda values, given: eval(expression, SYMPY_INTERP, {"L": dict(zip(guard_names, values))}) \
+        and all(int(getattr(given[k], reduction)()) == value for k, reduction, value in read)
 
 
-def _in_mode(mode: ForwardMode, model: nn.Module, x: Tensor, probes: tuple, edge_index, kwargs: dict):
-    """The model's forward under ``mode`` from the node features ``x`` and the three scalar probes."""
-    with torch.enable_grad(), mode:
+def _in_mode(mode: ForwardMode, model: nn.Module, x: Tensor, probes: tuple, edge_index, kwargs: dict,
+             reads: _Reads | None = None):
+    """The model's forward under ``mode`` from the node features ``x`` and the three scalar probes (``reads``: the
+    reads of its inputs' values, over ``mode``)."""
+    with torch.enable_grad(), mode, reads or nullcontext():
         mode.mark(x)
         mode.one_out, mode.one_in, mode.kept = probes  # (after the first mark, which makes its own)
         mode.kept_delta = probes[2] - probes[2].detach()
@@ -361,7 +327,7 @@ class AnyGraphExplanation(CompiledExplanation):
 
     def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
         """Whether this graph's sizes meet the conditions its capture saw (else it is captured again)."""
-        return bool(self._fits(self._args([x, *self._scalars], edge_index, kwargs)))
+        return bool(self._fits(self._args([x, *self._scalars], edge_index, kwargs), kwargs))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list] | None:
