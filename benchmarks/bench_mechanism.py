@@ -46,8 +46,9 @@ warm-up's ``ANY_GRAPH_AFTER``-th molecule and runs it as it is (``replay_reason`
 ``compiled``: ``compile=True``, compiled once, at the first molecule of the warm-up (its compile time is reported),
 for molecules of every size; ``forward_edges``: the default with ``edge_mask_type="object"`` (the README's call),
 captured for any graph likewise, each layer's messages matched to their input edges in the captured graph;
-``gradient_edge_mask``: PyG's gradient with an edge mask (``set_masks``), with respect to ``x`` and the mask.  The
-batch: the timed molecules as one PyG ``Batch`` (:func:`batch`).  Writes ``benchmarks/results/mechanism.json`` (the
+``gradient_edge_mask``: PyG's gradient with an edge mask (``set_masks``), with respect to ``x`` and the mask;
+``forward_loader``: the default given the batch vector of a loader of batch size one (all zeros).  The batch: the
+timed molecules as one PyG ``Batch``, and as a loader's batches of 32 (:func:`batch`).  Writes ``benchmarks/results/mechanism.json`` (the
 graph sizes) and ``benchmarks/results/mechanism-molecules.json`` (the molecules).
 """
 from __future__ import annotations
@@ -188,7 +189,7 @@ def per_molecule(count: int, device) -> dict:
     config = dict(mode="multiclass_classification", task_level="graph", return_type="raw")
     explainers = {}
     for name, options, edges in (("forward", {}, None), ("compiled", {"compile": True}, None),
-                                 ("forward_edges", {}, "object")):
+                                 ("forward_edges", {}, "object"), ("forward_loader", {}, None)):
         own = copy.deepcopy(model)
         explainers[name] = Explainer(own, algorithm=LRPExplainer(**options), explanation_type="phenomenon",
                                      node_mask_type="attributes", edge_mask_type=edges, model_config=config)
@@ -212,8 +213,13 @@ def per_molecule(count: int, device) -> dict:
         ex = explainers[name]
         return lambda x, e, t: ex.algorithm(ex.model, x, e, target=t)
 
+    def loader(x, e, t):  # a DataLoader of batch size one: the batch vector given (all zeros)
+        ex = explainers["forward_loader"]
+        return ex.algorithm(ex.model, x, e, target=t, batch=x.new_zeros(x.shape[0], dtype=torch.long))
+
     calls = {"gradient": gradient, "forward": lrp("forward"), "compiled": lrp("compiled"),
-             "forward_edges": lrp("forward_edges"), "gradient_edge_mask": gradient_edge_mask}
+             "forward_edges": lrp("forward_edges"), "gradient_edge_mask": gradient_edge_mask,
+             "forward_loader": loader}
     compile_seconds = None
     for (x, e), t in list(zip(graphs, targets))[:warm_up]:
         for name, call in calls.items():
@@ -223,7 +229,7 @@ def per_molecule(count: int, device) -> dict:
                 compile_seconds = time.perf_counter() - start
     ratios: dict = {name: [] for name in calls}
     times: dict = {name: [] for name in calls}
-    reasons: dict = {"forward": set(), "compiled": set(), "forward_edges": set()}
+    reasons: dict = {"forward": set(), "compiled": set(), "forward_edges": set(), "forward_loader": set()}
     for (x, e), t in list(zip(graphs, targets))[warm_up:]:
         seconds = {}
         for name, call in calls.items():
@@ -243,12 +249,15 @@ def per_molecule(count: int, device) -> dict:
             "compile_seconds": compile_seconds, "default_replay_reasons": sorted(reasons["forward"]),
             "compiled_replay_reasons": sorted(reasons["compiled"]),
             "edges_replay_reasons": sorted(reasons["forward_edges"]),
+            "loader_replay_reasons": sorted(reasons["forward_loader"]),
             "batch": batch(model, graphs[warm_up:], targets[warm_up:], config, device)}
 
 
 def batch(model, graphs, targets, config, device, rounds: int = 7) -> dict:
     """All the molecules as one PyG batch: the default explainer (one account per molecule) and with one
-    account for the batch, against one batched Gradient x Input, taking turns; per molecule and as ratios."""
+    account for the batch, against one batched Gradient x Input, taking turns; per molecule and as ratios.
+    ``loader``: the molecules as a data loader's batches of 32, one account each, against the same batches'
+    batched Gradient x Input."""
     from torch_geometric.data import Batch, Data
     data = Batch.from_data_list([Data(x=x, edge_index=e) for x, e in graphs]).to(device)
     target = torch.cat(targets)
@@ -264,12 +273,41 @@ def batch(model, graphs, targets, config, device, rounds: int = 7) -> dict:
     calls = {"gradient": gradient, **{name: (lambda ex=ex: ex(data.x, data.edge_index, batch=data.batch,
                                                                 target=target).node_relevance)
                                       for name, ex in explainers.items()}}
+    # a data loader: batches of 32 molecules, new tensors on every pass (as a DataLoader makes them), one account
+    # each, against the batched gradient of the same batches; the last, smaller batch left out (a capture of its own)
+    chunks = [(graphs[i:i + 32], target[i:i + 32]) for i in range(0, len(graphs) - 31, 32)]
+    loader_ex = Explainer(model, algorithm=LRPExplainer(accounts="total"), explanation_type="phenomenon",
+                          node_mask_type="attributes", model_config=config)
+
+    def batches():
+        return [(Batch.from_data_list([Data(x=x, edge_index=e) for x, e in chunk]).to(device), t)
+                for chunk, t in chunks]
+
+    def loader_gradient():
+        for b, t in batches():
+            leaf = b.x.clone().requires_grad_(True)
+            logits = model(leaf, b.edge_index, b.batch)
+            torch.autograd.grad(logits.gather(1, t[:, None]).sum(), leaf)
+    reasons = set()
+
+    def loader_lrp():
+        for b, t in batches():
+            reasons.add(loader_ex(b.x, b.edge_index, batch=b.batch, target=t).replay_reason)
+    calls.update(loader_gradient=loader_gradient, loader_lrp=loader_lrp)
+    for _ in range(ANY_GRAPH_AFTER // len(chunks) + 1):  # (past the batches explained eagerly before the capture)
+        loader_lrp()
     one = explainers["lrp"](data.x, data.edge_index, batch=data.batch, target=target)
     if one.bias_relevance.shape != (len(graphs),):
         raise AssertionError("the batch's explanation has no account per molecule")
     medians = take_turns(calls, 3, rounds, device)
+    reasons.clear()
+    loader_lrp()
+    loader = {"batches": len(chunks), "molecules_per_batch": 32, "replay_reasons": sorted(reasons),
+              "ratio_to_gradient": medians["loader_lrp"] / medians["loader_gradient"],
+              "ms_per_molecule": 1e3 * medians["loader_lrp"] / (32 * len(chunks))}
+    medians = {k: v for k, v in medians.items() if not k.startswith("loader")}
     return {"molecules": len(graphs), "ms_per_molecule": {k: 1e3 * v / len(graphs) for k, v in medians.items()},
-            "ratio_to_gradient": {k: v / medians["gradient"] for k, v in medians.items()}}
+            "ratio_to_gradient": {k: v / medians["gradient"] for k, v in medians.items()}, "loader": loader}
 
 
 def across_processes(nodes: int, args) -> dict:

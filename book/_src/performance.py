@@ -148,9 +148,8 @@ g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " n
 # fixed cost dominates, the default costs {glue:text}`mech_forward_small` times the gradient, the first call
 # {glue:text}`mech_forward_eager_small` times, and the compiled one {glue:text}`mech_compiled_small` times.
 #
-# The rules add work to a gradient: the z+ rule splits each linear map's input by sign, so its forward computes
-# the positive and the negative contributions beside the value and its backward sends the gradient through
-# each, and the rules' elementwise operations add the rest, which the compiler fuses away. A captured
+# The rules add work to a gradient: z+ computes each linear map's positive and negative contributions beside
+# its value, forward and backward, and the rules' elementwise operations, which the compiler fuses, add the rest. A captured
 # explanation also saves work, though: the part of each layer that depends on `edge_index` alone (self-loops,
 # degrees, normalisation) is computed once per graph, where the gradient recomputes it on every call. Where
 # that saving outweighs the rules' work the default costs less than the gradient: {glue:text}`mech_default_below`.
@@ -170,7 +169,8 @@ g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " n
 # turns molecule by molecule (the median over the molecules of each one's ratio), and all of them as one PyG
 # `Batch`, each molecule's relevance starting from its own output. After a model's first
 # {glue:text}`mol_eager_graphs` molecules, explained eagerly, one capture serves every size, run as it is or
-# compiled (`compile=True`).
+# compiled (`compile=True`). A data loader's batches with one account each share one capture too (last row,
+# against the same batches' batched Gradient $\times$ Input).
 
 # %% tags=["hide-input"]
 mol = mol_b["results"]
@@ -183,11 +183,15 @@ display(results_table([
      "ms": mol["median_ms"]["forward_edges"]},
     {"how": "one at a time, PyG's gradient with an edge mask", "ratio": one["gradient_edge_mask"],
      "ms": mol["median_ms"]["gradient_edge_mask"]},
+    {"how": "one at a time as a loader of batch size one gives them (`batch` given)", "ratio": one["forward_loader"],
+     "ms": mol["median_ms"]["forward_loader"]},
     {"how": "one batch, default (an account per molecule)", "ratio": batch["ratio_to_gradient"]["lrp"],
      "ms": batch["ms_per_molecule"]["lrp"]},
     {"how": "one batch, one account for the batch", "ratio": batch["ratio_to_gradient"]["lrp_total"],
      "ms": batch["ms_per_molecule"]["lrp_total"]},
     {"how": "one batch, Gradient x Input", "ratio": 1.0, "ms": batch["ms_per_molecule"]["gradient"]},
+    {"how": f"batches of {batch['loader']['molecules_per_batch']}, one account each", "ratio":
+     batch["loader"]["ratio_to_gradient"], "ms": batch["loader"]["ms_per_molecule"]},
 ], [
     ("molecules", "how"),
     ("time / Gradient x Input's", "ratio", "{:.2f}x"),
@@ -195,7 +199,8 @@ display(results_table([
 ]))
 display(Markdown(machine_note(mol_b) + f" {mol['molecules']} molecules."))
 assert mol["compiled_replay_reasons"] == ["torch.compile for any graph"]
-assert mol["default_replay_reasons"] == mol["edges_replay_reasons"] == ["captured for any graph"]
+assert mol["default_replay_reasons"] == mol["edges_replay_reasons"] == mol["loader_replay_reasons"] == \
+    batch["loader"]["replay_reasons"] == ["captured for any graph"]
 g("mol_count", mol["molecules"], "{:,}")
 g("mol_eager_graphs", ANY_GRAPH_AFTER - 1, "{}")  # graphs explained once, eagerly, before the capture
 g("mol_default", one["forward"])
