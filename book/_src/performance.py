@@ -169,7 +169,7 @@ g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " n
 # turns molecule by molecule (the median over the molecules of each one's ratio), and all of them as one PyG
 # `Batch`, each molecule's relevance starting from its own output. After a model's first
 # {glue:text}`mol_eager_graphs` molecules, explained eagerly, one capture serves every size, run as it is or
-# compiled (`compile=True`). A data loader's batches with one account each share one capture too (last row,
+# compiled (`compile=True`). A data loader's full batches with one account each share one capture too (last row,
 # against the same batches' batched Gradient $\times$ Input).
 
 # %% tags=["hide-input"]

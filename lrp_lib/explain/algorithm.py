@@ -72,8 +72,9 @@ class LRPExplainer(ExplainerAlgorithm):
             and why not).  Graphs explained once (molecules one at a time): from the model's
             :data:`~lrp_lib.explain.capture.cache.ANY_GRAPH_AFTER`-th such graph on, one capture with symbolic sizes
             for graphs of every size, the graph part run on each call (about a second, once).  Models that branch
-            on input values, or have hooks, run eagerly.  On by default; applies with one account for the call
-            (node-level tasks, one graph, or ``accounts="total"``), not ``per_index``.
+            on input values, or have hooks, run eagerly (a read of how many graphs a batch vector names is held
+            and checked).  On by default; applies with one account for the call (node-level tasks, one graph, a
+            batch of one, or ``accounts="total"``), not ``per_index``.
         compile: compile the captured explanation with ``torch.compile(fullgraph=True)`` (off by default): with node
             masks once, with symbolic sizes, for every graph while the parameters are unchanged (``replay_reason``
             ``"torch.compile for any graph"``); with an edge mask per graph, at its second explanation.  It takes
