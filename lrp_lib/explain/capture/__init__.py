@@ -27,9 +27,9 @@ from torch.overrides import TorchFunctionMode
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
+from lrp_lib.explain.capture.graphs import fold_constants, python_bindings
 from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, is_edge_index, message_hook, recording, usual_layout
 from lrp_lib.explain.mode.forward import ForwardMode
-from lrp_lib.explain.capture.graphs import fold_constants, python_bindings
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
 #: torch.compile's backend for compiled explanations (PyTorch's default compiler).
