@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
-from lrp_lib.explain.mode.edges import usual_layout
+from lrp_lib.explain.mode.edges import message_hook, usual_layout
 
 
 @st.composite
@@ -58,3 +58,24 @@ def test_usual_layout_without_input_edges_gives_every_layer_edge_none(n):
     ref = torch.zeros(2, 0, dtype=torch.long)
     ids, usual = usual_layout(ref, torch.arange(n).repeat(2, 1))
     assert ids.tolist() == [-1] * n and bool(usual)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("edges", [3, 5000, 40_000])
+def test_message_hook_adds_each_messages_relevance_at_its_input_edge(edges, dim):
+    """The hook's record against the definition, sum over the features of message times gradient added at each
+    input edge (a loop the layer added, id -1, left out), to the bit: on few messages, and on as many as are
+    multiplied by blocks of rows (40,000 x 64 entries: two blocks of 2^20 and a partial one)."""
+    g = torch.Generator().manual_seed(edges)
+    messages = torch.randn(edges, 64, generator=g, requires_grad=True)
+    grad = torch.randn(edges, 64, generator=g)
+    ids = torch.randint(-1, 7, (edges,), generator=g)
+    record = torch.zeros(7, dtype=torch.float64)
+    layout = (lambda t: t.t()) if dim else (lambda t: t)  # the edge dimension second: (F, E) messages
+    leaf = messages.detach().clone().requires_grad_(True)
+    out = layout(leaf)
+    out.register_hook(message_hook(record, out, ids, dim))
+    out.backward(layout(grad))
+    keep = ids >= 0
+    expected = torch.zeros(7, dtype=torch.float64).index_add_(0, ids[keep], (messages * grad).sum(1)[keep].double())
+    assert torch.equal(record, expected)

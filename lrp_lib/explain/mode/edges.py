@@ -82,6 +82,9 @@ def ensure_hooks(model: nn.Module) -> None:
     ensure_hook(model, MessagePassing, "_propagate_forward_pre_hooks", _propagate_hook)
 
 
+_BLOCK = 1 << 20  # the entries of each block of a message hook's products (4 MiB in float32)
+
+
 def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     """A hook on a layer's messages: their relevance (messages times their gradient, summed over all but the edge
     dimension ``dim``) added to ``record`` at each message's input edge (``ids``; -1: a self-loop the layer added,
@@ -91,8 +94,14 @@ def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
     values = messages.detach()  # (outside the mode: the explanation's own read, not a detach in the model)
 
     def hook(grad):
-        rel = (values * grad).movedim(dim, 0)
-        rel = rel.reshape(rel.shape[0], math.prod(rel.shape[1:])).sum(1)  # (also without any message)
+        v, g = values.movedim(dim, 0), grad.movedim(dim, 0)
+        e, k = v.shape[0], math.prod(v.shape[1:])  # (also without any message)
+        v, g = v.reshape(e, k), g.reshape(e, k)
+        # (v * g).sum(1) by blocks of rows: the same sums, without allocating the whole (E, F) product, whose
+        # fresh pages cost more than the product itself on large graphs
+        rows = max(1, _BLOCK // max(k, 1))
+        rel = torch.cat([(v[i:i + rows] * g[i:i + rows]).sum(1) for i in range(0, e, rows)]) if e > rows else \
+            (v * g).sum(1)
         record.index_add_(0, ids, rel[keep].to(record.dtype))
     return hook
 
