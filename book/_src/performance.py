@@ -307,7 +307,7 @@ g("nodes_gnn_hours", nodes_rows["gnnexplainer"]["seconds_all_targets_extrapolate
 # ## Memory
 #
 # `benchmarks/bench_explain_memory.py` measures the peak memory of one explanation (the first call on a graph),
-# each case in a fresh process, on the graphs of the section above:
+# the median of three fresh processes per case, on the graphs above:
 
 # %% tags=["hide-input"]
 em_rows = memory_b["results"]
