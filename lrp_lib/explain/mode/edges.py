@@ -97,9 +97,9 @@ def message_hook(record: Tensor, messages: Tensor, ids: Tensor, dim: int):
         v, g = values.movedim(dim, 0), grad.movedim(dim, 0)
         e, k = v.shape[0], math.prod(v.shape[1:])  # (also without any message)
         v, g = v.reshape(e, k), g.reshape(e, k)
-        # (v * g).sum(1) by blocks of rows: the same sums, without allocating the whole (E, F) product, whose
-        # fresh pages cost more than the product itself on large graphs
-        rows = max(1, _BLOCK // max(k, 1))
+        # (v * g).sum(1), on the CPU by blocks of rows: the same sums, without allocating the whole (E, F) product,
+        # whose fresh pages cost more than the product itself on large graphs (a GPU's caching allocator reuses)
+        rows = max(1, _BLOCK // max(k, 1)) if v.device.type == "cpu" else e
         rel = torch.cat([(v[i:i + rows] * g[i:i + rows]).sum(1) for i in range(0, e, rows)]) if e > rows else \
             (v * g).sum(1)
         record.index_add_(0, ids, rel[keep].to(record.dtype))
