@@ -879,7 +879,7 @@ def test_a_graph_run_as_it_is_calls_the_python_bindings_with_the_same_results(ed
         leaves = _leaves(x, None)
         with torch.enable_grad():
             out, head, *messages = graph(*leaves)
-        grads = torch.autograd.grad(head[:, 0].sum(), leaves[:4], allow_unused=True)
+        grads = torch.autograd.grad(head[:, 0].sum(), leaves[:2], allow_unused=True)
         results.append([out, head, *grads])
     for got, want in zip(*results):
         assert (got is None and want is None) or torch.equal(got, want)

@@ -132,8 +132,8 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
             probe: bool = True, **kwargs) -> tuple[torch.fx.GraphModule, dict]:
     """The explanation's forward on this graph as an FX graph of ATen operations.
 
-    The graph takes ``(x, one_out, one_in, kept, probe)`` (``probe``: the edge probe, ones of length ``E``; any
-    tensor when ``edges=False``) and returns the model's output and the explained output (the logits before a final
+    The graph takes ``(x, kept, probe)`` (``kept``: the accounts' probe; ``probe``: the edge probe, ones of length
+    ``E``; any tensor when ``edges=False``) and returns the model's output and the explained output (the logits before a final
     softmax, log_softmax or sigmoid).  ``probe=False``: no edge probe; each layer's messages follow those two, for
     their gradient (in a graph run as it is, not compiled).  ``kwargs``: the model's other inputs, constants of the
     graph.  Returns the graph and what was seen while recording (``head``: the final function the logits were taken
@@ -142,12 +142,12 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
     seen, reads = {"order": order}, _Reads(kwargs)
 
-    def forward(x_, one_out, one_in, kept, ones):
+    def forward(x_, kept, ones):
         mode = ForwardMode(composite, model)
         recorder = None if not edges else _ProductRecorder(mode, model, edge_index, x_.dtype, ones, order) \
             if probe else _ListRecorder(mode, model, edge_index, x_.dtype, ids=False)
         with recording(recorder):
-            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index, kwargs, reads.over(kwargs))
+            out = _in_mode(mode, model, x_, kept, edge_index, kwargs, reads.over(kwargs))
         messages = tuple(recorder.found) if isinstance(recorder, _ListRecorder) else ()
         return (*_outputs(mode, out, seen), *messages)
 
@@ -161,7 +161,7 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
                       **kwargs) -> tuple[torch.fx.GraphModule, dict, Callable]:
     """The explanation's forward for any graph, as an FX graph with symbolic sizes.
 
-    The graph takes ``(x, edge_index, one_out, one_in, kept, *tensors)`` (``tensors``: the model's other tensor
+    The graph takes ``(x, edge_index, kept, *tensors)`` (``tensors``: the model's other tensor
     inputs, in the order of ``kwargs``), returns what :func:`capture`'s graph returns, and runs the graph part on
     every call.  ``edges=True``: it also returns whether every layer's edges are laid out as they were when
     captured (a boolean tensor), then each layer's messages and the input edge of each (``seen["dims"]``: their
@@ -177,13 +177,12 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     if edges:
         ensure_hooks(model)
 
-    def forward(x_, edge_index_, one_out, one_in, kept, *values):
+    def forward(x_, edge_index_, kept, *values):
         mode = ForwardMode(composite, model)
         recorder = _AnyGraphRecorder(mode, model, edge_index_, x_.dtype) if edges else None
         traced = dict(zip(names, values))
         with recording(recorder):
-            out = _in_mode(mode, model, x_, (one_out, one_in, kept), edge_index_, {**traced, **other},
-                           reads.over(traced))
+            out = _in_mode(mode, model, x_, kept, edge_index_, {**traced, **other}, reads.over(traced))
         if recorder is None:
             return _outputs(mode, out, seen)
         recorder.check()
@@ -207,14 +206,12 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
         and all(int(getattr(given[k], reduction)()) == value for k, reduction, value in read)
 
 
-def _in_mode(mode: ForwardMode, model: nn.Module, x: Tensor, probes: tuple, edge_index, kwargs: dict,
-             reads: _Reads | None = None):
-    """The model's forward under ``mode`` from the node features ``x`` and the three scalar probes (``reads``: the
-    reads of its inputs' values, over ``mode``)."""
-    with torch.enable_grad(), mode, reads or nullcontext():
+def _in_mode(mode: ForwardMode, model: nn.Module, x: Tensor, kept: Tensor, edge_index, kwargs: dict, reads: _Reads):
+    """The model's forward under ``mode`` from the node features ``x`` and the accounts' probe ``kept`` (``reads``:
+    the reads of its inputs' values, over ``mode``)."""
+    with torch.enable_grad(), mode, reads:
         mode.mark(x)
-        mode.one_out, mode.one_in, mode.kept = probes  # (after the first mark, which makes its own)
-        mode.kept_delta = probes[2] - probes[2].detach()
+        mode.kept, mode.kept_delta = kept, kept - kept.detach()  # (after the first mark, which makes its own)
         return model(x, edge_index, **kwargs)
 
 
@@ -247,14 +244,15 @@ def _graph_args(leaves: list, edge_index: Tensor, kwargs: dict, names: list) -> 
     """The inputs of a graph captured for any graph, each laid out as when captured: contiguous from the start of
     its storage (PyTorch's guards read strides and offsets; a graph of a data set is a view into its storage)."""
     return [t if t.is_contiguous() and not t.storage_offset() else t.clone(memory_format=torch.contiguous_format)
-            for t in (leaves[0], edge_index, *leaves[1:4], *(kwargs[k] for k in names))]
+            for t in (leaves[0], edge_index, leaves[1], *(kwargs[k] for k in names))]
 
 
 def _leaves(x: Tensor, edge_index: Tensor | None) -> list[Tensor]:
-    ones = [torch.ones((), dtype=x.dtype, device=x.device, requires_grad=True) for _ in range(3)]
+    """``(x, kept, probe)``: the node features, the accounts' probe and the edge probe, leaves of the backward."""
     probe = torch.ones(edge_index.shape[1] if edge_index is not None else 1, dtype=x.dtype, device=x.device,
                        requires_grad=edge_index is not None)
-    return [x.detach().clone().requires_grad_(True), *ones, probe]
+    return [x.detach().clone().requires_grad_(True), torch.ones((), dtype=x.dtype, device=x.device,
+                                                                requires_grad=True), probe]
 
 
 class CompiledExplanation:
@@ -290,12 +288,11 @@ class CompiledExplanation:
         """From the explained output ``head`` with start relevance ``start``: ``(node relevance, edge relevance
         or None, kept)``: input times gradient, the edge probe's gradient (or the record the message hooks
         filled), and what biases, constant terms and stabilisers kept."""
-        wrt = leaves[:4] + (leaves[4:] if self.edges and self.probe else [])
+        wrt = leaves[:2] + (leaves[2:3] if self.edges and self.probe else [])
         grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True)
-        zero = leaves[0].new_zeros(())
-        received, passed, kept = (zero if g is None else g for g in grads[1:4])
-        edge_rel = (grads[4] if self.probe else leaves[-1]) if self.edges else None
-        return leaves[0].detach() * grads[0], edge_rel, received - passed + kept
+        kept = leaves[0].new_zeros(()) if grads[1] is None else grads[1]
+        edge_rel = (grads[2] if self.probe else leaves[-1]) if self.edges else None
+        return leaves[0].detach() * grads[0], edge_rel, kept
 
 
 class AnyGraphExplanation(CompiledExplanation):
@@ -311,7 +308,7 @@ class AnyGraphExplanation(CompiledExplanation):
         graph, seen, self._fits = capture_any_graph(model, x, edge_index, composite, edges, **kwargs)
         self.dims = seen.get("dims")
         self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
-        self._scalars = _leaves(x, None)[1:4]  # (what the guards read of the probes: their shape)
+        self._kept = _leaves(x, None)[1]  # (what the guards read of the probe: its shape)
         with torch.enable_grad():
             args = self._args(_leaves(x, None), edge_index, kwargs)
             self.compiled = torch.compile(graph, fullgraph=True, backend=BACKEND, dynamic=True) if compile else \
@@ -327,7 +324,7 @@ class AnyGraphExplanation(CompiledExplanation):
 
     def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
         """Whether this graph's sizes meet the conditions its capture saw (else it is captured again)."""
-        return bool(self._fits(self._args([x, *self._scalars], edge_index, kwargs), kwargs))
+        return bool(self._fits(self._args([x, self._kept], edge_index, kwargs), kwargs))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list] | None:

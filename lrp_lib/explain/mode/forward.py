@@ -10,8 +10,9 @@ PyTorch's own backward then leaves :math:`t \odot \partial f/\partial t` as the 
 * an operation without a rule: a zero probe added to its output (:func:`~lrp_lib.core.modify.blocked`), whose
   gradient times the output is the relevance that reached it.
 
-What biases, constant terms and stabilisers kept is read from probes of ones: ``one_out`` on the outputs of the
-operations that can keep relevance, ``one_in`` on their inputs, and ``kept`` for amounts computed directly.
+What biases, constant terms and stabilisers kept is read from one probe, ``kept`` (a one that requires grad): the
+relevance that the operations which can keep relevance receive at their outputs, less what reaches their inputs,
+and the amounts computed directly; each added to the forward as ``(kept - kept.detach()) * amount``, a zero.
 """
 from __future__ import annotations
 
@@ -44,16 +45,15 @@ class ForwardMode(RelevanceMode):
         super().__init__(composite, model)
         self.probes: list[tuple[str, Tensor, Tensor]] = []
         self.recorder: EdgeRecorder | None = None
-        #: ``rows=True``: the probes per row, by (kind, row count): (the leaf, the factor in the forward)
+        #: ``rows=True``: the probes per row, by row count: (the leaf, its zero ``ones - ones.detach()``)
         self.row_probes: dict | None = {} if rows else None
         self._probes(torch.float32, torch.device("cpu"))
         self.tally = ProbeTally(self)
 
     def _probes(self, dtype, device) -> None:
-        """The scalar probes (ones that require grad) in the input's dtype and device, and ``kept - kept.detach()``,
-        the zero whose product with an amount carries its gradient."""
-        self.one_in, self.one_out, self.kept = (torch.ones((), dtype=dtype, device=device, requires_grad=True)
-                                                for _ in range(3))
+        """The scalar probe ``kept`` (a one that requires grad) in the input's dtype and device, and
+        ``kept - kept.detach()``, the zero whose product with an amount carries the amount's gradient into it."""
+        self.kept = torch.ones((), dtype=dtype, device=device, requires_grad=True)
         with torch.enable_grad():
             self.kept_delta = self.kept - self.kept.detach()
 
@@ -63,31 +63,33 @@ class ForwardMode(RelevanceMode):
         return super().mark(t)
 
     def _in(self, t: Tensor, rows: bool = True) -> Tensor:
-        """``t``, an input of an operation that may keep relevance, times the probe ``one_in`` (1)."""
-        return t * self._probe("in", t, rows)
+        r"""``t``, an input of an operation that may keep relevance, unchanged, with :math:`-\sum t \odot g`, the
+        relevance it passes on, added to the probe ``kept``."""
+        return torch.addcmul(t, self._probe(t, rows), modify.held_constant(t), value=-1)
 
     def _out(self, t: Tensor, rows: bool = True) -> Tensor:
-        """``t``, the output of such an operation, times the probe ``one_out`` (1)."""
-        return t * self._probe("out", t, rows)
+        r"""``t``, the output of such an operation, unchanged, with :math:`\sum t \odot g`, the relevance it
+        receives, added to the probe ``kept``."""
+        return self._kept(t, t, rows)
 
-    def _kept(self, y: Tensor, amount: Tensor) -> Tensor:
+    def _kept(self, y: Tensor, amount: Tensor, rows: bool = True) -> Tensor:
         r"""``y`` unchanged, plus ``kept * amount`` for the probe ``kept``, whose gradient totals
         :math:`\sum g \odot a`, the relevance kept where :math:`a = z - c \odot (z - f(0))` (gradient scale
         :math:`c`)."""
-        return torch.addcmul(y, self._probe("kept", y), modify.held_constant(amount))
+        return torch.addcmul(y, self._probe(y, rows), modify.held_constant(amount))
 
-    def _probe(self, kind: str, t: Tensor, rows: bool = True) -> Tensor:
-        """The probe of ``kind`` (``"in"``, ``"out"``, ``"kept"``) for ``t``: one per row where the accounts are split
+    def _probe(self, t: Tensor, rows: bool = True) -> Tensor:
+        """The zero that carries amounts into the probe ``kept`` for ``t``: one per row where the accounts are split
         by rows (:attr:`row_probes`) and the operation does not mix rows (``rows``), else the scalar one."""
         if self.row_probes is None or t.dim() == 0 or not rows:
             if self.row_probes is not None:
                 self.tally.unsplit = True  # an amount without rows
-            return {"in": self.one_in, "out": self.one_out, "kept": self.kept_delta}[kind]
+            return self.kept_delta
         n = t.shape[0]
-        probe = self.row_probes.get((kind, n))
+        probe = self.row_probes.get(n)
         if probe is None:
-            ones = torch.ones(n, dtype=self.one_in.dtype, device=self.one_in.device, requires_grad=True)
-            probe = self.row_probes[(kind, n)] = (ones, ones - ones.detach() if kind == "kept" else ones)
+            ones = torch.ones(n, dtype=self.kept.dtype, device=self.kept.device, requires_grad=True)
+            probe = self.row_probes[n] = (ones, ones - ones.detach())
         return probe[1].view(n, *([1] * (t.dim() - 1)))
 
     def _eps_share(self, z: Tensor, base: Tensor | None = None) -> Tensor:
@@ -131,9 +133,9 @@ class ForwardMode(RelevanceMode):
 
     def weighted(self, x: Tensor, weight: Tensor, bias: Tensor | None, fn: Callable):
         """A map ``fn(x, weight, bias)`` linear in ``x`` and a parameter ``weight``: the composite's rule for it,
-        in its forward form (``Rule.modify``); what it keeps is the relevance its output receives (probe
-        ``one_out``) less what its input gets (probe ``one_in``).  A ``weight`` that no module owns (data): the
-        epsilon rule of :meth:`linear`."""
+        in its forward form (``Rule.modify``); what it keeps is the relevance its output receives (:meth:`_out`)
+        less what its input gets (:meth:`_in`).  A ``weight`` that no module owns (data): the epsilon rule of
+        :meth:`linear`."""
         rule = self.rule_for(weight)
         w, b = weight.detach(), None if bias is None else bias.detach()
         if rule is None:

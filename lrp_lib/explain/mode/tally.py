@@ -101,24 +101,21 @@ class ProbeTally(Tally):
         return [None if g is None else t.detach() * g for t, g in zip(inputs, grads)]
 
     def leaves(self) -> list:
-        """The probes whose gradients hold the amounts: ``one_out``, ``one_in``, ``kept``, each blocked
-        operation's probe, and the probes per row."""
+        """The probes whose gradients hold the amounts: ``kept``, each blocked operation's probe, and the probes per
+        row."""
         mode = self.mode
-        return [mode.one_out, mode.one_in, mode.kept, *(p for _, _, p in mode.probes),
-                *(leaf for leaf, _ in (mode.row_probes or {}).values())]
+        return [mode.kept, *(p for _, _, p in mode.probes), *(leaf for leaf, _ in (mode.row_probes or {}).values())]
 
     def settle(self, grads) -> None:
         """The amounts from the gradients of :meth:`leaves` (in its order; None: not reached)."""
         mode = self.mode
-        received, passed, kept = (g.detach() if g is not None else mode.one_in.new_zeros(()) for g in grads[:3])
-        total = received - passed + kept
+        total = grads[0].detach() if grads[0] is not None else mode.kept.new_zeros(())
         self.rows = {}
-        for (kind, count), g in zip(mode.row_probes or {}, grads[3 + len(mode.probes):]):
-            if g is not None:  # what row r kept: received - passed on, plus the kept amounts
-                g = -g.detach() if kind == "in" else g.detach()
-                self.rows[count] = self.rows[count] + g.double() if count in self.rows else g.double()
+        for count, g in zip(mode.row_probes or {}, grads[1 + len(mode.probes):]):
+            if g is not None:  # what row r kept: received less passed on, plus the kept amounts
+                self.rows[count] = g.detach().double()
                 total = total + g.sum()
         self.absorb("biases, constant terms and stabilisers", total)
-        for (label, value, _), g in zip(mode.probes, grads[3:]):
+        for (label, value, _), g in zip(mode.probes, grads[1:]):
             if g is not None:
                 self._pending.append(("blocked", label, (value * g).sum().detach()))
