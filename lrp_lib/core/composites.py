@@ -91,10 +91,9 @@ class Composite:
         self.epsilon = check_number(epsilon, "epsilon")
         if attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {_ATTENTION}, got {attention!r}")
-        self.attention = attention
         if not isinstance(bias, bool):
             raise TypeError(f"bias must be True or False, got {bias!r}")
-        self.bias = bias
+        self.attention, self.bias = attention, bias
 
     def with_default(self, rule: Rule | str) -> "Composite":
         """This composite if its ``linear`` is set, else a copy with ``rule`` as ``linear`` (the default rule)."""

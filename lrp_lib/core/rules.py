@@ -67,8 +67,7 @@ class Rule:
         return hash((type(self).__name__, tuple(sorted(vars(self).items()))))
 
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
-        return f"{type(self).__name__}({args})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
 
 
 class Epsilon(Rule):
@@ -101,8 +100,7 @@ class Gamma(Rule):
     """
 
     def __init__(self, gamma: float = 0.25, eps: float = 1e-6):
-        self.gamma = check_number(gamma, "gamma")
-        self.eps = check_number(eps, "eps")
+        self.gamma, self.eps = check_number(gamma, "gamma"), check_number(eps, "eps")
 
     def modified(self, m, x, weight, bias) -> tuple:
         r"""The weight :math:`w + \gamma w^+` and the map's output with it (and the bias :math:`b + \gamma b^+`)."""
@@ -205,8 +203,7 @@ class ZBox(Rule):
                 check_number(bound, name, -math.inf)
         if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > high:
             raise ValueError(f"low must not exceed high, got low={low:g}, high={high:g}")
-        self.low, self.high = low, high
-        self.eps = check_number(eps, "eps")
+        self.low, self.high, self.eps = low, high, check_number(eps, "eps")
 
     def bounds(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The box :math:`(l, h)` for input ``x``, each shaped like ``x``; a ``ValueError`` where ``x`` leaves the

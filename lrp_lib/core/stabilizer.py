@@ -29,8 +29,7 @@ _CONSTANTS: dict = {}
 
 def _constant(value: float, like: Tensor) -> Tensor:
     key = (value, like.dtype, like.device)
-    found = _CONSTANTS.get(key)
-    if found is None:
+    if (found := _CONSTANTS.get(key)) is None:
         with torch.inference_mode(False):  # an ordinary tensor, usable where autograd records
             found = torch.tensor(value, dtype=like.dtype, device=like.device)
         if type(found) is Tensor:  # (not a fake tensor made while a graph is traced: it would outlive the trace)

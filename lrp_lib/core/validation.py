@@ -41,9 +41,8 @@ def check_finite(t: Tensor, name: str) -> None:
         return
     nan, inf = int(torch.isnan(t).sum()), int(torch.isinf(t).sum())
     first = tuple(int(i) for i in (~torch.isfinite(t)).nonzero()[0])
-    raise ValueError(
-        f"{name} contains {nan} NaN and {inf} Inf value(s) (the first at {first}), so the explanation "
-        f"would be NaN; replace them (e.g. torch.nan_to_num({name})) or remove those entries")
+    raise ValueError(f"{name} contains {nan} NaN and {inf} Inf value(s) (the first at {first}), so the explanation "
+                     f"would be NaN; replace them (e.g. torch.nan_to_num({name})) or remove those entries")
 
 
 def check_index_dtype(index, name: str = "index") -> Tensor:
@@ -122,8 +121,7 @@ def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: s
     ``edge_index`` (long, in range), that no edge joins two graphs (relevance is read per graph)."""
     batch = check_index_dtype(batch, name)
     if batch.dim() != 1 or batch.numel() != num_nodes:
-        raise ValueError(f"{name} must be 1-D with one graph id per node ({num_nodes}), "
-                         f"got shape {tuple(batch.shape)}")
+        raise ValueError(f"{name} must be 1-D with one graph id per node ({num_nodes}), got shape {tuple(batch.shape)}")
     if batch.numel() and int(batch.min()) < 0:
         raise ValueError(f"{name} contains the negative graph id {int(batch.min())}")
     if edge_index is not None and edge_index.numel():

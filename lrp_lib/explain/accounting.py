@@ -78,16 +78,14 @@ def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> t
     equal to :func:`account`'s (the same float64 sums, in the same order).
 
     .. math::  B = \sum_\text{ops} b, \qquad \rho = \Big(\sum_j v_j - \sum_i R_i\Big) - B"""
-    dtype = start.dtype
-    start = start.detach()
+    dtype, start = start.dtype, start.detach()
     rels = [rel.detach() for rel in grads if rel is not None]
     parts = [start.reshape(1, -1).sum(-1), start.abs().sum().view(1)]
     parts += [rel.flatten(1).sum(-1) if rel.dim() > 1 else rel for rel in rels]
     if any(p.dtype != dtype for p in parts):
         parts = [p.double() for p in parts]
     values = torch.cat(parts).tolist()  # one synchronisation
-    explained = 0.0 + values[0]
-    reached = 0.0
+    explained, reached = 0.0 + values[0], 0.0
     for v in values[2:]:  # (a loop, not sum(): Python 3.12's sum of floats compensates rounding)
         reached += v
     unaccounted = explained - reached

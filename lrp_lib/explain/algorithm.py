@@ -120,14 +120,11 @@ class LRPExplainer(ExplainerAlgorithm):
         for name, value in (("replay", replay), ("per_index", per_index), ("compile", compile)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, got {value!r}")
-        self.replay, self.compile = replay, compile
         if accounts not in ("each", "total"):
             raise ValueError(f"accounts must be 'each' (one per graph or target) or 'total', got {accounts!r}")
-        self.accounts = accounts
         self._mask = None if mask is None else check_mask_kind(mask)
         if explained not in (None, "logit", "contrast"):
             raise ValueError(f"explained must be 'logit' or 'contrast', got {explained!r}")
-        self._explained = explained
         if composite is not None and not isinstance(composite, Composite):
             raise TypeError(f"composite must be a lrp_lib.core.composites.Composite, got {type(composite).__name__}")
         if composite is not None and rule is not None:
@@ -140,6 +137,7 @@ class LRPExplainer(ExplainerAlgorithm):
                 raise ValueError(f"{name} must be an int >= {least} or None, got {value!r}")
         if prune not in (None, True, False):
             raise ValueError(f"prune must be None (where exact), True or False, got {prune!r}")
+        self.replay, self.compile, self.accounts, self._explained = replay, compile, accounts, explained
         self.per_index, self.num_hops, self.chunk_size = per_index, num_hops, chunk_size
         self.max_memory, self.prune = max_memory, prune
 
@@ -147,10 +145,9 @@ class LRPExplainer(ExplainerAlgorithm):
     def defaults(self) -> dict:
         """The defaults for this explainer's task level (:data:`DEFAULTS`; ``"node"`` until connected)."""
         try:
-            level = self.model_config.task_level
+            return DEFAULTS["graph" if self.model_config.task_level == ModelTaskLevel.graph else "node"]
         except (ValueError, AttributeError):
-            level = None
-        return DEFAULTS["graph" if level == ModelTaskLevel.graph else "node"]
+            return DEFAULTS["node"]
 
     @property
     def composite(self) -> Composite:

@@ -44,8 +44,7 @@ class OnePass:
     def __init__(self, target_of: Callable[[Tensor], Tensor], settle: Callable[[], Tensor] | None = None,
                  clear: Callable[[Tensor], bool] | None = None):
         self.target_of, self.settle, self.clear = target_of, settle, clear
-        self.prediction: Tensor | None = None
-        self.target: Tensor | None = None
+        self.prediction = self.target = None  # (tensors, once called)
 
     def __call__(self, prediction: Tensor) -> Tensor:
         self.prediction = prediction.detach()
@@ -80,9 +79,8 @@ def explain_in_one_pass(explainer, x: Tensor, edge_index: Tensor, target, index,
     with one_pass(explainer.get_target, lambda: explainer.get_prediction(x, edge_index, **kwargs),
                   lambda prediction: clear_of_rounding(prediction, explainer.model_config)) as record:
         explanation = explainer.algorithm(explainer.model, x, edge_index, target=None, index=index, **kwargs)
-    explanation._model_config = explainer.model_config
+    explanation._model_config, explanation._model_args = explainer.model_config, list(kwargs.keys())
     explanation.prediction, explanation.target, explanation.index = record.prediction, record.target, index
-    explanation._model_args = list(kwargs.keys())
     explanation.x, explanation.edge_index = x, edge_index
     for key, arg in kwargs.items():
         explanation[key] = arg

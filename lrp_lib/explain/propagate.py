@@ -45,8 +45,7 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
 
 def check_blocked(tally) -> None:
     """:class:`UnsupportedModelError` where relevance reached operations without a rule (``tally.blocked``)."""
-    blocked = {k: v for k, v in tally.blocked.items() if v != 0}
-    if blocked:
+    if blocked := {k: v for k, v in tally.blocked.items() if v != 0}:
         raise UnsupportedModelError(
             "relevance reached operations that LRP has no rule for: " + "; ".join(
                 f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +

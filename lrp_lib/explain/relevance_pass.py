@@ -81,23 +81,20 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
     absorbed = mode.tally.total(mode.tally.absorbed)
     if one_group and start.dim() > 0 and start.shape[0] == 1:  # a single graph and output row: one account
         bias, residual = account_one(start, [node_rel, attr_rel], absorbed, mode.detached)
-        extra = {"bias_relevance": bias, "relevance_residual": residual}
     else:
         lost = lost_relevance(start, [node_rel, attr_rel], absorbed, mode.detached)
-        extra = {"bias_relevance": torch.tensor(absorbed, dtype=x.dtype, device=x.device),
-                 "relevance_residual": torch.tensor(lost, dtype=x.dtype, device=x.device)}
+        bias, residual = (torch.tensor(v, dtype=x.dtype, device=x.device) for v in (absorbed, lost))
         if one_group and node_group is None:
             node_group = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
         if node_group is not None and start.dim() > 0:
-            if row_group is None:
-                row_group = torch.arange(start.shape[0], device=start.device)
+            row_group = torch.arange(start.shape[0], device=start.device) if row_group is None else row_group
             groups = int(row_group.max()) + 1 if row_group.numel() else 0
             if groups and (not node_group.numel() or int(node_group.max()) < groups):
                 edge_group = node_group[edge_index[1]] if attr_rel is not None else None
                 bias, residual = account(head, inputs, start, [node_rel, attr_rel], mode.tally, recorder,
                                          node_group=node_group, row_group=row_group, num_groups=groups,
                                          edge_group=edge_group, row_groups=row_groups, split_losses=split_losses)
-                extra.update(bias_relevance=bias, relevance_residual=residual)
+    extra = {"bias_relevance": bias, "relevance_residual": residual}
     if mode.explained_head is not None:
         extra["explained_output"] = f"the input of the model's final {mode.explained_head}"
     if attr_rel is not None:

@@ -12,15 +12,13 @@ __all__ = ["explained_of", "start_relevance", "start_of", "check_index", "check_
 def explained_of(name: str | None, out: Tensor, logits: Tensor | None, model_config: ModelConfig) -> Tensor:
     """What the relevance starts from: ``out``, or ``logits`` where ``name`` is the classifier's final softmax,
     log_softmax or sigmoid whose input they are (a regression model's final sigmoid is explained as it is)."""
-    classifier = model_config.mode != ModelMode.regression
-    if name is not None and (classifier or name != "sigmoid"):
+    if name is not None and (model_config.mode != ModelMode.regression or name != "sigmoid"):
         return logits
     if model_config.return_type != ModelReturnType.raw:
         raise ValueError(
-            f"return_type={model_config.return_type.value!r}: LRP explains the logits before the "
-            f"probabilities, but the model's output is not computed by a final softmax, log_softmax or "
-            f"sigmoid of them (its last operation is something else); return the logits and use "
-            f"return_type='raw'")
+            f"return_type={model_config.return_type.value!r}: LRP explains the logits before the probabilities, "
+            f"but the model's output is not computed by a final softmax, log_softmax or sigmoid of them (its last "
+            f"operation is something else); return the logits and use return_type='raw'")
     return out
 
 
@@ -134,9 +132,8 @@ def check_graph_rows(target, x: Tensor, batch):
     if isinstance(target, Tensor) and target.dim() > 0:
         check(target.shape[0])
     elif callable(target):
-        wrapped = target
-
-        def target(out):
+        def checked(out):
             check(out.shape[0] if out.dim() else 1)
-            return wrapped(out)
+            return target(out)
+        return checked
     return target

@@ -133,11 +133,12 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     """The explanation's forward on this graph as an FX graph of ATen operations.
 
     The graph takes ``(x, kept, probe)`` (``kept``: the accounts' probe; ``probe``: the edge probe, ones of length
-    ``E``; any tensor when ``edges=False``) and returns the model's output and the explained output (the logits before a final
-    softmax, log_softmax or sigmoid).  ``probe=False``: no edge probe; each layer's messages follow those two, for
-    their gradient (in a graph run as it is, not compiled).  ``kwargs``: the model's other inputs, constants of the
-    graph.  Returns the graph and what was seen while recording (``head``: the final function the logits were taken
-    before, or None; ``order``: the input edge of each message of each layer, and the message's edge dimension)."""
+    ``E``; any tensor when ``edges=False``) and returns the model's output and the explained output (the logits
+    before a final softmax, log_softmax or sigmoid).  ``probe=False``: no edge probe; each layer's messages follow
+    those two, for their gradient (in a graph run as it is, not compiled).  ``kwargs``: the model's other inputs,
+    constants of the graph.  Returns the graph and what was seen while recording (``head``: the final function the
+    logits were taken before, or None; ``order``: the input edge of each message of each layer, and the message's
+    edge dimension)."""
     composite = get_composite(composite)
     order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
     seen, reads = {"order": order}, _Reads(kwargs)
@@ -310,7 +311,7 @@ class AnyGraphExplanation(CompiledExplanation):
         self.names = [k for k, v in kwargs.items() if isinstance(v, Tensor)]
         self._kept = _leaves(x, None)[1]  # (what the guards read of the probe: its shape)
         with torch.enable_grad():
-            args = self._args(_leaves(x, None), edge_index, kwargs)
+            args = _graph_args(_leaves(x, None), edge_index, kwargs, self.names)
             self.compiled = torch.compile(graph, fullgraph=True, backend=BACKEND, dynamic=True) if compile else \
                 python_bindings(graph, args)
             if edges and not bool(self.compiled(*args)[2]):  # (then on no graph: each is captured on its own)
@@ -319,12 +320,9 @@ class AnyGraphExplanation(CompiledExplanation):
         self.head, self.edges, self.edge_index, self.probe = seen["head"], edges, None, compile
         self.held = (model, list(model.parameters()), list(model.buffers()))
 
-    def _args(self, leaves: list, edge_index: Tensor, kwargs: dict) -> list:
-        return _graph_args(leaves, edge_index, kwargs, self.names)
-
     def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
         """Whether this graph's sizes meet the conditions its capture saw (else it is captured again)."""
-        return bool(self._fits(self._args([x, self._kept], edge_index, kwargs), kwargs))
+        return bool(self._fits(_graph_args([x, self._kept], edge_index, kwargs, self.names), kwargs))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list] | None:
@@ -336,7 +334,7 @@ class AnyGraphExplanation(CompiledExplanation):
                              torch.fx.experimental._config.patch(use_duck_shape=False)) if self.probe else \
             (nullcontext(), nullcontext())
         with torch.enable_grad(), dynamic, unducked:
-            out, head, *rest = self.compiled(*self._args(leaves, edge_index, kwargs or {}))
+            out, head, *rest = self.compiled(*_graph_args(leaves, edge_index, kwargs or {}, self.names))
         if self.edges:
             if not bool(rest[0]):  # (a layer lays out this graph's edges otherwise: explained eagerly)
                 return None

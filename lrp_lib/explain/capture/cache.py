@@ -80,9 +80,7 @@ class CaptureCache:
                 found = f"not captured: {str(error).splitlines()[0]}"  # operation without a rule: eager, checked)
             _trim(self.captured, self.size - 1)
         self.captured[key] = found  # (the most recent last)
-        if isinstance(found, str):
-            return None, found
-        return found, "torch.compile" if compile else "captured"
+        return (None, found) if isinstance(found, str) else (found, "torch.compile" if compile else "captured")
 
     def _any_graph(self, model, x, edge_index, kwargs, composite, state, edges: bool, compile: bool) \
             -> tuple[AnyGraphExplanation | None, str | None]:

@@ -4,13 +4,12 @@ chapter *Explaining a whole data set* shows it at work)::
     explain_dataset(model, dataset, out="explanations/", mode="binary_classification", batch_size=128)
     table = read_explanations("explanations/")          # a pyarrow.Table, one row per graph (:data:`COLUMNS`)
 
-or ``lrp-explain --model my_models:load_gcn --dataset my_data:load_molecules --out explanations/ --mode ...``
-(also ``python -m lrp_lib.explain.jobs``, under ``torchrun`` too).  Batch ``b`` (graph ids ``b * batch_size`` on)
-is explained with one forward and one backward, written to its own part file, then recorded in the process's
-manifest (:mod:`.store`).  Rerunning the same call skips the recorded batches (arguments that change the rows
-must be the same).  Under ``torch.distributed`` rank ``r`` of ``w`` explains the batches ``b % w == r`` on its own
-device; the batches do not depend on ``w``, so the ranks' rows equal one process's, and a job may resume with
-another number of processes.
+or ``lrp-explain --model my_models:load_gcn --dataset my_data:load_molecules --out explanations/ --mode ...`` (also
+``python -m lrp_lib.explain.jobs``, under ``torchrun`` too).  Batch ``b`` (graph ids ``b * batch_size`` on) is explained
+with one forward and one backward, written to its own part file, then recorded in the process's manifest
+(:mod:`.store`).  Rerunning the same call skips the recorded batches (arguments that change the rows must be the same).
+Under ``torch.distributed`` rank ``r`` of ``w`` explains the batches ``b % w == r`` on its own device; the batches do
+not depend on ``w``, so the ranks' rows equal one process's, and a job may resume with another number of processes.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -36,40 +35,6 @@ __all__ = ["explain_dataset", "read_explanations", "COLUMNS", "MODES", "main"]
 MODES = ("binary_classification", "multiclass_classification", "regression")
 
 
-def _dataset_of(dataset_or_loader) -> tuple[Any, int | None]:
-    """The indexable data set (and the loader's batch size, when a loader is given)."""
-    if isinstance(dataset_or_loader, torch.utils.data.DataLoader):
-        if not isinstance(dataset_or_loader.sampler, torch.utils.data.SequentialSampler):
-            raise ValueError("dataset_or_loader: a DataLoader must not shuffle (shuffle=False, no sampler), "
-                             "because graphs are identified by their index in loader.dataset")
-        return dataset_or_loader.dataset, dataset_or_loader.batch_size
-    if not hasattr(dataset_or_loader, "__getitem__") or not hasattr(dataset_or_loader, "__len__"):
-        raise TypeError(f"dataset_or_loader must be a data set (len() and indexing give graphs) or a "
-                        f"torch_geometric.loader.DataLoader, got {type(dataset_or_loader).__name__}")
-    return dataset_or_loader, None
-
-
-def _check_args(model, mode, target, batch_size, rule, backend) -> str | None:
-    """Checks the arguments; returns the rule as the manifest records it: its repr (``Epsilon(eps=1e-06)``), so
-    that ``None``, ``"epsilon"`` and ``Epsilon()`` resume one another (None for the graph backend)."""
-    check_model(model)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    if isinstance(target, bool) or not (target in ("prediction", "label") or isinstance(target, int) and target >= 0):
-        raise ValueError(f"target must be 'prediction', 'label' or a class index >= 0 (int), got {target!r}")
-    if mode == "regression" and target != "prediction":
-        raise ValueError(f"target must be 'prediction' for mode='regression' (the output itself is "
-                         f"explained), got {target!r}")
-    if mode == "binary_classification" and isinstance(target, int) and target > 1:
-        raise ValueError(f"target must be 0 or 1 for mode='binary_classification', got {target}")
-    if backend == "graph" and rule is not None:
-        raise ValueError("rule: an lrp_lib.teach.graph model carries its rules in its layers; pass rule=None "
-                         f"(got {rule!r})")
-    return None if backend == "graph" else repr(get_rule("epsilon" if rule is None else rule))
-
-
 def _distributed() -> tuple[int, int]:
     import torch.distributed as dist
     return (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
@@ -81,8 +46,7 @@ def _default_device() -> torch.device:
 
 
 def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batch_size: int | None = None,
-                    target="prediction", rule=None, device=None, progress: bool = True,
-                    num_workers: int = 0) -> dict:
+                    target="prediction", rule=None, device=None, progress: bool = True, num_workers: int = 0) -> dict:
     """Explain every graph of a data set with LRP and write the relevance to Parquet files in ``out``.
 
     Args:
@@ -106,7 +70,15 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     from tqdm import tqdm  # plain tqdm: a text bar on stderr, also in a notebook
 
     pq = pyarrow_modules().parquet  # (fails early without pyarrow)
-    dataset, loader_batch = _dataset_of(dataset_or_loader)
+    dataset, loader_batch = dataset_or_loader, None  # the indexable data set (and the loader's batch size)
+    if isinstance(dataset_or_loader, torch.utils.data.DataLoader):
+        if not isinstance(dataset_or_loader.sampler, torch.utils.data.SequentialSampler):
+            raise ValueError("dataset_or_loader: a DataLoader must not shuffle (shuffle=False, no sampler), "
+                             "because graphs are identified by their index in loader.dataset")
+        dataset, loader_batch = dataset_or_loader.dataset, dataset_or_loader.batch_size
+    elif not hasattr(dataset_or_loader, "__getitem__") or not hasattr(dataset_or_loader, "__len__"):
+        raise TypeError(f"dataset_or_loader must be a data set (len() and indexing give graphs) or a "
+                        f"torch_geometric.loader.DataLoader, got {type(dataset_or_loader).__name__}")
     batch_size = (loader_batch or 64) if batch_size is None else batch_size
     if not isinstance(out, (str, os.PathLike)):
         raise TypeError(f"out must be a folder path (str or os.PathLike), got {type(out).__name__}")
@@ -115,7 +87,24 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     backend = backend_of(model) if isinstance(model, nn.Module) else None
-    rule_name = _check_args(model, mode, target, batch_size, rule, backend)
+    check_model(model)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if isinstance(target, bool) or not (target in ("prediction", "label") or isinstance(target, int) and target >= 0):
+        raise ValueError(f"target must be 'prediction', 'label' or a class index >= 0 (int), got {target!r}")
+    if mode == "regression" and target != "prediction":
+        raise ValueError(f"target must be 'prediction' for mode='regression' (the output itself is "
+                         f"explained), got {target!r}")
+    if mode == "binary_classification" and isinstance(target, int) and target > 1:
+        raise ValueError(f"target must be 0 or 1 for mode='binary_classification', got {target}")
+    if backend == "graph" and rule is not None:
+        raise ValueError("rule: an lrp_lib.teach.graph model carries its rules in its layers; pass rule=None "
+                         f"(got {rule!r})")
+    # the rule as the manifest records it: its repr (``Epsilon(eps=1e-06)``), so that ``None``, ``"epsilon"`` and
+    # ``Epsilon()`` resume one another (None for the graph backend)
+    rule_name = None if backend == "graph" else repr(get_rule("epsilon" if rule is None else rule))
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out must be a folder, but {str(out)!r} is a file")
@@ -160,13 +149,11 @@ def explain_dataset(model: nn.Module, dataset_or_loader, out, *, mode: str, batc
             payload = {"format": FORMAT, "rank": rank, "world_size": world, "settings": settings,
                        "batches": dict(sorted(record.items(), key=lambda kv: int(kv[0])))}
             write_atomic(mine_path, lambda p: p.write_text(json.dumps(payload, indent=1) + "\n"))
-            summary["written"] += 1
-            summary["graphs"] += len(ids)
             bar.update(1)
     finally:
         bar.close()
         model.train(training)
-    return summary
+    return {**summary, "written": len(todo), "graphs": len(subset)}  # (the loop wrote every batch of todo)
 
 
 def _load(spec: str, what: str):
@@ -179,12 +166,10 @@ def _load(spec: str, what: str):
         if not path.is_file():
             raise ValueError(f"--{what}: no file {where!r}")
         name = f"_lrp_job_{what}_{path.stem}"
-        module = sys.modules.get(name)
-        if module is None:
+        if (module := sys.modules.get(name)) is None:
             module_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(module_spec)
             # registered before it runs, as an import would (dataclasses and pickling look it up by name)
-            sys.modules[name] = module
+            module = sys.modules[name] = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
     else:
         module = importlib.import_module(where)
@@ -196,9 +181,8 @@ def _load(spec: str, what: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``lrp-explain`` command: :func:`explain_dataset` with the arguments ``argv`` (default: ``sys.argv``)."""
-    parser = argparse.ArgumentParser(
-        prog="lrp-explain", description="Explain every graph of a data set with LRP; Parquet output, "
-        "resumable (rerun the same command), sharded under torchrun.")
+    parser = argparse.ArgumentParser(prog="lrp-explain", description="Explain every graph of a data set with LRP; "
+                                     "Parquet output, resumable (rerun the same command), sharded under torchrun.")
     parser.add_argument("--model", required=True, help="module:callable (or file.py:callable) giving the model")
     parser.add_argument("--dataset", required=True, help="module:callable (or file.py:callable) giving the data set")
     parser.add_argument("--out", required=True, help="output folder")

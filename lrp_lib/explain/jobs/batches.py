@@ -11,8 +11,7 @@ from torch import Tensor, nn
 from lrp_lib.explain.algorithm import LRPExplainer
 from lrp_lib.explain.pyg_explainer import Explainer
 
-__all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target", "rows_of", "PyGBatch",
-           "GraphBatch"]
+__all__ = ["relevance_pass_of", "backend_of", "batch_explainer", "resolve_target", "rows_of", "PyGBatch", "GraphBatch"]
 
 
 def relevance_pass_of(model: nn.Module):
@@ -83,8 +82,7 @@ class PyGBatch:
         with self.model.register_forward_hook(lambda module, args, output: seen.update(out=output)):
             explanation = self.explainer(batch.x, batch.edge_index, batch=batch.batch, target=target)
         out = rows_of(seen.get("out"), self.mode, n_graphs)
-        node = explanation.node_relevance.detach().view(-1)
-        edge = explanation.edge_relevance.detach().view(-1)
+        node, edge = (r.detach().view(-1) for r in (explanation.node_relevance, explanation.edge_relevance))
         if self.mode == "multiclass_classification":
             value = out.gather(1, target.view(-1, 1)).view(-1)
         elif self.mode == "binary_classification":
@@ -93,9 +91,7 @@ class PyGBatch:
                 raise ValueError("target='label' needs one label 0 or 1 per graph in data.y for "
                                  "mode='binary_classification'")
             sign = target.to(out.dtype) * 2 - 1
-            value = sign * out
-            node = node * sign[batch.batch]
-            edge = edge * sign[batch.batch[batch.edge_index[0]]]
+            value, node, edge = sign * out, node * sign[batch.batch], edge * sign[batch.batch[batch.edge_index[0]]]
         else:
             target = torch.full((n_graphs,), -1, dtype=torch.long, device=out.device)
             value = out

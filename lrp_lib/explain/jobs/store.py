@@ -24,7 +24,6 @@ SETTINGS = ("num_graphs", "batch_size", "mode", "target", "rule", "backend")
 
 def pyarrow_modules():
     try:
-        import pyarrow
         import pyarrow.compute
         import pyarrow.parquet
     except ImportError as err:
@@ -68,12 +67,10 @@ def check_settings(out: Path, manifests, settings: dict) -> None:
         old = data.get("settings", {})
         for key in SETTINGS:
             if old.get(key) != settings[key]:
-                name = {"num_graphs": "dataset_or_loader (its number of graphs)",
-                        "backend": "model (its kind)"}.get(key, key)
-                raise ValueError(
-                    f"out={str(out)!r} holds a job run with {key}={old.get(key)!r} ({path.name}), but this call "
-                    f"has {key}={settings[key]!r}: {name} differs. Rerun with the same arguments to resume, "
-                    f"or choose a new out")
+                names = {"num_graphs": "dataset_or_loader (its number of graphs)", "backend": "model (its kind)"}
+                raise ValueError(f"out={str(out)!r} holds a job run with {key}={old.get(key)!r} ({path.name}), but "
+                                 f"this call has {key}={settings[key]!r}: {names.get(key, key)} differs. Rerun with "
+                                 f"the same arguments to resume, or choose a new out")
 
 
 def batch_table(ids: Sequence[int], target, value, bias, node, edge, batch):

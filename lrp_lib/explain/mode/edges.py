@@ -29,16 +29,14 @@ _recorder: ContextVar = ContextVar("recorder", default=None)  # the EdgeRecorder
 
 
 def _message_hook(module, inputs, out):
-    recorder = _recorder.get()
-    if recorder is None:
+    if (recorder := _recorder.get()) is None:
         return None
     with torch._C.DisableTorchFunction():  # (the explanation's own operations, not the model's: no rules)
         return recorder.messages(module, out)
 
 
 def _propagate_hook(module, inputs):
-    recorder = _recorder.get()
-    if recorder is None:
+    if (recorder := _recorder.get()) is None:
         return None
     recorder.propagated[id(module)] += 1
     unfolded = _unfold_adjacency(module, inputs) if is_adjacency(inputs[0]) else None
@@ -196,9 +194,8 @@ class EdgeRecorder:
     def narrow(self, module, edges: Tensor, kept_edges: Tensor, kept: Tensor) -> None:
         """``module`` passes its messages along ``kept_edges``, the columns ``kept`` of ``edges``
         (:mod:`lrp_lib.explain.subgraphs.layer_pruning`): their input edges are those of these columns."""
-        ids = self.edge_ids(edges)
         self.edges_of[id(module)] = kept_edges
-        if ids is not None:
+        if (ids := self.edge_ids(edges)) is not None:
             self._ids[id(kept_edges)] = (kept_edges, ids.index_select(0, kept))
 
     def mine(self, module, out) -> bool:
@@ -268,9 +265,8 @@ class HeteroEdgeRecorder(EdgeRecorder):
             if ids is None or ids.numel() != edges.shape[1]:
                 continue
             counts = torch.bincount(ids[ids >= 0], minlength=part.edge_index.shape[1])
-            own_loops = part.edge_index[0] == part.edge_index[1]
             if bool(((ids >= 0) | (edges[0] == edges[1])).all()) and bool((counts <= 1).all()) \
-                    and bool((counts[~own_loops] == 1).all()):
+                    and bool((counts[part.edge_index[0] != part.edge_index[1]] == 1).all()):
                 found.append(torch.where(ids >= 0, ids + self.offsets[key], ids))
         if len(found) == 1:
             return found[0]

@@ -176,8 +176,7 @@ class RelevanceMode(TorchFunctionMode):
         return self._rules[key]
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        route = route_of(func)
-        kwargs = kwargs or {}
+        route, kwargs = route_of(func), kwargs or {}
         kind = route.kind
         if kind == PLAIN_ROUTE or not torch.is_grad_enabled() or not self._any_marked(args, kwargs):
             out = func(*args, **kwargs)
@@ -259,8 +258,7 @@ class RelevanceMode(TorchFunctionMode):
                                         f"version of it was found to compute its relevance")
         handler, new_args = HANDLERS.get(base), (source, *args[1:])
         result = handler(self, outofplace, new_args, kwargs) if handler else self.identity(outofplace, new_args, kwargs)
-        target.copy_(result)
-        return self.mark(target)
+        return self.mark(target.copy_(result))
 
     def head_of(self, out: Tensor) -> tuple[str, Tensor] | None:
         """``(name, logits)`` if ``out`` is the output of a softmax, log_softmax or sigmoid computed in

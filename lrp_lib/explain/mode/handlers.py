@@ -198,8 +198,7 @@ def _cat(mode, func, args, kwargs):
     state computed from biases alone, a fixed embedding) keeps its slice as a bias does
     (:meth:`~lrp_lib.explain.mode.forward.ForwardMode.join`), unless a joined tensor was detached from the
     input (then what the constants keep is left unaccounted, for the explainer's warning)."""
-    tensors = arg(args, kwargs, 0, "tensors")
-    dim = arg(args, kwargs, 1, "dim", kwargs.get("axis", 0))
+    tensors, dim = arg(args, kwargs, 0, "tensors"), arg(args, kwargs, 1, "dim", kwargs.get("axis", 0))
     if (kwargs.get("out") is not None or not isinstance(tensors, (list, tuple)) or not tensors
             or not all(isinstance(t, Tensor) and t.is_floating_point() for t in tensors)
             or len({(t.dtype, t.device) for t in tensors}) > 1 or not isinstance(dim, int)
@@ -236,8 +235,7 @@ def _norm_affine(bias_index: int, channel: bool):
     """The handler of a layer, group or instance norm whose bias is argument ``bias_index`` (``channel``: one
     per channel, dimension 1)."""
     def handler(mode, func, args, kwargs):
-        x = args[0]
-        bias = arg(args, kwargs, bias_index, "bias")
+        x, bias = args[0], arg(args, kwargs, bias_index, "bias")
         beta = None if bias is None else bias.detach()
         if channel and beta is not None and x.dim() > 1:  # one per channel: along dimension 1
             beta = beta.view(1, -1, *([1] * (x.dim() - 2)))

@@ -45,8 +45,7 @@ acos tan nan_to_num
 """.split())
 
 #: Dropout: refused in training mode, else the identity.
-DROPOUT = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                      "feature_alpha_dropout", "feature_dropout"})
+DROPOUT = frozenset("dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout feature_dropout".split())
 
 #: Autograd nodes whose backward passes relevance correctly (the gradient of a copy, a view,
 #: a selection); names without the trailing ``Backward<n>``.

@@ -1,8 +1,7 @@
 r"""Recurrent layers and multi-head attention written out in torch operations and run inside the mode, so that
 each part gets its rule: :data:`HANDLERS` for ``torch.lstm``, ``gru``, ``rnn_tanh``/``rnn_relu``, their cells, and
 ``F.multi_head_attention_forward``.  Gates (sigmoids) are held constant in their products (signal-take-all, Arras
-et al., WASSA 2017).
-"""
+et al., WASSA 2017)."""
 from __future__ import annotations
 
 import inspect
@@ -31,14 +30,11 @@ def _step(kind, x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
         h = o * torch.tanh(c)
         return (h if w_hr is None else F.linear(h, w_hr)), c
     if kind == "gru":
-        i_r, i_z, i_n = gi.chunk(3, -1)
-        h_r, h_z, h_n = gh.chunk(3, -1)
-        r = torch.sigmoid(i_r + h_r)
-        z = torch.sigmoid(i_z + h_z)
+        (i_r, i_z, i_n), (h_r, h_z, h_n) = gi.chunk(3, -1), gh.chunk(3, -1)
+        r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
         n = torch.tanh(i_n + r * h_n)
         return (1 - z) * n + z * h, None
-    act = torch.tanh if kind == "rnn_tanh" else torch.relu
-    return act(gi + gh), None
+    return (torch.tanh if kind == "rnn_tanh" else torch.relu)(gi + gh), None
 
 
 def _cell(mode, func, args, kwargs):
@@ -67,8 +63,7 @@ def _rnn(mode, func, args, kwargs):
         raise UnsupportedModelError(f"{name} with dropout={dropout} between layers in training mode in "
                                     f"{mode.module_label()}: relevance of a random mask is not defined; call "
                                     f"model.eval() (PyG's Explainer does)")
-    lstm = name == "lstm"
-    dirs = 2 if bidirectional else 1
+    lstm, dirs = name == "lstm", 2 if bidirectional else 1
     per = len(params) // (num_layers * dirs)
     if per * num_layers * dirs != len(params):
         return mode.blocked(func, f"{name} with {len(params)} weights for {num_layers} layers", args, kwargs)
@@ -93,9 +88,7 @@ def _rnn(mode, func, args, kwargs):
                 c_n.append(c)
             seq = outs[0] if dirs == 1 else torch.cat(outs, -1)
         output = seq.transpose(0, 1) if batch_first else seq
-        if lstm:
-            return output, torch.stack(h_n, 0), torch.stack(c_n, 0)
-        return output, torch.stack(h_n, 0)
+        return (output, torch.stack(h_n, 0), torch.stack(c_n, 0)) if lstm else (output, torch.stack(h_n, 0))
 
 
 def _float_mask(mask: Tensor | None, dtype) -> Tensor | None:
@@ -146,22 +139,19 @@ def _multi_head_attention(mode, func, args, kwargs):
                                     f"{mode.module_label()}: relevance of a random mask is not defined; call "
                                     f"model.eval() (PyG's Explainer does)")
     query, key, value, heads = p["query"], p["key"], p["value"], p["num_heads"]
-    batched = query.dim() == 3
-    kpm, attn_mask = p["key_padding_mask"], p["attn_mask"]
+    batched, kpm, attn_mask = query.dim() == 3, p["key_padding_mask"], p["attn_mask"]
     if p["is_causal"] and attn_mask is None:
         raise RuntimeError("Need attn_mask if specifying the is_causal hint.")
     with mode:
         if not batched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             kpm = None if kpm is None else kpm.unsqueeze(0)
-        tgt, bsz, embed = query.shape
-        src = key.shape[0]
+        (tgt, bsz, embed), src = query.shape, key.shape[0]
         if embed != p["embed_dim_to_check"] or embed % heads:
             raise ValueError(f"multi_head_attention_forward: embedding dimension {embed} does not match "
                              f"embed_dim_to_check={p['embed_dim_to_check']} or is not divisible by num_heads={heads}")
         hd = embed // heads
-        b = p["in_proj_bias"]
-        bq, bk, bv = (None, None, None) if b is None else b.chunk(3)
+        bq, bk, bv = (None, None, None) if p["in_proj_bias"] is None else p["in_proj_bias"].chunk(3)
         wq, wk, wv = ((p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]) if p["use_separate_proj_weight"]
                       else p["in_proj_weight"].chunk(3))
         q, k, v = (F.linear(t, w, b).reshape(t.shape[0], bsz * heads, hd).transpose(0, 1)  # (batch x heads, length, hd)
@@ -195,8 +185,6 @@ def _multi_head_attention(mode, func, args, kwargs):
     return out, weights
 
 
-HANDLERS: dict[str, Callable] = {
-    "gru_cell": _cell, "rnn_tanh_cell": _cell, "rnn_relu_cell": _cell, "lstm_cell": _cell,
-    "lstm": _rnn, "gru": _rnn, "rnn_tanh": _rnn, "rnn_relu": _rnn,
-    "multi_head_attention_forward": _multi_head_attention,
-}
+HANDLERS: dict[str, Callable] = {"gru_cell": _cell, "rnn_tanh_cell": _cell, "rnn_relu_cell": _cell, "lstm_cell": _cell,
+                                 "lstm": _rnn, "gru": _rnn, "rnn_tanh": _rnn, "rnn_relu": _rnn,
+                                 "multi_head_attention_forward": _multi_head_attention}

@@ -47,8 +47,7 @@ def remember(model: nn.Module, args: tuple, kwargs: dict, out) -> None:
 
 def _known_output(model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict) -> Tensor | None:
     """The recorded output of ``model`` on these very inputs (the same tensors), or None."""
-    value = _prediction.get()
-    if not value:
+    if not (value := _prediction.get()):
         return None
     m, args, kw, out = value[0]
     given = (lambda d: {k: id(v) for k, v in d.items() if v is not None})  # the same tensors, by identity
@@ -127,8 +126,7 @@ def chunk_bytes(model: nn.Module, n: int, forward: Callable[[], Tensor]) -> tupl
 CPU_TENSOR_BYTES = 16 * 2**20
 
 
-def largest_tensor(widest: float, union: KHopUnion, targets: int, *, border_edges: int | None,
-                   layered: bool) -> float:
+def largest_tensor(widest: float, union: KHopUnion, targets: int, *, border_edges: int | None, layered: bool) -> float:
     """The bytes of the largest tensor of one pass over ``union``: ``widest`` (:func:`chunk_bytes`) times the
     larger of its rows (with stand-ins where ``border_edges`` is not None) and its first step's edges (the
     ``border_edges`` too unless ``layered``)."""
@@ -143,9 +141,8 @@ def pass_bytes(per_node: float, per_message: list, union: KHopUnion, targets: in
     :func:`chunk_bytes`): ``per_node`` per node (with ``border_edges`` not None, the stand-ins too),
     :data:`EDGE_BYTES` per edge (``border_edges`` too), and each step's message bytes per edge it passes
     (``layered``: the ``l``-th step only along the edges into nodes within ``hops - 1 - l`` hops)."""
-    kept = border_edges is not None
-    edges = union.edge_id.numel() + (border_edges if kept else 0)
-    total = per_node * (union.keys.numel() + (targets if kept else 0)) + EDGE_BYTES * edges
+    edges = union.edge_id.numel() + (border_edges or 0)
+    total = per_node * (union.keys.numel() + (targets if border_edges is not None else 0)) + EDGE_BYTES * edges
     within = torch.bincount(union.edge_depth, minlength=hops).cumsum(0).tolist() if layered else []
     for step, width in enumerate(per_message):
         limit = hops - 1 - step
@@ -198,9 +195,8 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     expected = _known_output(model, x, edge_index, kwargs) if edge_index.dtype == torch.long else None
     edge_index = edge_index.long()
     src, dst = edge_index
-    perm = torch.argsort(dst, stable=True)
     counts = torch.bincount(dst, minlength=n)
-    rowptr = torch.cumsum(counts, 0) - counts
+    perm, rowptr = torch.argsort(dst, stable=True), torch.cumsum(counts, 0) - counts
     probe = None
     if expected is not None and index.numel():  # the widths measured on a few targets' subgraphs
         probe_union = k_hop_union(index[:PROBE_TARGETS], hops, src, perm, rowptr, counts, n, border=False)
@@ -217,7 +213,6 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
     budget = max_memory if max_memory is not None else memory_budget(x.device)
     pruning = prunable(model) if prune is None else prune  # the border edges left out
     layered = prune is not False  # per-layer pruning
-    # the border's in-degrees counted, one weighted edge per outermost node (GCN)
     counting = layered and countable(model) and all(v is None for v in kwargs.values())
     loops = torch.bincount(dst[src == dst], minlength=n) if counting else None
     nodes, edges, accounts, offset = [], [], [], 0
@@ -286,6 +281,5 @@ def explain_per_index(relevance: Callable, model: nn.Module, x: Tensor, edge_ind
         extra["edge_relevance_per_index"] = torch.sparse_coo_tensor(
             edge_index_k, edge_values, (k, edge_index.shape[1]), check_invariants=False).coalesce()
     if accounts:
-        extra["bias_relevance"] = torch.cat([b for b, _ in accounts])
-        extra["relevance_residual"] = torch.cat([r for _, r in accounts])
+        extra["bias_relevance"], extra["relevance_residual"] = map(torch.cat, zip(*accounts))
     return node_rel, edge_rel, extra

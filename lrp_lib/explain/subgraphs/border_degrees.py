@@ -62,8 +62,7 @@ class CountedBorder:
 
 
 def _weigh_hook(module, args, kwargs):
-    state = _state.get()
-    return None if state is None else state.weigh(module, args, kwargs)
+    return None if (state := _state.get()) is None else state.weigh(module, args, kwargs)
 
 
 def counted_border(model: nn.Module, edge_index: Tensor, multiplicity: Tensor):

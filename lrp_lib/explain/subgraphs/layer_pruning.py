@@ -42,8 +42,7 @@ class LayerPlan:
 
     def prune(self, module: MessagePassing, edge_index, size, kwargs: dict):
         """The inputs of the next ``propagate`` call with the edges it needs only, or None (all)."""
-        step, self.calls = self.calls, self.calls + 1
-        limit = self.hops - 1 - step
+        limit, self.calls = self.hops - 1 - self.calls, self.calls + 1  # the l-th call keeps depth <= hops - 1 - l
         self.exact = self.exact and limit >= 0  # more message-passing steps than hops: the schedule does not hold
         plain = type(edge_index) is Tensor and edge_index.layout == torch.strided and edge_index.dim() == 2 \
             and edge_index.shape[0] == 2 and not edge_index.is_floating_point()
@@ -72,8 +71,7 @@ class LayerPlan:
 
 
 def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
-    """Whether the call's node tensors (``x_i``/``x_j`` of the message) hold the ``n`` nodes, ``size`` (if any)
-    is ``(n, n)``."""
+    """Whether the message's node tensors (``x_i``/``x_j``) hold the ``n`` nodes, ``size`` (if any) is ``(n, n)``."""
     if size is not None and tuple(int(s) if s is not None else n for s in size) != (n, n):
         return False
     values = [kwargs.get(a[:-2]) for a in module.inspector.get_param_names("message") if a.endswith(("_i", "_j"))]
@@ -83,8 +81,7 @@ def _on_nodes(module: MessagePassing, kwargs: dict, size, n: int) -> bool:
 
 
 def _prune_hook(module, inputs):
-    plan = _plan.get()
-    return None if plan is None else plan.prune(module, *inputs)
+    return None if (plan := _plan.get()) is None else plan.prune(module, *inputs)
 
 
 def current_plan() -> LayerPlan | None:

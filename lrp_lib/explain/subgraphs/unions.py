@@ -120,8 +120,7 @@ def union_graph(x: Tensor, kwargs: dict, target, chunk: Tensor, offset: int, uni
             raise ValueError('border="counted" takes no edge-level kwargs (a counted edge has no attributes)')
         outer = (depth == hops).nonzero().view(-1)
         node, graph = keys[outer] % n, keys[outer] // n
-        own = loops[node]
-        plain = counts[node] - own
+        own, plain = loops[node], counts[node] - loops[node]
         sent, looped = plain > 0, own > 0
         more = (torch.cat([m + graph[sent], outer[looped]]), torch.cat([outer[sent], outer[looped]]),
                 torch.cat([graph[sent], graph[looped]]), edge_e.new_zeros(int(sent.sum()) + int(looped.sum())))

@@ -20,13 +20,12 @@ backward):
   the walks through that step plus what earlier biases keep of it (:meth:`WalkModel.step_relevance`);
 * a node set :math:`S` has :math:`R_S = \sum_{w \subseteq S} R_w` (sGNN-LRP, :func:`subgraph_relevance`).
 
-Relevance that moves between nodes without a message (a graph-wise norm, global attention, pooling) belongs to no
-walk: such models raise :class:`WalksUndefinedError` (:mod:`~lrp_lib.explain.walks.defined`).  ``rule``: anything
+Relevance that moves between nodes without a message (a graph-wise norm, global attention, pooling) belongs to no walk:
+such models raise :class:`WalksUndefinedError` (:mod:`~lrp_lib.explain.walks.defined`).  ``rule``: anything
 ``LRPExplainer`` takes, or one rule per message-passing module (:func:`gamma_schedule`).  Submodules:
-:mod:`~lrp_lib.explain.walks.graph` (the cut relevance graph), :mod:`~lrp_lib.explain.walks.algebra` (per-walk
-matrix products where the model decomposes; elsewhere batched masked backwards),
-:mod:`~lrp_lib.explain.walks.search`, :mod:`~lrp_lib.explain.walks.model` (:class:`WalkModel`),
-:mod:`~lrp_lib.explain.walks.hetero` (heterogeneous graphs).
+:mod:`~lrp_lib.explain.walks.graph` (the cut relevance graph), :mod:`~lrp_lib.explain.walks.algebra` (per-walk matrix
+products where the model decomposes; elsewhere batched masked backwards), :mod:`~lrp_lib.explain.walks.search`,
+:mod:`~lrp_lib.explain.walks.model` (:class:`WalkModel`), :mod:`~lrp_lib.explain.walks.hetero` (heterogeneous graphs).
 """
 from __future__ import annotations
 
@@ -57,9 +56,7 @@ def walk_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, walks: Tenso
         index: the explained node of a node-level output (its row; heterogeneous: also ``(node type, row)``).
         target: the explained column of the output (class), if it has several.
 
-    Returns: (W,) relevance, in x's dtype; all walks (:func:`all_walks`) sum to the relevance that reaches ``x``.
-    Cost: one forward, then one batched backward per batch of distinct suffixes (:meth:`WalkModel.walk_relevance`).
-    """
+    Returns: (W,) relevance, in x's dtype; all walks (:func:`all_walks`) sum to the relevance that reaches ``x``."""
     return walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs).walk_relevance(walks)
 
 
@@ -75,8 +72,7 @@ def subgraph_relevance(model: nn.Module, x: Tensor, edge_index: Tensor, nodes, r
     (the weighted backward with weight 1 on :math:`S` and :math:`\alpha` off it, minus the one with 0 on :math:`S`).
 
     Args: ``nodes``: node ids, a boolean mask (N,), or (M, N) for M sets at once; ``alpha`` in [0, 1] (default 0);
-    the others as :func:`walk_relevance`.  Returns: a scalar tensor, or (M,) for M sets.
-    """
+    the others as :func:`walk_relevance`.  Returns: a scalar tensor, or (M,) for M sets."""
     check_alpha(alpha)  # (before the forward pass)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.subgraph_relevance(nodes, alpha)
@@ -87,21 +83,19 @@ def top_walks(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="eps
               signed: bool = False, **model_kwargs) -> tuple[Tensor, Tensor]:
     r"""The ``k`` walks of largest :math:`|R|` (of largest :math:`R` with ``signed=True``), exactly.
 
-    Where the model decomposes (:mod:`~lrp_lib.explain.walks.algebra`): branch and bound from the output side.  A
-    suffix :math:`(j_t, \dots, j_L)` with state :math:`a` at time :math:`t` completes to walks of relevance
-    :math:`\pi \cdot a`, :math:`\pi` in a box :math:`[lo_t[j_t], hi_t[j_t]]` (interval arithmetic from the input),
-    so :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds their :math:`|R|`
+    Where the model decomposes (:mod:`~lrp_lib.explain.walks.algebra`): branch and bound from the output side.  A suffix
+    :math:`(j_t, \dots, j_L)` with state :math:`a` at time :math:`t` completes to walks of relevance
+    :math:`\pi \cdot a`, :math:`\pi` in a box :math:`[lo_t[j_t], hi_t[j_t]]` (interval arithmetic from the input), so
+    :math:`\max(\sum_f \max(lo_f a_f, hi_f a_f), -\sum_f \min(lo_f a_f, hi_f a_f))` bounds their :math:`|R|`
     (``signed``: :math:`\sum_f \max(lo_f a_f, hi_f a_f)` bounds :math:`R`).  A beam pass (width ``beam``, default
     :math:`\max(8k, 64)`) sets the threshold :math:`\tau`, the :math:`k`-th best of its walks less float rounding's
-    margin; then every suffix whose bound is :math:`\ge \tau` is expanded: the result is the exact top k.
-    Elsewhere (jumping knowledge; heterogeneous graphs) every walk is scored by batched masked backwards,
-    :math:`N (d+1)^L` walks for average degree :math:`d`.  Walks within
-    :data:`~lrp_lib.explain.walks.search.TIE` (relative to the largest) are tied and ordered by smallest node ids,
-    so that the result does not depend on float rounding.
+    margin; then every suffix whose bound is :math:`\ge \tau` is expanded: the result is the exact top k.  Elsewhere
+    (jumping knowledge; heterogeneous graphs) every walk is scored by batched masked backwards, :math:`N (d+1)^L` walks
+    for average degree :math:`d`.  Walks within :data:`~lrp_lib.explain.walks.search.TIE` (relative to the largest) are
+    tied and ordered by smallest node ids, so that the result does not depend on float rounding.
 
-    Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), by decreasing :math:`|R|` (:math:`R` if
-    ``signed``); fewer if the graph has fewer walks.  Heterogeneous: typed walks, a list of
-    ``((type_0, j_0), ..., (type_L, j_L))``.
+    Returns: ``(walks, relevance)``: LongTensor (k, L+1) and (k,), by decreasing :math:`|R|` (:math:`R` if ``signed``);
+    fewer if the graph has fewer walks.  Heterogeneous: typed walks, a list of ``((type_0, j_0), ..., (type_L, j_L))``.
     """
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     walks, rel = wm.top_walks(k, beam, signed)
@@ -120,8 +114,7 @@ def walk_scores(model: nn.Module, x: Tensor, edge_index: Tensor, k: int, rule="e
     (:math:`m_e` parallel copies of edge :math:`e`; a self step goes to the edge :math:`(j, j)` if any).
 
     Returns: ``(node_scores, edge_scores)``: (N,) and (E,) in x's dtype (heterogeneous: dicts per node type and
-    per edge type).
-    """
+    per edge type)."""
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.walk_scores(k, signed, beam)
 
@@ -135,8 +128,7 @@ def greedy_subgraph(model: nn.Module, x: Tensor, edge_index: Tensor, size: int |
     :math:`N - i` for the :math:`i`-th added node, 0 if never added (``best_fo[fs] = nb_nodes - i`` in their code).
     One batched masked backward per step (two with :math:`\alpha > 0`).
 
-    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global node ids).
-    """
+    Returns: :class:`GreedySubgraph` ``(order, scores, relevance)`` (heterogeneous graphs: global node ids)."""
     check_alpha(alpha)  # (before the forward pass)
     wm = walk_model(model, x, edge_index, rule, index=index, target=target, **model_kwargs)
     return wm.greedy_subgraph(size, alpha)

@@ -69,16 +69,12 @@ class WalkAlgebra:
         # a column of ones carries what the output sends past the last propagate (through S_L)
         self.a_out = torch.cat([arrive[i] for i in slots] + ([grads[slots[0]].new_ones(n, 1)] if pre else []), 1)
         self.E, self.S, self.G, self.pairs = {}, {}, {}, {}
-        for t in range(L, -1, -1):
+        for t in range(L, 0, -1):
             exit_, skip = self._time(g, t, slots)
             if t == L and pre:
                 exit_ = torch.cat([exit_, exit_.new_zeros(1, *exit_.shape[1:])])
                 for i, part in pre.items():
-                    own = skip.get(i, part.new_zeros(exit_.shape[0] - 1, n, part.shape[2]))
-                    skip[i] = torch.cat([own, part])
-            if t == 0:
-                self.pi0 = exit_.sum(2).t().contiguous()                           # (N, B_0)
-                break
+                    skip[i] = torch.cat([skip.get(i, part.new_zeros(exit_.shape[0] - 1, n, part.shape[2])), part])
             self.E[t] = exit_.permute(1, 0, 2).contiguous()                         # (N, B_t, d_O)
             per_cut, self.pairs[t] = self._messages(g, wm, t)
             slots = sorted(set(per_cut) | set(skip))     # the cuts of time t - 1 that a walk's state covers
@@ -88,9 +84,9 @@ class WalkAlgebra:
             self.S[t] = exit_.new_zeros(n, exit_.shape[0], sum(dims)) if skip else None
             for i, part in skip.items():
                 self.S[t][:, :, offs[i]:offs[i] + part.shape[2]] = part.permute(1, 0, 2)
+        self.pi0 = self._time(g, 0, slots)[0].sum(2).t().contiguous()               # (N, B_0)
         self._check(wm)
 
-    # ---------------------------------------------------------------- building
     def _time(self, g, t: int, slots: list):
         """Probe the node-wise part of time t: returns (exit (B, N, d), {cut: (B, N, d) skip})."""
         n, cuts = self.n, g.cuts
@@ -100,8 +96,7 @@ class WalkAlgebra:
                  for i, e in zip(slots, torch.eye(B).split(dims, 1))}
         exit_kind = "x" if t == 0 else "output"
         exit_, skip = None, {}
-        order = [i for i, c in enumerate(cuts) if c.time == t and c.kind != "attr"]
-        for i in reversed(order):
+        for i in reversed([i for i, c in enumerate(cuts) if c.time == t and c.kind != "attr"]):
             c = cuts[i]
             if c.kind == exit_kind:
                 if exit_ is None:
@@ -132,22 +127,19 @@ class WalkAlgebra:
 
     def _messages(self, g, wm, t: int):
         """Per-feature shares of layer t's propagate: ({cut: G (P, d)}, (src, dst, ptr, self))."""
-        n = self.n
-        msg = g.messages[t - 1]
+        n, msg = self.n, g.messages[t - 1]
         if msg.calls != 1 or not isinstance(msg.out, Tensor) or msg.flow != "source_to_target":
             raise NotDecomposable(f"layer {t}'s message is not one call along source_to_target")
         out_cut = next((c for c in g.cuts if c.kind == "output" and c.layer == t), None)
         if out_cut is None:
             raise NotDecomposable(f"layer {t}'s propagate output is not cut")
-        edges = g.steps[t - 1]
-        E = edges.shape[1]
-        M, O = msg.out, out_cut.source
+        edges, M, O = g.steps[t - 1], msg.out, out_cut.source
+        E, dst = edges.shape[1], edges[1]
         if M.dim() == 0 or M.shape[0] != E:
             raise NotDecomposable(f"layer {t}'s message has no row per edge")
         d = O.reshape(n, -1).shape[1]
         if M.reshape(E, -1).shape[1] != d:
             raise NotDecomposable(f"layer {t}'s aggregation changes the feature size")
-        dst = edges[1]
         (A,) = g.grad(O, [M], torch.ones_like(O), False)
         A = torch.zeros(E, d, dtype=O.dtype, device=O.device) if A is None else A.detach().reshape(E, -1)
         r = torch.rand_like(O)
@@ -180,14 +172,11 @@ class WalkAlgebra:
     def _check(self, wm):
         """The algebra's weighted backward equals the recorded graph's on node weights 1 and random."""
         w = torch.cat([torch.ones(1, self.n), torch.rand(2, self.n)]).to(wm.x)
-        fast = self.weighted(w)
         (rel, *_), _ = wm.graph.backward(wm.start, lambda u: w, 3)
-        slow = rel.detach().reshape(3, -1).sum(1)
-        scale = float(rel.detach().abs().reshape(3, -1).sum(1).max())
-        if not _close(fast, slow, scale):
+        rel = rel.detach().reshape(3, -1)
+        if not _close(self.weighted(w), rel.sum(1), float(rel.abs().sum(1).max())):
             raise NotDecomposable("the per-node matrices and per-edge shares do not reproduce the backward")
 
-    # ---------------------------------------------------------------- algebra
     def back(self, t: int, k: Tensor, a: Tensor) -> tuple[Tensor, Tensor | None]:
         """(v, s) for states a (W, B_t) at rows k: v = E_t[k]^T a (W, d), s = S_t[k]^T a or None
         (E_t: (N, B_t, d), S_t: (N, B_t, B_{t-1}))."""
@@ -209,11 +198,10 @@ class WalkAlgebra:
         """(P_1, B_1): per step p = j -> k of time 1 the exact prefix vector z_p, so that a walk whose
         step 1 is p and whose state at time 1 is a has relevance z_p . a (computed once)."""
         src, dst, _, own = self.pairs[1]
-        E = self.E[1]
-        y = self.pi0.new_zeros(src.numel(), E.shape[2])
+        y = self.pi0.new_zeros(src.numel(), self.E[1].shape[2])
         for o, G in self.G[1]:
             y += self.pi0[src, o:o + G.shape[1]] * G
-        z = torch.cat([torch.einsum("po,pbo->pb", yy, E[dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
+        z = torch.cat([torch.einsum("po,pbo->pb", yy, self.E[1][dd]) for yy, dd in zip(y.split(1024), dst.split(1024))])
         if self.S[1] is not None:
             z[own] += torch.einsum("pa,pba->pb", self.pi0[src[own]], self.S[1][dst[own]])
         return z
@@ -260,13 +248,12 @@ class WalkAlgebra:
         for t in range(1, self.depth + 1):
             lo, hi = out[-1]
             src, dst, _, _ = self.pairs[t]
-            E = self.E[t]
-            y_lo = y_hi = lo.new_zeros(src.numel(), E.shape[2])
+            y_lo = y_hi = lo.new_zeros(src.numel(), self.E[t].shape[2])
             for o, G in self.G[t]:
                 a, b = lo[src, o:o + G.shape[1]] * G, hi[src, o:o + G.shape[1]] * G
                 y_lo, y_hi = y_lo + torch.minimum(a, b), y_hi + torch.maximum(a, b)
             k_lo, k_hi = scatter(y_lo, dst, 0, self.n, "min"), scatter(y_hi, dst, 0, self.n, "max")
-            n_lo, n_hi = _interval(k_lo, k_hi, E.transpose(1, 2))
+            n_lo, n_hi = _interval(k_lo, k_hi, self.E[t].transpose(1, 2))
             if self.S[t] is not None:
                 s_lo, s_hi = _interval(lo, hi, self.S[t].transpose(1, 2))
                 n_lo, n_hi = n_lo + s_lo.clamp(max=0), n_hi + s_hi.clamp(min=0)

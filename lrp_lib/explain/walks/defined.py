@@ -48,6 +48,12 @@ def global_rows(r: Tensor, c, n: int, dim: int = 0) -> Tensor:
     return out.index_copy_(dim, torch.arange(c.offset, c.offset + c.count, device=r.device), r)
 
 
+def _reached(graph, dims: list, source: Tensor, i: int, grad: Tensor, batched: bool) -> list:
+    """(m, gradient) of each cut m < i with rows that the backward of ``grad`` from ``source`` reaches."""
+    got = graph.grad(source, [c.leaf for c in graph.cuts[:i]], grad, batched)
+    return [(m, gr.detach()) for m, gr in enumerate(got) if gr is not None and dims[m] is not None]
+
+
 def _label(graph, c) -> str:
     layer = graph.names[c.layer - 1] if 0 < c.layer <= len(graph.names) else "the input"
     return {"input": f"the input of '{layer}''s messages", "output": f"the output of '{layer}''s propagate",
@@ -64,11 +70,8 @@ def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
     gen = torch.Generator().manual_seed(0)
     # the head: for a node-level output the relevance must stay on the explained node's row
     if index is not None:
-        got = graph.grad(graph.output, [c.leaf for c in cuts], graph.seed(start), False)
-        for m, gr in enumerate(got):
-            if gr is None or dims[m] is None:
-                continue
-            rows = global_rows(_rows(gr.detach(), dims[m], False).abs().sum(1), cuts[m], n)
+        for m, gr in _reached(graph, dims, graph.output, len(cuts), graph.seed(start), False):
+            rows = global_rows(_rows(gr, dims[m], False).abs().sum(1), cuts[m], n)
             off = float(rows.sum() - rows[index])
             if off > tol * max(float(rows.sum()), float(rows.max()), 1e-300):
                 raise WalksUndefinedError(
@@ -87,11 +90,8 @@ def check_walks_defined(graph, start: Tensor, index: int | None) -> None:
         G = torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         w = torch.rand(n, generator=gen, dtype=src.dtype).to(src.device) + 0.5
         own = (w if c.count is None else w[c.offset:c.offset + c.count]).view(-1, *[1] * (src.dim() - 1 - dims[i]))
-        both = graph.grad(src, [cuts[m].leaf for m in range(i)], torch.stack([G, G * own]), True)
-        for m, gr in enumerate(both):
-            if gr is None or dims[m] is None:
-                continue
-            r = _rows(gr.detach(), dims[m], True)        # (2, rows, rest)
+        for m, gr in _reached(graph, dims, src, i, torch.stack([G, G * own]), True):
+            r = _rows(gr, dims[m], True)        # (2, rows, rest)
             cm = cuts[m]
             wm = w if cm.count is None else w[cm.offset:cm.offset + cm.count]
             a, b = r[0] * wm.view(-1, 1), r[1]      # how much of b is not a, relative to the larger
@@ -110,20 +110,16 @@ def _check_propagate(graph, i: int, dims: list, n: int, tol: float, gen: torch.G
     """Cut ``i`` is a propagate's output: probe its backward by colour classes of the receivers."""
     cuts, c = graph.cuts, graph.cuts[i]
     src, dim = c.source, dims[i]
-    edges = graph.steps[c.layer - 1].to(src.device)
     classes = min(8, n)
     colour = (torch.randperm(n, generator=gen) % classes).to(src.device)
-    senders, receivers = add_self_loops(edges, num_nodes=n)[0]
+    senders, receivers = add_self_loops(graph.steps[c.layer - 1].to(src.device), num_nodes=n)[0]
     allowed = torch.zeros(classes, n, dtype=torch.bool, device=src.device)
     allowed[colour[receivers], senders] = True
     own = (colour if c.count is None else colour[c.offset:c.offset + c.count]).view(-1, *[1] * (src.dim() - 1 - dim))
     pick = (own == torch.arange(classes, device=src.device).view(-1, *[1] * src.dim())).to(src.dtype)  # per class
     G = (torch.rand(src.shape, generator=gen, dtype=src.dtype).to(src.device) + 0.5).unsqueeze(0) * pick
-    got = graph.grad(src, [cuts[m].leaf for m in range(i)], G, True)
-    for m, gr in enumerate(got):
-        if gr is None or dims[m] is None:
-            continue
-        mag = global_rows(_rows(gr.detach(), dims[m], True).abs().sum(-1), cuts[m], n, 1)   # (classes, N)
+    for m, gr in _reached(graph, dims, src, i, G, True):
+        mag = global_rows(_rows(gr, dims[m], True).abs().sum(-1), cuts[m], n, 1)   # (classes, N)
         scale = float(mag.max())
         bad = (mag > tol * scale) & ~allowed
         if scale > 0 and bool(bad.any()):

@@ -1,13 +1,12 @@
 r"""The relevance graph of a model cut at its message-passing layers: the engine of the walks.
 
 The model's ``forward`` runs once inside a :class:`~lrp_lib.explain.mode.forward.ForwardMode` (the forward rules of
-:class:`~lrp_lib.explain.explainer.LRPExplainer`), so a backward carries the rules' gradient and a tensor's relevance
-is the tensor times it.  PyG's hooks cut every ``propagate`` call :math:`t = 1..L` by new leaves: its message
-inputs (``*_j`` / ``*_i``) :math:`I_t`, of time :math:`t-1` (senders), and its output :math:`O_t`, of time
-:math:`t` (receivers); also each outermost message-passing module's node input (time :math:`t-1`, so a root weight
-reaches back one time only).  ``x`` has time 0, the output :math:`L+1`; the message hooks record what ``message``
-reads and returns (:class:`Message`, for :mod:`~lrp_lib.explain.walks.algebra`).  A cut's node dimension is its
-module's ``node_dim``.
+:class:`~lrp_lib.explain.explainer.LRPExplainer`), so a backward carries the rules' gradient and a tensor's relevance is
+the tensor times it.  PyG's hooks cut every ``propagate`` call :math:`t = 1..L` by new leaves: its message inputs
+(``*_j`` / ``*_i``) :math:`I_t`, of time :math:`t-1` (senders), and its output :math:`O_t`, of time :math:`t`
+(receivers); also each outermost message-passing module's node input (time :math:`t-1`, so a root weight reaches back
+one time only).  ``x`` has time 0, the output :math:`L+1`; the message hooks record what ``message`` reads and returns
+(:class:`Message`, for :mod:`~lrp_lib.explain.walks.algebra`).  A cut's node dimension is its module's ``node_dim``.
 
 With a row weight :math:`m_u` (N,) per time :math:`u` (a walk: one-hot rows), the nested backward multiplies
 relevance going from a cut of time :math:`s` to one of time :math:`s' < s`, at its row :math:`r`, by
@@ -129,7 +128,6 @@ class WalkGraph:
     def depth(self) -> int:
         return max(self.times, default=0)
 
-    # ------------------------------------------------------------ recording
     @classmethod
     def record(cls, model: nn.Module, composite, inputs: dict, call, num_nodes: int, layout=None) -> "WalkGraph":
         """Run ``call()`` in a ForwardMode with the cuts; ``inputs``: name -> leaf to mark (``"x"``, else edge features
@@ -158,8 +156,7 @@ class WalkGraph:
             if not marked:
                 active.append(None)
                 return None
-            layer = len(graph.steps) + 1
-            name = names.get(id(module), type(module).__name__)
+            layer, name = len(graph.steps) + 1, names.get(id(module), type(module).__name__)
             message = Message(flow=getattr(module, "flow", "source_to_target"))
             if not isinstance(edge_index, Tensor) or edge_index.is_sparse or edge_index.dim() != 2:
                 raise UnsupportedModelError(
@@ -184,8 +181,7 @@ class WalkGraph:
             return edge_index, size, new
 
         def post(module, args, out):
-            owner = active.pop()
-            if owner is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
+            if active.pop() is not module or not isinstance(out, Tensor) or not mode.is_marked(out):
                 return None
             node_type, offset, count = layout.calls[-1]["dst"] if layout is not None else (None, 0, num_nodes)
             dim = _check_nodes(out, module, count, names, "its output")
@@ -226,10 +222,8 @@ class WalkGraph:
         def module_cut(p):
             if not isinstance(p, Tensor) or not mode.is_marked(p):
                 return p
-            where = layout.place_tensor(p) if layout is not None else (len(graph.steps), None, 0, num_nodes)
-            if p.dim() >= 1 and p.shape[0] == where[3]:
-                return cut(p, where[0], len(graph.steps) + 1, "module", 0, *where[1:])
-            return p
+            time, *rows = layout.place_tensor(p) if layout is not None else (len(graph.steps), None, 0, num_nodes)
+            return cut(p, time, len(graph.steps) + 1, "module", 0, *rows) if p.dim() and p.shape[0] == rows[2] else p
 
         def module_post(module, args, out):
             outer.pop()
@@ -255,7 +249,6 @@ class WalkGraph:
                 h.remove()
         return graph
 
-    # ------------------------------------------------------------ the masked backward
     def seed(self, start: Tensor) -> Tensor:
         """The gradient at the output that gives it the relevance ``start``: ``start / output``."""
         return share_of(start, self.output)
@@ -267,8 +260,7 @@ class WalkGraph:
         (``batch=None``: one plain backward, no batch dimension, the mode's accounts settled); if ``capture = t``,
         what layer t's messages carry: ``{"input": (B, N) per sender row, "attr": (B, E) per edge}``."""
         L, cuts, tally = self.depth, self.cuts, self.mode.tally
-        state: dict[int, Tensor] = {}
-        captured = {}
+        state, captured = {}, {}  # cut index -> the gradient reaching it; what layer ``capture``'s messages carry
         probes = tally.leaves() if batch is None else []
         amounts = [None] * len(probes)
 

@@ -30,11 +30,9 @@ class HeteroLayout:
     """The node types' global ids and, while recording, each cut's time and node type."""
 
     def __init__(self, x: dict, edge_index: dict):
-        self.types = list(x)
-        self.count = {k: int(v.shape[0]) for k, v in x.items()}
+        self.types, self.count = list(x), {k: int(v.shape[0]) for k, v in x.items()}
         self.offset = dict(zip(self.types, accumulate([0] + [self.count[k] for k in self.types])))
-        self.num_nodes = sum(self.count.values())
-        self.edge_index = edge_index
+        self.num_nodes, self.edge_index = sum(self.count.values()), edge_index
         self.where: dict[int, tuple] = {}     # id(cut leaf) -> (time, node type)
         self.calls: list[dict] = []           # per propagate: edge_type, src, dst, name
 
@@ -147,8 +145,7 @@ class HeteroWalkModel(WalkModel):
                                  f"({self.node_types}), got {index!r}")
             node_type, row = index
         else:
-            row = index
-            types = sorted({ty for _, ty in self.layout.locate(out)}, key=str)
+            row, types = index, sorted({ty for _, ty in self.layout.locate(out)}, key=str)
             if len(types) != 1:
                 raise ValueError(f"index={index!r}: the output's rows depend on the node types {types}; pass "
                                  f"index=(node type, row)")
@@ -167,7 +164,6 @@ class HeteroWalkModel(WalkModel):
         rels, captured = self.graph.backward(self.start, masks, batch, capture)
         return torch.cat([r.detach().reshape(batch, r.shape[1], -1).sum(-1) for r in rels], 1).unsqueeze(-1), captured
 
-    # ---- typed walks
     def global_walks(self, walks) -> Tensor:
         """Typed walks (a list of sequences of (node type, row)) as global ids (W, L+1); a tensor as is."""
         if isinstance(walks, (list, tuple)) and walks and isinstance(walks[0], (list, tuple)) and walks[0] \
@@ -199,7 +195,6 @@ class HeteroWalkModel(WalkModel):
         return [tuple((self.node_types[int(p)], int(j) - int(starts[p])) for p, j in zip(pr, wr))
                 for pr, wr in zip(pos, flat)]
 
-    # ---- queries
     def walk_relevance(self, walks) -> Tensor:
         """As :meth:`WalkModel.walk_relevance`, also of typed walks."""
         return super().walk_relevance(self.global_walks(walks))

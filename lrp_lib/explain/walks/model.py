@@ -16,7 +16,6 @@ from lrp_lib.explain.walks.algebra import NotDecomposable, WalkAlgebra, find_ste
 from lrp_lib.explain.walks.defined import WalksUndefinedError, check_walks_defined
 from lrp_lib.explain.walks.graph import WalkGraph
 import lrp_lib.explain.walks.search as walk_search
-from lrp_lib.explain.walks.search import check_alpha
 
 __all__ = ["WalkModel", "WalksUndefinedError", "gamma_schedule", "explained_start", "CHUNK",
            "composite_of", "step_pairs", "check_walks"]
@@ -95,19 +94,16 @@ class WalkModel:
     walk may take: the propagated edges and every self step, sorted by ``(k, j)``), ``bias_relevance`` (what biases
     and stabilisers keep), ``edge_attr_relevance`` (E x D, or None), ``total`` (the relevance that reaches ``x``: the
     sum over all walks).  Raises :class:`~lrp_lib.explain.walks.defined.WalksUndefinedError` (a ValueError) where
-    walks are not defined (:mod:`lrp_lib.explain.walks.defined`).
-    """
+    walks are not defined (:mod:`lrp_lib.explain.walks.defined`)."""
 
     def __init__(self, model: nn.Module, x: Tensor, edge_index: Tensor, rule="epsilon", *,
                  index: int | None = None, target: int | None = None, **model_kwargs):
         check_inputs(model, x, edge_index, **model_kwargs)
         edge_index = check_edge_index(edge_index, x.shape[0], "edge_index")  # (walks take the edges, no adjacency)
-        self.num_nodes = x.shape[0]
-        self.edge_index = edge_index.long()
+        self.num_nodes, self.edge_index = x.shape[0], edge_index.long()
         self.index = None if index is None else _check_index(index, self.num_nodes)
         self.x = x.detach().clone().requires_grad_(True)
-        inputs = {"x": self.x}
-        attr = model_kwargs.get("edge_attr")
+        inputs, attr = {"x": self.x}, model_kwargs.get("edge_attr")
         if isinstance(attr, Tensor) and attr.is_floating_point():
             model_kwargs = dict(model_kwargs, edge_attr=attr.detach().clone().requires_grad_(True))
             inputs["edge_attr"] = model_kwargs["edge_attr"]
@@ -115,8 +111,7 @@ class WalkModel:
         rel, *attr_rel = self._explain(self.index, target, [step_pairs(e, self.num_nodes) for e in g.steps])
         self._node = rel.detach()
         self.edge_attr_relevance = attr_rel[0].detach() if attr_rel else None
-        self.total = float(self._node.sum())
-        self.slow_reason = None
+        self.total, self.slow_reason = float(self._node.sum()), None
 
     def _record(self, model: nn.Module, rule, inputs: dict, call, layout=None) -> WalkGraph:
         """Record ``call()`` in eval mode under ``rule`` (:meth:`WalkGraph.record`); raise where it has no walks."""
@@ -138,8 +133,7 @@ class WalkModel:
         g = self.graph
         self.start = explained_start(g.output, row, target)
         check_walks_defined(g, self.start, self.index)
-        self.output = self.start.sum()
-        self.steps = steps
+        self.output, self.steps = self.start.sum(), steps
         rels, _ = g.backward(self.start, lambda u: None, None)
         self.bias_relevance = g.mode.tally.total(g.mode.tally.absorbed)
         lost_relevance(self.start, rels, self.bias_relevance, g.mode.detached)  # (warns where it exceeds rounding)
@@ -184,7 +178,6 @@ class WalkModel:
                 attrs.append((cap["attr"] * own).sum(1))
         return torch.cat(walks), torch.cat(carried), torch.cat(attrs) if attrs else None
 
-    # ---- queries
     def walk_relevance(self, walks: Tensor) -> Tensor:
         r"""As :func:`walk_relevance`, on this recorded forward pass; without the algebra, one masked backward per
         distinct suffix :math:`(j_1, \dots, j_L)`, whose relevance at row :math:`j_0` of ``x`` is the walk's (batches
@@ -213,7 +206,7 @@ class WalkModel:
 
     def subgraph_relevance(self, nodes, alpha: float = 0.0) -> Tensor:
         """As :func:`subgraph_relevance`, on this recorded forward pass."""
-        alpha = check_alpha(alpha)
+        alpha = walk_search.check_alpha(alpha)
         inside = _node_mask(nodes, self.num_nodes).to(self.x.device).to(self.x.dtype)
         if alpha == 0:
             return self.weighted_relevance(inside)
@@ -240,9 +233,7 @@ class WalkModel:
 
 def step_pairs(edges: Tensor, n: int, loops: bool = True) -> Tensor:
     """The (2, P) unique steps (j, k) of a propagate, sorted by (k, j): its edges and, if ``loops``, self steps."""
-    if loops:
-        edges = add_self_loops(edges, num_nodes=n)[0]
-    return coalesce(edges, num_nodes=n, sort_by_row=False)
+    return coalesce(add_self_loops(edges, num_nodes=n)[0] if loops else edges, num_nodes=n, sort_by_row=False)
 
 
 def check_walks(walks, wm: WalkModel) -> Tensor:

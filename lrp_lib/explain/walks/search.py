@@ -90,13 +90,12 @@ def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
     per end node u of step 1, one product of the suffixes' states with the prefix vectors of the steps into u."""
     alg = wm.algebra
     src, _, ptr, _ = alg.pairs[1]
-    z = alg.first_step
     order = walks[:, 1].argsort(stable=True)
     walks, a = walks[order], a[order]
     k_ = walks[:, 1]
     uniq, counts = torch.unique_consecutive(k_, return_counts=True)
     at = ptr.tolist()
-    rel = [aa @ z[at[u]:at[u + 1]].t() for u, aa in zip(uniq.tolist(), a.split(counts.tolist()))]
+    rel = [aa @ alg.first_step[at[u]:at[u + 1]].t() for u, aa in zip(uniq.tolist(), a.split(counts.tolist()))]
     rel = torch.cat([r.reshape(-1) for r in rel]) if rel else a.new_zeros(0)
     parent, pair = fan_out(ptr, k_)
     best = _near_top(key(rel), k)
@@ -107,8 +106,7 @@ def _finish(wm, walks: Tensor, a: Tensor, k: int, key) -> tuple[Tensor, Tensor]:
 
 def _ub(bounds, t: int, walks: Tensor, a: Tensor, signed: bool) -> Tensor:
     """Upper bound of |R| (R if ``signed``) over every completion of the suffixes (exact at t = 0)."""
-    lo, hi = bounds[t]
-    lo, hi = lo[walks[:, t]], hi[walks[:, t]]
+    lo, hi = (b[walks[:, t]] for b in bounds[t])
     top = torch.maximum(lo * a, hi * a).sum(-1)
     return top if signed else torch.maximum(top, -torch.minimum(lo * a, hi * a).sum(-1))
 
@@ -127,12 +125,11 @@ def bounded_walks(wm, k: int, signed: bool = False, beam: int | None = None) -> 
             walks, a = _expand(wm, t, walks[pick], a[pick])
         return _finish(wm, walks, a, k, key)
     _, rel = search(lambda ub: ub.topk(beam).indices if ub.numel() > beam else slice(None))  # 1. a beam pass
+    tau = rel.new_tensor(float("-inf"))
     if rel.numel() >= k:
         tau = key(rel).topk(k).values[-1]
         scale = tau.abs() + key(rel).abs().max()  # rounding's margin, and the walks tied with the k-th
         tau = tau - max(1e3 * torch.finfo(rel.dtype).eps, TIE) * scale
-    else:
-        tau = rel.new_tensor(float("-inf"))
     walks, rel = search(lambda ub: ub >= tau)     # 2. branch and bound with the beam's threshold
     return walks, rel.detach()
 
@@ -188,8 +185,7 @@ def greedy(wm, size: int | None = None, alpha: float = 0.0) -> GreedySubgraph:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= n:
         raise ValueError(f"size must be an int in 1..{n} (how many of the graph's {n} nodes the search adds) "
                          f"or None (all), got {size!r}")
-    chosen = torch.zeros(n, dtype=torch.bool, device=device)
-    order, rels = [], []
+    chosen, order, rels = torch.zeros(n, dtype=torch.bool, device=device), [], []
     for _ in range(size):
         cand = (~chosen).nonzero().view(-1)
         rel = wm.subgraph_relevance(chosen | torch.nn.functional.one_hot(cand, n).bool(), alpha)
