@@ -154,10 +154,11 @@ assert all(r["dense"] and r["conv"] for r in rows)
 #
 # `LRPExplainer()` runs the model's own `forward` under an interception (a `TorchFunctionMode` that gives
 # every torch function on input-dependent tensors its rule), and each rule is emitted as a forward
-# modification. The backward is PyTorch's own. The relevance of the biases and stabilisers is read from two
-# scalar probes of ones (one on the outputs of the operations that can keep relevance, one on their inputs:
-# their gradients are what those operations received and passed on), and each edge's relevance from a hook
-# on every layer's messages: messages times their gradient.
+# modification. The backward is PyTorch's own. The relevance of the biases and stabilisers is read from one
+# scalar probe `p`, a one: each operation that can keep relevance adds the zero `(p - p.detach()) * y` to its
+# output `y` and subtracts the same of its input, so that the gradient of `p` totals what those operations
+# received less what they passed on. Each edge's relevance comes from a hook on every layer's messages:
+# messages times their gradient.
 #
 # A check that needs no LRP code at all: with the biases set to zero, LRP-0 on a ReLU network is input times
 # the gradient of the unmodified model, and the relevance of an edge is the gradient with respect to a mask

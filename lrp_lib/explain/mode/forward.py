@@ -63,13 +63,11 @@ class ForwardMode(RelevanceMode):
         return super().mark(t)
 
     def _in(self, t: Tensor, rows: bool = True) -> Tensor:
-        r"""``t``, an input of an operation that may keep relevance, unchanged, with :math:`-\sum t \odot g`, the
-        relevance it passes on, added to the probe ``kept``."""
+        r"""``t``, an input of an operation that may keep relevance: :math:`-\sum t \odot g` into ``kept``."""
         return torch.addcmul(t, self._probe(t, rows), modify.held_constant(t), value=-1)
 
     def _out(self, t: Tensor, rows: bool = True) -> Tensor:
-        r"""``t``, the output of such an operation, unchanged, with :math:`\sum t \odot g`, the relevance it
-        receives, added to the probe ``kept``."""
+        r"""``t``, the output of such an operation: :math:`\sum t \odot g`, what it receives, into ``kept``."""
         return self._kept(t, t, rows)
 
     def _kept(self, y: Tensor, amount: Tensor, rows: bool = True) -> Tensor:
@@ -141,6 +139,8 @@ class ForwardMode(RelevanceMode):
         if rule is None:
             return self.linear(x, lambda t: fn(t, w, b))
         nonneg = getattr(x, "_lrp_nonneg", None) is self._token
+        if b is None and rule.conserving:  # it keeps nothing: no probes (their gradients would total rounding)
+            return rule.modify(fn, x, w, None, fn(x, w, None), nonneg=nonneg)
         rows = x.dim() >= 2  # a map of each row (F.linear, x @ W, a convolution of each item)
         x = self._in(x, rows)
         out = fn(x, w, b)
