@@ -341,7 +341,7 @@ assert all(r["ratio_to_gradient"]["compiled"] < min(r["ratio_to_gradient"]["forw
 #   of any linear map; chapter 3's backward form of the same formula agrees with it on dense layers,
 #   convolutions and a trained GCN.
 # - `LRPExplainer()` explains any PyG model with one ordinary backward; node, edge and
-#   bias relevance come from the inputs' gradients, hooks on the messages and scalar probes.
+#   bias relevance come from the inputs' gradients, hooks on the messages and one scalar probe.
 # - An explanation made of PyTorch operations is PyTorch's to run: the second explanation of a graph
 #   captures it with `make_fx`, and `compile=True` hands it to `torch.compile`, once for graphs of every size
 #   (node masks) or once per graph explained again (edge masks).

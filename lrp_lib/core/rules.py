@@ -54,9 +54,6 @@ class Rule:
     gradient changed so that :math:`x \odot \partial f/\partial x` is the rule's relevance when the output's is
     :math:`\mathrm{out} \odot \partial f/\partial \mathrm{out}` (the forward form, :mod:`lrp_lib.core.modify`)."""
 
-    #: On a map without a bias the rule keeps nothing (up to rounding): the explainer need not count it.
-    conserving = False
-
     def modify(self, m: Map, x: Tensor, weight: Weight, bias: Tensor | None, out: Tensor,
                nonneg: bool = False) -> Tensor:
         """``nonneg``: ``x`` is known to hold no negative entry (a ReLU's output), so rules that split it by
@@ -168,8 +165,6 @@ class ZPlus(AlphaBeta):
     relevance to) falls back to LRP-0, :math:`R_j = x_j w_{jk} / z_k \cdot R_k`; only a unit whose output is 0
     as well loses its relevance (with a warning).
     """
-
-    conserving = True  # (every unit's relevance goes to its positive contributions, or by LRP-0 to all of them)
 
     def __init__(self):
         super().__init__(1.0, 0.0)

@@ -139,8 +139,6 @@ class ForwardMode(RelevanceMode):
         if rule is None:
             return self.linear(x, lambda t: fn(t, w, b))
         nonneg = getattr(x, "_lrp_nonneg", None) is self._token
-        if b is None and rule.conserving:  # it keeps nothing: no probes (their gradients would total rounding)
-            return rule.modify(fn, x, w, None, fn(x, w, None), nonneg=nonneg)
         rows = x.dim() >= 2  # a map of each row (F.linear, x @ W, a convolution of each item)
         x = self._in(x, rows)
         out = fn(x, w, b)
