@@ -160,6 +160,32 @@ assert all(r["dense"] and r["conv"] for r in rows)
 # received less what they passed on. Each edge's relevance comes from a hook on every layer's messages:
 # messages times their gradient.
 #
+# On one linear map with a bias under z+, the probe's gradient is the biases' share that the rule's formula
+# gives, $\sum_k R_k\, b_k^+ / z_k^+$ for non-negative inputs, and also what the map received less what its
+# input got:
+
+# %%
+gen = torch.Generator().manual_seed(3)
+x_map = torch.rand(5, 6, generator=gen, dtype=torch.float64)  # non-negative, as after a ReLU
+W_map, b_map = torch.randn(4, 6, generator=gen, dtype=torch.float64), torch.randn(4, generator=gen, dtype=torch.float64)
+g_map = torch.randn(5, 4, generator=gen, dtype=torch.float64)
+p = torch.ones((), dtype=torch.float64, requires_grad=True)
+leaf = x_map.clone().requires_grad_(True)
+x_in = leaf - (p - p.detach()) * leaf.detach()
+y = rules.ZPlus().modify(F.linear, x_in, W_map, b_map, F.linear(x_in, W_map, b_map))
+y = y + (p - p.detach()) * y.detach()
+y.backward(g_map)
+R_out, R_in = y.detach() * g_map, leaf.detach() * leaf.grad
+z_pos = F.linear(x_map, W_map.clamp(min=0), b_map.clamp(min=0))
+assert bool((z_pos > 0).all())
+shares = {"the rule's formula": float((R_out * b_map.clamp(min=0) / z_pos).sum()),
+          "received less passed on": float(R_out.sum() - R_in.sum())}
+for name, value in shares.items():
+    print(f"probe's gradient {float(p.grad):.10f}; {name} {value:.10f}")
+    assert abs(float(p.grad) - value) < 1e-12
+
+# %% [markdown]
+#
 # A check that needs no LRP code at all: with the biases set to zero, LRP-0 on a ReLU network is input times
 # the gradient of the unmodified model, and the relevance of an edge is the gradient with respect to a mask
 # of ones multiplied onto its messages in every layer (PyG's own edge-mask injection, `set_masks`). On a
