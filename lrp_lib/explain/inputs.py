@@ -71,8 +71,9 @@ def check_inputs(model: nn.Module, x: Tensor, edge_index: Tensor, **kwargs) -> N
 def check_dtype(model: nn.Module, value: Tensor, name: str) -> None:
     """Refuse, naming both, a floating-point input whose dtype differs from every floating-point parameter of
     ``model`` (float64 features into a float32 model), where torch would fail inside a layer."""
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
-    if dtypes and value.dtype not in dtypes:
+    if any(p.dtype == value.dtype for p in model.parameters() if p.is_floating_point()):
+        return  # (the first parameter that matches ends the walk)
+    if dtypes := {p.dtype for p in model.parameters() if p.is_floating_point()}:
         weights = " and ".join(sorted(str(d) for d in dtypes))
         raise TypeError(f"{name} is {value.dtype} but the model's weights are {weights}: convert the input "
                         f"({name}.to({weights.split(' and ')[0]})) or the model (model.to({value.dtype}))")
