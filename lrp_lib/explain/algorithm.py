@@ -78,8 +78,8 @@ class LRPExplainer(ExplainerAlgorithm):
         compile: compile the captured explanation with ``torch.compile(fullgraph=True)`` (off by default): with node
             masks once, with symbolic sizes, for every graph while the parameters are unchanged (``replay_reason``
             ``"torch.compile for any graph"``); with an edge mask per graph, at its second explanation.  It takes
-            seconds, so it pays where many explanations follow; it applies where ``replay`` does, without a
-            floating-point ``edge_attr``; elsewhere the rules run eagerly.
+            seconds, so it pays where many explanations follow; it applies where ``replay`` does (a float
+            ``edge_attr`` is an input of the graph, as ``x``); elsewhere the rules run eagerly.
 
     The defaults (:data:`DEFAULTS`: z+, the target class's logit, :math:`|R| / \max |R|`) had the best mean rank of
     6 composites x 2 explained quantities x 3 masks on chapter 9's 11 tasks with ground truth, node- and graph-level

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from lrp_lib.core.validation import is_adjacency
 from lrp_lib.explain.accounting import account, account_one, lost_relevance
+from lrp_lib.explain.capture import traced_attr
 from lrp_lib.explain.mode.tally import Tally
 from lrp_lib.explain.mode.edges import EdgeRecorder, adjacency_edges
 from lrp_lib.explain.mode.forward import ForwardMode
@@ -42,15 +43,14 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         edge_index = edge_index.long()  # PyG accepts int32; the edge ids index with int64
     leaf = x.detach().clone().requires_grad_(True)
     inputs = [leaf]
-    attr = kwargs.get("edge_attr")
-    if isinstance(attr, Tensor) and attr.is_floating_point():
-        kwargs = {**kwargs, "edge_attr": attr.detach().clone().requires_grad_(True)}
-        inputs.append(kwargs["edge_attr"])
+    for k in traced_attr(kwargs):  # (edge_attr's relevance: a leaf too)
+        kwargs = {**kwargs, k: kwargs[k].detach().clone().requires_grad_(True)}
+        inputs.append(kwargs[k])
     grouped = row_groups is not None and node_group is not None  # per_index: the accounts in this pass
     captured = why = None
     if (algorithm.compile or algorithm.replay) and not grouped and (node_group is None or one_group) \
             and current_plan() is None:
-        captured, why = algorithm.captures.get(model, x, edge_index, kwargs, inputs, algorithm.composite, edges,
+        captured, why = algorithm.captures.get(model, x, edge_index, kwargs, algorithm.composite, edges,
                                                algorithm.compile)
     ran = None if captured is None else captured.forward(x, edge_index, kwargs)
     if captured is not None and ran is None:  # (a capture for any graph whose layers lay out these edges otherwise)
@@ -59,8 +59,7 @@ def relevance(algorithm, model: nn.Module, x: Tensor, edge_index: Tensor, target
         out, head, leaves = ran
         head = explained_of(captured.head, out, head, algorithm.model_config)
         start = start_of(out, head, target, index, algorithm.model_config, algorithm.explained)
-        node_grad, edge_rel, kept = captured.backward(head, leaves, start)
-        grads = (node_grad,)
+        grads, edge_rel, kept = captured.backward(head, leaves, start)
         tally = Tally()
         tally.absorb("biases, constant terms and stabilisers", kept)
         mode = SimpleNamespace(tally=tally, detached=set(), explained_head=captured.head if head is not out else None)

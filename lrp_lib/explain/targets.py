@@ -58,8 +58,7 @@ def start_of(out: Tensor, head: Tensor, target, index, model_config: ModelConfig
     return start_relevance(head, target, index, model_config, explained)
 
 
-def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig,
-                    explained: str = "logit") -> Tensor:
+def start_relevance(out: Tensor, target: Tensor, index, model_config: ModelConfig, explained: str = "logit") -> Tensor:
     r"""The relevance of the outputs ``out`` (the model's output, or the logits before its probability head):
     the explained value where explained, else 0; multiclass, the target class's logit :math:`z_c`
     (``explained="logit"``) or :math:`z_c - \frac{1}{K-1}\sum_{k \ne c} z_k` (``"contrast"``); binary (one logit

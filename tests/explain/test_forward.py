@@ -247,7 +247,8 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
         _, head, leaves = e.forward(x_)
         return e.backward(head, leaves, w * head.detach())
 
-    node, edges, kept = explain(x, weight)
+    (node, attr), edges, kept = explain(x, weight)
+    assert attr is None
     want = Explainer(model, algorithm=LRPExplainer(mask="relevance"), explanation_type="phenomenon",
                      node_mask_type="attributes", edge_mask_type="object",
                      model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))(
@@ -255,7 +256,7 @@ def test_compiled_explanation_traces_without_a_graph_break(kind):
     torch.testing.assert_close(node, want.node_relevance, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(edges, want.edge_relevance, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(kept, want.bias_relevance, rtol=1e-4, atol=1e-6)
-    again, _, _ = explain(x * 2, weight)  # a second call runs the compiled graph on other features
+    (again, _), *_ = explain(x * 2, weight)  # a second call runs the compiled graph on other features
     assert not torch.allclose(again, node)
     # the graph part is folded: every operation left reads an input (no degree or normalisation is recomputed)
     graph, _ = capture(model, x, edge_index, "zplus")
@@ -484,7 +485,7 @@ def test_a_batch_of_one_graph_has_its_account_as_a_graph_alone(monkeypatch):
             torch.testing.assert_close(got[key], want[key][:1], rtol=1e-12, atol=1e-12, msg=key)
 
 
-ANY_GRAPH = [(spec, level) for spec, level, ea in zoo.ZOO if level == "node" and not ea]
+ANY_GRAPH = [(spec, level, ea) for spec, level, ea in zoo.ZOO if level == "node"]
 
 
 ZOO_CASES = [(spec, level, ea) for spec, level, ea in zoo.ZOO]
@@ -525,11 +526,12 @@ def test_zoo_second_explanation_captured_equals_eager(spec, level, ea):
     assert reason is None or reason == "captured" or not reason.startswith("first call"), reason
 
 
-def _zoo_graphs(spec, level):
-    """A homogeneous zoo case's model, its graph and (where the model takes no other graph input) a smaller one,
-    its first nodes, as ``(x, edge_index)`` pairs, and its other inputs; skipped where the case does not run."""
+def _zoo_graphs(spec, level, ea=False):
+    """A homogeneous zoo case's model and its graph and (where the model takes no other graph input than
+    ``edge_attr``) a smaller one, its first nodes, as ``(x, edge_index, other inputs)``; skipped where the case does
+    not run."""
     from torch_geometric.utils import subgraph
-    case = zoo.built(spec, level, False)
+    case = zoo.built(spec, level, ea)
     if case is None:
         pytest.skip("the unmodified model does not run on the zoo's inputs")
     model, inputs = case
@@ -538,19 +540,20 @@ def _zoo_graphs(spec, level):
     kwargs = bc._kwargs(inputs)
     x, edge_index = inputs["x"], inputs["edge_index"]
     keep = max(bc.NODE + 2, x.shape[0] - 3)
-    graphs = [(x, edge_index)]
-    if not kwargs:
-        graphs.append((x[:keep], subgraph(torch.arange(keep), edge_index, num_nodes=x.shape[0])[0]))
-    return model, graphs, kwargs
+    graphs = [(x, edge_index, kwargs)]
+    if set(kwargs) <= {"edge_attr"}:
+        edges, attr = subgraph(torch.arange(keep), edge_index, kwargs.get("edge_attr"), num_nodes=x.shape[0])
+        graphs.append((x[:keep], edges, {} if attr is None else {"edge_attr": attr}))
+    return model, graphs
 
 
-@pytest.mark.parametrize("spec,level", ANY_GRAPH, ids=[f"{s.name}|{lv}" for s, lv in ANY_GRAPH])
-def test_zoo_captured_for_any_graph_equals_eager(spec, level, monkeypatch):
+@pytest.mark.parametrize("spec,level,ea", ANY_GRAPH, ids=[f"{s.name}|{lv}|{e}" for s, lv, e in ANY_GRAPH])
+def test_zoo_captured_for_any_graph_equals_eager(spec, level, ea, monkeypatch):
     """Every node-level case of the coverage zoo, explained with compile=True (the captured graph run as it is:
     torch.compile is replaced by the identity here, so that what is tested is the capture with symbolic sizes): on
-    the zoo's graph and on a smaller one (its first nodes), node relevance and accounts equal the eager explanation
-    to 1e-9, or the case is not captured and says why."""
-    model, graphs, kwargs = _zoo_graphs(spec, level)
+    the zoo's graph and on a smaller one (its first nodes), node and ``edge_attr`` relevance and accounts equal the
+    eager explanation to 1e-9, or the case is not captured and says why."""
+    model, graphs = _zoo_graphs(spec, level, ea)
     monkeypatch.setattr(torch, "compile", lambda graph, **options: graph)
 
     def make(**options):
@@ -560,7 +563,7 @@ def test_zoo_captured_for_any_graph_equals_eager(spec, level, monkeypatch):
     eager, compiled = make(replay=False), make(compile=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for features, edges in graphs:
+        for features, edges, kwargs in graphs:
             try:
                 want = eager(features, edges, index=bc.NODE, **kwargs)
             except (UnsupportedModelError, ValueError, TypeError) as error:
@@ -570,23 +573,24 @@ def test_zoo_captured_for_any_graph_equals_eager(spec, level, monkeypatch):
             got = compiled(features, edges, index=bc.NODE, **kwargs)
             if got.replay_reason != "torch.compile for any graph":
                 assert got.replay_reason.startswith("not captured")
-            for key in ("node_relevance", "bias_relevance", "relevance_residual"):
+            for key in ("node_relevance", "bias_relevance", "relevance_residual") + \
+                    (("edge_attr_relevance",) if ea else ()):
                 scale = max(1.0, float(want[key].abs().max()))
                 torch.testing.assert_close(got[key], want[key], rtol=1e-9, atol=1e-9 * scale, msg=key)
 
 
-EDGES_ANY_GRAPH = [(spec, level) for spec, level, ea in zoo.ZOO if not ea]
+EDGES_ANY_GRAPH = list(zoo.ZOO)
 
 
-@pytest.mark.parametrize("spec,level", EDGES_ANY_GRAPH, ids=[f"{s.name}|{lv}" for s, lv in EDGES_ANY_GRAPH])
-def test_zoo_edges_captured_for_any_graph_equal_eager(spec, level, monkeypatch):
-    """Every case of the coverage zoo without edge_attr, node and edge masks, the default (replay, no compile),
-    captured for any graph from the first graph on: on the zoo's graph and on a smaller one (its first nodes), node
-    and edge relevance and both accounts equal the eager explanation to 1e-9, or the case says why it is not
-    captured so.  Edge relevance is read by hooks on each layer's messages, their input edges computed in the
+@pytest.mark.parametrize("spec,level,ea", EDGES_ANY_GRAPH, ids=[f"{s.name}|{lv}|{e}" for s, lv, e in EDGES_ANY_GRAPH])
+def test_zoo_edges_captured_for_any_graph_equal_eager(spec, level, ea, monkeypatch):
+    """Every case of the coverage zoo, node and edge masks, the default (replay, no compile),
+    captured for any graph from the first graph on: on the zoo's graph and on a smaller one (its first nodes), node,
+    edge and ``edge_attr`` relevance and both accounts equal the eager explanation to 1e-9, or the case says why it
+    is not captured so.  Edge relevance is read by hooks on each layer's messages, their input edges computed in the
     captured graph."""
     from lrp_lib.explain.capture import cache
-    model, graphs, kwargs = _zoo_graphs(spec, level)
+    model, graphs = _zoo_graphs(spec, level, ea)
     monkeypatch.setattr(cache, "ANY_GRAPH_AFTER", 1)
 
     def make(**options):
@@ -597,7 +601,7 @@ def test_zoo_edges_captured_for_any_graph_equal_eager(spec, level, monkeypatch):
     index = None if level == "graph" else bc.NODE
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for features, edges in graphs:
+        for features, edges, kwargs in graphs:
             try:
                 want = eager(features, edges, index=index, **kwargs)
             except (UnsupportedModelError, ValueError, TypeError) as error:
@@ -607,7 +611,8 @@ def test_zoo_edges_captured_for_any_graph_equal_eager(spec, level, monkeypatch):
             got = default(features, edges, index=index, **kwargs)
             reason = getattr(got, "replay_reason", None)  # (None: a batch with an account per graph, not captured)
             assert reason in (None, "captured for any graph") or "not captured" in reason, reason
-            for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual"):
+            for key in ("node_relevance", "edge_relevance", "bias_relevance", "relevance_residual") + \
+                    (("edge_attr_relevance",) if ea else ()):
                 scale = max(1.0, float(want[key].abs().max()))
                 torch.testing.assert_close(got[key], want[key], rtol=1e-9, atol=1e-9 * scale, msg=key)
 
@@ -735,6 +740,58 @@ def test_the_second_explanation_of_a_graph_runs_its_captured_graph(kind):
                                    atol=1e-12)
         assert flipped.replay_reason == reason
     assert len(default.algorithm.captures) == 2
+
+
+class _BondModel(nn.Module):
+    """Two layers that read bond features (GINE's sum of a neighbour's features and a projected bond, GAT's
+    attention with edge features), a sum readout and a linear head."""
+
+    def __init__(self, features=6, edge_dim=3, hidden=8):
+        super().__init__()
+        from torch_geometric.nn import GINEConv
+        mlp = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
+        self.gine, self.gat = GINEConv(mlp, edge_dim=edge_dim), GATConv(hidden, hidden, edge_dim=edge_dim)
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, x, edge_index, edge_attr):
+        h = self.gat(self.gine(x, edge_index, edge_attr).relu(), edge_index, edge_attr).relu()
+        return self.head(h.sum(0, keepdim=True))
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_edge_attr_is_an_input_of_the_captured_graph(compile, monkeypatch):
+    """A model that reads bond features, explained with node and edge masks: ``edge_attr`` is an input of the
+    captured graph, not a constant.  On one graph with new ``edge_attr`` values on every call (captured from the
+    second call; ``compile=True``: captured for any graph, torch.compile replaced by the identity), and on graphs
+    explained once each (captured for any graph), node, edge and ``edge_attr`` relevance and the
+    accounts equal the eager explanation's to 1e-12 (float64)."""
+    from lrp_lib.explain.capture import cache
+    monkeypatch.setattr(cache, "ANY_GRAPH_AFTER", 2)
+    monkeypatch.setattr(torch, "compile", lambda graph, **options: graph)
+    torch.manual_seed(0)
+    model = _BondModel().double().eval()
+    x, edge_index = _graph(n=12)
+    g = torch.Generator().manual_seed(1)
+    config = dict(mode="regression", task_level="graph", return_type="raw")
+    eager, default = (Explainer(model, algorithm=LRPExplainer(mask="relevance", **options), explanation_type="model",
+                                node_mask_type="attributes", edge_mask_type=None if compile else "object",
+                                model_config=config) for options in ({"replay": False}, {"compile": compile}))
+    keys = ["node_relevance", "edge_attr_relevance", "bias_relevance", "relevance_residual"] + \
+        ([] if compile else ["edge_relevance"])
+    reasons = []
+    graphs = [(x, edge_index)] * 3 + [_graph(n=n, seed=n) for n in (9, 14, 11)]
+    for features, edges in graphs:
+        attr = torch.randn(edges.shape[1], 3, generator=g, dtype=torch.float64)
+        want, got = eager(features, edges, edge_attr=attr), default(features, edges, edge_attr=attr)
+        assert want.edge_attr_relevance.abs().sum() > 0
+        for key in keys:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-12, atol=1e-12, msg=key)
+        reasons.append(got.replay_reason)
+    if compile:
+        assert reasons == ["torch.compile for any graph"] * 6
+    else:
+        assert reasons == ["first call on this graph (captured from the second)"] + ["captured"] * 2 + \
+            ["captured for any graph"] * 3
 
 
 def test_a_forward_that_reads_its_input_is_not_captured():

@@ -133,26 +133,26 @@ def capture(model: nn.Module, x: Tensor, edge_index: Tensor, composite="zplus", 
     """The explanation's forward on this graph as an FX graph of ATen operations.
 
     The graph takes ``(x, kept, probe)`` (``kept``: the accounts' probe; ``probe``: the edge probe, ones of length
-    ``E``; any tensor when ``edges=False``) and returns the model's output and the explained output (the logits
-    before a final softmax, log_softmax or sigmoid).  ``probe=False``: no edge probe; each layer's messages follow
-    those two, for their gradient (in a graph run as it is, not compiled).  ``kwargs``: the model's other inputs,
-    constants of the graph.  Returns the graph and what was seen while recording (``head``: the final function the
-    logits were taken before, or None; ``order``: the input edge of each message of each layer, and the message's
-    edge dimension)."""
+    ``E``; any tensor when ``edges=False``) and a float ``edge_attr`` (:func:`traced_attr`), and returns the model's
+    output and the explained output (the logits before a final softmax, log_softmax or sigmoid).  ``probe=False``:
+    no edge probe; each layer's messages follow those two, for their gradient (in a graph run as it is, not
+    compiled).  ``kwargs``: the model's other inputs, constants of the graph.  Returns the graph and what was seen
+    while recording (``head``: the final function the logits were taken before, or None; ``order``: the input edge
+    of each message of each layer, and the message's edge dimension)."""
     composite = get_composite(composite)
     order = _edge_order(model, x, edge_index, composite, **kwargs) if edges else None
-    seen, reads = {"order": order}, _Reads(kwargs)
+    seen, reads, attr = {"order": order}, _Reads(kwargs), traced_attr(kwargs)
 
-    def forward(x_, kept, ones):
+    def forward(x_, kept, ones, *attr_):
         mode = ForwardMode(composite, model)
         recorder = None if not edges else _ProductRecorder(mode, model, edge_index, x_.dtype, ones, order) \
             if probe else _ListRecorder(mode, model, edge_index, x_.dtype, ids=False)
         with recording(recorder):
-            out = _in_mode(mode, model, x_, kept, edge_index, kwargs, reads.over(kwargs))
+            out = _in_mode(mode, model, x_, kept, edge_index, {**kwargs, **dict(zip(attr, attr_))}, reads.over(kwargs))
         messages = tuple(recorder.found) if isinstance(recorder, _ListRecorder) else ()
         return (*_outputs(mode, out, seen), *messages)
 
-    leaves = _leaves(x, edge_index if edges and probe else None)
+    leaves = _leaves(x, edge_index if edges and probe else None) + [kwargs[k] for k in attr]
     with torch.enable_grad():
         graph = fold_constants(make_fx(forward)(*leaves), leaves)
         return (graph if probe else python_bindings(graph, leaves)), seen
@@ -208,12 +208,19 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
 
 
 def _in_mode(mode: ForwardMode, model: nn.Module, x: Tensor, kept: Tensor, edge_index, kwargs: dict, reads: _Reads):
-    """The model's forward under ``mode`` from the node features ``x`` and the accounts' probe ``kept`` (``reads``:
-    the reads of its inputs' values, over ``mode``)."""
+    """The model's forward under ``mode`` from the node features ``x``, a float ``edge_attr`` and the accounts' probe
+    ``kept`` (``reads``: the reads of its inputs' values, over ``mode``)."""
     with torch.enable_grad(), mode, reads:
         mode.mark(x)
         mode.kept, mode.kept_delta = kept, kept - kept.detach()  # (after the first mark, which makes its own)
+        for k in traced_attr(kwargs):
+            mode.mark(kwargs[k])
         return model(x, edge_index, **kwargs)
+
+
+def traced_attr(kwargs: dict) -> list[str]:
+    """``["edge_attr"]`` if ``kwargs`` hold a float one (an input of a captured graph, not a constant), else ``[]``."""
+    return [k for k in ("edge_attr",) if isinstance(kwargs.get(k), Tensor) and kwargs[k].is_floating_point()]
 
 
 def _outputs(mode: ForwardMode, out: Tensor, seen: dict) -> tuple[Tensor, Tensor]:
@@ -269,31 +276,31 @@ class CompiledExplanation:
         self.compiled = torch.compile(graph, fullgraph=True, backend=backend or BACKEND, dynamic=False) \
             if compile else graph
         self.head, self.edges, self.edge_index = seen["head"], edges, edge_index
-        self.probe, self.order = compile, seen["order"]
+        self.probe, self.order, self.attr = compile, seen["order"], traced_attr(kwargs)
         # what a cache keys this explanation by, by identity, kept alive so that no other object takes its id
         self.held = (model, list(model.parameters()), list(model.buffers()), edge_index, dict(kwargs))
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list]:
         """``(output, explained output, leaves)`` on the recorded graph (``edge_index`` and ``kwargs``: the
-        same graph's, not read).  Run as it is with edges, the last leaf is the record of the edges, which hooks
-        on each layer's messages fill in the backward."""
-        leaves = _leaves(x, self.edge_index if self.edges and self.probe else None)
+        same graph's, not read, but a float ``edge_attr``: a leaf).  Run as it is with edges, the last leaf is the
+        record of the edges, which hooks on each layer's messages fill in the backward."""
+        leaves = _leaves(x, self.edge_index if self.edges and self.probe else None) + [kwargs[k] for k in self.attr]
         with torch.enable_grad():
             out, head, *messages = self.compiled(*leaves)
         if self.edges and not self.probe:  # the messages' relevance, read in the backward as it passes them
             leaves.append(_hooked(x.new_zeros(self.edge_index.shape[1]), messages, self.order))
         return out, head, leaves
 
-    def backward(self, head: Tensor, leaves: list, start: Tensor) -> tuple[Tensor, Tensor | None, Tensor]:
-        """From the explained output ``head`` with start relevance ``start``: ``(node relevance, edge relevance
-        or None, kept)``: input times gradient, the edge probe's gradient (or the record the message hooks
-        filled), and what biases, constant terms and stabilisers kept."""
-        wrt = leaves[:2] + (leaves[2:3] if self.edges and self.probe else [])
-        grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), allow_unused=True)
-        kept = leaves[0].new_zeros(()) if grads[1] is None else grads[1]
+    def backward(self, head: Tensor, leaves: list, start: Tensor) -> tuple:
+        """From the explained output ``head`` with start relevance ``start``: ``((node relevance, edge_attr's
+        relevance or None), edge relevance or None, kept)``: each input times its gradient, the edge probe's
+        gradient (or the record the message hooks filled), and what biases, constant terms and stabilisers kept."""
+        attr = leaves[3:3 + len(self.attr)]
+        wrt = leaves[:2] + (leaves[2:3] if self.edges and self.probe else []) + attr
+        grads = torch.autograd.grad(head, wrt, modify.share_of(start, head), materialize_grads=True)
         edge_rel = (grads[2] if self.probe else leaves[-1]) if self.edges else None
-        return leaves[0].detach() * grads[0], edge_rel, kept
+        return (leaves[0].detach() * grads[0], attr[0].detach() * grads[-1] if attr else None), edge_rel, grads[1]
 
 
 class AnyGraphExplanation(CompiledExplanation):
@@ -317,7 +324,8 @@ class AnyGraphExplanation(CompiledExplanation):
             if edges and not bool(self.compiled(*args)[2]):  # (then on no graph: each is captured on its own)
                 raise UnsupportedModelError("a layer's edges are not the input's laid out as PyG's self-loops "
                                             "lay them out")
-        self.head, self.edges, self.edge_index, self.probe = seen["head"], edges, None, compile
+        self.head, self.edges, self.edge_index, self.probe, self.attr = seen["head"], edges, None, compile, \
+            traced_attr(kwargs)
         self.held = (model, list(model.parameters()), list(model.buffers()))
 
     def fits(self, x: Tensor, edge_index: Tensor, kwargs: dict) -> bool:
@@ -326,7 +334,7 @@ class AnyGraphExplanation(CompiledExplanation):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, kwargs: dict | None = None) \
             -> tuple[Tensor, Tensor, list] | None:
-        leaves = _leaves(x, None)
+        leaves = _leaves(x, None) + [kwargs[k] for k in self.attr]
         # (a scatter's index and PyG's self-loops select by a mask: outputs whose size depends on the data; each
         # size its own symbol, as in the capture; PyTorch's config patches are thread-local)
         dynamic, unducked = (torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True,

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from lrp_lib.core.validation import is_adjacency
-from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation
+from lrp_lib.explain.capture import AnyGraphExplanation, CompiledExplanation, traced_attr
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 
 __all__ = ["CaptureCache", "model_state", "hooks_of", "ANY_GRAPH_AFTER"]
@@ -23,15 +23,15 @@ class CaptureCache:
     """The captured explanations of the graphs an explainer explained, four at most (the most recent kept).
 
     :meth:`get` gives a graph's captured explanation (``compile=True``: compiled) from its second call on; None on
-    the first call, where it does not apply (more than the node features explained; a sparse adjacency; hooks, which
-    a captured graph would not run) and where the capture failed (``make_fx`` refuses a read of an input-dependent
-    value): then every call with this key runs eagerly.  The key: the model's :func:`model_state`, the composite, the
-    graph (``edge_index`` and the other tensor inputs, by identity and version), the node features' shape, dtype and
-    device, and ``compile``; each entry holds the objects its key names, so that no new object takes their ids.
-    Without an edge mask, ``compile=True`` first looks for an :class:`~lrp_lib.explain.capture.AnyGraphExplanation`,
-    keyed by the model's state and the input signature instead (a model that cannot be captured so: per graph), as
-    does ``compile=False`` (with or without an edge mask) for a graph not explained before, from the
-    :data:`ANY_GRAPH_AFTER`-th on."""
+    the first call, where it does not apply (a sparse adjacency; hooks, which a captured graph would not run) and
+    where the capture failed (``make_fx`` refuses a read of an input-dependent value): then every call with this key
+    runs eagerly.  The key: the model's :func:`model_state`, the composite, the graph (``edge_index`` and the other
+    tensor inputs, by identity and version; a float ``edge_attr``, an input of the graph, by its shape), the node
+    features' shape, dtype and device, and ``compile``; each entry holds the objects its key names, so that no new
+    object takes their ids.  Without an edge mask, ``compile=True`` first looks for an
+    :class:`~lrp_lib.explain.capture.AnyGraphExplanation`, keyed by the model's state and the input signature
+    instead (a model that cannot be captured so: per graph), as does ``compile=False`` (with or without an edge
+    mask) for a graph not explained before, from the :data:`ANY_GRAPH_AFTER`-th on."""
 
     def __init__(self, size: int = 4):
         self.size = size
@@ -42,18 +42,17 @@ class CaptureCache:
         return sum(len(v) if isinstance(v, list) else isinstance(v, CompiledExplanation)
                    for v in self.captured.values())
 
-    def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, inputs: list, composite,
+    def get(self, model: nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, composite,
             edges: bool, compile: bool) -> tuple[CompiledExplanation | None, str]:
         """``(the captured explanation of this graph or None, why: "captured", "torch.compile", "captured for any
         graph", "torch.compile for any graph" or why not)``."""
-        if len(inputs) > 1:
-            return None, "edge_attr's relevance: not captured"
         if is_adjacency(edge_index):  # (make_fx traces no sparse constant)
             return None, "a sparse adjacency: not captured"
         state, flags, hooks, held = model_state(model)
         if hooks:
             return None, f"not captured: {hooks} (a captured graph would not run them)"
-        tensors = tuple((id(v), v._version) for v in kwargs.values() if isinstance(v, Tensor))
+        tensors = tuple((k, v.shape, v.dtype) if k in traced_attr(kwargs) else (id(v), v._version)  # (an input)
+                        for k, v in kwargs.items() if isinstance(v, Tensor))
         key = (id(model), state, flags, composite.key(), edges, id(edge_index), edge_index._version, tensors,
                tuple(x.shape), x.dtype, x.device, compile)
         fresh = key not in self.captured and key not in self.seen  # (a graph not explained before)

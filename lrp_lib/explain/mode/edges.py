@@ -166,8 +166,7 @@ class EdgeRecorder:
         key = id(edges)
         if key not in self._ids:
             same = next((ids for seen, ids in self._ids.values()  # (each GCN layer adds the same self-loops)
-                         if seen.shape == edges.shape and seen.dtype == edges.dtype and torch.equal(seen, edges)),
-                        None)
+                         if seen.shape == edges.shape and seen.dtype == edges.dtype and torch.equal(seen, edges)), None)
             self._ids[key] = (edges, self._match(edges.long()) if same is None else same)
         return self._ids[key][1]
 
