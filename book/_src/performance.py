@@ -1,11 +1,9 @@
 # %% [markdown]
 # # Performance
 #
-# What does an explanation cost? An LRP explanation is one forward and one backward pass, so the natural
-# yardstick is the plain gradient of the same output: how much longer does the explanation take, and how
-# much more memory does it need? This page answers with the tables that the scripts in `benchmarks/`
-# measure, for one explanation of a node classifier, molecules one at a time and in a batch, many targets of
-# one large graph, and against other explainers.
+# What does an explanation cost? It is one forward and one backward pass, so the yardstick is the plain
+# gradient of the same output: how much longer does it take, and how much more memory does it need? The tables
+# below come from the scripts in `benchmarks/`.
 #
 # ```{admonition} Audience & Objectives
 # :class: tip
@@ -39,7 +37,7 @@ nodes_b = load_results("nodes")
 ops_b = load_results("ops")
 graph_b = load_results("graph")
 conv_b = load_results("conv")
-benches = [mech_b, mol_b, scaling_b, memory_b, nodes_b, ops_b, graph_b, conv_b]
+benches = [mech_b, mol_b, load_results("edge_attr"), scaling_b, memory_b, nodes_b, ops_b, graph_b, conv_b]
 
 
 def g(key, value, fmt="{:.2f}"):
@@ -148,9 +146,8 @@ g("mech_default_below", "here on " + " and ".join(f"{n:,}" for n in below) + " n
 # fixed cost dominates, the default costs {glue:text}`mech_forward_small` times the gradient, the first call
 # {glue:text}`mech_forward_eager_small` times, and the compiled one {glue:text}`mech_compiled_small` times.
 #
-# The rules add work to a gradient: z+ computes each linear map's positive and negative contributions beside
-# its value, forward and backward, and the rules' elementwise operations, which the compiler fuses, add the rest. A captured
-# explanation also saves work, though: the part of each layer that depends on `edge_index` alone (self-loops,
+# What the rules themselves cost is on [Rules as forward modifications](forward_rules.ipynb). A captured
+# explanation also saves work: the part of each layer that depends on `edge_index` alone (self-loops,
 # degrees, normalisation) is computed once per graph, where the gradient recomputes it on every call. Where
 # that saving outweighs the rules' work the default costs less than the gradient: {glue:text}`mech_default_below`.
 #
@@ -218,6 +215,24 @@ assert batch["ms_per_molecule"]["lrp"] < mol["median_ms"]["forward"]  # a batch:
 # costs {glue:text}`mol_batch` times one batched Gradient $\times$ Input, {glue:text}`mol_batch_ms` ms per
 # molecule against {glue:text}`mol_one_ms` ms one at a time (median), with each molecule's own `bias_relevance`
 # and `relevance_residual`.
+#
+# ### Molecules with bond features
+#
+# `benchmarks/bench_edge_attr.py` explains ESOL's molecules one at a time with a model that reads bond features
+# as `edge_attr` (three `GINEConv` layers, random weights), whose relevance, `edge_attr_relevance`, comes from the
+# same backward, against the gradient with respect to both inputs:
+
+# %% tags=["hide-input"]
+ea_b = load_results("edge_attr")
+ea = ea_b["results"]
+assert ea["replay_reasons"]["default"] == ["captured for any graph"]
+assert ea["replay_reasons"]["compiled"] == ["torch.compile for any graph"]
+assert ea["largest_difference_from_eager"] < 1e-4
+display(results_table([{"how": how, "ratio": ea["median_ratio_to_gradient"][key]} for how, key in (
+    ("default (captured once for every molecule)", "default"), ("first call (eager)", "eager"),
+    (f"compiled (once, {ea['compile_seconds']:.0f} s)", "compiled"))],
+    [("GINE, one molecule at a time", "how"), ("time / gradient", "ratio", "{:.2f}x")]))
+display(Markdown(machine_note(ea_b) + f" {ea['molecules']} molecules."))
 
 # %% [markdown]
 # ## Against other explainers
@@ -368,6 +383,7 @@ plt.show()
 #
 # ```bash
 # python benchmarks/bench_mechanism.py        # one explanation: mechanism.json; molecules: mechanism-molecules.json
+# python benchmarks/bench_edge_attr.py        # molecules with bond features: edge_attr.json
 # python benchmarks/bench_scaling.py          # against saliency and IG: scaling.json
 # python benchmarks/bench_nodes.py            # many targets: nodes.json (--fast: a smaller graph)
 # python benchmarks/bench_explain_memory.py   # memory: explain_memory.json
