@@ -18,7 +18,8 @@ of every bond's features, ``edge_attr_relevance``), against the plain gradient w
   (its compile time is reported).
 
 Timing: one PyTorch thread; ``ANY_GRAPH_AFTER + 8`` molecules of warm-up explained by every method, then
-``--molecules`` timed molecules, on each of which the methods take turns; the median over the molecules of each
+``--molecules`` timed molecules, on each of which the methods take turns (the order rotated by one place a
+molecule); the median over the molecules of each
 method's ratio to that molecule's gradient.  Before timing, every method's node and ``edge_attr`` relevance is
 checked against the eager explanation on the warm-up molecules (float32 rounding).
 """
@@ -38,6 +39,7 @@ from torch_geometric.nn import GINEConv, global_add_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_file import write_results  # noqa: E402
+from bench_mechanism import in_turn  # noqa: E402
 
 from lrp_lib.book.datasets.esol import esol  # noqa: E402
 from lrp_lib.explain.capture.cache import ANY_GRAPH_AFTER  # noqa: E402
@@ -96,9 +98,9 @@ def measure(count: int) -> dict:
         calls["gradient"](g)
     assert largest < 1e-4, largest
     ratios: dict = {name: [] for name in calls}
-    for g in timed:
+    for turn, g in enumerate(timed):
         seconds = {}
-        for name, call in calls.items():
+        for name, call in in_turn(calls, turn):
             start = time.perf_counter()
             out = call(g)
             seconds[name] = time.perf_counter() - start
