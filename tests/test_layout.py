@@ -83,7 +83,7 @@ def test_every_module_belongs_to_one_of_the_four_parts():
 #: (the modules of a sub-package from their own sub-package, not from a sibling of the same layer).
 EXPLAIN_LAYERS = [
     {"mode"},
-    {"inputs", "targets", "propagate", "accounting", "masks"},
+    {"inputs", "targets", "accounting", "masks"},
     {"capture", "subgraphs", "walks"},
     {"explainer", "algorithm", "relevance_pass", "pyg_explainer", "one_pass", "hetero", "tensors"},
     {"jobs"},

@@ -29,8 +29,8 @@ from lrp_lib.explain.targets import check_graph_rows
 __all__ = ["LRPExplainer", "DEFAULTS"]
 
 
-#: LRPExplainer's defaults per task level ("node" also serves link prediction): see LRPExplainer's docstring.
-DEFAULTS = {level: {"rule": "zplus", "explained": "logit", "mask": "abs"} for level in ("node", "graph")}
+#: LRPExplainer's defaults, for every task level: see LRPExplainer's docstring.
+DEFAULTS = {"rule": "zplus", "explained": "logit", "mask": "abs"}
 
 
 class LRPExplainer(ExplainerAlgorithm):
@@ -129,8 +129,9 @@ class LRPExplainer(ExplainerAlgorithm):
             raise TypeError(f"composite must be a lrp_lib.core.composites.Composite, got {type(composite).__name__}")
         if composite is not None and rule is not None:
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
-        self._composite = composite if composite is not None else (None if rule is None else get_composite(rule))
-        self._composites: dict[str, Composite] = {}  # the composite in use, per default rule
+        # the composite given (or made from rule), the weights it names no rule for on the default rule
+        self._composite = get_composite(composite if composite is not None else get_composite(
+            DEFAULTS["rule"] if rule is None else rule), DEFAULTS["rule"])
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),
                                    ("max_memory", max_memory, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
@@ -142,21 +143,10 @@ class LRPExplainer(ExplainerAlgorithm):
         self.max_memory, self.prune = max_memory, prune
 
     @property
-    def defaults(self) -> dict:
-        """The defaults for this explainer's task level (:data:`DEFAULTS`; ``"node"`` until connected)."""
-        try:
-            return DEFAULTS["graph" if self.model_config.task_level == ModelTaskLevel.graph else "node"]
-        except (ValueError, AttributeError):
-            return DEFAULTS["node"]
-
-    @property
     def composite(self) -> Composite:
         """The composite in use: the one given (or made from ``rule``), its weights that it names no rule for
         (``linear=None``) on the default rule; else the default's."""
-        name = self.defaults["rule"]
-        if name not in self._composites:
-            self._composites[name] = get_composite(name if self._composite is None else self._composite, name)
-        return self._composites[name]
+        return self._composite
 
     def __repr__(self) -> str:
         c = self.composite
@@ -177,12 +167,12 @@ class LRPExplainer(ExplainerAlgorithm):
     @property
     def explained(self) -> str:
         """What a multiclass model's relevance starts from: ``"logit"`` or ``"contrast"``."""
-        return self._explained if self._explained is not None else self.defaults["explained"]
+        return self._explained if self._explained is not None else DEFAULTS["explained"]
 
     @property
     def mask(self) -> str:
         """What ``node_mask`` and ``edge_mask`` hold: ``"abs"``, ``"positive"`` or ``"relevance"``."""
-        return self._mask if self._mask is not None else self.defaults["mask"]
+        return self._mask if self._mask is not None else DEFAULTS["mask"]
 
     def supports(self) -> bool:
         cfg, model_cfg = self.explainer_config, self.model_config

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from lrp_lib.explain.accounting import LostRelevanceWarning
 from lrp_lib.explain.algorithm import DEFAULTS, LRPExplainer
-from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode import UnsupportedModelError
 from lrp_lib.explain.inputs import check_hetero_inputs, check_inputs
 from lrp_lib.explain.masks import relevance_mask
 from lrp_lib.explain.pyg_explainer import Explainer

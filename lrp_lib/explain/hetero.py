@@ -10,7 +10,7 @@ from lrp_lib.explain.mode.edges import HeteroEdgeRecorder
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import check_hetero_inputs
 from lrp_lib.explain.masks import per_mask_type, relevance_mask
-from lrp_lib.explain.propagate import propagate
+from lrp_lib.explain.relevance_pass import propagate
 
 __all__ = ["explain_hetero"]
 

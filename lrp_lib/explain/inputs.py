@@ -12,7 +12,7 @@ from torch_geometric.explain import Explainer as PyGExplainer
 from torch_geometric.nn import GCNConv
 from torch_geometric.utils import add_remaining_self_loops
 
-from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode import UnsupportedModelError
 from lrp_lib.explain.mode.edges import adjacency_edges
 from lrp_lib.explain.mode.hooks import bound
 from lrp_lib.core.validation import (check_adjacency, check_batch, check_edge_index, check_edge_values,

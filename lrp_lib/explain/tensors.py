@@ -18,7 +18,7 @@ from lrp_lib.core.validation import check_finite, check_model
 from lrp_lib.explain.accounting import lost_relevance
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.inputs import uncompiled
-from lrp_lib.explain.propagate import check_blocked
+from lrp_lib.explain.relevance_pass import check_blocked
 
 __all__ = ["explain_tensor", "TensorRelevance"]
 

@@ -43,7 +43,7 @@ from lrp_lib.core.composites import Composite, get_composite, weight_owners
 from lrp_lib.explain.mode.dispatch import (BLOCKED_ROUTE, COPY_ROUTE, DETACH_ROUTE, DROPOUT_ROUTE, GET_ROUTE, HANDLERS,
                                            HANDLER_ROUTE, IDENTITY_ROUTE, INPLACE_ROUTE, PASS_ROUTE, PLAIN_ROUTE,
                                            route_of)
-from lrp_lib.explain.mode.graph_check import UnsupportedModelError, node_name
+from lrp_lib.explain.mode import UnsupportedModelError, node_name
 from lrp_lib.explain.mode.op_tables import AUGMENTED, IDENTITY, PASS_NODES
 
 __all__ = ["RelevanceMode", "UnsupportedModelError"]

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lrp_lib.explain.mode.graph_check import UnsupportedModelError
+from lrp_lib.explain.mode import UnsupportedModelError
 
 __all__ = ["HANDLERS"]
 
