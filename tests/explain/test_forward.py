@@ -916,6 +916,53 @@ def test_a_buffer_an_input_dependent_operation_writes_into_is_made_on_every_call
 
 
 @pytest.mark.parametrize("edges", [False, True])
+def test_a_capture_for_any_graph_computes_what_every_layer_recomputes_once(edges, monkeypatch):
+    """Captured for any graph, a GCN's graph part (self-loops, degrees, normalisation), which PyG recomputes in every
+    layer, is computed once: the functional graph has one ``pow`` (the degrees' inverse square root) where the
+    capture without the pass has one per layer.  Captured on a graph with as many nodes as features, on graphs of
+    other sizes its outputs, node and edge relevance and accounts equal those of the graph without the pass to the
+    bit."""
+    from lrp_lib.explain import capture as module
+    from lrp_lib.explain.capture import AnyGraphExplanation
+
+    def pows(explanation):
+        return sum("pow" in str(n.target) for n in explanation.compiled.graph.nodes)
+    model = _model("gcn")
+    x, edge_index = _graph(n=6)  # (as many nodes as features: each size still its own symbol)
+    deduplicated = AnyGraphExplanation(model, x, edge_index, compile=False, edges=edges)
+    monkeypatch.setattr(module, "deduplicated", lambda graph, args: graph)
+    reference = AnyGraphExplanation(model, x, edge_index, compile=False, edges=edges)
+    layers = sum(isinstance(m, GCNConv) for m in model.modules())
+    assert (pows(deduplicated), pows(reference)) == (1, layers) and layers > 1
+    for n, seed in ((23, 1), (57, 2)):
+        x, edge_index = _graph(n, seed=seed)
+        results = []
+        for explanation in (deduplicated, reference):
+            out, head, leaves = explanation.forward(x, edge_index, {})
+            start = torch.zeros_like(head)
+            start[3, 0] = head[3, 0].detach()
+            (node, _), edge, kept = explanation.backward(head, leaves, start)
+            results.append([out, node, kept] + ([edge] if edges else []))
+        for got, want in zip(*results):
+            assert torch.equal(got, want)
+
+
+def test_deduplicated_keeps_a_graph_whose_float_outputs_would_merge():
+    """The pass removes an operation that repeats another (one ``sin`` of two), but keeps the graph as it is where
+    two of its float outputs would become one (edge hooks on each would count the relevance twice)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from lrp_lib.explain.capture import deduplicated
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    with torch.enable_grad():
+        graph = make_fx(lambda t: (t.sin() * t.sin(),))(x)
+        twice = make_fx(lambda t: (t.sin(), t.sin()))(x)
+        once = deduplicated(graph, [x])
+        assert [str(n.target) for n in once.graph.nodes].count("aten.sin.default") == 1
+        assert torch.equal(once(x)[0], graph(x)[0])
+        assert deduplicated(twice, [x]) is twice
+
+
+@pytest.mark.parametrize("edges", [False, True])
 def test_a_graph_run_as_it_is_calls_the_python_bindings_with_the_same_results(edges, monkeypatch):
     """A captured graph run as it is (not compiled) calls every ATen operation through PyTorch's Python binding of
     the same name (``torch.mul`` for ``aten.mul.Tensor``), and gives the ATen graph's outputs and input gradients

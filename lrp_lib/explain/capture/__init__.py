@@ -27,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 
 from lrp_lib.core import modify
 from lrp_lib.core.composites import get_composite
-from lrp_lib.explain.capture.graphs import fold_constants, python_bindings
+from lrp_lib.explain.capture.graphs import deduplicated, fold_constants, python_bindings
 from lrp_lib.explain.mode.edges import EdgeRecorder, ensure_hooks, is_edge_index, message_hook, recording, usual_layout
 from lrp_lib.explain.mode.forward import ForwardMode
 from lrp_lib.explain.mode.function_mode import UnsupportedModelError
@@ -36,7 +36,7 @@ from lrp_lib.explain.mode.function_mode import UnsupportedModelError
 BACKEND = "inductor"
 
 __all__ = ["BACKEND", "CompiledExplanation", "AnyGraphExplanation", "capture", "capture_any_graph", "fold_constants",
-           "python_bindings"]
+           "deduplicated", "python_bindings"]
 
 
 class _ListRecorder(EdgeRecorder):
@@ -199,7 +199,7 @@ def capture_any_graph(model: nn.Module, x: Tensor, edge_index: Tensor, composite
     fakes = [n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder"]
     shape_env = next(f.fake_mode.shape_env for f in fakes if isinstance(f, Tensor))
     code = shape_env.produce_guards_expression(fakes, ignore_static=False)
-    graph = fold_constants(graph, args)  # (what the parameters alone give: the weights' clamps)
+    graph = fold_constants(deduplicated(graph, args), args)  # (the parameters' part: the weights' clamps)
     # ShapeEnv.evaluate_guards_expression, with the expression parsed once (None: no guards, every size fits)
     guard_names, expression = [f"t{i}" for i in range(len(fakes))], compile(code or "True", "<guards>", "eval")
     read = reads.reads  # (and the values the model read from its inputs, held as constants)

@@ -1,11 +1,14 @@
 """Passes over a captured explanation's FX graph: :func:`fold_constants` runs the graph part once and keeps its
-values; :func:`python_bindings` calls each ATen operation through PyTorch's Python binding of the same name."""
+values; :func:`deduplicated` computes what several layers recompute once; :func:`python_bindings` calls each ATen
+operation through PyTorch's Python binding of the same name."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.dialect.common.cse_pass import CSEPass
 
-__all__ = ["fold_constants", "python_bindings"]
+__all__ = ["fold_constants", "deduplicated", "python_bindings"]
 
 
 def fold_constants(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
@@ -69,12 +72,39 @@ def _written(node: torch.fx.Node) -> list:
             if arg.alias_info is not None and arg.alias_info.is_write and isinstance(a, torch.fx.Node)]
 
 
+def deduplicated(graph: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
+    """``graph`` functionalised (``torch.func.functionalize``; a copy, which has no derivative, or a slice that gives
+    its input unchanged: that input), then each repeated operation removed (``CSEPass``): what every layer recomputes
+    (PyG's normalisation) runs once.  Kept if its outputs and gradients on ``args`` are ``graph``'s."""
+    try:
+        with torch.enable_grad(), torch.fx.experimental._config.patch(use_duck_shape=False):  # (each size its own)
+            new = make_fx(torch.func.functionalize(graph, remove="mutations"), tracing_mode="symbolic",
+                          _allow_non_fake_inputs=True)(*args)
+        aten = torch.ops.aten  # (a copy of a value of its shape and dtype is that value, a slice of all an input)
+        for node in [n for n in new.graph.nodes if n.target in (aten.copy.default, aten.slice.Tensor)]:
+            value = node.args[1] if node.target is aten.copy.default else node.args[0]
+            whole = node.target is aten.copy.default or node.args[2:3] in ((), (0,), (None,))
+            if whole and (v := value.meta["val"]).shape == node.meta["val"].shape and v.dtype == node.meta["val"].dtype:
+                node.replace_all_uses_with(value)
+        new.graph.eliminate_dead_code()
+        new = CSEPass().call(new).graph_module
+        with torch.enable_grad():
+            grads = [a for a in args if a.requires_grad]
+            runs = [(*r, *torch.autograd.grad([o.sum() for o in r if o.requires_grad], grads, allow_unused=True))
+                    for r in (graph(*args), new(*args))]
+        floats = [len({o for o in g.graph.output_node().args[0] if o.meta["val"].is_floating_point()})
+                  for g in (graph, new)]  # (an output hooks read merged into another: its relevance twice)
+        same = floats[0] == floats[1] and all(a is b is None or torch.equal(a, b) for a, b in zip(*runs))
+    except Exception:  # (an operation functionalize or the retrace does not take, one without a derivative)
+        return graph
+    return new if same else graph
+
+
 def python_bindings(graph: torch.fx.GraphModule, inputs: list) -> torch.fx.GraphModule:
-    """``graph`` with each ATen operation called through PyTorch's generated Python binding of the same name where
-    there is one (``torch.mul`` for ``aten.mul.Tensor``, ``Tensor.add_`` for ``aten.add_.Tensor``): the same
-    kernels and autograd nodes, without the ATen operator's own Python call and argument parsing, which take a third
-    of a small graph's forward.  Kept only if its outputs on ``inputs`` are those of ``graph`` to the bit.  The
-    graph's constants become plain attributes, read without ``nn.Module.__getattr__``."""
+    """``graph`` with each ATen operation called through PyTorch's Python binding of the same name where there is
+    one (``torch.mul`` for ``aten.mul.Tensor``, ``Tensor.add_`` for ``aten.add_.Tensor``): the same kernels and
+    autograd nodes, without the operator's own Python call and argument parsing (a third of a small graph's forward).
+    Kept if its outputs on ``inputs`` are ``graph``'s to the bit.  Constants become plain attributes."""
     for store in (graph._parameters, graph._buffers):
         for name in list(store):
             graph.__dict__[name] = store.pop(name)
