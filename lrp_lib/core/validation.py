@@ -129,9 +129,10 @@ def check_batch(batch, num_nodes: int, edge_index: Tensor | None = None, name: s
         if bool(cross.any()):
             k = int(cross.nonzero()[0, 0])
             s, r = int(edge_index[0, k]), int(edge_index[1, k])
-            raise ValueError(f"{name} puts the two ends of {int(cross.sum())} edge(s) in different graphs (the first: "
-                f"edge {k}, {s} -> {r}, graphs {int(batch[s])} and {int(batch[r])}); the graphs of a batch "
-                f"must not share edges: " + (fix or f"fix {name} (torch_geometric.data.Batch builds a consistent one)"))
+            raise ValueError(f"{name} puts the two ends of {int(cross.sum())} edge(s) in different graphs (the "
+                             f"first: edge {k}, {s} -> {r}, graphs {int(batch[s])} and {int(batch[r])}); the graphs "
+                             "of a batch must not share edges: " +
+                             (fix or f"fix {name} (torch_geometric.data.Batch builds a consistent one)"))
     return batch
 
 

@@ -68,7 +68,7 @@ def _warn_lost(lost: float, explained: float, magnitude: float, detached: set, d
                  if detached else "relevance reached constants joined to the computation (torch.cat, "
                                   "indexing) or outputs equal to zero")
         warnings.warn(f"relevance {lost:.4g}{share} did not reach x: {where}; the explanation covers only the rest. "
-            f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=6)
+                      f"Remove the detach to explain the whole output", LostRelevanceWarning, stacklevel=6)
 
 
 def account_one(start: Tensor, grads: list, absorbed: float, detached: set) -> tuple[Tensor, Tensor]:

@@ -129,7 +129,6 @@ class LRPExplainer(ExplainerAlgorithm):
             raise TypeError(f"composite must be a lrp_lib.core.composites.Composite, got {type(composite).__name__}")
         if composite is not None and rule is not None:
             raise ValueError("pass either rule or composite, not both (a composite holds the rules)")
-        # the composite given (or made from rule), the weights it names no rule for on the default rule
         self._composite = get_composite(composite if composite is not None else get_composite(
             DEFAULTS["rule"] if rule is None else rule), DEFAULTS["rule"])
         for name, value, least in (("num_hops", num_hops, 0), ("chunk_size", chunk_size, 1),

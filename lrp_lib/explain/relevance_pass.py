@@ -119,8 +119,8 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
         out = call()
     if not isinstance(out, Tensor) or not mode.is_marked(out):
         raise ValueError("the model's output does not depend on x through autograd: model.forward detaches it "
-            "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
-            "propagated through the model's autograd graph, so remove the detach")
+                         "(.detach(), torch.no_grad(), .item(), numpy) or does not use x; relevance can only be "
+                         "propagated through the model's autograd graph, so remove the detach")
     name, logits = mode.head_of(out) or (None, None)
     head = explained_of(name, out, logits, model_config)
     mode.explained_head = name if head is not out else None
@@ -135,6 +135,6 @@ def propagate(model: nn.Module, mode: RelevanceMode, recorder, inputs: list, cal
 def check_blocked(tally) -> None:
     """:class:`UnsupportedModelError` where relevance reached operations without a rule (``tally.blocked``)."""
     if blocked := {k: v for k, v in tally.blocked.items() if v != 0}:
-        raise UnsupportedModelError("relevance reached operations that LRP has no rule for: " + "; ".join(
-                f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items()) +
-            ". Replace them with supported torch operations, or explain with another method")
+        found = "; ".join(f"{k} (relevance of magnitude {v:.4g})" for k, v in blocked.items())
+        raise UnsupportedModelError(f"relevance reached operations that LRP has no rule for: {found}. Replace them "
+                                    "with supported torch operations, or explain with another method")
