@@ -45,22 +45,18 @@ torch.set_num_threads(1)
 # %% [markdown]
 # ## The default
 #
-# `LRPExplainer()` picks its settings from the model's task level: for node-level models (and link
-# prediction) the {glue:text}`default_node_rule` rule, explaining the {glue:text}`default_node_explained`
-# with an {glue:text}`default_node_mask` mask; for graph-level models the
-# {glue:text}`default_graph_rule` rule, the {glue:text}`default_graph_explained` and an
-# {glue:text}`default_graph_mask` mask. These are the configurations with the best mean rank over
-# the benchmark's tasks of each level, a selection rule fixed before the benchmark ran (the
-# benchmark chapter shows {ref}`the ranking <quality-default>`). They also come first when ground truth
+# `LRPExplainer()` uses the same settings for every task level (node-level models, link prediction and
+# graph-level models): the {glue:text}`default_rule` rule, explaining the {glue:text}`default_explained`
+# with an {glue:text}`default_mask` mask. This is the configuration with the best mean rank over the
+# benchmark's tasks of each level, a selection rule fixed before the benchmark ran (the
+# benchmark chapter shows {ref}`the ranking <quality-default>`). It also comes first when ground truth
 # and faithfulness count equally, by a second rule declared before a fresh run of both benchmarks on new
 # seeds ({ref}`one default for both views <quality-both-views>`).
 
 # %% tags=["hide-input"]
-for level, settings in DEFAULTS.items():
-    shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
-    print(f"{level}-level models:", shown)
-    for key, value in settings.items():
-        glue(f"default_{level}_{key}", value, display=False)
+print("LRPExplainer() at every task level:", ", ".join(f"{k}={v!r}" for k, v in DEFAULTS.items()))
+for key, value in DEFAULTS.items():
+    glue(f"default_{key}", value, display=False)
 
 # %% [markdown]
 # ## The rules on one linear map
@@ -268,7 +264,7 @@ faith = faith_file["results"]
 faith_rows = []
 for label, level, names in GROUPS:
     names = [t for t in names if t in faith]
-    default = "lrp_{rule}_{explained}_{mask}".format(**DEFAULTS[level])
+    default = "lrp_{rule}_{explained}_{mask}".format(**DEFAULTS)
     area = {}
     for m in faith[names[0]]["methods"]:
         values = [faith[t]["methods"].get(m, {}).get("edges_deletion_probability") for t in names]

@@ -133,12 +133,14 @@ node = int(correct[data.y[correct] == 3][0])  # a correctly classified node of a
 explanation = explainer(data.x, data.edge_index, index=node)
 print(f"node {node}: class {int(explanation.target[node])} explained, "
       f"from {explanation.explained_output}")
-print("rule of every weight (the default for this task level):", explainer.algorithm.rule)
+print("rule of every weight (the default):", explainer.algorithm.rule)
 
 # %% tags=["remove-cell"]
-glue("qs_rule", {"zplus": "z+"}.get(explainer.algorithm.defaults["rule"], explainer.algorithm.defaults["rule"]),
+from lrp_lib.explain.explainer import DEFAULTS  # noqa: E402
+
+glue("qs_rule", {"zplus": "z+"}.get(DEFAULTS["rule"], DEFAULTS["rule"]),
      display=False)  # (the rule's name in prose; "zplus" selects it)
-assert explainer.algorithm.defaults["rule"] == "zplus"  # the glossary entry the prose links
+assert DEFAULTS["rule"] == "zplus" and type(explainer.algorithm.rule).__name__ == "ZPlus"  # the glossary entry
 
 # %% [markdown]
 # ## What the explanation holds
